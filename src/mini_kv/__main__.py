@@ -1,0 +1,3 @@
+from mini_kv.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Content-addressed compiler: one build directory per hash of sources, flags and toolchain."""

@@ -1,0 +1,184 @@
+"""Build a candidate into `.build/<key>/`, reusing an identical earlier build.
+
+The key hashes everything that can change the binary: source bytes, flags, torch and CUDA
+versions, nvcc, host compiler, arch list. A build happens in a private temp dir in a child
+process and is renamed into place only when complete, under a file lock, so concurrent
+builders of one key neither corrupt nor duplicate it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+from mini_kv import environment
+from mini_kv.model import Candidate, canonical_json
+from mini_kv.proc import run_with_timeout
+
+BUILD_FORMAT = 1  # bump when the layout of a build dir changes
+SOURCE_SUFFIXES = {".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
+BASE_CFLAGS = ("-O3", "-std=c++17")
+BASE_CUDA_CFLAGS = ("-O3", "-std=c++17", "--use_fast_math")
+
+
+def candidate_files(cdir: Path) -> list[Path]:
+    """Every source-like file of the candidate, so an edited header changes the key too."""
+    return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def toolchain(with_cuda: bool) -> dict:
+    import torch
+
+    return {
+        "build_format": BUILD_FORMAT,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "with_cuda": with_cuda,
+        "nvcc": environment.nvcc_info()["version"],
+        "cxx": environment.cxx_info()["version"],
+        "arch_list": environment.cuda_arch_list() if with_cuda else [],
+    }
+
+
+def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = None) -> dict:
+    """Everything the build needs and the key naming it (no side effects)."""
+    if with_cuda is None:
+        with_cuda = environment.torch_has_cuda_build() and bool(cand.cuda_sources)
+    cdir = project_root / cand.path
+    sources = list(cand.cpu_sources) + (list(cand.cuda_sources) if with_cuda else [])
+    files = [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
+    flags = {
+        "cflags": [*BASE_CFLAGS, *cand.cflags],
+        "cuda_cflags": [*BASE_CUDA_CFLAGS, *cand.cuda_cflags] if with_cuda else [],
+        "include_dirs": ["."],
+    }
+    tc = toolchain(with_cuda)
+    key = hashlib.sha256(canonical_json({"files": files, "sources": sources, "flags": flags,
+                                         "toolchain": tc}).encode()).hexdigest()
+    return {"candidate": cand.id, "candidate_dir": str(cdir), "sources": sources, "files": files,
+            "flags": flags, "toolchain": tc, "key": key, "with_cuda": with_cuda,
+            "cuda_sources_skipped": [] if with_cuda else list(cand.cuda_sources)}
+
+
+def _library_in(d: Path) -> Path | None:
+    libs = sorted(d.glob("*.so"))
+    return libs[0] if libs else None
+
+
+def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
+    """Without CUDA torch, still prove the torch-free .cu files compile for sm_90."""
+    cu = [s for s in plan["cuda_sources_skipped"] if s.endswith(".cu")]
+    if not cu:
+        return {"status": "skipped", "note": "no .cu sources"}
+    nvcc = environment.nvcc_info()["path"]
+    if nvcc is None:
+        return {"status": "skipped", "note": "nvcc not found: .cu files were not compile-checked"}
+    results = []
+    for src in cu:
+        obj = out_dir / (Path(src).stem + ".o")
+        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", "-I", plan["candidate_dir"],
+               str(Path(plan["candidate_dir"]) / src), "-o", str(obj)]
+        res = run_with_timeout(cmd, timeout=timeout)
+        results.append({"source": src, "command": cmd, "returncode": res.returncode,
+                        "timed_out": res.timed_out, "output": res.output[-4000:]})
+        if res.returncode != 0:
+            return {"status": "timeout" if res.timed_out else "error", "checks": results}
+    return {"status": "ok", "checks": results}
+
+
+def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.0,
+                      with_cuda: bool | None = None) -> dict:
+    """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors."""
+    t0 = time.perf_counter()
+    plan = build_plan(project_root, cand, with_cuda)
+    build_root = project_root / ".build"
+    build_root.mkdir(parents=True, exist_ok=True)
+    final = build_root / plan["key"][:32]
+    record = {"schema_version": 1, "key": plan["key"], "candidate": cand.id, "build_dir": str(final),
+              "with_cuda": plan["with_cuda"], "sources": plan["sources"], "files": plan["files"],
+              "flags": plan["flags"], "toolchain": plan["toolchain"]}
+    if not plan["with_cuda"] and cand.cuda_sources:
+        record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the CUDA kernel was not built; "
+                               ".cu files were compile-checked with plain nvcc")
+    done = final / "build.json"
+    if done.is_file() and _library_in(final):
+        return _finish(record, final, cache_hit=True, t0=t0, status="ok")
+    with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
+        if done.is_file() and _library_in(final):  # another process built it while we waited
+            return _finish(record, final, cache_hit=True, t0=t0, status="ok")
+        tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
+        try:
+            status = _build_into(plan, tmp, timeout, record)
+            if status != "ok":
+                record["failed_build_dir"] = str(tmp)
+                return _finish(record, tmp, cache_hit=False, t0=t0, status=status)
+            (tmp / "build.json").write_text(json.dumps(record, indent=2))
+            if final.exists():  # a stale, incomplete dir from a killed build
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists() and record.get("failed_build_dir") is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return _finish(record, final, cache_hit=False, t0=t0, status="ok")
+
+
+def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
+    if plan["cuda_sources_skipped"]:
+        check = _cuda_compile_check(plan, tmp, timeout)
+        record["cuda_check"] = check
+        if check["status"] in ("error", "timeout"):
+            return "error" if check["status"] == "error" else "timeout"
+    spec = tmp / "spec.json"
+    spec.write_text(json.dumps({"name": f"mkv_{plan['key'][:16]}", "build_dir": str(tmp / "out"),
+                                "sources": [str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
+                                "include_dirs": [plan["candidate_dir"]], "flags": plan["flags"],
+                                "arch_list": plan["toolchain"]["arch_list"]}))
+    cmd = [sys.executable, "-m", "mini_kv.build.jit_child", str(spec)]
+    record["command"] = cmd
+    res = run_with_timeout(cmd, timeout=timeout)
+    (tmp / "stdout.log").write_text(res.stdout)
+    (tmp / "stderr.log").write_text(res.stderr)
+    if res.timed_out:
+        return "timeout"
+    if res.returncode != 0:
+        return "error"
+    lib = _library_in(tmp / "out")
+    if lib is None:
+        (tmp / "stderr.log").write_text(res.stderr + "\nbuild produced no shared library\n")
+        return "error"
+    shutil.move(str(lib), tmp / lib.name)
+    if (tmp / "out" / "build.ninja").is_file():
+        shutil.copy(tmp / "out" / "build.ninja", tmp / "build.ninja")
+    shutil.rmtree(tmp / "out", ignore_errors=True)
+    return "ok"
+
+
+def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> dict:
+    lib = _library_in(d)
+    record.update({
+        "status": status,
+        "cache_hit": cache_hit,
+        "duration_s": round(time.perf_counter() - t0, 4),
+        "library": str(lib) if lib else None,
+        "library_sha256": sha256_file(lib) if lib else None,
+        "logs": {name: str(d / name) for name in ("stdout.log", "stderr.log", "build.ninja") if (d / name).is_file()},
+    })
+    return record

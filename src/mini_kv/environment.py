@@ -1,0 +1,139 @@
+"""Facts about the machine and toolchain: used by `doctor`, the build key and environment.json."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+from mini_kv.model import canonical_json, sha256_text
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+@functools.cache
+def nvcc_info() -> dict:
+    path = shutil.which("nvcc")
+    if path is None:
+        cuda_home = cuda_home_dir()
+        cand = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else None
+        path = cand if cand and os.path.isfile(cand) else None
+    if path is None:
+        return {"path": None, "version": None}
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    release = next((ln.strip() for ln in out.splitlines() if "release" in ln), None)
+    return {"path": path, "version": release}
+
+
+def cuda_home_dir() -> str | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return "/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None
+
+
+@functools.cache
+def cxx_info() -> dict:
+    cxx = os.environ.get("CXX", "c++")
+    return {"path": shutil.which(cxx), "version": _first_line([cxx, "--version"])}
+
+
+@functools.cache
+def ninja_info() -> dict:
+    return {"path": shutil.which("ninja"), "version": _first_line(["ninja", "--version"])}
+
+
+def torch_info() -> dict:
+    import torch
+
+    info = {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+        "devices": [],
+    }
+    if info["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            info["devices"].append({
+                "index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
+                "sm_count": p.multi_processor_count, "memory_bytes": p.total_memory,
+                "l2_bytes": getattr(p, "L2_cache_size", None),
+            })
+    return info
+
+
+@functools.cache
+def driver_version() -> str | None:
+    line = _first_line(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return line.strip() if line else None
+
+
+def cuda_arch_list() -> list[str]:
+    """The archs a CUDA build targets: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs'."""
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env:
+        return sorted(set(env.replace(";", " ").split()))
+    return sorted({d["capability"] for d in torch_info()["devices"]})
+
+
+def torch_has_cuda_build() -> bool:
+    import torch
+
+    return torch.version.cuda is not None and cuda_home_dir() is not None
+
+
+def collect(gpu_index: int | None = None) -> dict:
+    """The environment record stored with every attempt (environment.json)."""
+    t = torch_info()
+    device = None
+    if t["devices"]:
+        device = t["devices"][gpu_index or 0]
+    env = {
+        "schema_version": 1,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": t["version"],
+        "torch_cuda": t["cuda"],
+        "device_kind": "cuda" if device else "cpu",
+        "gpu": device,
+        "driver": driver_version() if device else None,
+        "nvcc": nvcc_info()["version"],
+        "cxx": cxx_info()["version"],
+        "executable": sys.executable,
+    }
+    env["key"] = environment_key(env)
+    return env
+
+
+def environment_key(env: dict) -> str:
+    """What must match for two timings to be comparable: device, driver, CUDA, torch, compilers."""
+    gpu = env.get("gpu") or {}
+    parts = {
+        "device": gpu.get("name") or f"cpu:{env.get('machine')}:{env.get('cpu_count')}",
+        "capability": gpu.get("capability"),
+        "driver": env.get("driver"),
+        "torch": env.get("torch"),
+        "torch_cuda": env.get("torch_cuda"),
+        "nvcc": env.get("nvcc"),
+        "cxx": env.get("cxx"),
+    }
+    return sha256_text(canonical_json(parts))[:16]

@@ -1,0 +1,1 @@
+"""Strict readers: every file mini_kv reads passes through here before it is used."""

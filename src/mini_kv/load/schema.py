@@ -1,0 +1,72 @@
+"""JSON Schema validation (Draft 2020-12) with errors that name the file and field path."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from mini_kv.errors import ConfigError
+
+SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
+
+
+@functools.cache
+def load_schema(name: str) -> dict:
+    """Schemas live in the repo's `schemas/`; an installed wheel carries a copy as package data."""
+    path = SCHEMA_DIR / f"{name}.schema.json"
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = resources.files("mini_kv").joinpath(f"schemas/{name}.schema.json").read_text("utf-8")
+    schema = json.loads(text)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def field_path(parts) -> str:
+    """Render a jsonschema path deque as `cases[3].dtypes[0]`."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
+    path = field_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        for key in extra:
+            if not any(re.fullmatch(p, key) for p in error.schema.get("patternProperties", {})):
+                where = f"{path}.{key}" if path != "(top level)" else key
+                return where, f"unknown field; allowed fields here are {', '.join(allowed)}"
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        where = f"{path}.{missing}" if path != "(top level)" else missing
+        return where, "required field is missing"
+    if error.validator == "const" and error.absolute_path and error.absolute_path[-1] == "schema_version":
+        return path, (f"unsupported schema_version {error.instance!r}; this mini_kv reads version "
+                      f"{error.validator_value!r} (upgrade mini_kv or migrate the file)")
+    expected = error.schema.get("description") if error.validator in ("pattern", "format") else None
+    return path, f"{error.message}" + (f" (expected {expected})" if expected else "")
+
+
+def validate(instance: Any, schema_name: str, file: str) -> None:
+    """Raise ConfigError for the first (most specific, deepest) violation."""
+    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    errors = list(validator.iter_errors(instance))
+    if not errors:
+        return
+    best = jsonschema.exceptions.best_match(errors)
+    path, expected = _describe(best)
+    raise ConfigError(file, path, expected)
+
+
+def is_valid(instance: Any, schema_name: str) -> bool:
+    return jsonschema.Draft202012Validator(load_schema(schema_name)).is_valid(instance)

@@ -1,0 +1,130 @@
+"""Task card v1: strict YAML -> JSON Schema -> semantic checks -> a frozen TaskCard."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from mini_kv.errors import ConfigError
+from mini_kv.load.schema import validate
+from mini_kv.load.strict_yaml import load_yaml
+from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, TaskCard
+
+PROJECT_MARKERS = ("pyproject.toml", ".git", ".mini-kv-project")
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest ancestor holding a project marker; paths in a card may not leave it."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        if any((d / m).exists() for m in PROJECT_MARKERS):
+            return d
+    return start
+
+
+def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path | None = None,
+                   must_exist: bool = True, kind: str = "file") -> Path:
+    """Resolve `rel` (following symlinks) and insist the result stays inside `root`."""
+    target = ((base or root) / rel)
+    resolved = target.resolve()
+    root = root.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise ConfigError(file, fieldname, f"path {rel!r} resolves to {resolved}, outside the project {root}")
+    if must_exist:
+        ok = resolved.is_dir() if kind == "dir" else resolved.is_file()
+        if not ok:
+            raise ConfigError(file, fieldname, f"{kind} {rel!r} does not exist (looked for {resolved})")
+    return resolved
+
+
+def check_import_path(spec: str, file: str, fieldname: str) -> None:
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure is a config error here
+        raise ConfigError(file, fieldname, f"cannot import module {module!r} ({type(exc).__name__}: {exc})") from None
+    if not callable(getattr(mod, attr, None)):
+        raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
+
+
+def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
+    seen_base: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    out = []
+    for i, entry in enumerate(raw_cases):
+        base = entry["id"]
+        if base in seen_base:
+            raise ConfigError(file, f"cases[{i}].id", f"duplicate case id {base!r} (first used at cases[{seen_base[base]}])")
+        seen_base[base] = i
+        for dtype in entry["dtypes"]:
+            cid = f"{base}-{dtype}"
+            if cid in seen:
+                raise ConfigError(file, f"cases[{i}].id", f"expanded case id {cid!r} collides with cases[{seen[cid]}]")
+            seen[cid] = i
+            out.append(Case(id=cid, base_id=base, kind=entry["kind"], params=dict(entry["params"]), dtype=dtype))
+    return tuple(out)
+
+
+def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
+    seen_ids: dict[str, int] = {}
+    seen_ops: dict[str, int] = {}
+    out = []
+    for i, c in enumerate(raw):
+        where = f"candidates[{i}]"
+        if c["id"] in seen_ids:
+            raise ConfigError(file, f"{where}.id", f"duplicate candidate id {c['id']!r} (first at candidates[{seen_ids[c['id']]}])")
+        seen_ids[c["id"]] = i
+        if c["op"] in seen_ops:
+            raise ConfigError(file, f"{where}.op", f"op {c['op']!r} is already used by candidates[{seen_ops[c['op']]}]; "
+                              "each candidate needs a dispatcher namespace of its own")
+        seen_ops[c["op"]] = i
+        cdir = resolve_inside(root, c["path"], file, f"{where}.path", kind="dir")
+        for group in ("cpu", "cuda"):
+            for j, src in enumerate(c["sources"].get(group, [])):
+                resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)
+        out.append(Candidate(
+            id=c["id"], path=os.path.relpath(cdir, root), op=c["op"],
+            cpu_sources=tuple(c["sources"]["cpu"]), cuda_sources=tuple(c["sources"].get("cuda", [])),
+            cflags=tuple(c.get("cflags", [])), cuda_cflags=tuple(c.get("cuda_cflags", [])),
+            backward=bool(c.get("backward", False)),
+        ))
+    return tuple(out)
+
+
+def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCard:
+    path = Path(path)
+    file = str(path)
+    data = load_yaml(path, file)
+    if not isinstance(data, dict):
+        raise ConfigError(file, "(top level)", "a mapping of task card fields")
+    validate(data, "task_card", file)
+    root = (project_root or find_project_root(path.parent)).resolve()
+    resolve_inside(root, str(path.resolve()), file, "(file)")  # the card itself must live in the project
+
+    op = data["operator"]
+    check_import_path(op["reference"], file, "operator.reference")
+    check_import_path(op["inputs"], file, "operator.inputs")
+    candidates = _candidates(data["candidates"], root, file)
+    cases = _expand_cases(data["cases"], file)
+
+    dtypes_used = {c.dtype for c in cases if c.kind != "illegal"}
+    missing = sorted(dtypes_used - set(data["tolerances"]))
+    if missing:
+        raise ConfigError(file, "tolerances", f"no tolerance for dtype(s) {', '.join(missing)} used by the cases")
+
+    default = data.get("default_candidate", candidates[0].id)
+    if default not in {c.id for c in candidates}:
+        raise ConfigError(file, "default_candidate", f"{default!r} is not one of the candidate ids")
+
+    baseline = data.get("baseline")
+    if baseline is not None:
+        resolve_inside(root, baseline, file, "baseline", must_exist=False)
+
+    return TaskCard(
+        path=os.path.relpath(path.resolve(), root), project_root=str(root), raw=data,
+        id=data["id"], version=data["version"], operator=dict(op), candidates=candidates,
+        default_candidate=default, tolerances=data["tolerances"], cases=cases,
+        benchmark={**DEFAULT_BENCHMARK, **data.get("benchmark", {})},
+        timeouts={**DEFAULT_TIMEOUTS, **data.get("timeouts", {})}, baseline=baseline,
+    )
