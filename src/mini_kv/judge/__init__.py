@@ -1,0 +1,1 @@
+"""Judging: statistics and decisions over benchmark measurements."""

@@ -1,0 +1,309 @@
+"""Pure statistics over benchmark timing samples.
+
+Everything here is a pure function of its arguments: no torch, no I/O, no global
+random state (bootstrap takes an explicit seed). Inputs are plain sequences of
+floats (e.g. per-iteration kernel times in ms); outputs are plain Python floats,
+bools, lists and dicts, so results serialize to JSON without conversion.
+
+Conventions, chosen to match numpy/scipy so numbers can be cross-checked:
+  * percentiles use linear interpolation (numpy.percentile's default method);
+  * std is the sample std (ddof=1) because the samples estimate a population;
+  * MAD is unscaled (median of |x - median|); the 1.4826 factor that makes it a
+    consistent estimator of sigma for normal data is applied only in robust_cv.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+# Scale factor making MAD a consistent estimator of the standard deviation for
+# normally distributed data (1 / Phi^-1(3/4)).
+MAD_TO_SIGMA = 1.4826
+
+# Number of contiguous chunks a single repeat is split into when estimating the
+# across-repeat variability (see summarize_repeats).
+SINGLE_REPEAT_CHUNKS = 5
+
+
+def _as_array(samples: Sequence[float], name: str = "samples") -> np.ndarray:
+    # Validate once at the boundary so every statistic below can assume a
+    # non-empty, finite 1-D float array; NaN/inf timings mean a broken
+    # measurement and must not silently poison a verdict.
+    arr = np.asarray(samples, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must contain only finite values")
+    return arr
+
+
+def _mad(arr: np.ndarray) -> float:
+    # Unscaled median absolute deviation: robust to the occasional huge outlier
+    # (preemption, clock change) that would dominate std.
+    med = np.median(arr)
+    return float(np.median(np.abs(arr - med)))
+
+
+def _robust_cv(arr: np.ndarray) -> float:
+    # Robust analogue of std/mean. abs() keeps it non-negative for
+    # (unusual) negative data; a zero median has no meaningful relative spread,
+    # so it is defined as 0 rather than dividing by zero.
+    med = float(np.median(arr))
+    if med == 0.0:
+        return 0.0
+    return MAD_TO_SIGMA * _mad(arr) / abs(med)
+
+
+def summarize(samples: Sequence[float]) -> dict:
+    """Descriptive statistics of one sample set.
+
+    Returns n, min, max, mean, std (ddof=1, 0 for n<2), p50, p95 (linear
+    interpolation), mad (unscaled), robust_cv (1.4826*MAD/|median|, 0 if the
+    median is 0) and iqr (p75 - p25).
+    """
+    arr = _as_array(samples)
+    n = int(arr.size)
+    # ddof=1 is undefined for a single sample; 0 says "no observed spread".
+    std = float(np.std(arr, ddof=1)) if n >= 2 else 0.0
+    p25, p50, p75, p95 = (float(v) for v in np.percentile(arr, [25, 50, 75, 95]))
+    return {
+        "n": n,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "mean": float(arr.mean()),
+        "std": std,
+        "p50": p50,
+        "p95": p95,
+        "mad": _mad(arr),
+        "robust_cv": _robust_cv(arr),
+        "iqr": p75 - p25,
+    }
+
+
+def summarize_repeats(repeats: Sequence[Sequence[float]]) -> dict:
+    """Summarize several independent repeats of the same benchmark.
+
+    Returns:
+      overall:       summarize() of all samples pooled together;
+      per_repeat:    [{"p50", "p95"}, ...], one entry per repeat (or per chunk,
+                     see below);
+      p50_robust_cv: 1.4826*MAD(p50s)/median(p50s) across the per-repeat P50s;
+      p95_robust_cv: the same across the per-repeat P95s;
+      n_repeats:     number of repeats given;
+      cv_basis:      "repeats" or "chunks".
+
+    The across-repeat CVs measure run-to-run reproducibility, which is what a
+    stability gate needs (within-run spread is already in ``overall``).
+
+    With a single repeat there is nothing to compare across, so the samples are
+    split into 5 contiguous chunks (numpy.array_split, sizes differ by at most
+    one) and each chunk is treated as a repeat. Contiguous (not interleaved)
+    chunks are used so that drift over time, e.g. thermal throttling, shows up
+    as chunk-to-chunk variation. If the repeat has fewer than 5 samples, each
+    sample becomes its own chunk; a single sample yields CVs of 0 because no
+    variation can be observed. ``per_repeat`` then lists the chunks and
+    ``cv_basis`` is "chunks".
+    """
+    if len(repeats) == 0:
+        raise ValueError("repeats must not be empty")
+    arrays = [_as_array(r, name=f"repeats[{i}]") for i, r in enumerate(repeats)]
+    pooled = np.concatenate(arrays)
+
+    if len(arrays) == 1:
+        groups = np.array_split(arrays[0], min(SINGLE_REPEAT_CHUNKS, arrays[0].size))
+        basis = "chunks"
+    else:
+        groups = arrays
+        basis = "repeats"
+
+    p50s = np.array([np.percentile(g, 50) for g in groups])
+    p95s = np.array([np.percentile(g, 95) for g in groups])
+    return {
+        "overall": summarize(pooled),
+        "per_repeat": [{"p50": float(a), "p95": float(b)} for a, b in zip(p50s, p95s, strict=True)],
+        "p50_robust_cv": _robust_cv(p50s),
+        "p95_robust_cv": _robust_cv(p95s),
+        "n_repeats": len(arrays),
+        "cv_basis": basis,
+    }
+
+
+def stability(
+    candidate: dict,
+    reference: dict | None,
+    max_cv: float = 0.03,
+    max_p95_cv: float = 0.15,
+) -> dict:
+    """Gate on measurement reproducibility before comparing timings.
+
+    ``candidate``/``reference`` are summarize_repeats() results (only their
+    ``p50_robust_cv``/``p95_robust_cv`` keys are read). Stable iff
+    candidate p50_robust_cv <= max_cv, reference p50_robust_cv <= max_cv (when
+    a reference is given) and candidate p95_robust_cv <= max_p95_cv. The P95
+    limit is looser because tail latency is inherently noisier than the median.
+
+    Returns {"stable": bool, "reasons": [...]}, one reason per violated limit
+    naming the measured value and the limit.
+    """
+    checks = [("candidate", "p50_robust_cv", candidate["p50_robust_cv"], "max_cv", max_cv)]
+    if reference is not None:
+        checks.append(("reference", "p50_robust_cv", reference["p50_robust_cv"], "max_cv", max_cv))
+    checks.append(("candidate", "p95_robust_cv", candidate["p95_robust_cv"], "max_p95_cv", max_p95_cv))
+
+    reasons = []
+    for who, key, value, limit_name, limit in checks:
+        # Written as "not <=" so a NaN measurement counts as a violation.
+        if not value <= limit:
+            reasons.append(f"{who} {key} {value:.6g} exceeds {limit_name} {limit:.6g}")
+    return {"stable": not reasons, "reasons": reasons}
+
+
+def speedup(ref_p50: float, cand_p50: float) -> float:
+    """Speedup of candidate over reference: ref_p50 / cand_p50 (>1 is faster)."""
+    # Times must be positive: a zero or negative time means a broken
+    # measurement, and the ratio would be meaningless or infinite.
+    if not (ref_p50 > 0 and cand_p50 > 0):
+        raise ValueError(f"times must be positive, got ref_p50={ref_p50}, cand_p50={cand_p50}")
+    return float(ref_p50) / float(cand_p50)
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Equal-weight geometric mean; the right average for ratios like speedups.
+
+    Raises ValueError on an empty input or any non-positive value (the log is
+    undefined there, and a non-positive speedup indicates a bug upstream).
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("geomean of an empty sequence")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError("geomean requires finite, strictly positive values")
+    # Mean of logs avoids overflow/underflow of a long product.
+    return float(np.exp(np.mean(np.log(arr))))
+
+
+def _rankdata_average(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # Average ranks (1-based) for ties, plus the size of every tie group;
+    # equivalent to scipy.stats.rankdata(method="average").
+    order = np.argsort(a, kind="mergesort")
+    sorted_a = a[order]
+    # Boundaries of runs of equal values in the sorted array.
+    starts = np.flatnonzero(np.r_[True, sorted_a[1:] != sorted_a[:-1]])
+    counts = np.diff(np.r_[starts, sorted_a.size])
+    # Average of ranks start+1 .. start+count is start + (count+1)/2.
+    avg = starts + (counts + 1) / 2.0
+    ranks = np.empty(a.size, dtype=np.float64)
+    ranks[order] = np.repeat(avg, counts)
+    return ranks, counts
+
+
+def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U test, normal approximation.
+
+    Matches scipy.stats.mannwhitneyu(x, y, alternative="two-sided",
+    method="asymptotic", use_continuity=True): the returned U is U1, the
+    statistic for ``x``; the p-value uses max(U1, U2) with tie-corrected
+    variance and a 0.5 continuity correction, doubled and clipped to [0, 1].
+    Rank-based, so it is robust to the heavy right tail of timing data.
+    """
+    xa = _as_array(x, "x")
+    ya = _as_array(y, "y")
+    n1, n2 = xa.size, ya.size
+    n = n1 + n2
+    ranks, tie_counts = _rankdata_average(np.concatenate([xa, ya]))
+    r1 = float(ranks[:n1].sum())
+    u1 = r1 - n1 * (n1 + 1) / 2.0
+    u2 = n1 * n2 - u1
+    u = max(u1, u2)
+
+    mu = n1 * n2 / 2.0
+    tie_term = float(np.sum(tie_counts.astype(np.float64) ** 3 - tie_counts))
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    numerator = u - mu - 0.5
+    if var <= 0.0:
+        # All values tied: no evidence of any difference. (scipy gets here via
+        # z = -inf -> p = 2 -> clipped to 1.)
+        return u1, 1.0
+    z = numerator / math.sqrt(var)
+    # Two-sided p = 2 * normal survival function(z) = erfc(z / sqrt(2)).
+    p = math.erfc(z / math.sqrt(2.0))
+    return u1, min(max(p, 0.0), 1.0)
+
+
+def bootstrap_ci(
+    x: Sequence[float],
+    stat: Callable[[np.ndarray], float] = np.median,
+    n_boot: int = 2000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap (1 - alpha) confidence interval of stat(x).
+
+    Deterministic: resampling uses numpy.random.Generator(PCG64(seed)) via
+    default_rng(seed), never global state, so the same inputs always give the
+    same interval (verdicts must be reproducible).
+    """
+    arr = _as_array(x, "x")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+    # Generic loop so any callable statistic works, not only axis-aware ones.
+    boot = np.array([stat(arr[row]) for row in idx], dtype=np.float64)
+    lo, hi = np.percentile(boot, [100.0 * alpha / 2.0, 100.0 * (1.0 - alpha / 2.0)])
+    return float(lo), float(hi)
+
+
+def is_slower(
+    baseline_samples: Sequence[float],
+    candidate_samples: Sequence[float],
+    threshold: float = 0.05,
+    alpha: float = 0.01,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict:
+    """Decide whether the candidate is a real regression relative to baseline.
+
+    ratio       = median(candidate) / median(baseline) (>1 means slower);
+    p_value     = two-sided Mann-Whitney U p-value (mann_whitney_u);
+    significant = p_value < alpha AND the (1 - alpha) bootstrap CIs of the two
+                  medians do not overlap. Requiring both guards against a tiny
+                  but "significant" shift from large n and against CI noise;
+    exceeds     = ratio > 1 + threshold (the shift is big enough to matter);
+    slower      = significant and exceeds (the regression verdict; needed
+                  because significance alone is two-sided);
+    baseline_ci, candidate_ci = the bootstrap CIs (lo, hi) of the medians.
+
+    The two CIs use seeds ``seed`` and ``seed + 1`` so their resamples are
+    independent yet reproducible.
+    """
+    base = _as_array(baseline_samples, "baseline_samples")
+    cand = _as_array(candidate_samples, "candidate_samples")
+    base_med = float(np.median(base))
+    if base_med <= 0.0:
+        raise ValueError(f"baseline median must be positive, got {base_med}")
+    ratio = float(np.median(cand)) / base_med
+
+    _, p_value = mann_whitney_u(base, cand)
+    base_ci = bootstrap_ci(base, np.median, n_boot=n_boot, alpha=alpha, seed=seed)
+    cand_ci = bootstrap_ci(cand, np.median, n_boot=n_boot, alpha=alpha, seed=seed + 1)
+    overlap = base_ci[0] <= cand_ci[1] and cand_ci[0] <= base_ci[1]
+
+    significant = bool(p_value < alpha and not overlap)
+    exceeds = bool(ratio > 1.0 + threshold)
+    return {
+        "ratio": ratio,
+        "p_value": p_value,
+        "significant": significant,
+        "exceeds": exceeds,
+        "slower": significant and exceeds,
+        "baseline_ci": base_ci,
+        "candidate_ci": cand_ci,
+    }
