@@ -40,6 +40,10 @@ class Case:
     kind: str  # core | extra | edge | illegal | bench
     params: dict
     dtype: str
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def runs_on(self, device: str) -> bool:
+        return device.split(":")[0] in self.devices
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -45,7 +45,8 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
         for key in extra:
             if not any(re.fullmatch(p, key) for p in error.schema.get("patternProperties", {})):
                 where = f"{path}.{key}" if path != "(top level)" else key
-                return where, f"unknown field; allowed fields here are {', '.join(allowed)}"
+                allowed_text = ", ".join(allowed) or "names matching " + " or ".join(error.schema.get("patternProperties", {}))
+                return where, f"unknown field; allowed fields here are {allowed_text}"
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         where = f"{path}.{missing}" if path != "(top level)" else missing

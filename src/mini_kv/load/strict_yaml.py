@@ -1,4 +1,8 @@
-"""YAML safe-load that rejects duplicate keys (PyYAML silently keeps the last one)."""
+"""YAML safe-load that rejects duplicate keys (PyYAML silently keeps the last one).
+
+The document is composed to a node tree first and walked with its field path, so a duplicate
+is reported as e.g. `operator.name`, with both line numbers.
+"""
 
 from __future__ import annotations
 
@@ -10,28 +14,26 @@ import yaml
 from mini_kv.errors import ConfigError
 
 
-class _StrictLoader(yaml.SafeLoader):
-    pass
+def _join(path: str, part) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else str(part)
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    seen: dict[Any, yaml.Node] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            line = key_node.start_mark.line + 1
-            first = seen[key].start_mark.line + 1
-            raise _DuplicateKey(f"duplicate key {key!r} at line {line} (first defined at line {first})")
-        seen[key] = key_node
-    return loader.construct_mapping(node, deep=deep)
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+def _check_duplicates(node: yaml.Node, path: str, file: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            where = _join(path, key)
+            if key in seen:
+                raise ConfigError(file, where, f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                                  f"(first defined at line {seen[key].start_mark.line + 1}); every key may appear once")
+            seen[key] = key_node
+            _check_duplicates(value_node, where, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, _join(path, i), file)
 
 
 def load_yaml(path: Path, display: str | None = None) -> Any:
@@ -44,8 +46,9 @@ def load_yaml(path: Path, display: str | None = None) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(name, "", f"cannot read as UTF-8 text ({exc})") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except _DuplicateKey as exc:
-        raise ConfigError(name, "", f"{exc}; every key may appear once") from None
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _check_duplicates(root, "", name)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(name, "", f"not valid YAML: {exc}") from None

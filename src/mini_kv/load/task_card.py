@@ -11,6 +11,7 @@ from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, TaskCard
 
+CARD_SCHEMA_VERSION = 1
 PROJECT_MARKERS = ("pyproject.toml", ".git", ".mini-kv-project")
 
 
@@ -62,7 +63,8 @@ def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
             if cid in seen:
                 raise ConfigError(file, f"cases[{i}].id", f"expanded case id {cid!r} collides with cases[{seen[cid]}]")
             seen[cid] = i
-            out.append(Case(id=cid, base_id=base, kind=entry["kind"], params=dict(entry["params"]), dtype=dtype))
+            out.append(Case(id=cid, base_id=base, kind=entry["kind"], params=dict(entry["params"]), dtype=dtype,
+                            devices=tuple(entry.get("devices", ("cpu", "cuda")))))
     return tuple(out)
 
 
@@ -98,6 +100,10 @@ def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCa
     data = load_yaml(path, file)
     if not isinstance(data, dict):
         raise ConfigError(file, "(top level)", "a mapping of task card fields")
+    version = data.get("schema_version")
+    if version != CARD_SCHEMA_VERSION:  # checked first: a newer card's new fields would hide the real cause
+        raise ConfigError(file, "schema_version", f"unsupported schema_version {version!r}; this mini_kv reads task "
+                          f"cards of version {CARD_SCHEMA_VERSION} (upgrade mini_kv, or rewrite the card for v1)")
     validate(data, "task_card", file)
     root = (project_root or find_project_root(path.parent)).resolve()
     resolve_inside(root, str(path.resolve()), file, "(file)")  # the card itself must live in the project

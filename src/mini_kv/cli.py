@@ -1,0 +1,143 @@
+"""Command line: one function per command; a command's return value is its exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from mini_kv.errors import ConfigError, ExitCode, UserError
+
+# Wide when piped (CI logs, files): rich would otherwise fold the tables to 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
+err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 180)
+
+
+def cmd_doctor(args) -> int:
+    from mini_kv import doctor
+    from mini_kv.load.task_card import find_project_root
+
+    root = find_project_root(Path.cwd())
+    rows = doctor.checks(root / ".build")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        from rich.table import Table
+
+        t = Table(title="mini_kv doctor")
+        for col in ("check", "found", "ok", "blocks", "fix"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["name"], str(r["value"]), "[green]yes[/]" if r["ok"] else "[red]no[/]",
+                      "" if r["ok"] else r["blocks"], "" if r["ok"] else r["fix"])
+        console.print(t)
+    # doctor informs; only a missing piece that blocks everything is an error
+    fatal = [r for r in rows if not r["ok"] and r["blocks"] in ("everything", "every build")]
+    return ExitCode.CONFIG if fatal else ExitCode.OK
+
+
+def cmd_validate_task(args) -> int:
+    from mini_kv.load.task_card import load_task_card
+
+    for path in args.cards:
+        card = load_task_card(path)
+        kinds: dict[str, int] = {}
+        for c in card.cases:
+            kinds[c.kind] = kinds.get(c.kind, 0) + 1
+        console.print(f"{path}: ok (task {card.id} {card.version}, {len(card.candidates)} candidate(s), "
+                      f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")")
+    return ExitCode.OK
+
+
+def _selected_candidates(card, requested: list[str]) -> list:
+    import fnmatch
+
+    if not requested:
+        return [card.candidate(card.default_candidate)]
+    out = []
+    for pattern in requested:
+        matched = [c for c in card.candidates if fnmatch.fnmatchcase(c.id, pattern)]
+        if not matched:
+            raise ConfigError(card.path, "candidates", f"no candidate matches {pattern!r}; known: "
+                              + ", ".join(c.id for c in card.candidates))
+        out.extend(c for c in matched if c not in out)
+    return out
+
+
+def cmd_verify(args) -> int:
+    from mini_kv import report
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.pipeline import VerifyOptions, verify
+
+    card = load_task_card(args.task)
+    opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
+                         compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
+                         seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
+                         bench_all=args.bench_all)
+    worst = ExitCode.OK
+    outcomes = []
+    for cand in _selected_candidates(card, args.candidate):
+        with console.status(f"verifying {card.id}/{cand.id}") as status:
+            result = verify(card, cand, opts, progress=lambda msg, st=status: st.update(msg))
+        result["candidate"] = cand.id
+        if args.json:
+            print(json.dumps({"candidate": cand.id, "attempt": result["attempt"], **result["summary"]}))
+        else:
+            report.print_verify(result, console, verbose=args.verbose)
+        outcomes.append((cand.id, result["summary"]["status"]))
+        worst = max(worst, result["exit_code"], key=lambda c: (c != 0, c))
+    if len(outcomes) > 1 and not args.json:
+        console.print("summary: " + ", ".join(f"{c} {s}" for c, s in outcomes))
+    return worst
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mini-kv", description="Verify and benchmark custom GPU operators.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("doctor", help="report the toolchain, GPU and what each missing piece blocks")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+    v = sub.add_parser("validate-task", help="check task cards without compiling anything")
+    v.add_argument("cards", nargs="+")
+    v.set_defaults(func=cmd_validate_task)
+
+    vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
+    vr.add_argument("--task", required=True, help="task card YAML")
+    vr.add_argument("--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default")
+    vr.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    vr.add_argument("--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck")
+    vr.add_argument("--method", choices=["auto", "events", "graph", "wallclock"], help="timing method")
+    vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing")
+    vr.add_argument("--bench-all", action="store_true", help="also time every core case")
+    vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
+    vr.add_argument("--compile-timeout", type=float, help="seconds for the build")
+    vr.add_argument("--timeout", type=float, help="seconds per case")
+    vr.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
+    vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
+    vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
+    vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
+    vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    vr.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UserError as exc:
+        err_console.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # noqa: BLE001 - a bug in mini_kv: say so, keep the traceback
+        err_console.print("[red]internal error[/] (a bug in mini_kv; please report it):")
+        traceback.print_exc(file=sys.stderr)
+        return int(ExitCode.INTERNAL)

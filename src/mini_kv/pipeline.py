@@ -1,0 +1,185 @@
+"""`verify`: loader -> compiler -> worker child (load, correctness, contract, benchmark) -> verdict -> attempt."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mini_kv import environment
+from mini_kv.build.compiler import compile_candidate
+from mini_kv.errors import ExitCode
+from mini_kv.model import Candidate, TaskCard
+from mini_kv.runner import run_worker
+from mini_kv.store.attempts import AttemptWriter
+
+
+@dataclass
+class VerifyOptions:
+    device: str | None = None  # None: cuda if available else cpu
+    skip_benchmark: bool = False
+    method: str | None = None
+    l2: str | None = None
+    compile_timeout: float | None = None
+    timeout: float | None = None  # per case
+    prebuilt: str | None = None
+    seed_salt: str | None = None
+    artifacts: str | None = None
+    case_filter: list[str] = field(default_factory=list)
+    bench_all: bool = False
+
+
+def pick_device(requested: str | None) -> str:
+    import torch
+
+    if requested:
+        if requested.startswith("cuda") and not torch.cuda.is_available():
+            from mini_kv.errors import UserError
+            raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str) -> dict:
+    cases = [c.to_dict() for c in card.cases if c.kind != "bench" and c.runs_on(device)]
+    if opts.case_filter:
+        cases = [c for c in cases if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+    bench_kinds = {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
+    bench = [] if opts.skip_benchmark else [c.to_dict() for c in card.cases if c.kind in bench_kinds and c.runs_on(device)]
+    if opts.case_filter:
+        bench = [c for c in bench if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+    settings = dict(card.benchmark)
+    if opts.method:
+        settings["method"] = opts.method
+    if opts.l2:
+        settings["l2"] = opts.l2
+    return {
+        "task_id": card.id, "op": cand.op, "library": library, "device": device, "salt": salt,
+        "reference": card.operator["reference"], "inputs": card.operator["inputs"],
+        "tolerances": card.tolerances, "cases": cases, "all_cases": [c.to_dict() for c in card.cases],
+        "bench_cases": bench, "benchmark": settings,
+        "contract": ["opcheck"] + (["gradcheck"] if cand.backward else []),
+        "backward": cand.backward,
+        "exprs": {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
+        "peak_bw": None,
+    }
+
+
+def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
+    counts: dict[str, dict[str, int]] = {}
+    for rec in results["cases"]:
+        group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[rec["kind"]]
+        c = counts.setdefault(group, {"passed": 0, "total": 0, "skipped": 0})
+        if rec["status"] == "SKIPPED":
+            c["skipped"] += 1
+            continue
+        c["total"] += 1
+        c["passed"] += rec["status"] == "PASS"
+    load = results["load"] or {"ok": False}
+    kernels = load.get("kernels", {})
+    needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
+    missing = [k for k in needed if not kernels.get(k)]
+    contract = results["contract"]
+    contract_ok = all(r.get("status") == "PASS" for r in contract.values())
+    cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
+    ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing
+    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
+            "contract": {k: v.get("status") for k, v in contract.items()}}
+
+
+def summarize_benchmark(results: dict, skipped: bool) -> dict:
+    from mini_kv.judge import stats
+
+    if skipped:
+        return {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"}
+    recs = results["bench"]
+    good = [r for r in recs if "candidate" in r]
+    failed = [r for r in recs if "candidate" not in r]
+    post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
+    stable = all(r["stability"]["stable"] for r in good) if good else None
+    speedups = [r["speedup"] for r in good if r.get("speedup")]
+    return {"ran": True, "ok": not failed and not post_bad, "stable": stable,
+            "failed": [r["id"] for r in failed], "post_check_failed": post_bad,
+            "geomean_speedup": stats.geomean(speedups) if speedups else None}
+
+
+def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) -> dict:
+    root = Path(card.project_root)
+    artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
+    device = pick_device(opts.device)
+    env = environment.collect()
+    t0 = time.perf_counter()
+    salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
+    say = progress or (lambda msg: None)
+
+    say(f"compile {cand.id}")
+    if opts.prebuilt:
+        compile_rec = {"schema_version": 1, "status": "ok", "prebuilt": True, "library": str(Path(opts.prebuilt).resolve()),
+                       "cache_hit": None, "duration_s": 0.0}
+    else:
+        compile_rec = compile_candidate(root, cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
+                                        with_cuda=None if device.startswith("cuda") else False)
+    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": []}
+    if compile_rec["status"] == "ok":
+        say(f"verify {cand.id} on {device}")
+        job = _job(card, cand, compile_rec["library"], device, opts, salt)
+        results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
+                             stage_timeout=card.timeouts["stage_s"])
+    correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
+    bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
+
+    if compile_rec["status"] != "ok":
+        status, code = "COMPILE_ERROR" if compile_rec["status"] == "error" else "COMPILE_TIMEOUT", ExitCode.COMPILE
+    elif not correctness["ok"]:
+        status, code = "INCORRECT", ExitCode.CORRECTNESS
+    elif bench["ran"] and not bench["ok"]:
+        status, code = "BENCHMARK_ERROR", ExitCode.BENCHMARK
+    else:
+        status, code = "PASSED", ExitCode.OK
+    summary = {
+        "status": status, "exit_code": int(code), "device": device, "correctness": correctness,
+        "benchmark": bench, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
+        "duration_s": round(time.perf_counter() - t0, 3),
+    }
+    attempt_dir = _write_attempt(artifacts, card, cand, env, compile_rec, results, summary, salt, device)
+    return {"summary": summary, "results": results, "compile": compile_rec, "attempt": str(attempt_dir),
+            "exit_code": code}
+
+
+def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
+                   results: dict, summary: dict, salt: str, device: str) -> Path:
+    root = Path(card.project_root)
+    w = AttemptWriter(artifacts, card.id, cand.id)
+    w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
+    cdir = root / cand.path
+    files = sorted(p for p in cdir.rglob("*") if p.is_file())
+    manifest = {"schema_version": 1, **cand.to_dict(),
+                "files": [{"path": str(p.relative_to(cdir))} for p in files]}
+    w.json("candidate_manifest.json", manifest)
+    for p in files:
+        w.copy(f"sources/{p.relative_to(cdir)}", p)
+    w.json("environment.json", env)
+    w.json("compile.json", compile_rec)
+    for name, path in (compile_rec.get("logs") or {}).items():
+        if os.path.isfile(path):
+            w.copy(f"logs/compile/{name}", Path(path))
+    if results.get("log") and os.path.isfile(results["log"]):
+        w.copy("logs/worker.log", Path(results["log"]))
+    w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt,
+                                "load": results["load"], "cases": results["cases"],
+                                "contract": results["contract"], "incidents": results["incidents"],
+                                "summary": summary["correctness"]})
+    w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": results["bench"],
+                              "summary": summary["benchmark"]})
+    header = {
+        "task_id": card.id, "task_version": card.version,
+        "operator": {"name": card.operator["name"], "version": card.operator["version"]},
+        "candidate": cand.id, "op": cand.op,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "suite_hash": card.suite_hash(), "environment_key": env["key"],
+        "build_key": compile_rec.get("key"), **summary,
+    }
+    return w.commit(header)

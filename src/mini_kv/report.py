@@ -1,0 +1,99 @@
+"""Human-readable output of a verify run: per-case table, benchmark table, summary line."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(x, spec=".3g"):
+    return "-" if x is None else format(x, spec)
+
+
+def case_table(cases: list[dict]) -> Table:
+    t = Table(title="correctness", show_lines=False)
+    for col in ("case", "kind", "status", "max abs err", "max rel err", "ref err (vs fp64)", "detail"):
+        t.add_column(col)
+    for r in cases:
+        ref = r.get("reference_error") or {}
+        detail = r.get("reason") or r.get("raised") or ""
+        if r.get("first_mismatch"):
+            fm = r["first_mismatch"]
+            detail += f" first at {fm['index']}: got {fm['got']:.6g}, expected {fm['expected']:.6g}"
+        if r["status"] != "PASS" and r.get("inputs"):
+            detail = f"inputs {[(i.get('shape'), i.get('dtype')) for i in r['inputs']]}; " + detail
+        style = {"PASS": "green", "SKIPPED": "yellow"}.get(r["status"], "red")
+        t.add_row(r["id"], r["kind"], f"[{style}]{r['status']}[/]", _fmt(r.get("max_abs_err")),
+                  _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err")), detail[:160])
+    return t
+
+
+def bench_table(cases: list[dict]) -> Table:
+    t = Table(title="benchmark (times in µs)")
+    for col in ("case", "method", "L2", "cand P50", "cand P95", "CV", "ref P50", "speedup", "GB/s",
+                "% peak", "stable"):
+        t.add_column(col)
+    for r in cases:
+        if "candidate" not in r:
+            t.add_row(r["id"], "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.get('status')}[/]")
+            continue
+        cs, rs = r["candidate"]["summary"], r["reference"]["summary"]
+        c, ref = {**cs["overall"], "p50_robust_cv": cs["p50_robust_cv"]}, rs["overall"]
+        roof = r.get("roofline") or {}
+        share = roof.get("peak_share")
+        t.add_row(r["id"], r["method"], r["l2"], _fmt(c["p50"], ".2f"), _fmt(c["p95"], ".2f"),
+                  f"{c['p50_robust_cv'] * 100:.1f}%", _fmt(ref["p50"], ".2f"), _fmt(r["speedup"], ".3f"),
+                  _fmt(roof.get("gbps"), ".1f"), "-" if share is None else f"{share * 100:.0f}%",
+                  "yes" if r["stability"]["stable"] else "[red]no[/]")
+    return t
+
+
+def summary_line(summary: dict) -> str:
+    corr = summary.get("correctness") or {}
+    parts = []
+    for group in ("core", "extra", "edge/illegal"):
+        c = corr.get("counts", {}).get(group)
+        if c:
+            parts.append(f"{group} {c['passed']}/{c['total']}" + (f" ({c['skipped']} skipped)" if c["skipped"] else ""))
+    contract = corr.get("contract", {})
+    for name in ("opcheck", "gradcheck"):
+        if name in contract:
+            parts.append(f"{name} {'1/1' if contract[name] == 'PASS' else '0/1'}")
+    bench = summary.get("benchmark") or {}
+    if bench.get("ran"):
+        gm = bench.get("geomean_speedup")
+        parts.append(f"speedup {gm:.3f}x" if gm else "speedup -")
+        parts.append("stable" if bench.get("stable") else "UNSTABLE")
+    return ", ".join(parts)
+
+
+def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
+    console = console or Console()
+    s = result["summary"]
+    comp = result["compile"]
+    hit = comp.get("cache_hit")
+    console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
+                  f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""))
+    if comp["status"] != "ok":
+        logs = comp.get("logs", {})
+        console.print(f"[red]compile failed[/]; logs: {logs}")
+    res = result["results"]
+    load = res.get("load")
+    if load is not None and not load.get("ok"):
+        console.print(f"[red]load failed:[/] {load.get('reason')}")
+    if res["cases"]:
+        failing = [r for r in res["cases"] if r["status"] not in ("PASS", "SKIPPED")]
+        console.print(case_table(res["cases"] if verbose or failing else res["cases"]))
+    for name, rec in res.get("contract", {}).items():
+        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""))
+    if s.get("correctness") and s["correctness"].get("missing_kernels"):
+        console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
+    if res.get("bench"):
+        console.print(bench_table(res["bench"]))
+        for r in res["bench"]:
+            if "candidate" in r and not r["stability"]["stable"]:
+                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}")
+    for inc in res.get("incidents", []):
+        console.print(f"[yellow]incident:[/] {inc}")
+    console.print(f"[bold]{s['status']}[/] {result.get('candidate', '')}: {summary_line(s)}")
+    console.print(f"attempt: {result['attempt']}")

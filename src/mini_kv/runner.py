@@ -1,0 +1,178 @@
+"""Parent side of the process boundary: start the worker child, read its events, enforce timeouts.
+
+The parent never imports candidate code. A child that crashes or hangs is killed (whole process
+group); the case it was running is recorded as RUNTIME_ERROR or TIMEOUT with the tail of its log,
+and a fresh child continues with the cases after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from mini_kv.proc import kill_group
+
+MAX_RESTARTS = 50
+
+
+def _tail(path: str, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class ChildRun:
+    """One child process and its event pipe."""
+
+    def __init__(self, job: dict, log_path: str, env: dict | None):
+        read_fd, write_fd = os.pipe()
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+            start_new_session=True, env=env)
+        os.close(write_fd)
+        self.fd = read_fd
+        self.buf = b""
+        self.proc.stdin.write(json.dumps(job).encode())
+        self.proc.stdin.close()
+
+    def next_event(self, timeout: float) -> dict | None | str:
+        """An event dict, None at end of stream, or 'timeout'."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return "timeout"
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            return {"event": "garbage", "line": line[:200].decode("utf-8", "replace")}
+
+    def close(self, kill: bool) -> int | None:
+        if kill:
+            kill_group(self.proc.pid)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc.pid)
+            code = self.proc.wait()
+        os.close(self.fd)
+        self.log.close()
+        return code
+
+
+def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: str | None = None,
+               env: dict | None = None) -> dict:
+    """Run every stage of `job` in child processes; returns plain-data results."""
+    log_path = log_path or tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
+    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path}
+    pending_cases = list(job["cases"])
+    pending_bench = list(job.get("bench_cases", []))
+    contract_pending = list(job.get("contract", []))
+    started = time.monotonic()
+    for _ in range(MAX_RESTARTS):
+        sub = {**job, "cases": pending_cases, "bench_cases": pending_bench, "contract": contract_pending}
+        child = ChildRun(sub, log_path, env)
+        current = None
+        outcome = "eof"
+        while True:
+            budget = min(case_timeout, max(0.0, stage_timeout - (time.monotonic() - started)))
+            ev = child.next_event(budget)
+            if ev == "timeout":
+                outcome = "timeout"
+                break
+            if ev is None:
+                break
+            kind = ev.get("event")
+            if kind == "begin":
+                current = (ev["stage"], ev["case"])
+            elif kind == "load":
+                results["load"] = ev
+                if not ev["ok"]:
+                    break
+            elif kind == "case":
+                results["cases"].append(ev["record"])
+                pending_cases = [c for c in pending_cases if c["id"] != ev["record"]["id"]]
+                current = None
+            elif kind == "contract":
+                results["contract"][ev["name"]] = ev["record"]
+                contract_pending = [n for n in contract_pending if n != ev["name"]]
+                current = None
+            elif kind == "bench":
+                results["bench"].append(ev["record"])
+                pending_bench = [c for c in pending_bench if c["id"] != ev["record"]["id"]]
+                current = None
+            elif kind == "fatal":
+                results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
+            elif kind == "done":
+                outcome = "done"
+                break
+            else:  # an event the child should never send: someone else wrote on the pipe
+                results["incidents"].append({"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]})
+        code = child.close(kill=outcome != "done")
+        if outcome == "done" or (results["load"] is not None and not results["load"]["ok"]):
+            break
+        if results["load"] is None:
+            results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
+                               "log_tail": _tail(log_path)}
+            break
+        status = "TIMEOUT" if outcome == "timeout" else "RUNTIME_ERROR"
+        reason = (f"no result within {budget:.0f} s; process group killed" if outcome == "timeout"
+                  else f"worker {_describe_exit(code)}")
+        if current is None:
+            results["incidents"].append({"stage": "worker", "status": status, "reason": reason,
+                                         "log_tail": _tail(log_path)})
+            if not (pending_cases or pending_bench or contract_pending):
+                break
+            continue
+        stage, case_id = current
+        failure = {"id": case_id, "status": status, "reason": reason, "log_tail": _tail(log_path)}
+        if stage == "correctness":
+            case = next(c for c in pending_cases if c["id"] == case_id)
+            results["cases"].append({**failure, "kind": case["kind"], "dtype": case["dtype"],
+                                     "params": case["params"]})
+            pending_cases = [c for c in pending_cases if c["id"] != case_id]
+        elif stage == "contract":
+            results["contract"][case_id] = {**failure}
+            contract_pending = [n for n in contract_pending if n != case_id]
+        else:
+            results["bench"].append(failure)
+            pending_bench = [c for c in pending_bench if c["id"] != case_id]
+        if time.monotonic() - started >= stage_timeout:
+            results["incidents"].append({"stage": "worker", "status": "TIMEOUT",
+                                         "reason": f"stage budget of {stage_timeout:.0f} s spent"})
+            break
+        if not (pending_cases or pending_bench or contract_pending):
+            break
+    return results

@@ -1,0 +1,1 @@
+"""Evidence on disk: atomic files, append-only attempts, the index."""

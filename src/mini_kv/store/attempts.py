@@ -1,0 +1,127 @@
+"""Attempt directories: `artifacts/<task>/<attempt_id>/`, written as `<id>.partial` and renamed when whole.
+
+attempt.json is written last and lists the SHA-256 and size of every other file; a reader
+re-hashes them, so a tampered or truncated attempt is reported and never used.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from mini_kv.errors import ConfigError
+from mini_kv.store.atomic import fsync_dir, write_bytes, write_json
+
+ATTEMPT_SCHEMA_VERSION = 1
+PARTIAL = ".partial"
+
+
+def new_attempt_id(candidate: str) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-{candidate}-{secrets.token_hex(3)}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class AttemptWriter:
+    """Collects files into a `.partial` dir; `commit()` seals and publishes it atomically."""
+
+    def __init__(self, artifacts: Path, task_id: str, candidate: str):
+        self.attempt_id = new_attempt_id(candidate)
+        self.task_dir = Path(artifacts) / task_id
+        self.final = self.task_dir / self.attempt_id
+        self.partial = self.task_dir / (self.attempt_id + PARTIAL)
+        if self.final.exists() or self.partial.exists():  # append-only: never reuse a directory
+            raise FileExistsError(f"attempt directory {self.final} already exists")
+        self.partial.mkdir(parents=True)
+
+    def json(self, rel: str, obj) -> None:
+        write_json(self.partial / rel, obj)
+
+    def text(self, rel: str, text: str) -> None:
+        write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
+
+    def copy(self, rel: str, src: Path) -> None:
+        dst = self.partial / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        with open(dst, "rb+") as f:
+            os.fsync(f.fileno())
+
+    def commit(self, header: dict) -> Path:
+        files = []
+        for p in sorted(self.partial.rglob("*")):
+            if p.is_file():
+                files.append({"path": str(p.relative_to(self.partial)), "sha256": _sha256(p),
+                              "size": p.stat().st_size})
+        for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
+            fsync_dir(d)
+        write_json(self.partial / "attempt.json", {**header, "schema_version": ATTEMPT_SCHEMA_VERSION,
+                                                   "attempt_id": self.attempt_id, "files": files})
+        os.rename(self.partial, self.final)  # the moment the attempt becomes visible
+        fsync_dir(self.task_dir)
+        return self.final
+
+
+class AttemptInvalid(Exception):
+    """An attempt directory that must not be used; the message says why."""
+
+
+def read_attempt(path: Path, verify: bool = True) -> dict:
+    """attempt.json of a sealed attempt, after checking every listed file's size and SHA-256."""
+    path = Path(path)
+    if path.name.endswith(PARTIAL):
+        raise AttemptInvalid(f"{path}: incomplete attempt (still .partial)")
+    meta = path / "attempt.json"
+    try:
+        header = json.loads(meta.read_text())
+    except FileNotFoundError:
+        raise AttemptInvalid(f"{path}: no attempt.json") from None
+    except (OSError, ValueError) as exc:
+        raise AttemptInvalid(f"{meta}: unreadable ({exc})") from None
+    if not isinstance(header, dict):
+        raise AttemptInvalid(f"{meta}: not a JSON object")
+    version = header.get("schema_version")
+    if version != ATTEMPT_SCHEMA_VERSION:
+        raise AttemptInvalid(f"{meta}: schema_version {version!r} is not {ATTEMPT_SCHEMA_VERSION}; "
+                             "it was written by another mini_kv version: read it with that version")
+    if verify:
+        for entry in header.get("files", []):
+            f = path / entry["path"]
+            if not f.is_file():
+                raise AttemptInvalid(f"{path}: listed file {entry['path']} is missing")
+            if f.stat().st_size != entry["size"] or _sha256(f) != entry["sha256"]:
+                raise AttemptInvalid(f"{path}: {entry['path']} does not match its recorded SHA-256 (tampered or truncated)")
+    header["path"] = str(path)
+    return header
+
+
+def load_attempt_file(attempt: dict, rel: str):
+    """One JSON file of an already verified attempt."""
+    try:
+        return json.loads((Path(attempt["path"]) / rel).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(Path(attempt["path"]) / rel), "", f"unreadable attempt file ({exc})") from None
+
+
+def iter_attempt_dirs(artifacts: Path):
+    """Every directory that could be an attempt, including partial and garbage ones (the caller reports)."""
+    artifacts = Path(artifacts)
+    if not artifacts.is_dir():
+        return
+    for task_dir in sorted(artifacts.iterdir()):
+        if not task_dir.is_dir() or task_dir.name.startswith("."):
+            continue
+        for d in sorted(task_dir.iterdir()):
+            yield d

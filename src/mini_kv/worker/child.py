@@ -1,0 +1,91 @@
+"""Child-process entry: `python -m mini_kv.worker.child --result-fd N`, job JSON on stdin.
+
+Results go back one JSON line per event on a pipe the parent owns; the parent alone writes
+attempt files. A `begin` event precedes each case so that a crash or hang is pinned on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+POISONED_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
+
+
+class Channel:
+    def __init__(self, fd: int):
+        self.f = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, **event) -> None:
+        self.f.write(json.dumps(event, default=str) + "\n")
+        self.f.flush()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--result-fd", type=int, required=True)
+    ns = parser.parse_args()
+    chan = Channel(ns.result_fd)
+    job = json.load(sys.stdin)
+    try:
+        return run_job(job, chan)
+    except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
+        chan.send(event="fatal", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        return 3
+
+
+def run_job(job: dict, chan: Channel) -> int:
+    import torch
+
+    from mini_kv.worker import benchmark, contract, correctness, loader
+    from mini_kv.worker.inputs import import_path
+
+    device = job["device"]
+    if torch.device(device).type == "cuda":
+        torch.cuda.set_device(torch.device(device))
+    # One intra-op thread on CPU: the reference gets no parallelism the candidate lacks, and
+    # timings do not swing with the other core's load.
+    torch.set_num_threads(job.get("threads") or 1)
+    try:
+        op = loader.load_op(job["library"], job["op"])
+    except Exception as exc:  # noqa: BLE001
+        chan.send(event="load", ok=False, reason=f"{type(exc).__name__}: {exc}")
+        return 0
+    chan.send(event="load", ok=True, kernels=loader.registered_kernels(job["op"]))
+    reference = import_path(job["reference"])
+    factory = import_path(job["inputs"])
+    task_id, salt = job["task_id"], job["salt"]
+
+    for case in job["cases"]:
+        chan.send(event="begin", stage="correctness", case=case["id"])
+        tol = job["tolerances"].get(case["dtype"])
+        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt)
+        chan.send(event="case", record=rec)
+        if rec["status"] == "RUNTIME_ERROR" and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
+            return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
+
+    checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
+    for name in job.get("contract", []):
+        chan.send(event="begin", stage="contract", case=name)
+        chan.send(event="contract", name=name,
+                  record=checks[name](op, factory, task_id, job["all_cases"], device, salt))
+
+    for case in job.get("bench_cases", []):
+        chan.send(event="begin", stage="benchmark", case=case["id"])
+        try:
+            rec = benchmark.bench_case(op, reference, factory, task_id, case, job["benchmark"],
+                                       job["tolerances"][case["dtype"]], device, salt, job.get("peak_bw"),
+                                       job.get("exprs", {}))
+        except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
+            rec = {"id": case["id"], "status": "ERROR", "reason": f"{type(exc).__name__}: {exc}",
+                   "traceback": traceback.format_exc()[-4000:]}
+        chan.send(event="bench", record=rec)
+    chan.send(event="done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Compare a candidate's output with the reference's: identity of type, shape, dtype, device, then values."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+    """Max abs/rel error and mismatches under |out-ref| <= atol + rtol*|ref| (NaN matches only NaN)."""
+    if out.numel() == 0:
+        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0, "first_mismatch": None,
+                "numel": 0, "has_nan": False, "has_inf": False}
+    o = out.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    diff = (o - r).abs()
+    both_nan = o.isnan() & r.isnan()
+    same_inf = torch.isinf(o) & torch.isinf(r) & (o == r)
+    diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+    bad = ~(diff <= atol + rtol * r.abs()) & ~both_nan & ~same_inf  # NaN in diff counts as bad
+    rel = diff / r.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    finite = torch.isfinite(diff)
+    n_bad = int(bad.sum())
+    first = None
+    if n_bad:
+        flat = int(bad.flatten().nonzero()[0])
+        idx = list(torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else []
+        first = {"index": [int(i) for i in idx], "got": float(o.flatten()[flat]),
+                 "expected": float(r.flatten()[flat])}
+    return {
+        "max_abs_err": float(diff[finite].max()) if finite.any() else float("inf"),
+        "max_rel_err": float(rel[finite].max()) if finite.any() else float("inf"),
+        "mismatches": n_bad,
+        "first_mismatch": first,
+        "numel": out.numel(),
+        "has_nan": bool(o.isnan().any()),
+        "has_inf": bool(o.isinf().any()),
+    }
+
+
+def compare(out, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+    """A result dict with `ok` and, on failure, `reason`."""
+    if type(out) is not torch.Tensor:  # exact type: a subclass could compute lazily on read
+        return {"ok": False, "reason": f"output is {type(out).__name__}, expected exactly torch.Tensor"}
+    checks = []
+    if tuple(out.shape) != tuple(ref.shape):
+        checks.append(f"shape {list(out.shape)} != expected {list(ref.shape)}")
+    if out.dtype != ref.dtype:
+        checks.append(f"dtype {out.dtype} != expected {ref.dtype}")
+    if out.device != ref.device:
+        checks.append(f"device {out.device} != expected {ref.device}")
+    if checks:
+        return {"ok": False, "reason": "; ".join(checks)}
+    errs = tensor_errors(out, ref, atol, rtol)
+    ok = errs["mismatches"] == 0
+    res = {"ok": ok, **errs}
+    if not ok:
+        res["reason"] = f"{errs['mismatches']} of {errs['numel']} elements outside atol={atol}, rtol={rtol}"
+    return res
+
+
+def inputs_unchanged(before, after) -> bool:
+    for b, a in zip(before, after):
+        if isinstance(b, torch.Tensor):
+            if not torch.equal(b.cpu(), a.cpu()) and not (b.isnan().any() and torch.allclose(
+                    b.cpu().double(), a.cpu().double(), equal_nan=True, rtol=0, atol=0)):
+                return False
+    return True
