@@ -10,12 +10,27 @@
 
 namespace {
 
+// torch builds .cu files with __CUDA_NO_HALF_OPERATORS__ and friends, so half/bf16 arithmetic
+// goes through explicit float conversions.
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T>
+__device__ __forceinline__ T add(T a, T b) { return from_float<T>(to_float(a) + to_float(b)); }
+template <>
+__device__ __forceinline__ double add<double>(double a, double b) { return a + b; }
+
 template <typename T>
 __global__ void vector_add_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                                   int64_t n) {
   int64_t stride = (int64_t)blockDim.x * gridDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    out[i] = a[i] + b[i];
+    out[i] = add(a[i], b[i]);
   }
 }
 

@@ -5,21 +5,14 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "checks.h"
+
 #define NS mini_kv_vector_add_v0_naive
 
 namespace {
 
-void check_inputs(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.sizes() == b.sizes(), "vector_add: shape mismatch, a is ", a.sizes(), " but b is ", b.sizes());
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "vector_add: dtype mismatch, a is ", a.scalar_type(),
-              " but b is ", b.scalar_type());
-  TORCH_CHECK(a.device() == b.device(), "vector_add: device mismatch, a is on ", a.device(), " but b is on ",
-              b.device());
-  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "vector_add: expected a floating dtype, got ", a.scalar_type());
-}
-
 at::Tensor vector_add_cpu(const at::Tensor& a_in, const at::Tensor& b_in) {
-  check_inputs(a_in, b_in);
+  check_vector_add_inputs(a_in, b_in);
   TORCH_CHECK(a_in.device().is_cpu(), "vector_add (CPU kernel): expected CPU tensors");
   at::Tensor a = a_in.contiguous(), b = b_in.contiguous();
   at::Tensor out = at::empty_like(a, at::MemoryFormat::Contiguous);
@@ -34,7 +27,7 @@ at::Tensor vector_add_cpu(const at::Tensor& a_in, const at::Tensor& b_in) {
 }
 
 at::Tensor vector_add_meta(const at::Tensor& a, const at::Tensor& b) {
-  check_inputs(a, b);
+  check_vector_add_inputs(a, b);
   return at::empty(a.sizes(), a.options().memory_format(at::MemoryFormat::Contiguous));
 }
 

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "checks.h"
 #include "dtype_codes.h"
 
 #define NS mini_kv_vector_add_v0_naive
@@ -24,12 +25,7 @@ int dtype_code(at::ScalarType t) {
 }
 
 at::Tensor vector_add_cuda(const at::Tensor& a_in, const at::Tensor& b_in) {
-  TORCH_CHECK(a_in.sizes() == b_in.sizes(), "vector_add: shape mismatch, a is ", a_in.sizes(), " but b is ",
-              b_in.sizes());
-  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), "vector_add: dtype mismatch, a is ", a_in.scalar_type(),
-              " but b is ", b_in.scalar_type());
-  TORCH_CHECK(a_in.device() == b_in.device(), "vector_add: device mismatch, a is on ", a_in.device(),
-              " but b is on ", b_in.device());
+  check_vector_add_inputs(a_in, b_in);
   TORCH_CHECK(a_in.is_cuda(), "vector_add (CUDA kernel): expected CUDA tensors");
   const c10::cuda::CUDAGuard guard(a_in.device());
   at::Tensor a = a_in.contiguous(), b = b_in.contiguous();

@@ -28,6 +28,11 @@ BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 SOURCE_SUFFIXES = {".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
 BASE_CFLAGS = ("-O3", "-std=c++17")
 BASE_CUDA_CFLAGS = ("-O3", "-std=c++17", "--use_fast_math")
+# torch's extension builder passes these to nvcc; the torch-free check uses them too, so a .cu
+# file that passes here also builds inside a CUDA torch extension.
+TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                      "--expt-relaxed-constexpr")
 
 
 def candidate_files(cdir: Path) -> list[Path]:
@@ -94,7 +99,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
     results = []
     for src in cu:
         obj = out_dir / (Path(src).stem + ".o")
-        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", "-I", plan["candidate_dir"],
+        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *TORCH_NVCC_DEFINES, "-I", plan["candidate_dir"],
                str(Path(plan["candidate_dir"]) / src), "-o", str(obj)]
         res = run_with_timeout(cmd, timeout=timeout)
         results.append({"source": src, "command": cmd, "returncode": res.returncode,

@@ -1,0 +1,58 @@
+"""End to end on this machine: the README's main job, through the real compiler, dispatcher and worker."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mini_kv.store.attempts import read_attempt
+
+EXPECTED_FILES = {"attempt.json", "task_card.json", "candidate_manifest.json", "environment.json", "compile.json",
+                  "correctness.json", "benchmark.json"}
+
+
+def _attempt(stdout: str) -> Path:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("attempt: "))
+    return Path(line.split("attempt: ", 1)[1].strip())
+
+
+@pytest.mark.slow
+def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
+    first = cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path))
+    assert first.returncode == 0, first.stdout + first.stderr
+    attempt = _attempt(first.stdout)
+    assert attempt.parent == tmp_path / "vector_add"
+    assert EXPECTED_FILES <= {p.name for p in attempt.iterdir()}
+    assert (attempt / "sources" / "op.cpp").is_file()
+    header = read_attempt(attempt)  # every listed file re-hashed
+    assert header["status"] == "PASSED"
+    corr = json.loads((attempt / "correctness.json").read_text())
+    statuses = {c["id"]: c["status"] for c in corr["cases"]}
+    assert statuses["n33-float16"] == "PASS"
+    assert statuses["shape_mismatch-float32"] == "PASS"  # illegal input refused cleanly
+    assert corr["contract"]["opcheck"]["status"] == "PASS"
+    assert corr["contract"]["gradcheck"]["status"] == "PASS"
+    bench = json.loads((attempt / "benchmark.json").read_text())
+    case = bench["cases"][0]
+    assert case["method"] == "wallclock"
+    assert len(case["candidate"]["samples"]) == 5 and all(len(r) == 100 for r in case["candidate"]["samples"])
+
+    second = cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark")
+    assert second.returncode == 0, second.stdout + second.stderr
+    comp = json.loads((_attempt(second.stdout) / "compile.json").read_text())
+    assert comp["cache_hit"] is True
+    assert comp["duration_s"] < 1.0
+    assert len(list((tmp_path / "vector_add").iterdir())) == 2  # append-only: both attempts kept
+
+
+def test_validate_task_ok(cli):
+    res = cli("validate-task", "tasks/vector_add.yaml")
+    assert res.returncode == 0, res.stderr
+    assert "ok" in res.stdout
+
+
+def test_doctor_runs(cli):
+    res = cli("doctor", "--json")
+    assert res.returncode == 0, res.stderr
+    names = {row["name"] for row in json.loads(res.stdout)}
+    assert {"python", "torch", "nvcc", "ninja", "build dir"} <= names
