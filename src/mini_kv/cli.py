@@ -77,7 +77,7 @@ def cmd_verify(args) -> int:
     opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
-                         bench_all=args.bench_all)
+                         bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv)
     worst = ExitCode.OK
     outcomes = []
     for cand in _selected_candidates(card, args.candidate):
@@ -112,18 +112,27 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default")
     vr.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     vr.add_argument("--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck")
-    vr.add_argument("--method", choices=["auto", "events", "graph", "wallclock"], help="timing method")
-    vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing")
+    vr.add_argument("--method", choices=["auto", "events", "graph", "cupti", "wallclock"],
+                    help="timing method (default: the card's; auto = graph on CUDA, falling back to cupti, events)")
+    vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)")
+    vr.add_argument("--max-cv", type=float, help="stability gate: max robust CV of the P50s (fraction, default 0.03)")
+    vr.add_argument("--max-p95-cv", type=float, help="stability gate: max robust CV of the candidate's P95s "
+                    "(fraction, default 0.15)")
     vr.add_argument("--bench-all", action="store_true", help="also time every core case")
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
     vr.add_argument("--compile-timeout", type=float, help="seconds for the build")
     vr.add_argument("--timeout", type=float, help="seconds per case")
+    vr.add_argument("--memory-limit", type=float, metavar="GB",
+                    help="address-space cap of a CPU worker (default: half the machine's memory)")
     vr.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
     vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
     vr.set_defaults(func=cmd_verify)
+    from mini_kv import cli_store
+
+    cli_store.register(sub)
     return p
 
 

@@ -15,6 +15,7 @@ from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
 from mini_kv.store.attempts import AttemptWriter
+from mini_kv.worker import bandwidth
 
 
 @dataclass
@@ -30,6 +31,9 @@ class VerifyOptions:
     artifacts: str | None = None
     case_filter: list[str] = field(default_factory=list)
     bench_all: bool = False
+    memory_limit_gb: float | None = None  # CPU worker address-space cap; None: half the machine
+    max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
+    max_p95_cv: float | None = None
 
 
 def pick_device(requested: str | None) -> str:
@@ -39,11 +43,60 @@ def pick_device(requested: str | None) -> str:
         if requested.startswith("cuda") and not torch.cuda.is_available():
             from mini_kv.errors import UserError
             raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
-        return requested
-    return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda:0" if requested == "cuda" else requested
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
-def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str) -> dict:
+def benchmark_settings(card: TaskCard, opts: VerifyOptions) -> dict:
+    """The card's benchmark section with the command line's overrides."""
+    settings = dict(card.benchmark)
+    for key in ("method", "l2", "max_cv", "max_p95_cv"):
+        if getattr(opts, key) is not None:
+            settings[key] = getattr(opts, key)
+    return settings
+
+
+def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) -> None:
+    """Reject timing options that cannot run on `device` before anything is compiled (exit CONFIG)."""
+    import math
+
+    from mini_kv.errors import UserError
+    from mini_kv.worker.timing import check_options
+
+    if opts.skip_benchmark:
+        return
+    settings = benchmark_settings(card, opts)
+
+    def where(key: str) -> str:
+        return f"--{key.replace('_', '-')}" if getattr(opts, key) is not None else f"{card.path}: benchmark.{key}"
+
+    for key, method, l2 in (("method", settings["method"], "hot"), ("l2", "auto", settings["l2"])):
+        try:
+            check_options(method, l2, device)
+        except ValueError as exc:
+            raise UserError(f"{where(key)}: {exc}") from None
+    for key in ("max_cv", "max_p95_cv"):
+        value = settings.get(key)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise UserError(f"{where(key)}: must be a positive fraction (0.03 = 3%), got {value!r}")
+
+
+def _progress(job: dict, cand_id: str, say):
+    """Turn the worker's `begin` events into 'stage i/n: case' progress messages."""
+    totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
+              "benchmark": len(job.get("bench_cases", []))}
+    seen = dict.fromkeys(totals, 0)
+
+    def on_event(ev: dict) -> None:
+        stage = ev.get("stage")
+        if ev.get("event") == "begin" and stage in totals:
+            seen[stage] = min(seen[stage] + 1, totals[stage])
+            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}")
+    return on_event
+
+
+def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
+         peak_bw: float | None = None) -> dict:
     cases = [c.to_dict() for c in card.cases if c.kind != "bench" and c.runs_on(device)]
     if opts.case_filter:
         cases = [c for c in cases if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
@@ -51,11 +104,7 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
     bench = [] if opts.skip_benchmark else [c.to_dict() for c in card.cases if c.kind in bench_kinds and c.runs_on(device)]
     if opts.case_filter:
         bench = [c for c in bench if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
-    settings = dict(card.benchmark)
-    if opts.method:
-        settings["method"] = opts.method
-    if opts.l2:
-        settings["l2"] = opts.l2
+    settings = benchmark_settings(card, opts)
     return {
         "task_id": card.id, "op": cand.op, "library": library, "device": device, "salt": salt,
         "reference": card.operator["reference"], "inputs": card.operator["inputs"],
@@ -64,8 +113,17 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
         "contract": ["opcheck"] + (["gradcheck"] if cand.backward else []),
         "backward": cand.backward,
         "exprs": {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
-        "peak_bw": None,
+        "peak_bw": peak_bw,
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
     }
+
+
+def _cpu_memory_limit() -> int:
+    """Address-space cap for a CPU worker: half the machine, so a runaway op fails alone."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):
+        return 8 << 30
 
 
 def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
@@ -84,9 +142,11 @@ def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
     missing = [k for k in needed if not kernels.get(k)]
     contract = results["contract"]
     contract_ok = all(r.get("status") == "PASS" for r in contract.values())
+    integrity = [i for i in results["incidents"] if i.get("integrity")]
     cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
-    ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing
+    ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
+            "integrity_failures": [i["integrity"] for i in integrity],
             "contract": {k: v.get("status") for k, v in contract.items()}}
 
 
@@ -114,6 +174,7 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
     t0 = time.perf_counter()
     salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
     say = progress or (lambda msg: None)
+    check_benchmark_options(card, opts, device)
 
     say(f"compile {cand.id}")
     if opts.prebuilt:
@@ -122,12 +183,15 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
     else:
         compile_rec = compile_candidate(root, cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
                                         with_cuda=None if device.startswith("cuda") else False)
+    # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
+    bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
+    env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
     results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": []}
     if compile_rec["status"] == "ok":
         say(f"verify {cand.id} on {device}")
-        job = _job(card, cand, compile_rec["library"], device, opts, salt)
+        job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
-                             stage_timeout=card.timeouts["stage_s"])
+                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say))
     correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
     bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
 
@@ -144,13 +208,31 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         "benchmark": bench, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
         "duration_s": round(time.perf_counter() - t0, 3),
     }
-    attempt_dir = _write_attempt(artifacts, card, cand, env, compile_rec, results, summary, salt, device)
+    regression = None
+    if status == "PASSED" and bench["ran"]:
+        from mini_kv.judge.regression import check_card_baseline, exit_code_for
+
+        # confirm=None: no independent re-run yet, so a slowdown is UNCONFIRMED (a warning), never FAIL
+        regression = check_card_baseline(card, env, results["bench"], device, confirm=None)
+        if regression is not None:
+            summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
+            code = exit_code_for(regression)
+            summary["exit_code"] = int(code)
+    attempt_dir = _write_attempt(artifacts, card, cand, env, compile_rec, results, summary, salt, device,
+                                 regression)
+    from mini_kv.store.index import IndexUnusable, update_index
+
+    index_warning = None
+    try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
+        update_index(artifacts, attempt_dir)
+    except IndexUnusable as exc:
+        index_warning = str(exc)
     return {"summary": summary, "results": results, "compile": compile_rec, "attempt": str(attempt_dir),
-            "exit_code": code}
+            "exit_code": code, "regression": regression, "index_warning": index_warning}
 
 
 def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
-                   results: dict, summary: dict, salt: str, device: str) -> Path:
+                   results: dict, summary: dict, salt: str, device: str, regression: dict | None = None) -> Path:
     root = Path(card.project_root)
     w = AttemptWriter(artifacts, card.id, cand.id)
     w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
@@ -174,6 +256,8 @@ def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, 
                                 "summary": summary["correctness"]})
     w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": results["bench"],
                               "summary": summary["benchmark"]})
+    if regression is not None:
+        w.json("regression.json", regression)
     header = {
         "task_id": card.id, "task_version": card.version,
         "operator": {"name": card.operator["name"], "version": card.operator["version"]},

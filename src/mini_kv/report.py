@@ -31,19 +31,20 @@ def case_table(cases: list[dict]) -> Table:
 def bench_table(cases: list[dict]) -> Table:
     t = Table(title="benchmark (times in µs)")
     for col in ("case", "method", "L2", "cand P50", "cand P95", "CV", "ref P50", "speedup", "GB/s",
-                "% peak", "stable"):
+                "TFLOP/s", "% peak", "stable"):
         t.add_column(col)
     for r in cases:
         if "candidate" not in r:
-            t.add_row(r["id"], "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.get('status')}[/]")
+            t.add_row(r["id"], "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.get('status')}[/]")
             continue
         cs, rs = r["candidate"]["summary"], r["reference"]["summary"]
         c, ref = {**cs["overall"], "p50_robust_cv": cs["p50_robust_cv"]}, rs["overall"]
         roof = r.get("roofline") or {}
         share = roof.get("peak_share")
-        t.add_row(r["id"], r["method"], r["l2"], _fmt(c["p50"], ".2f"), _fmt(c["p95"], ".2f"),
-                  f"{c['p50_robust_cv'] * 100:.1f}%", _fmt(ref["p50"], ".2f"), _fmt(r["speedup"], ".3f"),
-                  _fmt(roof.get("gbps"), ".1f"), "-" if share is None else f"{share * 100:.0f}%",
+        t.add_row(r["id"], r["method"] + ("*" if r.get("fallbacks") else ""), r["l2"], _fmt(c["p50"], ".2f"),
+                  _fmt(c["p95"], ".2f"), f"{c['p50_robust_cv'] * 100:.1f}%", _fmt(ref["p50"], ".2f"),
+                  _fmt(r["speedup"], ".3f"), _fmt(roof.get("gbps"), ".1f"), _fmt(roof.get("tflops"), ".2f"),
+                  "-" if share is None else f"{share * 100:.0f}%",
                   "yes" if r["stability"]["stable"] else "[red]no[/]")
     return t
 
@@ -63,8 +64,28 @@ def summary_line(summary: dict) -> str:
     if bench.get("ran"):
         gm = bench.get("geomean_speedup")
         parts.append(f"speedup {gm:.3f}x" if gm else "speedup -")
-        parts.append("stable" if bench.get("stable") else "UNSTABLE")
+        if bench.get("stable") is not None:
+            parts.append("stable" if bench["stable"] else "UNSTABLE")
     return ", ".join(parts)
+
+
+def compile_error_excerpt(comp: dict, lines: int = 25) -> str:
+    """The compiler's own error lines, not the wrapper's traceback."""
+    text = ""
+    check = comp.get("cuda_check") or {}
+    for c in check.get("checks", []):
+        if c.get("returncode"):
+            text += c.get("output", "")
+    for name in ("stdout.log", "stderr.log"):
+        path = (comp.get("logs") or {}).get(name)
+        if path:
+            try:
+                with open(path, errors="replace") as f:
+                    text += f.read()
+            except OSError:
+                pass
+    picked = [ln for ln in text.splitlines() if "error" in ln.lower() or "FAILED" in ln]
+    return "\n".join((picked or text.splitlines())[-lines:])
 
 
 def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
@@ -75,8 +96,8 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
                   f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""))
     if comp["status"] != "ok":
-        logs = comp.get("logs", {})
-        console.print(f"[red]compile failed[/]; logs: {logs}")
+        console.print(f"[red]compile {comp['status']}[/]:")
+        console.print(compile_error_excerpt(comp), markup=False)
     res = result["results"]
     load = res.get("load")
     if load is not None and not load.get("ok"):
@@ -93,6 +114,10 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
         for r in res["bench"]:
             if "candidate" in r and not r["stability"]["stable"]:
                 console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}")
+            for fb in r.get("fallbacks") or []:
+                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}")
+            if r.get("status") and r.get("reason"):
+                console.print(f"  {r['id']} {r['status']}: {r['reason']}")
     for inc in res.get("incidents", []):
         console.print(f"[yellow]incident:[/] {inc}")
     console.print(f"[bold]{s['status']}[/] {result.get('candidate', '')}: {summary_line(s)}")

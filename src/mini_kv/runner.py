@@ -7,8 +7,11 @@ and a fresh child continues with the cases after it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -47,6 +50,8 @@ class ChildRun:
     """One child process and its event pipe."""
 
     def __init__(self, job: dict, log_path: str, env: dict | None):
+        self.key = secrets.token_bytes(32)
+        self.seq = 0
         read_fd, write_fd = os.pipe()
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
@@ -56,7 +61,7 @@ class ChildRun:
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
-        self.proc.stdin.write(json.dumps(job).encode())
+        self.proc.stdin.write(json.dumps({**job, "channel_key": self.key.hex()}).encode())
         self.proc.stdin.close()
 
     def next_event(self, timeout: float) -> dict | None | str:
@@ -74,10 +79,23 @@ class ChildRun:
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
+        return self._authenticate(line)
+
+    def _authenticate(self, line: bytes) -> dict:
+        """Accept only events signed with this child's key and numbered in order."""
         try:
-            return json.loads(line)
-        except json.JSONDecodeError:
-            return {"event": "garbage", "line": line[:200].decode("utf-8", "replace")}
+            outer = json.loads(line)
+            body, mac = outer["body"], outer["mac"]
+            good = hmac.compare_digest(mac, hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            good = False
+        if not good:
+            return {"event": "forged", "line": line[:200].decode("utf-8", "replace")}
+        event = json.loads(body)
+        self.seq += 1
+        if event.get("seq") != self.seq:
+            return {"event": "forged", "line": f"event out of sequence (got {event.get('seq')}, expected {self.seq})"}
+        return event
 
     def close(self, kill: bool) -> int | None:
         if kill:
@@ -93,8 +111,11 @@ class ChildRun:
 
 
 def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: str | None = None,
-               env: dict | None = None) -> dict:
-    """Run every stage of `job` in child processes; returns plain-data results."""
+               env: dict | None = None, on_event=None) -> dict:
+    """Run every stage of `job` in child processes; returns plain-data results.
+
+    `on_event`, if given, sees every event the child sends (e.g. to show progress).
+    """
     log_path = log_path or tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
     results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path}
     pending_cases = list(job["cases"])
@@ -115,6 +136,8 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             if ev is None:
                 break
             kind = ev.get("event")
+            if on_event is not None:
+                on_event(ev)
             if kind == "begin":
                 current = (ev["stage"], ev["case"])
             elif kind == "load":
@@ -135,10 +158,16 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
                 current = None
             elif kind == "fatal":
                 results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
+                if results["load"] is None:
+                    results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
             elif kind == "done":
                 outcome = "done"
                 break
-            else:  # an event the child should never send: someone else wrote on the pipe
+            elif kind == "forged":  # bytes on the pipe that the harness did not sign
+                results["incidents"].append({"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL",
+                                             "case": current[1] if current else None,
+                                             "reason": f"unsigned data on the result channel: {ev['line']}"})
+            else:
                 results["incidents"].append({"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]})
         code = child.close(kill=outcome != "done")
         if outcome == "done" or (results["load"] is not None and not results["load"]["ok"]):

@@ -7,6 +7,8 @@ attempt files. A `begin` event precedes each case so that a crash or hang is pin
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -16,11 +18,19 @@ POISONED_MARKERS = ("CUDA error", "illegal memory access", "device-side assert",
 
 
 class Channel:
-    def __init__(self, fd: int):
+    """Events signed with a per-run key from the parent, so bytes written to the fd by anything
+    that does not hold the key (e.g. a candidate scanning for open fds) are rejected."""
+
+    def __init__(self, fd: int, key: bytes):
         self.f = os.fdopen(fd, "w", buffering=1)
+        self.key = key
+        self.seq = 0
 
     def send(self, **event) -> None:
-        self.f.write(json.dumps(event, default=str) + "\n")
+        self.seq += 1
+        body = json.dumps({**event, "seq": self.seq}, default=str)
+        mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+        self.f.write(json.dumps({"mac": mac, "body": body}) + "\n")
         self.f.flush()
 
 
@@ -28,13 +38,25 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--result-fd", type=int, required=True)
     ns = parser.parse_args()
-    chan = Channel(ns.result_fd)
     job = json.load(sys.stdin)
+    chan = Channel(ns.result_fd, bytes.fromhex(job.pop("channel_key")))
+    _limit_memory(job)
     try:
         return run_job(job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
         chan.send(event="fatal", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         return 3
+
+
+def _limit_memory(job: dict) -> None:
+    """On CPU, cap the address space so an op that allocates without bound fails inside this
+    child (a clean error) instead of exhausting the machine. Not on CUDA: its driver maps huge
+    virtual ranges."""
+    limit = job.get("memory_limit_bytes")
+    if limit and not str(job["device"]).startswith("cuda"):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def run_job(job: dict, chan: Channel) -> int:

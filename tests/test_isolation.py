@@ -1,0 +1,51 @@
+"""Planted misbehaving candidates (tests/planted/): each failure becomes a recorded status,
+the cases before and after it keep their results, and nothing hangs."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mini_kv.errors import ExitCode
+
+CARD = "tests/planted/planted.yaml"
+
+EXPECTED = {
+    "segfault": ("RUNTIME_ERROR", "SIGSEGV"),
+    "abort": ("RUNTIME_ERROR", "SIGABRT"),
+    "hang": ("TIMEOUT", "process group killed"),
+    "throw": ("RUNTIME_ERROR", "planted: the op threw"),
+    "oom": ("RUNTIME_ERROR", "RuntimeError"),
+}
+
+
+def _verify(cli, tmp_path, candidate):
+    res = cli("verify", "--task", CARD, "--candidate", candidate, "--skip-benchmark", "--timeout", "8", "--memory-limit", "3",
+              "--artifacts", str(tmp_path), "--json", timeout=600)
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
+    return res, summary, corr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate", sorted(EXPECTED))
+def test_planted_failure_is_a_recorded_status(cli, tmp_path, candidate):
+    res, summary, corr = _verify(cli, tmp_path, candidate)
+    assert res.returncode == ExitCode.CORRECTNESS, res.stderr
+    cases = {c["id"]: c for c in corr["cases"]}
+    status, text = EXPECTED[candidate]
+    assert cases["n33-float32"]["status"] == status
+    assert text in cases["n33-float32"]["reason"]
+    # results before the failure are intact, and a fresh worker carried on after it
+    assert cases["n31-float32"]["status"] == "PASS"
+    assert cases["n64-float32"]["status"] == "PASS"
+    assert summary["status"] == "INCORRECT"
+
+
+@pytest.mark.slow
+def test_forged_result_channel_is_detected(cli, tmp_path):
+    res, summary, corr = _verify(cli, tmp_path, "forge")
+    assert res.returncode == ExitCode.CORRECTNESS
+    assert "FORGED_RESULT_CHANNEL" in summary["correctness"]["integrity_failures"]
+    forged = [i for i in corr["incidents"] if i.get("integrity") == "FORGED_RESULT_CHANNEL"]
+    assert forged and forged[0]["case"] == "n33-float32"
