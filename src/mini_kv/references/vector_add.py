@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from mini_kv.references.common import LAYOUT_VARIANTS, VALUE_VARIANTS, check_variant, layout, other_device, values
+from mini_kv.references.common import (
+    LAYOUT_VARIANTS,
+    VALUE_VARIANTS,
+    check_variant,
+    layout,
+    other_device,
+    values,
+)
 
 ILLEGAL = ("shape_mismatch", "dtype_mismatch", "device_mismatch")
 

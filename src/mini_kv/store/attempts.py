@@ -123,5 +123,4 @@ def iter_attempt_dirs(artifacts: Path):
     for task_dir in sorted(artifacts.iterdir()):
         if not task_dir.is_dir() or task_dir.name.startswith("."):
             continue
-        for d in sorted(task_dir.iterdir()):
-            yield d
+        yield from sorted(task_dir.iterdir())

@@ -59,7 +59,7 @@ def compare(out, ref: torch.Tensor, atol: float, rtol: float) -> dict:
 
 
 def inputs_unchanged(before, after) -> bool:
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         if isinstance(b, torch.Tensor):
             if not torch.equal(b.cpu(), a.cpu()) and not (b.isnan().any() and torch.allclose(
                     b.cpu().double(), a.cpu().double(), equal_nan=True, rtol=0, atol=0)):
