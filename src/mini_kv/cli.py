@@ -69,7 +69,6 @@ def _selected_candidates(card, requested: list[str]) -> list:
 
 
 def cmd_verify(args) -> int:
-    from mini_kv import report
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import VerifyOptions, verify
 
@@ -78,21 +77,94 @@ def cmd_verify(args) -> int:
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
                          bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv)
+    cands = _selected_candidates(card, args.candidate)
+    gpus = _parse_gpus(args.gpus)
+    if gpus and len(gpus) > 1:
+        results = _verify_parallel(card, cands, opts, gpus)
+    else:
+        if gpus:
+            opts.gpu = gpus[0]
+        results = []
+        for cand in cands:
+            with console.status(f"verifying {card.id}/{cand.id}") as status:
+                results.append(verify(card, cand, opts, progress=lambda msg, st=status: st.update(msg)))
+            results[-1]["candidate"] = cand.id
+            _print_result(results[-1], args)
+    if gpus and len(gpus) > 1:
+        for result in results:
+            _print_result(result, args)
     worst = ExitCode.OK
-    outcomes = []
-    for cand in _selected_candidates(card, args.candidate):
-        with console.status(f"verifying {card.id}/{cand.id}") as status:
-            result = verify(card, cand, opts, progress=lambda msg, st=status: st.update(msg))
-        result["candidate"] = cand.id
-        if args.json:
-            print(json.dumps({"candidate": cand.id, "attempt": result["attempt"], **result["summary"]}))
-        else:
-            report.print_verify(result, console, verbose=args.verbose)
-        outcomes.append((cand.id, result["summary"]["status"]))
+    for result in results:
         worst = max(worst, result["exit_code"], key=lambda c: (c != 0, c))
-    if len(outcomes) > 1 and not args.json:
-        console.print("summary: " + ", ".join(f"{c} {s}" for c, s in outcomes))
+    if len(results) > 1 and not args.json:
+        console.print("summary: " + ", ".join(f"{r['candidate']} {r['summary']['status']}"
+                                              + (f" (GPU {r['summary']['gpu']})" if r["summary"].get("gpu") is not None
+                                                 else "") for r in results))
     return worst
+
+
+def _print_result(result: dict, args) -> None:
+    from mini_kv import report
+
+    if args.json:
+        print(json.dumps({"candidate": result["candidate"], "attempt": result["attempt"], **result["summary"]}))
+    else:
+        report.print_verify(result, console, verbose=args.verbose)
+
+
+def _parse_gpus(spec: str | None) -> list[int]:
+    if spec is None:
+        return []
+    import torch
+
+    count = torch.cuda.device_count()
+    if spec == "all":
+        if count == 0:
+            raise UserError("--gpus all: torch sees no CUDA device")
+        return list(range(count))
+    try:
+        gpus = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {spec!r}: expected 'all' or a comma-separated list of GPU indices") from None
+    bad = [g for g in gpus if not 0 <= g < count]
+    if bad or not gpus:
+        raise UserError(f"--gpus {spec!r}: GPU(s) {bad or spec} not among the {count} visible")
+    return gpus
+
+
+def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
+    """One worker thread per GPU pulls candidates from a shared queue; each verify pins its
+    child processes to that GPU with CUDA_VISIBLE_DEVICES. Results come back in queue order."""
+    import copy
+    import queue
+    import threading
+
+    from mini_kv.pipeline import verify
+
+    todo: queue.Queue = queue.Queue()
+    for i, cand in enumerate(cands):
+        todo.put((i, cand))
+    results: list[dict | None] = [None] * len(cands)
+
+    def worker(gpu: int) -> None:
+        while True:
+            try:
+                i, cand = todo.get_nowait()
+            except queue.Empty:
+                return
+            gpu_opts = copy.copy(opts)
+            gpu_opts.gpu = gpu
+            result = verify(card, cand, gpu_opts)
+            result["candidate"] = cand.id
+            results[i] = result
+            console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
+
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in results if r is not None]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
     vr.add_argument("--compile-timeout", type=float, help="seconds for the build")
     vr.add_argument("--timeout", type=float, help="seconds per case")
+    vr.add_argument("--gpus", help="'all' or '0,1,...': one worker per GPU, candidates queued across them")
     vr.add_argument("--memory-limit", type=float, metavar="GB",
                     help="address-space cap of a CPU worker (default: half the machine's memory)")
     vr.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")

@@ -31,6 +31,7 @@ class VerifyOptions:
     artifacts: str | None = None
     case_filter: list[str] = field(default_factory=list)
     bench_all: bool = False
+    gpu: int | None = None  # physical GPU this run is pinned to (CUDA_VISIBLE_DEVICES); see --gpus
     memory_limit_gb: float | None = None  # CPU worker address-space cap; None: half the machine
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
@@ -169,8 +170,10 @@ def summarize_benchmark(results: dict, skipped: bool) -> dict:
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) -> dict:
     root = Path(card.project_root)
     artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
-    device = pick_device(opts.device)
-    env = environment.collect()
+    device = "cuda:0" if opts.gpu is not None else pick_device(opts.device)
+    env = environment.collect(opts.gpu)
+    # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
+    child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
     t0 = time.perf_counter()
     salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
     say = progress or (lambda msg: None)
@@ -191,7 +194,8 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
-                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say))
+                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say),
+                             env=child_env)
     correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
     bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
 
@@ -205,7 +209,7 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         status, code = "PASSED", ExitCode.OK
     summary = {
         "status": status, "exit_code": int(code), "device": device, "correctness": correctness,
-        "benchmark": bench, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
+        "benchmark": bench, "gpu": opts.gpu, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
         "duration_s": round(time.perf_counter() - t0, 3),
     }
     regression = None
