@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     vr.add_argument("--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck")
     vr.add_argument("--method", choices=["auto", "events", "graph", "cupti", "wallclock"],
-                    help="timing method (default: the card's; auto = graph on CUDA, falling back to cupti, events)")
+                    help="timing method (default: the card's; auto = cupti on CUDA, falling back to graph, events)")
     vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)")
     vr.add_argument("--max-cv", type=float, help="stability gate: max robust CV of the P50s (fraction, default 0.03)")
     vr.add_argument("--max-p95-cv", type=float, help="stability gate: max robust CV of the candidate's P95s "

@@ -187,7 +187,7 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         compile_rec = compile_candidate(root, cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
                                         with_cuda=None if device.startswith("cuda") else False)
     # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
-    bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
+    bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
     env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
     results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": []}
     if compile_rec["status"] == "ok":

@@ -1,4 +1,9 @@
-"""Benchmark stage: time candidate and reference on the bench cases, alternating who goes first."""
+"""Benchmark stage: time candidate and reference on the bench cases, alternating who goes first.
+
+Candidate and reference are always timed with the same method, L2 mode and input-set layout,
+so their ratio compares like with like. In cold-L2 mode each timed call gets an input set at
+fresh addresses with fresh values (rotating sets), and L2 is flushed before every sample.
+"""
 
 from __future__ import annotations
 
@@ -8,66 +13,154 @@ from mini_kv import roofline
 from mini_kv.judge import stats
 from mini_kv.worker.compare import compare
 from mini_kv.worker.inputs import case_seed, clone_args, make_case_inputs, tensor_nbytes
-from mini_kv.worker.timing import L2Flusher, default_method, measure
+from mini_kv.worker.timing import (
+    TIMER_LABELS,
+    L2Flusher,
+    TimingError,
+    Workload,
+    is_cuda,
+    measure,
+    method_chain,
+)
+
+PROBE_SAMPLES = 3
+# Cold L2: at most this many input sets, and at most this many bytes of them (candidate and
+# reference sets together), but always at least two so consecutive calls never share buffers.
+MAX_INPUT_SETS = 20
+COLD_SET_BUDGET_BYTES = 8 * 2**30
+COLD_SET_FREE_SHARE = 0.25
 
 
 def resolve_method(requested: str, device: str) -> str:
-    if requested == "auto":
-        return default_method(device)
-    if torch.device(device).type != "cuda" and requested != "wallclock":
-        raise ValueError(f"timing method {requested!r} needs a CUDA device; on {device} use wallclock or auto")
-    return requested
+    """The first method `requested` resolves to on `device` (auto: graph on CUDA, wallclock on CPU)."""
+    return method_chain(requested, device)[0]
+
+
+def input_set_count(set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS,
+                    free_bytes: int | None = None) -> int:
+    """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
+    if not cold:
+        return 1
+    budget = COLD_SET_BUDGET_BYTES
+    if free_bytes is not None:
+        budget = min(budget, int(free_bytes * COLD_SET_FREE_SHARE))
+    fits = budget // max(1, 2 * set_bytes)  # candidate and reference each hold their own copy
+    return int(max(2, min(max_sets, fits)))
+
+
+def set_seed(task_id: str, case_id: str, salt: str, k: int) -> int:
+    """Set 0 uses the case's seed; set k > 0 a seed derived from it and the (secret) salt."""
+    return case_seed(task_id, case_id, salt if k == 0 else f"{salt}\0input-set-{k}")
+
+
+def choose_method(chain: list[str], workloads: list, device: str, flush: L2Flusher,
+                  launches: int) -> tuple[str, list[dict]]:
+    """The first method in `chain` that times every workload; the ones skipped and why."""
+    fallbacks = []
+    for i, method in enumerate(chain):
+        try:
+            for calls in workloads:
+                measure(calls, method, PROBE_SAMPLES, device, flush, launches)
+        except TimingError as exc:
+            if i == len(chain) - 1:
+                raise
+            fallbacks.append({"method": method, "reason": str(exc)})
+            continue
+        return method, fallbacks
+    raise AssertionError("empty method chain")
+
+
+def _bind(fn, args):
+    return lambda: fn(*args)
 
 
 def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict, tolerance: dict,
                device: str, salt: str, peak_bw: float | None, exprs: dict) -> dict:
-    method = resolve_method(settings["method"], device)
-    seed = case_seed(task_id, case["id"], salt)
+    cuda = is_cuda(device)
+    l2 = settings.get("l2", "hot")
+    cold = l2 == "cold" and cuda
+    chain = method_chain(settings["method"], device)
+    if l2 == "cold" and not cuda:
+        raise ValueError(f"l2 'cold' needs a CUDA device, not {device}")
+    launches_hot = int(settings.get("graph_launches", 20))
+
+    seed = set_seed(task_id, case["id"], salt, 0)
     args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
-    ref_args = clone_args(args)
-    flush = L2Flusher(device, settings["l2"] == "cold")
-
-    def cand():
-        return op(*args)
-
-    def ref():
-        return reference(*ref_args)
-
-    out = cand()
+    out = op(*args)
+    out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
     numel = out.numel() if isinstance(out, torch.Tensor) else 0
+    set_bytes = tensor_nbytes(args) + out_bytes
+    free = torch.cuda.mem_get_info(torch.device(device))[0] if cuda else None
+    n_sets = input_set_count(set_bytes, cold, max(2, launches_hot), free)
+    del out
+    cand_sets = [args] + [make_case_inputs(factory, case["params"], case["dtype"], device,
+                                           set_seed(task_id, case["id"], salt, k)) for k in range(1, n_sets)]
+    ref_sets = [clone_args(s) for s in cand_sets]
+    # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
+    cand_calls = Workload([_bind(op, s) for s in cand_sets])
+    ref_calls = Workload([_bind(reference, s) for s in ref_sets])
+    # cold: one captured launch per input set, so consecutive replayed launches use different buffers
+    launches = n_sets if cold else launches_hot
+    flush = L2Flusher(device, cold)
+
     for _ in range(settings["warmup"]):
-        cand()
-        ref()
-    samples = {"candidate": [], "reference": []}
+        cand_calls.next()()
+        ref_calls.next()()
+    method, fallbacks = choose_method(chain, [cand_calls, ref_calls], device, flush, launches)
+
+    samples: dict[str, list] = {"candidate": [], "reference": []}
+    kernel_us: dict[str, list] = {"candidate": [], "reference": []}
     order_log = []
     for r in range(settings["repeats"]):
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            fn = cand if who == "candidate" else ref
-            samples[who].append(measure(fn, method, settings["samples"], device, flush,
-                                        settings.get("graph_launches", 20)))
-    # the outputs must still be right after all the timed calls
-    post = compare(op(*args), reference(*clone_args(args)), tolerance["atol"], tolerance["rtol"])
+            m = measure(cand_calls if who == "candidate" else ref_calls, method, settings["samples"], device,
+                        flush, launches)
+            samples[who].append(m.samples)
+            if m.kernel_us is not None:
+                kernel_us[who].append(m.kernel_us)
+
+    # the outputs must still be right after all the timed calls, on every input set
+    post = {"ok": True, "reason": None}
+    for k, (cs, rs) in enumerate(zip(cand_sets, ref_sets, strict=True)):
+        res = compare(op(*cs), reference(*clone_args(rs)), tolerance["atol"], tolerance["rtol"])
+        if not res["ok"]:
+            post = {"ok": False, "reason": f"input set {k}: {res.get('reason')}"}
+            break
 
     cand_s = stats.summarize_repeats(samples["candidate"])
     ref_s = stats.summarize_repeats(samples["reference"])
     itemsize = torch.empty((), dtype=args[0].dtype).element_size()
     names = roofline.case_names(case["params"], itemsize, numel)
-    default_bytes = tensor_nbytes(args) + (out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0)
+    default_bytes = tensor_nbytes(args) + out_bytes
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(default_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
     seconds = cand_s["overall"]["p50"] * 1e-6
-    return {
+    max_cv = float(settings.get("max_cv", 0.03))
+    max_p95_cv = float(settings.get("max_p95_cv", 0.15))
+    record = {
         "id": case["id"], "dtype": case["dtype"], "params": case["params"], "seed": seed,
-        "method": method, "l2": settings["l2"] if torch.device(device).type == "cuda" else "n/a",
-        "timer": "host wall clock" if method == "wallclock" else "CUDA events",
+        "method": method, "method_requested": settings["method"], "fallbacks": fallbacks,
+        "l2": l2 if cuda else "n/a",
+        "timer": TIMER_LABELS[method],
+        "calls_per_sample": launches if method == "graph" else 1,
+        "input_sets": n_sets,
         "unit": "us", "order": order_log,
         "candidate": {"samples": samples["candidate"], "summary": cand_s},
         "reference": {"samples": samples["reference"], "summary": ref_s},
         "speedup": stats.speedup(ref_s["overall"]["p50"], cand_s["overall"]["p50"]),
-        "stability": stats.stability(cand_s, ref_s, settings["max_cv"], settings["max_p95_cv"]),
-        "post_check": {"ok": post["ok"], "reason": post.get("reason")},
+        "stability": {**stats.stability(cand_s, ref_s, max_cv, max_p95_cv),
+                      "max_cv": max_cv, "max_p95_cv": max_p95_cv},
+        "post_check": post,
         "bytes": bytes_moved, "flops": flops,
         "roofline": roofline.achieved(bytes_moved, flops, seconds, peak_bw),
+        "peak_bw_Bps": peak_bw,
     }
+    if cold:
+        record["l2_flush"] = flush.describe()
+    for who in ("candidate", "reference"):
+        if kernel_us[who]:
+            flat = [x for rep in kernel_us[who] for x in rep]
+            record[who]["kernel_us_p50"] = stats.summarize(flat)["p50"]
+    return record

@@ -1,115 +1,486 @@
-"""Timing methods. Each returns per-call times in microseconds for `samples` calls of `fn`.
+"""Timing methods. Each times `samples` calls and returns per-call times in microseconds.
 
+A workload is a list of zero-argument callables, one per input set, taken in rotation: each
+call (timed or not) takes the next one, and the rotation carries over between measurements.
+In hot-L2 mode the list has one entry; in cold-L2 mode it holds several input sets at distinct
+addresses, so consecutive calls never see the same buffers.
+
+cupti     : CUPTI activity records through torch.profiler: per iteration, last end minus
+            first start over every kernel, memcpy and memset the iteration launched, on any
+            stream or device. Also gives the per-iteration sum of those activities' durations.
+            The default on CUDA (`auto`; see AUTO_CHAIN for the fallbacks).
+graph     : `launches` calls captured in one CUDA graph; replay time / launches. No Python
+            launch overhead; kernels run back to back.
 events    : CUDA events around one call, with a device-wide sync before the end event so
-            work the op put on other streams is counted (includes launch overhead).
-graph     : `launches` calls captured in one CUDA graph; replay time / launches (no Python
-            launch overhead; the honest number for microsecond kernels).
+            work the op put on other streams is counted. Includes the host's launch overhead
+            (what a Python caller pays per call), so it overstates microsecond kernels.
 wallclock : host perf_counter around one call (CPU ops); labelled as such in every record.
+
+Before the graph and cupti spans a short spin kernel holds the stream while the host queues
+the work (nvbench's blocking-kernel idea), so the host's launch latency and the gaps between
+a multi-kernel op's launches stay outside the span.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
+import ctypes
+import functools
+import os
+import re
 import threading
 import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
-METHODS = ("events", "graph", "wallclock")
+METHODS = ("events", "graph", "cupti", "wallclock")
+CUDA_METHODS = ("events", "graph", "cupti")
+# `auto` on CUDA: CUPTI first. On an H200 its per-iteration span matched the CUPTI per-kernel
+# duration on every fidelity row, while graph replay of back-to-back launches ran 7-9% under it for
+# some memory-bound kernels (docs/benchmarking.md). When the profiler cannot run (another profiler
+# is active, CUPTI is unavailable) graph replay is next, then per-launch events; an op that graph
+# capture refuses (it syncs, or allocates in a way capture forbids) skips to events.
+AUTO_CHAIN = ("cupti", "graph", "events")
+L2_MODES = ("hot", "cold")
+
+TIMER_LABELS = {
+    "events": "CUDA events per launch (device-wide sync before the end event; includes launch overhead)",
+    "graph": "CUDA events around a CUDA-graph replay of N launches, divided by N",
+    "cupti": "CUPTI activity records (torch.profiler): last end - first start over all streams",
+    "wallclock": "host wall clock (perf_counter)",
+}
+
+# A spin kernel holds the stream while the host queues the timed work. Cycles are counted at
+# this clock; a slower real clock only makes the hold longer, which is harmless.
+HOLD_CLOCK_HZ = 2.0e9
+GRAPH_HOLD_US = 100.0
+CUPTI_MIN_HOLD_US = 100.0
+CUPTI_MARGIN_US = 50.0
+CUPTI_MAX_HOLD_US = 20_000.0
+CUPTI_WARMUP = 2
+ITERATION_MARK = "mini_kv::timed_iteration#"
+
+Call = Callable[[], object]
 
 
-class L2Flusher:
-    """Cold-L2 mode: overwrite a buffer of 2x the L2 size before each sample, outside the timed span."""
-
-    def __init__(self, device: str, enabled: bool):
-        self.enabled = enabled and torch.device(device).type == "cuda"
-        self.buf = None
-        if self.enabled:
-            props = torch.cuda.get_device_properties(torch.device(device))
-            l2 = getattr(props, "L2_cache_size", 0) or 64 * 2**20
-            self.buf = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
-
-    def __call__(self) -> None:
-        if self.enabled:
-            self.buf.zero_()
-            _reset_persisting_l2()
+class TimingError(RuntimeError):
+    """A method cannot time this op (capture refused, no device work seen); `auto` falls back."""
 
 
-def _reset_persisting_l2() -> None:
-    try:
-        torch.cuda.cudart().cudaCtxResetPersistingL2Cache()
-    except (AttributeError, RuntimeError):
-        pass  # not exposed by this torch build: nothing persisting was set by us either
+class GraphCaptureError(TimingError):
+    pass
+
+
+class CuptiUnavailableError(TimingError):
+    pass
+
+
+class NoDeviceWorkError(RuntimeError):
+    """The op launched no device work: every GPU method would time nothing, so no fallback."""
+
+
+class TimingGuardError(RuntimeError):
+    pass
+
+
+@dataclass
+class Measurement:
+    method: str
+    samples: list[float]  # microseconds per call
+    calls_per_sample: int = 1
+    # cupti only: per iteration, the sum of the durations of its kernels, memcpys and memsets (µs)
+    kernel_us: list[float] | None = None
+    notes: dict = field(default_factory=dict)
+
+
+class Workload:
+    """Input sets to rotate through; each call takes the next, continuing across measurements."""
+
+    def __init__(self, calls: Sequence[Call]):
+        if not calls:
+            raise ValueError("no calls to time")
+        self.calls = list(calls)
+        self.pos = 0
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def next(self) -> Call:
+        fn = self.calls[self.pos % len(self.calls)]
+        self.pos += 1
+        return fn
+
+
+def as_workload(calls: Call | Sequence[Call] | Workload) -> Workload:
+    if isinstance(calls, Workload):
+        return calls
+    return Workload([calls] if callable(calls) else calls)
+
+
+def is_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def check_options(method: str, l2: str, device: str) -> None:
+    """Raise ValueError when the method or L2 mode cannot run on `device` (before any work starts)."""
+    if method != "auto" and method not in METHODS:
+        raise ValueError(f"unknown timing method {method!r}; choose auto, {', '.join(METHODS)}")
+    if l2 not in L2_MODES:
+        raise ValueError(f"unknown L2 mode {l2!r}; choose hot or cold")
+    if not is_cuda(device):
+        if method in CUDA_METHODS:
+            raise ValueError(f"timing method {method!r} needs a CUDA device; on {device} use wallclock or auto")
+        if l2 == "cold":
+            raise ValueError(f"l2 'cold' flushes a GPU's L2 cache; on {device} use l2 'hot'")
+
+
+def method_chain(requested: str, device: str) -> list[str]:
+    """The methods to try in order: `auto` resolves to a fallback chain, anything else to itself."""
+    check_options(requested, "hot", device)
+    if requested == "auto":
+        return list(AUTO_CHAIN) if is_cuda(device) else ["wallclock"]
+    return [requested]
 
 
 def default_method(device: str) -> str:
-    return "graph" if torch.device(device).type == "cuda" else "wallclock"
+    return AUTO_CHAIN[0] if is_cuda(device) else "wallclock"
 
 
-def time_events(fn, samples: int, flush: L2Flusher) -> list[float]:
+# ---------------------------------------------------------------------------------------- L2
+
+def _loaded_libraries(fragment: str) -> list[str]:
+    """Paths of shared libraries already mapped into this process (the runtime torch itself uses)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if fragment in line and "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if os.path.isfile(p))
+
+
+@functools.cache
+def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
+    """The call that resets persisting L2 lines, and how it was found.
+
+    torch.cuda.cudart() binds only a handful of runtime calls (no cudaCtxResetPersistingL2Cache
+    as of torch 2.11), so the runtime library torch already loaded is called through ctypes,
+    and failing that the driver's cuCtxResetPersistingL2Cache on the current context.
+    """
+    fn = getattr(torch.cuda.cudart(), "cudaCtxResetPersistingL2Cache", None)
+    if fn is not None:
+        return (lambda: int(fn())), "torch.cuda.cudart().cudaCtxResetPersistingL2Cache"
+    tried = []
+    for path in _loaded_libraries("libcudart"):
+        try:
+            f = ctypes.CDLL(path).cudaCtxResetPersistingL2Cache
+        except (OSError, AttributeError) as exc:
+            tried.append(f"{os.path.basename(path)}: {exc}")
+            continue
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f, f"cudaCtxResetPersistingL2Cache via ctypes on {os.path.basename(path)}"
+    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
+        try:
+            f = ctypes.CDLL(name).cuCtxResetPersistingL2Cache
+        except (OSError, AttributeError) as exc:
+            tried.append(f"{os.path.basename(name)}: {exc}")
+            continue
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f, f"cuCtxResetPersistingL2Cache via ctypes on {os.path.basename(name)}"
+    return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
+
+
+class L2Flusher:
+    """Cold-L2 mode: before each sample, outside the timed span, overwrite a buffer of >= 2x the
+    L2 size and reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU."""
+
+    def __init__(self, device: str, enabled: bool):
+        self.enabled = enabled and is_cuda(device)
+        self.buf = None
+        self.l2_bytes = None
+        self.persisting = "not needed (hot L2)"
+        self._reset = None
+        if self.enabled:
+            props = torch.cuda.get_device_properties(torch.device(device))
+            self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
+            flush_bytes = 2 * (self.l2_bytes or 64 * 2**20)
+            self.buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+            self._reset, self.persisting = persisting_l2_reset()
+
+    def __call__(self) -> None:
+        if not self.enabled:
+            return
+        self.buf.zero_()
+        if self._reset is not None:
+            rc = self._reset()
+            if rc != 0:  # an error from the runtime: say so once, and stop calling it
+                self._reset, self.persisting = None, f"failed (CUDA error {rc}) via {self.persisting}"
+        torch.cuda.synchronize()
+
+    def describe(self) -> dict:
+        return {"flush_bytes": None if self.buf is None else self.buf.numel() * 4, "l2_bytes": self.l2_bytes,
+                "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)"}
+
+
+def _hold(us: float) -> None:
+    """Keep the current stream busy for about `us` µs, so work queued behind it starts back to back."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None and us > 0:
+        sleep(int(us * 1e-6 * HOLD_CLOCK_HZ))
+
+
+# ---------------------------------------------------------------------------------- methods
+
+def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def time_events(calls: Workload, samples: int, flush: L2Flusher) -> Measurement:
     out = []
     for _ in range(samples):
+        fn = calls.next()
         flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = _events()
         start.record()
         fn()
         torch.cuda.synchronize()  # whole device: side-stream work is inside the span
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3)
-    return out
+    return Measurement("events", out)
 
 
-def time_graph(fn, samples: int, flush: L2Flusher, launches: int) -> list[float]:
+def _describe_failure(exc: BaseException) -> str:
+    # torch.cuda.graph's exit raises its own error and hides the one that broke the capture
+    msg = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    ctx = exc.__cause__ or exc.__context__
+    if ctx is not None and str(ctx).strip():
+        msg += f" (first: {type(ctx).__name__}: {str(ctx).strip().splitlines()[0]})"
+    return msg[:600]
+
+
+def time_graph(calls: Workload, samples: int, flush: L2Flusher, launches: int) -> Measurement:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        fn()  # allocator warm-up on the capture stream
+        for _ in range(len(calls)):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+            calls.next()()
     torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                calls.next()()
+    except Exception as exc:  # noqa: BLE001 - the op cannot be captured: a fact about it, not a crash
+        del graph
+        torch.cuda.synchronize()  # a failed capture must leave the device usable; if not, this raises
+        raise GraphCaptureError(f"CUDA graph capture failed: {_describe_failure(exc)}") from exc
     graph.replay()
     torch.cuda.synchronize()
     out = []
     for _ in range(samples):
         flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _hold(GRAPH_HOLD_US)
+        start, end = _events()
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3 / launches)
-    return out
+    del graph
+    return Measurement("graph", out, calls_per_sample=launches)
 
 
-def time_wallclock(fn, samples: int, device: str) -> list[float]:
-    cuda = torch.device(device).type == "cuda"
+_RUNTIME_NAME = re.compile(r"^cu(da)?[A-Z]")  # cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, ...
+
+
+def _activity(ev) -> str | None:
+    fn = getattr(ev, "activity_type", None)
+    if fn is None:
+        return None
+    try:
+        return str(fn()).lower()
+    except Exception:  # noqa: BLE001 - older bindings: fall back on names
+        return None
+
+
+_HOST_KINDS = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event")
+_NOT_WORK = ("annotation", "sync", "overhead", "correlation", "marker")
+
+
+def _is_runtime(ev, activity: str | None) -> bool:
+    """A host-side CUDA runtime or driver call (cudaLaunchKernel, cudaMemcpyAsync, cudaGraphLaunch...)."""
+    if activity:
+        if "runtime" in activity or "driver" in activity:
+            return True
+        if any(k in activity for k in _HOST_KINDS):
+            return False
+    return bool(_RUNTIME_NAME.match(ev.name()))
+
+
+def _is_device_work(ev, activity: str | None, annotations: set[str]) -> bool:
+    """Kernels, memcpys and memsets count; GPU-side copies of record_function ranges and sync records do not."""
+    if activity:
+        if any(k in activity for k in ("kernel", "memcpy", "memset")):
+            return True
+        if any(k in activity for k in _NOT_WORK):
+            return False
+    name = ev.name()
+    return not (name.startswith(ITERATION_MARK) or name in annotations or "synchroniz" in name.lower())
+
+
+def iteration_activity(events, iterations: int) -> list[dict]:
+    """Group the profiler's device activities by timed iteration.
+
+    An activity belongs to iteration j when the host call that launched it (the CUDA runtime or
+    driver record with the same correlation id) started inside iteration j's marker range. An
+    activity with no launch record (launched by a thread the profiler did not see) is placed by
+    its own start time. Returns, per iteration: span_ns, busy_ns, count, unattributed.
+    """
+    cuda_type = torch.autograd.DeviceType.CUDA
+    windows: list[tuple[int, int, int]] = []
+    launch_at: dict[int, int] = {}
+    annotations: set[str] = set()
+    device = []
+    for ev in events:
+        name = ev.name()
+        activity = _activity(ev)
+        if ev.device_type() == cuda_type:
+            device.append((ev, activity))
+        elif name.startswith(ITERATION_MARK):
+            windows.append((ev.start_ns(), ev.end_ns(), int(name[len(ITERATION_MARK):])))
+        elif _is_runtime(ev, activity):
+            launch_at[ev.correlation_id()] = ev.start_ns()
+        else:
+            annotations.add(name)
+    windows.sort()
+    starts = [w[0] for w in windows]
+    per = [{"first": None, "last": None, "busy_ns": 0, "count": 0, "unattributed": 0} for _ in range(iterations)]
+    for ev, activity in device:
+        if not _is_device_work(ev, activity, annotations):
+            continue
+        t = launch_at.get(ev.correlation_id())
+        guessed = t is None
+        if guessed:
+            t = ev.start_ns()
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0 or t > windows[i][1]:
+            continue  # launched outside every timed iteration: the flush, the hold, warm-up work
+        rec = per[windows[i][2]]
+        start, end = ev.start_ns(), ev.start_ns() + ev.duration_ns()
+        rec["first"] = start if rec["first"] is None else min(rec["first"], start)
+        rec["last"] = end if rec["last"] is None else max(rec["last"], end)
+        rec["busy_ns"] += ev.duration_ns()
+        rec["count"] += 1
+        rec["unattributed"] += guessed
+    for rec in per:
+        rec["span_ns"] = (rec["last"] - rec["first"]) if rec["count"] else 0
+    return per
+
+
+def _spin_host(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CUPTI_WARMUP) -> Measurement:
+    """torch.profiler ships with torch and reads CUPTI's activity API, so no extra package is needed."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    total = warmup + samples
+    hold_us = 2 * CUPTI_MIN_HOLD_US
+    host_us = 0.0
+    profiler_on = getattr(torch._C._autograd, "_profiler_enabled", None)
+    if profiler_on is not None and profiler_on():
+        # starting a second one would succeed and then stop the first one's trace under it
+        raise CuptiUnavailableError("another torch.profiler is already running in this process")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Pp]rofiler clears events.*")
+        try:
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            prof.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. another profiler is running: fall back
+            raise CuptiUnavailableError(f"torch.profiler could not start: {_describe_failure(exc)}") from exc
+        try:
+            for j in range(total):
+                flush()
+                torch.cuda.synchronize()
+                _hold(hold_us)
+                # Our own launches (flush, hold) stay CUPTI_MARGIN_US away from the marker range, so a
+                # small offset between the profiler's host clocks cannot pull them into an iteration.
+                _spin_host(CUPTI_MARGIN_US)
+                with record_function(f"{ITERATION_MARK}{j}"):
+                    t0 = time.perf_counter()
+                    calls.next()()
+                    host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
+                    torch.cuda.synchronize()  # inside the range: launches from other threads until now count
+                _spin_host(CUPTI_MARGIN_US)
+                # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
+                hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                prof.stop()
+            raise  # the op's own error, not the profiler's
+        try:
+            prof.stop()
+            events = prof.profiler.kineto_results.events()
+        except Exception as exc:  # noqa: BLE001
+            raise CuptiUnavailableError(f"torch.profiler could not collect the trace: {_describe_failure(exc)}") \
+                from exc
+    if not any(ev.device_type() == torch.autograd.DeviceType.CUDA for ev in events):
+        # not even our hold kernels were recorded: CUPTI is not tracing on this machine
+        raise CuptiUnavailableError("torch.profiler recorded no GPU activity at all (CUPTI not tracing)")
+    per = iteration_activity(events, total)[warmup:]
+    empty = [i for i, rec in enumerate(per) if rec["count"] == 0]
+    if len(empty) == len(per):
+        raise NoDeviceWorkError("the op launched no CUDA kernel: CUPTI saw no kernel, memcpy or memset in any "
+                                "timed iteration (does it run on the GPU at all?)")
+    if empty:
+        raise NoDeviceWorkError(f"{len(empty)} of {len(per)} timed iterations launched no CUDA kernel, memcpy or "
+                                f"memset (first: iteration {empty[0]}): the op skips work on some calls")
+    return Measurement(
+        "cupti", [rec["span_ns"] / 1e3 for rec in per],
+        kernel_us=[rec["busy_ns"] / 1e3 for rec in per],
+        notes={"activities_per_iteration": sorted({rec["count"] for rec in per}),
+               "unattributed": sum(rec["unattributed"] for rec in per), "hold_us": round(hold_us, 1)})
+
+
+def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
+    cuda = is_cuda(device)
     out = []
     for _ in range(samples):
+        fn = calls.next()
         t0 = time.perf_counter()
         fn()
         if cuda:
             torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e6)
-    return out
+    return Measurement("wallclock", out)
 
 
-def measure(fn, method: str, samples: int, device: str, flush: L2Flusher, launches: int = 20) -> list[float]:
+def measure(calls: Call | Sequence[Call] | Workload, method: str, samples: int, device: str, flush: L2Flusher,
+            launches: int = 20) -> Measurement:
+    """Time `samples` calls with `method`; the thread count must not change while timing."""
+    calls = as_workload(calls)
+    if method in CUDA_METHODS and not is_cuda(device):
+        raise ValueError(f"timing method {method!r} needs a CUDA device, not {device}")
     threads_before = threading.active_count()
     if method == "events":
-        res = time_events(fn, samples, flush)
+        res = time_events(calls, samples, flush)
     elif method == "graph":
-        res = time_graph(fn, samples, flush, launches)
+        res = time_graph(calls, samples, flush, launches)
+    elif method == "cupti":
+        res = time_cupti(calls, samples, flush)
     elif method == "wallclock":
-        res = time_wallclock(fn, samples, device)
+        res = time_wallclock(calls, samples, device)
     else:
         raise ValueError(f"unknown timing method {method!r}")
     if threading.active_count() != threads_before:
         raise TimingGuardError(f"thread count changed during timing ({threads_before} -> "
                                f"{threading.active_count()}): work may be escaping the timer")
     return res
-
-
-class TimingGuardError(RuntimeError):
-    pass

@@ -1,0 +1,131 @@
+"""The device's measured copy bandwidth: the roofline's memory ceiling.
+
+Measured once per environment (a large device-to-device copy, bytes read + written over the
+median time of ITERATIONS copies timed with CUDA events) and cached in
+`<project>/.build/bandwidth-<environment key>.json`. The measurement runs in a child process
+(`python -m mini_kv.worker.bandwidth`), so the parent never holds a CUDA context or the buffers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+from pathlib import Path
+
+COPY_BYTES = 2 * 2**30
+ITERATIONS = 20
+WARMUP = 3
+SCHEMA_VERSION = 1
+METHOD = (f"device-to-device copy of up to {COPY_BYTES // 2**30} GiB (torch copy_), bytes read + written "
+          f"over the median of {ITERATIONS} copies timed with CUDA events")
+
+
+def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = ITERATIONS) -> dict:
+    import torch
+
+    dev = torch.device(device)
+    if dev.index is not None:
+        torch.cuda.set_device(dev)  # events and copies below run on this device's current stream
+    free, _ = torch.cuda.mem_get_info(dev)
+    nbytes = int(min(nbytes, free // 4)) // 2**20 * 2**20  # leave room: two buffers, well under free memory
+    if nbytes <= 0:
+        raise RuntimeError(f"too little free device memory to measure copy bandwidth ({free} bytes free)")
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev).fill_(1)
+    dst = torch.empty_like(src)
+    for _ in range(WARMUP):
+        dst.copy_(src)
+    torch.cuda.synchronize(dev)
+    times = []
+    for _ in range(iterations):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    med = statistics.median(times)
+    props = torch.cuda.get_device_properties(dev)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "copy_bandwidth_Bps": 2 * nbytes / med,
+        "method": METHOD,
+        "bytes_per_copy": nbytes,
+        "counted_bytes_per_copy": 2 * nbytes,
+        "iterations": iterations,
+        "median_s": med,
+        "min_s": min(times),
+        "max_s": max(times),
+        "device_name": props.name,
+        "torch": torch.__version__,
+        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def cache_path(project_root: Path, environment_key: str) -> Path:
+    return Path(project_root) / ".build" / f"bandwidth-{environment_key}.json"
+
+
+def load_cached(project_root: Path, environment_key: str) -> dict | None:
+    path = cache_path(project_root, environment_key)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("schema_version") != SCHEMA_VERSION or not (data.get("copy_bandwidth_Bps") or 0) > 0:
+        return None  # unreadable or from another layout: measure again
+    return {**data, "cache": str(path)}
+
+
+def ensure(project_root: Path, environment_key: str, device: str, timeout: float = 300.0,
+           env: dict | None = None) -> dict | None:
+    """The cached measurement for this environment, measuring it first if needed. None off CUDA.
+
+    `env` is the measuring child's environment (e.g. CUDA_VISIBLE_DEVICES, so it measures the GPU
+    the worker will use). A lock makes concurrent verifies measure once, one at a time. A failed
+    measurement is returned (with `error`, bandwidth None) but not cached.
+    """
+    if not device.startswith("cuda"):
+        return None
+    cached = load_cached(project_root, environment_key)
+    if cached is not None:
+        return cached
+    from filelock import FileLock
+
+    from mini_kv.proc import run_with_timeout
+    from mini_kv.store.atomic import write_json
+
+    path = cache_path(project_root, environment_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        cached = load_cached(project_root, environment_key)  # measured while we waited
+        if cached is not None:
+            return cached
+        res = run_with_timeout([sys.executable, "-m", "mini_kv.worker.bandwidth", "--device", device],
+                               timeout=timeout, env=env)
+        try:
+            data = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else None
+        except (ValueError, IndexError):
+            data = None
+        if data is None:
+            why = "timed out" if res.timed_out else f"exit {res.returncode}"
+            return {"copy_bandwidth_Bps": None, "method": METHOD,
+                    "error": f"bandwidth measurement failed ({why}): {res.stderr.strip()[-500:]}"}
+        write_json(path, data)
+    return {**data, "cache": str(path)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="measure the device's copy bandwidth; prints one JSON line")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--bytes", type=int, default=COPY_BYTES)
+    parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    ns = parser.parse_args(argv)
+    print(json.dumps(measure(ns.device, ns.bytes, ns.iterations)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
