@@ -1,0 +1,147 @@
+"""Crash safety and concurrency of the attempt store and its index.
+
+Children (separate processes, from a multiprocessing forkserver) write attempts and index updates in a
+loop; the parent SIGKILLs them at random points and then checks that the store is still sound. A child
+signals when it is ready and waits for "go", so the kills land in the writing loop, not in start-up.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mini_kv.store.attempts import PARTIAL, read_attempt
+from mini_kv.store.index import rebuild_index, snapshot
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+def _child_loop(art: str, name: str, seed: int, count: int, rebuild_p: float, ready, go) -> None:
+    """Write attempts and index updates: forever (count < 0) or `count` times."""
+    import datetime as dt
+
+    from mini_kv.load.schema import load_schema
+    from mini_kv.store.attempts import AttemptWriter
+    from mini_kv.store.index import rebuild_index, update_index
+
+    rnd = random.Random(seed)
+    load_schema("attempt")
+    ready.set()
+    go.wait()
+    i = 0
+    while count < 0 or i < count:
+        task = "vector_add" if i % 3 else "rmsnorm"
+        w = AttemptWriter(art, task, name)
+        p50 = 10.0 + rnd.random()
+        w.json("environment.json", {"schema_version": 1, "key": "env"})
+        w.json("benchmark.json", {"schema_version": 1, "cases": [{
+            "id": "bench_a", "speedup": 1.5, "stability": {"stable": True},
+            "candidate": {"samples": [[p50, p50]], "summary": {"overall": {"p50": p50, "p95": p50}}}}]})
+        w.text("logs/worker.log", "x" * rnd.randrange(1, 100_000))
+        a = w.commit({
+            "task_id": task, "task_version": "1.0.0", "operator": {"name": task, "version": "1.0.0"},
+            "candidate": name, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "suite_hash": "s" * 64, "environment_key": "env", "status": "PASSED", "device": "cpu",
+            "benchmark": {"ran": True, "ok": True, "stable": True, "geomean_speedup": 1.5}})
+        update_index(art, a)
+        if rnd.random() < rebuild_p:
+            rebuild_index(art)
+        i += 1
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    # forkserver: every child is a fresh process forked from a clean server that has the store modules
+    # imported already (not from this pytest process), so starting one costs milliseconds, not an interpreter
+    c = multiprocessing.get_context("forkserver")
+    c.set_forkserver_preload(["jsonschema", "filelock", "sqlite3", "mini_kv.load.schema", "mini_kv.store.index",
+                              "pytest", __name__])
+    return c
+
+
+def _start(ctx, art: Path, name: str, seed: int, count: int = -1, rebuild_p: float = 0.15):
+    ready, go = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_child_loop, args=(str(art), name, seed, count, rebuild_p, ready, go), daemon=True)
+    proc.start()
+    assert ready.wait(60), "child did not start"
+    return proc, go
+
+
+def _dirs(art: Path) -> tuple[set[str], set[str]]:
+    """(names of committed attempt dirs, names of .partial dirs)."""
+    committed, partial = set(), set()
+    for task in art.iterdir():
+        if task.is_dir() and not task.name.startswith("."):
+            for d in task.iterdir():
+                (partial if d.name.endswith(PARTIAL) else committed).add(d.name)
+    return committed, partial
+
+
+def _check_store(art: Path, previously: set[str]) -> set[str]:
+    committed, partial = _dirs(art)
+    # every directory without the .partial suffix is a whole, verifiable attempt
+    for task in art.iterdir():
+        if task.is_dir() and not task.name.startswith("."):
+            for d in task.iterdir():
+                if not d.name.endswith(PARTIAL):
+                    read_attempt(d)
+    assert previously <= committed, f"attempts lost: {previously - committed}"
+    if (art / "index.sqlite").exists():
+        live = set(snapshot(art))  # the live index opens and holds only committed attempts
+        assert live <= committed
+        assert not any(a + PARTIAL in partial for a in live)
+    result = rebuild_index(art)
+    assert set(snapshot(art)) == committed
+    assert {p.kind for p in result.problems} <= {"partial"}
+    assert {Path(p.path).name for p in result.problems} == partial
+    return committed
+
+
+def test_sigkill_at_random_points_never_breaks_the_store(tmp_path, ctx):
+    art = tmp_path / "artifacts"
+    art.mkdir()
+    rnd = random.Random(1234)
+    rounds = 50
+    t0 = time.monotonic()
+    committed: set[str] = set()
+    partials: set[str] = set()
+    kills_mid_write = 0
+    for r in range(rounds):
+        proc, go = _start(ctx, art, f"c{r % 4}", r)
+        go.set()
+        time.sleep(rnd.uniform(0.0, 0.2))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+        assert proc.exitcode == -signal.SIGKILL, proc.exitcode  # killed, not crashed on its own
+        committed = _check_store(art, committed)
+        now = _dirs(art)[1]
+        kills_mid_write += bool(now - partials)  # this kill interrupted an attempt being written
+        partials = now
+    assert len(committed) >= rounds  # the children did real work between kills
+    assert kills_mid_write >= 5  # and many kills landed in the middle of writing an attempt
+    assert time.monotonic() - t0 < 60
+    print(f"{rounds} kills, {len(committed)} attempts, {kills_mid_write} kills left a .partial dir")
+
+
+def test_four_concurrent_writers_leave_an_index_equal_to_a_rebuild(tmp_path, ctx):
+    art = tmp_path / "artifacts"
+    art.mkdir()
+    per_child = 8
+    children = [_start(ctx, art, f"w{i}", 100 + i, count=per_child, rebuild_p=0.1) for i in range(4)]
+    for _, go in children:  # start them together
+        go.set()
+    for proc, _ in children:
+        proc.join(120)
+        assert proc.exitcode == 0
+    committed, partial = _dirs(art)
+    assert len(committed) == 4 * per_child and not partial
+    live = snapshot(art)
+    rebuild_index(art)
+    assert snapshot(art) == live
+    assert set(live) == committed

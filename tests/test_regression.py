@@ -1,0 +1,286 @@
+"""Baselines (promotion, loading) and the regression verdict against them."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+from test_index import ENV_KEY, SUITE, make_attempt, synth_samples
+
+from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.judge.regression import (
+    FAIL,
+    INCOMPARABLE,
+    PASS,
+    UNCONFIRMED,
+    WARN,
+    Thresholds,
+    check_card_baseline,
+    compare_to_baseline,
+    exit_code_for,
+    load_baseline,
+    promote_baseline,
+)
+from mini_kv.load.schema import validate
+from mini_kv.store.attempts import read_attempt
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def baseline(tmp_path) -> dict:
+    src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1, speedups={"bench_a": 1.5, "bench_b": 2.0})
+    return promote_baseline(src, tmp_path / "baselines" / "vector_add.json")
+
+
+def _attempt(tmp_path, **kw) -> tuple[dict, dict]:
+    kw.setdefault("speedups", {"bench_a": 1.5, "bench_b": 2.0})
+    a = make_attempt(tmp_path / "artifacts", candidate="v1", **kw)
+    return read_attempt(a), json.loads((a / "benchmark.json").read_text())
+
+
+class Confirm:
+    """A confirmation batch: records the calls, returns samples around `p50`."""
+
+    def __init__(self, p50: float, seed: int = 77):
+        self.p50, self.seed, self.calls = p50, seed, []
+
+    def __call__(self, case_id: str):
+        self.calls.append(case_id)
+        return synth_samples(self.p50, self.seed + len(self.calls))
+
+
+def test_identical_distributions_pass(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2)
+    confirm = Confirm(10.0)
+    v = compare_to_baseline(baseline, header, bench, confirm)
+    assert v["verdict"] == PASS, v["reasons"]
+    assert [c["verdict"] for c in v["cases"]] == [PASS, PASS]
+    assert confirm.calls == []  # nothing was slow enough to need a confirmation
+    assert v["schema_version"] == 1 and all(k["match"] for k in v["keys"])
+    assert exit_code_for(v) == ExitCode.OK
+
+
+def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    confirm = Confirm(12.0)
+    v = compare_to_baseline(baseline, header, bench, confirm)
+    assert v["verdict"] == FAIL
+    assert confirm.calls == ["bench_a", "bench_b"]
+    for case in v["cases"]:
+        assert case["verdict"] == FAIL
+        assert case["p50_ratio"] == pytest.approx(1.2, rel=0.02)
+        assert case["first_batch"]["slower"] and case["confirmation"]["test"]["slower"]
+        # the verdict record keeps the confirmation batch's raw samples
+        assert len(case["confirmation"]["samples"]) == 5 and len(case["confirmation"]["samples"][0]) == 100
+        assert case["confirmation"]["summary"]["overall"]["p50"] == pytest.approx(12.0, rel=0.01)
+    assert exit_code_for(v) == ExitCode.REGRESSION
+    json.dumps(v, allow_nan=False)  # the record is plain JSON
+
+
+def test_slowdown_that_the_confirmation_does_not_reproduce_warns(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
+    assert v["verdict"] == WARN
+    assert {c["verdict"] for c in v["cases"]} == {WARN}
+    assert all("not confirmed" in c["reasons"][0] for c in v["cases"])
+    assert all(not c["confirmation"]["test"]["slower"] for c in v["cases"])
+    assert exit_code_for(v) == ExitCode.OK
+
+
+def test_without_a_confirm_callable_a_slowdown_is_unconfirmed_never_fail(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    v = compare_to_baseline(baseline, header, bench, None)
+    assert v["verdict"] == WARN
+    assert {c["verdict"] for c in v["cases"]} == {UNCONFIRMED}
+    assert all(c["first_batch"]["slower"] and c["confirmation"] is None for c in v["cases"])
+
+
+def test_a_failing_confirmation_run_is_a_warning(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+
+    def broken(case_id):
+        raise RuntimeError("worker died")
+
+    v = compare_to_baseline(baseline, header, bench, broken)
+    assert v["verdict"] == WARN and "worker died" in v["reasons"][0]
+
+
+def test_heavier_tail_only_warns_on_p95(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2)
+    for case in bench["cases"]:
+        for rep in case["candidate"]["samples"]:
+            rep[-10:] = [15.0] * 10  # 10 % of the samples 50 % slower: P95 moves, P50 does not
+    v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
+    assert v["verdict"] == WARN
+    assert all(c["verdict"] == WARN and "P95" in c["reasons"][0] for c in v["cases"])
+
+
+def test_thresholds_are_configurable(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    loose = Thresholds(p50_threshold=0.25, p95_threshold=0.3)
+    assert compare_to_baseline(baseline, header, bench, Confirm(12.0), loose)["verdict"] == PASS
+    assert compare_to_baseline(baseline, header, bench, Confirm(12.0),
+                               {"p50_threshold": 0.25, "p95_threshold": 0.3})["thresholds"]["p50_threshold"] == 0.25
+    with pytest.raises(ValueError, match="unknown"):
+        Thresholds.of({"p99_threshold": 1})
+
+
+@pytest.mark.parametrize("field, change", [
+    ("task_id", {"task_id": "other_task"}),
+    ("task_version", {"task_version": "2.0.0"}),
+    ("operator_version", {"operator": {"name": "vector_add", "version": "1.1.0"}}),
+    ("suite_hash", {"suite_hash": "b" * 64}),
+    ("environment_key", {"environment_key": "another-gpu"}),
+    ("device", {"device": "cuda:0"}),
+])
+def test_each_mismatched_key_is_incomparable(tmp_path, baseline, field, change):
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.5)  # even a big slowdown is not judged
+    header.update(change)
+    confirm = Confirm(15.0)
+    v = compare_to_baseline(baseline, header, bench, confirm)
+    assert v["verdict"] == INCOMPARABLE
+    assert [k["key"] for k in v["keys"] if not k["match"]] == [field]
+    assert v["reasons"][0].startswith(f"{field} differs")
+    assert confirm.calls == [] and v["cases"] == []
+    assert exit_code_for(v) == ExitCode.OK
+
+
+def test_missing_cases_and_other_timing_method(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2, speedups={"bench_a": 1.5})  # bench_b not measured
+    v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
+    assert v["verdict"] == WARN
+    assert {c["id"]: c["verdict"] for c in v["cases"]} == {"bench_a": PASS, "bench_b": "MISSING"}
+    bench["cases"][0]["method"] = "events"
+    v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
+    assert v["verdict"] == INCOMPARABLE  # nothing left to compare
+    assert any("method='events'" in r for r in v["reasons"])
+
+
+def test_malformed_samples_are_not_judged_and_do_not_raise(tmp_path, baseline):
+    header, bench = _attempt(tmp_path, seed=2)
+    bench["cases"][0]["candidate"]["samples"] = [[float("nan")]]
+    bench["cases"][1]["candidate"]["samples"] = []
+    v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
+    assert v["verdict"] == INCOMPARABLE
+    assert all("cannot be compared" in c["reasons"][0] for c in v["cases"])
+
+
+# ------------------------------------------------------------------------------------------ baselines
+
+
+def test_promoted_baseline_content(tmp_path):
+    src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    out = tmp_path / "baselines" / "vector_add.json"
+    base = promote_baseline(src, out)
+    on_disk = json.loads(out.read_text())
+    assert on_disk == base
+    validate(on_disk, "baseline", str(out))
+    assert base["schema_version"] == 1 and base["task_id"] == "vector_add" and base["task_version"] == "1.0.0"
+    assert base["operator"]["version"] == "1.0.0" and base["suite_hash"] == SUITE
+    assert base["environment_key"] == ENV_KEY == base["environment"]["key"]
+    import hashlib
+
+    assert base["source"]["attempt_id"] == src.name
+    assert base["source"]["attempt_json_sha256"] == hashlib.sha256((src / "attempt.json").read_bytes()).hexdigest()
+    bench = json.loads((src / "benchmark.json").read_text())
+    assert base["cases"][0]["samples"] == bench["cases"][0]["candidate"]["samples"]
+    assert base["cases"][0]["summary"] == bench["cases"][0]["candidate"]["summary"]
+    assert load_baseline(out) == base
+
+
+def test_promotion_refuses_to_overwrite_unless_forced(tmp_path):
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    b = make_attempt(tmp_path / "artifacts", candidate="v1", seed=2)
+    out = tmp_path / "b.json"
+    promote_baseline(a, out)
+    before = out.read_bytes()
+    with pytest.raises(UserError, match="--force"):
+        promote_baseline(b, out)
+    assert out.read_bytes() == before  # baselines never change by themselves
+    assert promote_baseline(b, out, force=True)["source"]["attempt_id"] == b.name
+
+
+@pytest.mark.parametrize("kw, damage, message", [
+    ({"status": "INCORRECT"}, None, "status is INCORRECT"),
+    ({"stable": False}, None, "not stable"),
+    ({"bench": False, "stable": None}, None, "no benchmark data"),
+    ({}, "tamper", "SHA-256"),
+    ({}, "partial", "still .partial"),
+])
+def test_promotion_refuses_unfit_attempts(tmp_path, kw, damage, message):
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1, **kw)
+    if damage == "tamper":
+        (a / "benchmark.json").write_text("{}")
+    elif damage == "partial":
+        a = a.rename(a.with_name(a.name + ".partial"))
+    with pytest.raises(UserError, match=message):
+        promote_baseline(a, tmp_path / "b.json")
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_future_baseline_version_is_refused_with_what_to_do(tmp_path, baseline):
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps({**baseline, "schema_version": 2}))
+    with pytest.raises(ConfigError) as exc:
+        load_baseline(path)
+    msg = str(exc.value)
+    assert "schema_version" in msg and "reads version 1" in msg and "promote-baseline" in msg
+
+
+def test_malformed_baseline_names_the_field(tmp_path, baseline):
+    path = tmp_path / "bad.json"
+    bad = json.loads(json.dumps(baseline))
+    bad["cases"][0]["samples"] = [[1.0, -2.0]]
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match=r"cases\[0\]\.samples\[0\]\[1\]"):
+        load_baseline(path)
+
+
+# ------------------------------------------------------------------------------ the pipeline's hook
+
+
+def _card(tmp_path, baseline_rel):
+    return types.SimpleNamespace(project_root=str(tmp_path), baseline=baseline_rel, id="vector_add",
+                                 version="1.0.0", operator={"name": "vector_add", "version": "1.0.0"},
+                                 suite_hash=lambda: SUITE)
+
+
+def test_card_hook(tmp_path, baseline):
+    _, bench = _attempt(tmp_path, seed=2)
+    env = {"key": ENV_KEY}
+    assert check_card_baseline(_card(tmp_path, None), env, bench["cases"], "cpu") is None
+    assert check_card_baseline(_card(tmp_path, "baselines/none_yet.json"), env, bench["cases"], "cpu") is None
+    v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), env, bench["cases"], "cpu")
+    assert v["verdict"] == PASS and v["baseline_file"]["path"] == "baselines/vector_add.json"
+    (tmp_path / "baselines" / "broken.json").write_text("{")
+    v = check_card_baseline(_card(tmp_path, "baselines/broken.json"), env, bench["cases"], "cpu")
+    assert v["verdict"] == INCOMPARABLE and "unreadable baseline" in v["baseline_error"]
+    assert exit_code_for(v) == ExitCode.CONFIG
+
+
+def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
+    """pipeline._write_attempt writes regression.json inside the sealed attempt."""
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.pipeline import _write_attempt
+    from mini_kv.store.index import read_index, update_index
+
+    card = load_task_card(REPO / "tasks" / "vector_add.yaml")
+    cand = card.candidate(card.default_candidate)
+    _, bench = _attempt(tmp_path, seed=2)
+    verdict = compare_to_baseline(baseline, {**baseline, "device": "cpu"}, bench, None)
+    summary = {"status": "PASSED", "exit_code": 0, "device": "cpu", "correctness": {"ok": True},
+               "benchmark": {"ran": True, "ok": True, "stable": True, "geomean_speedup": 1.7},
+               "compile": {}, "duration_s": 0.0, "regression": {"verdict": verdict["verdict"], "reasons": []}}
+    results = {"load": None, "cases": [], "contract": {}, "bench": bench["cases"], "incidents": []}
+    store = tmp_path / "store"
+    a = _write_attempt(store, card, cand, {"schema_version": 1, "key": ENV_KEY}, {"status": "ok"}, results,
+                       summary, "salt", "cpu", verdict)
+    header = read_attempt(a)
+    assert "regression.json" in {f["path"] for f in header["files"]}
+    assert json.loads((a / "regression.json").read_text()) == verdict
+    update_index(store, a)
+    rows, _ = read_index(store)
+    assert rows[0]["regression"] == verdict["verdict"] == PASS
