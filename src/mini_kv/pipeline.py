@@ -119,6 +119,21 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
     }
 
 
+def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_env: dict | None):
+    """An independent re-measurement of one bench case, in a fresh worker with fresh inputs,
+    for the regression gate: a slowdown counts only if this batch shows it too."""
+    def confirm(case_id: str) -> list:
+        case = next(c for c in job["bench_cases"] if c["id"] == case_id)
+        rerun = {**job, "cases": [], "contract": [], "bench_cases": [case], "salt": secrets.token_hex(16)}
+        res = run_worker(rerun, case_timeout=opts.timeout or card.timeouts["case_s"],
+                         stage_timeout=card.timeouts["stage_s"], env=child_env)
+        rec = next((r for r in res["bench"] if r.get("id") == case_id and "candidate" in r), None)
+        if rec is None:
+            raise RuntimeError(f"confirmation batch for {case_id} produced no timing")
+        return rec["candidate"]["samples"]
+    return confirm
+
+
 def _cpu_memory_limit() -> int:
     """Address-space cap for a CPU worker: half the machine, so a runaway op fails alone."""
     try:
@@ -216,8 +231,8 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
     if status == "PASSED" and bench["ran"]:
         from mini_kv.judge.regression import check_card_baseline, exit_code_for
 
-        # confirm=None: no independent re-run yet, so a slowdown is UNCONFIRMED (a warning), never FAIL
-        regression = check_card_baseline(card, env, results["bench"], device, confirm=None)
+        confirm = _confirmation_batch(job, opts, card, child_env)
+        regression = check_card_baseline(card, env, results["bench"], device, confirm=confirm)
         if regression is not None:
             summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
             code = exit_code_for(regression)
