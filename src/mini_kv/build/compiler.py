@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
-from mini_kv.model import Candidate, canonical_json
+from mini_kv.model import Candidate, canonical_json, sha256_file
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
@@ -37,14 +37,6 @@ TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
 def candidate_files(cdir: Path) -> list[Path]:
     """Every source-like file of the candidate, so an edited header changes the key too."""
     return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def toolchain(with_cuda: bool) -> dict:

@@ -46,3 +46,12 @@ def layout(t: torch.Tensor, variant: str | None) -> torch.Tensor:
 def check_variant(variant, allowed) -> None:
     if variant is not None and variant not in allowed:
         raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(allowed)}")
+
+
+def mismatched(t: torch.Tensor, variant: str, dtype, device: str) -> torch.Tensor | None:
+    """`t` moved to another dtype ("dtype_mismatch") or device ("device_mismatch"); None when
+    no other device exists here (the case is then not applicable)."""
+    if variant == "dtype_mismatch":
+        return t.to(torch.float64 if dtype != torch.float64 else torch.float32)
+    other = other_device(device)
+    return None if other is None else t.to(other)

@@ -9,7 +9,7 @@ from mini_kv.references.common import (
     VALUE_VARIANTS,
     check_variant,
     layout,
-    other_device,
+    mismatched,
     values,
 )
 
@@ -33,11 +33,8 @@ def make_inputs(params: dict, dtype: torch.dtype, device: str, generator: torch.
         bias = values((cols + 1,), dtype, device, generator)
     elif variant == "shape_mismatch":
         x = values((rows * cols,), dtype, device, generator)  # x must be 2-D
-    elif variant == "dtype_mismatch":
-        bias = bias.to(torch.float64 if dtype != torch.float64 else torch.float32)
-    elif variant == "device_mismatch":
-        other = other_device(device)
-        if other is None:
+    elif variant in ("dtype_mismatch", "device_mismatch"):
+        bias = mismatched(bias, variant, dtype, device)
+        if bias is None:
             return None  # not applicable on this machine
-        bias = bias.to(other)
     return (x, bias)

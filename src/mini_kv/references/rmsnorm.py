@@ -12,7 +12,7 @@ from mini_kv.references.common import (
     VALUE_VARIANTS,
     check_variant,
     layout,
-    other_device,
+    mismatched,
     values,
 )
 
@@ -50,11 +50,8 @@ def make_inputs(params: dict, dtype: torch.dtype, device: str, generator: torch.
         weight = values((hidden + 1,), dtype, device, generator)
     elif variant == "negative_eps":
         eps = -abs(eps) if eps != 0 else -DEFAULT_EPS
-    elif variant == "dtype_mismatch":
-        weight = weight.to(torch.float64 if dtype != torch.float64 else torch.float32)
-    elif variant == "device_mismatch":
-        other = other_device(device)
-        if other is None:
+    elif variant in ("dtype_mismatch", "device_mismatch"):
+        weight = mismatched(weight, variant, dtype, device)
+        if weight is None:
             return None  # not applicable on this machine
-        weight = weight.to(other)
     return (x, weight, eps)

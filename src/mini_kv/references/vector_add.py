@@ -9,7 +9,7 @@ from mini_kv.references.common import (
     VALUE_VARIANTS,
     check_variant,
     layout,
-    other_device,
+    mismatched,
     values,
 )
 
@@ -31,11 +31,8 @@ def make_inputs(params: dict, dtype: torch.dtype, device: str, generator: torch.
         a, b = layout(a, variant), layout(b, variant)
     elif variant == "shape_mismatch":
         b = values((shape[0] + 1,), dtype, device, generator)
-    elif variant == "dtype_mismatch":
-        b = b.to(torch.float64 if dtype != torch.float64 else torch.float32)
-    elif variant == "device_mismatch":
-        other = other_device(device)
-        if other is None:
+    elif variant in ("dtype_mismatch", "device_mismatch"):
+        b = mismatched(b, variant, dtype, device)
+        if b is None:
             return None  # not applicable on this machine
-        b = b.to(other)
     return (a, b)

@@ -7,7 +7,6 @@ re-hashes them, so a tampered or truncated attempt is reported and never used.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import secrets
@@ -15,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from mini_kv.errors import ConfigError
+from mini_kv.model import sha256_file
 from mini_kv.store.atomic import fsync_dir, write_bytes, write_json
 
 ATTEMPT_SCHEMA_VERSION = 1
@@ -24,14 +24,6 @@ PARTIAL = ".partial"
 def new_attempt_id(candidate: str) -> str:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{stamp}-{candidate}-{secrets.token_hex(3)}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class AttemptWriter:
@@ -63,7 +55,7 @@ class AttemptWriter:
         files = []
         for p in sorted(self.partial.rglob("*")):
             if p.is_file():
-                files.append({"path": str(p.relative_to(self.partial)), "sha256": _sha256(p),
+                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
                               "size": p.stat().st_size})
         for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
             fsync_dir(d)
@@ -101,7 +93,7 @@ def read_attempt(path: Path, verify: bool = True) -> dict:
             f = path / entry["path"]
             if not f.is_file():
                 raise AttemptInvalid(f"{path}: listed file {entry['path']} is missing")
-            if f.stat().st_size != entry["size"] or _sha256(f) != entry["sha256"]:
+            if f.stat().st_size != entry["size"] or sha256_file(f) != entry["sha256"]:
                 raise AttemptInvalid(f"{path}: {entry['path']} does not match its recorded SHA-256 (tampered or truncated)")
     header["path"] = str(path)
     return header
