@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mini_kv import cli_store
 
     cli_store.register(sub)
+    from mini_kv import cli_profile
+
+    cli_profile.register(sub)
     return p
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import sys
 from pathlib import Path
 
@@ -48,6 +47,8 @@ def checks(build_dir: Path) -> list[dict]:
     build_dir.mkdir(parents=True, exist_ok=True) if build_dir.parent.exists() else None
     writable = build_dir.is_dir() and os.access(build_dir, os.W_OK)
     row("build dir", str(build_dir), writable, "compile", f"make {build_dir} writable")
-    ncu = shutil.which("ncu")
-    row("ncu", ncu or "not found", ncu is not None, "profile (optional)", "install Nsight Compute")
+    from mini_kv.profile.ncu import doctor_rows
+
+    gpu_visible = any(r["name"].startswith("GPU ") for r in rows)
+    rows.extend(doctor_rows(gpu_visible))  # present? version? can it read the counters?
     return rows

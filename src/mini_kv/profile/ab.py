@@ -1,0 +1,118 @@
+"""Same-process A/B timing of two profiled candidates: the latency beside the profile deltas.
+
+ncu replays each kernel many times with counters on; its durations are not latencies. This
+times both candidates the way the benchmark stage does (mini_kv.worker.timing.measure, the
+same method chosen for both), in one child process, on the very inputs both profiles recorded
+(same factory, same seed), alternating which goes first in each repeat.
+
+Parent: `run_ab(a, b, ...)` -> child `python -m mini_kv.profile.ab` (job JSON on stdin, result
+JSON on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from mini_kv.model import sha256_file
+
+DEFAULT_REPEATS = 6
+DEFAULT_SAMPLES = 50
+DEFAULT_WARMUP = 10
+
+
+def _library(doc: dict) -> tuple[str | None, str | None]:
+    """The profiled library, if it is still on this machine unchanged: (path, why not)."""
+    lib = doc["candidate"]["library"]
+    if not lib or not Path(lib).is_file():
+        return None, f"{doc['candidate']['id']}: the profiled library {lib} is not on this machine"
+    if sha256_file(lib) != doc["candidate"]["library_sha256"]:
+        return None, f"{doc['candidate']['id']}: {lib} changed since it was profiled"
+    return lib, None
+
+
+def job_for(a: dict, b: dict, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> dict:
+    case = a["case"]  # compare() has checked that both profiles have the same case and inputs
+    return {"device": device, "inputs": a["task"]["operator"]["inputs"], "params": case["params"],
+            "dtype": case["dtype"], "seed": case["seed"], "repeats": repeats, "samples": samples,
+            "warmup": warmup, "method": "auto",
+            "candidates": [{"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
+                           {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]}]}
+
+
+def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFAULT_SAMPLES,
+           warmup: int = DEFAULT_WARMUP, timeout: float = 600.0) -> dict:
+    """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
+    import torch
+
+    from mini_kv.proc import run_with_timeout
+
+    if not torch.cuda.is_available():
+        return {"ran": False, "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
+                                        "profiles were taken on (the profiler's replay durations are not latencies)"}
+    job = job_for(a, b, repeats, samples, warmup)
+    for entry, doc in zip(job["candidates"], (a, b), strict=True):
+        lib, why = _library(doc)
+        if lib is None:
+            return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
+        entry["library"] = lib
+    res = run_with_timeout([sys.executable, "-m", "mini_kv.profile.ab"], timeout=timeout, input_text=json.dumps(job))
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.timed_out or res.returncode != 0 or not lines:
+        why = "timed out" if res.timed_out else f"exited {res.returncode}"
+        return {"ran": False, "error": True, "reason": f"the timing process {why}: {(res.stderr or res.stdout)[-1500:]}"}
+    return json.loads(lines[-1])
+
+
+def _time(job: dict) -> dict:
+    import torch
+
+    from mini_kv.judge import stats
+    from mini_kv.worker.benchmark import choose_method
+    from mini_kv.worker.inputs import clone_args, import_path, make_case_inputs
+    from mini_kv.worker.loader import load_op
+    from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, Workload, measure, method_chain
+
+    device = job["device"]
+    if torch.device(device).type == "cuda":
+        torch.cuda.set_device(torch.device(device))
+    else:
+        torch.set_num_threads(1)  # as the benchmark stage does on CPU: no parallelism one side lacks
+    factory = import_path(job["inputs"])
+    args = make_case_inputs(factory, job["params"], job["dtype"], device, int(job["seed"]))
+    calls = {}
+    for c in job["candidates"]:
+        op = load_op(c["library"], c["op"])
+        own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
+        calls[c["label"]] = Workload([lambda op=op, own=own: op(*own)])
+    flush = L2Flusher(device, False)
+    for _ in range(job["warmup"]):
+        for w in calls.values():
+            w.next()()
+    method, fallbacks = choose_method(method_chain(job["method"], device), list(calls.values()), device, flush, 20)
+    samples: dict[str, list] = {label: [] for label in calls}
+    order_log = []
+    for r in range(job["repeats"]):
+        order = ("A", "B") if r % 2 == 0 else ("B", "A")
+        order_log.append(list(order))
+        for label in order:
+            samples[label].append(measure(calls[label], method, job["samples"], device, flush, 20).samples)
+    summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
+    p50 = {label: summary[label]["overall"]["p50"] for label in calls}
+    return {"ran": True, "method": method, "timer": TIMER_LABELS[method], "fallbacks": fallbacks, "unit": "us",
+            "order": order_log, "repeats": job["repeats"], "samples_per_repeat": job["samples"],
+            "candidates": {c["label"]: c["id"] for c in job["candidates"]},
+            "p50_us": p50, "p95_us": {label: summary[label]["overall"]["p95"] for label in calls},
+            "p50_robust_cv": {label: summary[label]["p50_robust_cv"] for label in calls},
+            "b_over_a": p50["B"] / p50["A"], "samples": samples}
+
+
+def main() -> int:
+    job = json.load(sys.stdin)
+    print(json.dumps(_time(job)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""`mini-kv profile`: ncu around the target process on one fixed case, then re-import, parse, check.
+
+Steps, each of which records a structured reason when it fails (reasons.PROFILE_REASONS):
+find ncu -> CUDA visible -> the candidate's kernel names -> build (content-addressed cache) ->
+`ncu ... python -m mini_kv.profile.target --job job.json` -> `ncu --import R --csv --page raw`
+-> exactly one row of the candidate's kernel -> every required metric.
+The profile directory is written whether or not it succeeded; only `status: ok` ones compare.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mini_kv import environment
+from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.model import Candidate, Case, TaskCard, sha256_file
+from mini_kv.profile import metrics as metrics_mod
+from mini_kv.profile import ncu as ncu_mod
+from mini_kv.profile.reasons import ProfileFailure
+from mini_kv.profile.store import ProfileWriter
+
+# A fixed, public salt: profiles are evidence about a kernel, not a correctness check, and two
+# candidates' profiles must see the same inputs to be comparable.
+DEFAULT_SALT = "mini_kv-profile"
+DEFAULT_WARMUP = 5
+REPORT = "report.ncu-rep"
+
+
+@dataclass
+class ProfileOptions:
+    case: str | None = None  # case id ("bench_4096x8192-float16") or base id; default: first bench case
+    warmup: int = DEFAULT_WARMUP  # candidate calls before the profiled one (ncu --launch-skip)
+    kernel: str | None = None  # profile only this one of the candidate's kernels
+    seed_salt: str = DEFAULT_SALT
+    artifacts: str | None = None
+    timeout: float = 600.0  # seconds for the ncu run (and again for the import)
+    compile_timeout: float | None = None
+    prebuilt: str | None = None  # an ahead-of-time library instead of the JIT build
+    ncu: str | None = None  # path of ncu (default: $MINI_KV_NCU, PATH, CUDA_HOME/bin)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def pick_case(card: TaskCard, wanted: str | None) -> Case:
+    """A case that runs on CUDA and returns a value: the named one, else the card's first bench case."""
+    usable = [c for c in card.cases if c.runs_on("cuda") and c.kind != "illegal"]
+    if wanted is None:
+        bench = [c for c in usable if c.kind == "bench"]
+        if not bench:
+            raise ConfigError(card.path, "cases", "no bench case that runs on CUDA; pass --case")
+        return bench[0]
+    hits = [c for c in usable if c.id == wanted] or [c for c in usable if c.base_id == wanted]
+    if len(hits) != 1:
+        known = ", ".join(c.id for c in usable)
+        what = "matches several dtypes" if hits else "is not a CUDA case of this card"
+        raise ConfigError(card.path, "cases", f"--case {wanted!r} {what}; choose one of {known}")
+    return hits[0]
+
+
+def plan(card: TaskCard, cand: Candidate, opts: ProfileOptions) -> dict:
+    """What will be profiled, and how; no side effects."""
+    from mini_kv.worker.inputs import case_seed
+
+    if opts.warmup < 1:
+        raise ConfigError("--warmup", "", "at least one warm-up call is needed before the profiled launch")
+    if opts.prebuilt and not Path(opts.prebuilt).is_file():
+        raise ConfigError("--prebuilt", "", f"{opts.prebuilt} is not a file")
+    case = pick_case(card, opts.case)
+    cdir = Path(card.project_root) / cand.path
+    found = ncu_mod.kernel_names(cdir, list(cand.cuda_sources))
+    if opts.kernel is not None and opts.kernel not in found:
+        raise ConfigError("--kernel", "", f"{opts.kernel!r} is not a __global__ kernel of {cand.id} "
+                          f"(found: {', '.join(found) or 'none'})")
+    names = [opts.kernel] if opts.kernel else found
+    return {
+        "case": case, "seed": case_seed(card.id, case.id, opts.seed_salt), "kernel_names": names,
+        "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
+        "launch_skip": opts.warmup, "warmup": opts.warmup,
+    }
+
+
+def _binding(card: TaskCard, cand: Candidate, p: dict, opts: ProfileOptions, env: dict) -> dict:
+    """What the profile is about: task, candidate sources, case, seed, environment."""
+    from mini_kv.build.compiler import candidate_files
+
+    cdir = Path(card.project_root) / cand.path
+    case: Case = p["case"]
+    return {
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "task": {"id": card.id, "version": card.version, "card_path": card.path, "suite_hash": card.suite_hash(),
+                 "operator": {k: card.operator[k] for k in ("name", "version", "reference", "inputs")}},
+        "candidate": {"id": cand.id, "op": cand.op, "path": cand.path,
+                      "sources": [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)}
+                                  for f in candidate_files(cdir)],
+                      "library": None, "library_sha256": None, "build_key": None, "prebuilt": bool(opts.prebuilt)},
+        "case": {"id": case.id, "base_id": case.base_id, "kind": case.kind, "dtype": case.dtype,
+                 "params": case.params, "seed": p["seed"], "seed_salt": opts.seed_salt, "input_sha256": None,
+                 "tolerance": card.tolerances[case.dtype]},
+        "environment_key": env["key"],
+        "device": None,
+        "ncu": {"path": None, "version": None, "kernel_names": p["kernel_names"], "kernel_filter": p["kernel_filter"],
+                "launch_skip": p["launch_skip"], "launch_count": 1, "clock_control": "none",
+                "sections": list(ncu_mod.SECTIONS), "commands": []},
+        "target": None, "kernel": None, "summary": None,
+    }
+
+
+def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
+    """The candidate's library: the prebuilt one, or the content-addressed JIT build (logs kept)."""
+    from mini_kv.build.compiler import compile_candidate
+
+    if opts.prebuilt:
+        lib = Path(opts.prebuilt).resolve()
+        rec["candidate"].update(library=str(lib), library_sha256=sha256_file(lib))
+        return str(lib)
+    comp = compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
+                             with_cuda=True)
+    w.json("compile.json", comp)
+    for name, path in (comp.get("logs") or {}).items():
+        if Path(path).is_file():
+            w.copy(f"logs/compile/{name}", Path(path))
+    if comp["status"] != "ok":
+        raise ProfileFailure("COMPILE_FAILED", f"build {comp['status']}; see logs/compile/", build_key=comp["key"])
+    rec["candidate"].update(library=comp["library"], library_sha256=comp["library_sha256"], build_key=comp["key"])
+    return comp["library"]
+
+
+def _target_env() -> dict:
+    """The profiled python must import this mini_kv even if it is not installed."""
+    import os
+
+    src = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else ""), "PYTHONUNBUFFERED": "1"}
+
+
+def _public(cmd: dict) -> dict:
+    return {k: v for k, v in cmd.items() if not k.startswith("_")}
+
+
+def capture(ncu: str, library: str, card: TaskCard, cand: Candidate, p: dict, w: ProfileWriter, rec: dict,
+            timeout: float) -> None:
+    """Run ncu around the target, re-import, parse; fills `rec`, raises ProfileFailure with the reason."""
+    case: Case = p["case"]
+    job = {"library": library, "op": cand.op, "inputs": card.operator["inputs"], "reference": card.operator["reference"],
+           "params": case.params, "dtype": case.dtype, "device": "cuda:0", "seed": p["seed"], "warmup": p["warmup"],
+           "calls": 1, "tolerance": card.tolerances[case.dtype], "result_path": str(w.path("target.json"))}
+    w.json("job.json", job)
+    target = [sys.executable, "-m", "mini_kv.profile.target", "--job", str(w.path("job.json"))]
+    report_base = w.path(REPORT[: -len(".ncu-rep")])
+    cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
+    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout, env=_target_env(),
+                             cwd=card.project_root)
+    rec["ncu"]["commands"].append(_public(run))
+    _judge_profile_run(run, w, rec)
+    imp = ncu_mod.run_logged("import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"),
+                             timeout)
+    rec["ncu"]["commands"].append(_public(imp))
+    if imp["timed_out"] or imp["returncode"] != 0 or not imp["_stdout"].strip():
+        raise ProfileFailure("REIMPORT_FAILED", f"`ncu --import` exited {imp['returncode']}"
+                             + (" (timed out)" if imp["timed_out"] else ""),
+                             log_tail=ncu_mod.tail(imp["_stdout"] + imp["_stderr"]))
+    w.text("raw.csv", imp["_stdout"])
+    result = metrics_mod.analyze(imp["_stdout"], p["kernel_filter"])
+    w.json("metrics.json", {"schema_version": 1, "kernel": result["kernel"], "metrics": result["metrics"],
+                            "rows": result["rows"]})
+    rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
+
+
+def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
+    """Name what went wrong in the ncu run, most specific reason first."""
+    out = run["_stdout"] + run["_stderr"]
+    log_tail = ncu_mod.tail(out)
+    if ncu_mod.PERMISSION_MARK in out:
+        raise ProfileFailure("PERMISSION_DENIED", "ncu may not read the performance counters here",
+                             log_tail=log_tail)
+    result_file = w.partial / "target.json"
+    target = None
+    if result_file.is_file():
+        try:
+            target = json.loads(result_file.read_text())
+        except ValueError:
+            target = {"ok": False, "error": "target.json is not JSON"}
+    rec["target"] = target
+    if run["timed_out"]:
+        raise ProfileFailure("NCU_FAILED", f"ncu did not finish within {run['duration_s']:.0f} s", log_tail=log_tail)
+    if target is not None and not target.get("ok"):
+        raise ProfileFailure("TARGET_FAILED", target.get("error", "the target failed"), log_tail=log_tail)
+    if run["returncode"] != 0:
+        raise ProfileFailure("NCU_FAILED", f"ncu exited {run['returncode']}", returncode=run["returncode"],
+                             log_tail=log_tail)
+    if target is None:
+        raise ProfileFailure("TARGET_FAILED", "the target wrote no result (did ncu run it?)", log_tail=log_tail)
+    rec["case"]["input_sha256"] = target.get("input_sha256")
+    rec["device"] = target.get("device_name")
+    check = target.get("output_check") or {}
+    if not check.get("ok"):
+        raise ProfileFailure("WRONG_OUTPUT", check.get("reason") or "output check failed", check=check)
+    if ncu_mod.NO_KERNELS_MARK in out or not (w.partial / REPORT).is_file():
+        raise ProfileFailure("NO_MATCHING_KERNEL", "ncu profiled no kernel: nothing matched "
+                             f"{rec['ncu']['kernel_filter']} after {rec['ncu']['launch_skip']} skipped launches",
+                             log_tail=log_tail)
+
+
+def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
+    """Profile `cand` on one case; always writes a profile directory. Returns {status, exit_code, path, ...}."""
+    say = progress or (lambda msg: None)
+    p = plan(card, cand, opts)
+    artifacts = Path(opts.artifacts) if opts.artifacts else Path(card.project_root) / "artifacts"
+    env = environment.collect()
+    rec = _binding(card, cand, p, opts, env)
+    w = ProfileWriter(artifacts, card.id, cand.id)
+    w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
+    w.json("candidate_manifest.json", {"schema_version": 1, **cand.to_dict(), "files": rec["candidate"]["sources"]})
+    w.json("environment.json", env)
+    try:
+        ncu = ncu_mod.find_ncu(opts.ncu)
+        if ncu is None:
+            raise ProfileFailure("NCU_NOT_FOUND", "install Nsight Compute or pass --ncu / set MINI_KV_NCU")
+        rec["ncu"].update(path=ncu, version=ncu_mod.ncu_version(ncu))
+        if not cuda_available():
+            raise ProfileFailure("NO_CUDA", "torch sees no CUDA device; profile on a GPU machine")
+        if not p["kernel_names"]:
+            raise ProfileFailure("NO_KERNEL_NAMES", f"no __global__ function in {list(cand.cuda_sources)}")
+        say(f"build {cand.id}")
+        library = _build(card, cand, opts, w, rec)
+        say(f"ncu: {cand.id} on {p['case'].id}")
+        capture(ncu, library, card, cand, p, w, rec, opts.timeout)
+        rec.update(status="ok", reason=None, exit_code=int(ExitCode.OK))
+    except ProfileFailure as exc:
+        rec.update(status="failed", reason=exc.to_dict(), exit_code=int(exc.exit_code))
+    path = w.commit(rec)
+    return {"status": rec["status"], "exit_code": rec["exit_code"], "reason": rec["reason"], "path": str(path),
+            "profile_id": w.profile_id, "summary": rec["summary"], "kernel": rec["kernel"], "case": rec["case"]["id"],
+            "candidate": cand.id}

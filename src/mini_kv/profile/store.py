@@ -1,0 +1,146 @@
+"""Profile directories: `artifacts/profiles/<profile_id>/`, built as `<id>.partial` and renamed when whole.
+
+profile.json is written last and lists the SHA-256 and size of every other file (the pattern of
+attempt directories). A reader re-hashes them, validates profile.json against
+schemas/profile.schema.json and re-derives the summary from the stored raw CSV, so an edited
+number in profile.json is caught too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from mini_kv.model import sha256_file
+from mini_kv.store.atomic import fsync_dir, write_bytes, write_json
+
+PROFILE_SCHEMA_VERSION = 1
+PARTIAL = ".partial"
+PROFILES_DIR = "profiles"
+
+
+class ProfileUnusable(Exception):
+    """A profile directory that must not be compared; `code` is a compare refusal code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def new_profile_id(task_id: str, candidate: str) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-{task_id}-{candidate}-{secrets.token_hex(3)}"
+
+
+class ProfileWriter:
+    """Collects a profile's files in a `.partial` dir; `commit()` seals and publishes it."""
+
+    def __init__(self, artifacts: Path, task_id: str, candidate: str):
+        self.profile_id = new_profile_id(task_id, candidate)
+        self.root = Path(artifacts) / PROFILES_DIR
+        self.final = self.root / self.profile_id
+        self.partial = self.root / (self.profile_id + PARTIAL)
+        self.partial.mkdir(parents=True)
+
+    def path(self, rel: str) -> Path:
+        p = self.partial / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def json(self, rel: str, obj) -> None:
+        write_json(self.partial / rel, obj)
+
+    def text(self, rel: str, text: str) -> None:
+        write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
+
+    def copy(self, rel: str, src: Path) -> None:
+        dst = self.path(rel)
+        shutil.copyfile(src, dst)
+        with open(dst, "rb+") as f:
+            os.fsync(f.fileno())
+
+    def commit(self, header: dict) -> Path:
+        """Hash every file, write profile.json (validated) last, rename the directory into place."""
+        from mini_kv.load.schema import validate
+
+        files = []
+        for p in sorted(self.partial.rglob("*")):
+            if p.is_file():
+                with open(p, "rb+") as f:  # files written by ncu and the target are not fsynced yet
+                    os.fsync(f.fileno())
+                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
+                              "size": p.stat().st_size})
+        for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
+            fsync_dir(d)
+        doc = {**header, "schema_version": PROFILE_SCHEMA_VERSION, "kind": "mini_kv.profile",
+               "profile_id": self.profile_id, "files": files}
+        validate(json.loads(json.dumps(doc, default=str)), "profile", str(self.partial / "profile.json"))
+        write_json(self.partial / "profile.json", doc)
+        os.rename(self.partial, self.final)  # the moment the profile exists
+        fsync_dir(self.root)
+        return self.final
+
+
+def resolve(spec: str, artifacts: Path) -> Path:
+    """A profile given as a directory, or as an id under artifacts/profiles/."""
+    p = Path(spec)
+    if p.is_dir():
+        return p
+    under = Path(artifacts) / PROFILES_DIR / spec
+    return under if under.is_dir() else p
+
+
+def read_profile(path: Path) -> dict:
+    """profile.json of a sealed profile after every check; ProfileUnusable says which failed."""
+    from mini_kv.errors import ConfigError
+    from mini_kv.load.schema import validate
+
+    path = Path(path)
+    if path.name.endswith(PARTIAL):
+        raise ProfileUnusable("PROFILE_INVALID", f"{path}: incomplete profile (still .partial)")
+    meta = path / "profile.json"
+    try:
+        doc = json.loads(meta.read_text())
+    except FileNotFoundError:
+        raise ProfileUnusable("PROFILE_INVALID", f"{path}: no profile.json") from None
+    except (OSError, ValueError) as exc:
+        raise ProfileUnusable("PROFILE_INVALID", f"{meta}: unreadable ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != PROFILE_SCHEMA_VERSION:
+        version = doc.get("schema_version") if isinstance(doc, dict) else None
+        raise ProfileUnusable("PROFILE_INVALID", f"{meta}: schema_version {version!r} is not "
+                              f"{PROFILE_SCHEMA_VERSION}; read it with the mini_kv version that wrote it")
+    try:
+        validate(doc, "profile", str(meta))
+    except ConfigError as exc:
+        raise ProfileUnusable("PROFILE_INVALID", str(exc)) from None
+    listed = set()
+    for entry in doc["files"]:
+        f = path / entry["path"]
+        listed.add(entry["path"])
+        if not f.is_file():
+            raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: listed file {entry['path']} is missing")
+        if f.stat().st_size != entry["size"] or sha256_file(f) != entry["sha256"]:
+            raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: {entry['path']} does not match its recorded SHA-256")
+    if doc["status"] == "ok":
+        _check_summary(path, doc, listed)
+    doc["path"] = str(path)
+    return doc
+
+
+def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
+    """The summary in profile.json must be what the hashed raw CSV says (profile.json lists no hash of itself)."""
+    from mini_kv.profile.metrics import analyze
+    from mini_kv.profile.reasons import ProfileFailure
+
+    if "raw.csv" not in listed:
+        raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: a successful profile must list raw.csv")
+    try:
+        again = analyze((path / "raw.csv").read_text(), doc["ncu"]["kernel_filter"])["summary"]
+    except ProfileFailure as exc:
+        raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})") from None
+    if json.dumps(again, sort_keys=True) != json.dumps(doc["summary"], sort_keys=True):
+        raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: profile.json's summary differs from its raw.csv")
