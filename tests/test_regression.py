@@ -80,6 +80,22 @@ def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
     json.dumps(v, allow_nan=False)  # the record is plain JSON
 
 
+def test_report_prints_the_verdict_both_batches_and_the_reasons(tmp_path, baseline):
+    from rich.console import Console
+
+    from mini_kv.report import print_regression
+
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    v = compare_to_baseline(baseline, header, bench, Confirm(12.0))
+    v["baseline_file"] = {"path": "baselines/vector_add.json"}
+    con = Console(record=True, width=200)
+    print_regression(v, con)
+    text = con.export_text()
+    assert "regression vs baselines/vector_add.json: FAIL" in text
+    assert "+20." in text and "significant" in text and "P50 12.0" in text
+    assert "confirmed by an independent batch" in text
+
+
 def test_slowdown_that_the_confirmation_does_not_reproduce_warns(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0))

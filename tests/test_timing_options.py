@@ -385,14 +385,20 @@ def test_bandwidth_cache_is_used_and_validated(tmp_path):
 # ------------------------------------------------------------------ progress, report
 
 def test_progress_counts_stages():
-    msgs = []
+    msgs, counts = [], []
     job = {"cases": [{"id": "a"}, {"id": "b"}], "contract": ["opcheck"], "bench_cases": [{"id": "z"}]}
-    on_event = pipeline._progress(job, "v0", msgs.append)
+
+    def say(msg, completed=None, total=None):
+        msgs.append(msg)
+        counts.append((completed, total))
+
+    on_event = pipeline._progress(job, "v0", say)
     for e in ({"event": "begin", "stage": "correctness", "case": "a"}, {"event": "case"},
               {"event": "begin", "stage": "correctness", "case": "b"},
               {"event": "begin", "stage": "benchmark", "case": "z"}):
         on_event(e)
     assert msgs == ["v0: correctness 1/2: a", "v0: correctness 2/2: b", "v0: benchmark 1/1: z"]
+    assert counts == [(0, 4), (1, 4), (2, 4)]  # done before each case begins, of all stages' work
 
 
 def test_bench_table_shows_method_fallback_and_roofline():

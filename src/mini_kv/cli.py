@@ -76,7 +76,8 @@ def cmd_verify(args) -> int:
     opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
-                         bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv)
+                         bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv,
+                         env_tag=args.env_tag)
     cands = _selected_candidates(card, args.candidate)
     gpus = _parse_gpus(args.gpus)
     if gpus and len(gpus) > 1:
@@ -86,8 +87,8 @@ def cmd_verify(args) -> int:
             opts.gpu = gpus[0]
         results = []
         for cand in cands:
-            with console.status(f"verifying {card.id}/{cand.id}") as status:
-                results.append(verify(card, cand, opts, progress=lambda msg, st=status: st.update(msg)))
+            with _progress_display() as prog:
+                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}")))
             results[-1]["candidate"] = cand.id
             _print_result(results[-1], args)
     if gpus and len(gpus) > 1:
@@ -132,6 +133,30 @@ def _parse_gpus(spec: str | None) -> list[int]:
     return gpus
 
 
+def _progress_display():
+    """A live progress display on stderr (stdout stays clean for --json); rich hides it when not a terminal."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=True)
+
+
+def _progress_row(prog, label: str):
+    """One row of the display; returns the pipeline's progress callback for it."""
+    row = prog.add_task(label, total=None)
+
+    def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
+        prog.update(row, description=msg, completed=completed, total=total)
+    return update
+
+
 def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
     """One worker thread per GPU pulls candidates from a shared queue; each verify pins its
     child processes to that GPU with CUDA_VISIBLE_DEVICES. Results come back in queue order."""
@@ -154,16 +179,17 @@ def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
                 return
             gpu_opts = copy.copy(opts)
             gpu_opts.gpu = gpu
-            result = verify(card, cand, gpu_opts)
+            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"))
             result["candidate"] = cand.id
             results[i] = result
-            console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
+            prog.console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with _progress_display() as prog:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return [r for r in results if r is not None]
 
 
@@ -197,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--gpus", help="'all' or '0,1,...': one worker per GPU, candidates queued across them")
     vr.add_argument("--memory-limit", type=float, metavar="GB",
                     help="address-space cap of a CPU worker (default: half the machine's memory)")
+    vr.add_argument("--env-tag", help="label what mini_kv cannot detect but that changes timings (power cap, "
+                    "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)")
     vr.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")

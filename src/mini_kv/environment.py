@@ -99,8 +99,21 @@ def torch_has_cuda_build() -> bool:
     return torch.version.cuda is not None and cuda_home_dir() is not None
 
 
-def collect(gpu_index: int | None = None) -> dict:
-    """The environment record stored with every attempt (environment.json)."""
+ENV_TAG_VAR = "MINI_KV_ENV_TAG"
+
+
+def build_flags() -> dict:
+    """The flags every candidate build starts from: a change to them changes every binary."""
+    from mini_kv.build import compiler  # lazy: the compiler imports this module
+
+    return {"cflags": list(compiler.BASE_CFLAGS), "cuda_cflags": list(compiler.BASE_CUDA_CFLAGS),
+            "arch_list": cuda_arch_list() if torch_info()["devices"] else []}
+
+
+def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
+    """The environment record stored with every attempt (environment.json). `tag` (or $MINI_KV_ENV_TAG)
+    names what mini_kv cannot see but that changes timings (a power cap, a clock setting, a container
+    image): runs with different tags are never compared."""
     t = torch_info()
     device = None
     if t["devices"]:
@@ -119,13 +132,16 @@ def collect(gpu_index: int | None = None) -> dict:
         "nvcc": nvcc_info()["version"],
         "cxx": cxx_info()["version"],
         "executable": sys.executable,
+        "build_flags": build_flags(),
+        "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
     }
     env["key"] = environment_key(env)
     return env
 
 
 def environment_key(env: dict) -> str:
-    """What must match for two timings to be comparable: device, driver, CUDA, torch, compilers."""
+    """What must match for two timings to be comparable: device, driver, CUDA, torch, compilers,
+    base build flags and the user's environment tag."""
     gpu = env.get("gpu") or {}
     parts = {
         "device": gpu.get("name") or f"cpu:{env.get('machine')}:{env.get('cpu_count')}",
@@ -135,5 +151,7 @@ def environment_key(env: dict) -> str:
         "torch_cuda": env.get("torch_cuda"),
         "nvcc": env.get("nvcc"),
         "cxx": env.get("cxx"),
+        "build_flags": env.get("build_flags"),
+        "tag": env.get("tag"),
     }
     return sha256_text(canonical_json(parts))[:16]

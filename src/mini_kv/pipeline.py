@@ -35,6 +35,7 @@ class VerifyOptions:
     memory_limit_gb: float | None = None  # CPU worker address-space cap; None: half the machine
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
+    env_tag: str | None = None  # see environment.collect
 
 
 def pick_device(requested: str | None) -> str:
@@ -83,7 +84,7 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
 
 
 def _progress(job: dict, cand_id: str, say):
-    """Turn the worker's `begin` events into 'stage i/n: case' progress messages."""
+    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts."""
     totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
               "benchmark": len(job.get("bench_cases", []))}
     seen = dict.fromkeys(totals, 0)
@@ -92,7 +93,8 @@ def _progress(job: dict, cand_id: str, say):
         stage = ev.get("stage")
         if ev.get("event") == "begin" and stage in totals:
             seen[stage] = min(seen[stage] + 1, totals[stage])
-            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}")
+            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
+                completed=sum(seen.values()) - 1, total=sum(totals.values()))
     return on_event
 
 
@@ -186,12 +188,12 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
     root = Path(card.project_root)
     artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
     device = "cuda:0" if opts.gpu is not None else pick_device(opts.device)
-    env = environment.collect(opts.gpu)
+    env = environment.collect(opts.gpu, opts.env_tag)
     # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
     child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
     t0 = time.perf_counter()
     salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
-    say = progress or (lambda msg: None)
+    say = progress or (lambda msg, **_: None)
     check_benchmark_options(card, opts, device)
 
     say(f"compile {cand.id}")

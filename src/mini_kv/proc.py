@@ -33,8 +33,47 @@ def run_with_timeout(cmd: list[str], timeout: float, env: dict | None = None, cw
         return ProcResult(proc.returncode if proc.returncode is not None else -9, out, err, True)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc (Linux); empty where /proc is unavailable."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the command name may contain spaces
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def kill_group(pid: int) -> None:
+    """Kill the process group of `pid` and every descendant outside it. Ninja, for one, starts each
+    compiler in a process group of its own, so killing the group alone would leave compilers running."""
+    tree = _descendants(pid)
+    _signal_all(tree, signal.SIGSTOP)  # freeze first, so nothing forks past the second scan
+    tree = list(dict.fromkeys(tree + _descendants(pid)))
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    _signal_all(tree, signal.SIGKILL)

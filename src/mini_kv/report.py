@@ -120,5 +120,37 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
                 console.print(f"  {r['id']} {r['status']}: {r['reason']}")
     for inc in res.get("incidents", []):
         console.print(f"[yellow]incident:[/] {inc}")
+    if result.get("regression"):
+        print_regression(result["regression"], console)
     console.print(f"[bold]{s['status']}[/] {result.get('candidate', '')}: {summary_line(s)}")
     console.print(f"attempt: {result['attempt']}")
+    if result.get("index_warning"):
+        console.print(f"[yellow]index not updated:[/] {result['index_warning']} (run `mini-kv rebuild-index`)")
+
+
+def _batch(b: dict | None) -> str:
+    if not b:
+        return "-"
+    return f"p={b['p_value']:.2g}, {'significant' if b['significant'] else 'not significant'}"
+
+
+def print_regression(reg: dict, console: Console) -> None:
+    """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
+    style = {"PASS": "green", "WARN": "yellow", "INCOMPARABLE": "yellow"}.get(reg["verdict"], "red")
+    base = (reg.get("baseline_file") or {}).get("path", "baseline")
+    console.print(f"regression vs {base}: [{style}]{reg['verdict']}[/]")
+    cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
+    if cases:
+        t = Table(title="regression (times in µs)")
+        for col in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation"):
+            t.add_column(col)
+        for c in cases:
+            conf = c.get("confirmation") or {}
+            conf_p50 = ((conf.get("summary") or {}).get("overall") or {}).get("p50")
+            t.add_row(c["id"], c["verdict"], _fmt(c["baseline"]["p50"], ".2f"), _fmt(c["candidate"]["p50"], ".2f"),
+                      f"{(c['p50_ratio'] - 1) * 100:+.1f}%", f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
+                      _batch(c.get("first_batch")),
+                      _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else ""))
+        console.print(t)
+    for reason in reg.get("reasons", []):
+        console.print(f"  {reason}", markup=False)
