@@ -314,3 +314,51 @@ def test_target_failure_is_reported_not_raised(tmp_path):
     assert r.returncode == 3
     res = json.loads((tmp_path / "t.json").read_text())
     assert res["ok"] is False and res["error"]
+
+
+# --------------------------------------------------------------------------------- doctor
+
+def rows_by_name(rows):
+    return {r["name"]: r for r in rows}
+
+
+def test_doctor_reports_missing_ncu(tmp_path, monkeypatch):
+    from mini_kv.profile.ncu import doctor_rows
+
+    monkeypatch.setenv("MINI_KV_NCU", str(tmp_path / "no-ncu-here"))
+    rows = rows_by_name(doctor_rows(gpu_visible=True))
+    assert rows["ncu"]["ok"] is False and rows["ncu"]["value"] == "not found"
+    assert rows["ncu counters"]["ok"] is False and "ncu not found" in rows["ncu counters"]["value"]
+
+
+def test_doctor_without_gpu_does_not_probe(fake_ncu):
+    from mini_kv.profile.ncu import doctor_rows
+
+    rows = rows_by_name(doctor_rows(gpu_visible=False))
+    assert rows["ncu"]["ok"] and "2099.1.0.0" in rows["ncu"]["value"]
+    assert rows["ncu counters"]["ok"] is False
+    assert rows["ncu counters"]["value"] in ("not checked: no GPU visible",
+                                             "no: the driver restricts counters to admin users (RmProfilingAdminOnly=1)")
+    assert all("--metrics" not in a for a in argv_log(fake_ncu))  # no probe was run
+
+
+@pytest.mark.parametrize("mode,ok,words", [("ok", True, "yes"), ("perm", False, "ERR_NVGPUCTRPERM"),
+                                           ("crash", False, "probe exited")])
+def test_doctor_counter_probe(fake_ncu, monkeypatch, mode, ok, words):
+    from mini_kv.profile.ncu import probe_counters
+
+    monkeypatch.setenv("FAKE_NCU_MODE", mode)
+    if mode == "crash":  # an ncu that fails before printing the metric
+        fake_ncu["exe"].write_text("#!/bin/sh\necho '==ERROR== cannot start'; exit 7\n")
+    got_ok, text = probe_counters(str(fake_ncu["exe"]))
+    assert got_ok is ok and words in text
+    if mode != "crash":
+        (probe,) = argv_log(fake_ncu)
+        assert probe[:2] == ["--clock-control", "none"] and "gpu__time_duration.sum" in probe
+
+
+def test_doctor_command_lists_the_ncu_rows():
+    r = cli("doctor", "--json")
+    assert r.returncode in (0, 2), r.stderr
+    names = [row["name"] for row in json.loads(r.stdout)]
+    assert "ncu" in names and "ncu counters" in names
