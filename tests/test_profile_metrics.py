@@ -234,3 +234,14 @@ def test_scaled_units_give_the_same_summary_as_base_units():
 def test_prof_lines_around_the_table_are_ignored():
     text = "==PROF== Connected to process 1\n" + fixture("v0_naive") + "==PROF== Disconnected from process 1\n"
     assert m.analyze(text, candidate_filter("v0_naive"))["summary"]["grid_size"] == LAUNCH["v0_naive"][0]
+
+
+def test_not_issued_variants_and_selected_are_not_stall_reasons():
+    rows = table(fixture("v0_naive"))
+    rows[0].append("smsp__average_warps_issue_stalled_long_scoreboard_not_issued_per_issue_active.ratio")
+    rows[1].append("")
+    rows[2].append("99")
+    s = m.analyze(render(rows), candidate_filter("v0_naive"))["summary"]
+    reasons = [t["reason"] for t in s["top_stalls"]]
+    assert "long_scoreboard_not_issued" not in reasons and "selected" not in reasons
+    assert reasons.count("long_scoreboard") == 1

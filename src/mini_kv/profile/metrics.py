@@ -162,8 +162,10 @@ def summarize(metrics: dict, kernel_name: str) -> dict:
     stalls = []
     for name, m in metrics.items():
         hit = STALL.match(name)
-        if hit and hit.group("reason") not in NOT_STALLS and m["value"] is not None:
-            stalls.append({"reason": hit.group("reason"), "metric": name, "value": m["value"]})
+        reason = hit.group("reason") if hit else ""
+        # "<reason>_not_issued" variants count a subset of the same stalls: never a reason of their own
+        if hit and reason not in NOT_STALLS and not reason.endswith("_not_issued") and m["value"] is not None:
+            stalls.append({"reason": reason, "metric": name, "value": m["value"]})
     if not stalls:
         missing.append(f"warp stall reasons ({STALL_REQUIRED})")
     if missing:
