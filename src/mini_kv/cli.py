@@ -231,9 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
     vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_store
+    from mini_kv import cli_bench, cli_store
 
     cli_store.register(sub)
+    cli_bench.register(sub)
     from mini_kv import cli_profile
 
     cli_profile.register(sub)

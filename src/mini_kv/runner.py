@@ -174,7 +174,7 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             break
         if results["load"] is None:
             results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
-                               "log_tail": _tail(log_path)}
+                               "timed_out": outcome == "timeout", "log_tail": _tail(log_path)}
             break
         status = "TIMEOUT" if outcome == "timeout" else "RUNTIME_ERROR"
         reason = (f"no result within {budget:.0f} s; process group killed" if outcome == "timeout"

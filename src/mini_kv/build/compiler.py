@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
-SOURCE_SUFFIXES = {".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
+SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
 BASE_CFLAGS = ("-O3", "-std=c++17")
 BASE_CUDA_CFLAGS = ("-O3", "-std=c++17", "--use_fast_math")
 # torch's extension builder passes these to nvcc; the torch-free check uses them too, so a .cu
@@ -55,23 +56,41 @@ def toolchain(with_cuda: bool) -> dict:
 
 
 def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = None) -> dict:
-    """Everything the build needs and the key naming it (no side effects)."""
+    """Everything the build needs and the key naming it (no side effects).
+
+    `cand` is a task-card Candidate or any record with the same fields; one that also sets
+    `python_module` (plus optional `ldflags`, `include_dirs`) is built as an importable torch
+    extension module named after the key, as SOL-ExecBench C++ solutions are. Such a module cannot
+    be half-built, so where torch has no CUDA every source is only compile-checked (`check_only`).
+    """
+    python_module = bool(getattr(cand, "python_module", False))
     if with_cuda is None:
-        with_cuda = environment.torch_has_cuda_build() and bool(cand.cuda_sources)
+        with_cuda = environment.torch_has_cuda_build() and (bool(cand.cuda_sources) or python_module)
+    check_only = python_module and not with_cuda
     cdir = project_root / cand.path
-    sources = list(cand.cpu_sources) + (list(cand.cuda_sources) if with_cuda else [])
+    all_sources = list(cand.cpu_sources) + list(cand.cuda_sources)
+    if check_only:
+        sources, skipped = [], all_sources
+    else:
+        sources = list(cand.cpu_sources) + (list(cand.cuda_sources) if with_cuda else [])
+        skipped = [] if with_cuda else list(cand.cuda_sources)
     files = [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
     flags = {
         "cflags": [*BASE_CFLAGS, *cand.cflags],
         "cuda_cflags": [*BASE_CUDA_CFLAGS, *cand.cuda_cflags] if with_cuda else [],
-        "include_dirs": ["."],
+        "include_dirs": [".", *getattr(cand, "include_dirs", ())],
     }
+    if getattr(cand, "ldflags", ()):
+        flags["ldflags"] = list(cand.ldflags)
     tc = toolchain(with_cuda)
-    key = hashlib.sha256(canonical_json({"files": files, "sources": sources, "flags": flags,
-                                         "toolchain": tc}).encode()).hexdigest()
+    keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": tc}
+    if python_module:  # only then, so the keys of existing candidate builds stay as they were
+        keyed.update(python_module=True, check_only=check_only)
+    key = hashlib.sha256(canonical_json(keyed).encode()).hexdigest()
     return {"candidate": cand.id, "candidate_dir": str(cdir), "sources": sources, "files": files,
             "flags": flags, "toolchain": tc, "key": key, "with_cuda": with_cuda,
-            "cuda_sources_skipped": [] if with_cuda else list(cand.cuda_sources)}
+            "cuda_sources_skipped": skipped, "python_module": python_module, "check_only": check_only,
+            "module": f"mkv_{key[:16]}"}
 
 
 def _library_in(d: Path) -> Path | None:
@@ -79,23 +98,65 @@ def _library_in(d: Path) -> Path | None:
     return libs[0] if libs else None
 
 
+def _torch_extension_includes(plan: dict) -> list[str]:
+    """What torch's extension builder puts on the include path, for checking a torch extension's sources."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    return ([f"-DTORCH_EXTENSION_NAME={plan['module']}"]
+            + [f"-I{d}" for d in (*include_paths(), sysconfig.get_paths()["include"])])
+
+
+# gcc: "<file>:9:10: fatal error: <header>: No such file or directory"; nvcc's EDG front end:
+# "<file>(9): catastrophic error: cannot open source file \"<header>\""
+_MISSING_HEADER = re.compile(r'^(?P<file>[^\s:(]+)(?::\d+:\d+: fatal error: (?P<h1>[^:\s]+): No such file or directory'
+                             r'|\(\d+\): catastrophic error: cannot open source file "(?P<h2>[^"]+)")', re.M)
+_TOOLKIT_HEADER_PREFIXES = ("c10/", "ATen/", "torch/", "cu", "nv", "thrust/", "cooperative_groups", "mma")
+
+
+def _missing_environment_header(output: str, source_dir: str) -> str | None:
+    """The header a torch-extension check stopped on when the machine, not the source, lacks it:
+    one included from outside the source dir (e.g. a CPU torch wheel's incomplete c10/cuda), or a
+    CUDA/torch library header the source includes itself (cusparse.h where the toolkit is partial)."""
+    m = _MISSING_HEADER.search(output)
+    if m is None:
+        return None
+    header = m.group("h1") or m.group("h2")
+    from_outside = not os.path.realpath(m.group("file")).startswith(os.path.realpath(source_dir) + os.sep)
+    return header if from_outside or header.startswith(_TOOLKIT_HEADER_PREFIXES) else None
+
+
 def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
-    """Without CUDA torch, still prove the torch-free .cu files compile for sm_90."""
-    cu = [s for s in plan["cuda_sources_skipped"] if s.endswith(".cu")]
+    """Without CUDA torch, still prove the torch-free .cu files compile for sm_90.
+
+    A check-only plan (a torch extension module where torch has no CUDA) checks every source,
+    with torch's headers on the include path. If the machine lacks a header the source needs,
+    the check is `inconclusive` (not the source's fault), and names the header."""
+    check_all = plan.get("check_only", False)
+    cu = [s for s in plan["cuda_sources_skipped"] if check_all or s.endswith(".cu")]
     if not cu:
         return {"status": "skipped", "note": "no .cu sources"}
     nvcc = environment.nvcc_info()["path"]
     if nvcc is None:
         return {"status": "skipped", "note": "nvcc not found: .cu files were not compile-checked"}
+    extra = _torch_extension_includes(plan) if plan.get("python_module") else []
+    include_dirs = [str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]]
     results = []
     for src in cu:
         obj = out_dir / (Path(src).stem + ".o")
-        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *TORCH_NVCC_DEFINES, "-I", plan["candidate_dir"],
+        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *TORCH_NVCC_DEFINES,
+               *[a for d in include_dirs for a in ("-I", d)], *extra,
                str(Path(plan["candidate_dir"]) / src), "-o", str(obj)]
         res = run_with_timeout(cmd, timeout=timeout)
         results.append({"source": src, "command": cmd, "returncode": res.returncode,
                         "timed_out": res.timed_out, "output": res.output[-4000:]})
         if res.returncode != 0:
+            missing = None if res.timed_out or not check_all else \
+                _missing_environment_header(res.output, plan["candidate_dir"])
+            if missing is not None:
+                return {"status": "inconclusive", "checks": results,
+                        "note": f"this machine lacks {missing} (needed by {src}): not fully compile-checked"}
             return {"status": "timeout" if res.timed_out else "error", "checks": results}
     return {"status": "ok", "checks": results}
 
@@ -111,14 +172,23 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     record = {"schema_version": 1, "key": plan["key"], "candidate": cand.id, "build_dir": str(final),
               "with_cuda": plan["with_cuda"], "sources": plan["sources"], "files": plan["files"],
               "flags": plan["flags"], "toolchain": plan["toolchain"]}
-    if not plan["with_cuda"] and cand.cuda_sources:
+    if plan["python_module"]:
+        record.update(module=plan["module"], check_only=plan["check_only"])
+    if plan["check_only"]:
+        record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the extension module was not built; "
+                               "every source was compile-checked with nvcc against torch's headers")
+    elif not plan["with_cuda"] and cand.cuda_sources:
         record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the CUDA kernel was not built; "
                                ".cu files were compile-checked with plain nvcc")
     done = final / "build.json"
-    if done.is_file() and _library_in(final):
+
+    def built() -> bool:  # a check-only build has no library, only its recorded check
+        return done.is_file() and (plan["check_only"] or _library_in(final) is not None)
+
+    if built():
         return _finish(record, final, cache_hit=True, t0=t0, status="ok")
     with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
-        if done.is_file() and _library_in(final):  # another process built it while we waited
+        if built():  # another process built it while we waited
             return _finish(record, final, cache_hit=True, t0=t0, status="ok")
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
         try:
@@ -142,11 +212,16 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
         record["cuda_check"] = check
         if check["status"] in ("error", "timeout"):
             return "error" if check["status"] == "error" else "timeout"
+    if plan["check_only"]:
+        return "ok"
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"name": f"mkv_{plan['key'][:16]}", "build_dir": str(tmp / "out"),
+    spec.write_text(json.dumps({"name": plan["module"], "build_dir": str(tmp / "out"),
                                 "sources": [str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
-                                "include_dirs": [plan["candidate_dir"]], "flags": plan["flags"],
-                                "arch_list": plan["toolchain"]["arch_list"]}))
+                                "include_dirs": [str(Path(plan["candidate_dir"]) / d)
+                                                 for d in plan["flags"]["include_dirs"]],
+                                "flags": plan["flags"], "arch_list": plan["toolchain"]["arch_list"],
+                                "python_module": plan["python_module"],
+                                "with_cuda": True if plan["python_module"] else None}))
     cmd = [sys.executable, "-m", "mini_kv.build.jit_child", str(spec)]
     record["command"] = cmd
     res = run_with_timeout(cmd, timeout=timeout)

@@ -20,9 +20,13 @@ def main(spec_path: str) -> int:
         sources=spec["sources"],
         extra_cflags=spec["flags"]["cflags"],
         extra_cuda_cflags=spec["flags"]["cuda_cflags"] or None,
+        extra_ldflags=spec["flags"].get("ldflags") or None,
         extra_include_paths=spec["include_dirs"],
         build_directory=spec["build_dir"],
-        is_python_module=False,  # plain library: loading it proves it links and registers
+        # A plain library by default: loading it proves it links and registers. A torch extension
+        # module (PYBIND11_MODULE) is imported instead, which proves the same for its functions.
+        is_python_module=spec.get("python_module", False),
+        with_cuda=spec.get("with_cuda"),
         verbose=True,
     )
     return 0

@@ -60,6 +60,10 @@ def _limit_memory(job: dict) -> None:
 
 
 def run_job(job: dict, chan: Channel) -> int:
+    if job.get("kind") == "sol":  # a SOL-ExecBench solution: same channel, its own stages
+        from mini_kv.worker import sol_child
+
+        return sol_child.run_job(job, chan)
     import torch
 
     from mini_kv.worker import benchmark, contract, correctness, loader

@@ -1,0 +1,87 @@
+"""`bench`: evaluate a SOL-ExecBench solution. `register(sub)` adds it to mini-kv; `main()` is the
+`hpc-bench` and `sol-execbench` console scripts, which take the same arguments."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mini_kv.errors import ExitCode
+
+
+def add_arguments(p) -> None:
+    p.add_argument("problem_dir", nargs="?", help="directory holding definition.json and workload.jsonl")
+    p.add_argument("--solution", required=True, help="solution.json (sources inline or beside it)")
+    p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
+    p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
+    p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
+    p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
+    p.add_argument("-v", "--verbose", action="store_true", help="settings, build details and every failure log")
+    p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
+    p.add_argument("--compile-timeout", type=float, default=600.0, help="seconds for a C++ build (default 600)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per workload, correctness rounds and timing together (default 600)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    p.add_argument("--rounds", type=int, default=10, help="correctness rounds with fresh inputs (default 10)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
+    p.add_argument("--repeats", type=int, default=2, help="timed repeats, candidate and reference alternating "
+                   "first (default 2)")
+    p.add_argument("--samples", type=int, default=25, help="timed calls per repeat (default 25)")
+    p.add_argument("--method", default="auto", choices=["auto", "cupti", "graph", "events", "wallclock"],
+                   help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)")
+    p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")
+    p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
+    p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
+    p.add_argument("--memory-limit", type=float, metavar="GB", help="address-space cap of a CPU worker")
+
+
+def cmd_bench(args) -> int:
+    from mini_kv.cli import console
+    from mini_kv.solexec import traces
+    from mini_kv.solexec.run import BenchOptions, bench
+    from mini_kv.solexec.table import print_report
+
+    opts = BenchOptions(solution=args.solution, definition=args.definition, workload=args.workload,
+                        device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
+                        rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
+                        method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
+                        seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit)
+    if args.json:
+        result = bench(args.problem_dir, opts)
+    else:
+        with console.status("bench") as status:
+            result = bench(args.problem_dir, opts, progress=status.update)
+    lines = "".join(traces.dumps(t) + "\n" for t in result["traces"])
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(lines)
+    if args.json:
+        sys.stdout.write(lines)
+    else:
+        print_report(result, console, verbose=args.verbose)
+        if args.output:
+            console.print(f"traces: {args.output} ({len(result['traces'])})")
+    return int(result["exit_code"])
+
+
+def register(sub) -> None:
+    """Add `bench` to `sub` (the argparse subparsers of cli.build_parser)."""
+    p = sub.add_parser("bench", help="evaluate a SOL-ExecBench solution: correctness rounds, timing, traces")
+    add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`hpc-bench PROBLEM_DIR --solution S.json ...`: `mini-kv bench` under another name."""
+    from mini_kv.cli import main as cli_main
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        return cli_main(["bench", *args])
+    except SystemExit as exc:  # argparse's usage errors
+        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

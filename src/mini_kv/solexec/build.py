@@ -1,0 +1,66 @@
+"""Staging a solution's sources, and building the C++ ones with mini_kv's content-addressed compiler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from mini_kv.build.compiler import compile_candidate
+from mini_kv.solexec.languages import CppFlags
+from mini_kv.solexec.solution import CPP_SUFFIXES, Solution
+
+
+@dataclass(frozen=True)
+class SolutionBuild:
+    """What the compiler needs of a C++ solution (the fields of a task-card Candidate, plus the
+    extension-module ones): built into an importable torch extension module named after the key."""
+
+    id: str
+    path: str  # the staged sources (absolute)
+    cpu_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    python_module: bool = True
+
+
+def stage_sources(solution: Solution, dest: Path) -> Path:
+    """Write every source under `dest`, keeping its relative path (paths were checked at load)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in solution.sources:
+        target = dest / PurePosixPath(src.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(src.content, encoding="utf-8")
+    return dest
+
+
+def solution_build(solution: Solution, staged: Path, extra: CppFlags) -> SolutionBuild:
+    compiled = [s.path for s in solution.sources if PurePosixPath(s.path).suffix in CPP_SUFFIXES]
+    return SolutionBuild(
+        id=solution.name, path=str(staged.resolve()),
+        cpu_sources=tuple(p for p in compiled if not p.endswith(".cu")),
+        cuda_sources=tuple(p for p in compiled if p.endswith(".cu")),
+        cflags=solution.cflags, cuda_cflags=solution.cuda_cflags,
+        ldflags=(*solution.ldflags, *extra.ldflags), include_dirs=extra.include_dirs)
+
+
+def compile_solution(project_root: Path, solution: Solution, staged: Path, extra: CppFlags, timeout: float) -> dict:
+    """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs."""
+    return compile_candidate(project_root, solution_build(solution, staged, extra), timeout=timeout)
+
+
+def build_log(record: dict, limit: int = 8000) -> str:
+    """The part of a failed build's output that says why."""
+    parts = []
+    for check in (record.get("cuda_check") or {}).get("checks", []):
+        if check["returncode"] != 0:
+            parts.append(f"$ {' '.join(check['command'])}\n{check['output']}")
+    for name in ("stderr.log", "stdout.log"):
+        path = (record.get("logs") or {}).get(name)
+        if path and Path(path).is_file():
+            text = Path(path).read_text(errors="replace").strip()
+            if text:
+                parts.append(text)
+    return "\n".join(parts)[-limit:]

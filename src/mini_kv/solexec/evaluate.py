@@ -1,0 +1,305 @@
+"""Worker side: one workload. Correctness over several rounds of fresh inputs, then timing.
+
+Returns a plain record whose `status` is one of upstream's statuses; every failure of the solution is
+a status with a log, never an exception. Timing reuses mini_kv's methods (CUPTI span by default on
+CUDA, wall clock on CPU) and statistics; candidate and reference are timed alike, alternating first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from mini_kv.judge import stats
+from mini_kv.solexec import check, integrity
+from mini_kv.solexec.inputs import (
+    ReferenceInputError,
+    allocate_outputs,
+    clone_inputs,
+    make_inputs,
+    normalize_outputs,
+)
+from mini_kv.worker.benchmark import input_set_count
+from mini_kv.worker.inputs import case_seed
+from mini_kv.worker.timing import (
+    TIMER_LABELS,
+    L2Flusher,
+    NoDeviceWorkError,
+    TimingError,
+    TimingGuardError,
+    Workload,
+    is_cuda,
+    measure,
+    method_chain,
+)
+
+MAX_INPUT_SETS = 8
+
+
+@dataclass
+class Context:
+    """What every workload of one run shares."""
+
+    definition_name: str
+    solution_fn: object
+    reference_fn: object
+    reference_ns: dict
+    dps: bool
+    device: str
+    salt: str
+    settings: dict
+    snapshot: dict
+    safetensors_cache: dict = field(default_factory=dict)
+
+
+class Verdict(Exception):
+    """Ends a workload's evaluation with a status (raised inside the stages, caught once)."""
+
+    def __init__(self, status: str, log: str, correctness: dict | None = None):
+        super().__init__(log)
+        self.status, self.log, self.correctness = status, log, correctness
+
+
+def _sync(device: str) -> None:
+    if is_cuda(device):
+        torch.cuda.synchronize()
+
+
+def _tb() -> str:
+    return traceback.format_exc()[-4000:]
+
+
+def _check_integrity(ctx: Context, when: str) -> None:
+    bad = integrity.changed(ctx.snapshot)
+    if bad:
+        raise Verdict("REWARD_HACK", f"{when}: the solution replaced {', '.join(bad)}")
+
+
+def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = None) -> list:
+    """Run the solution once; DPS writes into `outputs` (fresh poisoned buffers when None)."""
+    if ctx.dps:
+        outs = outputs if outputs is not None else allocate_outputs(sig, ctx.device)
+        ctx.solution_fn(*inputs, *outs)
+        _sync(ctx.device)
+        return outs
+    result = ctx.solution_fn(*inputs)
+    _sync(ctx.device)
+    return normalize_outputs(result, sig, ctx.device)
+
+
+def run_reference(ctx: Context, sig: dict, inputs: list) -> list:
+    try:
+        refs = normalize_outputs(ctx.reference_fn(*clone_inputs(inputs)), sig, ctx.device)
+        _sync(ctx.device)
+    except Exception as exc:  # noqa: BLE001
+        raise Verdict("INVALID_REFERENCE", f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+    for spec, ref in zip(sig["outputs"], refs, strict=True):
+        want = tuple(spec["shape"] or ())
+        if tuple(ref.shape) != want or ref.dtype != getattr(torch, spec["dtype"]):
+            raise Verdict("INVALID_REFERENCE", f"reference output {spec['name']!r} is {list(ref.shape)} "
+                          f"{str(ref.dtype).replace('torch.', '')}, the definition says {list(want)} {spec['dtype']}")
+    return refs
+
+
+def _inputs(ctx: Context, sig: dict, workload: dict, seed: int) -> list:
+    try:
+        return make_inputs(sig, workload, ctx.reference_ns, ctx.device, seed, ctx.safetensors_cache)
+    except ReferenceInputError as exc:
+        raise Verdict("INVALID_REFERENCE", f"custom input generation failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory, unreadable safetensors data
+        raise Verdict("RUNTIME_ERROR", f"input generation failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+
+
+def _structure(sig: dict, outs: list, refs: list) -> None:
+    """Exact tensor type (a subclass could compute lazily on read), then shape, then dtype."""
+    for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
+        if type(out) is not torch.Tensor:
+            raise Verdict("REWARD_HACK", f"output {spec['name']!r} is a {type(out).__name__}, not exactly a "
+                          "torch.Tensor (a subclass can compute or change its values when read)")
+        if tuple(out.shape) != tuple(ref.shape):
+            raise Verdict("INCORRECT_SHAPE", f"output {spec['name']!r} has shape {list(out.shape)}, expected "
+                          f"{list(ref.shape)}")
+        if out.dtype != ref.dtype:
+            raise Verdict("INCORRECT_DTYPE", f"output {spec['name']!r} has dtype {str(out.dtype).replace('torch.', '')}"
+                          f", expected {str(ref.dtype).replace('torch.', '')}")
+        if out.device != ref.device:
+            raise Verdict("RUNTIME_ERROR", f"output {spec['name']!r} is on {out.device}, expected {ref.device}")
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _inputs_unchanged(before: list, after: list) -> bool:
+    """Byte for byte: works for every dtype (fp8, packed fp4) and treats NaN inputs as unchanged."""
+    return all(torch.equal(_bytes(b), _bytes(a)) for b, a in zip(before, after, strict=True)
+               if isinstance(b, torch.Tensor))
+
+
+def _worst(current: dict | None, new: dict) -> dict:
+    """Upstream keeps the round with the largest absolute error (a NaN or Inf round over any other)."""
+    if current is None:
+        return new
+    rank = (new["has_nan"], new["has_inf"], new["max_absolute_error"])
+    return new if rank > (current["has_nan"], current["has_inf"], current["max_absolute_error"]) else current
+
+
+def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
+    """Every round: fresh inputs, reference, solution, structure, inputs untouched, values. Returns the
+    worst round's error statistics."""
+    worst = None
+    for r in range(ctx.settings["rounds"]):
+        seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
+        inputs = _inputs(ctx, sig, workload, seed)
+        refs = run_reference(ctx, sig, inputs)
+        pristine = clone_inputs(inputs)
+        try:
+            outs = call_solution(ctx, sig, inputs)
+        except Exception as exc:  # noqa: BLE001 - the solution raising is a result
+            raise Verdict("RUNTIME_ERROR", f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") \
+                from None
+        if r == 0:
+            _check_integrity(ctx, "after the first call")
+        _structure(sig, outs, refs)
+        if not _inputs_unchanged(pristine, inputs):
+            raise Verdict("REWARD_HACK", f"round {r}: the solution modified its inputs")
+        for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
+            res = check.compare(out, ref, workload["tolerance"])
+            worst = _worst(worst, res)
+            if not res["ok"]:
+                raise Verdict("INCORRECT_NUMERICAL", f"round {r}, output {spec['name']!r}: {res['reason']}", worst)
+    return worst
+
+
+def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[list]:
+    first = _inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0timing-0"))
+    size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+    free = torch.cuda.mem_get_info(torch.device(ctx.device))[0] if is_cuda(ctx.device) else None
+    n = input_set_count(size, cold, MAX_INPUT_SETS, free)
+    return [first] + [_inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"],
+                                                            f"{ctx.salt}\0timing-{k}")) for k in range(1, n)]
+
+
+def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
+    """Rotating candidate and reference calls; DPS calls write into per-set output buffers."""
+    outs = [allocate_outputs(sig, ctx.device) if ctx.dps else None for _ in sets]
+    ref_sets = [clone_inputs(s) for s in sets]
+    fn, ref = ctx.solution_fn, ctx.reference_fn
+    cand = [(lambda s=s, o=o: fn(*s, *o)) if ctx.dps else (lambda s=s: fn(*s)) for s, o in zip(sets, outs, strict=True)]
+    refc = [lambda s=s: ref(*s) for s in ref_sets]
+    return Workload(cand), Workload(refc), ref_sets
+
+
+def _measure_alike(calls: dict[str, Workload], chain: list[str], settings: dict, device: str,
+                   flush: L2Flusher) -> tuple[str, list[dict], dict]:
+    """Repeats of candidate and reference with one method, alternating who goes first. The first
+    method of the chain that can time the first measurement is kept for all of them."""
+    fallbacks: list[dict] = []
+    samples: dict[str, list] = {"candidate": [], "reference": []}
+    method = None
+    for r in range(settings["repeats"]):
+        for who in (("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")):
+            while True:
+                m = method or chain[len(fallbacks)]
+                try:
+                    res = measure(calls[who], m, settings["samples"], device, flush)
+                except TimingError as exc:
+                    if method is not None or len(fallbacks) + 1 >= len(chain):
+                        raise
+                    fallbacks.append({"method": m, "reason": str(exc)})
+                    continue
+                method = m
+                samples[who].append(res.samples)
+                break
+    return method, fallbacks, samples
+
+
+def timing(ctx: Context, sig: dict, workload: dict) -> dict:
+    settings = ctx.settings
+    cold = settings["l2"] == "cold" and is_cuda(ctx.device)
+    sets = _input_sets(ctx, sig, workload, cold)
+    cand, ref, ref_sets = _calls(ctx, sig, sets)
+    for _ in range(settings["warmup"]):
+        cand.next()()
+        ref.next()()
+    _sync(ctx.device)
+    _check_integrity(ctx, "before timing")
+    threads = threading.active_count()
+    flush = L2Flusher(ctx.device, cold)
+    try:
+        method, fallbacks, samples = _measure_alike({"candidate": cand, "reference": ref},
+                                                    method_chain(settings["method"], ctx.device), settings,
+                                                    ctx.device, flush)
+    except (TimingGuardError, NoDeviceWorkError) as exc:
+        raise Verdict("REWARD_HACK", f"while timing: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise Verdict("RUNTIME_ERROR", f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+    if threading.active_count() != threads:
+        raise Verdict("REWARD_HACK", f"thread count changed while timing ({threads} -> {threading.active_count()})")
+    _check_integrity(ctx, "after timing")
+    _post_check(ctx, sig, workload, sets, ref_sets)
+    return _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
+
+
+def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: list) -> None:
+    """The outputs must still be right after all the timed calls, on every input set (result replay)."""
+    for k, (s, rs) in enumerate(zip(sets, ref_sets, strict=True)):
+        try:
+            outs = call_solution(ctx, sig, s)
+        except Exception as exc:  # noqa: BLE001
+            raise Verdict("REWARD_HACK", f"the solution raised after timing ({type(exc).__name__}: {exc}): "
+                          "it behaves differently once timed") from None
+        refs = run_reference(ctx, sig, rs)
+        _structure(sig, outs, refs)
+        for spec, out, r in zip(sig["outputs"], outs, refs, strict=True):
+            res = check.compare(out, r, workload["tolerance"])
+            if not res["ok"]:
+                raise Verdict("REWARD_HACK", f"after timing, input set {k}, output {spec['name']!r}: {res['reason']} "
+                              "(correct before timing, wrong after: replayed or stale results)")
+
+
+def _timing_record(method: str, fallbacks: list, samples: dict, settings: dict, device: str, n_sets: int,
+                   flush: L2Flusher) -> dict:
+    cand_s = stats.summarize_repeats(samples["candidate"])
+    ref_s = stats.summarize_repeats(samples["reference"])
+    return {
+        "method": method, "method_requested": settings["method"], "fallbacks": fallbacks,
+        "timer": TIMER_LABELS[method], "l2": settings["l2"] if is_cuda(device) else "n/a",
+        "input_sets": n_sets, "unit": "us",
+        "candidate": {"samples": samples["candidate"], "summary": cand_s},
+        "reference": {"samples": samples["reference"], "summary": ref_s},
+        "speedup": stats.speedup(ref_s["overall"]["p50"], cand_s["overall"]["p50"]),
+        "stability": {**stats.stability(cand_s, ref_s, settings["max_cv"], settings["max_p95_cv"]),
+                      "max_cv": settings["max_cv"], "max_p95_cv": settings["max_p95_cv"]},
+        "l2_flush": flush.describe() if flush.enabled else None,
+    }
+
+
+def _correctness_block(c: dict | None) -> dict | None:
+    if c is None:
+        return None
+    return {"max_relative_error": c["max_relative_error"], "max_absolute_error": c["max_absolute_error"],
+            "has_nan": c["has_nan"], "has_inf": c["has_inf"], "extra": {"matched_ratio": c["matched_ratio"]}}
+
+
+def evaluate_workload(ctx: Context, case: dict) -> dict:
+    """The record of one workload: id, status, log, correctness, performance, bench, finished_at."""
+    sig, workload = case["signature"], case["workload"]
+    record = {"id": case["id"], "status": "PASSED", "log": "", "correctness": None, "performance": None, "bench": None}
+    try:
+        worst = correctness_rounds(ctx, sig, workload)
+        record["correctness"] = _correctness_block(worst)
+        bench = timing(ctx, sig, workload)
+        p50, ref_p50 = bench["candidate"]["summary"]["overall"]["p50"], bench["reference"]["summary"]["overall"]["p50"]
+        record["bench"] = bench
+        record["performance"] = {"latency_ms": p50 / 1e3, "reference_latency_ms": ref_p50 / 1e3,
+                                 "speedup_factor": bench["speedup"]}
+    except Verdict as v:
+        record.update(status=v.status, log=v.log, correctness=_correctness_block(v.correctness)
+                      if v.status == "INCORRECT_NUMERICAL" else None, performance=None, bench=None)
+    record["finished_at"] = dt.datetime.now().isoformat()
+    return record

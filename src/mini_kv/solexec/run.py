@@ -1,0 +1,361 @@
+"""`bench`: load -> languages -> build (compiler) -> worker child (job kind `sol`) -> traces -> attempt + index.
+
+The parent never imports solution code. Everything that can go wrong with a solution becomes a
+trace status; only bad input files and arguments (ConfigError) and mini_kv's own bugs raise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mini_kv import environment
+from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.model import canonical_json, sha256_text
+from mini_kv.runner import run_worker
+from mini_kv.solexec import languages, traces
+from mini_kv.solexec.build import build_log, compile_solution, stage_sources
+from mini_kv.solexec.definition import Definition, load_definition
+from mini_kv.solexec.solution import Solution, load_solution
+from mini_kv.solexec.workload import Workload, load_workloads
+
+UNAVAILABLE = "unavailable here: "
+
+
+@dataclass
+class BenchOptions:
+    solution: str
+    definition: str | None = None
+    workload: str | None = None
+    device: str | None = None  # None: cuda when available, else cpu
+    compile_timeout: float = 600.0
+    timeout: float = 600.0  # per workload (correctness rounds and timing together)
+    rounds: int = 10
+    warmup: int = 10
+    repeats: int = 2
+    samples: int = 25
+    method: str = "auto"
+    l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
+    max_cv: float = 0.03
+    max_p95_cv: float = 0.15
+    artifacts: str | None = None
+    keep_staging: bool = False
+    seed_salt: str | None = None
+    memory_limit_gb: float | None = None
+
+
+@dataclass
+class Problem:
+    definition: Definition
+    workloads: list[Workload]
+    solution: Solution
+
+
+def problem_files(problem_dir: str | None, opts: BenchOptions) -> tuple[Path, Path]:
+    """definition.json and workload.jsonl: the explicit options win over PROBLEM_DIR's files."""
+    base = Path(problem_dir) if problem_dir else None
+    if base is not None and not base.is_dir():
+        raise UserError(f"{base}: not a problem directory (expected definition.json and workload.jsonl in it)")
+    found = []
+    for option, name in ((opts.definition, "definition.json"), (opts.workload, "workload.jsonl")):
+        path = Path(option) if option else (base / name if base else None)
+        if path is None:
+            raise UserError(f"give PROBLEM_DIR or --{name.split('.')[0]}")
+        if not path.is_file():
+            raise ConfigError(str(path), "", "file not found")
+        found.append(path)
+    return found[0], found[1]
+
+
+def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
+    def_path, wl_path = problem_files(problem_dir, opts)
+    definition = load_definition(def_path)
+    workloads = load_workloads(wl_path, definition)
+    if not Path(opts.solution).is_file():
+        raise ConfigError(opts.solution, "", "solution file not found")
+    return Problem(definition, workloads, load_solution(opts.solution, definition.name))
+
+
+def check_options(opts: BenchOptions, device: str) -> dict:
+    """The timing and round settings, checked before anything is built (exit CONFIG)."""
+    from mini_kv.worker.timing import check_options as check_timing
+
+    l2 = opts.l2 or ("cold" if device.startswith("cuda") else "hot")
+    try:
+        check_timing(opts.method, l2, device)
+    except ValueError as exc:
+        raise UserError(f"--method/--l2: {exc}") from None
+    for name in ("rounds", "warmup", "repeats", "samples"):
+        if getattr(opts, name) < (0 if name == "warmup" else 1):
+            raise UserError(f"--{name} must be at least {0 if name == 'warmup' else 1}, got {getattr(opts, name)}")
+    for name in ("timeout", "compile_timeout", "max_cv", "max_p95_cv"):
+        if not getattr(opts, name) > 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")
+    return {"rounds": opts.rounds, "warmup": opts.warmup, "repeats": opts.repeats, "samples": opts.samples,
+            "method": opts.method, "l2": l2, "max_cv": opts.max_cv, "max_p95_cv": opts.max_p95_cv}
+
+
+def signature(definition: Definition, wl: Workload) -> dict:
+    """The concrete inputs and outputs of one workload (shapes resolved from its axes)."""
+    def specs(group):
+        return [{"name": t.name, "dtype": t.dtype,
+                 "shape": None if t.shape is None else list(definition.shape_of(t, wl.resolved_axes))}
+                for t in group]
+    return {"inputs": specs(definition.inputs), "outputs": specs(definition.outputs),
+            "custom_inputs_entrypoint": definition.custom_inputs_entrypoint}
+
+
+def _case(definition: Definition, wl: Workload) -> dict:
+    # id/kind/dtype/params are what the runner records for a workload whose worker crashed or hung
+    return {"id": wl.uuid, "kind": "workload", "dtype": None, "params": dict(wl.axes),
+            "signature": signature(definition, wl),
+            "workload": {"uuid": wl.uuid, "inputs": wl.inputs, "resolved_axes": wl.resolved_axes,
+                         "safetensors": wl.safetensors, "tolerance": wl.tolerance}}
+
+
+def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str, salt: str, settings: dict,
+         opts: BenchOptions) -> dict:
+    from mini_kv.pipeline import _cpu_memory_limit
+
+    sol = problem.solution
+    ref_file = staging / "reference" / "reference.py"
+    ref_file.parent.mkdir(parents=True, exist_ok=True)
+    ref_file.write_text(problem.definition.reference, encoding="utf-8")
+    return {
+        "kind": "sol", "device": device, "salt": salt, "settings": settings,
+        "definition_name": problem.definition.name, "reference_file": str(ref_file),
+        "solution": {"group": sol.group, "dir": str(staging / "solution"), "entry_file": sol.entry_file,
+                     "entry_function": sol.entry_function, "dps": sol.dps,
+                     "module": (compile_rec or {}).get("module"), "library": (compile_rec or {}).get("library")},
+        "cases": [_case(problem.definition, wl) for wl in problem.workloads],
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
+    }
+
+
+def _progress(total: int, say):
+    seen = [0]
+
+    def on_event(ev: dict) -> None:
+        if ev.get("event") == "begin":
+            seen[0] += 1
+            say(f"workload {seen[0]}/{total}: {ev.get('case')}")
+    return on_event
+
+
+def _failure_log(entry: dict) -> str:
+    parts = [entry.get("reason") or ""]
+    for key in ("traceback", "log_tail"):
+        if entry.get(key):
+            parts.append(f"{key.replace('_', ' ')}:\n{entry[key].rstrip()}")
+    return "\n".join(p for p in parts if p)
+
+
+def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str, dict]:
+    """uuid -> {status, log, correctness, performance, bench, finished_at} from the runner's results."""
+    load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
+    if not load.get("ok"):
+        status = load.get("status") or ("TIMEOUT" if load.get("timed_out") else "RUNTIME_ERROR")
+        return {wl.uuid: {"status": status, "log": _failure_log(load)} for wl in workloads}
+    by_id = {rec["id"]: rec for rec in results["cases"]}
+    out = {}
+    for wl in workloads:
+        rec = by_id.get(wl.uuid)
+        if rec is None:
+            spent = [i["reason"] for i in results["incidents"] if i.get("status") == "TIMEOUT"]
+            out[wl.uuid] = {"status": "TIMEOUT", "log": "not evaluated: " + (spent[0] if spent else "no result")}
+        elif "signature" in rec or "finished_at" in rec:  # the worker's own record
+            out[wl.uuid] = rec
+        else:  # the runner's record of a crash or hang while this workload ran
+            out[wl.uuid] = {"status": rec["status"], "log": _failure_log(rec)}
+    for incident in results["incidents"]:
+        if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
+            hit = [incident["case"]] if incident.get("case") in out else list(out)
+            for uuid in hit:
+                out[uuid] = {"status": "REWARD_HACK", "log": incident["reason"]}
+    return out
+
+
+def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
+    trace_env = traces.trace_environment(env)
+    out = []
+    for wl in problem.workloads:
+        o = outcomes[wl.uuid]
+        out.append(traces.make_trace(problem.definition.name, wl.trace_dict(), problem.solution.name, o["status"],
+                                     trace_env, log=o.get("log") or "", correctness=o.get("correctness"),
+                                     performance=o.get("performance"), timestamp=o.get("finished_at")))
+    return out
+
+
+def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
+    return {wl.uuid: {"status": status, "log": log} for wl in problem.workloads}
+
+
+def _compile(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[dict | None, dict | None]:
+    """(compile record, outcomes when the build decides every workload)."""
+    from mini_kv.load.task_card import find_project_root
+
+    flags, reason = languages.cpp_flags(problem.solution.languages)
+    if reason:
+        return None, _all(problem, "RUNTIME_ERROR", UNAVAILABLE + reason)
+    say(f"compile {problem.solution.name}")
+    rec = compile_solution(find_project_root(Path.cwd()), problem.solution, staging / "solution", flags,
+                           opts.compile_timeout)
+    if rec["status"] == "timeout":
+        return rec, _all(problem, "TIMEOUT", f"the build did not finish within --compile-timeout "
+                         f"{opts.compile_timeout:g} s\n{build_log(rec)}")
+    if rec["status"] != "ok":
+        return rec, _all(problem, "COMPILE_ERROR", build_log(rec) or "the build failed (no output)")
+    return rec, None
+
+
+def _cpp_unavailable(rec: dict, device: str) -> str | None:
+    reason = languages.cpp_run_unavailable(device)
+    if reason and rec.get("check_only"):
+        check = rec.get("cuda_check") or {}
+        reason += f" (compile check: {check.get('status')}" + (f"; {check['note']}" if check.get("note") else "") + ")"
+    return reason
+
+
+def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
+    from mini_kv.pipeline import pick_device
+
+    t0 = time.perf_counter()
+    say = progress or (lambda msg: None)
+    problem = load_problem(problem_dir, opts)
+    device = pick_device(opts.device)
+    settings = check_options(opts, device)
+    env = environment.collect()
+    salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
+    staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
+    stage_sources(problem.solution, staging / "solution")
+    compile_rec, outcomes, unavailable = None, None, None
+    results: dict = {"load": None, "cases": [], "incidents": [], "log": None}
+    try:
+        if problem.solution.group == "cpp":
+            compile_rec, outcomes = _compile(problem, staging, opts, say)
+            unavailable = None if outcomes else _cpp_unavailable(compile_rec, device)
+        else:
+            unavailable = languages.python_unavailable(problem.solution.languages, device, env)
+        if outcomes is None and unavailable:
+            outcomes = _all(problem, "RUNTIME_ERROR", UNAVAILABLE + unavailable)
+        if outcomes is None:
+            job = _job(problem, staging, compile_rec, device, salt, settings, opts)
+            say(f"evaluate {problem.solution.name} on {device}")
+            results = run_worker(job, case_timeout=opts.timeout, stage_timeout=opts.timeout * (len(job["cases"]) + 1),
+                                 log_path=str(staging / "worker.log"), on_event=_progress(len(job["cases"]), say))
+            outcomes = outcomes_from_results(results, problem.workloads)
+        trace_list = build_traces(problem, outcomes, env)
+        if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
+            unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE):]
+        code = exit_code(trace_list, unavailable)
+        attempt, index_warning = record_attempt(problem, opts, env, compile_rec, results, outcomes, trace_list,
+                                                settings, device, salt, code)
+    finally:
+        if not opts.keep_staging:
+            shutil.rmtree(staging, ignore_errors=True)
+    return {"traces": trace_list, "exit_code": code, "attempt": str(attempt), "index_warning": index_warning,
+            "compile": compile_rec, "device": device, "settings": settings, "unavailable": unavailable,
+            "staging": str(staging) if opts.keep_staging else None, "definition": problem.definition.name,
+            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3)}
+
+
+def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
+    """0 only when every workload passed; otherwise the worst kind of failure (highest code)."""
+    statuses = {t["evaluation"]["status"] for t in trace_list}
+    if statuses == {"PASSED"}:
+        return ExitCode.OK
+    if unavailable:
+        return ExitCode.CONFIG
+    codes = [ExitCode.COMPILE if s == "COMPILE_ERROR" else ExitCode.CONFIG if s == "INVALID_REFERENCE"
+             else ExitCode.CORRECTNESS for s in statuses - {"PASSED"}]
+    return max(codes)
+
+
+# ------------------------------------------------------------------------------------ attempt
+
+def _safe(name: str) -> str:
+    """A directory-safe form of a definition or solution name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+
+
+def suite_hash(problem: Problem, settings: dict) -> str:
+    """What was measured: the definition, the workloads and the settings. Only equal suites are ranked together."""
+    return sha256_text(canonical_json({"format": "sol-execbench", "definition": problem.definition.raw,
+                                       "workloads": [wl.trace_dict() for wl in problem.workloads],
+                                       "settings": settings}))
+
+
+def _summaries(outcomes: dict[str, dict], trace_list: list[dict]) -> tuple[dict, dict]:
+    from mini_kv.judge import stats
+
+    counts: dict[str, int] = {}
+    for t in trace_list:
+        counts[t["evaluation"]["status"]] = counts.get(t["evaluation"]["status"], 0) + 1
+    passed = counts.get("PASSED", 0) == len(trace_list)
+    benches = [o["bench"] for o in outcomes.values() if o.get("bench")]
+    speedups = [b["speedup"] for b in benches if b.get("speedup")]
+    bench = {"ran": bool(benches), "ok": passed, "stable": all(b["stability"]["stable"] for b in benches)
+             if passed and benches else None,
+             "geomean_speedup": stats.geomean(speedups) if passed and speedups else None}
+    return {"ok": passed, "counts": counts}, bench
+
+
+def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec: dict | None, results: dict,
+                   outcomes: dict[str, dict], trace_list: list[dict], settings: dict, device: str, salt: str,
+                   code: ExitCode) -> tuple[Path, str | None]:
+    from mini_kv.store.attempts import AttemptWriter
+    from mini_kv.store.index import IndexUnusable, update_index
+
+    artifacts = Path(opts.artifacts) if opts.artifacts else _project_root() / "artifacts"
+    d, sol = problem.definition, problem.solution
+    w = AttemptWriter(artifacts, _safe(d.name), _safe(sol.name))
+    w.json("definition.json", d.raw)
+    w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in problem.workloads))
+    w.json("solution.json", sol.resolved())
+    for src in sol.sources:
+        w.text(f"sources/{src.path}", src.content)
+    w.json("environment.json", env)
+    if compile_rec is not None:
+        w.json("compile.json", compile_rec)
+        for name, path in (compile_rec.get("logs") or {}).items():
+            if Path(path).is_file():
+                w.copy(f"logs/compile/{name}", Path(path))
+    if results.get("log") and Path(results["log"]).is_file():
+        w.copy("logs/worker.log", Path(results["log"]))
+    w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in trace_list))
+    correctness, bench = _summaries(outcomes, trace_list)
+    w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt, "load": results.get("load"),
+                                "workloads": [{k: v for k, v in {"id": u, **o}.items() if k != "bench"}
+                                              for u, o in outcomes.items()],
+                                "incidents": results.get("incidents", []), "summary": correctness})
+    w.json("benchmark.json", {"schema_version": 1, "device": device, "settings": settings,
+                              "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
+                              "summary": bench})
+    version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
+    status = "PASSED" if correctness["ok"] else ("COMPILE_ERROR" if code == ExitCode.COMPILE else "FAILED")
+    header = {"task_id": _safe(d.name), "task_version": version, "format": "sol-execbench",
+              "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
+              "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],
+              "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "suite_hash": suite_hash(problem, settings), "environment_key": env["key"],
+              "build_key": (compile_rec or {}).get("key"), "status": status, "exit_code": int(code), "device": device,
+              "correctness": correctness, "benchmark": bench}
+    attempt = w.commit(header)
+    try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
+        update_index(artifacts, attempt)
+    except IndexUnusable as exc:
+        return attempt, str(exc)
+    return attempt, None
+
+
+def _project_root() -> Path:
+    from mini_kv.load.task_card import find_project_root
+
+    return find_project_root(Path.cwd())

@@ -1,0 +1,119 @@
+"""solution.json: schema, sources (inline or beside the file, never outside its directory), entry point."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from mini_kv.errors import ConfigError
+from mini_kv.load.schema import validate
+from mini_kv.solexec.jsonfile import read_json
+
+PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
+CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")
+CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+CPP_ENTRY_SUFFIXES = (*CPP_SUFFIXES, ".h", ".hpp", ".cuh")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Solution:
+    path: str  # solution.json
+    raw: dict = field(repr=False)
+    name: str = ""
+    definition: str = ""
+    languages: tuple[str, ...] = ()
+    entry_file: str = ""
+    entry_function: str = ""
+    dps: bool = True
+    dependencies: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    sources: tuple[SourceFile, ...] = ()
+
+    @property
+    def group(self) -> str:
+        """`cpp` (built into a torch extension module) or `python` (imported)."""
+        return "cpp" if any(lang in CPP_LANGUAGES for lang in self.languages) else "python"
+
+    def resolved(self) -> dict:
+        """solution.json with every source's content inlined: what was actually evaluated."""
+        raw = dict(self.raw)
+        raw["sources"] = [{"path": s.path, "content": s.content} for s in self.sources]
+        return raw
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256()
+        for part in (self.name, self.entry_file, self.entry_function, *self.languages,
+                     *(p for s in self.sources for p in (s.path, s.content))):
+            h.update(part.encode() + b"\0")
+        return h.hexdigest()
+
+
+def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
+    rel = entry["path"]
+    where = f"sources[{i}].path"
+    if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+        raise ConfigError(file, where, f"{rel!r} must be a relative path inside the solution's directory")
+    if "content" in entry:
+        return SourceFile(rel, entry["content"])
+    target = (sol_dir / rel).resolve()
+    if sol_dir not in target.parents:  # a symlink that leads out of the solution's directory
+        raise ConfigError(file, where, f"{rel!r} resolves to {target}, outside the solution's directory {sol_dir}")
+    try:
+        return SourceFile(rel, target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(file, where, f"no `content` given and no file {rel!r} beside solution.json "
+                          f"(looked for {target})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(file, where, f"unreadable source {target} ({exc})") from None
+
+
+def _check_languages(languages: list[str], entry_file: str, file: str) -> None:
+    py = [lang for lang in languages if lang in PYTHON_LANGUAGES]
+    cpp = [lang for lang in languages if lang in CPP_LANGUAGES]
+    if py and cpp:
+        raise ConfigError(file, "spec.languages", f"Python languages {py} and C++ languages {cpp} cannot be mixed")
+    suffix = PurePosixPath(entry_file).suffix
+    if py and suffix != ".py":
+        raise ConfigError(file, "spec.entry_point", f"Python languages need a .py entry file, got {entry_file!r}")
+    if cpp and suffix not in CPP_ENTRY_SUFFIXES:
+        raise ConfigError(file, "spec.entry_point", f"C++ languages need a C++/CUDA entry file "
+                          f"({', '.join(CPP_ENTRY_SUFFIXES)}), got {entry_file!r}")
+
+
+def load_solution(path: str | Path, definition_name: str | None = None) -> Solution:
+    path = Path(path)
+    file = str(path)
+    raw = read_json(path)
+    validate(raw, "sol_solution", file)
+    spec = raw["spec"]
+    if definition_name is not None and raw["definition"] != definition_name:
+        raise ConfigError(file, "definition", f"{raw['definition']!r} is not the problem's definition "
+                          f"{definition_name!r}")
+    sol_dir = path.parent.resolve()
+    sources = [_source(e, i, sol_dir, file) for i, e in enumerate(raw["sources"])]
+    seen: dict[str, int] = {}
+    for i, s in enumerate(sources):
+        norm = str(PurePosixPath(s.path))
+        if norm in seen:
+            raise ConfigError(file, f"sources[{i}].path", f"duplicate source {s.path!r} (also sources[{seen[norm]}])")
+        seen[norm] = i
+    entry_file, _, entry_function = spec["entry_point"].rpartition("::")
+    if str(PurePosixPath(entry_file)) not in seen:
+        raise ConfigError(file, "spec.entry_point", f"entry file {entry_file!r} is not among the sources "
+                          f"({', '.join(s.path for s in sources)})")
+    _check_languages(spec["languages"], entry_file, file)
+    opts = spec.get("compile_options") or {}
+    return Solution(path=file, raw=raw, name=raw["name"], definition=raw["definition"],
+                    languages=tuple(spec["languages"]), entry_file=entry_file, entry_function=entry_function,
+                    dps=spec.get("destination_passing_style", True), dependencies=tuple(spec.get("dependencies", [])),
+                    cflags=tuple(opts.get("cflags", [])), cuda_cflags=tuple(opts.get("cuda_cflags", [])),
+                    ldflags=tuple(opts.get("ld_flags", [])), sources=tuple(sources))

@@ -1,0 +1,76 @@
+"""The bench report: upstream's table (# | Status | Latency (ms) | Ref (ms) | Speedup | Max Abs Err | Max Rel Err),
+"N/M workloads passed", then the logs of the workloads that failed for a reason other than their numbers."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+STATUS_STYLE = {"PASSED": "green", "INCORRECT_NUMERICAL": "yellow"}
+
+
+def _errors(corr: dict | None) -> tuple[str, str]:
+    if not corr:
+        return "", ""
+    if corr["has_nan"]:
+        return "NaN", "NaN"
+    if corr["has_inf"]:
+        return "Inf", "Inf"
+    return f"{corr['max_absolute_error']:.2e}", f"{corr['max_relative_error']:.2e}"
+
+
+def traces_table(trace_list: list[dict]) -> Table:
+    t = Table(title="Evaluation Results", show_lines=True)
+    t.add_column("#", style="dim")
+    t.add_column("Status")
+    for col in ("Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
+        t.add_column(col, justify="right")
+    for i, tr in enumerate(trace_list):
+        ev = tr["evaluation"]
+        perf = ev["performance"]
+        lat, ref, speed = ("", "", "") if perf is None else (
+            f"{perf['latency_ms']:.3f}", f"{perf['reference_latency_ms']:.3f}", f"{perf['speedup_factor']:.2f}x")
+        style = STATUS_STYLE.get(ev["status"], "red")
+        t.add_row(str(i), f"[{style}]{ev['status']}[/]", lat, ref, speed, *_errors(ev["correctness"]))
+    return t
+
+
+def print_report(result: dict, console: Console, verbose: bool = False) -> None:
+    trace_list = result["traces"]
+    console.print(f"[bold]Problem:[/]  {escape(result['definition'])}")
+    console.print(f"[bold]Solution:[/] {escape(result['solution'])}")
+    console.print(f"[bold]Workloads:[/] {len(trace_list)}  (device {result['device']})")
+    if verbose:
+        _print_details(result, console)
+    console.print(traces_table(trace_list))
+    passed = sum(t["evaluation"]["status"] == "PASSED" for t in trace_list)
+    console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
+    if result.get("unavailable"):
+        console.print(f"[red]unavailable here:[/] {escape(result['unavailable'])}")
+    failed = [(i, t["evaluation"]) for i, t in enumerate(trace_list)
+              if t["evaluation"]["status"] not in ("PASSED",) and t["evaluation"]["log"]]
+    if failed and not result.get("unavailable"):
+        shown = failed if verbose else failed[:3]
+        console.print(f"\n[bold red]Logs ({len(failed)}):[/]")
+        for i, ev in shown:
+            console.print(f"\n[bold]Workload {i}[/] ([red]{ev['status']}[/]):")
+            console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
+        if len(shown) < len(failed):
+            console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
+    console.print(f"attempt: {result['attempt']}")
+    if result.get("index_warning"):
+        console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
+
+
+def _print_details(result: dict, console: Console) -> None:
+    s = result["settings"]
+    console.print(f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples, "
+                  f"method {s['method']}, L2 {s['l2']}[/]")
+    comp = result.get("compile")
+    if comp:
+        note = " (compile check only)" if comp.get("check_only") else ""
+        console.print(f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
+                      f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]")
+    if result.get("staging"):
+        console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")

@@ -1,0 +1,124 @@
+"""workload.jsonl: one workload a line, each checked against the schema and against its definition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mini_kv.errors import ConfigError
+from mini_kv.load.schema import validate
+from mini_kv.solexec import safetensors_file
+from mini_kv.solexec.definition import Definition
+from mini_kv.solexec.jsonfile import parse_json, read_text
+
+# upstream's defaults, in upstream's field order (the trace repeats them in this order)
+DEFAULT_TOLERANCE = {"max_atol": 1e-2, "max_rtol": 1e-2, "required_matched_ratio": 0.99, "max_error_cap": None,
+                     "allow_negative_inf": False}
+
+
+@dataclass(frozen=True)
+class Workload:
+    uuid: str
+    line: int
+    axes: dict  # the var axes as written
+    inputs: dict  # name -> descriptor as written
+    tolerance: dict  # with defaults filled in
+    resolved_axes: dict = field(default_factory=dict)  # every axis's size
+    safetensors: dict = field(default_factory=dict)  # input name -> absolute file path
+
+    def trace_dict(self) -> dict:
+        """The workload as upstream's trace writes it: axes, inputs, uuid, tolerance."""
+        return {"axes": dict(self.axes), "inputs": {k: dict(v) for k, v in self.inputs.items()}, "uuid": self.uuid,
+                "tolerance": dict(self.tolerance)}
+
+
+def _check_axes(raw: dict, definition: Definition, file: str, at: str) -> dict:
+    for name in raw["axes"]:
+        if name not in definition.axes:
+            raise ConfigError(file, f"{at}axes.{name}", f"not an axis of {definition.name}; its var axes: "
+                              f"{', '.join(definition.var_axes) or '(none)'}")
+        if definition.axes[name]["type"] != "var":
+            raise ConfigError(file, f"{at}axes.{name}", f"axis {name!r} is {definition.axes[name]['type']}, "
+                              "only var axes are set by a workload")
+    missing = [n for n in definition.var_axes if n not in raw["axes"]]
+    if missing:
+        raise ConfigError(file, f"{at}axes.{missing[0]}", "required var axis is missing")
+    try:
+        return definition.resolve_axes(raw["axes"])
+    except (ValueError, ZeroDivisionError) as exc:
+        raise ConfigError(file, f"{at}axes", str(exc)) from None
+
+
+def _check_inputs(raw: dict, definition: Definition, file: str, at: str) -> None:
+    specs = {t.name: t for t in definition.inputs}
+    for name in raw["inputs"]:
+        if name not in specs:
+            raise ConfigError(file, f"{at}inputs.{name}", f"not an input of {definition.name}; its inputs: "
+                              f"{', '.join(specs)}")
+    for name, spec in specs.items():
+        desc = raw["inputs"].get(name)
+        if desc is None:
+            raise ConfigError(file, f"{at}inputs.{name}", "required input descriptor is missing")
+        kind = desc["type"]
+        if kind == "scalar" and not spec.is_scalar:
+            raise ConfigError(file, f"{at}inputs.{name}.type", "`scalar` is only for inputs whose shape is null "
+                              f"(a Python scalar); {name} is a tensor")
+        if kind == "safetensors" and spec.is_scalar:
+            raise ConfigError(file, f"{at}inputs.{name}.type", f"{name} is a Python scalar; use `scalar`")
+    kinds = {d["type"] == "custom" for d in raw["inputs"].values()}
+    if kinds == {True, False}:
+        raise ConfigError(file, f"{at}inputs", "either every input is `custom` or none is")
+    if True in kinds and not definition.custom_inputs_entrypoint:
+        raise ConfigError(file, f"{at}inputs", f"`custom` inputs need the definition's custom_inputs_entrypoint, "
+                          f"which {definition.path} does not set")
+
+
+def _check_safetensors(raw: dict, definition: Definition, axes: dict, base: Path, file: str, at: str) -> dict:
+    """Resolve each safetensors path (relative to the workload file) and check key, dtype and shape now."""
+    specs = {t.name: t for t in definition.inputs}
+    found = {}
+    for name, desc in raw["inputs"].items():
+        if desc["type"] != "safetensors":
+            continue
+        where = f"{at}inputs.{name}"
+        path = (base / desc["path"]).resolve()
+        if not path.is_file():
+            raise ConfigError(file, f"{where}.path", f"file {desc['path']!r} does not exist (looked for {path})")
+        try:
+            dtype, shape = safetensors_file.describe(path, desc["tensor_key"])
+        except safetensors_file.SafetensorsError as exc:
+            raise ConfigError(file, f"{where}.tensor_key", f"{path}: {exc}") from None
+        want = definition.shape_of(specs[name], axes)
+        if dtype != specs[name].dtype or shape != want:
+            raise ConfigError(file, where, f"{path}[{desc['tensor_key']!r}] is {list(shape)} {dtype}, the definition "
+                              f"wants {list(want)} {specs[name].dtype} for these axes")
+        found[name] = str(path)
+    return found
+
+
+def parse_workload(raw, definition: Definition, file: str, line: int, base: Path) -> Workload:
+    at = f"line {line}: "
+    validate(raw, "sol_workload", f"{file}: line {line}")
+    axes = _check_axes(raw, definition, file, at)
+    _check_inputs(raw, definition, file, at)
+    st = _check_safetensors(raw, definition, axes, base, file, at)
+    return Workload(uuid=raw["uuid"], line=line, axes=dict(raw["axes"]), inputs=dict(raw["inputs"]),
+                    tolerance={**DEFAULT_TOLERANCE, **raw.get("tolerance", {})}, resolved_axes=axes, safetensors=st)
+
+
+def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
+    path = Path(path)
+    file = str(path)
+    out: list[Workload] = []
+    seen: dict[str, int] = {}
+    for i, text in enumerate(read_text(path).splitlines(), start=1):
+        if not text.strip():
+            continue
+        wl = parse_workload(parse_json(text, file, f"line {i}"), definition, file, i, path.parent.resolve())
+        if wl.uuid in seen:
+            raise ConfigError(file, f"line {i}: uuid", f"duplicate uuid {wl.uuid!r} (first used on line {seen[wl.uuid]})")
+        seen[wl.uuid] = i
+        out.append(wl)
+    if not out:
+        raise ConfigError(file, "", "no workloads (expected one JSON object per line)")
+    return out

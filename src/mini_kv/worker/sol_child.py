@@ -1,0 +1,94 @@
+"""Worker job kind `sol`: evaluate a SOL-ExecBench solution, one `case` event per workload.
+
+Runs inside `mini_kv.worker.child` (same signed channel, memory cap and restart-after-crash). The
+`load` stage loads the reference, snapshots the functions the verdict depends on, then imports the
+solution (a Python module, or the torch extension module the compiler built); a failed load says
+which status every workload gets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from pathlib import PurePosixPath
+
+from mini_kv.worker.child import POISONED_MARKERS, Channel
+
+
+def _load_reference(path: str):
+    spec = importlib.util.spec_from_file_location("mini_kv_sol_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    # a real file: decorators such as @triton.jit read the source back with inspect
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import_solution(sol: dict):
+    if sol["group"] == "cpp":
+        spec = importlib.util.spec_from_file_location(sol["module"], sol["library"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    sys.path.insert(0, sol["dir"])  # so the entry file can import the solution's other files
+    name = ".".join(PurePosixPath(sol["entry_file"]).with_suffix("").parts)
+    return importlib.import_module(name)
+
+
+def _fail(chan: Channel, status: str, reason: str) -> None:
+    chan.send(event="load", ok=False, status=status, reason=reason, traceback=traceback.format_exc()[-4000:])
+
+
+def _load(job: dict, chan: Channel):
+    """(reference module, solution function, integrity snapshot), or None after sending a failed load."""
+    from mini_kv.solexec import integrity
+
+    try:
+        reference = _load_reference(job["reference_file"])
+        ref_fn = reference.run
+    except Exception as exc:  # noqa: BLE001 - also the problem's fault when run is missing at runtime
+        return _fail(chan, "INVALID_REFERENCE", f"the reference does not load: {type(exc).__name__}: {exc}")
+    snap = integrity.snapshot()
+    sol = job["solution"]
+    try:
+        module = _import_solution(sol)
+    except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built
+        what = "built module" if sol["group"] == "cpp" else sol["entry_file"]
+        return _fail(chan, "COMPILE_ERROR", f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}")
+    fn = getattr(module, sol["entry_function"], None)
+    if not callable(fn):
+        return _fail(chan, "COMPILE_ERROR", f"the solution has no function {sol['entry_function']!r} "
+                     f"(entry point {sol['entry_file']}::{sol['entry_function']})")
+    bad = integrity.changed(snap)
+    if bad:
+        return _fail(chan, "REWARD_HACK", f"importing the solution replaced {', '.join(bad)}")
+    return reference, ref_fn, fn, snap
+
+
+def run_job(job: dict, chan: Channel) -> int:
+    import torch
+
+    from mini_kv.solexec.evaluate import Context, evaluate_workload
+
+    device = job["device"]
+    if torch.device(device).type == "cuda":
+        torch.cuda.set_device(torch.device(device))
+    # one intra-op thread on CPU: the reference gets no parallelism the solution lacks
+    torch.set_num_threads(job.get("threads") or 1)
+    loaded = _load(job, chan)
+    if loaded is None:
+        return 0
+    reference, ref_fn, fn, snap = loaded
+    chan.send(event="load", ok=True)
+    ctx = Context(definition_name=job["definition_name"], solution_fn=fn, reference_fn=ref_fn,
+                  reference_ns=vars(reference), dps=job["solution"]["dps"], device=device, salt=job["salt"],
+                  settings=job["settings"], snapshot=snap)
+    for case in job["cases"]:
+        chan.send(event="begin", stage="correctness", case=case["id"])
+        rec = evaluate_workload(ctx, case)
+        chan.send(event="case", record=rec)
+        if rec["status"] == "RUNTIME_ERROR" and any(m in rec["log"] for m in POISONED_MARKERS):
+            return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
+    chan.send(event="done")
+    return 0
