@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ahead-of-time build of the four shipped candidates into one libmini_kv_ops.so with CMake.
+# Ahead-of-time build of the shipped candidates (listed in CMakeLists.txt) into one libmini_kv_ops.so with CMake.
 #
 #   scripts/build_cmake.sh [BUILD_DIR] [extra cmake configure args...]
 #

@@ -83,12 +83,9 @@ template <> struct Vec16<__nv_bfloat16> {
 
 // Streaming (evict-first) load and store: data touched once should not push reused lines out of L2.
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
-// st.global.cs like __stcs, but without __stcs's "memory" clobber, which stops the compiler from
-// moving any later load (a weight or bias vector) above the store. The kernels never read what they
-// store and their pointers are __restrict__, so no ordering is lost.
-__device__ __forceinline__ void st_stream(uint4* p, const uint4& v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-}
+// __stcs carries a "memory" clobber: no load written after a store is issued before it, so kernels
+// issue their loads first.
+__device__ __forceinline__ void st_stream(uint4* p, const uint4& v) { __stcs(p, v); }
 // Read-only path for small operands that every block re-reads (bias, weight).
 __device__ __forceinline__ uint4 ld_keep(const uint4* p) { return __ldg(p); }
 
