@@ -26,7 +26,11 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 
-using GemmStridedBatchedEx = decltype(&cublasGemmStridedBatchedEx);
+// The C entry point (the header also declares a C++ overload of the same name).
+using GemmStridedBatchedEx = cublasStatus_t (*)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+    const void*, cudaDataType, int, long long int, const void*, cudaDataType, int, long long int,
+    const void*, void*, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 GemmStridedBatchedEx gemm_strided_batched_ex() {
   static const GemmStridedBatchedEx fn = [] {

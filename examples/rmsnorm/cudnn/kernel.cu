@@ -33,7 +33,7 @@ struct Plan {
   int64_t workspace_bytes = 0;
 };
 
-void check(const fe::error_t& status, const char* what) {
+void check(fe::error_t status, const char* what) {  // by value: get_message() is not const
   TORCH_CHECK(status.is_good(), "cuDNN frontend: ", what, " failed: ", status.get_message());
 }
 

@@ -26,7 +26,8 @@ namespace {
 
 using Element = cutlass::bfloat16_t;
 constexpr int kVec = 8;  // 8 x bf16 = 16 bytes
-using Vec = cutlass::AlignedArray<Element, kVec>;
+using Vec = cutlass::AlignedArray<Element, kVec>;  // 16-byte aligned: vector loads/stores
+using Elements = cutlass::Array<Element, kVec>;
 using Floats = cutlass::Array<float, kVec>;
 using ToFloat = cutlass::NumericArrayConverter<float, Element, kVec>;
 using ToElement = cutlass::NumericArrayConverter<Element, float, kVec, cutlass::FloatRoundStyle::round_to_nearest>;
@@ -81,7 +82,9 @@ rmsnorm_kernel(const Element* __restrict__ x, int64_t x_row_stride, const Elemen
       Floats out;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) out[i] = (xf[i] * rstd) * wf[i];
-      yv[v] = ToElement()(out);
+      Vec packed;
+      static_cast<Elements&>(packed) = ToElement()(out);
+      yv[v] = packed;
     }
   } else {
     for (int j = threadIdx.x; j < n; j += kThreads) {
