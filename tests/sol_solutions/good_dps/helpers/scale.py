@@ -1,0 +1,2 @@
+def scaled(x, w, alpha):
+    return x * w * alpha

@@ -1,0 +1,3 @@
+def forward(x, w, alpha):
+    y = x * w * alpha
+    return y, y.sum()

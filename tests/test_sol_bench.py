@@ -1,0 +1,231 @@
+"""`bench` end to end on CPU: planted solutions get the status they deserve, as traces, never as a crash of the tool."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from mini_kv.errors import ExitCode
+from mini_kv.load.schema import load_schema
+from mini_kv.solexec.run import BenchOptions, bench
+from mini_kv.store.attempts import read_attempt
+from mini_kv.store.index import read_index
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLS = ROOT / "tests" / "sol_solutions"
+PROBLEM = SOLS / "problem"
+UPSTREAM_EXAMPLE = ROOT.parent / "shared" / "notes" / "upstream-trace-example.jsonl"
+# small and quick: the statuses do not depend on how long timing runs
+FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 120.0}
+
+
+def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> dict:
+    opts = BenchOptions(solution=str(SOLS / solution / "solution.json"), artifacts=str(tmp_path / "artifacts"),
+                        **{**FAST, **kw})
+    return bench(str(problem), opts)
+
+
+def statuses(result: dict) -> dict:
+    return {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+
+
+def logs(result: dict) -> dict:
+    return {t["workload"]["uuid"]: t["evaluation"]["log"] for t in result["traces"]}
+
+
+def check_trace_schema(result: dict) -> None:
+    validator = jsonschema.Draft202012Validator(load_schema("sol_trace"))
+    for t in result["traces"]:
+        validator.validate(t)
+        json.dumps(t, allow_nan=False)  # strict JSON
+
+
+@pytest.mark.parametrize("solution", ["good_dps", "good_return"])
+def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
+    result = run_bench(tmp_path, solution)
+    assert statuses(result) == {"small": "PASSED", "tall": "PASSED"}, logs(result)
+    assert result["exit_code"] == ExitCode.OK
+    check_trace_schema(result)
+    for t in result["traces"]:
+        ev = t["evaluation"]
+        assert ev["log"] == ""
+        assert ev["correctness"]["max_absolute_error"] < 1e-5
+        perf = ev["performance"]
+        assert perf["latency_ms"] > 0 and perf["reference_latency_ms"] > 0
+        assert perf["speedup_factor"] == pytest.approx(perf["reference_latency_ms"] / perf["latency_ms"])
+    attempt = Path(result["attempt"])
+    header = read_attempt(attempt)  # every listed file re-hashed
+    assert header["task_id"] == "scale_mul" and header["status"] == "PASSED"
+    assert header["benchmark"]["geomean_speedup"] > 0
+    assert {"traces.jsonl", "solution.json", "definition.json", "benchmark.json", "correctness.json"} <= \
+        {p.name for p in attempt.iterdir()}
+    bench_rec = json.loads((attempt / "benchmark.json").read_text())
+    assert {c["id"] for c in bench_rec["cases"]} == {"small", "tall"}
+    assert all(c["method"] == "wallclock" for c in bench_rec["cases"])
+    rows, _ = read_index(tmp_path / "artifacts")
+    assert [(r["task_id"], r["status"]) for r in rows] == [("scale_mul", "PASSED")]
+
+
+def test_trace_layout_matches_upstream_field_for_field(tmp_path):
+    """Same keys, in the same order, at every level, as two traces written by upstream's tool."""
+    def shape(obj):
+        if isinstance(obj, dict):
+            return [(k, shape(v)) for k, v in obj.items()]
+        return type(obj).__name__ if obj is not None else None
+
+    upstream = [json.loads(line) for line in UPSTREAM_EXAMPLE.read_text().splitlines() if line.strip()]
+    ours = run_bench(tmp_path, "good_dps")["traces"]
+    for theirs in upstream:
+        mine = dict(ours[0])
+        # inputs and axes are problem data; extra holds tool-specific detail (upstream: null)
+        for t in (theirs, mine):
+            t["workload"] = {**t["workload"], "axes": {}, "inputs": {}}
+            t["evaluation"] = {**t["evaluation"], "correctness": {**t["evaluation"]["correctness"], "extra": None},
+                               "environment": {**t["evaluation"]["environment"], "libs": {}}}
+        assert shape(mine) == shape(theirs)
+
+
+@pytest.mark.parametrize("solution, expected, code, needle", [
+    ("wrong_values", {"small": "INCORRECT_NUMERICAL", "tall": "INCORRECT_NUMERICAL"}, ExitCode.CORRECTNESS,
+     "outside atol"),
+    ("wrong_shape", {"small": "INCORRECT_SHAPE", "tall": "INCORRECT_SHAPE"}, ExitCode.CORRECTNESS, "has shape"),
+    ("wrong_dtype", {"small": "INCORRECT_DTYPE", "tall": "INCORRECT_DTYPE"}, ExitCode.CORRECTNESS, "float64"),
+    ("raises", {"small": "PASSED", "tall": "RUNTIME_ERROR"}, ExitCode.CORRECTNESS, "planted failure"),
+    ("syntax_error", {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, ExitCode.COMPILE, "SyntaxError"),
+    ("no_entry", {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, ExitCode.COMPILE, "no function 'run'"),
+    ("lazy_output", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "not exactly a torch.Tensor"),
+    ("mutates_input", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "modified its inputs"),
+    ("patches_timer", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "time.perf_counter"),
+    ("replays", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "after timing"),
+])
+def test_planted_solutions_get_their_status(tmp_path, solution, expected, code, needle):
+    result = run_bench(tmp_path, solution)
+    assert statuses(result) == expected, logs(result)
+    assert result["exit_code"] == code
+    failing = [log for uuid, log in logs(result).items() if expected[uuid] != "PASSED"]
+    assert failing and all(needle in log for log in failing), failing
+    check_trace_schema(result)
+    if "INCORRECT_NUMERICAL" in expected.values():
+        corr = result["traces"][0]["evaluation"]["correctness"]
+        assert corr["max_absolute_error"] == pytest.approx(0.1, rel=1e-3)
+    assert read_attempt(Path(result["attempt"]))["status"] != "PASSED"
+
+
+@pytest.mark.slow
+def test_a_crash_is_pinned_on_its_workload_and_a_fresh_worker_goes_on(tmp_path):
+    result = run_bench(tmp_path, "crashes")
+    assert statuses(result) == {"small": "RUNTIME_ERROR", "tall": "PASSED"}, logs(result)
+    assert "SIGABRT" in logs(result)["small"]
+    check_trace_schema(result)
+
+
+@pytest.mark.slow
+def test_a_hang_becomes_timeout_on_its_workload(tmp_path):
+    # the per-workload limit must leave room for the worker to start (import torch) on a busy machine
+    result = run_bench(tmp_path, "hangs", timeout=45.0)
+    assert statuses(result) == {"small": "PASSED", "tall": "TIMEOUT"}, logs(result)
+    assert "process group killed" in logs(result)["tall"]
+    assert result["exit_code"] == ExitCode.CORRECTNESS
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="needs nvcc for the compile check")
+def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
+    result = run_bench(tmp_path, "cuda_syntax_error", compile_timeout=600.0)
+    assert statuses(result) == {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, logs(result)
+    assert "error" in logs(result)["small"] and "kernel.cu" in logs(result)["small"]
+    assert result["exit_code"] == ExitCode.COMPILE
+    assert result["compile"]["status"] == "error"
+    check_trace_schema(result)
+
+
+def test_custom_inputs_problem_runs_on_cpu(tmp_path):
+    """Inputs made by the reference's custom_inputs_entrypoint, a non-DPS solution beside its solution.json."""
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "mm.py").write_text("import torch\n\ndef run(A, B):\n    return A @ B\n")
+    (sol / "solution.json").write_text(json.dumps({
+        "name": "custom_mm", "definition": "custom_matmul", "author": "tests",
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "mm.py::run",
+                 "destination_passing_style": False},
+        "sources": [{"path": "mm.py"}]}))
+    result = bench(str(ROOT / "problems" / "sol-execbench" / "custom_inputs_matmul"),
+                   BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"), **FAST))
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)
+
+
+def test_triton_reference_without_triton_is_invalid_reference(tmp_path):
+    if _has("triton"):
+        pytest.skip("triton is installed here: the reference may run")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "add.py").write_text("def run(x, y, z):\n    z.copy_(x + y)\n")
+    (sol / "solution.json").write_text(json.dumps({
+        "name": "vecadd_torch", "definition": "triton_ref_vecadd", "author": "tests",
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "add.py::run"},
+        "sources": [{"path": "add.py"}]}))
+    result = bench(str(ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd"),
+                   BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"), **FAST))
+    assert set(statuses(result).values()) == {"INVALID_REFERENCE"}
+    assert "triton" in result["traces"][0]["evaluation"]["log"]
+    assert result["exit_code"] == ExitCode.CONFIG
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def test_unavailable_language_is_reported_not_crashed(tmp_path):
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "k.py").write_text("def run(x, w, alpha):\n    raise AssertionError('never imported')\n")
+    (sol / "solution.json").write_text(json.dumps({
+        "name": "scale_mul_cutile", "definition": "scale_mul", "author": "tests",
+        "spec": {"languages": ["cutile"], "target_hardware": ["B200"], "entry_point": "k.py::run",
+                 "destination_passing_style": False},
+        "sources": [{"path": "k.py"}]}))
+    result = bench(str(PROBLEM), BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"),
+                                              **FAST))
+    assert set(statuses(result).values()) == {"RUNTIME_ERROR"}
+    assert result["unavailable"] and "cutile" in result["unavailable"]
+    assert all(log.startswith("unavailable here: cutile") for log in logs(result).values())
+    assert result["exit_code"] == ExitCode.CONFIG
+
+
+def test_cli_table_output_and_json(tmp_path):
+    out = tmp_path / "traces.jsonl"
+    args = [str(PROBLEM), "--solution", str(SOLS / "wrong_values" / "solution.json"), "--device", "cpu",
+            "--rounds", "2", "--warmup", "1", "--repeats", "1", "--samples", "3",
+            "--artifacts", str(tmp_path / "a"), "-o", str(out), "-v"]
+    res = subprocess.run([sys.executable, "-c", "import sys; from mini_kv.cli_bench import main; sys.exit(main())",
+                          *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == ExitCode.CORRECTNESS, res.stdout + res.stderr
+    for col in ("#", "Status", "Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
+        assert col in res.stdout
+    assert "0/2 workloads passed" in res.stdout
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [t["evaluation"]["status"] for t in lines] == ["INCORRECT_NUMERICAL"] * 2
+
+    res = subprocess.run([sys.executable, "-m", "mini_kv", "bench", *args[:-3], "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    printed = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    assert [t["workload"]["uuid"] for t in printed] == ["small", "tall"], res.stderr
+
+
+def test_bad_solution_file_is_a_config_error_naming_the_field(tmp_path):
+    sol = tmp_path / "solution.json"
+    sol.write_text(json.dumps({"name": "x", "definition": "scale_mul", "author": "a",
+                               "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"],
+                                        "entry_point": "k.py::run"},
+                               "sources": [{"path": "../k.py"}]}))
+    res = subprocess.run([sys.executable, "-m", "mini_kv", "bench", str(PROBLEM), "--solution", str(sol)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == ExitCode.CONFIG
+    assert "sources[0].path" in res.stderr and str(sol) in res.stderr
