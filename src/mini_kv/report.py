@@ -66,6 +66,8 @@ def summary_line(summary: dict) -> str:
         parts.append(f"speedup {gm:.3f}x" if gm else "speedup -")
         if bench.get("stable") is not None:
             parts.append("stable" if bench["stable"] else "UNSTABLE")
+    if summary.get("regression"):
+        parts.append(f"regression {summary['regression']['verdict']}")
     return ", ".join(parts)
 
 
