@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CI check: every schema is a valid Draft 2020-12 schema, every task card and baseline validates."""
+"""CI check: every schema is a valid Draft 2020-12 schema, every task card and baseline validates, and every
+SOL-ExecBench problem (problems/sol-execbench/) and solution (solutions/, examples/) loads strictly."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import jsonschema
 from mini_kv.errors import UserError
 from mini_kv.load.schema import validate
 from mini_kv.load.task_card import load_task_card
+from mini_kv.solexec.definition import load_definition
+from mini_kv.solexec.solution import load_solution
+from mini_kv.solexec.workload import load_workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +44,22 @@ def main() -> int:
             print(f"FAIL {path.relative_to(ROOT)}: {exc}")
             failures += 1
         checked += 1
-    print(f"checked {checked} files under schemas/, tasks/, baselines/: {failures} failed")
+    for problem in sorted((ROOT / "problems" / "sol-execbench").glob("*/definition.json")):
+        try:
+            load_workloads(problem.parent / "workload.jsonl", load_definition(problem))
+        except UserError as exc:
+            print(f"FAIL {exc}")
+            failures += 1
+        checked += 2
+    for path in sorted([*ROOT.glob("solutions/*/*/solution.json"), *ROOT.glob("examples/*/*/solution.json")]):
+        try:
+            load_solution(path)
+        except UserError as exc:
+            print(f"FAIL {exc}")
+            failures += 1
+        checked += 1
+    print(f"checked {checked} files under schemas/, tasks/, baselines/, problems/, solutions/, examples/: "
+          f"{failures} failed")
     return 1 if failures else 0
 
 

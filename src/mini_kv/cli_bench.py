@@ -24,9 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--rounds", type=int, default=10, help="correctness rounds with fresh inputs (default 10)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
-    p.add_argument("--repeats", type=int, default=2, help="timed repeats, candidate and reference alternating "
-                   "first (default 2)")
-    p.add_argument("--samples", type=int, default=25, help="timed calls per repeat (default 25)")
+    p.add_argument("--repeats", type=int, default=1, help="timed repeats, candidate and reference alternating "
+                   "first (default 1; with one, the first side alternates across workloads)")
+    p.add_argument("--samples", type=int, default=50, help="timed calls per repeat (default 50)")
     p.add_argument("--method", default="auto", choices=["auto", "cupti", "graph", "events", "wallclock"],
                    help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)")
     p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")

@@ -195,14 +195,15 @@ def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workloa
 
 
 def _measure_alike(calls: dict[str, Workload], chain: list[str], settings: dict, device: str,
-                   flush: L2Flusher) -> tuple[str, list[dict], dict]:
-    """Repeats of candidate and reference with one method, alternating who goes first. The first
+                   flush: L2Flusher, first: int = 0) -> tuple[str, list[dict], dict]:
+    """Repeats of candidate and reference with one method, alternating who goes first (starting with
+    the candidate when `first` is even, so single-repeat runs alternate across workloads). The first
     method of the chain that can time the first measurement is kept for all of them."""
     fallbacks: list[dict] = []
     samples: dict[str, list] = {"candidate": [], "reference": []}
     method = None
     for r in range(settings["repeats"]):
-        for who in (("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")):
+        for who in (("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate")):
             while True:
                 m = method or chain[len(fallbacks)]
                 try:
@@ -218,7 +219,7 @@ def _measure_alike(calls: dict[str, Workload], chain: list[str], settings: dict,
     return method, fallbacks, samples
 
 
-def timing(ctx: Context, sig: dict, workload: dict) -> dict:
+def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
     settings = ctx.settings
     cold = settings["l2"] == "cold" and is_cuda(ctx.device)
     sets = _input_sets(ctx, sig, workload, cold)
@@ -233,7 +234,7 @@ def timing(ctx: Context, sig: dict, workload: dict) -> dict:
     try:
         method, fallbacks, samples = _measure_alike({"candidate": cand, "reference": ref},
                                                     method_chain(settings["method"], ctx.device), settings,
-                                                    ctx.device, flush)
+                                                    ctx.device, flush, first)
     except (TimingGuardError, NoDeviceWorkError) as exc:
         raise Verdict("REWARD_HACK", f"while timing: {exc}") from None
     except Exception as exc:  # noqa: BLE001
@@ -293,7 +294,7 @@ def evaluate_workload(ctx: Context, case: dict) -> dict:
     try:
         worst = correctness_rounds(ctx, sig, workload)
         record["correctness"] = _correctness_block(worst)
-        bench = timing(ctx, sig, workload)
+        bench = timing(ctx, sig, workload, case.get("index", 0))
         p50, ref_p50 = bench["candidate"]["summary"]["overall"]["p50"], bench["reference"]["summary"]["overall"]["p50"]
         record["bench"] = bench
         record["performance"] = {"latency_ms": p50 / 1e3, "reference_latency_ms": ref_p50 / 1e3,

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `bench` on a GPU machine: the GPU tests of the SOL-ExecBench path, then every solution found for
+# every problem under problems/sol-execbench (solutions/<problem>/<language>/solution.json, and the
+# examples/rmsnorm/<language>/ solutions), each printing its table and writing its traces into OUT_DIR;
+# then the cuda_cpp rmsnorm solution twice, timing the first (build) and second (build-cache hit) run.
+#
+#   bash scripts/run_sol_gpu.sh OUT_DIR
+#
+# OUT_DIR gets: pytest.log, <problem>__<language>.{log,jsonl,rc}, cache-timing.txt, summary.txt.
+# Exits non-zero if the tests fail, if a run that should pass does not, or if the cache-hit run takes
+# more than 15 s. A language that cannot run here ("unavailable here", exit 2) is listed, not failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?usage: run_sol_gpu.sh OUT_DIR}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+export PYTHONUNBUFFERED=1
+artifacts="$out/artifacts"
+failed=()
+summary="$out/summary.txt"
+: > "$summary"
+
+python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {
+  echo "no CUDA device visible to torch: this script needs a GPU"; exit 1; }
+
+echo "=== pytest -m gpu tests/test_sol_*.py"
+python -m pytest -m gpu -q -p no:cacheprovider tests/test_sol_*.py 2>&1 | tee "$out/pytest.log"
+rc=${PIPESTATUS[0]}
+echo "pytest (gpu): exit $rc" | tee -a "$summary"
+[ "$rc" -eq 0 ] || failed+=("pytest($rc)")
+
+bench() {  # bench PROBLEM_DIR SOLUTION_JSON TAG
+  local problem="$1" solution="$2" tag="$3"
+  echo "=== bench $problem --solution $solution"
+  python -m mini_kv bench "$problem" --solution "$solution" --artifacts "$artifacts" \
+    -o "$out/$tag.jsonl" -v 2>&1 | tee "$out/$tag.log"
+  local rc=${PIPESTATUS[0]}
+  echo "$rc" > "$out/$tag.rc"
+  echo "$tag: exit $rc" | tee -a "$summary"
+  case "$rc" in
+    0) ;;
+    2) grep -q "unavailable here" "$out/$tag.log" || failed+=("$tag($rc)") ;;
+    *) failed+=("$tag($rc)") ;;
+  esac
+}
+
+for problem in problems/sol-execbench/*/; do
+  name="$(basename "$problem")"
+  for solution in solutions/"$name"/*/solution.json; do
+    [ -f "$solution" ] || continue
+    bench "$problem" "$solution" "${name}__$(basename "$(dirname "$solution")")"
+  done
+done
+for solution in examples/rmsnorm/*/solution.json; do
+  [ -f "$solution" ] || continue
+  bench problems/sol-execbench/rmsnorm "$solution" "rmsnorm__example_$(basename "$(dirname "$solution")")"
+done
+
+# Build cache: in a fresh project root (its own .build), so the first run really builds and the
+# second, the same command again, must hit the cache.
+cuda_sol=""
+for cand in solutions/rmsnorm/cuda_cpp/solution.json examples/rmsnorm/cuda_cpp/solution.json; do
+  [ -f "$cand" ] && { cuda_sol="$PWD/$cand"; break; }
+done
+if [ -n "$cuda_sol" ]; then
+  fresh="$(mktemp -d)"
+  touch "$fresh/.mini-kv-project"
+  repo="$PWD"
+  for run in first second; do
+    start=$(date +%s.%N)
+    (cd "$fresh" && python -m mini_kv bench "$repo/problems/sol-execbench/rmsnorm" --solution "$cuda_sol" \
+      --artifacts "$artifacts" -o "$out/cache_$run.jsonl" -v > "$out/cache_$run.log" 2>&1)
+    rc=$?
+    end=$(date +%s.%N)
+    wall=$(python -c "print(f'{$end - $start:.2f}')")
+    hit=$(grep -o "cache hit [A-Za-z]*" "$out/cache_$run.log" | head -1)
+    echo "cuda_cpp rmsnorm $run run: ${wall} s wall, exit $rc, $hit" | tee -a "$out/cache-timing.txt" "$summary"
+    [ "$rc" -eq 0 ] || failed+=("cache-$run($rc)")
+  done
+  rm -rf "$fresh"
+  python -c "import sys; sys.exit(0 if float('$wall') <= 15.0 else 1)" || failed+=("cache-hit-run-over-15s($wall s)")
+  grep -q "cache hit True" "$out/cache_second.log" || failed+=("second-run-not-a-cache-hit")
+else
+  echo "no cuda_cpp rmsnorm solution found: cache timing skipped" | tee -a "$summary"
+fi
+
+python -m mini_kv leaderboard --artifacts "$artifacts" 2>&1 | tee "$out/leaderboard.txt"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "run_sol_gpu FAILED: ${failed[*]}" | tee -a "$summary"
+  exit 1
+fi
+echo "run_sol_gpu passed" | tee -a "$summary"

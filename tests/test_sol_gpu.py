@@ -1,0 +1,84 @@
+"""`bench` on a GPU: CUPTI timing with a cold L2, C++ solutions built by the compiler, the build cache."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mini_kv.errors import ExitCode
+from mini_kv.solexec.run import BenchOptions, bench
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLS = ROOT / "tests" / "sol_solutions"
+PROBLEM = SOLS / "problem"
+FAST = {"device": "cuda", "rounds": 3, "warmup": 2, "repeats": 2, "samples": 10, "timeout": 300.0}
+
+pytestmark = pytest.mark.gpu
+
+
+def statuses(result: dict) -> dict:
+    return {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+
+
+def run_bench(tmp_path, solution: Path, problem: Path = PROBLEM, **kw) -> dict:
+    return bench(str(problem), BenchOptions(solution=str(solution), artifacts=str(tmp_path / "artifacts"),
+                                            **{**FAST, **kw}))
+
+
+def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
+    result = run_bench(tmp_path, SOLS / "good_dps" / "solution.json")
+    assert set(statuses(result).values()) == {"PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
+    bench_rec = json.loads((Path(result["attempt"]) / "benchmark.json").read_text())
+    for case in bench_rec["cases"]:
+        assert case["method"] in ("cupti", "graph", "events")
+        assert case["method"] == "cupti" or case["fallbacks"], case["fallbacks"]
+        assert case["l2"] == "cold" and case["input_sets"] >= 2
+        assert case["l2_flush"]["flush_bytes"] >= 2 * (case["l2_flush"]["l2_bytes"] or 0)
+    hw = result["traces"][0]["evaluation"]["environment"]
+    assert hw["hardware"].startswith("NVIDIA") and "cuda" in hw["libs"]
+
+
+@pytest.mark.parametrize("solution, expected", [
+    ("cuda_good", "PASSED"),
+    ("cuda_syntax_error", "COMPILE_ERROR"),
+    ("wrong_values", "INCORRECT_NUMERICAL"),
+    ("replays", "REWARD_HACK"),
+])
+def test_planted_solutions_on_cuda(tmp_path, solution, expected):
+    kw = {"rounds": 2} if solution == "replays" else {}
+    result = run_bench(tmp_path, SOLS / solution / "solution.json", **kw)
+    assert set(statuses(result).values()) == {expected}, [t["evaluation"]["log"] for t in result["traces"]]
+
+
+def test_triton_reference_runs_on_cuda(tmp_path):
+    pytest.importorskip("triton")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "add.py").write_text("import torch\n\n\ndef run(x, y, z):\n    torch.add(x, y, out=z)\n")
+    (sol / "solution.json").write_text(json.dumps({
+        "name": "vecadd_torch", "definition": "triton_ref_vecadd", "author": "tests",
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "add.py::run"},
+        "sources": [{"path": "add.py"}]}))
+    result = run_bench(tmp_path, sol / "solution.json", ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd")
+    assert set(statuses(result).values()) == {"PASSED"}
+
+
+def test_cuda_cpp_second_run_hits_the_build_cache_within_15_s(tmp_path):
+    solution = ROOT / "solutions" / "rmsnorm" / "cuda_cpp" / "solution.json"
+    if not solution.is_file():
+        pytest.skip("solutions/rmsnorm/cuda_cpp is not in this tree")
+    cmd = [sys.executable, "-m", "mini_kv", "bench", "problems/sol-execbench/rmsnorm", "--solution", str(solution),
+           "--artifacts", str(tmp_path / "a"), "--json"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert first.returncode == ExitCode.OK, first.stderr[-3000:]
+    t0 = time.monotonic()
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    wall = time.monotonic() - t0
+    assert second.returncode == ExitCode.OK, second.stderr[-3000:]
+    attempts = sorted((tmp_path / "a" / "rmsnorm_h4096").iterdir())
+    compile_rec = json.loads((attempts[-1] / "compile.json").read_text())
+    assert compile_rec["cache_hit"] is True
+    assert wall <= 15.0, f"second run took {wall:.1f} s"
