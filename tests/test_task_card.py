@@ -215,7 +215,8 @@ def test_real_vector_add_card_loads():
     assert card.project_root == str(REPO)
     assert card.path == "tasks/vector_add.yaml"
     assert card.default_candidate == "v0_naive"
-    (cand,) = card.candidates
+    assert [c.id for c in card.candidates][:2] == ["v0_naive", "v1_vectorized"]
+    cand = card.candidate("v0_naive")
     assert cand.path == "candidates/vector_add/v0_naive"
     assert cand.namespace == "mini_kv_vector_add_v0_naive" and cand.op_name == "vector_add"
     assert cand.cpu_sources == ("op.cpp",) and cand.cuda_sources == ("kernel.cu", "op_cuda.cpp")

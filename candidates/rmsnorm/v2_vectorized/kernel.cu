@@ -209,9 +209,14 @@ int64_t resident_blocks(Kernel kernel, int threads) {
   return blocks;
 }
 
+// Persistent grid: at most `resident` blocks, each taking the same number of rows (16384 rows on
+// 528 slots: 512 blocks of 32 rows, rather than 528 blocks of which 16 do a 32nd row alone at the end).
 inline unsigned grid_for(int64_t rows, int64_t resident) {
   int64_t blocks = rows;
-  if (resident > 0 && blocks > resident) blocks = resident;  // persistent: the row loop covers the rest
+  if (resident > 0 && rows > resident) {
+    const int64_t per_block = (rows + resident - 1) / resident;
+    blocks = (rows + per_block - 1) / per_block;
+  }
   if (blocks > 0x7fffffffLL) blocks = 0x7fffffffLL;
   return (unsigned)blocks;
 }
