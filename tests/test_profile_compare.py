@@ -108,7 +108,9 @@ def test_failed_profile_is_refused(fake_ncu, monkeypatch, pair):  # noqa: F811
 
 def test_tampered_and_invalid_are_refused(pair, tmp_path):
     raw = pair[1] / "raw.csv"
-    raw.write_text(raw.read_text().replace('"4096"', '"4097"'))
+    text = raw.read_text()
+    assert '"4,096"' in text  # the grid size, as ncu writes it
+    raw.write_text(text.replace('"4,096"', '"4,097"'))
     assert refused(pair[0], pair[1]) == ["PROFILE_TAMPERED"]
     assert refused(tmp_path / "no-such-profile", pair[1]) == ["PROFILE_INVALID", "PROFILE_TAMPERED"]
 

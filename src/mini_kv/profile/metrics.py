@@ -182,7 +182,7 @@ def summarize(metrics: dict, kernel_name: str) -> dict:
             raise ProfileFailure("CSV_UNPARSABLE", f"{name}: {exc}") from None
         out["sources"][concept] = name
     stalls.sort(key=lambda s: (-s["value"], s["reason"]))
-    out["stalls_total"] = sum(s["value"] for s in stalls)
+    out["stalls_total"] = round(sum(s["value"] for s in stalls), 6)  # stable when re-derived from the CSV
     out["top_stalls"] = stalls[:TOP_STALLS]
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import secrets
 import shutil
@@ -131,6 +132,18 @@ def read_profile(path: Path) -> dict:
     return doc
 
 
+def same_values(a, b) -> bool:
+    """Equal structure and values; numbers equal to 1e-9 relative, so a sum re-derived in another
+    order (or by a version that rounds it) is not mistaken for an edit."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
 def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
     """The summary in profile.json must be what the hashed raw CSV says (profile.json lists no hash of itself)."""
     from mini_kv.profile.metrics import analyze
@@ -142,5 +155,5 @@ def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
         again = analyze((path / "raw.csv").read_text(), doc["ncu"]["kernel_filter"])["summary"]
     except ProfileFailure as exc:
         raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})") from None
-    if json.dumps(again, sort_keys=True) != json.dumps(doc["summary"], sort_keys=True):
+    if not same_values(again, doc["summary"]):
         raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: profile.json's summary differs from its raw.csv")
