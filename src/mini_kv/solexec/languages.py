@@ -98,10 +98,19 @@ def _cutlass_include() -> str | None:
     return None
 
 
-def _cuda_library(header: str, libs: tuple[str, ...], package: str) -> CppFlags | None:
+def _wheel_dir(packages: tuple[str, ...], header: str) -> str | None:
+    """The first nvidia.* package dir whose include/ holds `header` (CUDA 13 wheels share nvidia/cu13)."""
+    for package in packages:
+        pkg = _package_dir(package)
+        if pkg and os.path.isfile(os.path.join(pkg, "include", header)):
+            return pkg
+    return None
+
+
+def _cuda_library(header: str, libs: tuple[str, ...], packages: tuple[str, ...]) -> CppFlags | None:
     """Header and libraries of a CUDA library: from its nvidia.* wheel (what CUDA torch installs) or the toolkit."""
-    pkg = _package_dir(package)
-    if pkg and os.path.isfile(os.path.join(pkg, "include", header)):
+    pkg = _wheel_dir(packages, header)
+    if pkg:
         lib = os.path.join(pkg, "lib")
         names = []
         for name in libs:  # wheels often ship only the versioned file (libcudnn.so.9)
@@ -129,14 +138,17 @@ def cpp_flags(languages: tuple[str, ...]) -> tuple[CppFlags, str | None]:
                                     "(its include/ holds cutlass/cutlass.h) or pip install nvidia-cutlass")
             include_dirs.append(inc)
             continue
-        header, libs, package, dist = {
-            "cudnn": ("cudnn.h", ("cudnn",), "nvidia.cudnn", "nvidia-cudnn-cu13"),
-            "cublas": ("cublas_v2.h", ("cublas", "cublasLt"), "nvidia.cublas", "nvidia-cublas"),
+        header, libs, packages, dist = {
+            "cudnn": ("cudnn.h", ("cudnn",), ("nvidia.cudnn", "nvidia.cu13"), "nvidia-cudnn-cu13"),
+            "cublas": ("cublas_v2.h", ("cublas", "cublasLt"), ("nvidia.cublas", "nvidia.cu13"), "nvidia-cublas"),
         }[lang]
-        found = _cuda_library(header, libs, package)
+        found = _cuda_library(header, libs, packages)
         if found is None:
-            return CppFlags(), (f"{lang}: {header} not found in the `{package}` package or the CUDA toolkit "
+            return CppFlags(), (f"{lang}: {header} not found in the `{packages[0]}` package or the CUDA toolkit "
                                 f"(pip install {dist}, or install the toolkit's {lang} component)")
+        if lang == "cudnn":  # the header-only C++ frontend, when its wheel (nvidia-cudnn-frontend) is installed
+            frontend = _wheel_dir(("cudnn",), "cudnn_frontend.h")
+            include_dirs.extend([os.path.join(frontend, "include")] if frontend else [])
         include_dirs.extend(found.include_dirs)
         ldflags.extend(found.ldflags)
     return CppFlags(tuple(dict.fromkeys(include_dirs)), tuple(dict.fromkeys(ldflags))), None
