@@ -11,13 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import secrets
-import shutil
 from pathlib import Path
 
 from mini_kv.model import sha256_file
-from mini_kv.store.atomic import fsync_dir, write_bytes, write_json
+from mini_kv.store.atomic import StagedDir
 
 PROFILE_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
@@ -37,53 +35,22 @@ def new_profile_id(task_id: str, candidate: str) -> str:
     return f"{stamp}-{task_id}-{candidate}-{secrets.token_hex(3)}"
 
 
-class ProfileWriter:
+class ProfileWriter(StagedDir):
     """Collects a profile's files in a `.partial` dir; `commit()` seals and publishes it."""
 
     def __init__(self, artifacts: Path, task_id: str, candidate: str):
         self.profile_id = new_profile_id(task_id, candidate)
         self.root = Path(artifacts) / PROFILES_DIR
-        self.final = self.root / self.profile_id
-        self.partial = self.root / (self.profile_id + PARTIAL)
-        self.partial.mkdir(parents=True)
-
-    def path(self, rel: str) -> Path:
-        p = self.partial / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        return p
-
-    def json(self, rel: str, obj) -> None:
-        write_json(self.partial / rel, obj)
-
-    def text(self, rel: str, text: str) -> None:
-        write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
-
-    def copy(self, rel: str, src: Path) -> None:
-        dst = self.path(rel)
-        shutil.copyfile(src, dst)
-        with open(dst, "rb+") as f:
-            os.fsync(f.fileno())
+        super().__init__(self.root / self.profile_id)
 
     def commit(self, header: dict) -> Path:
         """Hash every file, write profile.json (validated) last, rename the directory into place."""
         from mini_kv.load.schema import validate
 
-        files = []
-        for p in sorted(self.partial.rglob("*")):
-            if p.is_file():
-                with open(p, "rb+") as f:  # files written by ncu and the target are not fsynced yet
-                    os.fsync(f.fileno())
-                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
-                              "size": p.stat().st_size})
-        for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
-            fsync_dir(d)
         doc = {**header, "schema_version": PROFILE_SCHEMA_VERSION, "kind": "mini_kv.profile",
-               "profile_id": self.profile_id, "files": files}
+               "profile_id": self.profile_id, "files": self.manifest()}
         validate(json.loads(json.dumps(doc, default=str)), "profile", str(self.partial / "profile.json"))
-        write_json(self.partial / "profile.json", doc)
-        os.rename(self.partial, self.final)  # the moment the profile exists
-        fsync_dir(self.root)
-        return self.final
+        return self.publish("profile.json", doc)
 
 
 def resolve(spec: str, artifacts: Path) -> Path:

@@ -43,3 +43,56 @@ def _default(o):
     if isinstance(o, (set, tuple)):
         return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class StagedDir:
+    """A directory built as `<final>.partial` and renamed into place when whole (attempts, profiles).
+
+    `seal(manifest_name, doc)` fsyncs every file, lists each with its SHA-256 and size under
+    `files` in the manifest (written last), and renames: readers never see a partial directory."""
+
+    PARTIAL = ".partial"
+
+    def __init__(self, final: Path):
+        self.final = Path(final)
+        self.partial = self.final.with_name(self.final.name + self.PARTIAL)
+        if self.final.exists() or self.partial.exists():  # append-only: never reuse a directory
+            raise FileExistsError(f"directory {self.final} already exists")
+        self.partial.mkdir(parents=True)
+
+    def path(self, rel: str) -> Path:
+        p = self.partial / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def json(self, rel: str, obj) -> None:
+        write_json(self.partial / rel, obj)
+
+    def text(self, rel: str, text: str) -> None:
+        write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
+
+    def copy(self, rel: str, src: Path) -> None:
+        import shutil
+
+        shutil.copyfile(src, self.path(rel))
+
+    def manifest(self) -> list[dict]:
+        """Every file (fsynced: some were written by other processes) with its SHA-256 and size."""
+        from mini_kv.model import sha256_file
+
+        files = []
+        for p in sorted(self.partial.rglob("*")):
+            if p.is_file():
+                with open(p, "rb+") as f:
+                    os.fsync(f.fileno())
+                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
+                              "size": p.stat().st_size})
+        for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
+            fsync_dir(d)
+        return files
+
+    def publish(self, manifest_name: str, doc: dict) -> Path:
+        write_json(self.partial / manifest_name, doc)
+        os.rename(self.partial, self.final)  # the moment the directory becomes visible
+        fsync_dir(self.final.parent)
+        return self.final

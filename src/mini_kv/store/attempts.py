@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import secrets
-import shutil
 from pathlib import Path
 
 from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_file
-from mini_kv.store.atomic import fsync_dir, write_bytes, write_json
+from mini_kv.store.atomic import StagedDir
 
 ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
@@ -26,44 +24,21 @@ def new_attempt_id(candidate: str) -> str:
     return f"{stamp}-{candidate}-{secrets.token_hex(3)}"
 
 
-class AttemptWriter:
+class AttemptWriter(StagedDir):
     """Collects files into a `.partial` dir; `commit()` seals and publishes it atomically."""
 
     def __init__(self, artifacts: Path, task_id: str, candidate: str):
         self.attempt_id = new_attempt_id(candidate)
         self.task_dir = Path(artifacts) / task_id
-        self.final = self.task_dir / self.attempt_id
-        self.partial = self.task_dir / (self.attempt_id + PARTIAL)
-        if self.final.exists() or self.partial.exists():  # append-only: never reuse a directory
-            raise FileExistsError(f"attempt directory {self.final} already exists")
-        self.partial.mkdir(parents=True)
-
-    def json(self, rel: str, obj) -> None:
-        write_json(self.partial / rel, obj)
-
-    def text(self, rel: str, text: str) -> None:
-        write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
-
-    def copy(self, rel: str, src: Path) -> None:
-        dst = self.partial / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        with open(dst, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            super().__init__(self.task_dir / self.attempt_id)
+        except FileExistsError:
+            raise FileExistsError(f"attempt directory {self.task_dir / self.attempt_id} already exists") from None
 
     def commit(self, header: dict) -> Path:
-        files = []
-        for p in sorted(self.partial.rglob("*")):
-            if p.is_file():
-                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
-                              "size": p.stat().st_size})
-        for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
-            fsync_dir(d)
-        write_json(self.partial / "attempt.json", {**header, "schema_version": ATTEMPT_SCHEMA_VERSION,
-                                                   "attempt_id": self.attempt_id, "files": files})
-        os.rename(self.partial, self.final)  # the moment the attempt becomes visible
-        fsync_dir(self.task_dir)
-        return self.final
+        files = self.manifest()
+        return self.publish("attempt.json", {**header, "schema_version": ATTEMPT_SCHEMA_VERSION,
+                                             "attempt_id": self.attempt_id, "files": files})
 
 
 class AttemptInvalid(Exception):
