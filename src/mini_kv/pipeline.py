@@ -117,8 +117,25 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
         "backward": cand.backward,
         "exprs": {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
         "peak_bw": peak_bw,
+        # files of the suite the parent watches while the worker runs (with the mini_kv package)
+        "watch_paths": _watch_paths(card),
         "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
     }
+
+
+def _watch_paths(card: TaskCard) -> list[str]:
+    """The card and the files of its reference and input factory."""
+    import importlib.util
+
+    paths = [str(Path(card.project_root) / card.path)]
+    for spec in {card.operator["reference"], card.operator["inputs"]}:
+        try:
+            found = importlib.util.find_spec(spec.partition(":")[0])
+        except (ImportError, ValueError):
+            continue
+        if found is not None and found.origin:
+            paths.append(found.origin)
+    return sorted(set(paths))
 
 
 def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_env: dict | None):
@@ -160,11 +177,13 @@ def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
     missing = [k for k in needed if not kernels.get(k)]
     contract = results["contract"]
     contract_ok = all(r.get("status") == "PASS" for r in contract.values())
-    integrity = [i for i in results["incidents"] if i.get("integrity")]
+    # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
+    integrity = [r["integrity"] for r in [*results["incidents"], load, *results["cases"], *contract.values()]
+                 if r.get("integrity")]
     cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
-            "integrity_failures": [i["integrity"] for i in integrity],
+            "integrity_failures": integrity,
             "contract": {k: v.get("status") for k, v in contract.items()}}
 
 
@@ -179,8 +198,10 @@ def summarize_benchmark(results: dict, skipped: bool) -> dict:
     post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
     stable = all(r["stability"]["stable"] for r in good) if good else None
     speedups = [r["speedup"] for r in good if r.get("speedup")]
+    integrity = [r["integrity"] for r in recs if r.get("integrity")] + \
+        [r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")]
     return {"ran": True, "ok": not failed and not post_bad, "stable": stable,
-            "failed": [r["id"] for r in failed], "post_check_failed": post_bad,
+            "failed": [r["id"] for r in failed], "post_check_failed": post_bad, "integrity_failures": integrity,
             "geomean_speedup": stats.geomean(speedups) if speedups else None}
 
 

@@ -122,6 +122,11 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
     pending_bench = list(job.get("bench_cases", []))
     contract_pending = list(job.get("contract", []))
     started = time.monotonic()
+    from mini_kv.worker.integrity import files_changed, harness_files
+
+    # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
+    watch = job.get("watch_paths", [])
+    files_before = harness_files(watch)
     for _ in range(MAX_RESTARTS):
         sub = {**job, "cases": pending_cases, "bench_cases": pending_bench, "contract": contract_pending}
         child = ChildRun(sub, log_path, env)
@@ -145,6 +150,10 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
                 if not ev["ok"]:
                     break
             elif kind == "case":
+                if ev["record"].get("id") not in {c["id"] for c in pending_cases}:
+                    results["incidents"].append(_forged(current, f"a result for {ev['record'].get('id')!r}, "
+                                                        "which was not pending (a second or unknown record)"))
+                    continue
                 results["cases"].append(ev["record"])
                 pending_cases = [c for c in pending_cases if c["id"] != ev["record"]["id"]]
                 current = None
@@ -161,6 +170,9 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
                 if results["load"] is None:
                     results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
             elif kind == "done":
+                left = len(pending_cases) + len(pending_bench) + len(contract_pending)
+                if left:  # signed with the key (read from this process's memory) but not the harness's
+                    results["incidents"].append(_forged(current, f"'done' with {left} result(s) still pending"))
                 outcome = "done"
                 break
             elif kind == "forged":  # bytes on the pipe that the harness did not sign
@@ -204,4 +216,14 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             break
         if not (pending_cases or pending_bench or contract_pending):
             break
+    touched = files_changed(files_before, harness_files(watch))
+    if touched:
+        results["incidents"].append({"stage": "worker", "integrity": "HARNESS_TAMPERED", "case": None,
+                                     "reason": "files of the verifier changed while the worker ran: "
+                                               + ", ".join(touched[:10])})
     return results
+
+
+def _forged(current, what: str) -> dict:
+    return {"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL", "case": current[1] if current else None,
+            "reason": f"the result channel carried {what}"}

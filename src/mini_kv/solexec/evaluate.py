@@ -25,6 +25,7 @@ from mini_kv.solexec.inputs import (
 )
 from mini_kv.worker.benchmark import input_set_count
 from mini_kv.worker.inputs import case_seed
+from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     L2Flusher,
@@ -73,21 +74,30 @@ def _tb() -> str:
     return traceback.format_exc()[-4000:]
 
 
+def _hack(code: str, log: str) -> Verdict:
+    """REWARD_HACK with the defence's reason code first in the log (codes: mini_kv.worker.integrity)."""
+    return Verdict("REWARD_HACK", integrity.reward_hack_log(code, log))
+
+
 def _check_integrity(ctx: Context, when: str) -> None:
-    bad = integrity.changed(ctx.snapshot)
+    bad = integrity.violations(ctx.snapshot)
     if bad:
-        raise Verdict("REWARD_HACK", f"{when}: the solution replaced {', '.join(bad)}")
+        code, msg = bad[0]
+        raise _hack(code, f"{when}: {msg}")
 
 
 def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = None) -> list:
-    """Run the solution once; DPS writes into `outputs` (fresh poisoned buffers when None)."""
-    if ctx.dps:
-        outs = outputs if outputs is not None else allocate_outputs(sig, ctx.device)
-        ctx.solution_fn(*inputs, *outs)
-        _sync(ctx.device)
-        return outs
-    result = ctx.solution_fn(*inputs)
-    _sync(ctx.device)
+    """Run the solution once; DPS writes into `outputs` (fresh poisoned buffers when None). Around the
+    call: no thread left running, outputs ready on the caller's stream, the harness intact."""
+    guard = Guard(ctx.snapshot)
+    try:
+        if ctx.dps:
+            outs = outputs if outputs is not None else allocate_outputs(sig, ctx.device)
+            guard.call(ctx.solution_fn, [*inputs, *outs], ctx.device, "the solution's call", outputs=outs)
+            return outs
+        result = guard.call(ctx.solution_fn, list(inputs), ctx.device, "the solution's call")
+    except integrity.Violation as v:
+        raise _hack(v.code, v.message) from None
     return normalize_outputs(result, sig, ctx.device)
 
 
@@ -118,8 +128,8 @@ def _structure(sig: dict, outs: list, refs: list) -> None:
     """Exact tensor type (a subclass could compute lazily on read), then shape, then dtype."""
     for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
         if type(out) is not torch.Tensor:
-            raise Verdict("REWARD_HACK", f"output {spec['name']!r} is a {type(out).__name__}, not exactly a "
-                          "torch.Tensor (a subclass can compute or change its values when read)")
+            raise _hack("OUTPUT_NOT_PLAIN_TENSOR", f"output {spec['name']!r} is a {type(out).__name__}, not exactly "
+                        "a torch.Tensor (a subclass can compute or change its values when read)")
         if tuple(out.shape) != tuple(ref.shape):
             raise Verdict("INCORRECT_SHAPE", f"output {spec['name']!r} has shape {list(out.shape)}, expected "
                           f"{list(ref.shape)}")
@@ -148,31 +158,77 @@ def _worst(current: dict | None, new: dict) -> dict:
     return new if rank > (current["has_nan"], current["has_inf"], current["max_absolute_error"]) else current
 
 
+def _solve(ctx: Context, sig: dict, inputs: list, r: int) -> list:
+    try:
+        return call_solution(ctx, sig, inputs)
+    except Verdict:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the solution raising is a result
+        raise Verdict("RUNTIME_ERROR", f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") from None
+
+
+def _values_ok(outs: list, refs: list, tol: dict) -> bool:
+    return all(check.compare(o, f, tol)["ok"] for o, f in zip(outs, refs, strict=True))
+
+
 def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     """Every round: fresh inputs, reference, solution, structure, inputs untouched, values. Returns the
-    worst round's error statistics."""
+    worst round's error statistics.
+
+    Even rounds call the solution before the reference (nothing of the reference's exists yet to
+    be read), odd rounds after it; the previous round's inputs and outputs are kept alive, so
+    neither their addresses nor their Python ids can come back. A wrong round is examined once more
+    to tell a cheat (call-order dependence, a replayed result) from an honest wrong answer."""
     worst = None
+    tol = workload["tolerance"]
+    prev = None
     for r in range(ctx.settings["rounds"]):
         seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
         inputs = _inputs(ctx, sig, workload, seed)
-        refs = run_reference(ctx, sig, inputs)
         pristine = clone_inputs(inputs)
-        try:
-            outs = call_solution(ctx, sig, inputs)
-        except Exception as exc:  # noqa: BLE001 - the solution raising is a result
-            raise Verdict("RUNTIME_ERROR", f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") \
-                from None
+        first = r % 2 == 0
+        if first:
+            outs = _solve(ctx, sig, inputs, r)
+            refs = run_reference(ctx, sig, pristine)
+        else:
+            refs = run_reference(ctx, sig, inputs)
+            outs = _solve(ctx, sig, inputs, r)
         if r == 0:
             _check_integrity(ctx, "after the first call")
         _structure(sig, outs, refs)
+        if not ctx.dps:
+            for spec, out in zip(sig["outputs"], outs, strict=True):
+                try:
+                    check_output(out, inputs, reference_outputs=refs, earlier_outputs=prev[1] if prev else ())
+                except integrity.Violation as v:
+                    raise _hack(v.code, f"round {r}, output {spec['name']!r}: {v.message}") from None
         if not _inputs_unchanged(pristine, inputs):
-            raise Verdict("REWARD_HACK", f"round {r}: the solution modified its inputs")
+            raise _hack("INPUT_MUTATED", f"round {r}: the solution modified its inputs")
         for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
-            res = check.compare(out, ref, workload["tolerance"])
+            res = check.compare(out, ref, tol)
             worst = _worst(worst, res)
             if not res["ok"]:
+                _explain_wrong_round(ctx, sig, r, first, pristine, outs, refs, prev, tol)
                 raise Verdict("INCORRECT_NUMERICAL", f"round {r}, output {spec['name']!r}: {res['reason']}", worst)
+            why = degenerate(out, ref, float(tol["max_atol"]))
+            if why:
+                raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
+        prev = (inputs, outs, refs)
     return worst
+
+
+def _explain_wrong_round(ctx: Context, sig: dict, r: int, first: bool, pristine: list, outs: list, refs: list,
+                         prev, tol: dict) -> None:
+    """A wrong round: a replayed result, or right when called after the reference, is a REWARD_HACK."""
+    if prev is not None and all(same_bytes(o, p) for o, p in zip(outs, prev[1], strict=True)) and \
+            not all(same_bytes(a, b) for a, b in zip(refs, prev[2], strict=True)):
+        raise _hack("REPLAYED_RESULT", f"round {r}: on new inputs the solution returned the previous round's "
+                    "outputs again")
+    if first:
+        again = clone_inputs(pristine)
+        if _values_ok(_solve(ctx, sig, again, r), refs, tol):
+            raise _hack("CALL_ORDER_DEPENDENT", f"round {r}: wrong when called before the reference, right on the "
+                        "same inputs called after it (reads the reference's result or depends on call order)")
 
 
 def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[list]:
@@ -235,12 +291,15 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
         method, fallbacks, samples = _measure_alike({"candidate": cand, "reference": ref},
                                                     method_chain(settings["method"], ctx.device), settings,
                                                     ctx.device, flush, first)
-    except (TimingGuardError, NoDeviceWorkError) as exc:
-        raise Verdict("REWARD_HACK", f"while timing: {exc}") from None
+    except TimingGuardError as exc:
+        raise _hack("THREAD_ESCAPE", f"while timing: {exc}") from None
+    except NoDeviceWorkError as exc:
+        raise _hack("NO_DEVICE_WORK" if "no CUDA kernel:" in str(exc) else "REPLAYED_RESULT",
+                    f"while timing: {exc}") from None
     except Exception as exc:  # noqa: BLE001
         raise Verdict("RUNTIME_ERROR", f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if threading.active_count() != threads:
-        raise Verdict("REWARD_HACK", f"thread count changed while timing ({threads} -> {threading.active_count()})")
+        raise _hack("THREAD_ESCAPE", f"thread count changed while timing ({threads} -> {threading.active_count()})")
     _check_integrity(ctx, "after timing")
     _post_check(ctx, sig, workload, sets, ref_sets)
     return _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
@@ -251,16 +310,32 @@ def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: l
     for k, (s, rs) in enumerate(zip(sets, ref_sets, strict=True)):
         try:
             outs = call_solution(ctx, sig, s)
+        except Verdict:
+            raise
         except Exception as exc:  # noqa: BLE001
-            raise Verdict("REWARD_HACK", f"the solution raised after timing ({type(exc).__name__}: {exc}): "
-                          "it behaves differently once timed") from None
+            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"the solution raised after timing ({type(exc).__name__}: "
+                        f"{exc}): it behaves differently once timed") from None
         refs = run_reference(ctx, sig, rs)
         _structure(sig, outs, refs)
         for spec, out, r in zip(sig["outputs"], outs, refs, strict=True):
             res = check.compare(out, r, workload["tolerance"])
             if not res["ok"]:
-                raise Verdict("REWARD_HACK", f"after timing, input set {k}, output {spec['name']!r}: {res['reason']} "
-                              "(correct before timing, wrong after: replayed or stale results)")
+                raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k}, output {spec['name']!r}: "
+                            f"{res['reason']} (correct before timing, wrong after: replayed or stale results)")
+    # new values in the same buffers (same addresses, shapes, ids, version counters): a result cache
+    # keyed on any of those hands back the old results
+    for k, s in enumerate(sets):
+        fresh = _inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"],
+                                                      f"{ctx.salt}\0post-timing-{k}"))
+        rewrite_in_place(s, fresh)
+        outs = call_solution(ctx, sig, s)
+        refs = run_reference(ctx, sig, fresh)
+        for spec, out, r in zip(sig["outputs"], outs, refs, strict=True):
+            res = check.compare(out, r, workload["tolerance"])
+            if not res["ok"]:
+                raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k} with new values written "
+                            f"into the same buffers, output {spec['name']!r}: {res['reason']} (a result cache keyed "
+                            "on the inputs' address, shape, id or version counter)")
 
 
 def _timing_record(method: str, fallbacks: list, samples: dict, settings: dict, device: str, n_sets: int,

@@ -11,12 +11,15 @@ import torch
 
 from mini_kv import roofline
 from mini_kv.judge import stats
+from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare
 from mini_kv.worker.inputs import case_seed, clone_args, make_case_inputs, tensor_nbytes
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     L2Flusher,
+    NoDeviceWorkError,
     TimingError,
+    TimingGuardError,
     Workload,
     is_cuda,
     measure,
@@ -74,8 +77,45 @@ def _bind(fn, args):
     return lambda: fn(*args)
 
 
+def _timed(fn):
+    """Timing with the guards that turn an escape from the timer into a reason code."""
+    try:
+        return fn()
+    except TimingGuardError as exc:
+        raise integrity.Violation("THREAD_ESCAPE", f"while timing: {exc}") from None
+    except NoDeviceWorkError as exc:
+        code = "NO_DEVICE_WORK" if "no CUDA kernel:" in str(exc) else "REPLAYED_RESULT"
+        raise integrity.Violation(code, f"while timing: {exc}") from None
+
+
+def post_timing_check(op, reference, factory, case: dict, cand_sets: list, ref_sets: list, tolerance: dict,
+                      device: str, salt: str) -> dict:
+    """After all timed calls: every input set must still give the right output, and so must new
+    values written into the same buffers (same addresses, shapes, ids and version counters), which
+    a result cache keyed on any of those gets wrong."""
+    atol, rtol = tolerance["atol"], tolerance["rtol"]
+    for k, (cs, rs) in enumerate(zip(cand_sets, ref_sets, strict=True)):
+        out = op(*cs)
+        integrity.check_output(out, cs)
+        res = compare(out, reference(*clone_args(rs)), atol, rtol)
+        if not res["ok"]:
+            return {"ok": False, "integrity": "STALE_OUTPUT_AFTER_TIMING",
+                    "reason": f"input set {k}: {res.get('reason')} (right before timing, wrong after)"}
+    for k, cs in enumerate(cand_sets):
+        fresh = make_case_inputs(factory, case["params"], case["dtype"], device,
+                                 case_seed("post-timing", f"{case['id']}\0{k}", salt))
+        integrity.rewrite_in_place(cs, fresh)
+        res = compare(op(*cs), reference(*clone_args(fresh)), atol, rtol)
+        if not res["ok"]:
+            return {"ok": False, "integrity": "STALE_OUTPUT_AFTER_TIMING",
+                    "reason": f"input set {k}, new values in the same buffers: {res.get('reason')} (a result "
+                              "cache keyed on the address, shape, id or version counter of the inputs)"}
+    return {"ok": True, "reason": None}
+
+
 def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict, tolerance: dict,
-               device: str, salt: str, peak_bw: float | None, exprs: dict) -> dict:
+               device: str, salt: str, peak_bw: float | None, exprs: dict,
+               guard: integrity.Guard | None = None) -> dict:
     cuda = is_cuda(device)
     l2 = settings.get("l2", "hot")
     cold = l2 == "cold" and cuda
@@ -106,7 +146,11 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     for _ in range(settings["warmup"]):
         cand_calls.next()()
         ref_calls.next()()
-    method, fallbacks = choose_method(chain, [cand_calls, ref_calls], device, flush, launches)
+    method, fallbacks = _timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
+    if guard is not None:
+        guard.check("before timing")
+    # after the probes: lazily started runtime threads (profiler, driver) exist by now
+    threads = integrity.os_threads()
 
     samples: dict[str, list] = {"candidate": [], "reference": []}
     kernel_us: dict[str, list] = {"candidate": [], "reference": []}
@@ -115,19 +159,21 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            m = measure(cand_calls if who == "candidate" else ref_calls, method, settings["samples"], device,
-                        flush, launches)
+            m = _timed(lambda who=who: measure(cand_calls if who == "candidate" else ref_calls, method,
+                                               settings["samples"], device, flush, launches))
+            left = integrity.foreign_threads(integrity.os_threads() - threads)
+            if left:
+                raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing "
+                                          f"the {who}")
+            if guard is not None:
+                guard.check(f"after timing the {who}")
             samples[who].append(m.samples)
             if m.kernel_us is not None:
                 kernel_us[who].append(m.kernel_us)
 
-    # the outputs must still be right after all the timed calls, on every input set
-    post = {"ok": True, "reason": None}
-    for k, (cs, rs) in enumerate(zip(cand_sets, ref_sets, strict=True)):
-        res = compare(op(*cs), reference(*clone_args(rs)), tolerance["atol"], tolerance["rtol"])
-        if not res["ok"]:
-            post = {"ok": False, "reason": f"input set {k}: {res.get('reason')}"}
-            break
+    post = post_timing_check(op, reference, factory, case, cand_sets, ref_sets, tolerance, device, salt)
+    if guard is not None:
+        guard.check("after the post-timing check")
 
     cand_s = stats.summarize_repeats(samples["candidate"])
     ref_s = stats.summarize_repeats(samples["reference"])

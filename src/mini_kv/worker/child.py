@@ -66,7 +66,7 @@ def run_job(job: dict, chan: Channel) -> int:
         return sol_child.run_job(job, chan)
     import torch
 
-    from mini_kv.worker import benchmark, contract, correctness, loader
+    from mini_kv.worker import benchmark, contract, correctness, integrity, loader
     from mini_kv.worker.inputs import import_path
 
     device = job["device"]
@@ -75,20 +75,27 @@ def run_job(job: dict, chan: Channel) -> int:
     # One intra-op thread on CPU: the reference gets no parallelism the candidate lacks, and
     # timings do not swing with the other core's load.
     torch.set_num_threads(job.get("threads") or 1)
+    reference = import_path(job["reference"])
+    factory = import_path(job["inputs"])
+    # what the harness relies on, before any candidate code runs (the library's static initialisers)
+    guard = integrity.Guard(integrity.snapshot())
     try:
         op = loader.load_op(job["library"], job["op"])
     except Exception as exc:  # noqa: BLE001
         chan.send(event="load", ok=False, reason=f"{type(exc).__name__}: {exc}")
         return 0
+    try:
+        guard.check("loading the library")
+    except integrity.Violation as v:
+        chan.send(event="load", ok=False, integrity=v.code, reason=str(v))
+        return 0
     chan.send(event="load", ok=True, kernels=loader.registered_kernels(job["op"]))
-    reference = import_path(job["reference"])
-    factory = import_path(job["inputs"])
     task_id, salt = job["task_id"], job["salt"]
 
     for case in job["cases"]:
         chan.send(event="begin", stage="correctness", case=case["id"])
         tol = job["tolerances"].get(case["dtype"])
-        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt)
+        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt, guard)
         chan.send(event="case", record=rec)
         if rec["status"] == "RUNTIME_ERROR" and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
@@ -96,15 +103,21 @@ def run_job(job: dict, chan: Channel) -> int:
     checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
     for name in job.get("contract", []):
         chan.send(event="begin", stage="contract", case=name)
-        chan.send(event="contract", name=name,
-                  record=checks[name](op, factory, task_id, job["all_cases"], device, salt))
+        rec = checks[name](op, factory, task_id, job["all_cases"], device, salt)
+        try:
+            guard.check(f"after {name}")
+        except integrity.Violation as v:
+            rec = {**rec, "status": "FAIL", "integrity": v.code, "reason": str(v)}
+        chan.send(event="contract", name=name, record=rec)
 
     for case in job.get("bench_cases", []):
         chan.send(event="begin", stage="benchmark", case=case["id"])
         try:
             rec = benchmark.bench_case(op, reference, factory, task_id, case, job["benchmark"],
                                        job["tolerances"][case["dtype"]], device, salt, job.get("peak_bw"),
-                                       job.get("exprs", {}))
+                                       job.get("exprs", {}), guard)
+        except integrity.Violation as v:
+            rec = {"id": case["id"], "status": "ERROR", "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
             rec = {"id": case["id"], "status": "ERROR", "reason": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()[-4000:]}

@@ -1,0 +1,453 @@
+"""Defences against candidates that cheat, shared by the task-card worker and the SOL-ExecBench worker.
+
+The candidate runs in the same process as the checks and timers (it must, to be timed on the same
+stream), so whatever it can reach it can change. The defences here are the ones that run inside
+that process: every one ends in a reason code, recorded in the case record (task cards) or in the
+log of a REWARD_HACK trace (SOL-ExecBench). What needs a place the candidate cannot reach (the
+signed result channel, the files of the verifier) is checked by the parent, `mini_kv.runner`.
+docs/integrity.md has the threat model and the cost of each check.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import hmac
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+# reason code -> what it means (the text appears in docs/integrity.md as well)
+CODES = {
+    "HARNESS_TAMPERED": "a function the verdict or the timer depends on was replaced, or the process "
+                        "state the harness set (environment, thread settings, trace hooks, files) changed",
+    "PRECISION_FLAGS_CHANGED": "a torch.backends precision switch (TF32, reduced-precision reductions, "
+                               "float32 matmul precision) changed",
+    "STREAM_SWITCHED": "the current CUDA stream is not the one the harness set",
+    "STREAM_ESCAPE": "the output was not ready on the caller's stream when the call returned: work on "
+                     "another stream not joined back",
+    "THREAD_ESCAPE": "work left running after the call returned (a new thread, or an output that "
+                     "completed after the call without another call)",
+    "DEFERRED_WORK": "the output was completed by a later call",
+    "OUTPUT_NOT_PLAIN_TENSOR": "the output is not exactly a torch.Tensor with real, dense storage",
+    "OUTPUT_ALIASES_INPUT": "the output shares memory with an input",
+    "OUTPUT_ALIASES_REFERENCE": "the output shares memory with the reference's output",
+    "INPUT_MUTATED": "the call changed its inputs",
+    "CALL_ORDER_DEPENDENT": "right or wrong depending on when it is called (before or after the reference, "
+                            "or how many calls came before)",
+    "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
+    "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
+                         "the reference's values are small",
+    "STALE_OUTPUT_AFTER_TIMING": "wrong after the timed calls, or on new values written into the same buffers",
+    "NO_DEVICE_WORK": "timed calls launched no device work at all",
+    "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel",
+}
+
+
+class Violation(Exception):
+    """A defence fired: `code` is one of CODES, the message says what was seen."""
+
+    def __init__(self, code: str, message: str):
+        assert code in CODES, code
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+# ------------------------------------------------------------------------------ harness snapshot
+
+# Functions whose replacement would change a verdict or a time. Identity is compared, so a
+# candidate that rebinds any of them (module attribute, class attribute) is caught.
+WATCHED_MODULES = {
+    "mini_kv.worker.timing": ("measure", "time_cupti", "time_graph", "time_events", "time_wallclock",
+                              "iteration_activity", "L2Flusher", "Workload"),
+    "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged"),
+    "mini_kv.worker.correctness": ("run_case",),
+    "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
+    "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
+    "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability"),
+    "mini_kv.solexec.check": ("compare",),
+    "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
+    "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
+    "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "changed"),
+}
+_TORCH_FUNCS = ("allclose", "equal", "isclose", "isfinite", "isnan", "isinf", "where", "testing.assert_close")
+_TENSOR_METHODS = ("__eq__", "__ne__", "__le__", "__lt__", "__ge__", "__gt__", "__sub__", "__invert__",
+                   "__and__", "__or__", "abs", "to", "cpu", "clone", "detach", "sum", "any", "all", "max",
+                   "isnan", "isinf", "clamp_min", "copy_", "data_ptr", "untyped_storage", "float", "double")
+_OTHER = {
+    "time.perf_counter": (time, "perf_counter"), "time.perf_counter_ns": (time, "perf_counter_ns"),
+    "time.monotonic": (time, "monotonic"), "time.time": (time, "time"),
+    "threading.active_count": (threading, "active_count"),
+    "hmac.new": (hmac, "new"), "hmac.compare_digest": (hmac, "compare_digest"),
+    "hashlib.sha256": (hashlib, "sha256"), "json.dumps": (json, "dumps"),
+    "torch.cuda.synchronize": (torch.cuda, "synchronize"), "torch.cuda.Event": (torch.cuda, "Event"),
+    "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
+    "torch.cuda.Event.record": (torch.cuda.Event, "record"),
+    "torch.cuda.current_stream": (torch.cuda, "current_stream"),
+    "torch.profiler.profile": (torch.profiler, "profile"),
+    "torch.profiler.record_function": (torch.profiler, "record_function"),
+}
+
+
+def _resolve(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _watched_objects() -> dict[str, object]:
+    found: dict[str, object] = {}
+    for mod, names in WATCHED_MODULES.items():
+        try:
+            module = importlib.import_module(mod)
+        except ImportError:  # pragma: no cover - every module ships with mini_kv
+            continue
+        for name in names:
+            found[f"{mod}.{name}"] = getattr(module, name)
+    for name in _TORCH_FUNCS:
+        found[f"torch.{name}"] = _resolve(torch, name)
+    for name in _TENSOR_METHODS:
+        found[f"torch.Tensor.{name}"] = getattr(torch.Tensor, name)
+    for label, (owner, attr) in _OTHER.items():
+        found[label] = getattr(owner, attr)
+    return found
+
+
+def precision_flags() -> dict[str, object]:
+    """Every switch that trades float32 accuracy for speed (a candidate that flips one is faster
+    than the reference for a reason that is not its kernel, and less accurate afterwards)."""
+    m = torch.backends.cuda.matmul
+    flags = {
+        "torch.backends.cuda.matmul.allow_tf32": m.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            m.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            m.allow_bf16_reduced_precision_reduction,
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
+        "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
+    }
+    for name in ("fp32_precision",):  # newer torch: per-backend precision strings
+        for where, obj in (("cuda.matmul", m), ("cudnn", torch.backends.cudnn)):
+            if hasattr(obj, name):
+                flags[f"torch.backends.{where}.{name}"] = getattr(obj, name)
+    return flags
+
+
+# set by torch itself the first time it compiles (opcheck's AOT test does)
+_TORCH_SET_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+
+
+@functools.cache
+def _c_environ():
+    """The C library's `environ` (setenv from C++ does not show in os.environ)."""
+    try:
+        return ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _c_env_items() -> list[bytes]:
+    env = _c_environ()
+    if env is None:
+        return []
+    items, i = [], 0
+    while env[i] is not None:
+        items.append(env[i])
+        i += 1
+    return sorted(e for e in items if e.split(b"=", 1)[0].decode(errors="replace") not in _TORCH_SET_ENV)
+
+
+def _process_state() -> dict[str, object]:
+    env = sorted((k, v) for k, v in os.environ.items() if k not in _TORCH_SET_ENV)
+    state = {
+        "os.environ": hashlib.sha256(json.dumps(env).encode()).hexdigest(),
+        "environ (C)": hashlib.sha256(b"\0".join(_c_env_items())).hexdigest(),
+        "torch.get_num_threads()": torch.get_num_threads(),
+        "sys.gettrace()": id(sys.gettrace()), "sys.getprofile()": id(sys.getprofile()),
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+    }
+    return state
+
+
+def _stream_state() -> dict[str, object]:
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    dev = torch.cuda.current_device()
+    return {"device": dev, "stream": torch.cuda.current_stream(dev).cuda_stream}
+
+
+def snapshot() -> dict:
+    """What the harness relies on, taken before any candidate code runs."""
+    return {"objects": _watched_objects(), "precision": precision_flags(), "process": _process_state(),
+            "stream": _stream_state()}
+
+
+def violations(snap: dict) -> list[tuple[str, str]]:
+    """(code, message) for everything that differs from `snap`."""
+    out = []
+    now = _watched_objects()
+    replaced = sorted(n for n, obj in snap["objects"].items() if now.get(n) is not obj)
+    if replaced:
+        out.append(("HARNESS_TAMPERED", f"replaced {', '.join(replaced)}"))
+    proc = _process_state()
+    moved = sorted(k for k, v in snap["process"].items() if proc.get(k) != v)
+    if moved:
+        out.append(("HARNESS_TAMPERED", f"changed {', '.join(moved)}"))
+    prec = precision_flags()
+    flipped = [f"{k}: {snap['precision'][k]!r} -> {prec.get(k)!r}" for k in sorted(snap["precision"])
+               if prec.get(k) != snap["precision"][k]]
+    if flipped:
+        out.append(("PRECISION_FLAGS_CHANGED", "; ".join(flipped)))
+    if snap["stream"]:
+        now_s = _stream_state()
+        if now_s != snap["stream"]:
+            out.append(("STREAM_SWITCHED", f"current CUDA stream {now_s} is not the harness's {snap['stream']}"))
+    return out
+
+
+def changed(snap: dict) -> list[str]:
+    """Names of what changed (kept for callers that only report)."""
+    return [f"{code}: {msg}" for code, msg in violations(snap)]
+
+
+def refresh_stream(snap: dict) -> None:
+    """Record the current stream once CUDA is initialised (the harness may initialise it after the snapshot)."""
+    if not snap["stream"]:
+        snap["stream"] = _stream_state()
+
+
+# --------------------------------------------------------------------------------- threads
+
+def os_threads() -> set[int]:
+    """Thread ids of this process as the kernel sees them: C++ std::threads included (Python's
+    threading.active_count sees only threads started from Python)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux: only Python threads are visible
+        return {t.native_id for t in threading.enumerate() if t.native_id is not None}
+
+
+class Guard:
+    """Checks around one candidate call: harness intact, no thread left behind."""
+
+    def __init__(self, snap: dict):
+        self.snap = snap
+
+    def check(self, when: str) -> None:
+        bad = violations(self.snap)
+        if bad:
+            code, msg = bad[0]
+            raise Violation(code, f"{when}: {msg}" + "".join(f"; also {c}: {m}" for c, m in bad[1:]))
+
+    def call(self, fn, args, device: str, when: str = "the call", outputs=()):
+        """fn(*args), then: no new thread alive, on CUDA every output ready on the caller's stream
+        when the call returned, the harness intact. `outputs` (DPS) are the buffers written."""
+        cuda = torch.device(device).type == "cuda"
+        before = os_threads()
+        out = fn(*args)
+        new = foreign_threads(os_threads() - before)
+        early = []
+        if cuda:
+            # copies queued on the caller's stream before any sync: what a caller that trusts stream
+            # order reads. Work left on an unjoined side stream has not landed in them yet.
+            for t in [out, *outputs] if not isinstance(out, (tuple, list)) else [*out, *outputs]:
+                if type(t) is torch.Tensor and t.is_cuda and t.numel():
+                    early.append((t, t.clone()))
+            torch.cuda.synchronize()
+        self.check(f"after {when}")
+        if new:
+            raise Violation("THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned")
+        for t, copy in early:
+            if not same_bytes(t, copy):
+                raise Violation("STREAM_ESCAPE", f"{when}: the output changed after the call returned, on a stream "
+                                "the caller's stream was not made to wait for")
+        return out
+
+
+# CUDA driver and profiler threads start lazily (first launch on a device, first profiler session)
+# and live on; they are not the candidate's work. A name is a weak test (a thread can rename
+# itself), which docs/integrity.md records.
+_RUNTIME_THREAD_PREFIXES = ("cuda", "cupti", "kineto")
+
+
+def foreign_threads(tids: set[int]) -> set[int]:
+    out = set()
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip().lower()
+        except OSError:
+            continue  # gone already
+        if not name.startswith(_RUNTIME_THREAD_PREFIXES):
+            out.add(tid)
+    return out
+
+
+# ------------------------------------------------------------------------------ output checks
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    """[start, end) of the bytes `t` can reach in its storage, or None for an empty tensor."""
+    if t.numel() == 0:
+        return None
+    start = t.data_ptr()
+    extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True)) + 1
+    return start, start + extent * t.element_size()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device:
+        return False
+    sa, sb = _span(a), _span(b)
+    return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
+
+
+def plain_tensor_problem(out) -> str | None:
+    """None when `out` is exactly a torch.Tensor backed by its own dense storage."""
+    if type(out) is not torch.Tensor:
+        return (f"output is a {type(out).__module__}.{type(out).__name__}, not exactly a torch.Tensor "
+                "(a subclass can compute or change its values when read)")
+    if out.layout != torch.strided or out.is_meta or out.device.type not in ("cpu", "cuda"):
+        return f"output has layout {out.layout} on {out.device}: not a dense tensor with real storage"
+    if out.is_neg() or out.is_conj() or out._is_zerotensor():
+        return "output is a lazy view (negation/conjugation bit or ZeroTensor) with no materialised values"
+    if out.numel() == 0:
+        return None
+    try:
+        nbytes = out.untyped_storage().nbytes()
+        ptr = out.data_ptr()
+    except (RuntimeError, NotImplementedError) as exc:
+        return f"output has no real storage ({type(exc).__name__}: {exc})"
+    if ptr == 0:
+        return "output has a null data pointer"
+    if any(st == 0 for s, st in zip(out.shape, out.stride(), strict=True) if s > 1) or \
+            nbytes < out.numel() * out.element_size():
+        return (f"output is a broadcast view: {out.numel()} elements over {nbytes} bytes of storage "
+                f"(strides {list(out.stride())})")
+    return None
+
+
+def check_output(out, inputs, reference_outputs=(), earlier_outputs=()) -> None:
+    """Raise Violation unless `out` is a plain tensor that shares memory with none of `inputs`,
+    the reference's outputs or the candidate's earlier outputs (all kept alive by the caller, so a
+    freed buffer cannot be handed back). Something that is no tensor at all is left to the
+    comparison (a wrong type is a contract failure, not a cheat)."""
+    if not isinstance(out, torch.Tensor):
+        return
+    msg = plain_tensor_problem(out)
+    if msg:
+        raise Violation("OUTPUT_NOT_PLAIN_TENSOR", msg)
+    for i, a in enumerate(inputs):
+        if isinstance(a, torch.Tensor) and overlaps(out, a):
+            raise Violation("OUTPUT_ALIASES_INPUT", f"the output shares memory with input {i}")
+    for r in reference_outputs:
+        if isinstance(r, torch.Tensor) and overlaps(out, r):
+            raise Violation("OUTPUT_ALIASES_REFERENCE", "the output shares memory with the reference's output")
+    for e in earlier_outputs:
+        if isinstance(e, torch.Tensor) and overlaps(out, e):
+            raise Violation("REPLAYED_RESULT", "the output is the same memory as an earlier call's output")
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.detach().cpu().contiguous().reshape(-1).view(torch.uint8),
+                       b.detach().cpu().contiguous().reshape(-1).view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------- degenerate
+
+MIN_SMALL = 16  # elements in the abs-tolerance region before its relative error is judged
+MAX_MEDIAN_REL = 0.5
+
+
+def degenerate(out: torch.Tensor, ref: torch.Tensor, atol: float) -> str | None:
+    """An output that passed the tolerance without carrying the reference's information:
+
+    * all zeros, or one constant, while the reference is not;
+    * where the reference is smaller than the absolute tolerance (so |out - ref| <= atol accepts
+      anything small), the output must still agree relatively: median relative error there <= 0.5.
+
+    Honest outputs agree to ~rtol there; zeros or noise have a relative error of 1 or more.
+    """
+    if out.numel() < 2 or not (out.is_floating_point() and ref.is_floating_point()):
+        return None
+    o = out.detach().to("cpu", torch.float64).reshape(-1)
+    r = ref.detach().to("cpu", torch.float64).reshape(-1)
+    fin = torch.isfinite(r) & torch.isfinite(o)
+    if int(fin.sum()) < 2:
+        return None
+    o, r = o[fin], r[fin]
+    ref_varies = bool((r != r[0]).any())
+    if ref_varies and not bool((o != o[0]).any()):
+        what = "all zeros" if float(o[0]) == 0.0 else f"the constant {float(o[0]):g}"
+        return f"the output is {what} while the reference varies"
+    small = (r != 0) & (r.abs() <= atol)
+    if int(small.sum()) >= MIN_SMALL and int(small.sum()) * 2 >= int((r != 0).sum()):
+        rel = ((o[small] - r[small]).abs() / r[small].abs()).median()
+        if float(rel) > MAX_MEDIAN_REL:
+            return (f"where the reference is below atol={atol:g} ({int(small.sum())} elements) the output's "
+                    f"median relative error is {float(rel):.3g}: it passes the absolute tolerance without "
+                    "carrying the values")
+    return None
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+def rewrite_in_place(targets, sources) -> None:
+    """Write `sources`' values into `targets` without changing what identifies them: same data
+    pointer, shape, Python id, and (written through `.data`) the same version counter. A result
+    cache keyed on any of those hands back stale results afterwards."""
+    with torch.no_grad():
+        for t, s in zip(targets, sources, strict=True):
+            if isinstance(t, torch.Tensor) and t.numel():
+                t.data.copy_(s)
+
+
+def poison(sizes, device) -> None:
+    """Fill freed blocks of the likely output sizes with NaN (0xFF bytes), so an output that is
+    allocated and not written (handed back from a freed buffer) does not hold stale right values."""
+    for nbytes in sizes:
+        if nbytes > 0:
+            torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=device)  # allocated, filled, freed
+
+
+# ------------------------------------------------------------------------------ parent side
+
+@functools.cache
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+# the files of mini_kv that hold a worker's checks, timers and references (not the loaders, CLI, store
+# or profiler, which may be edited in a working tree while a long run goes on)
+_WORKER_FILES = ("worker/*.py", "solexec/check.py", "solexec/evaluate.py", "solexec/inputs.py",
+                 "solexec/integrity.py", "references/*.py", "judge/stats.py", "runner.py")
+
+
+def harness_files(extra=()) -> dict[str, tuple[int, int]]:
+    """(mtime_ns, size) of the verifier's files that a worker uses, and of `extra` paths."""
+    out = {}
+    base = _package_dir()
+    paths = [p for pattern in _WORKER_FILES for p in sorted(base.glob(pattern))]
+    paths += [Path(p) for p in extra]
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            out[str(p)] = (-1, -1)
+            continue
+        out[str(p)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def files_changed(before: dict, after: dict) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
