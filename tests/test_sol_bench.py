@@ -18,7 +18,7 @@ from mini_kv.store.index import read_index
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 PROBLEM = SOLS / "problem"
-UPSTREAM_EXAMPLE = ROOT.parent / "shared" / "notes" / "upstream-trace-example.jsonl"
+UPSTREAM_EXAMPLE = ROOT / "tests" / "fixtures" / "sol" / "upstream-trace-example.jsonl"  # written by upstream on an H200
 # small and quick: the statuses do not depend on how long timing runs
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 120.0}
 
