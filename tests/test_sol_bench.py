@@ -70,23 +70,37 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     assert [(r["task_id"], r["status"]) for r in rows] == [("scale_mul", "PASSED")]
 
 
-def test_trace_layout_matches_upstream_field_for_field(tmp_path):
-    """Same keys, in the same order, at every level, as two traces written by upstream's tool."""
+def _layout(trace: dict):
+    """Keys in order at every level, with value types; problem data and tool-specific detail blanked
+    (inputs and axes are the problem's; `extra` holds tool-specific detail, upstream: null)."""
     def shape(obj):
         if isinstance(obj, dict):
             return [(k, shape(v)) for k, v in obj.items()]
         return type(obj).__name__ if obj is not None else None
 
+    t = {**trace, "workload": {**trace["workload"], "axes": {}, "inputs": {}}}
+    t["evaluation"] = {**t["evaluation"], "correctness": {**t["evaluation"]["correctness"], "extra": None},
+                       "environment": {**t["evaluation"]["environment"], "libs": {}}}
+    return shape(t)
+
+
+def test_trace_layout_matches_upstream_field_for_field(tmp_path):
+    """Same keys, in the same order, at every level, as two traces written by upstream's tool."""
     upstream = [json.loads(line) for line in UPSTREAM_EXAMPLE.read_text().splitlines() if line.strip()]
     ours = run_bench(tmp_path, "good_dps")["traces"]
     for theirs in upstream:
-        mine = dict(ours[0])
-        # inputs and axes are problem data; extra holds tool-specific detail (upstream: null)
-        for t in (theirs, mine):
-            t["workload"] = {**t["workload"], "axes": {}, "inputs": {}}
-            t["evaluation"] = {**t["evaluation"], "correctness": {**t["evaluation"]["correctness"], "extra": None},
-                               "environment": {**t["evaluation"]["environment"], "libs": {}}}
-        assert shape(mine) == shape(theirs)
+        assert _layout(ours[0]) == _layout(theirs)
+
+
+def test_traces_captured_on_the_h200_have_the_upstream_layout():
+    upstream = json.loads(UPSTREAM_EXAMPLE.read_text().splitlines()[0])
+    files = sorted((ROOT / "docs" / "evidence" / "sol-traces").glob("*.jsonl"))
+    assert files
+    for f in files:
+        for line in f.read_text().splitlines():
+            trace = json.loads(line)
+            assert trace["evaluation"]["status"] == "PASSED", f
+            assert _layout(trace) == _layout(upstream), f
 
 
 @pytest.mark.parametrize("solution, expected, code, needle", [
