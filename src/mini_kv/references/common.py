@@ -15,9 +15,27 @@ def other_device(device: str) -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
+# From this many elements on a CUDA device, values are drawn on the device: one CPU thread needs
+# seconds per 256M-element tensor, and a cold-L2 benchmark builds several input sets.
+DEVICE_RANDOM_NUMEL = 1 << 24
+
+
+def _normal(shape, device, generator) -> torch.Tensor:
+    """Standard normal FP32 values from `generator`'s stream: on the CPU (identical on every machine),
+    or for large CUDA tensors on the device, seeded by one draw from the stream (still deterministic)."""
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    if torch.device(device).type == "cuda" and numel >= DEVICE_RANDOM_NUMEL:
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        device_gen = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(shape, generator=device_gen, dtype=torch.float32, device=device)
+    return torch.randn(shape, generator=generator, dtype=torch.float32, device="cpu")
+
+
 def values(shape, dtype, device, generator, variant: str | None = None) -> torch.Tensor:
     """Random normal values, or a value variant: zeros, tiny (1e-30 scale in fp32) or large."""
-    x = torch.randn(shape, generator=generator, dtype=torch.float32, device="cpu")
+    x = _normal(shape, device, generator)
     if variant == "zeros":
         x.zero_()
     elif variant == "tiny":
