@@ -55,6 +55,11 @@ class Context:
     settings: dict
     snapshot: dict
     safetensors_cache: dict = field(default_factory=dict)
+    guard: Guard | None = None
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = Guard(self.snapshot)
 
 
 class Verdict(Exception):
@@ -89,7 +94,7 @@ def _check_integrity(ctx: Context, when: str) -> None:
 def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = None) -> list:
     """Run the solution once; DPS writes into `outputs` (fresh poisoned buffers when None). Around the
     call: no thread left running, outputs ready on the caller's stream, the harness intact."""
-    guard = Guard(ctx.snapshot)
+    guard = ctx.guard
     try:
         if ctx.dps:
             outs = outputs if outputs is not None else allocate_outputs(sig, ctx.device)

@@ -241,6 +241,7 @@ class Guard:
 
     def __init__(self, snap: dict):
         self.snap = snap
+        self.calls = 0
 
     def check(self, when: str) -> None:
         bad = violations(self.snap)
@@ -254,7 +255,10 @@ class Guard:
         cuda = torch.device(device).type == "cuda"
         before = os_threads()
         out = fn(*args)
-        new = foreign_threads(os_threads() - before)
+        self.calls += 1
+        # A library may start a worker pool on its first call (a JIT compiler, a runtime); a thread
+        # per call, or one that still holds work, shows on a later call or in the output re-read.
+        new = foreign_threads(os_threads() - before) if self.calls > 1 else set()
         early = []
         if cuda:
             # copies queued on the caller's stream before any sync: what a caller that trusts stream
@@ -427,10 +431,11 @@ def _package_dir() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-# the files of mini_kv that hold a worker's checks, timers and references (not the loaders, CLI, store
-# or profiler, which may be edited in a working tree while a long run goes on)
+# the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
+# which may be edited in a working tree while a long run goes on); a card's reference module comes
+# with the job's `watch_paths`
 _WORKER_FILES = ("worker/*.py", "solexec/check.py", "solexec/evaluate.py", "solexec/inputs.py",
-                 "solexec/integrity.py", "references/*.py", "judge/stats.py", "runner.py")
+                 "solexec/integrity.py", "judge/stats.py", "runner.py")
 
 
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:
