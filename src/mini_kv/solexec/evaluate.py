@@ -201,14 +201,14 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
         if r == 0:
             _check_integrity(ctx, "after the first call")
         _structure(sig, outs, refs)
+        if not _inputs_unchanged(pristine, inputs):
+            raise _hack("INPUT_MUTATED", f"round {r}: the solution modified its inputs")
         if not ctx.dps:
             for spec, out in zip(sig["outputs"], outs, strict=True):
                 try:
                     check_output(out, inputs, reference_outputs=refs, earlier_outputs=prev[1] if prev else ())
                 except integrity.Violation as v:
                     raise _hack(v.code, f"round {r}, output {spec['name']!r}: {v.message}") from None
-        if not _inputs_unchanged(pristine, inputs):
-            raise _hack("INPUT_MUTATED", f"round {r}: the solution modified its inputs")
         for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
             res = check.compare(out, ref, tol)
             worst = _worst(worst, res)

@@ -83,9 +83,9 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     ref_args = clone_args(args)
     poison(_nbytes(args), device)
     out = _call(op, args, guard, device, "the call before the reference")
-    check_output(out, args)
     if not inputs_unchanged(pristine, args):
         raise Violation("INPUT_MUTATED", "the op modified its inputs (a functional op must not)")
+    check_output(out, args)
     ref = reference(*ref_args)
     res = compare(out, ref, atol, rtol)
     result = {k: v for k, v in res.items() if k != "ok"}
@@ -133,9 +133,9 @@ def _second_call(op, reference, factory, case, device, salt, seed, out, ref, ato
     ref2 = reference(*clone_args(args2))
     poison([out.numel() * out.element_size()], device)
     out2 = _call(op, args2, guard, device, "the call after the reference")
-    check_output(out2, args2, reference_outputs=(ref, ref2), earlier_outputs=(out,))
     if not inputs_unchanged(pristine2, args2):
         raise Violation("INPUT_MUTATED", "the op modified its inputs on the second call")
+    check_output(out2, args2, reference_outputs=(ref, ref2), earlier_outputs=(out,))
     res2 = compare(out2, ref2, atol, rtol)
     if res2["ok"]:
         why = degenerate(out2, ref2, atol)
