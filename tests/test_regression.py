@@ -300,3 +300,27 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     update_index(store, a)
     rows, _ = read_index(store)
     assert rows[0]["regression"] == verdict["verdict"] == PASS
+
+
+def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):
+    """regression.json is a contract: PASS, confirmed FAIL, WARN, UNCONFIRMED, INCOMPARABLE and a
+    baseline that cannot be read all validate against schemas/regression.schema.json."""
+    verdicts = []
+    for kw, confirm in (({"seed": 2}, Confirm(10.0)), ({"seed": 3, "slowdown": 1.2}, Confirm(12.0)),
+                        ({"seed": 4, "slowdown": 1.2}, Confirm(10.0)), ({"seed": 5, "slowdown": 1.2}, None)):
+        header, bench = _attempt(tmp_path / str(kw["seed"]), **kw)
+        verdicts.append(compare_to_baseline(baseline, header, bench, confirm))
+    header, bench = _attempt(tmp_path / "6", seed=6)
+    verdicts.append(compare_to_baseline(baseline, {**header, "environment_key": "other"}, bench, None))
+    assert [v["verdict"] for v in verdicts] == [PASS, FAIL, WARN, WARN, INCOMPARABLE]
+    for v in verdicts:
+        validate(json.loads(json.dumps(v)), "regression", "regression.json")
+    bad = tmp_path / "card"
+    (bad / "baselines").mkdir(parents=True)
+    (bad / "baselines" / "vector_add.json").write_text("{")
+    card = types.SimpleNamespace(baseline="baselines/vector_add.json", project_root=str(bad), id="vector_add",
+                                 version="1.0.0", operator={"name": "vector_add", "version": "1.0.0"},
+                                 suite_hash=lambda: "x")
+    v = check_card_baseline(card, {"key": "k"}, [], "cpu")
+    assert v["verdict"] == INCOMPARABLE and v["baseline_error"]
+    validate(v, "regression", "regression.json")

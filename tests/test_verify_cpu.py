@@ -25,6 +25,11 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     assert EXPECTED_FILES <= {p.name for p in attempt.iterdir()}
     assert (attempt / "sources" / "op.cpp").is_file()
     header = read_attempt(attempt)  # every listed file re-hashed
+    from mini_kv.load.schema import validate
+
+    env = json.loads((attempt / "environment.json").read_text())
+    validate(env, "environment", str(attempt / "environment.json"))  # the written record meets its contract
+    assert env["key"] == header["environment_key"] and env["build_flags"]["cflags"]
     assert header["status"] == "PASSED"
     corr = json.loads((attempt / "correctness.json").read_text())
     statuses = {c["id"]: c["status"] for c in corr["cases"]}
