@@ -85,12 +85,13 @@ def driver_version() -> str | None:
     return line.strip() if line else None
 
 
-def cuda_arch_list() -> list[str]:
-    """The archs a CUDA build targets: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs'."""
+def cuda_arch_list(devices: list[dict] | None = None) -> list[str]:
+    """The archs a CUDA build targets: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs' (`devices`:
+    torch_info()'s, when the caller already has them)."""
     env = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if env:
         return sorted(set(env.replace(";", " ").split()))
-    return sorted({d["capability"] for d in torch_info()["devices"]})
+    return sorted({d["capability"] for d in (torch_info()["devices"] if devices is None else devices)})
 
 
 def torch_has_cuda_build() -> bool:
@@ -102,12 +103,12 @@ def torch_has_cuda_build() -> bool:
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"
 
 
-def build_flags() -> dict:
+def build_flags(devices: list[dict]) -> dict:
     """The flags every candidate build starts from: a change to them changes every binary."""
     from mini_kv.build import compiler  # lazy: the compiler imports this module
 
     return {"cflags": list(compiler.BASE_CFLAGS), "cuda_cflags": list(compiler.BASE_CUDA_CFLAGS),
-            "arch_list": cuda_arch_list() if torch_info()["devices"] else []}
+            "arch_list": cuda_arch_list(devices) if devices else []}
 
 
 def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
@@ -132,7 +133,7 @@ def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
         "nvcc": nvcc_info()["version"],
         "cxx": cxx_info()["version"],
         "executable": sys.executable,
-        "build_flags": build_flags(),
+        "build_flags": build_flags(t["devices"]),
         "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
     }
     env["key"] = environment_key(env)

@@ -8,7 +8,6 @@ builders of one key neither corrupt nor duplicate it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
-from mini_kv.model import Candidate, canonical_json, sha256_file
+from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
@@ -86,7 +85,7 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": tc}
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
         keyed.update(python_module=True, check_only=check_only)
-    key = hashlib.sha256(canonical_json(keyed).encode()).hexdigest()
+    key = sha256_text(canonical_json(keyed))
     return {"candidate": cand.id, "candidate_dir": str(cdir), "sources": sources, "files": files,
             "flags": flags, "toolchain": tc, "key": key, "with_cuda": with_cuda,
             "cuda_sources_skipped": skipped, "python_module": python_module, "check_only": check_only,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import hashlib
 import io
 from pathlib import Path
 
+from mini_kv.model import sha256_file
 from mini_kv.store.atomic import write_bytes, write_json
 from mini_kv.store.attempts import AttemptInvalid, read_attempt
 from mini_kv.store.index import Problem, index_path, read_index, rebuild_index
@@ -49,7 +49,7 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
         path = artifacts / row["path"]
         try:
             read_attempt(path)
-            if hashlib.sha256((path / "attempt.json").read_bytes()).hexdigest() != row["attempt_sha256"]:
+            if sha256_file(path / "attempt.json") != row["attempt_sha256"]:
                 raise AttemptInvalid(f"{path}: attempt.json changed after it was indexed (tampered?); "
                                      "inspect it, then run `mini-kv rebuild-index`")
         except (AttemptInvalid, OSError) as exc:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.model import sha256_file
 
 BASELINE_SCHEMA_VERSION = 1
 REGRESSION_SCHEMA_VERSION = 1
@@ -66,10 +66,6 @@ COMPARABLE_KEYS: tuple[tuple[str, Callable[[dict], object]], ...] = (
     ("environment_key", lambda d: d.get("environment_key")),
     ("device", lambda d: d.get("device")),
 )
-
-
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _as_repeats(samples) -> list[list[float]]:
@@ -301,7 +297,7 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
         "device": header.get("device"),
         "environment": env,
         "source": {"attempt_id": header["attempt_id"],
-                   "attempt_json_sha256": _sha256_file(attempt_dir / "attempt.json"),
+                   "attempt_json_sha256": sha256_file(attempt_dir / "attempt.json"),
                    "candidate": header["candidate"], "created_at": header["created_at"],
                    "path": str(attempt_dir.resolve())},
         "promoted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -332,7 +328,7 @@ def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
               "suite_hash": card.suite_hash(), "environment_key": env.get("key"), "device": device}
     ref = {"path": card.baseline}
     try:
-        ref["sha256"] = _sha256_file(path)
+        ref["sha256"] = sha256_file(path)
         baseline = load_baseline(path)
     except (UserError, OSError) as exc:
         return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": INCOMPARABLE, "reasons": [str(exc)],

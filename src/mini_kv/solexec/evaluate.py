@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.judge import stats
-from mini_kv.solexec import check, integrity
+from mini_kv.solexec import check
 from mini_kv.solexec.inputs import (
     ReferenceInputError,
     allocate_outputs,
@@ -23,6 +23,7 @@ from mini_kv.solexec.inputs import (
     make_inputs,
     normalize_outputs,
 )
+from mini_kv.worker import integrity
 from mini_kv.worker.benchmark import input_set_count
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import secrets
@@ -32,6 +31,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import ConfigError, UserError
+from mini_kv.model import sha256_file
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, read_attempt
 
@@ -136,10 +136,6 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
         lock.release()
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _attempt_json_file(path: Path, rel: str):
     try:
         obj = json.loads((path / rel).read_text())
@@ -200,7 +196,7 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
         "geomean_speedup": bsum.get("geomean_speedup"),
         "regression": (regression or {}).get("verdict"),
         "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
-        "attempt_sha256": _sha256(attempt_dir / "attempt.json"),
+        "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
     }
     cases = []
     for c in (bench or {}).get("cases", []):

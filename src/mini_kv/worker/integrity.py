@@ -435,7 +435,7 @@ def _package_dir() -> Path:
 # which may be edited in a working tree while a long run goes on); a card's reference module comes
 # with the job's `watch_paths`
 _WORKER_FILES = ("worker/*.py", "solexec/check.py", "solexec/evaluate.py", "solexec/inputs.py",
-                 "solexec/integrity.py", "judge/stats.py", "runner.py")
+                 "judge/stats.py", "runner.py")
 
 
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:
@@ -456,3 +456,8 @@ def harness_files(extra=()) -> dict[str, tuple[int, int]]:
 
 def files_changed(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def reward_hack_log(code: str, message: str) -> str:
+    """A REWARD_HACK trace's log starts with the reason code."""
+    return f"{code}: {message}"

@@ -42,7 +42,7 @@ def _fail(chan: Channel, status: str, reason: str) -> None:
 
 def _load(job: dict, chan: Channel):
     """(reference module, solution function, integrity snapshot), or None after sending a failed load."""
-    from mini_kv.solexec import integrity
+    from mini_kv.worker import integrity
 
     try:
         reference = _load_reference(job["reference_file"])
