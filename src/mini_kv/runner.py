@@ -47,9 +47,12 @@ def _describe_exit(code: int | None) -> str:
 
 
 class ChildRun:
-    """One child process and its event pipe."""
+    """One child process and its event pipe.
 
-    def __init__(self, job: dict, log_path: str, env: dict | None):
+    The child imports torch before it reads its job, so a child started early (`ChildRun(None, ...)`
+    then `send(job)`) loads torch while the parent still prepares the job (e.g. builds)."""
+
+    def __init__(self, job: dict | None, log_path: str, env: dict | None):
         self.key = secrets.token_bytes(32)
         self.seq = 0
         read_fd, write_fd = os.pipe()
@@ -61,8 +64,17 @@ class ChildRun:
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
-        self.proc.stdin.write(json.dumps({**job, "channel_key": self.key.hex()}).encode())
-        self.proc.stdin.close()
+        self.started = time.monotonic()
+        self.log_path = log_path
+        if job is not None:
+            self.send(job)
+
+    def send(self, job: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({**job, "channel_key": self.key.hex()}).encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:  # the child died early: next_event sees the end of the stream
+            pass
 
     def next_event(self, timeout: float) -> dict | None | str:
         """An event dict, None at end of stream, or 'timeout'."""
@@ -111,12 +123,14 @@ class ChildRun:
 
 
 def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: str | None = None,
-               env: dict | None = None, on_event=None) -> dict:
+               env: dict | None = None, on_event=None, first_child: ChildRun | None = None) -> dict:
     """Run every stage of `job` in child processes; returns plain-data results.
 
-    `on_event`, if given, sees every event the child sends (e.g. to show progress).
+    `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
+    a child started earlier without a job (same `env`, logging to `log_path`); it runs the first batch.
     """
-    log_path = log_path or tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
+    log_path = log_path or (first_child.log_path if first_child else
+                            tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1])
     results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path}
     pending_cases = list(job["cases"])
     pending_bench = list(job.get("bench_cases", []))
@@ -129,7 +143,11 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
     files_before = harness_files(watch)
     for _ in range(MAX_RESTARTS):
         sub = {**job, "cases": pending_cases, "bench_cases": pending_bench, "contract": contract_pending}
-        child = ChildRun(sub, log_path, env)
+        if first_child is not None:
+            child, first_child = first_child, None
+            child.send(sub)
+        else:
+            child = ChildRun(sub, log_path, env)
         current = None
         outcome = "eof"
         while True:

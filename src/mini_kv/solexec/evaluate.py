@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -368,14 +369,19 @@ def _correctness_block(c: dict | None) -> dict | None:
             "has_nan": c["has_nan"], "has_inf": c["has_inf"], "extra": {"matched_ratio": c["matched_ratio"]}}
 
 
-def evaluate_workload(ctx: Context, case: dict) -> dict:
-    """The record of one workload: id, status, log, correctness, performance, bench, finished_at."""
+def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> dict:
+    """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
+    `phase_s`, if given, receives the seconds spent in the correctness rounds and in timing."""
     sig, workload = case["signature"], case["workload"]
     record = {"id": case["id"], "status": "PASSED", "log": "", "correctness": None, "performance": None, "bench": None}
+    phase_s = {} if phase_s is None else phase_s
+    t0 = time.perf_counter()
     try:
         worst = correctness_rounds(ctx, sig, workload)
         record["correctness"] = _correctness_block(worst)
+        phase_s["correctness"] = time.perf_counter() - t0
         bench = timing(ctx, sig, workload, case.get("index", 0))
+        phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
         p50, ref_p50 = bench["candidate"]["summary"]["overall"]["p50"], bench["reference"]["summary"]["overall"]["p50"]
         record["bench"] = bench
         record["performance"] = {"latency_ms": p50 / 1e3, "reference_latency_ms": ref_p50 / 1e3,

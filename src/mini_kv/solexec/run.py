@@ -19,7 +19,7 @@ from pathlib import Path
 from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text
-from mini_kv.runner import run_worker
+from mini_kv.runner import ChildRun, run_worker
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
@@ -139,13 +139,23 @@ def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str,
     }
 
 
-def _progress(total: int, say):
+def _progress(total: int, say, phases: dict, started: float):
+    """Progress messages, and where the worker's time went: start-up until the solution is loaded,
+    then per workload the correctness rounds and the timing (as the worker measured them)."""
     seen = [0]
 
     def on_event(ev: dict) -> None:
-        if ev.get("event") == "begin":
+        kind = ev.get("event")
+        if kind == "load":
+            phases["worker_ready_s"] = round(time.perf_counter() - started, 3)
+        elif kind == "begin":
             seen[0] += 1
             say(f"workload {seen[0]}/{total}: {ev.get('case')}")
+        elif kind == "case" and isinstance(ev.get("phase_s"), dict):
+            for name, secs in ev["phase_s"].items():
+                if isinstance(secs, (int, float)):
+                    key = f"workload_{name}_s"
+                    phases[key] = round(phases.get(key, 0.0) + secs, 3)
     return on_event
 
 
@@ -227,43 +237,58 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
     from mini_kv.pipeline import pick_device
 
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:  # seconds since the start of bench() at the end of each step
+        phases[name] = round(time.perf_counter() - t0, 3)
+
     say = progress or (lambda msg: None)
     problem = load_problem(problem_dir, opts)
-    device = pick_device(opts.device)
-    settings = check_options(opts, device)
-    env = environment.collect()
-    salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
     staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
-    stage_sources(problem.solution, staging / "solution")
+    # the worker loads torch while this process checks the device, the environment and the build
+    worker = ChildRun(None, str(staging / "worker.log"), None)
     compile_rec, outcomes, unavailable = None, None, None
     results: dict = {"load": None, "cases": [], "incidents": [], "log": None}
     try:
+        device = pick_device(opts.device)
+        settings = check_options(opts, device)
+        env = environment.collect()
+        salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
+        stage_sources(problem.solution, staging / "solution")
+        lap("prepared_s")
         if problem.solution.group == "cpp":
             compile_rec, outcomes = _compile(problem, staging, opts, say)
             unavailable = None if outcomes else _cpp_unavailable(compile_rec, device)
         else:
             unavailable = languages.python_unavailable(problem.solution.languages, device, env)
+        lap("built_s")
         if outcomes is None and unavailable:
             outcomes = _all(problem, "RUNTIME_ERROR", UNAVAILABLE + unavailable)
         if outcomes is None:
             job = _job(problem, staging, compile_rec, device, salt, settings, opts)
             say(f"evaluate {problem.solution.name} on {device}")
+            worker, first = None, worker
             results = run_worker(job, case_timeout=opts.timeout, stage_timeout=opts.timeout * (len(job["cases"]) + 1),
-                                 log_path=str(staging / "worker.log"), on_event=_progress(len(job["cases"]), say))
+                                 log_path=str(staging / "worker.log"), first_child=first,
+                                 on_event=_progress(len(job["cases"]), say, phases, t0))
             outcomes = outcomes_from_results(results, problem.workloads)
+        lap("evaluated_s")
         trace_list = build_traces(problem, outcomes, env)
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE):]
         code = exit_code(trace_list, unavailable)
         attempt, index_warning = record_attempt(problem, opts, env, compile_rec, results, outcomes, trace_list,
                                                 settings, device, salt, code)
+        lap("recorded_s")
     finally:
+        if worker is not None:  # never sent a job (nothing to evaluate, or an error on the way)
+            worker.close(kill=True)
         if not opts.keep_staging:
             shutil.rmtree(staging, ignore_errors=True)
     return {"traces": trace_list, "exit_code": code, "attempt": str(attempt), "index_warning": index_warning,
             "compile": compile_rec, "device": device, "settings": settings, "unavailable": unavailable,
             "staging": str(staging) if opts.keep_staging else None, "definition": problem.definition.name,
-            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3)}
+            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3), "phases": phases}
 
 
 def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:

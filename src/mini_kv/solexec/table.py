@@ -72,5 +72,12 @@ def _print_details(result: dict, console: Console) -> None:
         note = " (compile check only)" if comp.get("check_only") else ""
         console.print(f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
                       f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]")
+    ph = result.get("phases") or {}
+    if ph:
+        # cumulative marks since the start; the worker's own split of the evaluation in parentheses
+        marks = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_"))
+        inner = ", ".join(f"{k[9:-2]} {v:.2f}" for k, v in ph.items() if k.startswith("workload_"))
+        console.print(f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
+                      + (f" (in the worker, summed over workloads: {inner})" if inner else "") + "[/]")
     if result.get("staging"):
         console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")

@@ -38,6 +38,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--result-fd", type=int, required=True)
     ns = parser.parse_args()
+    import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
+
     job = json.load(sys.stdin)
     chan = Channel(ns.result_fd, bytes.fromhex(job.pop("channel_key")))
     _limit_memory(job)

@@ -87,8 +87,9 @@ def run_job(job: dict, chan: Channel) -> int:
                   settings=job["settings"], snapshot=snap)
     for case in job["cases"]:
         chan.send(event="begin", stage="correctness", case=case["id"])
-        rec = evaluate_workload(ctx, case)
-        chan.send(event="case", record=rec)
+        phase_s: dict[str, float] = {}
+        rec = evaluate_workload(ctx, case, phase_s)
+        chan.send(event="case", record=rec, phase_s=phase_s)
         if rec["status"] == "RUNTIME_ERROR" and any(m in rec["log"] for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     chan.send(event="done")
