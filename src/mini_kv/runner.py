@@ -110,6 +110,8 @@ class ChildRun:
         return event
 
     def close(self, kill: bool) -> int | None:
+        if not self.proc.stdin.closed:  # a child that never got its job
+            self.proc.stdin.close()
         if kill:
             kill_group(self.proc.pid)
         try:
