@@ -50,15 +50,17 @@ class ChildRun:
     """One child process and its event pipe.
 
     The child imports torch before it reads its job, so a child started early (`ChildRun(None, ...)`
-    then `send(job)`) loads torch while the parent still prepares the job (e.g. builds)."""
+    then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
+    `warm_profiler` has it pay CUPTI's start-up then too."""
 
-    def __init__(self, job: dict | None, log_path: str, env: dict | None):
+    def __init__(self, job: dict | None, log_path: str, env: dict | None, warm_profiler: bool = False):
         self.key = secrets.token_bytes(32)
         self.seq = 0
         read_fd, write_fd = os.pipe()
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd)],
+            [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd),
+             *(["--warm-profiler"] if warm_profiler else [])],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
             start_new_session=True, env=env)
         os.close(write_fd)

@@ -26,6 +26,7 @@ from mini_kv.solexec.inputs import (
 )
 from mini_kv.worker import integrity
 from mini_kv.worker.benchmark import input_set_count
+from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.timing import (
@@ -147,16 +148,6 @@ def _structure(sig: dict, outs: list, refs: list) -> None:
             raise Verdict("RUNTIME_ERROR", f"output {spec['name']!r} is on {out.device}, expected {ref.device}")
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
-def _inputs_unchanged(before: list, after: list) -> bool:
-    """Byte for byte: works for every dtype (fp8, packed fp4) and treats NaN inputs as unchanged."""
-    return all(torch.equal(_bytes(b), _bytes(a)) for b, a in zip(before, after, strict=True)
-               if isinstance(b, torch.Tensor))
-
-
 def _worst(current: dict | None, new: dict) -> dict:
     """Upstream keeps the round with the largest absolute error (a NaN or Inf round over any other)."""
     if current is None:
@@ -203,7 +194,7 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
         if r == 0:
             _check_integrity(ctx, "after the first call")
         _structure(sig, outs, refs)
-        if not _inputs_unchanged(pristine, inputs):
+        if not inputs_unchanged(pristine, inputs):
             raise _hack("INPUT_MUTATED", f"round {r}: the solution modified its inputs")
         if not ctx.dps:
             for spec, out in zip(sig["outputs"], outs, strict=True):

@@ -245,8 +245,9 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
     say = progress or (lambda msg: None)
     problem = load_problem(problem_dir, opts)
     staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
-    # the worker loads torch while this process checks the device, the environment and the build
-    worker = ChildRun(None, str(staging / "worker.log"), None)
+    # the worker loads torch and starts CUPTI while this process checks the device, the environment
+    # and the build (seconds each on a GPU machine)
+    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=opts.method in ("auto", "cupti"))
     compile_rec, outcomes, unavailable = None, None, None
     results: dict = {"load": None, "cases": [], "incidents": [], "log": None}
     try:
