@@ -68,6 +68,11 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     assert all(c["method"] == "wallclock" for c in bench_rec["cases"])
     rows, _ = read_index(tmp_path / "artifacts")
     assert [(r["task_id"], r["status"]) for r in rows] == [("scale_mul", "PASSED")]
+    # where the time went: marks since the start, in order, and the worker's own split
+    ph = result["phases"]
+    marks = [ph[k] for k in ("prepared_s", "built_s", "worker_ready_s", "evaluated_s", "recorded_s")]
+    assert marks == sorted(marks) and marks[-1] <= result["duration_s"]
+    assert ph["workload_correctness_s"] > 0 and ph["workload_timing_s"] > 0
 
 
 def _layout(trace: dict):
@@ -224,6 +229,7 @@ def test_cli_table_output_and_json(tmp_path):
     for col in ("#", "Status", "Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
         assert col in res.stdout
     assert "0/2 workloads passed" in res.stdout
+    assert "time (s since start): prepared" in res.stdout  # -v says where the time went
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [t["evaluation"]["status"] for t in lines] == ["INCORRECT_NUMERICAL"] * 2
 
@@ -243,3 +249,20 @@ def test_bad_solution_file_is_a_config_error_naming_the_field(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == ExitCode.CONFIG
     assert "sources[0].path" in res.stderr and str(sol) in res.stderr
+
+
+def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, monkeypatch):
+    """bench starts the worker before it builds; a run that ends before evaluating (here: every
+    workload unavailable) leaves no child behind."""
+    from mini_kv import runner
+
+    started = []
+    real = runner.ChildRun.__init__
+
+    def spy(self, *a, **kw):
+        real(self, *a, **kw)
+        started.append(self)
+    monkeypatch.setattr(runner.ChildRun, "__init__", spy)
+    test_unavailable_language_is_reported_not_crashed(tmp_path)
+    assert len(started) == 1
+    assert started[0].proc.poll() is not None and started[0].proc.stdin.closed
