@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything the docs report from a GPU, in one go: run on the GPU machine, then check in the numbers.
 #   scripts/run_gpu_evidence.sh OUTDIR [STEP...]
-# Steps (default: all that apply): gate fidelity repeat regression scaling kernels sol profile.
+# Steps (default: all that apply): gate fidelity repeat regression scaling kernels sol profile sweeps
+# integrity (integrity needs $MINI_KV_BEFORE_TREE: a copy of the project without the defences, see
+# scripts/integrity_cost.py).
 # OUTDIR can hold many files; copy OUTDIR/evidence.tgz where you need it.
 # Each step's output goes to OUTDIR/<step>.log (and its own files under OUTDIR/<step>/); a step that
 # fails is reported at the end and does not stop the others. OUTDIR/evidence.tgz holds it all.
@@ -9,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: run_gpu_evidence.sh OUTDIR [STEP...]}"; shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile)
+[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile sweeps integrity)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 failed=()
@@ -39,6 +41,15 @@ for step in "${steps[@]}"; do
     kernels) [ -f scripts/bench_kernels.sh ] && run_step kernels bash scripts/bench_kernels.sh "$out/kernels" ;;
     sol) [ -f scripts/run_sol_gpu.sh ] && run_step sol bash scripts/run_sol_gpu.sh "$out/sol" ;;
     profile) [ -f scripts/capture_ncu_fixtures.sh ] && run_step profile bash scripts/capture_ncu_fixtures.sh "$out/ncu" ;;
+    sweeps)
+      run_step sweeps bash -c 'set -e; for s in rmsnorm vector_add; do
+          nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/sweep_$s scripts/${s}_variants.cu; done
+        /tmp/sweep_rmsnorm 16384 8192 15 hot; /tmp/sweep_rmsnorm 16384 8192 15 cold
+        /tmp/sweep_vector_add 268435456 15 hot; /tmp/sweep_vector_add 268435456 15 cold' ;;
+    integrity)
+      if [ -n "${MINI_KV_BEFORE_TREE:-}" ]; then
+        run_step integrity python scripts/integrity_cost.py --before "$MINI_KV_BEFORE_TREE" --out "$out/integrity_cost.json"
+      else echo "=== integrity: skipped, MINI_KV_BEFORE_TREE not set"; fi ;;
     *) echo "unknown step $step"; failed+=("$step(unknown)") ;;
   esac
 done
