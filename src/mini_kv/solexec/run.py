@@ -247,7 +247,8 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
     staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
     # the worker loads torch and starts CUPTI while this process checks the device, the environment
     # and the build (seconds each on a GPU machine)
-    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=opts.method in ("auto", "cupti"))
+    warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
+    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=warm)
     compile_rec, outcomes, unavailable = None, None, None
     results: dict = {"load": None, "cases": [], "incidents": [], "log": None}
     try:
