@@ -7,6 +7,9 @@
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/rv scripts/rmsnorm_variants.cu && /tmp/rv [rows] [hidden] [rounds] [hot|cold]
 //
+// Built with -DMINI_KV_NO_STREAM_HINTS, every variant (the shipped launcher too) uses plain loads
+// and stores instead of evict-first ones: run both builds to time the hints.
+//
 // Prints one line per variant: median µs per call, min, max over rounds, GB/s, share of the
 // copy bandwidth measured the same way (cudaMemcpy device to device of the same bytes).
 #include <cmath>
@@ -166,8 +169,13 @@ int main(int argc, char** argv) {
   }
   const Timings t = time_variants(vs, mode, rounds, calls);
   const float copy = Timings::median(t.us.back());
-  std::printf("rmsnorm fp16 [%lld, %d], L2 %s, %d rounds x %d calls; copy %.1f us = %.0f GB/s\n", (long long)rows,
-              hidden, mode_name(mode), rounds, calls, copy, 2.0 * bytes / copy / 1e3);
+#ifdef MINI_KV_NO_STREAM_HINTS
+  const char* hints = "plain loads/stores (MINI_KV_NO_STREAM_HINTS)";
+#else
+  const char* hints = "evict-first loads/stores";
+#endif
+  std::printf("rmsnorm fp16 [%lld, %d], %s, L2 %s, %d rounds x %d calls; copy %.1f us = %.0f GB/s\n",
+              (long long)rows, hidden, hints, mode_name(mode), rounds, calls, copy, 2.0 * bytes / copy / 1e3);
   print_timings(vs, t, ok, 2.0 * bytes + hidden * sizeof(T), copy);
   return 0;
 }

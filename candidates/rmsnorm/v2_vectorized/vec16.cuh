@@ -82,10 +82,17 @@ template <> struct Vec16<__nv_bfloat16> {
 };
 
 // Streaming (evict-first) load and store: data touched once should not push reused lines out of L2.
+// MINI_KV_NO_STREAM_HINTS (set only by scripts/rmsnorm_variants.cu's comparison build) makes them
+// plain loads and stores, to time the hints against default caching.
+#ifndef MINI_KV_NO_STREAM_HINTS
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
 // __stcs carries a "memory" clobber: no load written after a store is issued before it, so kernels
 // issue their loads first.
 __device__ __forceinline__ void st_stream(uint4* p, const uint4& v) { __stcs(p, v); }
+#else
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return *p; }
+__device__ __forceinline__ void st_stream(uint4* p, const uint4& v) { *p = v; }
+#endif
 // Read-only path for small operands that every block re-reads (bias, weight).
 __device__ __forceinline__ uint4 ld_keep(const uint4* p) { return __ldg(p); }
 
