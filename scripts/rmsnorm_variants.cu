@@ -150,23 +150,10 @@ int main(int argc, char** argv) {
   }
   vs.push_back({"copy (cudaMemcpy D2D of the same bytes)",
                 [=](int k) { CK(cudaMemcpyAsync(o[k], x[k], bytes, cudaMemcpyDeviceToDevice)); }});
-  std::vector<T> got(n), want(n);
-  CK(cudaMemcpy(want.data(), ref, bytes, cudaMemcpyDeviceToHost));
-  std::vector<bool> ok(vs.size(), true);
-  for (size_t v = 0; v + 1 < vs.size(); ++v) {
-    CK(cudaMemset(o[0], 0xff, bytes));
-    vs[v].run(0);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got.data(), o[0], bytes, cudaMemcpyDeviceToHost));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const float a = __half2float(got[i]), b = __half2float(want[i]);
-      if (!(std::fabs(a - b) <= 2e-3f * (1.0f + std::fabs(b)))) ++bad;
-    }
-    ok[v] = bad == 0;
-    if (bad) std::printf("MISMATCH %s: %zu elements\n", vs[v].name.c_str(), bad);
-  }
+  const std::vector<bool> ok = check_variants(vs, o[0], ref, n, [](T g, T w) {
+    const float a = __half2float(g), b = __half2float(w);
+    return std::fabs(a - b) <= 2e-3f * (1.0f + std::fabs(b));
+  });
   const Timings t = time_variants(vs, mode, rounds, calls);
   const float copy = Timings::median(t.us.back());
 #ifdef MINI_KV_NO_STREAM_HINTS

@@ -93,6 +93,28 @@ inline Timings time_variants(const std::vector<Variant>& vs, L2Mode mode, int ro
   return t;
 }
 
+// Runs every variant but the last (the copy) once on set 0, into `out` (n elements, pre-filled with
+// 0xFF bytes), and counts the elements where `same(got, want)` is false against `ref` (the shipped
+// launcher's output). Returns ok per variant (the copy: true).
+template <typename T, typename Same>
+std::vector<bool> check_variants(const std::vector<Variant>& vs, T* out, const T* ref, size_t n, Same same) {
+  std::vector<T> got(n), want(n);
+  CK(cudaMemcpy(want.data(), ref, n * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<bool> ok(vs.size(), true);
+  for (size_t v = 0; v + 1 < vs.size(); ++v) {
+    CK(cudaMemset(out, 0xff, n * sizeof(T)));
+    vs[v].run(0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), out, n * sizeof(T), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += same(got[i], want[i]) ? 0 : 1;
+    ok[v] = bad == 0;
+    if (bad) std::printf("MISMATCH %s: %zu elements\n", vs[v].name.c_str(), bad);
+  }
+  return ok;
+}
+
 // One line per variant; `moved` = bytes per call, `copy_us` = the copy variant's median (same bytes).
 inline void print_timings(const std::vector<Variant>& vs, const Timings& t, const std::vector<bool>& ok, double moved,
                           float copy_us) {

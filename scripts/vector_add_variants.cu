@@ -90,17 +90,9 @@ int main(int argc, char** argv) {
       {"copy (cudaMemcpy D2D of one operand: n read + n written)",
        [=](int k) { CK(cudaMemcpyAsync(o[k], a[k], bytes, cudaMemcpyDeviceToDevice)); }},
   };
-  std::vector<T> got(n), want(n);
-  CK(cudaMemcpy(want.data(), ref, bytes, cudaMemcpyDeviceToHost));
-  std::vector<bool> ok(vs.size(), true);
-  for (size_t v = 0; v + 1 < vs.size(); ++v) {
-    CK(cudaMemset(o[0], 0xff, bytes));
-    vs[v].run(0);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got.data(), o[0], bytes, cudaMemcpyDeviceToHost));
-    ok[v] = std::memcmp(got.data(), want.data(), bytes) == 0;
-    if (!ok[v]) std::printf("MISMATCH %s\n", vs[v].name.c_str());
-  }
+  const std::vector<bool> ok = check_variants(vs, o[0], ref, (size_t)n, [](T g, T w) {  // bit for bit
+    return __half_as_ushort(g) == __half_as_ushort(w);
+  });
   const Timings t = time_variants(vs, mode, rounds, calls);
   const float copy = Timings::median(t.us.back());
   std::printf("vector_add fp16 n=%lld, L2 %s, %d rounds x %d calls; copy of one operand (2 x %zu bytes) %.1f us\n",
