@@ -4,11 +4,13 @@
     python scripts/integrity_cost.py --before DIR [--task tasks/rmsnorm.yaml] [--rounds 2] [--out F.json]
 
 DIR is a copy of the project at the commit before the defences (7d8c42d^), with the changes since
-that are not defences applied, so that only the defences differ (docs/integrity.md says which):
+that are not defences applied, so that only the defences differ: the on-device input generation
+(11b3f91), this tree's comparisons (worker/compare.py, on the device) and this tree's candidates.
+In a git checkout,
 
-    git worktree add /tmp/before 7d8c42d^ && cd /tmp/before && git cherry-pick --no-commit 11b3f91
-    cp <this tree>/src/mini_kv/worker/compare.py src/mini_kv/worker/   # comparisons on the device
-    cp <this tree>/candidates/*/*/kernel.cu ...                          # the same kernels
+    python scripts/integrity_cost.py --prepare DIR
+
+writes it (a plain copy of the files, no .git: it travels to a GPU machine as a carried folder).
 
 Both trees' candidates are built first (each tree in its own process, with its own sources on
 PYTHONPATH), so both timed runs find every build in their cache. Then `verify --task T
@@ -29,6 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BEFORE_DEFENCES = "7d8c42d^"  # the commit that added the defences, minus one
+NOT_DEFENCES = ("11b3f91",)  # later commits that the comparison needs in both trees
+FROM_THIS_TREE = ("src/mini_kv/worker/compare.py", "candidates")
 PREBUILD = """
 import concurrent.futures, sys
 from pathlib import Path
@@ -42,6 +47,34 @@ bad = [(c.id, r["status"]) for c, r in zip(jobs, recs) if r["status"] != "ok"]
 print(f"{root.name}: built {len(jobs)} candidates" + (f", failed {bad}" if bad else ""))
 sys.exit(1 if bad else 0)
 """
+
+
+def prepare(dest: Path) -> None:
+    """Write the tree without the defences to `dest` (see the module docstring)."""
+    import shutil
+    import tempfile
+
+    if dest.exists():
+        raise SystemExit(f"{dest} exists: give a new directory")
+    work = Path(tempfile.mkdtemp(prefix="mini-kv-before-")) / "tree"
+    git = ["git", "-C", str(ROOT)]
+    subprocess.run([*git, "worktree", "add", "--detach", str(work), BEFORE_DEFENCES], check=True)
+    try:
+        for rev in NOT_DEFENCES:
+            subprocess.run(["git", "-C", str(work), "cherry-pick", "--no-commit", rev], check=True)
+        for rel in FROM_THIS_TREE:
+            if (work / rel).is_dir():
+                shutil.rmtree(work / rel)
+            (shutil.copytree if (ROOT / rel).is_dir() else shutil.copy2)(ROOT / rel, work / rel)
+        subprocess.run(["git", "-C", str(work), "add", "-A", *FROM_THIS_TREE], check=True)
+        files = subprocess.run(["git", "-C", str(work), "ls-files", "-z"], check=True, capture_output=True).stdout
+        for rel in filter(None, files.decode().split("\0")):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(work / rel, dest / rel)
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(work)], check=False)
+    print(f"{dest}: the project at {BEFORE_DEFENCES} + {', '.join(NOT_DEFENCES)} + this tree's "
+          f"{', '.join(FROM_THIS_TREE)}")
 
 
 def tree_env(tree: Path) -> dict:
@@ -67,11 +100,17 @@ def timed_verify(tree: Path, task: str, extra: list[str]) -> tuple[float, int, l
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", required=True, type=Path)
+    ap.add_argument("--before", type=Path, help="the tree without the defences")
+    ap.add_argument("--prepare", type=Path, metavar="DIR", help="write that tree to DIR (needs git) and stop")
     ap.add_argument("--task", default="tasks/rmsnorm.yaml")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.prepare:
+        prepare(args.prepare.resolve())
+        return 0
+    if args.before is None:
+        ap.error("give --before DIR (or --prepare DIR first)")
     before = args.before.resolve()
     import torch
 
