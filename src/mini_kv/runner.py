@@ -66,7 +66,6 @@ class ChildRun:
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
-        self.started = time.monotonic()
         self.log_path = log_path
         if job is not None:
             self.send(job)

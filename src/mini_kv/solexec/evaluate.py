@@ -25,16 +25,14 @@ from mini_kv.solexec.inputs import (
     normalize_outputs,
 )
 from mini_kv.worker import integrity
-from mini_kv.worker.benchmark import input_set_count
+from mini_kv.worker.benchmark import input_set_count, timed
 from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     L2Flusher,
-    NoDeviceWorkError,
     TimingError,
-    TimingGuardError,
     Workload,
     is_cuda,
     measure,
@@ -88,10 +86,10 @@ def _hack(code: str, log: str) -> Verdict:
 
 
 def _check_integrity(ctx: Context, when: str) -> None:
-    bad = integrity.violations(ctx.snapshot)
-    if bad:
-        code, msg = bad[0]
-        raise _hack(code, f"{when}: {msg}")
+    try:
+        ctx.guard.check(when)
+    except integrity.Violation as v:
+        raise _hack(v.code, v.message) from None
 
 
 def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = None) -> list:
@@ -165,8 +163,13 @@ def _solve(ctx: Context, sig: dict, inputs: list, r: int) -> list:
         raise Verdict("RUNTIME_ERROR", f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") from None
 
 
-def _values_ok(outs: list, refs: list, tol: dict) -> bool:
-    return all(check.compare(o, f, tol)["ok"] for o, f in zip(outs, refs, strict=True))
+def _first_wrong(sig: dict, outs: list, refs: list, tol: dict) -> tuple[str, str] | None:
+    """(name, reason) of the first output outside the tolerance, or None when all are right."""
+    for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
+        res = check.compare(out, ref, tol)
+        if not res["ok"]:
+            return spec["name"], res["reason"]
+    return None
 
 
 def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
@@ -224,7 +227,7 @@ def _explain_wrong_round(ctx: Context, sig: dict, r: int, first: bool, pristine:
                     "outputs again")
     if first:
         again = clone_inputs(pristine)
-        if _values_ok(_solve(ctx, sig, again, r), refs, tol):
+        if _first_wrong(sig, _solve(ctx, sig, again, r), refs, tol) is None:
             raise _hack("CALL_ORDER_DEPENDENT", f"round {r}: wrong when called before the reference, right on the "
                         "same inputs called after it (reads the reference's result or depends on call order)")
 
@@ -286,14 +289,11 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
     try:
-        method, fallbacks, samples = _measure_alike({"candidate": cand, "reference": ref},
-                                                    method_chain(settings["method"], ctx.device), settings,
-                                                    ctx.device, flush, first)
-    except TimingGuardError as exc:
-        raise _hack("THREAD_ESCAPE", f"while timing: {exc}") from None
-    except NoDeviceWorkError as exc:
-        raise _hack("NO_DEVICE_WORK" if "no CUDA kernel:" in str(exc) else "REPLAYED_RESULT",
-                    f"while timing: {exc}") from None
+        method, fallbacks, samples = timed(lambda: _measure_alike({"candidate": cand, "reference": ref},
+                                                                  method_chain(settings["method"], ctx.device),
+                                                                  settings, ctx.device, flush, first))
+    except integrity.Violation as v:  # work escaping the timer
+        raise _hack(v.code, v.message) from None
     except Exception as exc:  # noqa: BLE001
         raise Verdict("RUNTIME_ERROR", f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if threading.active_count() != threads:
@@ -315,11 +315,10 @@ def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: l
                         f"{exc}): it behaves differently once timed") from None
         refs = run_reference(ctx, sig, rs)
         _structure(sig, outs, refs)
-        for spec, out, r in zip(sig["outputs"], outs, refs, strict=True):
-            res = check.compare(out, r, workload["tolerance"])
-            if not res["ok"]:
-                raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k}, output {spec['name']!r}: "
-                            f"{res['reason']} (correct before timing, wrong after: replayed or stale results)")
+        wrong = _first_wrong(sig, outs, refs, workload["tolerance"])
+        if wrong:
+            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k}, output {wrong[0]!r}: "
+                        f"{wrong[1]} (correct before timing, wrong after: replayed or stale results)")
     # new values in the same buffers (same addresses, shapes, ids, version counters): a result cache
     # keyed on any of those hands back the old results
     for k, s in enumerate(sets):
@@ -327,13 +326,11 @@ def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: l
                                                       f"{ctx.salt}\0post-timing-{k}"))
         rewrite_in_place(s, fresh)
         outs = call_solution(ctx, sig, s)
-        refs = run_reference(ctx, sig, fresh)
-        for spec, out, r in zip(sig["outputs"], outs, refs, strict=True):
-            res = check.compare(out, r, workload["tolerance"])
-            if not res["ok"]:
-                raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k} with new values written "
-                            f"into the same buffers, output {spec['name']!r}: {res['reason']} (a result cache keyed "
-                            "on the inputs' address, shape, id or version counter)")
+        wrong = _first_wrong(sig, outs, run_reference(ctx, sig, fresh), workload["tolerance"])
+        if wrong:
+            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k} with new values written "
+                        f"into the same buffers, output {wrong[0]!r}: {wrong[1]} (a result cache keyed "
+                        "on the inputs' address, shape, id or version counter)")
 
 
 def _timing_record(method: str, fallbacks: list, samples: dict, settings: dict, device: str, n_sets: int,

@@ -77,7 +77,7 @@ def _bind(fn, args):
     return lambda: fn(*args)
 
 
-def _timed(fn):
+def timed(fn):
     """Timing with the guards that turn an escape from the timer into a reason code."""
     try:
         return fn()
@@ -146,7 +146,7 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     for _ in range(settings["warmup"]):
         cand_calls.next()()
         ref_calls.next()()
-    method, fallbacks = _timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
+    method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
     # after the probes: lazily started runtime threads (profiler, driver) exist by now
@@ -159,7 +159,7 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            m = _timed(lambda who=who: measure(cand_calls if who == "candidate" else ref_calls, method,
+            m = timed(lambda who=who: measure(cand_calls if who == "candidate" else ref_calls, method,
                                                settings["samples"], device, flush, launches))
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
             left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()

@@ -75,7 +75,7 @@ WATCHED_MODULES = {
     "mini_kv.solexec.check": ("compare",),
     "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
     "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
-    "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "changed"),
+    "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "violations"),
 }
 _TORCH_FUNCS = ("allclose", "equal", "isclose", "isfinite", "isnan", "isinf", "where", "testing.assert_close")
 _TENSOR_METHODS = ("__eq__", "__ne__", "__le__", "__lt__", "__ge__", "__gt__", "__sub__", "__invert__",
@@ -212,17 +212,6 @@ def violations(snap: dict) -> list[tuple[str, str]]:
         if now_s != snap["stream"]:
             out.append(("STREAM_SWITCHED", f"current CUDA stream {now_s} is not the harness's {snap['stream']}"))
     return out
-
-
-def changed(snap: dict) -> list[str]:
-    """Names of what changed (kept for callers that only report)."""
-    return [f"{code}: {msg}" for code, msg in violations(snap)]
-
-
-def refresh_stream(snap: dict) -> None:
-    """Record the current stream once CUDA is initialised (the harness may initialise it after the snapshot)."""
-    if not snap["stream"]:
-        snap["stream"] = _stream_state()
 
 
 # --------------------------------------------------------------------------------- threads

@@ -60,10 +60,10 @@ def _load(job: dict, chan: Channel):
     if not callable(fn):
         return _fail(chan, "COMPILE_ERROR", f"the solution has no function {sol['entry_function']!r} "
                      f"(entry point {sol['entry_file']}::{sol['entry_function']})")
-    bad = integrity.violations(snap)
-    if bad:
-        code, msg = bad[0]
-        return _fail(chan, "REWARD_HACK", integrity.reward_hack_log(code, f"importing the solution: {msg}"))
+    try:
+        integrity.Guard(snap).check("importing the solution")
+    except integrity.Violation as v:
+        return _fail(chan, "REWARD_HACK", integrity.reward_hack_log(v.code, v.message))
     return reference, ref_fn, fn, snap
 
 
