@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from sol_helpers import logs, statuses, write_solution
 
 from mini_kv.errors import ExitCode
 from mini_kv.load.schema import load_schema
@@ -27,14 +28,6 @@ def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> dict:
     opts = BenchOptions(solution=str(SOLS / solution / "solution.json"), artifacts=str(tmp_path / "artifacts"),
                         **{**FAST, **kw})
     return bench(str(problem), opts)
-
-
-def statuses(result: dict) -> dict:
-    return {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
-
-
-def logs(result: dict) -> dict:
-    return {t["workload"]["uuid"]: t["evaluation"]["log"] for t in result["traces"]}
 
 
 def check_trace_schema(result: dict) -> None:
@@ -165,31 +158,20 @@ def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
 
 def test_custom_inputs_problem_runs_on_cpu(tmp_path):
     """Inputs made by the reference's custom_inputs_entrypoint, a non-DPS solution beside its solution.json."""
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "mm.py").write_text("import torch\n\ndef run(A, B):\n    return A @ B\n")
-    (sol / "solution.json").write_text(json.dumps({
-        "name": "custom_mm", "definition": "custom_matmul", "author": "tests",
-        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "mm.py::run",
-                 "destination_passing_style": False},
-        "sources": [{"path": "mm.py"}]}))
+    sol = write_solution(tmp_path / "sol", "custom_mm", "custom_matmul", "mm.py",
+                         "import torch\n\ndef run(A, B):\n    return A @ B\n", dps=False)
     result = bench(str(ROOT / "problems" / "sol-execbench" / "custom_inputs_matmul"),
-                   BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"), **FAST))
+                   BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
 
 
 def test_triton_reference_without_triton_is_invalid_reference(tmp_path):
     if _has("triton"):
         pytest.skip("triton is installed here: the reference may run")
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "add.py").write_text("def run(x, y, z):\n    z.copy_(x + y)\n")
-    (sol / "solution.json").write_text(json.dumps({
-        "name": "vecadd_torch", "definition": "triton_ref_vecadd", "author": "tests",
-        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "add.py::run"},
-        "sources": [{"path": "add.py"}]}))
+    sol = write_solution(tmp_path / "sol", "vecadd_torch", "triton_ref_vecadd", "add.py",
+                         "def run(x, y, z):\n    z.copy_(x + y)\n")
     result = bench(str(ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd"),
-                   BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"), **FAST))
+                   BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
     assert set(statuses(result).values()) == {"INVALID_REFERENCE"}
     assert "triton" in result["traces"][0]["evaluation"]["log"]
     assert result["exit_code"] == ExitCode.CONFIG
@@ -202,16 +184,10 @@ def _has(module: str) -> bool:
 
 
 def test_unavailable_language_is_reported_not_crashed(tmp_path):
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "k.py").write_text("def run(x, w, alpha):\n    raise AssertionError('never imported')\n")
-    (sol / "solution.json").write_text(json.dumps({
-        "name": "scale_mul_cutile", "definition": "scale_mul", "author": "tests",
-        "spec": {"languages": ["cutile"], "target_hardware": ["B200"], "entry_point": "k.py::run",
-                 "destination_passing_style": False},
-        "sources": [{"path": "k.py"}]}))
-    result = bench(str(PROBLEM), BenchOptions(solution=str(sol / "solution.json"), artifacts=str(tmp_path / "a"),
-                                              **FAST))
+    sol = write_solution(tmp_path / "sol", "scale_mul_cutile", "scale_mul", "k.py",
+                         "def run(x, w, alpha):\n    raise AssertionError('never imported')\n",
+                         languages=("cutile",), hardware="B200", dps=False)
+    result = bench(str(PROBLEM), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
     assert set(statuses(result).values()) == {"RUNTIME_ERROR"}
     assert result["unavailable"] and "cutile" in result["unavailable"]
     assert all(log.startswith("unavailable here: cutile") for log in logs(result).values())

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sol_helpers import statuses, write_solution
 
 from mini_kv.errors import ExitCode
 from mini_kv.solexec.run import BenchOptions, bench
@@ -17,10 +18,6 @@ PROBLEM = SOLS / "problem"
 FAST = {"device": "cuda", "rounds": 3, "warmup": 2, "repeats": 2, "samples": 10, "timeout": 300.0}
 
 pytestmark = pytest.mark.gpu
-
-
-def statuses(result: dict) -> dict:
-    return {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
 
 
 def run_bench(tmp_path, solution: Path, problem: Path = PROBLEM, **kw) -> dict:
@@ -55,14 +52,9 @@ def test_planted_solutions_on_cuda(tmp_path, solution, expected):
 
 def test_triton_reference_runs_on_cuda(tmp_path):
     pytest.importorskip("triton")
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "add.py").write_text("import torch\n\n\ndef run(x, y, z):\n    torch.add(x, y, out=z)\n")
-    (sol / "solution.json").write_text(json.dumps({
-        "name": "vecadd_torch", "definition": "triton_ref_vecadd", "author": "tests",
-        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "add.py::run"},
-        "sources": [{"path": "add.py"}]}))
-    result = run_bench(tmp_path, sol / "solution.json", ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd")
+    sol = write_solution(tmp_path / "sol", "vecadd_torch", "triton_ref_vecadd", "add.py",
+                         "import torch\n\n\ndef run(x, y, z):\n    torch.add(x, y, out=z)\n")
+    result = run_bench(tmp_path, sol, ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd")
     assert set(statuses(result).values()) == {"PASSED"}
 
 
