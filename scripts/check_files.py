@@ -23,41 +23,30 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     failures = 0
     checked = 0
+
+    def check(label, fn, errors=(UserError,), files: int = 1) -> None:
+        """Run one check; a failure is printed with `label` (what the error does not name itself)."""
+        nonlocal failures, checked
+        try:
+            fn()
+        except errors as exc:
+            print(f"FAIL {label}{exc}")
+            failures += 1
+        checked += files
+
     for path in sorted((ROOT / "schemas").glob("*.json")):
-        try:
-            jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
-        except (ValueError, jsonschema.SchemaError) as exc:
-            print(f"FAIL {path.relative_to(ROOT)}: {exc}")
-            failures += 1
-        checked += 1
+        check(f"{path.relative_to(ROOT)}: ",
+              lambda p=path: jsonschema.Draft202012Validator.check_schema(json.loads(p.read_text())),
+              (ValueError, jsonschema.SchemaError))
     for path in sorted((ROOT / "tasks").glob("*.yaml")):
-        try:
-            load_task_card(path)
-        except UserError as exc:
-            print(f"FAIL {exc}")
-            failures += 1
-        checked += 1
+        check("", lambda p=path: load_task_card(p))
     for path in sorted((ROOT / "baselines").glob("*.json")):
-        try:
-            validate(json.loads(path.read_text()), "baseline", str(path))
-        except (ValueError, UserError) as exc:
-            print(f"FAIL {path.relative_to(ROOT)}: {exc}")
-            failures += 1
-        checked += 1
+        check(f"{path.relative_to(ROOT)}: ", lambda p=path: validate(json.loads(p.read_text()), "baseline", str(p)),
+              (ValueError, UserError))
     for problem in sorted((ROOT / "problems" / "sol-execbench").glob("*/definition.json")):
-        try:
-            load_workloads(problem.parent / "workload.jsonl", load_definition(problem))
-        except UserError as exc:
-            print(f"FAIL {exc}")
-            failures += 1
-        checked += 2
+        check("", lambda p=problem: load_workloads(p.parent / "workload.jsonl", load_definition(p)), files=2)
     for path in sorted([*ROOT.glob("solutions/*/*/solution.json"), *ROOT.glob("examples/*/*/solution.json")]):
-        try:
-            load_solution(path)
-        except UserError as exc:
-            print(f"FAIL {exc}")
-            failures += 1
-        checked += 1
+        check("", lambda p=path: load_solution(p))
     print(f"checked {checked} files under schemas/, tasks/, baselines/, problems/, solutions/, examples/: "
           f"{failures} failed")
     return 1 if failures else 0
