@@ -44,8 +44,8 @@ for step in "${steps[@]}"; do
     sweeps)
       run_step sweeps bash -c 'set -e; for s in rmsnorm vector_add; do
           nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/sweep_$s scripts/${s}_variants.cu; done
-        nvcc -O3 -arch=sm_90 -std=c++17 -DMINI_KV_NO_STREAM_HINTS -o /tmp/sweep_rmsnorm_plain scripts/rmsnorm_variants.cu
-        for m in hot cold; do /tmp/sweep_rmsnorm 16384 8192 15 $m; /tmp/sweep_rmsnorm_plain 16384 8192 15 $m
+        nvcc -O3 -arch=sm_90 -std=c++17 -DMINI_KV_STREAM_HINTS -o /tmp/sweep_rmsnorm_hinted scripts/rmsnorm_variants.cu
+        for m in hot cold; do /tmp/sweep_rmsnorm 16384 8192 15 $m; /tmp/sweep_rmsnorm_hinted 16384 8192 15 $m
           /tmp/sweep_vector_add 268435456 15 $m; done' ;;
     integrity)
       if [ -n "${MINI_KV_BEFORE_TREE:-}" ]; then

@@ -1,8 +1,8 @@
 // Cache-hint sweep for vector_add/v1_vectorized at its roofline bench size (docs/kernels.md): the
-// shipped launcher (evict-first loads and stores, __ldcs/__stcs) against the same vector kernel
-// with default caching on the loads, the stores or both, and other unroll depths, in hot or cold
-// L2 (scripts/variants_timing.cuh). Cold is the state the targets are defined for; there the
-// shipped kernel lost 45 µs to torch.add (which uses default caching) at 256M FP16 elements.
+// shipped launcher (default caching) against the same vector kernel with evict-first hints
+// (__ldcs/__stcs) on the loads, the stores or both, and other unroll depths, in hot or cold L2
+// (scripts/variants_timing.cuh). Cold is the state the targets are defined for; there the hinted
+// kernel lost 36-45 µs to default caching at 256M FP16 elements, so the candidate no longer hints.
 // Each variant's output is checked bit for bit against the shipped launcher's first.
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/va scripts/vector_add_variants.cu && /tmp/va [n] [rounds] [hot|cold]
@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(256) add_kernel(const T* __restrict__ a, const
       const int64_t i = base + k * 256 + threadIdx.x;
       ra[k] = rb[k] = make_uint4(0u, 0u, 0u, 0u);
       if (i < nvec) {
-        ra[k] = kStreamLoad ? ld_stream(av + i) : av[i];
-        rb[k] = kStreamLoad ? ld_stream(bv + i) : bv[i];
+        ra[k] = kStreamLoad ? __ldcs(av + i) : av[i];
+        rb[k] = kStreamLoad ? __ldcs(bv + i) : bv[i];
       }
     }
 #pragma unroll
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(256) add_kernel(const T* __restrict__ a, const
         V::unpack(rb[k], fb);
 #pragma unroll
         for (int e = 0; e < N; ++e) fa[e] = fa[e] + fb[e];
-        if (kStreamStore) st_stream(ov + i, V::pack(fa));
+        if (kStreamStore) __stcs(ov + i, V::pack(fa));
         else ov[i] = V::pack(fa);
       }
     }
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&ref, bytes));
   CK(mini_kv_vector_add_v1_vectorized_launch(a[0], b[0], ref, n, MINI_KV_F16, 0));
   std::vector<Variant> vs = {
-      {"shipped launcher (evict-first loads and stores, unroll 4)",
+      {"shipped launcher (default caching, unroll 4)",
        [=](int k) { mini_kv_vector_add_v1_vectorized_launch(a[k], b[k], o[k], n, MINI_KV_F16, 0); }},
       variant<true, true, 4>(a, b, o, n),   variant<false, false, 4>(a, b, o, n),
       variant<true, false, 4>(a, b, o, n),  variant<false, true, 4>(a, b, o, n),

@@ -81,13 +81,12 @@ template <> struct Vec16<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 from_acc(acc v) { return __float2bfloat16_rn(v); }
 };
 
-// Streaming (evict-first) load and store: data touched once should not push reused lines out of L2.
-// MINI_KV_NO_STREAM_HINTS (set only by scripts/rmsnorm_variants.cu's comparison build) makes them
-// plain loads and stores, to time the hints against default caching.
-#ifndef MINI_KV_NO_STREAM_HINTS
+// Loads and stores of data each kernel touches once. Plain (default caching) on purpose: on the
+// H200 the evict-first hints (__ldcs/__stcs) cost 36 us on vector_add at 256M elements and 10 us on
+// rmsnorm [16384, 8192] when L2 starts cold (docs/kernels.md, scripts/*_variants.cu).
+// MINI_KV_STREAM_HINTS (set only by the sweeps' comparison builds) turns the hints back on.
+#ifdef MINI_KV_STREAM_HINTS
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
-// __stcs carries a "memory" clobber: no load written after a store is issued before it, so kernels
-// issue their loads first.
 __device__ __forceinline__ void st_stream(uint4* p, const uint4& v) { __stcs(p, v); }
 #else
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return *p; }
