@@ -242,3 +242,27 @@ def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, mo
     test_unavailable_language_is_reported_not_crashed(tmp_path)
     assert len(started) == 1
     assert started[0].proc.poll() is not None and started[0].proc.stdin.closed
+
+
+def test_cudnn_frontend_headers_are_found_beside_the_wheel_or_reported_missing(tmp_path, monkeypatch):
+    import importlib
+
+    from mini_kv.solexec import languages
+
+    # cudnn.h itself: pretend the cuDNN wheel is there, so only the frontend lookup is under test
+    monkeypatch.setattr(languages, "_cuda_library", lambda *a: languages.CppFlags((), ("-lcudnn",)))
+    monkeypatch.delenv("CUDNN_FRONTEND_PATH", raising=False)
+    site = tmp_path / "site"
+    (site / "cudnn").mkdir(parents=True)
+    (site / "cudnn" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    flags, reason = languages.cpp_flags(("cudnn",), ("cudnn", "cudnn_frontend"))
+    assert "cudnn_frontend.h" in reason and "nvidia-cudnn-frontend" in reason
+    assert languages.cpp_flags(("cudnn",))[1] is None  # plain cuDNN needs no frontend
+
+    # nvidia-cudnn-frontend 1.x installs include/ beside the `cudnn` package
+    (site / "include").mkdir()
+    (site / "include" / "cudnn_frontend.h").write_text("")
+    flags, reason = languages.cpp_flags(("cudnn",), ("cudnn", "cudnn_frontend"))
+    assert reason is None and flags.include_dirs == (str(site / "include"),)

@@ -124,8 +124,23 @@ def _cuda_library(header: str, libs: tuple[str, ...], packages: tuple[str, ...])
     return None
 
 
-def cpp_flags(languages: tuple[str, ...]) -> tuple[CppFlags, str | None]:
-    """Extra include dirs and link flags the C++ languages need, or the reason one is unavailable."""
+def _cudnn_frontend_include() -> str | None:
+    """include/ of the header-only cuDNN frontend: $CUDNN_FRONTEND_PATH, else the nvidia-cudnn-frontend
+    wheel, whose recent releases install include/ beside the `cudnn` package (older ones inside it)."""
+    roots = [os.environ.get("CUDNN_FRONTEND_PATH")]
+    pkg = _package_dir("cudnn")
+    if pkg:
+        roots += [pkg, os.path.dirname(pkg)]
+    for root in filter(None, roots):
+        inc = os.path.join(root, "include")
+        if os.path.isfile(os.path.join(inc, "cudnn_frontend.h")):
+            return inc
+    return None
+
+
+def cpp_flags(languages: tuple[str, ...], dependencies: tuple[str, ...] = ()) -> tuple[CppFlags, str | None]:
+    """Extra include dirs and link flags the C++ languages need, or the reason one is unavailable.
+    `dependencies` is the solution's spec.dependencies: one naming cudnn_frontend makes its headers required."""
     include_dirs: list[str] = []
     ldflags: list[str] = []
     for lang in languages:
@@ -147,8 +162,12 @@ def cpp_flags(languages: tuple[str, ...]) -> tuple[CppFlags, str | None]:
             return CppFlags(), (f"{lang}: {header} not found in the `{packages[0]}` package or the CUDA toolkit "
                                 f"(pip install {dist}, or install the toolkit's {lang} component)")
         if lang == "cudnn":  # the header-only C++ frontend, when its wheel (nvidia-cudnn-frontend) is installed
-            frontend = _wheel_dir(("cudnn",), "cudnn_frontend.h")
-            include_dirs.extend([os.path.join(frontend, "include")] if frontend else [])
+            frontend = _cudnn_frontend_include()
+            if frontend is None and "cudnn_frontend" in dependencies:
+                return CppFlags(), ("cudnn: the solution depends on cudnn_frontend, and cudnn_frontend.h was not "
+                                    "found (pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH to a "
+                                    "cudnn-frontend checkout)")
+            include_dirs.extend([frontend] if frontend else [])
         include_dirs.extend(found.include_dirs)
         ldflags.extend(found.ldflags)
     return CppFlags(tuple(dict.fromkeys(include_dirs)), tuple(dict.fromkeys(ldflags))), None

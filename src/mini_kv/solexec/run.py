@@ -211,7 +211,7 @@ def _compile(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[
     """(compile record, outcomes when the build decides every workload)."""
     from mini_kv.load.task_card import find_project_root
 
-    flags, reason = languages.cpp_flags(problem.solution.languages)
+    flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
     if reason:
         return None, _all(problem, "RUNTIME_ERROR", UNAVAILABLE + reason)
     say(f"compile {problem.solution.name}")
