@@ -18,7 +18,10 @@ from mini_kv.proc import run_with_timeout
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "WarpStateStats", "LaunchStats")
 PERMISSION_MARK = "ERR_NVGPUCTRPERM"
 NO_KERNELS_MARK = "No kernels were profiled"
-_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+([A-Za-z_]\w*)\s*\(")
+# `__global__ [qualifiers] void [qualifiers] name(`: __launch_bounds__(...) may stand before or after
+# `void` (both compile), and must never be taken for the name.
+_QUALIFIERS = r"(?:(?:__launch_bounds__\s*\([^)]*\)|static|inline|__noinline__|__forceinline__)\s*)*"
+_GLOBAL = re.compile(r"__global__\s+" + _QUALIFIERS + r"void\s+" + _QUALIFIERS + r"([A-Za-z_]\w*)\s*\(")
 
 
 def find_ncu(explicit: str | None = None) -> str | None:

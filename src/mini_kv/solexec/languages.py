@@ -138,6 +138,15 @@ def _cudnn_frontend_include() -> str | None:
     return None
 
 
+def _nvrtc_include() -> list[str]:
+    """The frontend's headers include nvrtc.h: from the toolkit, else CUDA torch's nvrtc wheel."""
+    inc = _cuda_include()
+    if inc and os.path.isfile(os.path.join(inc, "nvrtc.h")):
+        return []
+    pkg = _wheel_dir(("nvidia.cuda_nvrtc", "nvidia.cu13"), "nvrtc.h")
+    return [os.path.join(pkg, "include")] if pkg else []
+
+
 def cpp_flags(languages: tuple[str, ...], dependencies: tuple[str, ...] = ()) -> tuple[CppFlags, str | None]:
     """Extra include dirs and link flags the C++ languages need, or the reason one is unavailable.
     `dependencies` is the solution's spec.dependencies: one naming cudnn_frontend makes its headers required."""
@@ -167,7 +176,7 @@ def cpp_flags(languages: tuple[str, ...], dependencies: tuple[str, ...] = ()) ->
                 return CppFlags(), ("cudnn: the solution depends on cudnn_frontend, and cudnn_frontend.h was not "
                                     "found (pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH to a "
                                     "cudnn-frontend checkout)")
-            include_dirs.extend([frontend] if frontend else [])
+            include_dirs.extend([frontend, *_nvrtc_include()] if frontend else [])
         include_dirs.extend(found.include_dirs)
         ldflags.extend(found.ldflags)
     return CppFlags(tuple(dict.fromkeys(include_dirs)), tuple(dict.fromkeys(ldflags))), None
