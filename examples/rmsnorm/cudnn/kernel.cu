@@ -5,8 +5,9 @@
 // A graph is built once per (device, rows, hidden, row strides) and cached:
 // building runs cuDNN's heuristics and compiles an execution plan, far too slow
 // to repeat per call. NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING makes the frontend
-// find libcudnn at run time (the copy torch has already loaded), so no link
-// flags are needed; only the cudnn.h and cudnn_frontend.h headers.
+// call cuDNN through dlsym on cudnn_frontend::cudnn_dlhandle, which the program
+// must define and open: it is opened on first use, and finds the libcudnn.so.9
+// that torch has already loaded.
 
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 #include <cudnn_frontend.h>
@@ -16,12 +17,19 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <dlfcn.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 
 namespace fe = cudnn_frontend;
+
+// Defined here, declared extern by the frontend's dynamic-loading shim.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
 
 namespace {
 
@@ -43,6 +51,10 @@ cudnnHandle_t handle_for(int device) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
+  if (fe::cudnn_dlhandle == nullptr) {  // already loaded by torch: dlopen returns that copy
+    fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+    TORCH_CHECK(fe::cudnn_dlhandle != nullptr, "dlopen(libcudnn.so.9) failed: ", dlerror());
+  }
   cudnnHandle_t handle = nullptr;
   const cudnnStatus_t status = fe::detail::create_handle(&handle);
   TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cudnnCreate failed with status ", static_cast<int>(status));
