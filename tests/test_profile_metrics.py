@@ -115,6 +115,17 @@ def test_kernel_names_ignore_comments_and_read_launch_bounds(tmp_path):
     assert kernel_names(tmp_path, ["k.cu"]) == ["real_kernel", "other_kernel"]
 
 
+def test_kernel_names_of_the_roofline_candidates_skip_launch_bounds_after_void():
+    # `__global__ void __launch_bounds__(256) name(`: the bounds must not be taken for the name
+    found = {t: kernel_names(ROOT / "candidates" / t / v, ["kernel.cu"])
+             for t, v in (("vector_add", "v1_vectorized"), ("fused_bias_relu", "v1_vectorized"),
+                          ("rmsnorm", "v2_vectorized"))}
+    assert "vector_add_vec_kernel" in found["vector_add"]
+    assert "bias_relu_rows_kernel" in found["fused_bias_relu"]
+    assert "rmsnorm_reg_kernel" in found["rmsnorm"]
+    assert not any("__launch_bounds__" in n for names in found.values() for n in names)
+
+
 @pytest.mark.parametrize("name,hit", [
     ("rmsnorm_row_kernel", True),
     ("(anonymous namespace)::rmsnorm_row_kernel", True),
