@@ -265,4 +265,4 @@ def test_cudnn_frontend_headers_are_found_beside_the_wheel_or_reported_missing(t
     (site / "include").mkdir()
     (site / "include" / "cudnn_frontend.h").write_text("")
     flags, reason = languages.cpp_flags(("cudnn",), ("cudnn", "cudnn_frontend"))
-    assert reason is None and flags.include_dirs == (str(site / "include"),)
+    assert reason is None and flags.include_dirs[0] == str(site / "include")  # then nvrtc.h's dir, if needed
