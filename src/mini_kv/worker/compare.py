@@ -59,12 +59,13 @@ def compare(out, ref: torch.Tensor, atol: float, rtol: float) -> dict:
     return res
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
+def raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as flat bytes, on its own device (exact comparisons of any dtype)."""
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
 def inputs_unchanged(before, after) -> bool:
     """Byte for byte, on the inputs' device: works for every dtype (fp8, packed fp4) and treats NaN
     inputs as unchanged."""
-    return all(torch.equal(_bytes(b), _bytes(a)) for b, a in zip(before, after, strict=True)
+    return all(torch.equal(raw_bytes(b), raw_bytes(a)) for b, a in zip(before, after, strict=True)
                if isinstance(b, torch.Tensor))

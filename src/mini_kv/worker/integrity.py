@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from mini_kv.worker.compare import raw_bytes
+
 # reason code -> what it means (the text appears in docs/integrity.md as well)
 CODES = {
     "HARNESS_TAMPERED": "a function the verdict or the timer depends on was replaced, or the process "
@@ -67,7 +69,7 @@ class Violation(Exception):
 WATCHED_MODULES = {
     "mini_kv.worker.timing": ("measure", "time_cupti", "time_graph", "time_events", "time_wallclock",
                               "iteration_activity", "L2Flusher", "Workload"),
-    "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged"),
+    "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
@@ -353,8 +355,7 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     # on a's device: a host copy of a large CUDA output costs far more than the comparison
-    return torch.equal(a.detach().contiguous().reshape(-1).view(torch.uint8),
-                       b.detach().to(a.device).contiguous().reshape(-1).view(torch.uint8))
+    return torch.equal(raw_bytes(a), raw_bytes(b.to(a.device)))
 
 
 # ------------------------------------------------------------------------------- degenerate
