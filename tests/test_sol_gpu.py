@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,9 @@ def test_triton_reference_runs_on_cuda(tmp_path):
     assert set(statuses(result).values()) == {"PASSED"}
 
 
-def test_cuda_cpp_second_run_hits_the_build_cache_within_15_s(tmp_path):
+def test_cuda_cpp_second_run_hits_the_build_cache(tmp_path):
+    # Whether the second run is a cache hit; how long it takes is a benchmark
+    # (scripts/sol_cache_timing.sh), not a timed test.
     solution = ROOT / "solutions" / "rmsnorm" / "cuda_cpp" / "solution.json"
     if not solution.is_file():
         pytest.skip("solutions/rmsnorm/cuda_cpp is not in this tree")
@@ -66,11 +67,8 @@ def test_cuda_cpp_second_run_hits_the_build_cache_within_15_s(tmp_path):
            "--artifacts", str(tmp_path / "a"), "--json"]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == ExitCode.OK, first.stderr[-3000:]
-    t0 = time.monotonic()
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    wall = time.monotonic() - t0
     assert second.returncode == ExitCode.OK, second.stderr[-3000:]
     attempts = sorted((tmp_path / "a" / "rmsnorm_h4096").iterdir())
     compile_rec = json.loads((attempts[-1] / "compile.json").read_text())
     assert compile_rec["cache_hit"] is True
-    assert wall <= 15.0, f"second run took {wall:.1f} s"
