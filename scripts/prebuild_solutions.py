@@ -6,8 +6,9 @@ one to three minutes of a single core; a GPU machine has many).
     python scripts/prebuild_solutions.py PROBLEM_DIR SOLUTION_JSON [PROBLEM_DIR SOLUTION_JSON ...]
 
 Run from the project root (the build cache is its `.build/`). Builds go through the same compiler
-and flags as `bench` (`mini_kv.solexec.build`), so the cache keys match. Python-language solutions
-are skipped; a language that cannot build here is reported with the reason `bench` would give.
+and flags as `bench` (its own compile step, `mini_kv.solexec.run.compile_problem`), so the cache
+keys match. Python-language solutions are skipped; a language that cannot build here is reported
+with the reason `bench` would give.
 Prints one line per solution; exit 1 if any build failed (its log follows its line).
 """
 
@@ -21,20 +22,18 @@ from pathlib import Path
 
 
 def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
-    from mini_kv.load.task_card import find_project_root
-    from mini_kv.solexec import languages
-    from mini_kv.solexec.build import build_log, compile_solution, stage_sources
-    from mini_kv.solexec.run import BenchOptions, load_problem
+    from mini_kv.solexec.build import build_log, stage_sources
+    from mini_kv.solexec.run import BenchOptions, compile_problem, load_problem
 
-    solution = load_problem(problem_dir, BenchOptions(solution=solution_json)).solution
-    if solution.group != "cpp":
+    opts = BenchOptions(solution=solution_json, compile_timeout=1200)
+    problem = load_problem(problem_dir, opts)
+    if problem.solution.group != "cpp":
         return f"{solution_json}: not C++, nothing to build", True
-    flags, reason = languages.cpp_flags(solution.languages, solution.dependencies)
-    if reason:
-        return f"{solution_json}: unavailable here: {reason}", True
     with tempfile.TemporaryDirectory(prefix="mini-kv-prebuild-") as tmp:
-        staged = stage_sources(solution, Path(tmp) / "solution")
-        rec = compile_solution(find_project_root(Path.cwd()), solution, staged, flags, timeout=1200)
+        stage_sources(problem.solution, Path(tmp) / "solution")
+        rec, outcomes = compile_problem(problem, Path(tmp), opts, lambda msg: None)
+    if rec is None:  # the language cannot build here: every workload carries the reason
+        return f"{solution_json}: {next(iter(outcomes.values()))['log']}", True
     line = f"{solution_json}: {rec['status']}, cache hit {rec.get('cache_hit')}, {rec.get('duration_s')} s"
     if rec["status"] != "ok":
         return line + "\n" + build_log(rec), False

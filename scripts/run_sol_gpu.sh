@@ -23,17 +23,26 @@ summary="$out/summary.txt"
 python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {
   echo "no CUDA device visible to torch: this script needs a GPU"; exit 1; }
 
-# Build every C++ solution in the background, in parallel, while the tests run: the bench runs
-# below then hit the build cache instead of building one after the other.
-pairs=()
+# Every run: solutions/<problem>/<language>/ against its problem, examples/rmsnorm/<language>/
+# against rmsnorm; tags name their output files.
+problems=() solutions=() tags=()
 for problem in problems/sol-execbench/*/; do
-  for solution in solutions/"$(basename "$problem")"/*/solution.json; do
-    [ -f "$solution" ] && pairs+=("$problem" "$solution")
+  name="$(basename "$problem")"
+  for solution in solutions/"$name"/*/solution.json; do
+    [ -f "$solution" ] || continue
+    problems+=("$problem") solutions+=("$solution") tags+=("${name}__$(basename "$(dirname "$solution")")")
   done
 done
 for solution in examples/rmsnorm/*/solution.json; do
-  [ -f "$solution" ] && pairs+=(problems/sol-execbench/rmsnorm "$solution")
+  [ -f "$solution" ] || continue
+  problems+=(problems/sol-execbench/rmsnorm) solutions+=("$solution")
+  tags+=("rmsnorm__example_$(basename "$(dirname "$solution")")")
 done
+
+# Build every C++ solution in the background, in parallel, while the tests run: the bench runs
+# below then hit the build cache instead of building one after the other.
+pairs=()
+for i in "${!solutions[@]}"; do pairs+=("${problems[$i]}" "${solutions[$i]}"); done
 python scripts/prebuild_solutions.py "${pairs[@]}" > "$out/prebuild.log" 2>&1 &
 prebuild=$!
 
@@ -61,16 +70,8 @@ bench() {  # bench PROBLEM_DIR SOLUTION_JSON TAG
   esac
 }
 
-for problem in problems/sol-execbench/*/; do
-  name="$(basename "$problem")"
-  for solution in solutions/"$name"/*/solution.json; do
-    [ -f "$solution" ] || continue
-    bench "$problem" "$solution" "${name}__$(basename "$(dirname "$solution")")"
-  done
-done
-for solution in examples/rmsnorm/*/solution.json; do
-  [ -f "$solution" ] || continue
-  bench problems/sol-execbench/rmsnorm "$solution" "rmsnorm__example_$(basename "$(dirname "$solution")")"
+for i in "${!solutions[@]}"; do
+  bench "${problems[$i]}" "${solutions[$i]}" "${tags[$i]}"
 done
 
 # Build cache: the first run in a fresh project root builds, the next ones must hit the cache.

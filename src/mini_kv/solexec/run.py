@@ -207,8 +207,9 @@ def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
     return {wl.uuid: {"status": status, "log": log} for wl in problem.workloads}
 
 
-def _compile(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[dict | None, dict | None]:
-    """(compile record, outcomes when the build decides every workload)."""
+def compile_problem(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[dict | None, dict | None]:
+    """(compile record, outcomes when the build decides every workload) for the sources staged under
+    `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
     from mini_kv.load.task_card import find_project_root
 
     flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
@@ -259,7 +260,7 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
         stage_sources(problem.solution, staging / "solution")
         lap("prepared_s")
         if problem.solution.group == "cpp":
-            compile_rec, outcomes = _compile(problem, staging, opts, say)
+            compile_rec, outcomes = compile_problem(problem, staging, opts, say)
             unavailable = None if outcomes else _cpp_unavailable(compile_rec, device)
         else:
             unavailable = languages.python_unavailable(problem.solution.languages, device, env)
