@@ -107,7 +107,7 @@ def build_flags(devices: list[dict]) -> dict:
     """The flags every candidate build starts from: a change to them changes every binary."""
     from mini_kv.build import compiler  # lazy: the compiler imports this module
 
-    return {"cflags": list(compiler.BASE_CFLAGS), "cuda_cflags": list(compiler.BASE_CUDA_CFLAGS),
+    return {"cflags": list(compiler.base_cflags()), "cuda_cflags": list(compiler.base_cuda_cflags()),
             "arch_list": cuda_arch_list(devices) if devices else []}
 
 

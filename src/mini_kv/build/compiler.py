@@ -20,18 +20,22 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
+from mini_kv.build import torch_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
-BASE_CFLAGS = ("-O3", "-std=c++17")
-BASE_CUDA_CFLAGS = ("-O3", "-std=c++17", "--use_fast_math")
-# torch's extension builder passes these to nvcc; the torch-free check uses them too, so a .cu
-# file that passes here also builds inside a CUDA torch extension.
-TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                      "--expt-relaxed-constexpr")
+
+
+def base_cflags() -> tuple[str, ...]:
+    """The flags every C++ build starts from. The standard is the installed torch's (C++17 up to
+    torch 2.14, C++20 from 2.15), so it is part of `flags` and so of the build key."""
+    return ("-O3", torch_flags.installed_std_flag())
+
+
+def base_cuda_cflags() -> tuple[str, ...]:
+    return ("-O3", torch_flags.installed_std_flag(), "--use_fast_math")
 
 
 def candidate_files(cdir: Path) -> list[Path]:
@@ -75,8 +79,8 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
         skipped = [] if with_cuda else list(cand.cuda_sources)
     files = [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
     flags = {
-        "cflags": [*BASE_CFLAGS, *cand.cflags],
-        "cuda_cflags": [*BASE_CUDA_CFLAGS, *cand.cuda_cflags] if with_cuda else [],
+        "cflags": [*base_cflags(), *cand.cflags],
+        "cuda_cflags": [*base_cuda_cflags(), *cand.cuda_cflags] if with_cuda else [],
         "include_dirs": [".", *getattr(cand, "include_dirs", ())],
     }
     if getattr(cand, "ldflags", ()):
@@ -144,7 +148,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
     results = []
     for src in cu:
         obj = out_dir / (Path(src).stem + ".o")
-        cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *TORCH_NVCC_DEFINES,
+        cmd = [nvcc, "-c", "-arch=sm_90", torch_flags.installed_std_flag(), "-O3", *torch_flags.nvcc_defines(),
                *[a for d in include_dirs for a in ("-I", d)], *extra,
                str(Path(plan["candidate_dir"]) / src), "-o", str(obj)]
         res = run_with_timeout(cmd, timeout=timeout)

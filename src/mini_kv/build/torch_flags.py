@@ -1,0 +1,88 @@
+"""Build flags that depend on the installed torch: the C++ standard its headers need, and the nvcc
+defines its extension builder passes.
+
+The standard is read from the installed torch's own headers (ATen/ATen.h refuses to compile below
+it: `#error C++20 or later compatible compiler is required to use ATen`), so a torch that raises the
+bar is followed without a release of mini_kv. Only where the header cannot be read (a stripped
+install) does the table of torch versions below decide.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+# __cplusplus values of the standards, as ATen.h compares against them
+STANDARD_OF_CPLUSPLUS = {201703: 17, 202002: 20, 202302: 23}
+# (first torch version, standard): torch 2.15 is the first whose headers need C++20
+STANDARD_SINCE = ((2, 15), 20)
+OLDEST_STANDARD = 17
+GUARD_HEADERS = ("ATen/ATen.h", "torch/csrc/api/include/torch/all.h")
+# torch.utils.cpp_extension.COMMON_NVCC_FLAGS of torch 2.4 to 2.15, for a torch that lacks the name
+DEFAULT_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                        "--expt-relaxed-constexpr")
+
+# the non-MSVC branch of the guard: `__cplusplus < 202002L`
+_GUARD = re.compile(r"__cplusplus\s*<\s*(\d{6})L")
+
+
+def header_standard(text: str) -> int | None:
+    """The C++ standard a torch header insists on (the highest `__cplusplus < N` guard), or None."""
+    found = [STANDARD_OF_CPLUSPLUS[int(v)] for v in _GUARD.findall(text) if int(v) in STANDARD_OF_CPLUSPLUS]
+    return max(found) if found else None
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """`2.15.0+cu132` -> (2, 15); a version that does not start with two numbers is an error."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def version_standard(version: str) -> int:
+    """The C++ standard torch `version`'s headers need (the fallback when they cannot be read)."""
+    since, standard = STANDARD_SINCE
+    return standard if version_tuple(version) >= since else OLDEST_STANDARD
+
+
+def std_flag(standard: int) -> str:
+    return f"-std=c++{standard}"
+
+
+def torch_standard(torch_dir: Path, version: str) -> tuple[int, str]:
+    """(standard, where it was read) for the torch installed in `torch_dir`."""
+    for rel in GUARD_HEADERS:
+        path = torch_dir / "include" / rel
+        try:
+            found = header_standard(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if found is not None:
+            return found, str(path)
+    return version_standard(version), f"torch {version} (no readable {GUARD_HEADERS[0]})"
+
+
+@functools.cache
+def installed_standard() -> int:
+    import torch
+
+    return torch_standard(Path(torch.__file__).parent, torch.__version__)[0]
+
+
+def installed_std_flag() -> str:
+    """`-std=c++NN` for the installed torch: what its headers need."""
+    return std_flag(installed_standard())
+
+
+@functools.cache
+def nvcc_defines() -> tuple[str, ...]:
+    """The defines torch's extension builder gives nvcc, so a .cu file checked with them also builds
+    inside a CUDA torch extension."""
+    try:
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    except ImportError:
+        return DEFAULT_NVCC_DEFINES
+    return tuple(COMMON_NVCC_FLAGS)

@@ -1,0 +1,106 @@
+"""The C++ standard (and nvcc defines) follow the installed torch: C++17 up to torch 2.14, C++20 from
+2.15, whose headers stop with `#error C++20 or later compatible compiler is required to use ATen`."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mini_kv.build import compiler, torch_flags
+from mini_kv.model import Candidate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the guards as torch 2.13 and torch 2.15 ship them in ATen/ATen.h
+ATEN_2_13 = ("#pragma once\n\n#if !defined(_MSC_VER) && __cplusplus < 201703L\n"
+             "#error C++17 or later compatible compiler is required to use ATen.\n#endif\n")
+ATEN_2_15 = ("#pragma once\n#if (defined(_MSVC_LANG) && _MSVC_LANG < 202002L) || \\\n"
+             "    (!defined(_MSVC_LANG) && __cplusplus < 202002L)\n"
+             "#error C++20 or later compatible compiler is required to use ATen.\n#endif\n")
+
+
+@pytest.mark.parametrize(("version", "standard"), [
+    ("2.4.0", 17), ("2.11.0+cu130", 17), ("2.13.0+cpu", 17), ("2.14.1", 17),
+    ("2.15.0", 20), ("2.15.0+cu132", 20), ("2.16.0.dev20270101", 20), ("3.0", 20),
+])
+def test_version_to_standard(version, standard):
+    assert torch_flags.version_standard(version) == standard
+    assert torch_flags.std_flag(standard) == f"-std=c++{standard}"
+
+
+def test_version_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not a torch version"):
+        torch_flags.version_tuple("nightly")
+
+
+@pytest.mark.parametrize(("text", "standard"), [(ATEN_2_13, 17), (ATEN_2_15, 20), ("#pragma once\n", None)])
+def test_standard_read_from_header(text, standard):
+    assert torch_flags.header_standard(text) == standard
+
+
+def _fake_torch(tmp_path: Path, aten: str | None) -> Path:
+    if aten is not None:
+        (tmp_path / "include" / "ATen").mkdir(parents=True)
+        (tmp_path / "include" / "ATen" / "ATen.h").write_text(aten)
+    return tmp_path
+
+
+def test_header_wins_over_version_table(tmp_path):
+    # a torch that raised the bar before the table knows of it is still followed
+    standard, source = torch_flags.torch_standard(_fake_torch(tmp_path, ATEN_2_15), "2.14.0")
+    assert standard == 20 and source.endswith("ATen.h")
+
+
+def test_without_headers_the_version_decides(tmp_path):
+    assert torch_flags.torch_standard(_fake_torch(tmp_path, None), "2.15.0")[0] == 20
+    assert torch_flags.torch_standard(_fake_torch(tmp_path, None), "2.13.0")[0] == 17
+
+
+def test_installed_torch_standard_is_what_its_headers_need():
+    torch_dir = Path(torch.__file__).parent
+    text = (torch_dir / "include" / "ATen" / "ATen.h").read_text()
+    assert torch_flags.installed_standard() == torch_flags.header_standard(text)
+    assert torch_flags.installed_standard() == torch_flags.version_standard(torch.__version__)
+
+
+def _candidate() -> Candidate:
+    return Candidate(id="v0_naive", path="candidates/vector_add/v0_naive", op="ns::vector_add",
+                     cpu_sources=("op.cpp",), cuda_sources=("kernel.cu", "op_cuda.cpp"))
+
+
+def test_build_flags_and_key_follow_the_standard(monkeypatch):
+    monkeypatch.setattr(torch_flags, "installed_standard", lambda: 17)
+    plan17 = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
+    monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
+    plan20 = compiler.build_plan(ROOT, _candidate(), with_cuda=True)
+    assert "-std=c++17" in plan17["flags"]["cflags"]
+    assert "-std=c++20" in plan20["flags"]["cflags"] and "-std=c++20" in plan20["flags"]["cuda_cflags"]
+    assert not any(f == "-std=c++17" for f in plan20["flags"]["cflags"] + plan20["flags"]["cuda_cflags"])
+    plan20_cpu = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
+    assert plan17["key"] != plan20_cpu["key"]  # a build for one standard is never reused for the other
+
+
+def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
+    """The plain nvcc check of .cu files (no CUDA torch) compiles with the standard and defines of torch."""
+    seen = []
+
+    class Done:
+        returncode, timed_out, output = 0, False, ""
+
+    monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
+    monkeypatch.setattr(compiler.environment, "nvcc_info", lambda: {"path": "/usr/bin/nvcc", "version": "x"})
+    monkeypatch.setattr(compiler, "run_with_timeout", lambda cmd, timeout: seen.append(cmd) or Done())
+    plan = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
+    assert compiler._cuda_compile_check(plan, tmp_path, timeout=5)["status"] == "ok"
+    (cmd,) = seen
+    assert "-std=c++20" in cmd and "-std=c++17" not in cmd
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    assert all(flag in cmd for flag in COMMON_NVCC_FLAGS)
+
+
+def test_environment_build_flags_name_the_standard():
+    from mini_kv import environment
+
+    flags = environment.build_flags([])
+    assert torch_flags.installed_std_flag() in flags["cflags"]
