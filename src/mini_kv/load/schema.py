@@ -11,20 +11,29 @@ from typing import Any
 
 import jsonschema
 
-from mini_kv.errors import ConfigError
+from mini_kv.errors import ConfigError, UserError
 
-SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
+# A source checkout (editable install, PYTHONPATH=src) reads the repository's schemas/; a built
+# package (wheel, `pip install .`) carries them as mini_kv/schemas/ (setup.py copies them in).
+CHECKOUT_SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
+
+
+def schema_locations(name: str) -> list:
+    """Where `name`'s schema may be, in the order looked: the package's copy, then the checkout's."""
+    filename = f"{name}.schema.json"
+    return [resources.files("mini_kv").joinpath("schemas").joinpath(filename), CHECKOUT_SCHEMA_DIR / filename]
 
 
 @functools.cache
 def load_schema(name: str) -> dict:
-    """Schemas live in the repo's `schemas/`; an installed wheel carries a copy as package data."""
-    path = SCHEMA_DIR / f"{name}.schema.json"
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = resources.files("mini_kv").joinpath(f"schemas/{name}.schema.json").read_text("utf-8")
-    schema = json.loads(text)
+    locations = schema_locations(name)
+    found = next((p for p in locations if p.is_file()), None)
+    if found is None:
+        raise UserError(f"mini_kv's schema {name}.schema.json is missing: looked in "
+                        + " and ".join(str(p) for p in locations)
+                        + "; this mini_kv is installed without its data files (reinstall it from a wheel, "
+                        "or run it from a source checkout)")
+    schema = json.loads(found.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return schema
 

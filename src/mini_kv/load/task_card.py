@@ -15,13 +15,15 @@ CARD_SCHEMA_VERSION = 1
 PROJECT_MARKERS = ("pyproject.toml", ".git", ".mini-kv-project")
 
 
-def find_project_root(start: Path) -> Path:
-    """The nearest ancestor holding a project marker; paths in a card may not leave it."""
+def project_root_of(start: Path) -> Path | None:
+    """The nearest ancestor of `start` (itself included) holding a project marker, or None."""
     start = start.resolve()
-    for d in (start, *start.parents):
-        if any((d / m).exists() for m in PROJECT_MARKERS):
-            return d
-    return start
+    return next((d for d in (start, *start.parents) if any((d / m).exists() for m in PROJECT_MARKERS)), None)
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest ancestor holding a project marker (else `start`); paths in a card may not leave it."""
+    return project_root_of(start) or start.resolve()
 
 
 def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path | None = None,

@@ -210,13 +210,11 @@ def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
 def compile_problem(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[dict | None, dict | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
-    from mini_kv.load.task_card import find_project_root
-
     flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
     if reason:
         return None, _all(problem, "RUNTIME_ERROR", UNAVAILABLE + reason)
     say(f"compile {problem.solution.name}")
-    rec = compile_solution(find_project_root(Path.cwd()), problem.solution, staging / "solution", flags,
+    rec = compile_solution(bench_project_root(opts), problem.solution, staging / "solution", flags,
                            opts.compile_timeout)
     if rec["status"] == "timeout":
         return rec, _all(problem, "TIMEOUT", f"the build did not finish within --compile-timeout "
@@ -245,6 +243,8 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
 
     say = progress or (lambda msg: None)
     problem = load_problem(problem_dir, opts)
+    if problem.solution.group == "cpp" or not opts.artifacts:
+        bench_project_root(opts)  # before anything runs: where the build and the attempt will go
     staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
     # the worker loads torch and starts CUPTI while this process checks the device, the environment
     # and the build (seconds each on a GPU machine)
@@ -341,7 +341,7 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     from mini_kv.store.attempts import AttemptWriter
     from mini_kv.store.index import IndexUnusable, update_index
 
-    artifacts = Path(opts.artifacts) if opts.artifacts else _project_root() / "artifacts"
+    artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(opts) / "artifacts"
     d, sol = problem.definition, problem.solution
     w = AttemptWriter(artifacts, _safe(d.name), _safe(sol.name))
     w.json("definition.json", d.raw)
@@ -383,7 +383,18 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     return attempt, None
 
 
-def _project_root() -> Path:
-    from mini_kv.load.task_card import find_project_root
+def bench_project_root(opts: BenchOptions) -> Path:
+    """The project whose `.build/` cache (C++ solutions) and `artifacts/` store (without --artifacts)
+    bench uses: the one the command runs in, else the one holding the solution file, as verify uses
+    its card's. Outside both, a clear error rather than a store made in whatever directory this is."""
+    from mini_kv.load.task_card import PROJECT_MARKERS, project_root_of
 
-    return find_project_root(Path.cwd())
+    for start in (Path.cwd(), Path(opts.solution).resolve().parent):
+        root = project_root_of(start)
+        if root is not None:
+            return root
+    raise ConfigError(str(opts.solution), "(file)",
+                      f"neither the working directory ({Path.cwd()}) nor the solution is inside a project (a "
+                      f"directory holding one of {', '.join(PROJECT_MARKERS)}), where bench keeps its build cache "
+                      "(.build/) and its attempts (artifacts/): run bench inside a project, or create an empty "
+                      ".mini-kv-project file in the directory to use as one")
