@@ -24,6 +24,8 @@ def wheel(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
     for name in BUILD_INPUTS:
         src = ROOT / name
+        if not src.exists():
+            continue
         if src.is_dir():
             shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
