@@ -104,3 +104,23 @@ def test_environment_build_flags_name_the_standard():
 
     flags = environment.build_flags([])
     assert torch_flags.installed_std_flag() in flags["cflags"]
+
+
+@pytest.mark.parametrize(("arch_list", "with_cuda"), [([], False), (["9.0"], True)])
+def test_cuda_torch_without_a_gpu_compile_checks_instead_of_building(monkeypatch, arch_list, with_cuda):
+    """PyPI's torch is a CUDA build: on a machine without a GPU (and no TORCH_CUDA_ARCH_LIST) there is no
+    arch to build for, and torch's builder fails on the empty list; the sources are compile-checked."""
+    monkeypatch.setattr(compiler.environment, "torch_has_cuda_build", lambda: True)
+    monkeypatch.setattr(compiler.environment, "cuda_arch_list", lambda: arch_list)
+    plan = compiler.build_plan(ROOT, _candidate())
+    assert plan["with_cuda"] is with_cuda
+    assert plan["cuda_sources_skipped"] == ([] if with_cuda else ["kernel.cu", "op_cuda.cpp"])
+    module = compiler.build_plan(ROOT, _candidate_module())
+    assert module["check_only"] is (not with_cuda)
+
+
+def _candidate_module():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(id="sol", path="candidates/vector_add/v0_naive", cpu_sources=(), cuda_sources=("kernel.cu",),
+                           cflags=(), cuda_cflags=(), python_module=True)

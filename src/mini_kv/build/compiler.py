@@ -25,6 +25,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
+NO_CUDA_BUILD = "torch has no CUDA (or CUDA_HOME is missing, or no GPU and no TORCH_CUDA_ARCH_LIST to build for)"
 SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
 
 
@@ -68,7 +69,10 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     """
     python_module = bool(getattr(cand, "python_module", False))
     if with_cuda is None:
-        with_cuda = environment.torch_has_cuda_build() and (bool(cand.cuda_sources) or python_module)
+        # a CUDA torch without a GPU to build for (no TORCH_CUDA_ARCH_LIST): nothing to target, so the
+        # CUDA sources are compile-checked as where torch has no CUDA (the PyPI torch is a CUDA build)
+        with_cuda = (environment.torch_has_cuda_build() and (bool(cand.cuda_sources) or python_module)
+                     and bool(environment.cuda_arch_list()))
     check_only = python_module and not with_cuda
     cdir = project_root / cand.path
     all_sources = list(cand.cpu_sources) + list(cand.cuda_sources)
@@ -178,10 +182,10 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     if plan["python_module"]:
         record.update(module=plan["module"], check_only=plan["check_only"])
     if plan["check_only"]:
-        record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the extension module was not built; "
+        record["cuda_note"] = (f"{NO_CUDA_BUILD}: the extension module was not built; "
                                "every source was compile-checked with nvcc against torch's headers")
     elif not plan["with_cuda"] and cand.cuda_sources:
-        record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the CUDA kernel was not built; "
+        record["cuda_note"] = (f"{NO_CUDA_BUILD}: the CUDA kernel was not built; "
                                ".cu files were compile-checked with plain nvcc")
     done = final / "build.json"
 
