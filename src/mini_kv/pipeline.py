@@ -110,6 +110,7 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
     settings = benchmark_settings(card, opts)
     return {
         "task_id": card.id, "op": cand.op, "library": library, "device": device, "salt": salt,
+        "project_root": card.project_root,  # where the card's reference and input modules import from
         "reference": card.operator["reference"], "inputs": card.operator["inputs"],
         "tolerances": card.tolerances, "cases": cases, "all_cases": [c.to_dict() for c in card.cases],
         "bench_cases": bench, "benchmark": settings,

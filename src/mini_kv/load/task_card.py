@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from pathlib import Path
 
 from mini_kv.errors import ConfigError
@@ -39,6 +40,13 @@ def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path |
         if not ok:
             raise ConfigError(file, fieldname, f"{kind} {rel!r} does not exist (looked for {resolved})")
     return resolved
+
+
+def add_project_to_path(root: str | Path) -> None:
+    """A card's `module:function` references may name modules of its project: importable from its
+    root wherever the command runs (as when run from there), after the installed packages."""
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
 
 
 def check_import_path(spec: str, file: str, fieldname: str) -> None:
@@ -111,6 +119,7 @@ def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCa
     resolve_inside(root, str(path.resolve()), file, "(file)")  # the card itself must live in the project
 
     op = data["operator"]
+    add_project_to_path(root)
     check_import_path(op["reference"], file, "operator.reference")
     check_import_path(op["inputs"], file, "operator.inputs")
     candidates = _candidates(data["candidates"], root, file)

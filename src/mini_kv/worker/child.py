@@ -92,6 +92,8 @@ def run_job(job: dict, chan: Channel) -> int:
     from mini_kv.worker import benchmark, contract, correctness, integrity, loader
     from mini_kv.worker.inputs import import_path
 
+    if job.get("project_root") and job["project_root"] not in sys.path:
+        sys.path.append(job["project_root"])  # the card's own modules, as the loader imports them
     device = job["device"]
     if torch.device(device).type == "cuda":
         torch.cuda.set_device(torch.device(device))
