@@ -12,9 +12,18 @@ it proves nothing about this torch."""
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
+
+
+def _recorded_check(rec: dict) -> dict:
+    """A cache hit's compile check, as recorded when the build dir was made (it may have been inconclusive)."""
+    try:
+        return json.loads((Path(rec["build_dir"]) / "build.json").read_text()).get("cuda_check") or {}
+    except (OSError, ValueError):
+        return {}
 
 
 def main(argv: list[str]) -> int:
@@ -41,13 +50,14 @@ def main(argv: list[str]) -> int:
     if rec is None:  # the solution's language cannot build here at all
         print(f"{solution_json}: {next(iter(outcomes.values()))['log']}", file=sys.stderr)
         return 1
-    check = rec.get("cuda_check") or {}
+    check = rec.get("cuda_check") or _recorded_check(rec)
     what = "compile check" if rec.get("check_only") else "build"
     flags = " ".join(rec["flags"]["cflags"])
     print(f"{solution_json}: {what} {rec['status']}" + (f" ({check['status']})" if check else "")
           + f", cflags {flags}, cache hit {rec['cache_hit']}, {rec['duration_s']} s")
     if rec["status"] != "ok" or (rec.get("check_only") and check.get("status") != "ok"):
-        print(check.get("note") or build_log(rec), file=sys.stderr)
+        print(check.get("note") or build_log(rec) or f"no compile check recorded in {rec['build_dir']}",
+              file=sys.stderr)
         return 1
     return 0
 
