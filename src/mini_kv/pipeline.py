@@ -42,9 +42,14 @@ def pick_device(requested: str | None) -> str:
     import torch
 
     if requested:
+        from mini_kv.errors import UserError
+
         if requested.startswith("cuda") and not torch.cuda.is_available():
-            from mini_kv.errors import UserError
             raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
+        index = int(requested.partition(":")[2] or 0)
+        if requested.startswith("cuda") and index >= torch.cuda.device_count():
+            raise UserError(f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         return "cuda:0" if requested == "cuda" else requested
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
