@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -12,9 +13,17 @@ from rich.console import Console
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 
-# Wide when piped (CI logs, files): rich would otherwise fold the tables to 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
-err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 180)
+
+def _width(stream) -> int | None:
+    """COLUMNS when set (rich reads it), the terminal's width on a terminal, else wide: a CI log or file
+    has no width of its own, and rich would otherwise fold the tables to 80 columns."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or stream.isatty():
+        return None
+    return 180
+
+
+console = Console(highlight=False, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def cmd_doctor(args) -> int:
@@ -82,7 +91,7 @@ def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: 
     picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
     runnable = [c for c in picked if c.runs_on(device) and not (skip_benchmark and c.kind == "bench")]
     if not runnable:
-        why = (f"only bench cases, and --skip-benchmark is set" if skip_benchmark and
+        why = ("only bench cases, and --skip-benchmark is set" if skip_benchmark and
                all(c.kind == "bench" for c in picked) else f"no case that runs on {device}")
         raise ConfigError(card.path, "cases", f"--case {', '.join(requested)} selects {why}; cases that run on "
                           f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})))
@@ -176,9 +185,18 @@ def _progress_row(prog, label: str):
     """One row of the display; returns the pipeline's progress callback for it."""
     row = prog.add_task(label, total=None)
 
-    def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
+    def update(msg: str, completed: int | None = None, total: int | None = None, line: str | None = None) -> None:
         prog.update(row, description=msg, completed=completed, total=total)
+        if line:
+            progress_line(line)
     return update
+
+
+def progress_line(line: str) -> None:
+    """A finished case as one plain, flushed line on stderr when it is not a terminal (a CI log, a pipe):
+    rich's live display shows nothing there, and a long run would otherwise be silent until its end."""
+    if not err_console.is_terminal:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:

@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
 
 
 def cmd_bench(args) -> int:
-    from mini_kv.cli import console
+    from mini_kv.cli import console, progress_line
     from mini_kv.solexec import traces
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
@@ -50,10 +50,10 @@ def cmd_bench(args) -> int:
                         method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
                         seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit)
     if args.json:
-        result = bench(args.problem_dir, opts)
+        result = bench(args.problem_dir, opts, line=progress_line)
     else:
         with console.status("bench") as status:
-            result = bench(args.problem_dir, opts, progress=status.update)
+            result = bench(args.problem_dir, opts, progress=status.update, line=progress_line)
     lines = "".join(traces.dumps(t) + "\n" for t in result["traces"])
     if args.output:
         out = Path(args.output)

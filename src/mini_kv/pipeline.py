@@ -88,11 +88,29 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
             raise UserError(f"{where(key)}: must be a positive fraction (0.03 = 3%), got {value!r}")
 
 
+FINISHED_EVENTS = {"case": "correctness", "contract": "contract", "bench": "benchmark"}
+
+
+def _finished_line(ev: dict, done: int, total: int, label: str) -> str:
+    """One plain line for a finished case, contract check or benchmark (the log when output is piped)."""
+    rec = ev.get("record") or {}
+    name = rec.get("id") or ev.get("name") or "?"
+    status = rec.get("status") or ("ok" if "candidate" in rec else "?")
+    extra = ""
+    if "candidate" in rec:  # a timed case: its P50 and speedup
+        p50 = ((rec["candidate"].get("summary") or {}).get("overall") or {}).get("p50")
+        extra = (f" P50 {p50:.2f} µs" if p50 is not None else "") + (
+            f", speedup {rec['speedup']:.3f}x" if rec.get("speedup") else "")
+    return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
+
+
 def _progress(job: dict, cand_id: str, say):
-    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts."""
+    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts,
+    and each finished result into a `line=` for a plain log."""
     totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
               "benchmark": len(job.get("bench_cases", []))}
     seen = dict.fromkeys(totals, 0)
+    finished = dict.fromkeys(totals, 0)
 
     def on_event(ev: dict) -> None:
         stage = ev.get("stage")
@@ -100,6 +118,11 @@ def _progress(job: dict, cand_id: str, say):
             seen[stage] = min(seen[stage] + 1, totals[stage])
             say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
                 completed=sum(seen.values()) - 1, total=sum(totals.values()))
+        elif ev.get("event") in FINISHED_EVENTS:
+            stage = FINISHED_EVENTS[ev["event"]]
+            finished[stage] = min(finished[stage] + 1, totals[stage])
+            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}", completed=sum(finished.values()),
+                total=sum(totals.values()), line=_finished_line(ev, finished[stage], totals[stage], cand_id))
     return on_event
 
 
