@@ -121,7 +121,8 @@ def cmd_verify(args) -> int:
         results = []
         for cand in cands:
             with _progress_display() as prog:
-                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}")))
+                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}"),
+                                      line=progress_line))
             results[-1]["candidate"] = cand.id
             _print_result(results[-1], args)
     if gpus and len(gpus) > 1:
@@ -185,10 +186,8 @@ def _progress_row(prog, label: str):
     """One row of the display; returns the pipeline's progress callback for it."""
     row = prog.add_task(label, total=None)
 
-    def update(msg: str, completed: int | None = None, total: int | None = None, line: str | None = None) -> None:
+    def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
         prog.update(row, description=msg, completed=completed, total=total)
-        if line:
-            progress_line(line)
     return update
 
 
@@ -221,7 +220,8 @@ def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
                 return
             gpu_opts = copy.copy(opts)
             gpu_opts.gpu = gpu
-            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"))
+            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"),
+                            line=lambda text, gpu=gpu: progress_line(f"GPU {gpu}: {text}"))
             result["candidate"] = cand.id
             results[i] = result
             prog.console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")

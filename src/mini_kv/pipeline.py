@@ -104,9 +104,9 @@ def _finished_line(ev: dict, done: int, total: int, label: str) -> str:
     return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
 
 
-def _progress(job: dict, cand_id: str, say):
-    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts,
-    and each finished result into a `line=` for a plain log."""
+def _progress(job: dict, cand_id: str, say, line=None):
+    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts;
+    `line`, when given, gets one plain line per finished result (a log when output is piped)."""
     totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
               "benchmark": len(job.get("bench_cases", []))}
     seen = dict.fromkeys(totals, 0)
@@ -118,11 +118,10 @@ def _progress(job: dict, cand_id: str, say):
             seen[stage] = min(seen[stage] + 1, totals[stage])
             say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
                 completed=sum(seen.values()) - 1, total=sum(totals.values()))
-        elif ev.get("event") in FINISHED_EVENTS:
+        elif ev.get("event") in FINISHED_EVENTS and line is not None:
             stage = FINISHED_EVENTS[ev["event"]]
             finished[stage] = min(finished[stage] + 1, totals[stage])
-            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}", completed=sum(finished.values()),
-                total=sum(totals.values()), line=_finished_line(ev, finished[stage], totals[stage], cand_id))
+            line(_finished_line(ev, finished[stage], totals[stage], cand_id))
     return on_event
 
 
@@ -233,7 +232,7 @@ def summarize_benchmark(results: dict, skipped: bool) -> dict:
             "geomean_speedup": stats.geomean(speedups) if speedups else None}
 
 
-def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) -> dict:
+def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
     root = Path(card.project_root)
     artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
     device = "cuda:0" if opts.gpu is not None else pick_device(opts.device)
@@ -260,7 +259,7 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
-                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say),
+                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say, line),
                              env=child_env)
     correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
     bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
