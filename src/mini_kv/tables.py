@@ -29,17 +29,23 @@ def _cell_width(cell: str) -> int:
     return max((Text.from_markup(line).cell_len for line in cell.splitlines()), default=0)
 
 
-def _widths(columns: list[Column], rows: list[list[str]]) -> list[int]:
+def _widths(columns: list[Column], rows: list[list[str]], whole_headers: bool) -> list[int]:
+    """Each column as wide as its widest cell and its header (`whole_headers`) or the header's
+    longest word (the header then wraps at spaces)."""
     out = []
     for i, col in enumerate(columns):
-        longest_word = max((len(w) for w in col.header.split()), default=1)
-        out.append(max([longest_word, *(_cell_width(r[i]) for r in rows)]))
+        header = len(col.header) if whole_headers else max((len(w) for w in col.header.split()), default=1)
+        out.append(max([header, *(_cell_width(r[i]) for r in rows)]))
     return out
+
+
+def _table_width(widths: list[int]) -> int:
+    return EDGE + sum(w + COLUMN_OVERHEAD for w in widths)
 
 
 def _groups(widths: list[int], keys: int, width: int) -> list[list[int]]:
     """Column indices per table: the key columns first in each, then as many others as fit."""
-    base = EDGE + sum(w + COLUMN_OVERHEAD for w in widths[:keys])
+    base = _table_width(widths[:keys])
     groups: list[list[int]] = []
     current: list[int] = []
     used = base
@@ -58,7 +64,9 @@ def _groups(widths: list[int], keys: int, width: int) -> list[list[int]]:
 def fitted_tables(title: str, columns: list[Column], rows: list[list[str]], width: int, keys: int = 1,
                   **table_options) -> list[Table]:
     """One table when it fits `width`, else several with the first `keys` columns repeated."""
-    widths = _widths(columns, rows)
+    widths = _widths(columns, rows, whole_headers=True)
+    if _table_width(widths) > width:  # narrow: headers wrap before anything is split
+        widths = _widths(columns, rows, whole_headers=False)
     groups = _groups(widths, keys, width)
     tables = []
     for n, group in enumerate(groups, start=1):
