@@ -200,7 +200,7 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     hit = comp.get("cache_hit")
     console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
                   f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
-                  markup=False)
+                  markup=False, soft_wrap=True)
     if comp["status"] != "ok":
         console.print(f"[red]compile {comp['status']}[/]:")
         console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
@@ -237,7 +237,9 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     if result.get("regression"):
         print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != "PASSED" else []
-    console.print(f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}")
+    # soft-wrapped: one line whatever the width, for people and for the tools that grep it
+    console.print(f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
+                  soft_wrap=True)
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)")
