@@ -216,3 +216,50 @@ def test_piped_verify_at_80_columns_prints_progress_and_whole_ids(tmp_path):
     # one flushed line per finished case on stderr (not a terminal here)
     assert "v0_naive correctness 4/4" in r.stderr and "v0_naive benchmark 1/1 bench_cpu_64k-float32" in r.stderr
     assert any(ln.startswith("attempt: ") and ln.endswith(tuple("0123456789abcdef")) for ln in out.splitlines())
+
+
+def _tutorial_project(tmp_path: Path, op_cpp_edit) -> Path:
+    """The tutorial's project (docs/candidates.md) with its op.cpp changed by `op_cpp_edit`."""
+    from test_tutorial import DOC, tutorial_steps
+
+    for kind, payload in tutorial_steps(DOC.read_text()):
+        if kind == "file":
+            rel, body = payload.split("\n", 1)
+            if rel.endswith("op.cpp"):
+                body = op_cpp_edit(body)
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(body)
+    (tmp_path / ".mini-kv-project").write_text("")
+    return tmp_path
+
+
+def _verify(project: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(project)])}
+    return subprocess.run([sys.executable, "-m", "mini_kv", "verify", "--task", "tasks/scaled_add.yaml", "--device",
+                           "cpu", "--skip-benchmark", *extra], cwd=project, capture_output=True, text=True, env=env,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_kernels_registered_under_another_namespace_are_named(tmp_path):
+    # the schema is defined where the card says, the kernels go to another namespace
+    project = _tutorial_project(tmp_path, lambda src: src.replace("TORCH_LIBRARY_IMPL(my_scaled_add_v0,",
+                                                                  "TORCH_LIBRARY_IMPL(my_scaled_add,"))
+    r = _verify(project)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "namespace mismatch" in r.stdout and "my_scaled_add::scaled_add" in r.stdout
+    summary = next(ln for ln in r.stdout.splitlines() if ln.startswith("INCORRECT"))
+    assert "missing kernels CPU, Meta" in summary
+
+
+@pytest.mark.slow
+def test_a_real_compile_error_shows_file_and_line_and_a_summary(tmp_path):
+    project = _tutorial_project(tmp_path, lambda src: src.replace("check_inputs(a_in, b_in);",
+                                                                  "check_inputs(a_in, b_in)\n  undefined_call();", 1))
+    r = _verify(project)
+    assert r.returncode == 3, r.stdout + r.stderr
+    out = r.stdout
+    assert "candidates/scaled_add/v0/op.cpp:" in out and "error:" in out
+    assert "Traceback" not in out and "cpp_extension.py" not in out
+    summary = next(ln for ln in out.splitlines() if ln.startswith("COMPILE_ERROR"))
+    assert "build failed at " in summary and "op.cpp:" in summary
