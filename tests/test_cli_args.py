@@ -209,3 +209,14 @@ def test_leaderboard_on_a_read_only_store_without_index_says_it_cannot_build_one
     r = _cli("leaderboard", "--artifacts", str(art), prefix=_without_write_permission())
     assert r.returncode == 2 and "read-only" in r.stderr and "no index" in r.stderr
 
+
+
+def test_bench_paths_that_select_nothing_list_what_exists(capsys):
+    from mini_kv.cli_bench import main as bench_main
+
+    assert bench_main(["problems/sol-execbench", "--solution", SOL_SOLUTION]) == 2
+    err = capsys.readouterr().err
+    assert "no definition.json" in err and "problems/sol-execbench/flux_rope" in err
+    assert bench_main(["problems/sol-execbench/rmsnorm", "--solution", "solutions/rmsnorm"]) == 2
+    err = capsys.readouterr().err
+    assert "a directory" in err and "solutions/rmsnorm/pytorch/solution.json" in err

@@ -58,11 +58,24 @@ class Problem:
     solution: Solution
 
 
+def _found_under(base: Path, name: str, limit: int = 12) -> str:
+    """`; found: a, b, ...` for the files called `name` below `base` (what a wrong path may have meant)."""
+    if not base.is_dir():
+        return ""
+    hits = sorted(str(p.parent if name == "definition.json" else p) for p in base.rglob(name))
+    if not hits:
+        return ""
+    return "; found: " + ", ".join(hits[:limit]) + (f" (+{len(hits) - limit} more)" if len(hits) > limit else "")
+
+
 def problem_files(problem_dir: str | None, opts: BenchOptions) -> tuple[Path, Path]:
     """definition.json and workload.jsonl: the explicit options win over PROBLEM_DIR's files."""
     base = Path(problem_dir) if problem_dir else None
     if base is not None and not base.is_dir():
         raise UserError(f"{base}: not a problem directory (expected definition.json and workload.jsonl in it)")
+    if base is not None and not opts.definition and not (base / "definition.json").is_file():
+        raise UserError(f"{base}: not a problem directory (no definition.json in it)"
+                        + _found_under(base, "definition.json"))
     found = []
     for option, name in ((opts.definition, "definition.json"), (opts.workload, "workload.jsonl")):
         path = Path(option) if option else (base / name if base else None)
@@ -79,7 +92,10 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
     definition = load_definition(def_path)
     workloads = load_workloads(wl_path, definition)
     if not Path(opts.solution).is_file():
-        raise ConfigError(opts.solution, "", "solution file not found")
+        sol = Path(opts.solution)
+        where = sol if sol.is_dir() else sol.parent
+        raise ConfigError(opts.solution, "", ("a directory, not a solution file" if sol.is_dir() else
+                                              "solution file not found") + _found_under(where, "solution.json"))
     return Problem(definition, workloads, load_solution(opts.solution, definition.name))
 
 
