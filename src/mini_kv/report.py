@@ -258,16 +258,16 @@ def print_regression(reg: dict, console: Console) -> None:
     console.print(f"regression vs {base}: [{style}]{reg['verdict']}[/]")
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
-        t = Table(title="regression (times in µs)")
-        for col in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation"):
-            t.add_column(col)
+        cols = [Column(c, "right" if c in ("base P50", "cand P50", "P50 Δ", "P95 Δ") else "left")
+                for c in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation")]
+        rows = []
         for c in cases:
             conf = c.get("confirmation") or {}
             conf_p50 = ((conf.get("summary") or {}).get("overall") or {}).get("p50")
-            t.add_row(c["id"], c["verdict"], _fmt(c["baseline"]["p50"], ".2f"), _fmt(c["candidate"]["p50"], ".2f"),
-                      f"{(c['p50_ratio'] - 1) * 100:+.1f}%", f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
-                      _batch(c.get("first_batch")),
-                      _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else ""))
-        console.print(t)
+            rows.append([escape(c["id"]), c["verdict"], _fmt(c["baseline"]["p50"], ".2f"),
+                         _fmt(c["candidate"]["p50"], ".2f"), f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
+                         f"{(c['p95_ratio'] - 1) * 100:+.1f}%", _batch(c.get("first_batch")),
+                         _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else "")])
+        console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
     for reason in reg.get("reasons", []):
         console.print(f"  {reason}", markup=False)
