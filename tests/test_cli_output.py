@@ -167,6 +167,8 @@ def test_namespace_and_op_name_mismatches_are_named():
     hint = loader.registration_hint("mini_kv_test_ns_other::scale", registered)
     assert hint.startswith("op name mismatch") and "mini_kv_test_ns_other::scaled" in hint
     assert "no operator at all" in loader.registration_hint("a::b", set())
+    # the card's own op without kernels: nothing to hint, the missing kernels say it all
+    assert loader.registration_hint("mini_kv_test_ns_other::scaled", registered) is None
 
 
 def test_a_load_failure_without_an_exception_carries_no_traceback():

@@ -54,4 +54,6 @@ def registration_hint(qualname: str, registered: set[str]) -> str | None:
     if same_ns:
         return (f"op name mismatch: in namespace {ns} the library registers {', '.join(same_ns)}, not "
                 f"{qualname}; the card's `op:` and the schema's name in m.def(...) must agree")
+    if f"{ns}::{name}" in mine:
+        return None  # the op is the card's: its kernels are simply missing
     return f"the library registers {', '.join(mine[:6])}{' ...' if len(mine) > 6 else ''}, not {qualname}"
