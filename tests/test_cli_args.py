@@ -220,3 +220,13 @@ def test_bench_paths_that_select_nothing_list_what_exists(capsys):
     assert bench_main(["problems/sol-execbench/rmsnorm", "--solution", "solutions/rmsnorm"]) == 2
     err = capsys.readouterr().err
     assert "a directory" in err and "solutions/rmsnorm/pytorch/solution.json" in err
+
+
+def test_profile_checks_its_numbers_and_store_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--task", "tasks/vector_add.yaml", "--warmup", "-1"])
+    assert exc.value.code == 2 and "--warmup" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["profile", "--task", "tasks/vector_add.yaml", "--artifacts", str(blocker)]) == 2
+    assert "not a directory" in capsys.readouterr().err
