@@ -1,6 +1,7 @@
 """`bench` end to end on CPU: planted solutions get the status they deserve, as traces, never as a crash of the tool."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -200,7 +201,8 @@ def test_cli_table_output_and_json(tmp_path):
             "--rounds", "2", "--warmup", "1", "--repeats", "1", "--samples", "3",
             "--artifacts", str(tmp_path / "a"), "-o", str(out), "-v"]
     res = subprocess.run([sys.executable, "-c", "import sys; from mini_kv.cli_bench import main; sys.exit(main())",
-                          *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "COLUMNS": "200"})  # wide enough for whole headers
     assert res.returncode == ExitCode.CORRECTNESS, res.stdout + res.stderr
     for col in ("#", "Status", "Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
         assert col in res.stdout

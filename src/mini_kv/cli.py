@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -12,9 +13,17 @@ from rich.console import Console
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 
-# Wide when piped (CI logs, files): rich would otherwise fold the tables to 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
-err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 180)
+
+def _width(stream) -> int | None:
+    """COLUMNS when set (rich reads it), the terminal's width on a terminal, else wide: a CI log or file
+    has no width of its own, and rich would otherwise fold the tables to 80 columns."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or stream.isatty():
+        return None
+    return 180
+
+
+console = Console(highlight=False, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def cmd_doctor(args) -> int:
@@ -68,18 +77,42 @@ def _selected_candidates(card, requested: list[str]) -> list:
     return out
 
 
+def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
+    """Every --case names a case of the card, and together they select something that runs on `device`;
+    otherwise exit CONFIG listing what exists (a filter that selects nothing would pass vacuously)."""
+    if not requested:
+        return
+    known = sorted({c.base_id for c in card.cases} | {c.id for c in card.cases})
+    unknown = [r for r in requested if r not in known]
+    if unknown:
+        raise ConfigError(card.path, "cases", f"--case {', '.join(unknown)}: no such case; known: "
+                          + ", ".join(sorted({c.base_id for c in card.cases})) + " (or an expanded id such as "
+                          + f"{card.cases[0].id})")
+    picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
+    runnable = [c for c in picked if c.runs_on(device) and not (skip_benchmark and c.kind == "bench")]
+    if not runnable:
+        why = ("only bench cases, and --skip-benchmark is set" if skip_benchmark and
+               all(c.kind == "bench" for c in picked) else f"no case that runs on {device}")
+        raise ConfigError(card.path, "cases", f"--case {', '.join(requested)} selects {why}; cases that run on "
+                          f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})))
+
+
 def cmd_verify(args) -> int:
+    from mini_kv.cli_checks import check_store_writable
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.pipeline import VerifyOptions, verify
+    from mini_kv.pipeline import VerifyOptions, pick_device, verify
 
     card = load_task_card(args.task)
+    gpus = _parse_gpus(args.gpus)
+    device = "cuda:0" if gpus else pick_device(args.device)
+    _check_case_filter(card, args.case or [], device, args.skip_benchmark)
+    check_store_writable(Path(args.artifacts) if args.artifacts else Path(card.project_root) / "artifacts")
     opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
                          bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv,
                          env_tag=args.env_tag)
     cands = _selected_candidates(card, args.candidate)
-    gpus = _parse_gpus(args.gpus)
     if gpus and len(gpus) > 1:
         results = _verify_parallel(card, cands, opts, gpus)
     else:
@@ -88,7 +121,8 @@ def cmd_verify(args) -> int:
         results = []
         for cand in cands:
             with _progress_display() as prog:
-                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}")))
+                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}"),
+                                      line=progress_line))
             results[-1]["candidate"] = cand.id
             _print_result(results[-1], args)
     if gpus and len(gpus) > 1:
@@ -157,6 +191,13 @@ def _progress_row(prog, label: str):
     return update
 
 
+def progress_line(line: str) -> None:
+    """A finished case as one plain, flushed line on stderr when it is not a terminal (a CI log, a pipe):
+    rich's live display shows nothing there, and a long run would otherwise be silent until its end."""
+    if not err_console.is_terminal:
+        print(line, file=sys.stderr, flush=True)
+
+
 def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
     """One worker thread per GPU pulls candidates from a shared queue; each verify pins its
     child processes to that GPU with CUDA_VISIBLE_DEVICES. Results come back in queue order."""
@@ -179,7 +220,8 @@ def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
                 return
             gpu_opts = copy.copy(opts)
             gpu_opts.gpu = gpu
-            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"))
+            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"),
+                            line=lambda text, gpu=gpu: progress_line(f"GPU {gpu}: {text}"))
             result["candidate"] = cand.id
             results[i] = result
             prog.console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
@@ -194,38 +236,41 @@ def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mini_kv import cli_checks as checks
+
     p = argparse.ArgumentParser(prog="mini-kv", description="Verify and benchmark custom GPU operators.")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("doctor", help="report the toolchain, GPU and what each missing piece blocks")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--json", action="store_true", help="print the checks as a JSON list instead of the table")
     d.set_defaults(func=cmd_doctor)
 
     v = sub.add_parser("validate-task", help="check task cards without compiling anything")
-    v.add_argument("cards", nargs="+")
+    v.add_argument("cards", nargs="+", metavar="CARD", help="task card YAML file(s) to check (schema, fields, "
+                   "import paths, candidate paths, case ids)")
     v.set_defaults(func=cmd_validate_task)
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
     vr.add_argument("--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default")
-    vr.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    vr.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
     vr.add_argument("--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck")
     vr.add_argument("--method", choices=["auto", "events", "graph", "cupti", "wallclock"],
                     help="timing method (default: the card's; auto = cupti on CUDA, falling back to graph, events)")
     vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)")
-    vr.add_argument("--max-cv", type=float, help="stability gate: max robust CV of the P50s (fraction, default 0.03)")
-    vr.add_argument("--max-p95-cv", type=float, help="stability gate: max robust CV of the candidate's P95s "
+    vr.add_argument("--max-cv", type=checks.fraction, help="stability gate: max robust CV of the P50s (fraction, default 0.03)")
+    vr.add_argument("--max-p95-cv", type=checks.fraction, help="stability gate: max robust CV of the candidate's P95s "
                     "(fraction, default 0.15)")
     vr.add_argument("--bench-all", action="store_true", help="also time every core case")
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
-    vr.add_argument("--compile-timeout", type=float, help="seconds for the build")
-    vr.add_argument("--timeout", type=float, help="seconds per case")
+    vr.add_argument("--compile-timeout", type=checks.positive_float, help="seconds for the build")
+    vr.add_argument("--timeout", type=checks.positive_float, help="seconds per case")
     vr.add_argument("--gpus", help="'all' or '0,1,...': one worker per GPU, candidates queued across them")
-    vr.add_argument("--memory-limit", type=float, metavar="GB",
+    vr.add_argument("--memory-limit", type=checks.positive_float, metavar="GB",
                     help="address-space cap of a CPU worker (default: half the machine's memory)")
     vr.add_argument("--env-tag", help="label what mini_kv cannot detect but that changes timings (power cap, "
                     "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)")
-    vr.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
+    vr.add_argument("--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build")
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")

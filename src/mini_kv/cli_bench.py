@@ -10,6 +10,8 @@ from mini_kv.errors import ExitCode
 
 
 def add_arguments(p) -> None:
+    from mini_kv import cli_checks as checks
+
     p.add_argument("problem_dir", nargs="?", help="directory holding definition.json and workload.jsonl")
     p.add_argument("--solution", required=True, help="solution.json (sources inline or beside it)")
     p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
@@ -18,39 +20,40 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help="settings, build details and every failure log")
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
-    p.add_argument("--compile-timeout", type=float, default=600.0, help="seconds for a C++ build (default 600)")
-    p.add_argument("--timeout", type=float, default=600.0,
+    p.add_argument("--compile-timeout", type=checks.positive_float, default=600.0, help="seconds for a C++ build (default 600)")
+    p.add_argument("--timeout", type=checks.positive_float, default=600.0,
                    help="seconds per workload, correctness rounds and timing together (default 600)")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument("--rounds", type=int, default=10, help="correctness rounds with fresh inputs (default 10)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
-    p.add_argument("--repeats", type=int, default=1, help="timed repeats, candidate and reference alternating "
+    p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
+    p.add_argument("--rounds", type=checks.positive_int, default=10, help="correctness rounds with fresh inputs (default 10)")
+    p.add_argument("--warmup", type=checks.nonnegative_int, default=10, help="untimed calls before timing (default 10)")
+    p.add_argument("--repeats", type=checks.positive_int, default=1, help="timed repeats, candidate and reference alternating "
                    "first (default 1; with one, the first side alternates across workloads)")
-    p.add_argument("--samples", type=int, default=50, help="timed calls per repeat (default 50)")
+    p.add_argument("--samples", type=checks.positive_int, default=50, help="timed calls per repeat (default 50)")
     p.add_argument("--method", default="auto", choices=["auto", "cupti", "graph", "events", "wallclock"],
                    help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)")
     p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
-    p.add_argument("--memory-limit", type=float, metavar="GB", help="address-space cap of a CPU worker")
+    p.add_argument("--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker")
 
 
 def cmd_bench(args) -> int:
-    from mini_kv.cli import console
+    from mini_kv.cli import console, progress_line
     from mini_kv.solexec import traces
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
 
+    _check_outputs(args)
     opts = BenchOptions(solution=args.solution, definition=args.definition, workload=args.workload,
                         device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
                         rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
                         method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
                         seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit)
     if args.json:
-        result = bench(args.problem_dir, opts)
+        result = bench(args.problem_dir, opts, line=progress_line)
     else:
         with console.status("bench") as status:
-            result = bench(args.problem_dir, opts, progress=status.update)
+            result = bench(args.problem_dir, opts, progress=status.update, line=progress_line)
     lines = "".join(traces.dumps(t) + "\n" for t in result["traces"])
     if args.output:
         out = Path(args.output)
@@ -61,8 +64,22 @@ def cmd_bench(args) -> int:
     else:
         print_report(result, console, verbose=args.verbose)
         if args.output:
-            console.print(f"traces: {args.output} ({len(result['traces'])})")
+            console.print(f"traces: {args.output} ({len(result['traces'])})", markup=False, soft_wrap=True)
     return int(result["exit_code"])
+
+
+def _check_outputs(args) -> None:
+    """The attempt store and the -o file's directory must be writable before anything is built or run."""
+    from mini_kv.cli_checks import check_store_writable, store_write_problem
+    from mini_kv.errors import UserError
+    from mini_kv.solexec.run import _project_root
+
+    check_store_writable(Path(args.artifacts) if args.artifacts else _project_root() / "artifacts")
+    if args.output:
+        out = Path(args.output)
+        problem = "it is a directory" if out.is_dir() else store_write_problem(out.parent)
+        if problem:
+            raise UserError(f"-o {out}: cannot write the traces there: {problem}; nothing was run")
 
 
 def register(sub) -> None:

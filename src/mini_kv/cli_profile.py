@@ -43,6 +43,9 @@ def cmd_profile(args) -> int:
     cands = _selected_candidates(card, [args.candidate] if args.candidate else [])
     if len(cands) != 1:
         raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
+    from mini_kv.cli_checks import check_store_writable
+
+    check_store_writable(_artifacts(args, Path(card.project_root)))  # the profile is archived there
     opts = ProfileOptions(case=args.case, warmup=args.warmup, kernel=args.kernel, seed_salt=args.seed_salt,
                           artifacts=args.artifacts, timeout=args.timeout, prebuilt=args.prebuilt, ncu=args.ncu)
     with console.status(f"profiling {card.id}/{cands[0].id}") as status:
@@ -112,6 +115,7 @@ def cmd_compare_profiles(args) -> int:
 
 def register(sub) -> None:
     """Add the profile subcommands to `sub` (the argparse subparsers of cli.build_parser)."""
+    from mini_kv import cli_checks as checks
     from mini_kv.profile.ab import DEFAULT_REPEATS, DEFAULT_SAMPLES
     from mini_kv.profile.capture import DEFAULT_SALT, DEFAULT_WARMUP
 
@@ -119,14 +123,15 @@ def register(sub) -> None:
     p.add_argument("--task", required=True, help="task card YAML")
     p.add_argument("--candidate", help="candidate id (default: the card's default)")
     p.add_argument("--case", help="case id or base id (default: the card's first bench case)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+    p.add_argument("--warmup", type=checks.nonnegative_int, default=DEFAULT_WARMUP,
                    help=f"candidate launches skipped before the profiled one (default {DEFAULT_WARMUP})")
     p.add_argument("--kernel", help="profile only this one of the candidate's __global__ kernels")
     p.add_argument("--seed-salt", default=DEFAULT_SALT, help="salt of the input seed (default: the fixed "
                    "profile salt, so every candidate's profile sees the same inputs)")
     p.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
     p.add_argument("--ncu", help="path of ncu (default: $MINI_KV_NCU, then PATH, then $CUDA_HOME/bin)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds for the ncu run (default 600)")
+    p.add_argument("--timeout", type=checks.positive_float, default=600.0,
+                   help="seconds for the ncu run (default 600)")
     p.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.set_defaults(func=cmd_profile)
@@ -135,8 +140,8 @@ def register(sub) -> None:
     c.add_argument("a", help="profile directory or id under artifacts/profiles/ (A, the baseline)")
     c.add_argument("b", help="profile directory or id (B)")
     c.add_argument("--no-timing", action="store_true", help="skip the A/B timing")
-    c.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="A/B repeats, order alternating")
-    c.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="A/B samples per repeat")
+    c.add_argument("--repeats", type=checks.positive_int, default=DEFAULT_REPEATS, help="A/B repeats, order alternating")
+    c.add_argument("--samples", type=checks.positive_int, default=DEFAULT_SAMPLES, help="A/B samples per repeat")
     c.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     c.add_argument("--json", metavar="FILE", help="also write the comparison and timing as JSON")
     c.set_defaults(func=cmd_compare_profiles)

@@ -52,10 +52,22 @@ def cmd_promote_baseline(args) -> int:
     return ExitCode.OK
 
 
+def _check_rebuildable(artifacts: Path, what: str) -> None:
+    """Rebuilding writes the index and takes its lock: refuse a store this user cannot write, up front."""
+    from mini_kv.cli_checks import store_write_problem
+    from mini_kv.errors import UserError
+
+    problem = store_write_problem(artifacts)
+    if problem:
+        raise UserError(f"{what}: cannot write the index in the artifact store {artifacts}: {problem}. "
+                        "Run it where the store is writable (or make it so)")
+
+
 def cmd_rebuild_index(args) -> int:
     from mini_kv.store.index import rebuild_index
 
     console, err_console = _consoles()
+    _check_rebuildable(_artifacts(args), "rebuild-index")
     result = rebuild_index(_artifacts(args))
     if args.json:
         print(json.dumps({"index": str(result.index), "attempts": result.attempts,
@@ -66,12 +78,52 @@ def cmd_rebuild_index(args) -> int:
     return ExitCode.OK
 
 
+def _known_tasks(artifacts: Path) -> list[str]:
+    """Task ids that have any attempt in the index, valid or not."""
+    from mini_kv.store.index import read_index
+
+    rows, _ = read_index(artifacts)
+    return sorted({r["task_id"] for r in rows})
+
+
+def _check_leaderboard_args(args, artifacts: Path) -> None:
+    """A read-only store can be read, not rebuilt; the export files must be writable. All before anything is read or written."""
+    from mini_kv.cli_checks import store_write_problem
+    from mini_kv.errors import UserError
+    from mini_kv.store.index import index_path, store_read_only
+
+    if not artifacts.is_dir():
+        raise UserError(f"artifact store {artifacts}: no such directory (pass --artifacts DIR)")
+    if store_read_only(artifacts) and (args.rebuild or not index_path(artifacts).exists()):
+        why = "--rebuild was asked for" if args.rebuild else "it has no index yet"
+        raise UserError(f"leaderboard: the artifact store {artifacts} is read-only and {why}; the index "
+                        "cannot be (re)built there. Run `mini-kv rebuild-index` where the store is writable, "
+                        "or leave out --rebuild to read the existing index")
+    for option in ("json", "csv"):
+        target = getattr(args, option)
+        problem = target and store_write_problem(Path(target).parent)
+        if problem:
+            raise UserError(f"--{option} {target}: cannot write there: {problem}")
+
+
 def cmd_leaderboard(args) -> int:
     from mini_kv.judge import leaderboard as lb
+    from mini_kv.store.index import store_read_only
 
     console, err_console = _consoles()
-    board = lb.build_leaderboard(_artifacts(args), task=args.task, rebuild=args.rebuild)
+    artifacts = _artifacts(args)
+    _check_leaderboard_args(args, artifacts)
+    if store_read_only(artifacts):
+        err_console.print(f"note: the artifact store {artifacts} is read-only: reading its existing index "
+                          "without the lock (nothing is rebuilt)", markup=False, soft_wrap=True)
+    board = lb.build_leaderboard(artifacts, task=args.task, rebuild=args.rebuild)
     print_problems(board["problems"], err_console)
+    if args.task and not board["groups"] and args.task not in _known_tasks(artifacts):
+        from mini_kv.errors import UserError
+
+        known = _known_tasks(artifacts)
+        raise UserError(f"--task {args.task}: no attempt of this task in {artifacts}; tasks with attempts: "
+                        + (", ".join(known) or "none"))
     if args.json:
         lb.export_json(board, Path(args.json))
     if args.csv:

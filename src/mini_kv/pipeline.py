@@ -42,9 +42,14 @@ def pick_device(requested: str | None) -> str:
     import torch
 
     if requested:
+        from mini_kv.errors import UserError
+
         if requested.startswith("cuda") and not torch.cuda.is_available():
-            from mini_kv.errors import UserError
             raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
+        index = int(requested.partition(":")[2] or 0)
+        if requested.startswith("cuda") and index >= torch.cuda.device_count():
+            raise UserError(f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         return "cuda:0" if requested == "cuda" else requested
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -83,11 +88,29 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
             raise UserError(f"{where(key)}: must be a positive fraction (0.03 = 3%), got {value!r}")
 
 
-def _progress(job: dict, cand_id: str, say):
-    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts."""
+FINISHED_EVENTS = {"case": "correctness", "contract": "contract", "bench": "benchmark"}
+
+
+def _finished_line(ev: dict, done: int, total: int, label: str) -> str:
+    """One plain line for a finished case, contract check or benchmark (the log when output is piped)."""
+    rec = ev.get("record") or {}
+    name = rec.get("id") or ev.get("name") or "?"
+    status = rec.get("status") or ("ok" if "candidate" in rec else "?")
+    extra = ""
+    if "candidate" in rec:  # a timed case: its P50 and speedup
+        p50 = ((rec["candidate"].get("summary") or {}).get("overall") or {}).get("p50")
+        extra = (f" P50 {p50:.2f} µs" if p50 is not None else "") + (
+            f", speedup {rec['speedup']:.3f}x" if rec.get("speedup") else "")
+    return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
+
+
+def _progress(job: dict, cand_id: str, say, line=None):
+    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts;
+    `line`, when given, gets one plain line per finished result (a log when output is piped)."""
     totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
               "benchmark": len(job.get("bench_cases", []))}
     seen = dict.fromkeys(totals, 0)
+    finished = dict.fromkeys(totals, 0)
 
     def on_event(ev: dict) -> None:
         stage = ev.get("stage")
@@ -95,6 +118,10 @@ def _progress(job: dict, cand_id: str, say):
             seen[stage] = min(seen[stage] + 1, totals[stage])
             say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
                 completed=sum(seen.values()) - 1, total=sum(totals.values()))
+        elif ev.get("event") in FINISHED_EVENTS and line is not None:
+            stage = FINISHED_EVENTS[ev["event"]]
+            finished[stage] = min(finished[stage] + 1, totals[stage])
+            line(_finished_line(ev, finished[stage], totals[stage], cand_id))
     return on_event
 
 
@@ -206,7 +233,7 @@ def summarize_benchmark(results: dict, skipped: bool) -> dict:
             "geomean_speedup": stats.geomean(speedups) if speedups else None}
 
 
-def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) -> dict:
+def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
     root = Path(card.project_root)
     artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
     device = "cuda:0" if opts.gpu is not None else pick_device(opts.device)
@@ -233,7 +260,7 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
-                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say),
+                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say, line),
                              env=child_env)
     correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
     bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None

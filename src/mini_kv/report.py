@@ -2,56 +2,89 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+import re
+
+from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
+
+from mini_kv.tables import Column, fitted_tables
 
 
 def _fmt(x, spec=".3g"):
     return "-" if x is None else format(x, spec)
 
 
-def case_table(cases: list[dict]) -> Table:
-    t = Table(title="correctness", show_lines=False)
-    for col in ("case", "kind", "status", "max abs err", "max rel err", "ref err (vs fp64)", "detail"):
-        t.add_column(col)
+def describe_input(i: dict) -> str:
+    """`float16[33,65] non-contiguous` for a tensor, the value itself for a scalar argument."""
+    if "shape" not in i:
+        return repr(i.get("value"))
+    text = f"{i.get('dtype')}[{','.join(str(d) for d in i['shape'])}]"
+    if i.get("device") and i["device"] != "cpu":
+        text += f" on {i['device']}"
+    return text + ("" if i.get("contiguous", True) else " non-contiguous")
+
+
+def case_detail(r: dict) -> str:
+    """What went wrong in one case (or, for an illegal case that passed, what the op raised)."""
+    detail = r.get("reason") or r.get("raised") or ""
+    if r.get("first_mismatch"):
+        fm = r["first_mismatch"]
+        detail += f" first at {fm['index']}: got {fm['got']:.6g}, expected {fm['expected']:.6g}"
+    if r["status"] != "PASS" and r.get("inputs"):
+        detail = f"inputs ({', '.join(describe_input(i) for i in r['inputs'])}); " + detail
+    return detail.strip()
+
+
+def _group(tables: list[Table]):
+    return tables[0] if len(tables) == 1 else Group(*tables)
+
+
+def case_table(cases: list[dict], width: int = 200):
+    """The correctness table; case ids and numbers are never cut (see mini_kv.tables). Details go on
+    their own lines below it (case_details)."""
+    cols = [Column("case"), Column("kind"), Column("status"), Column("max abs err", "right"),
+            Column("max rel err", "right"), Column("ref err (vs fp64)", "right")]
+    rows = []
     for r in cases:
         ref = r.get("reference_error") or {}
-        detail = r.get("reason") or r.get("raised") or ""
-        if r.get("first_mismatch"):
-            fm = r["first_mismatch"]
-            detail += f" first at {fm['index']}: got {fm['got']:.6g}, expected {fm['expected']:.6g}"
-        if r["status"] != "PASS" and r.get("inputs"):
-            detail = f"inputs {[(i.get('shape'), i.get('dtype')) for i in r['inputs']]}; " + detail
         style = {"PASS": "green", "SKIPPED": "yellow"}.get(r["status"], "red")
-        t.add_row(r["id"], r["kind"], f"[{style}]{r['status']}[/]", _fmt(r.get("max_abs_err")),
-                  _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err")), detail[:160])
-    return t
+        rows.append([escape(r["id"]), r["kind"], f"[{style}]{escape(r['status'])}[/]", _fmt(r.get("max_abs_err")),
+                     _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err"))])
+    return _group(fitted_tables("correctness", cols, rows, width))
 
 
-def bench_table(cases: list[dict]) -> Table:
-    t = Table(title="benchmark (times in µs)")
-    for col in ("case", "method", "L2", "cand P50", "cand P95", "CV", "ref P50", "speedup", "GB/s",
-                "TFLOP/s", "% peak", "stable"):
-        t.add_column(col)
+def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
+    """`case: detail` for every failed case (every case with a detail, with -v)."""
+    return [f"  {r['id']}: {case_detail(r)}" for r in cases
+            if case_detail(r) and (verbose or r["status"] not in ("PASS", "SKIPPED"))]
+
+
+def bench_table(cases: list[dict], width: int = 200):
+    cols = [Column(c, "left" if c in ("case", "method", "L2", "stable") else "right")
+            for c in ("case", "method", "L2", "cand P50", "cand P95", "CV", "ref P50", "speedup", "GB/s",
+                      "TFLOP/s", "% peak", "stable")]
+    rows = []
     for r in cases:
         if "candidate" not in r:
-            t.add_row(r["id"], "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.get('status')}[/]")
+            rows.append([escape(r["id"]), *["-"] * 10, f"[red]{escape(str(r.get('status')))}[/]"])
             continue
         cs, rs = r["candidate"]["summary"], r["reference"]["summary"]
         c, ref = {**cs["overall"], "p50_robust_cv": cs["p50_robust_cv"]}, rs["overall"]
         roof = r.get("roofline") or {}
         share = roof.get("peak_share")
-        t.add_row(r["id"], r["method"] + ("*" if r.get("fallbacks") else ""), r["l2"], _fmt(c["p50"], ".2f"),
-                  _fmt(c["p95"], ".2f"), f"{c['p50_robust_cv'] * 100:.1f}%", _fmt(ref["p50"], ".2f"),
-                  _fmt(r["speedup"], ".3f"), _fmt(roof.get("gbps"), ".1f"), _fmt(roof.get("tflops"), ".2f"),
-                  "-" if share is None else f"{share * 100:.0f}%",
-                  "yes" if r["stability"]["stable"] else "[red]no[/]")
-    return t
+        rows.append([escape(r["id"]), r["method"] + ("*" if r.get("fallbacks") else ""), r["l2"],
+                     _fmt(c["p50"], ".2f"), _fmt(c["p95"], ".2f"), f"{c['p50_robust_cv'] * 100:.1f}%",
+                     _fmt(ref["p50"], ".2f"), _fmt(r["speedup"], ".3f"), _fmt(roof.get("gbps"), ".1f"),
+                     _fmt(roof.get("tflops"), ".2f"), "-" if share is None else f"{share * 100:.0f}%",
+                     "yes" if r["stability"]["stable"] else "[red]no[/]"])
+    return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
-def summary_line(summary: dict) -> str:
+def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
+    """`core 12/12, extra 9/9, ..., speedup 1.020x, stable`; what went wrong first when something did."""
     corr = summary.get("correctness") or {}
-    parts = []
+    parts = list(problems)
     for group in ("core", "extra", "edge/illegal"):
         c = corr.get("counts", {}).get(group)
         if c:
@@ -68,11 +101,34 @@ def summary_line(summary: dict) -> str:
             parts.append("stable" if bench["stable"] else "UNSTABLE")
     if summary.get("regression"):
         parts.append(f"regression {summary['regression']['verdict']}")
-    return ", ".join(parts)
+    return ", ".join(parts) or "nothing was checked"
 
 
-def compile_error_excerpt(comp: dict, lines: int = 25) -> str:
-    """The compiler's own error lines, not the wrapper's traceback."""
+def _problems(result: dict) -> list[str]:
+    """Short reasons for the summary line of a run that did not pass."""
+    s, comp, res = result["summary"], result["compile"], result["results"]
+    out = []
+    if comp["status"] == "timeout":
+        out.append(f"the build did not finish in {comp.get('duration_s', 0):.0f} s")
+    elif comp["status"] != "ok":
+        first = first_compiler_error(compile_log(comp))
+        out.append(f"build failed at {first[0]}" if first else "build failed (see the log above)")
+    load = res.get("load")
+    if load is not None and not load.get("ok"):
+        out.append("the op did not load" + (f" ({load['hint'].split(':')[0]})" if load.get("hint") else ""))
+    corr = s.get("correctness") or {}
+    if corr.get("missing_kernels"):
+        out.append(f"missing kernels {', '.join(corr['missing_kernels'])}")
+    if corr.get("integrity_failures"):
+        out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
+    failed = [r["id"] for r in res.get("cases", []) if r["status"] not in ("PASS", "SKIPPED")]
+    if failed:
+        out.append(f"failed {', '.join(failed[:3])}" + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))
+    return out
+
+
+def compile_log(comp: dict) -> str:
+    """The build's output: the CUDA compile check's failures, then the builder's stdout and stderr."""
     text = ""
     check = comp.get("cuda_check") or {}
     for c in check.get("checks", []):
@@ -86,8 +142,55 @@ def compile_error_excerpt(comp: dict, lines: int = 25) -> str:
                     text += f.read()
             except OSError:
                 pass
-    picked = [ln for ln in text.splitlines() if "error" in ln.lower() or "FAILED" in ln]
-    return "\n".join((picked or text.splitlines())[-lines:])
+    return text
+
+
+# gcc/clang `file:line:col: error: msg`, nvcc `file(line): error: msg`, also `fatal error:`
+COMPILER_ERROR = re.compile(r"^(?P<loc>[^\s:()]+(?::\d+(?::\d+)?|\(\d+\))):\s*(?:fatal\s+)?error\b:?\s*(?P<msg>.*)$")
+
+
+def first_compiler_error(text: str) -> tuple[str, list[str]] | None:
+    """(`file:line`, the error line and the compiler's context lines after it) of the first error."""
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        m = COMPILER_ERROR.match(ln.strip())
+        if m:
+            context = []
+            for nxt in lines[i + 1:i + 4]:  # the source line and the caret, as the compiler prints them
+                if COMPILER_ERROR.match(nxt.strip()) or not nxt.startswith(" "):
+                    break
+                context.append(nxt)
+            return m.group("loc"), [ln.strip(), *context]
+    return None
+
+
+def _without_python_traceback(lines: list[str]) -> list[str]:
+    """The builder's own Python traceback (torch.utils.cpp_extension raising) says nothing about the code."""
+    out, skipping = [], False
+    for ln in lines:
+        if ln.startswith("Traceback (most recent call last)"):
+            skipping = True
+        elif skipping and not ln.startswith((" ", "\t")):
+            skipping = False  # the exception line ends the traceback; keep it only if it is not the builder's
+            if ln.startswith(("RuntimeError: Error building extension", "subprocess.CalledProcessError")):
+                continue
+        if not skipping:
+            out.append(ln)
+    return out
+
+
+def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) -> str:
+    """The first compiler error with its file:line and context; with `verbose` every error line of the
+    log as well. Never the builder's Python traceback, which only says that the compiler failed."""
+    text = compile_log(comp)
+    first = first_compiler_error(text)
+    body = _without_python_traceback(text.splitlines())
+    picked = [ln for ln in body if "error" in ln.lower() or "FAILED" in ln]
+    if first and not verbose:
+        more = len([ln for ln in picked if COMPILER_ERROR.match(ln.strip())]) - 1
+        return "\n".join(first[1]) + (f"\n({more} more error(s); -v shows them)" if more > 0 else "")
+    shown = (picked or body)[-lines:] if not verbose else (picked or body)
+    return "\n".join(([*first[1], ""] if first else []) + shown)
 
 
 def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
@@ -96,38 +199,50 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     comp = result["compile"]
     hit = comp.get("cache_hit")
     console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
-                  f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""))
+                  f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
+                  markup=False, soft_wrap=True)
     if comp["status"] != "ok":
         console.print(f"[red]compile {comp['status']}[/]:")
-        console.print(compile_error_excerpt(comp), markup=False)
+        console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
+        if (comp.get("logs") or {}) and not verbose:
+            console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
     res = result["results"]
     load = res.get("load")
     if load is not None and not load.get("ok"):
-        console.print(f"[red]load failed:[/] {load.get('reason')}")
+        console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
+    if load is not None and load.get("hint"):
+        console.print(f"[red]hint:[/] {escape(load['hint'])}")
     if res["cases"]:
         failing = [r for r in res["cases"] if r["status"] not in ("PASS", "SKIPPED")]
-        console.print(case_table(res["cases"] if verbose or failing else res["cases"]))
+        console.print(case_table(res["cases"] if verbose or failing else res["cases"], width=console.width))
+        for line in case_details(res["cases"], verbose):
+            console.print(line, markup=False, soft_wrap=True)
     for name, rec in res.get("contract", {}).items():
-        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""))
+        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
+                      markup=False)
     if s.get("correctness") and s["correctness"].get("missing_kernels"):
         console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
     if res.get("bench"):
-        console.print(bench_table(res["bench"]))
+        console.print(bench_table(res["bench"], width=console.width))
         for r in res["bench"]:
             if "candidate" in r and not r["stability"]["stable"]:
-                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}")
+                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
             for fb in r.get("fallbacks") or []:
-                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}")
+                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
+                              markup=False)
             if r.get("status") and r.get("reason"):
-                console.print(f"  {r['id']} {r['status']}: {r['reason']}")
+                console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
     for inc in res.get("incidents", []):
-        console.print(f"[yellow]incident:[/] {inc}")
+        console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     if result.get("regression"):
         print_regression(result["regression"], console)
-    console.print(f"[bold]{s['status']}[/] {result.get('candidate', '')}: {summary_line(s)}")
-    console.print(f"attempt: {result['attempt']}")
+    problems = _problems(result) if s["status"] != "PASSED" else []
+    # soft-wrapped: one line whatever the width, for people and for the tools that grep it
+    console.print(f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
+                  soft_wrap=True)
+    console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
-        console.print(f"[yellow]index not updated:[/] {result['index_warning']} (run `mini-kv rebuild-index`)")
+        console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)")
 
 
 def _batch(b: dict | None) -> str:
@@ -143,16 +258,16 @@ def print_regression(reg: dict, console: Console) -> None:
     console.print(f"regression vs {base}: [{style}]{reg['verdict']}[/]")
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
-        t = Table(title="regression (times in µs)")
-        for col in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation"):
-            t.add_column(col)
+        cols = [Column(c, "right" if c in ("base P50", "cand P50", "P50 Δ", "P95 Δ") else "left")
+                for c in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation")]
+        rows = []
         for c in cases:
             conf = c.get("confirmation") or {}
             conf_p50 = ((conf.get("summary") or {}).get("overall") or {}).get("p50")
-            t.add_row(c["id"], c["verdict"], _fmt(c["baseline"]["p50"], ".2f"), _fmt(c["candidate"]["p50"], ".2f"),
-                      f"{(c['p50_ratio'] - 1) * 100:+.1f}%", f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
-                      _batch(c.get("first_batch")),
-                      _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else ""))
-        console.print(t)
+            rows.append([escape(c["id"]), c["verdict"], _fmt(c["baseline"]["p50"], ".2f"),
+                         _fmt(c["candidate"]["p50"], ".2f"), f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
+                         f"{(c['p95_ratio'] - 1) * 100:+.1f}%", _batch(c.get("first_batch")),
+                         _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else "")])
+        console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
     for reason in reg.get("reasons", []):
         console.print(f"  {reason}", markup=False)

@@ -58,11 +58,24 @@ class Problem:
     solution: Solution
 
 
+def _found_under(base: Path, name: str, limit: int = 12) -> str:
+    """`; found: a, b, ...` for the files called `name` below `base` (what a wrong path may have meant)."""
+    if not base.is_dir():
+        return ""
+    hits = sorted(str(p.parent if name == "definition.json" else p) for p in base.rglob(name))
+    if not hits:
+        return ""
+    return "; found: " + ", ".join(hits[:limit]) + (f" (+{len(hits) - limit} more)" if len(hits) > limit else "")
+
+
 def problem_files(problem_dir: str | None, opts: BenchOptions) -> tuple[Path, Path]:
     """definition.json and workload.jsonl: the explicit options win over PROBLEM_DIR's files."""
     base = Path(problem_dir) if problem_dir else None
     if base is not None and not base.is_dir():
         raise UserError(f"{base}: not a problem directory (expected definition.json and workload.jsonl in it)")
+    if base is not None and not opts.definition and not (base / "definition.json").is_file():
+        raise UserError(f"{base}: not a problem directory (no definition.json in it)"
+                        + _found_under(base, "definition.json"))
     found = []
     for option, name in ((opts.definition, "definition.json"), (opts.workload, "workload.jsonl")):
         path = Path(option) if option else (base / name if base else None)
@@ -79,7 +92,10 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
     definition = load_definition(def_path)
     workloads = load_workloads(wl_path, definition)
     if not Path(opts.solution).is_file():
-        raise ConfigError(opts.solution, "", "solution file not found")
+        sol = Path(opts.solution)
+        where = sol if sol.is_dir() else sol.parent
+        raise ConfigError(opts.solution, "", ("a directory, not a solution file" if sol.is_dir() else
+                                              "solution file not found") + _found_under(where, "solution.json"))
     return Problem(definition, workloads, load_solution(opts.solution, definition.name))
 
 
@@ -139,10 +155,19 @@ def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str,
     }
 
 
-def _progress(total: int, say, phases: dict, started: float):
+def _finished_line(rec: dict, done: int, total: int) -> str:
+    """One plain line per finished workload (the log when output is piped)."""
+    perf = rec.get("performance") or {}
+    extra = f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x" if perf.get("latency_ms") else ""
+    return f"workload {done}/{total} {rec.get('id', '?')}: {rec.get('status', '?')}{extra}"
+
+
+def _progress(total: int, say, phases: dict, started: float, line=None):
     """Progress messages, and where the worker's time went: start-up until the solution is loaded,
-    then per workload the correctness rounds and the timing (as the worker measured them)."""
+    then per workload the correctness rounds and the timing (as the worker measured them).
+    `line`, when given, gets one plain line per finished workload."""
     seen = [0]
+    done = [0]
 
     def on_event(ev: dict) -> None:
         kind = ev.get("event")
@@ -151,7 +176,10 @@ def _progress(total: int, say, phases: dict, started: float):
         elif kind == "begin":
             seen[0] += 1
             say(f"workload {seen[0]}/{total}: {ev.get('case')}")
-        elif kind == "case" and isinstance(ev.get("phase_s"), dict):
+        if kind == "case" and line is not None and isinstance(ev.get("record"), dict):
+            done[0] += 1
+            line(_finished_line(ev["record"], done[0], total))
+        if kind == "case" and isinstance(ev.get("phase_s"), dict):
             for name, secs in ev["phase_s"].items():
                 if isinstance(secs, (int, float)):
                     key = f"workload_{name}_s"
@@ -232,7 +260,7 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
     return reason
 
 
-def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
+def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
     from mini_kv.pipeline import pick_device
 
     t0 = time.perf_counter()
@@ -273,7 +301,7 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None) -> dict:
             worker, first = None, worker
             results = run_worker(job, case_timeout=opts.timeout, stage_timeout=opts.timeout * (len(job["cases"]) + 1),
                                  log_path=str(staging / "worker.log"), first_child=first,
-                                 on_event=_progress(len(job["cases"]), say, phases, t0))
+                                 on_event=_progress(len(job["cases"]), say, phases, t0, line))
             outcomes = outcomes_from_results(results, problem.workloads)
         lap("evaluated_s")
         trace_list = build_traces(problem, outcomes, env)

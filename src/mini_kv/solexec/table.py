@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
-from rich.table import Table
+
+from mini_kv.tables import Column, fitted_tables
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT_NUMERICAL": "yellow"}
 
@@ -20,20 +21,20 @@ def _errors(corr: dict | None) -> tuple[str, str]:
     return f"{corr['max_absolute_error']:.2e}", f"{corr['max_relative_error']:.2e}"
 
 
-def traces_table(trace_list: list[dict]) -> Table:
-    t = Table(title="Evaluation Results", show_lines=True)
-    t.add_column("#", style="dim")
-    t.add_column("Status")
-    for col in ("Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
-        t.add_column(col, justify="right")
+def traces_table(trace_list: list[dict], width: int = 200):
+    """Upstream's columns; statuses and numbers never cut (split over two tables in a narrow console)."""
+    cols = [Column("#", style="dim"), Column("Status"), *(Column(c, "right") for c in
+            ("Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"))]
+    rows = []
     for i, tr in enumerate(trace_list):
         ev = tr["evaluation"]
         perf = ev["performance"]
         lat, ref, speed = ("", "", "") if perf is None else (
             f"{perf['latency_ms']:.3f}", f"{perf['reference_latency_ms']:.3f}", f"{perf['speedup_factor']:.2f}x")
         style = STATUS_STYLE.get(ev["status"], "red")
-        t.add_row(str(i), f"[{style}]{ev['status']}[/]", lat, ref, speed, *_errors(ev["correctness"]))
-    return t
+        rows.append([str(i), f"[{style}]{ev['status']}[/]", lat, ref, speed, *_errors(ev["correctness"])])
+    tables = fitted_tables("Evaluation Results", cols, rows, width, show_lines=True)
+    return tables[0] if len(tables) == 1 else Group(*tables)
 
 
 def print_report(result: dict, console: Console, verbose: bool = False) -> None:
@@ -43,7 +44,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(f"[bold]Workloads:[/] {len(trace_list)}  (device {result['device']})")
     if verbose:
         _print_details(result, console)
-    console.print(traces_table(trace_list))
+    console.print(traces_table(trace_list, width=console.width))
     passed = sum(t["evaluation"]["status"] == "PASSED" for t in trace_list)
     console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
     if result.get("unavailable"):
@@ -58,7 +59,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
             console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
         if len(shown) < len(failed):
             console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
-    console.print(f"attempt: {result['attempt']}")
+    console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
 

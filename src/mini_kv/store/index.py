@@ -247,15 +247,28 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
     return records, problems
 
 
-def _connect(db: Path) -> sqlite3.Connection:
+def store_read_only(artifacts: Path) -> bool:
+    """An existing store this process cannot write (read-only mount, permissions): neither the lock file
+    nor sqlite's WAL files can be created there, and no writer of this user can be at work in it."""
+    artifacts = Path(artifacts)
+    return artifacts.is_dir() and not os.access(artifacts, os.W_OK | os.X_OK)
+
+
+def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
     """An open connection to an existing, current-version index; IndexUnusable otherwise."""
     if not db.is_file():
         raise IndexUnusable(f"{db}: no index yet; create it with `mini-kv rebuild-index --artifacts {db.parent}`")
-    con = sqlite3.connect(str(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    if read_only:  # immutable unless a WAL file is left over, whose pages only a WAL-aware read sees
+        wal = Path(f"{db}-wal").exists()
+        uri = f"{db.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
+        con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    else:
+        con = sqlite3.connect(str(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         con.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=FULL")
+        if not read_only:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")
         try:
             row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -400,8 +413,10 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
 def read_index(artifacts: Path, where: str = "", params: tuple = ()) -> tuple[list[dict], dict[str, list[dict]]]:
     """Attempt rows (optionally filtered by an SQL `where` over `attempts`) and their bench cases, by attempt id."""
     db = index_path(artifacts)
-    with index_lock(artifacts):
-        con = _connect(db)
+    read_only = store_read_only(artifacts)
+    # a read-only store gets no lock (it cannot be created there; nobody of ours can write there either)
+    with contextlib.nullcontext() if read_only else index_lock(artifacts):
+        con = _connect(db, read_only=read_only)
         try:
             con.row_factory = sqlite3.Row
             rows = [dict(r) for r in con.execute(

@@ -104,17 +104,23 @@ def run_job(job: dict, chan: Channel) -> int:
     factory = import_path(job["inputs"])
     # what the harness relies on, before any candidate code runs (the library's static initialisers)
     guard = integrity.Guard(integrity.snapshot())
+    known = loader.op_names()
     try:
         op = loader.load_op(job["library"], job["op"])
     except Exception as exc:  # noqa: BLE001
-        chan.send(event="load", ok=False, reason=f"{type(exc).__name__}: {exc}")
+        hint = loader.registration_hint(job["op"], loader.op_names() - known)
+        chan.send(event="load", ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
         return 0
     try:
         guard.check("loading the library")
     except integrity.Violation as v:
         chan.send(event="load", ok=False, integrity=v.code, reason=str(v))
         return 0
-    chan.send(event="load", ok=True, kernels=loader.registered_kernels(job["op"]))
+    kernels = loader.registered_kernels(job["op"])
+    # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
+    hint = None if kernels.get("CPU") and kernels.get("Meta") else \
+        loader.registration_hint(job["op"], loader.op_names() - known)
+    chan.send(event="load", ok=True, kernels=kernels, hint=hint)
     task_id, salt = job["task_id"], job["salt"]
 
     for case in job["cases"]:

@@ -37,7 +37,9 @@ def _import_solution(sol: dict):
 
 
 def _fail(chan: Channel, status: str, reason: str) -> None:
-    chan.send(event="load", ok=False, status=status, reason=reason, traceback=traceback.format_exc()[-4000:])
+    # a traceback only where an exception is being handled (else format_exc says "NoneType: None")
+    tb = traceback.format_exc()[-4000:] if sys.exc_info()[0] is not None else None
+    chan.send(event="load", ok=False, status=status, reason=reason, traceback=tb)
 
 
 def _load(job: dict, chan: Channel):
