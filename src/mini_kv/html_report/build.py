@@ -104,8 +104,15 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
 
 
 def build_report(opts: ReportOptions) -> ReportResult:
-    t0 = time.perf_counter()
     _need_matplotlib()
+    from mini_kv.html_report.charts import style
+
+    with style():
+        return _build(opts)
+
+
+def _build(opts: ReportOptions) -> ReportResult:
+    t0 = time.perf_counter()
     artifacts = Path(opts.artifacts)
     if opts.attempts:
         store = load_store(artifacts, list(opts.attempts))

@@ -9,8 +9,10 @@ is also in a table beside the chart.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,14 +37,33 @@ class Chart:
     png: bytes | None
 
 
+_styled = threading.local()
+
+
+@contextlib.contextmanager
+def style():
+    """The report's matplotlib settings; entered once around a whole build (rc_context copies every
+    setting on entry, which added up over dozens of charts), nested uses are free."""
+    if getattr(_styled, "on", False):
+        yield
+        return
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        _styled.on = True
+        try:
+            yield
+        finally:
+            _styled.on = False
+
+
 def colour(i: int) -> str:
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 
 def _render(fig, chart_id: str, title: str, png: bool) -> Chart:
-    import matplotlib
 
-    with matplotlib.rc_context(RC):
+    with style():
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
         svg = buf.getvalue()
@@ -58,13 +79,21 @@ def _render(fig, chart_id: str, title: str, png: bool) -> Chart:
 def _figure(w: float, h: float, left: float = 0.75, right: float = 2.3, bottom: float = 0.55, top: float = 0.3):
     """A figure with fixed margins in inches (room for the legend on the right). Fixed margins instead of
     a layout engine or a tight bounding box: those measure every text twice and doubled the build time."""
-    import matplotlib
     from matplotlib.figure import Figure
 
-    with matplotlib.rc_context(RC):
+    with style():
         fig = Figure(figsize=(w, h))
         fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h)
         return fig
+
+
+def _plain_log(axis) -> None:
+    """Log-axis tick labels as plain numbers: the default scientific labels go through mathtext, whose
+    parser took most of the report's build time."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _ecdf(samples: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -78,26 +107,26 @@ def _ecdf(samples: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
 def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]], png: bool) -> Chart:
     """ECDF of candidate (solid) and reference (dashed) samples of one bench case, one colour per candidate;
     P50 and P95 marked on every curve."""
-    import matplotlib
 
-    with matplotlib.rc_context(RC):
+    with style():
         fig = _figure(7.2, 3.0)
         ax = fig.add_subplot()
         lo, hi = np.inf, 0.0
         for label, idx, c in rows:
-            for side, style, who in ((c.candidate, "-", label), (c.reference, "--", f"reference ({label})")):
+            for side, dash, who in ((c.candidate, "-", label), (c.reference, "--", f"reference ({label})")):
                 if side is None or not side.samples:
                     continue
                 x, y = _ecdf(side.samples)
                 lo, hi = min(lo, float(x[0])), max(hi, float(x[-1]))
-                ax.step(x, y, where="post", color=colour(idx), linestyle=style, linewidth=1.4 if style == "-" else 1,
-                        label=who + ("" if c.stable is not False or style == "--" else "  [UNSTABLE]"))
+                ax.step(x, y, where="post", color=colour(idx), linestyle=dash, linewidth=1.4 if dash == "-" else 1,
+                        label=who + ("" if c.stable is not False or dash == "--" else "  [UNSTABLE]"))
                 for q, mk in ((side.p50, "o"), (side.p95, "^")):
                     if q is not None:
                         ax.plot([q], [0.5 if mk == "o" else 0.95], marker=mk, color=colour(idx), markersize=5,
-                                markerfacecolor="white" if style == "--" else colour(idx), linestyle="none")
+                                markerfacecolor="white" if dash == "--" else colour(idx), linestyle="none")
         if hi > 0 and lo > 0 and hi / lo > 20:
             ax.set_xscale("log")
+            _plain_log(ax.xaxis)
         first = rows[0][2]
         ax.set_xlabel(f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
                       f"L2: {first.l2 or 'not recorded'}")
@@ -115,9 +144,8 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
 def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float]], ceiling: float | None,
               png: bool) -> Chart:
     """Achieved GB/s per bench case (x) and candidate (marker/colour) under the measured copy bandwidth."""
-    import matplotlib
 
-    with matplotlib.rc_context(RC):
+    with style():
         cases = sorted({p[2] for p in points})
         fig = _figure(7.2, 2.6 + 0.06 * max(len(c) for c in cases), bottom=0.25 + 0.06 * max(len(c) for c in cases))
         ax = fig.add_subplot()
@@ -145,9 +173,8 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
              png: bool) -> Chart:
     """Classic roofline: arithmetic intensity (FLOP/byte) against achieved FLOP/s, with the memory roof
     from the measured copy bandwidth. The compute roof is drawn only when recorded (it is not, today)."""
-    import matplotlib
 
-    with matplotlib.rc_context(RC):
+    with style():
         fig = _figure(7.2, 3.0)
         ax = fig.add_subplot()
         seen = set()
@@ -168,6 +195,8 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
         ys = [p[4] for p in points] + ([min(ais) * ceiling / 1e9, max(ais) * ceiling / 1e9] if ceiling else [])
         ax.set_xlim(min(ais) / 4, max(ais) * 4)  # at least a decade each way: readable log ticks
         ax.set_ylim(min(ys) / 4, max(ys) * 4)
+        _plain_log(ax.xaxis)
+        _plain_log(ax.yaxis)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_ylabel("achieved GFLOP/s (at P50)")
         ax.set_title(title, loc="left")
@@ -191,7 +220,6 @@ _SHORT = {"pass": "ok", "fail": "FAIL", "error": "ERR", "skip": "skip", "none": 
 
 def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -> Chart:
     """Heat map: rows are cases, one column per (candidate, dtype); each cell says its status in words too."""
-    import matplotlib
     from matplotlib.colors import ListedColormap
 
     keys = ["pass", "fail", "error", "skip", "none"]
@@ -203,7 +231,7 @@ def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -
         for c in a.correctness:
             if c.dtype == d:
                 grid[rows.index(c.base), j] = keys.index(status_class(c.status))
-    with matplotlib.rc_context(RC):
+    with style():
         left = 0.3 + 0.065 * max(len(r) for r in rows)
         bottom = 0.3 + 0.065 * max(len(a.candidate) + 2 for a, _ in cols)
         fig = _figure(left + 0.2 + 0.55 * len(cols), bottom + 0.4 + 0.2 * len(rows), left=left, right=0.2,
@@ -241,9 +269,8 @@ def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple
             band: tuple[float, float] | None, png: bool) -> Chart:
     """P50 of one bench case over each candidate's attempts; the baseline band (baseline P50 up to the
     regression threshold) shaded; the marker shape is the attempt's regression verdict."""
-    import matplotlib
 
-    with matplotlib.rc_context(RC):
+    with style():
         fig = _figure(7.2, 3.0, bottom=0.8)
         ax = fig.add_subplot()
         if band:
