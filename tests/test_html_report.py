@@ -307,3 +307,21 @@ def test_charts_use_the_okabe_ito_palette_and_keep_text(store, tmp_path):
 @pytest.mark.skipif(os.environ.get("CI") is None, reason="CI only: the runner installs chromium in .ci/run")
 def test_ci_has_chromium():
     assert CHROMIUM is not None, ".ci/run must install chromium so the rendering test runs"
+
+
+def test_profile_comparison_table_from_stored_profiles(store, tmp_path):
+    """The two H200 Nsight Compute profiles shipped as a fixture appear as a comparison table."""
+    import tarfile
+
+    with tarfile.open(Path(__file__).parent / "fixtures" / "ncu" / "profiles.tgz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("artifacts/profiles/")]
+        for m in members:
+            m.name = m.name[len("artifacts/"):]
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4 / 3.10.12
+        tar.extractall(store["art"], members=members, **safe)
+    res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("rmsnorm",)))
+    text = (tmp_path / "r.html").read_text()
+    dom = _parse(text)
+    assert "profiles" in dom.tables
+    assert "DRAM bandwidth GB/s" in text and "A = v0_naive" in text and "B = v1_block_reduce" in text
+    assert not [s for s in res.skipped if "profiles" in s.path]

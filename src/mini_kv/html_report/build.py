@@ -135,9 +135,10 @@ def _build(opts: ReportOptions) -> ReportResult:
     skipped = list(store.skipped) + prof_skipped
     listed = {s.path for s in skipped}
     for p in (board or {}).get("problems", []):  # the leaderboard's own refusals (tampered after indexing, ...)
-        if p["path"] not in listed and Path(p["path"]).parent.name in set(tasks):
-            skipped.append(Skipped(p["path"], p["message"]))
-            listed.add(p["path"])
+        path = str(p.get("path"))
+        if path not in listed and Path(path).parent.name in set(tasks):
+            skipped.append(Skipped(path, str(p.get("message"))))
+            listed.add(path)
 
     title = "mini_kv report: " + (", ".join(tasks) if tasks else "no readable attempt")
     page = pg.Page(title)

@@ -9,6 +9,7 @@ do not have the expected shape becomes a `Skipped` entry with the reason; the pa
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,7 +121,10 @@ class Store:
 
 
 def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    """A finite number, else None (NaN and infinities would break axis limits and mean nothing here)."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return None
 
 
 def _flat(samples) -> tuple[float, ...]:

@@ -142,19 +142,22 @@ def leaderboard_section(board: dict | None, error: str | None, store: Store, lin
     by_id = {a.attempt_id: a for a in store.attempts}
     shown = 0
     for g in (board or {}).get("groups", []):
-        entries = [e for e in g["entries"] if selected_ids is None or e["attempt_id"] in selected_ids]
+        entries = [e for e in g.get("entries", []) if selected_ids is None or e.get("attempt_id") in selected_ids]
         if not entries:
             continue
         shown += 1
         parts.append(f"<h3>{esc(group_title((g['task_id'], str(g['suite_hash']), g['environment_key'], g['device'])))}</h3>")
         rows = []
         for e in entries:
-            a = by_id.get(e["attempt_id"])
-            cases = ", ".join(f"{k} {v:.3f}×" for k, v in sorted(e["cases"].items()) if v is not None)
-            rows.append([f"#{e['rank']}", esc(e["candidate"]), f"#{e['geomean_speedup']:.3f}×", esc(cases),
-                         esc(e.get("regression") or "-"),
-                         links.to(store.artifacts / e["path"], e["attempt_id"]) + (
-                             "<br>" + links.files(a) if a else ""), esc(e["created_at"])])
+            a = by_id.get(e.get("attempt_id"))
+            cases = ", ".join(f"{k} {v:.3f}×" for k, v in sorted((e.get("cases") or {}).items())
+                              if isinstance(v, (int, float)))
+            where = links.to(store.artifacts / e["path"], str(e.get("attempt_id"))) if e.get("path") else "-"
+            speed = e.get("geomean_speedup")
+            rows.append([f"#{esc(e.get('rank'))}", esc(e.get("candidate")),
+                         f"#{num(speed if isinstance(speed, (int, float)) else None, '.3f')}×", esc(cases),
+                         esc(e.get("regression") or "-"), where + ("<br>" + links.files(a) if a else ""),
+                         esc(e.get("created_at"))])
         parts.append(table(["rank", "candidate", "geomean speedup", "per case", "regression", "attempt / files",
                             "created"], rows, "leaderboard"))
     if not shown:
