@@ -325,3 +325,22 @@ def test_profile_comparison_table_from_stored_profiles(store, tmp_path):
     assert "profiles" in dom.tables
     assert "DRAM bandwidth GB/s" in text and "A = v0_naive" in text and "B = v1_block_reduce" in text
     assert not [s for s in res.skipped if "profiles" in s.path]
+
+
+def test_non_finite_numbers_in_a_record_do_not_break_the_charts(store, tmp_path):
+    """NaN and infinities are valid JSON for the store's writer (allow_nan); the charts must not choke on them."""
+    a = make_task_attempt(store["art"], "nan_task", "v0", 5, 10.0)
+    w = AttemptWriter(store["art"], "nan_task", "v0")
+    bench = json.loads((a / "benchmark.json").read_text())
+    case = bench["cases"][0]
+    case["speedup"], case["roofline"]["gbps"], case["candidate"]["summary"]["overall"]["p50"] = \
+        float("nan"), float("inf"), float("nan")
+    for rel in ("task_card.json", "environment.json", "correctness.json"):
+        w.json(rel, json.loads((a / rel).read_text()))
+    w.json("benchmark.json", bench)
+    header = {k: v for k, v in json.loads((a / "attempt.json").read_text()).items()
+              if k not in ("files", "attempt_id", "schema_version")}
+    w.commit({**header, "created_at": "2026-11-29T00:00:00+00:00"})
+    res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("nan_task",)))
+    assert res.attempts == 2 and not res.skipped
+    assert oct((tmp_path / "r.html").stat().st_mode & 0o044) == oct(0o044)  # readable by others: made to be shared

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,13 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
     return out, skipped
 
 
+def _share(path: Path) -> None:
+    """The atomic writer creates private (0600) files; a report is made to be shared: honour the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
+
+
 def build_report(opts: ReportOptions) -> ReportResult:
     _need_matplotlib()
     from mini_kv.html_report.charts import style
@@ -167,6 +175,7 @@ def _build(opts: ReportOptions) -> ReportResult:
     out.parent.mkdir(parents=True, exist_ok=True)
     data = page.html().encode("utf-8")
     write_bytes(out, data)
+    _share(out)
     pngs = []
     if opts.png_dir is not None:
         opts.png_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +183,7 @@ def _build(opts: ReportOptions) -> ReportResult:
             if c.png is not None:
                 p = opts.png_dir / f"{c.chart_id}.png"
                 write_bytes(p, c.png)
+                _share(p)
                 pngs.append(p)
     return ReportResult(out, len(data), len(store.attempts), len(page.charts), skipped, pngs,
                         time.perf_counter() - t0)
