@@ -344,3 +344,22 @@ def test_non_finite_numbers_in_a_record_do_not_break_the_charts(store, tmp_path)
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("nan_task",)))
     assert res.attempts == 2 and not res.skipped
     assert oct((tmp_path / "r.html").stat().st_mode & 0o044) == oct(0o044)  # readable by others: made to be shared
+
+
+def test_heat_map_uses_the_latest_attempt_that_checked_cases(store, tmp_path):
+    """A later run limited with --case to a bench case checks nothing; the heat map keeps the full run's cells."""
+    newer = make_task_attempt(store["art"], "vector_add", "v1", 9, 8.0, fail="n31-float16")
+    corr = json.loads((newer / "correctness.json").read_text())
+    assert corr["cases"]  # the helper writes cases; rewrite this attempt as a bench-only run
+    w = AttemptWriter(store["art"], "vector_add", "v1")
+    for rel in ("task_card.json", "environment.json", "benchmark.json"):
+        w.json(rel, json.loads((newer / rel).read_text()))
+    w.json("correctness.json", {**corr, "cases": []})
+    header = {k: v for k, v in json.loads((newer / "attempt.json").read_text()).items()
+              if k not in ("files", "attempt_id", "schema_version")}
+    bench_only = w.commit({**header, "created_at": "2026-11-30T00:00:00+00:00"})
+    build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("vector_add",)))
+    text = (tmp_path / "r.html").read_text()
+    corr_html = text[text.index('id="correctness"'):text.index('id="history"')]
+    assert newer.name in corr_html and bench_only.name not in corr_html
+    assert "3 of 31 elements outside atol" in corr_html

@@ -261,10 +261,11 @@ def _ratio(err: float | None, tol: float | None) -> str:
 
 
 def correctness_section(page: Page, task: str, attempts: list[Attempt], png: bool, links: Links) -> str:
-    latest = latest_per_candidate(attempts)
-    if not any(a.correctness for a in latest):
+    # a run limited with --case may check nothing: show each candidate's latest attempt that checked cases
+    latest = latest_per_candidate([a for a in attempts if a.correctness])
+    if not latest:
         return '<p class="note">no correctness record.</p>'
-    parts = ['<p class="note">Latest attempt of each candidate. Error over tolerance: max abs error / atol and '
+    parts = ['<p class="note">Latest attempt of each candidate that checked cases. Error over tolerance: max abs error / atol and '
              "max rel error / rtol; a case fails where an element exceeds atol + rtol·|ref|.</p>"]
     for a in latest:
         badges = " ".join(f'<span class="badge {charts.status_class(s.split(":")[0])}">{esc(k)}: {esc(s)}</span>'
