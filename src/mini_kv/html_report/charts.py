@@ -178,11 +178,13 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
         fig = _figure(7.2, 3.0)
         ax = fig.add_subplot()
         seen = set()
-        for label, idx, case, ai, gflops in points:
+        for label, idx, _case, ai, gflops in points:
             ax.plot([ai], [gflops], marker=MARKERS[idx % len(MARKERS)], color=colour(idx), linestyle="none",
                     markersize=7, label=None if label in seen else label)
-            ax.annotate(case, (ai, gflops), fontsize=7, xytext=(4, 3), textcoords="offset points")
             seen.add(label)
+        for case in sorted({p[2] for p in points}):  # one label per case, above its highest point
+            ai, top = max(((p[3], p[4]) for p in points if p[2] == case), key=lambda t: t[1])
+            ax.annotate(case, (ai, top), fontsize=7, xytext=(4, 4), textcoords="offset points")
         ais = [p[3] for p in points]
         xs = np.geomspace(min(ais) / 4, max(ais) * 4, 20)
         if ceiling:
@@ -233,7 +235,7 @@ def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -
                 grid[rows.index(c.base), j] = keys.index(status_class(c.status))
     with style():
         left = 0.3 + 0.065 * max(len(r) for r in rows)
-        bottom = 0.3 + 0.065 * max(len(a.candidate) + 2 for a, _ in cols)
+        bottom = 0.35 + 0.07 * max(len(f"{a.candidate} {d}") for a, d in cols)
         fig = _figure(left + 0.2 + 0.55 * len(cols), bottom + 0.4 + 0.2 * len(rows), left=left, right=0.2,
                       bottom=bottom, top=0.4)
         ax = fig.add_subplot()
@@ -274,7 +276,7 @@ def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple
         fig = _figure(7.2, 3.0, bottom=0.8)
         ax = fig.add_subplot()
         if band:
-            ax.axhspan(band[0], band[1], color="#56B4E9", alpha=0.25, label="baseline band (P50 .. +threshold)")
+            ax.axhspan(band[0], band[1], color="#56B4E9", alpha=0.25, label="baseline band")
         used = set()
         for label, idx, pts in series:
             pts = [(a, _when(a.created_at), p) for a, p in pts]

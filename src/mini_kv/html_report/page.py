@@ -305,6 +305,9 @@ def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
         if max(len(v) for v in by_cand.values()) < 2:
             parts.append('<p class="note">one attempt per candidate so far: no history to draw.</p>')
         else:
+            parts.append('<p class="note">Shaded: the baseline band, from the baseline\'s P50 up to the regression '
+                         "threshold above it (from regression.json). Marker shape: the attempt's regression "
+                         "verdict; a small dot: no baseline.</p>")
             for cid in case_ids:
                 series, band = [], None
                 for i, cand in enumerate(sorted(by_cand)):
