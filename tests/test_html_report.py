@@ -363,3 +363,13 @@ def test_heat_map_uses_the_latest_attempt_that_checked_cases(store, tmp_path):
     corr_html = text[text.index('id="correctness"'):text.index('id="history"')]
     assert newer.name in corr_html and bench_only.name not in corr_html
     assert "3 of 31 elements outside atol" in corr_html
+
+
+@pytest.mark.parametrize("flag", ["-o", "--png"])
+def test_unwritable_output_is_a_clear_error(store, tmp_path, capsys, flag):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    args = ["-o", str(blocker / "r.html")] if flag == "-o" else ["-o", str(tmp_path / "r.html"), "--png", str(blocker)]
+    code = main(["report", "--artifacts", str(store["art"]), "--task", "rmsnorm", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and str(blocker) in err and flag in err and "Traceback" not in err

@@ -104,11 +104,20 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
     return out, skipped
 
 
-def _share(path: Path) -> None:
-    """The atomic writer creates private (0600) files; a report is made to be shared: honour the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o666 & ~umask)
+def _write(path: Path, data: bytes, flag: str) -> Path:
+    """Atomically, readable as the umask allows: the atomic writer makes private (0600) files, and a report
+    is made to be shared."""
+    from mini_kv.store.atomic import write_bytes
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, data)
+        umask = os.umask(0)
+        os.umask(umask)
+        path.chmod(0o666 & ~umask)
+    except OSError as exc:
+        raise ConfigError(str(path), flag, f"cannot write the report here ({exc.strerror or exc})") from None
+    return path
 
 
 def build_report(opts: ReportOptions) -> ReportResult:
@@ -170,20 +179,11 @@ def _build(opts: ReportOptions) -> ReportResult:
     page.sections.append(("skipped", f"Skipped ({len(skipped)})", pg.skipped_section(skipped)))
     page.sections.append(("about", "About this report", pg.footer(store, pg.now())))
 
-    from mini_kv.store.atomic import write_bytes
-
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = page.html().encode("utf-8")
-    write_bytes(out, data)
-    _share(out)
+    _write(out, data, "-o")
     pngs = []
-    if opts.png_dir is not None:
-        opts.png_dir.mkdir(parents=True, exist_ok=True)
-        for c in page.charts:
-            if c.png is not None:
-                p = opts.png_dir / f"{c.chart_id}.png"
-                write_bytes(p, c.png)
-                _share(p)
-                pngs.append(p)
+    for c in page.charts if opts.png_dir is not None else []:
+        if c.png is not None:
+            pngs.append(_write(opts.png_dir / f"{c.chart_id}.png", c.png, "--png"))
     return ReportResult(out, len(data), len(store.attempts), len(page.charts), skipped, pngs,
                         time.perf_counter() - t0)
