@@ -68,6 +68,9 @@ def _corr_cases(fail: str | None) -> list[dict]:
 def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *, fail: str | None = None,
                       stable: bool = True, verdict: str | None = None) -> Path:
     bench = [_bench_case("bench_64k-float32", p50, 20.0, when * 10 + len(cand), stable)]
+    if cand == "r0":  # a bench case that timed out: a status and a reason, no samples
+        bench.append({"id": "bench_huge-float16", "status": "TIMEOUT", "reason": "no result within 120 s; process "
+                      "group killed", "log_tail": ""})
     ok = fail is None
     bsum = {"ran": True, "ok": True, "stable": stable, "failed": [], "post_check_failed": [],
             "integrity_failures": [], "geomean_speedup": bench[0]["speedup"]}
@@ -201,7 +204,7 @@ def test_report_renders_in_headless_chromium(store, tmp_path):
     assert dom.svgs >= len(charts) >= 6
     assert any(f.startswith("latency") for f in charts) and any(f.startswith("history") for f in charts)
     text = " ".join(dom.text)
-    assert "UNSTABLE" in text and "not recorded" in text and "FAIL" in text
+    assert "UNSTABLE" in text and "not recorded" in text and "FAIL" in text and "no result within 120 s" in text
     assert store["bad"].name in text and "SHA-256" in text  # the corrupted attempt is listed as skipped
     for href in dom.hrefs:
         if not href.startswith("#"):

@@ -56,6 +56,7 @@ class BenchCase:
     tflops: float | None
     peak_bw: float | None  # bytes/s of the environment's measured copy bandwidth, as the case recorded it
     status: str | None
+    reason: str  # why the benchmark of this case failed, when it did
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ def _bench_case(c: dict) -> BenchCase:
         stable=stab.get("stable") if isinstance(stab.get("stable"), bool) else None,
         unstable_why="; ".join(map(str, why)) if isinstance(why, list) else str(why),
         bytes=_num(c.get("bytes")), flops=_num(c.get("flops")), gbps=_num(roof.get("gbps")),
-        tflops=_num(roof.get("tflops")), peak_bw=_num(c.get("peak_bw_Bps")), status=c.get("status"))
+        tflops=_num(roof.get("tflops")), peak_bw=_num(c.get("peak_bw_Bps")), status=c.get("status"),
+        reason=str(c.get("reason") or c.get("integrity") or ""))
 
 
 def _strip_dtype(case_id: str, dtype: str) -> str:

@@ -204,7 +204,8 @@ def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
                     stable = "yes" if c.stable else ("!fail!UNSTABLE: " + esc(c.unstable_why) if c.stable is False
                                                      else "-")
                     if c.candidate is None:
-                        rows.append([esc(a.candidate), status_cell(c.status or "FAILED"), *["-"] * 9])
+                        rows.append([esc(a.candidate), status_cell(c.status or "FAILED"), *["-"] * 8,
+                                     "!fail!" + esc(c.reason or "no timing")])
                         continue
                     rows_chart.append((a.candidate, i, c))
                     rows.append([esc(a.candidate), esc(c.method or "-") + " / " + esc(c.timer or "-"),
