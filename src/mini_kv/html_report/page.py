@@ -272,8 +272,8 @@ def correctness_section(page: Page, task: str, attempts: list[Attempt], png: boo
         badges = " ".join(f'<span class="badge {charts.status_class(s.split(":")[0])}">{esc(k)}: {esc(s)}</span>'
                           for k, s in a.contract)
         parts.append(f"<p><b>{esc(a.candidate)}</b> ({links.to(a.path, a.attempt_id)}): {badges}</p>")
-    parts.append('<p class="note">Cells: ok = pass, FAIL = wrong values or contract, ERR = crash or timeout, '
-                 "skip = not applicable on this device, blank = not in the suite.</p>")
+    parts.append('<p class="note">Cells: dark green = pass, FAIL = wrong values or contract, ERR = crash '
+                 "or timeout, skip = not applicable on this device, white = not in the suite.</p>")
     parts.append(page.add_chart(charts.correctness(slug("correctness", task), f"{task}: pass/fail per case × dtype",
                                                    latest, png)))
     rows = []
