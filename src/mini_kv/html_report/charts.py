@@ -87,6 +87,11 @@ def _figure(w: float, h: float, left: float = 0.75, right: float = 2.3, bottom: 
         return fig
 
 
+def legend_room(labels) -> float:
+    """Inches to the right of the axes for a legend of these labels (8 pt: about 0.065 in a character)."""
+    return 0.5 + 0.065 * max([len(str(x)) for x in labels] + [10])
+
+
 def _plain_log(axis) -> None:
     """Log-axis tick labels as plain numbers: the default scientific labels go through mathtext, whose
     parser took most of the report's build time."""
@@ -109,7 +114,9 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
     P50 and P95 marked on every curve."""
 
     with style():
-        fig = _figure(7.2, 3.0)
+        room = legend_room([f"reference ({label})" for label, _, _ in rows]
+                           + [f"{label}  [UNSTABLE]" for label, _, _ in rows])
+        fig = _figure(4.9 + room, 3.0, right=room)
         ax = fig.add_subplot()
         lo, hi = np.inf, 0.0
         for label, idx, c in rows:
@@ -147,7 +154,9 @@ def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float
 
     with style():
         cases = sorted({p[2] for p in points})
-        fig = _figure(7.2, 2.6 + 0.06 * max(len(c) for c in cases), bottom=0.25 + 0.06 * max(len(c) for c in cases))
+        room = legend_room([p[0] for p in points] + ["measured copy bandwidth 00,000.0 GB/s"])
+        fig = _figure(4.9 + room, 2.6 + 0.06 * max(len(c) for c in cases), right=room,
+                      bottom=0.25 + 0.06 * max(len(c) for c in cases))
         ax = fig.add_subplot()
         cases = sorted({p[2] for p in points})
         seen = set()
@@ -175,7 +184,8 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
     from the measured copy bandwidth. The compute roof is drawn only when recorded (it is not, today)."""
 
     with style():
-        fig = _figure(7.2, 3.0)
+        room = legend_room([p[0] for p in points] + ["memory roof 00,000.0 GB/s × FLOP/byte"])
+        fig = _figure(4.9 + room, 3.0, right=room)
         ax = fig.add_subplot()
         seen = set()
         for label, idx, _case, ai, gflops in points:
@@ -238,7 +248,8 @@ def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -
     with style():
         left = 0.3 + 0.065 * max(len(r) for r in rows)
         bottom = 0.35 + 0.07 * max(len(f"{a.candidate} {d}") for a, d in cols)
-        fig = _figure(left + 0.2 + 0.55 * len(cols), bottom + 0.4 + 0.2 * len(rows), left=left, right=0.2,
+        width = max(left + 0.2 + 0.55 * len(cols), 0.3 + 0.075 * len(title))  # the title must fit too
+        fig = _figure(width, bottom + 0.4 + 0.2 * len(rows), left=left, right=width - left - 0.55 * len(cols),
                       bottom=bottom, top=0.4)
         ax = fig.add_subplot()
         ax.imshow(grid, cmap=ListedColormap([STATUS_COLOURS[k] for k in keys]), vmin=0, vmax=len(keys) - 1,
@@ -277,7 +288,8 @@ def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple
     regression threshold) shaded; the marker shape is the attempt's regression verdict."""
 
     with style():
-        fig = _figure(7.2, 3.0, bottom=0.8)
+        room = legend_room([label for label, _, _ in series] + ["verdict INCOMPARABLE"])
+        fig = _figure(4.9 + room, 3.0, right=room, bottom=0.8)
         ax = fig.add_subplot()
         if band:
             ax.axhspan(band[0], band[1], color="#56B4E9", alpha=0.25, label="baseline band")

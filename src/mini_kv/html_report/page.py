@@ -67,6 +67,13 @@ def num(x: float | None, spec: str = ".3g", none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
+def us(x: float | None) -> str:
+    """Microseconds for a table: no exponent notation, three significant digits at least."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.3g}")
+
+
 def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts)).strip("_")[:120]
 
@@ -181,8 +188,8 @@ def attempts_section(store: Store, links: Links) -> str:
 def _side_cells(c: BenchCase) -> list[str]:
     cs, rs = c.candidate, c.reference
     n = f"{len(cs.samples)}/{len(rs.samples) if rs else 0}" if cs else "-"
-    return [f"#{num(cs.p50 if cs else None, '.4g')}", f"#{num(cs.p95 if cs else None, '.4g')}",
-            f"#{num(rs.p50 if rs else None, '.4g')}", f"#{num(rs.p95 if rs else None, '.4g')}",
+    return [f"#{us(cs.p50 if cs else None)}", f"#{us(cs.p95 if cs else None)}",
+            f"#{us(rs.p50 if rs else None)}", f"#{us(rs.p95 if rs else None)}",
             f"#{num(c.speedup, '.3f')}", f"#{num(cs.cv * 100 if cs and cs.cv is not None else None, '.1f')}",
             f"#{n}"]
 
@@ -236,7 +243,7 @@ def roofline_section(page: Page, task: str, attempts: list[Attempt], png: bool) 
                 share = c.gbps * 1e9 / ceiling if c.gbps and ceiling else None
                 rows.append([esc(c.id), esc(a.candidate), f"#{num(c.bytes, ',.0f', 'not recorded')}",
                              f"#{num(c.flops, ',.0f', 'not recorded')}",
-                             f"#{num(c.candidate.p50, '.4g')}", f"#{num(c.gbps, ',.1f', 'not recorded')}",
+                             f"#{us(c.candidate.p50)}", f"#{num(c.gbps, ',.1f', 'not recorded')}",
                              f"#{num(share * 100 if share else None, '.0f', 'not recorded')}",
                              f"#{num(c.tflops * 1e3 if c.tflops is not None else None, ',.2f', 'not recorded')}"])
         if not rows:
@@ -298,7 +305,7 @@ def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
         case_ids = list(dict.fromkeys(c.id for a in members for c in a.bench if c.candidate))
         rows = [[esc(a.candidate), esc(a.created_at), esc(a.regression.verdict if a.regression else "no baseline"),
                  esc(a.regression.baseline_attempt or "-" if a.regression else "-"),
-                 ", ".join(f"{esc(c.id)} {num(c.candidate.p50, '.4g')}" for c in a.bench if c.candidate)]
+                 ", ".join(f"{esc(c.id)} {us(c.candidate.p50)}" for c in a.bench if c.candidate)]
                 for cand in sorted(by_cand) for a in by_cand[cand]]
         if not rows:
             continue
