@@ -5,7 +5,7 @@
 
 Headless Chromium renders the whole page once (a tall window); the sections are found in that image by
 their headings' blue underline (2 px of #0072B2 across the content) and cut apart. Each piece is cut to
---max-height and stored with a 64-colour palette, which keeps a screenshot of tables and charts well
+--max-height and stored with a 256-colour palette, which keeps a screenshot of tables and charts well
 under 300 KB. Prints one line per file with its size.
 """
 
@@ -62,7 +62,7 @@ def main() -> int:
     for name, (a, b) in zip(SECTIONS, zip(starts, starts[1:] + [end], strict=True), strict=False):
         piece = Image.fromarray(img[a:min(b, a + args.max_height)])
         path = out / f"{args.prefix}{name}.png"
-        piece.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+        piece.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
         print(f"{path}: {path.stat().st_size / 1024:.0f} KB, {piece.width}x{piece.height}")
     return 0
 

@@ -155,8 +155,8 @@ def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float
     with style():
         cases = sorted({p[2] for p in points})
         room = legend_room([p[0] for p in points] + ["measured copy bandwidth 00,000.0 GB/s"])
-        fig = _figure(4.9 + room, 2.6 + 0.06 * max(len(c) for c in cases), right=room,
-                      bottom=0.25 + 0.06 * max(len(c) for c in cases))
+        bottom = 0.45 + 0.03 * max(len(c) for c in cases)  # labels turned 20°: a third of their length
+        fig = _figure(4.9 + room, 2.2 + bottom, right=room, bottom=bottom)
         ax = fig.add_subplot()
         cases = sorted({p[2] for p in points})
         seen = set()
