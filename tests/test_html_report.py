@@ -234,6 +234,22 @@ def test_page_is_self_contained_and_lists_sections(store, tmp_path):
     assert res.attempts == 5 and res.charts == len(dom.figures)
     assert [Path(s.path).name for s in res.skipped] == [store["bad"].name]
     assert res.size == len(text.encode()) and res.size < 2_000_000
+    assert "L2: n/a" in text and "timer: host wall clock" in text  # timing method and L2 mode on every ECDF
+
+
+def test_store_without_a_writable_index_still_gets_a_page(store, tmp_path, monkeypatch):
+    """The leaderboard builds the index on first use; where that cannot be written (a read-only copy of a
+    store, say) the leaderboard section says why and every other section is still there."""
+    import mini_kv.judge.leaderboard as lb
+
+    def refuse(*_a, **_k):
+        raise PermissionError(13, "Permission denied", str(store["art"] / "index.sqlite"))
+
+    monkeypatch.setattr(lb, "build_leaderboard", refuse)
+    res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("vector_add",)))
+    text = (tmp_path / "r.html").read_text()
+    assert "leaderboard unavailable" in text and "Permission denied" in text
+    assert res.charts >= 4 and 'class="attempts"' in text
 
 
 def test_png_dir_writes_every_chart(store, tmp_path):

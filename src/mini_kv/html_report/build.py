@@ -65,7 +65,7 @@ def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
             board = build_leaderboard(artifacts, task=t)
             groups.extend(board.get("groups", []))
             problems.extend(board.get("problems", []))
-    except UserError as exc:  # e.g. a read-only store without an index: the rest of the page still builds
+    except (UserError, OSError) as exc:  # e.g. a read-only store without an index: the rest still builds
         return None, str(exc)
     return {"groups": groups, "problems": problems}, None
 
