@@ -22,7 +22,8 @@ from mini_kv.html_report.collect import Attempt, BenchCase
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 STATUS_COLOURS = {"pass": "#009E73", "fail": "#D55E00", "error": "#CC79A7", "skip": "#BBBBBB", "none": "#FFFFFF"}
-ECDF_POINTS = 120  # an ECDF drawn through this many quantiles looks the same and keeps the SVG small
+ECDF_POINTS = 120
+TAIL_SPAN = 1.5  # the latency axis ends at this multiple of the largest P95 when slower samples lie far beyond  # an ECDF drawn through this many quantiles looks the same and keeps the SVG small
 RC = {"svg.fonttype": "none", "svg.hashsalt": "mini_kv", "font.size": 9, "axes.titlesize": 10,
       "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
 
@@ -116,27 +117,33 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
     with style():
         room = legend_room([f"reference ({label})" for label, _, _ in rows]
                            + [f"{label}  [UNSTABLE]" for label, _, _ in rows])
-        fig = _figure(4.9 + room, 3.0, right=room)
+        fig = _figure(4.9 + room, 3.2, right=room, bottom=0.75)  # room for a second x-label line
         ax = fig.add_subplot()
-        lo, hi = np.inf, 0.0
+        lo, hi, top = np.inf, 0.0, 0.0
         for label, idx, c in rows:
             for side, dash, who in ((c.candidate, "-", label), (c.reference, "--", f"reference ({label})")):
                 if side is None or not side.samples:
                     continue
                 x, y = _ecdf(side.samples)
-                lo, hi = min(lo, float(x[0])), max(hi, float(x[-1]))
+                lo, top = min(lo, float(x[0])), max(top, float(x[-1]))
+                hi = max(hi, TAIL_SPAN * float(np.quantile(side.samples, 0.95)))
                 ax.step(x, y, where="post", color=colour(idx), linestyle=dash, linewidth=1.4 if dash == "-" else 1,
                         label=who + ("" if c.stable is not False or dash == "--" else "  [UNSTABLE]"))
                 for q, mk in ((side.p50, "o"), (side.p95, "^")):
                     if q is not None:
                         ax.plot([q], [0.5 if mk == "o" else 0.95], marker=mk, color=colour(idx), markersize=5,
                                 markerfacecolor="white" if dash == "--" else colour(idx), linestyle="none")
-        if hi > 0 and lo > 0 and hi / lo > 20:
+        clipped = top > hi > 0  # a few huge outliers (a preempted CPU) would squash every curve into a step
+        if clipped:
+            ax.set_xlim(lo - 0.05 * (hi - lo), hi)
+        elif hi > 0 and lo > 0 and top / lo > 20:
             ax.set_xscale("log")
             _plain_log(ax.xaxis)
         first = rows[0][2]
         ax.set_xlabel(f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
-                      f"L2: {first.l2 or 'not recorded'}")
+                      f"L2: {first.l2 or 'not recorded'}"
+                      + (f"\naxis ends at {TAIL_SPAN:g} × the largest P95; slowest sample {top:,.0f} µs"
+                         if clipped else ""))
         ax.set_ylabel("fraction of samples ≤ x")
         ax.set_ylim(0, 1.02)
         ax.axhline(0.5, color="#777777", linewidth=0.6, linestyle=":")
