@@ -392,3 +392,19 @@ def test_unwritable_output_is_a_clear_error(store, tmp_path, capsys, flag):
     code = main(["report", "--artifacts", str(store["art"]), "--task", "rmsnorm", *args])
     err = capsys.readouterr().err
     assert code == 2 and str(blocker) in err and flag in err and "Traceback" not in err
+
+
+def test_latency_axis_ends_near_the_p95_when_outliers_lie_far_beyond():
+    """A preempted CPU leaves a few samples 1000x slower; the axis must not stretch to them."""
+    from mini_kv.html_report import charts
+    from mini_kv.html_report.collect import BenchCase, Side
+
+    body = tuple(float(x) for x in np.linspace(20.0, 40.0, 200))
+    side = Side(body + (30_000.0,), 30.0, 39.0, 0.01)
+    case = BenchCase("b", "float32", "wallclock", "host wall clock", "n/a", side, side, 1.0, True, "", None, None,
+                     None, None, None, None, "")
+    svg = charts.latency("x", "b", [("v0", 0, case)], png=False).svg
+    assert "slowest sample 30,000 µs" in svg and "1.5 × the largest P95" in svg
+    calm = Side(body, 30.0, 39.0, 0.01)
+    calm_case = BenchCase(**{**case.__dict__, "candidate": calm, "reference": calm})
+    assert "slowest sample" not in charts.latency("y", "b", [("v0", 0, calm_case)], png=False).svg
