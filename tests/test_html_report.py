@@ -408,3 +408,25 @@ def test_latency_axis_ends_near_the_p95_when_outliers_lie_far_beyond():
     calm = Side(body, 30.0, 39.0, 0.01)
     calm_case = BenchCase(**{**case.__dict__, "candidate": calm, "reference": calm})
     assert "slowest sample" not in charts.latency("y", "b", [("v0", 0, calm_case)], png=False).svg
+
+
+def test_baseline_band_comes_from_the_newest_judged_attempt_of_any_candidate(tmp_path):
+    from mini_kv.html_report.collect import read_one
+    from mini_kv.html_report.page import baseline_band
+
+    art = tmp_path / "artifacts"
+    old = make_task_attempt(art, "vector_add", "zz_old", 1, 11.0, verdict="PASS")  # baseline P50 10.0
+    new = make_task_attempt(art, "vector_add", "aa_new", 5, 11.0, verdict="PASS")
+    reg = json.loads((new / "regression.json").read_text())
+    reg["cases"][0]["baseline"]["p50"] = 20.0  # a newer baseline was promoted in between
+    w = AttemptWriter(art, "vector_add", "aa_new")
+    for rel in ("task_card.json", "environment.json", "correctness.json", "benchmark.json"):
+        w.json(rel, json.loads((new / rel).read_text()))
+    w.json("regression.json", reg)
+    header = {k: v for k, v in json.loads((new / "attempt.json").read_text()).items()
+              if k not in ("files", "attempt_id", "schema_version")}
+    newer = w.commit(header)
+    attempts = [read_one(old), read_one(newer)]
+    assert baseline_band(attempts, "bench_64k-float32") == pytest.approx((20.0, 21.0))
+    assert baseline_band(attempts[:1], "bench_64k-float32") == pytest.approx((10.0, 10.5))
+    assert baseline_band(attempts, "other") is None

@@ -296,6 +296,17 @@ def correctness_section(page: Page, task: str, attempts: list[Attempt], png: boo
     return "".join(parts)
 
 
+def baseline_band(attempts: list[Attempt], case_id: str) -> tuple[float, float] | None:
+    """(baseline P50, P50 × (1 + threshold)) of a bench case, as the newest attempt of any candidate that
+    was judged against a baseline recorded it; None when none was."""
+    band = None
+    for a in sorted(attempts, key=lambda a: (a.created_at, a.attempt_id)):
+        for case, _, base in (a.regression.cases if a.regression else ()):
+            if case == case_id and base is not None:
+                band = (base, base * (1 + (a.regression.threshold or 0.0)))
+    return band
+
+
 def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> str:
     parts = []
     for g, members in groups(attempts).items():
@@ -317,15 +328,12 @@ def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
                          "threshold above it (from regression.json). Marker shape: the attempt's regression "
                          "verdict; a small dot: no baseline.</p>")
             for cid in case_ids:
-                series, band = [], None
+                series = []
                 for i, cand in enumerate(sorted(by_cand)):
                     pts = [(a, c.candidate.p50) for a in by_cand[cand] for c in a.bench
                            if c.id == cid and c.candidate and c.candidate.p50 is not None]
                     series.append((cand, i, pts))
-                    for a in by_cand[cand]:  # the newest recorded baseline of this case sets the band
-                        for case, _, base in (a.regression.cases if a.regression else ()):
-                            if case == cid and base is not None:
-                                band = (base, base * (1 + (a.regression.threshold or 0.0)))
+                band = baseline_band(members, cid)
                 parts.append(page.add_chart(charts.history(slug("history", g[0], g[3], g[2], cid), cid, series,
                                                            band, png)))
         parts.append(table(["candidate", "created", "regression verdict", "baseline attempt", "P50 µs per case"],
