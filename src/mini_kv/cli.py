@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mini_kv import cli_profile
 
     cli_profile.register(sub)
+    from mini_kv.html_report import cli as report_cli
+
+    report_cli.register(sub)
     return p
 
 
