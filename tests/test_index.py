@@ -24,29 +24,54 @@ from mini_kv.store.index import (
 )
 
 SUITE = "a" * 64
-ENV_KEY = "cpu-env-0001"
 
 
-def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01) -> list[list[float]]:
-    """Timing-like samples: normal around p50 with a small relative spread, strictly positive."""
+def fixture_env(tag: str = "cpu-env-0001") -> dict:
+    """A synthetic environment.json whose `key` is really its environment key (the tag tells them apart)."""
+    from mini_kv.environment import environment_key
+
+    env = {"schema_version": 1, "python": "3.11", "machine": "x86_64", "cpu_count": 2, "device_kind": "cpu",
+           "gpu": None, "torch": "2.13.0", "tag": tag}
+    return {**env, "key": environment_key(env)}
+
+
+ENV_KEY = fixture_env()["key"]
+
+
+def env_key_of(tag: str) -> str:
+    return fixture_env(tag)["key"]
+
+
+def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01,
+                  drift: float = 0.0) -> list[list[float]]:
+    """Timing-like samples: normal around p50 with a small relative spread, strictly positive; `drift`
+    shifts each repeat by that fraction more than the previous one (an unstable measurement)."""
     rng = np.random.default_rng(seed)
-    arr = rng.normal(p50, p50 * noise, size=(repeats, n))
+    arr = rng.normal(p50, p50 * noise, size=(repeats, n)) * (1 + drift * np.arange(repeats))[:, None]
     return np.clip(arr, p50 * 0.5, None).round(6).tolist()
 
 
 def bench_case(case_id: str, samples: list[list[float]], ref_samples: list[list[float]],
-               stable: bool | None = None, method: str = "wallclock") -> dict:
+               method: str = "wallclock") -> dict:
+    """A benchmark.json case record as the worker writes it (summaries, speedup, stability from the samples)."""
     from mini_kv.judge import stats
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
-    stab = stats.stability(cs, rs)
-    if stable is not None:
-        stab = {"stable": stable, "reasons": [] if stable else ["forced unstable by the test"]}
+    stab = {**stats.stability(cs, rs, 0.03, 0.15), "max_cv": 0.03, "max_p95_cv": 0.15}
     return {"id": case_id, "dtype": "float32", "params": {"n": 1024}, "seed": 1, "method": method, "l2": "n/a",
             "timer": "host wall clock", "unit": "us", "order": [],
             "candidate": {"samples": samples, "summary": cs}, "reference": {"samples": ref_samples, "summary": rs},
             "speedup": stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), "stability": stab,
             "post_check": {"ok": True, "reason": None}}
+
+
+def correctness_records(status: str = "PASSED", device: str = "cpu") -> dict:
+    """correctness.json's records (load, cases, contract, incidents) of a run that passed or was INCORRECT."""
+    kernels = {"CPU": True, "Meta": True, "CUDA": device.startswith("cuda")}
+    cases = [{"id": "core_0", "kind": "core", "status": "PASS"},
+             {"id": "edge_0", "kind": "edge", "status": "PASS" if status == "PASSED" else "FAIL"}]
+    return {"schema_version": 1, "device": device, "seed_salt": "0" * 32, "load": {"ok": True, "kernels": kernels},
+            "cases": cases, "contract": {"opcheck": {"status": "PASS"}}, "incidents": []}
 
 
 def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0", *, status: str = "PASSED",
@@ -55,28 +80,31 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
                  task_version: str = "1.0.0", op_version: str = "1.0.0", created_at: str | None = None,
                  repeats: int = 5, n: int = 100, slowdown: float = 1.0, bench: bool = True,
                  extra_files: dict | None = None) -> Path:
-    """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference."""
-    from mini_kv.judge import stats
+    """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference.
+
+    The header's status and benchmark summary come from the records through the same function `verify`
+    uses (store.headline.card_headline). `stable=False` gives drifting (unstable) samples; `env_key` is
+    the tag of the environment (see fixture_env) or ENV_KEY."""
+    from mini_kv.store.headline import card_headline
 
     speedups = {"bench_a": 1.5} if speedups is None else speedups
     cases = []
     for i, (cid, sp) in enumerate(sorted(speedups.items())):
-        cand = synth_samples(p50 * slowdown, seed * 1000 + i, repeats, n)
+        drift = 0.2 if stable is False else 0.0
+        cand = synth_samples(p50 * slowdown, seed * 1000 + i, repeats, n, drift=drift)
         ref = synth_samples(p50 * sp, seed * 1000 + i + 500, repeats, n)
-        cases.append(bench_case(cid, cand, ref, stable))
-    good = [c for c in cases if c.get("speedup")]
-    bsum = ({"ran": True, "ok": True, "stable": None if stable is None else all(c["stability"]["stable"] for c in cases),
-             "failed": [], "post_check_failed": [],
-             "geomean_speedup": stats.geomean([c["speedup"] for c in good]) if good else None}
-            if bench else {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"})
-    env = {"schema_version": 1, "key": env_key, "python": "3.11", "device_kind": "cpu", "gpu": None}
+        cases.append(bench_case(cid, cand, ref))
+    env = fixture_env() if env_key == ENV_KEY else fixture_env(env_key)
+    corr = correctness_records(status, device)
+    head = card_headline("ok", corr, cases if bench else [], not bench, device)
+    assert head.status == status, (head.status, status)
+    corr["summary"] = head.correctness
     w = AttemptWriter(artifacts, task, candidate)
     w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash})
     w.json("environment.json", env)
-    w.json("correctness.json", {"schema_version": 1, "device": device, "cases": [],
-                                "summary": {"ok": status == "PASSED"}})
+    w.json("correctness.json", corr)
     w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": cases if bench else [],
-                              "summary": bsum})
+                              "summary": head.benchmark})
     w.text("logs/worker.log", "synthetic\n")
     for rel, obj in (extra_files or {}).items():
         w.json(rel, obj)
@@ -84,9 +112,9 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
         "task_id": task, "task_version": task_version,
         "operator": {"name": task, "version": op_version}, "candidate": candidate, "op": f"ns_{candidate}::{task}",
         "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "suite_hash": suite_hash, "environment_key": env_key, "build_key": None,
+        "suite_hash": suite_hash, "environment_key": env["key"], "build_key": None,
         "status": status, "exit_code": 0 if status == "PASSED" else 4, "device": device,
-        "correctness": {"ok": status == "PASSED"}, "benchmark": bsum, "duration_s": 0.1,
+        "correctness": head.correctness, "benchmark": head.benchmark, "duration_s": 0.1,
     }
     return w.commit(header)
 

@@ -23,9 +23,12 @@ def _artifacts(args) -> Path:
 
 
 def print_problems(problems, err_console) -> None:
+    from rich.markup import escape
+
     for p in problems:
         d = p if isinstance(p, dict) else p.to_dict()
-        err_console.print(f"[yellow]skipped[/] ({d['kind']}) {d['path']}: {d['message']}", soft_wrap=True)
+        label = "[red]skipped (TAMPERED)[/]" if d["kind"] == "tampered" else f"[yellow]skipped[/] ({escape(d['kind'])})"
+        err_console.print(f"{label} {escape(d['path'])}: {escape(d['message'])}", soft_wrap=True)
 
 
 def cmd_promote_baseline(args) -> int:
