@@ -51,26 +51,36 @@ def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: 
     return np.clip(arr, p50 * 0.5, None).round(6).tolist()
 
 
+def salt_of(seed: int) -> str:
+    """The (per-run, secret) seed salt of the synthetic attempt made with `seed`."""
+    return f"{seed:032x}"
+
+
+SALT = salt_of(0)
+
+
 def bench_case(case_id: str, samples: list[list[float]], ref_samples: list[list[float]],
-               method: str = "wallclock") -> dict:
+               method: str = "wallclock", task: str = "vector_add", salt: str = SALT) -> dict:
     """A benchmark.json case record as the worker writes it (summaries, speedup, stability from the samples)."""
     from mini_kv.judge import stats
+    from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
     stab = {**stats.stability(cs, rs, 0.03, 0.15), "max_cv": 0.03, "max_p95_cv": 0.15}
-    return {"id": case_id, "dtype": "float32", "params": {"n": 1024}, "seed": 1, "method": method, "l2": "n/a",
+    return {"id": case_id, "dtype": "float32", "params": {"n": 1024},
+            "seed": case_seed(task, case_id, salt), "method": method, "l2": "n/a",
             "timer": "host wall clock", "unit": "us", "order": [],
             "candidate": {"samples": samples, "summary": cs}, "reference": {"samples": ref_samples, "summary": rs},
             "speedup": stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), "stability": stab,
             "post_check": {"ok": True, "reason": None}}
 
 
-def correctness_records(status: str = "PASSED", device: str = "cpu") -> dict:
+def correctness_records(status: str = "PASSED", device: str = "cpu", salt: str = SALT) -> dict:
     """correctness.json's records (load, cases, contract, incidents) of a run that passed or was INCORRECT."""
     kernels = {"CPU": True, "Meta": True, "CUDA": device.startswith("cuda")}
     cases = [{"id": "core_0", "kind": "core", "status": "PASS"},
              {"id": "edge_0", "kind": "edge", "status": "PASS" if status == "PASSED" else "FAIL"}]
-    return {"schema_version": 1, "device": device, "seed_salt": "0" * 32, "load": {"ok": True, "kernels": kernels},
+    return {"schema_version": 1, "device": device, "seed_salt": salt, "load": {"ok": True, "kernels": kernels},
             "cases": cases, "contract": {"opcheck": {"status": "PASS"}}, "incidents": []}
 
 
@@ -93,9 +103,9 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
         drift = 0.2 if stable is False else 0.0
         cand = synth_samples(p50 * slowdown, seed * 1000 + i, repeats, n, drift=drift)
         ref = synth_samples(p50 * sp, seed * 1000 + i + 500, repeats, n)
-        cases.append(bench_case(cid, cand, ref))
+        cases.append(bench_case(cid, cand, ref, task=task, salt=salt_of(seed)))
     env = fixture_env() if env_key == ENV_KEY else fixture_env(env_key)
-    corr = correctness_records(status, device)
+    corr = correctness_records(status, device, salt_of(seed))
     head = card_headline("ok", corr, cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
     corr["summary"] = head.correctness

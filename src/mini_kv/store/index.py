@@ -248,6 +248,7 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
             head = headline.sol_headline(corr.get("workloads"), bench.get("cases"), failed)
         else:
             _check_card_ids(attempt_dir, header, files["task_card.json"])
+            _check_card_seeds(attempt_dir, header, corr, bench)
             compile_status = files["compile.json"].get("status") if "compile.json" in files else "ok"
             summary = bench.get("summary")
             skipped = isinstance(summary, dict) and summary.get("ran") is False and not any(
@@ -289,6 +290,23 @@ def _check_card_ids(attempt_dir: Path, header: dict, card_rec: dict) -> None:
     if card_rec.get("suite_hash") != header["suite_hash"]:
         raise _tampered(attempt_dir, "task_card.json", f"suite_hash {card_rec.get('suite_hash')!r} differs from "
                         f"attempt.json's {header['suite_hash']!r}")
+
+
+def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) -> None:
+    """Every timed case's seed derives from this run's secret salt (correctness.json): benchmark.json
+    records of another attempt (another run, another salt) do not fit here."""
+    timed = [c for c in bench.get("cases") or [] if isinstance(c, dict) and "candidate" in c]
+    if not timed:
+        return
+    # the worker's own derivation (it imports torch, so only when there is something to check)
+    from mini_kv.worker.inputs import case_seed
+
+    salt = corr.get("seed_salt")
+    for c in timed:
+        if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):
+            raise _tampered(attempt_dir, "benchmark.json", f"case {c.get('id')!r}: seed {c.get('seed')!r} was not "
+                            "derived from this attempt's seed_salt (correctness.json): its records come from "
+                            "another run")
 
 
 def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
