@@ -453,3 +453,72 @@ def test_index_is_the_same_after_every_forgery_is_removed(store):
     assert result.problems == [] and result.attempts == 3
     rows, _ = read_index(art)
     assert {r["attempt_id"] for r in rows} == {slow.name, fast.name, skipped.name}
+
+
+# ------------------------------------------------------------------------ SOL-ExecBench attempts
+
+@pytest.fixture(scope="module")
+def sol_attempt(tmp_path_factory) -> Path:
+    """One real SOL attempt (the shipped good_dps solution, benchmarked on the CPU, briefly)."""
+    from test_sol_bench import run_bench
+
+    result = run_bench(tmp_path_factory.mktemp("sol"), "good_dps")
+    assert result["exit_code"] == 0 and result["index_warning"] is None, result
+    return Path(result["attempt"])
+
+
+@pytest.fixture
+def sol_store(sol_attempt, tmp_path) -> tuple[Path, Path]:
+    art = tmp_path / "artifacts"
+    shutil.copytree(sol_attempt.parent.parent, art, symlinks=True)
+    (art / INDEX_NAME).unlink()
+    return art, art / sol_attempt.parent.name / sol_attempt.name
+
+
+def test_sol_attempt_headline_is_reproduced_from_its_records(sol_store):
+    art, a = sol_store
+    result = rebuild_index(art)
+    assert result.problems == [] and result.attempts == 1
+    (row,) = read_index(art)[0]
+    header = json.loads((a / "attempt.json").read_text())
+    assert row["status"] == header["status"] == "PASSED"
+    assert row["geomean_speedup"] == pytest.approx(header["benchmark"]["geomean_speedup"], rel=1e-12)
+
+
+def test_sol_headline_forged_in_attempt_json(sol_store):
+    art, a = sol_store
+    _edit_json(a / "attempt.json", lambda h: h["benchmark"].update(geomean_speedup=42.0, stable=True))
+    _caught(rebuild_index(art).problems, a, "attempt.json")
+
+
+def test_sol_failed_workload_relabelled_passed(sol_store):
+    art, a = sol_store
+    _edit_json(a / "correctness.json", lambda c: c["workloads"][0].update(status="INCORRECT_NUMERICAL"))
+    _reseal(a)
+    p = _caught(rebuild_index(art).problems, a, "attempt.json")
+    assert "status" in p["message"]
+
+
+def test_sol_per_workload_speedup_forged(sol_store):
+    art, a = sol_store
+    _edit_json(a / "benchmark.json", lambda b: b["cases"][0].update(speedup=1000.0))
+    _reseal(a)
+    _caught(rebuild_index(art).problems, a, "benchmark.json")
+
+
+def test_sol_workloads_changed_so_the_suite_is_another(sol_store):
+    """Editing the measured workloads (fixing the hashes) breaks the suite hash, so it is never ranked
+    against the suite it claims."""
+    art, a = sol_store
+    lines = (a / "workload.jsonl").read_text().splitlines()
+    (a / "workload.jsonl").write_text("\n".join(lines[:1]) + "\n")
+    _reseal(a)
+    p = _caught(rebuild_index(art).problems, a, "attempt.json")
+    assert "suite_hash" in p["message"]
+
+
+def test_sol_solution_relabelled(sol_store):
+    art, a = sol_store
+    _edit_json(a / "solution.json", lambda s: s.update(name="someone_else"))
+    _reseal(a)
+    _caught(rebuild_index(art).problems, a, "solution.json")
