@@ -200,6 +200,15 @@ def test_a_broken_index_file_is_a_clear_error_with_the_fix(store, what, capsys):
         assert db.is_dir() or db.is_symlink()  # never removed for the user
 
 
+def test_a_lock_path_that_is_a_directory_is_a_clear_error(store, capsys):
+    art = store[0]
+    (art / ".index.lock").unlink(missing_ok=True)
+    (art / ".index.lock").mkdir()
+    assert main(["leaderboard", "--artifacts", str(art)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ".index.lock" in err
+
+
 def test_an_index_missing_columns_is_a_clear_error(store):
     art = store[0]
     _sql(art, "ALTER TABLE attempts DROP COLUMN attempt_sha256")

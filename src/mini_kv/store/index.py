@@ -135,6 +135,9 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
     except LockTimeout:
         raise IndexUnusable(f"{artifacts / LOCK_NAME}: another mini_kv process has held the index lock for "
                             f"{timeout:.0f} s; wait for it to finish (or end it) and retry") from None
+    except OSError as exc:  # e.g. the lock path is a directory, or the store is read-only
+        raise IndexUnusable(f"{artifacts / LOCK_NAME}: cannot take the index lock ({exc}); it must be a "
+                            "writable file (remove whatever else is there)") from None
     try:
         yield
     finally:
@@ -350,7 +353,12 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
         if entry.is_symlink() or not entry.is_dir():
             problems.append(Problem(str(entry), "stray", "not a task directory (stray file); remove it"))
             continue
-        for d in sorted(entry.iterdir()):
+        try:
+            children = sorted(entry.iterdir())
+        except OSError as exc:
+            problems.append(Problem(str(entry), "invalid", f"task directory unreadable ({exc})"))
+            continue
+        for d in children:
             if d.is_symlink() or not d.is_dir():
                 problems.append(Problem(str(d), "stray", "not an attempt directory (stray file or link); remove it"))
             elif d.name.endswith(PARTIAL):
@@ -525,6 +533,8 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
         row, cases = record_for_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
     except AttemptInvalid as exc:
         raise IndexUnusable(f"not indexed: {exc}") from None
+    except (OSError, RecursionError) as exc:
+        raise IndexUnusable(f"not indexed: {attempt_dir}: unreadable ({type(exc).__name__}: {exc})") from None
     db = index_path(artifacts)
     with index_lock(artifacts):
         try:
