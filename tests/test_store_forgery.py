@@ -143,9 +143,13 @@ CORRUPT_HEADERS = {
     "benchmark_list": lambda h: h.update(benchmark=[1]),
     "operator_string": lambda h: h.update(operator="x"),
 }
+RESEALED_EDITS = {  # (file, edit) made by an attacker who then fixes up the SHA-256 list
+    "environment_schema_version_list": ("environment.json", lambda e: e.update(schema_version=[])),
+    "benchmark_schema_version_dict": ("benchmark.json", lambda b: b.update(schema_version={})),
+}
 
 
-@pytest.mark.parametrize("name", [*CORRUPT_HEADERS, "deep_attempt_json", "deep_benchmark_json",
+@pytest.mark.parametrize("name", [*CORRUPT_HEADERS, *RESEALED_EDITS, "deep_attempt_json", "deep_benchmark_json",
                                   "benchmark_cases_garbage", "correctness_cases_garbage"])
 def test_one_corrupt_attempt_never_blocks_the_store(store, name, capsys):
     """rebuild-index, leaderboard and promote-baseline report the bad attempt (file and reason) and go on."""
@@ -153,6 +157,9 @@ def test_one_corrupt_attempt_never_blocks_the_store(store, name, capsys):
     bad = make_attempt(art, candidate="v9", seed=9, speedups={"bench_a": 2.0})
     if name in CORRUPT_HEADERS:
         _edit_json(bad / "attempt.json", CORRUPT_HEADERS[name])
+    elif name in RESEALED_EDITS:
+        _edit_json(bad / RESEALED_EDITS[name][0], RESEALED_EDITS[name][1])
+        _reseal(bad)
     elif name == "deep_attempt_json":
         (bad / "attempt.json").write_text(_deep())
     elif name == "deep_benchmark_json":

@@ -152,7 +152,8 @@ def _attempt_json_file(path: Path, rel: str):
     if not isinstance(obj, dict):
         raise AttemptInvalid(f"{path / rel}: not a JSON object")
     known = KNOWN_FILE_VERSIONS.get(rel)
-    if known is not None and obj.get("schema_version") not in known:
+    version = obj.get("schema_version")
+    if known is not None and not (type(version) is int and version in known):  # may be any JSON value
         raise _UnknownVersion(f"{path / rel}: schema_version {obj.get('schema_version')!r} is not one this mini_kv "
                              f"reads ({', '.join(map(str, sorted(known)))}); it was written by another mini_kv "
                              "version: read it with that version")
