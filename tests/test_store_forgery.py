@@ -142,6 +142,7 @@ CORRUPT_HEADERS = {
     "files_size_bool": lambda h: h["files"][0].update(size=True),
     "benchmark_list": lambda h: h.update(benchmark=[1]),
     "operator_string": lambda h: h.update(operator="x"),
+    "format_list": lambda h: h.update(format=["sol-execbench"]),
 }
 RESEALED_EDITS = {  # (file, edit) made by an attacker who then fixes up the SHA-256 list
     "environment_schema_version_list": ("environment.json", lambda e: e.update(schema_version=[])),

@@ -94,7 +94,12 @@ def _paths(obj, prefix=()):
             yield from _paths(v, (*prefix, i))
 
 
-def _mutate(obj, path, action: str, value):
+# keys the store reads somewhere: an "add" edit puts one of them into an object that lacks it
+KEYS = ("format", "files", "status", "benchmark", "cases", "summary", "seed_salt", "stability", "samples",
+        "candidate", "speedup", "id", "key", "schema_version", "device", "workloads", "path", "size")
+
+
+def _mutate(obj, path, action: str, value, key: str):
     if not path:
         return value
     parent = obj
@@ -102,9 +107,17 @@ def _mutate(obj, path, action: str, value):
         parent = parent[k]
     if action == "delete":
         del parent[path[-1]]
+    elif action == "add" and isinstance(parent[path[-1]], dict):
+        parent[path[-1]][key] = value
     else:
         parent[path[-1]] = value
     return obj
+
+
+def _at(obj, path, kind) -> bool:
+    for k in path:
+        obj = obj[k]
+    return isinstance(obj, kind)
 
 
 def _reseal(attempt: Path) -> None:
@@ -143,10 +156,10 @@ FILES = ("attempt.json", "benchmark.json", "correctness.json", "environment.json
 
 
 @FUZZ
-@given(data=st.data(), file=st.sampled_from(FILES), action=st.sampled_from(["set", "delete"]),
-       value=JSON_VALUE, reseal=st.booleans(), candidate=st.sampled_from(["v0", "v2"]))
+@given(data=st.data(), file=st.sampled_from(FILES), action=st.sampled_from(["set", "delete", "add"]),
+       value=JSON_VALUE, key=st.sampled_from(KEYS), reseal=st.booleans(), candidate=st.sampled_from(["v0", "v2"]))
 def test_json_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_path_factory, data, file, action,
-                                                                value, reseal, candidate):
+                                                                value, key, reseal, candidate):
     art = _fresh(pristine, tmp_path_factory)
     a = _attempt(art, candidate)
     obj = json.loads((a / file).read_text())
@@ -154,7 +167,12 @@ def test_json_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_pat
     path = data.draw(st.sampled_from(paths), label="path")
     if action == "delete" and not path:
         action = "set"
-    obj = _mutate(obj, path, action, value)
+    if action == "add":  # add to an object: the root or an object inside
+        path = data.draw(st.sampled_from([p for p in paths if _at(obj, p, dict)]), label="object")
+        if not path:
+            obj[key] = value
+    if not (action == "add" and not path):
+        obj = _mutate(obj, path, action, value, key)
     (a / file).write_text(json.dumps(obj, allow_nan=True))
     if reseal:
         _reseal(a)

@@ -238,8 +238,9 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         if said is not None or derived_ok:
             check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)
     by_id = {c.id: c for c in head.cases}
-    for rec in benchmark.get("cases") or []:
-        c = by_id.get(rec.get("id")) if _timed(rec) else None
+    records = benchmark.get("cases") if isinstance(benchmark.get("cases"), list) else []
+    for rec in records:
+        c = by_id.get(rec["id"]) if _timed(rec) and isinstance(rec.get("id"), str) else None
         if c is None:
             continue
         where = f"case {c.id}"
@@ -252,7 +253,7 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         overall = overall if isinstance(overall, dict) else {}
         check("benchmark.json", f"{where} candidate p50", overall.get("p50"), c.p50_us)
         check("benchmark.json", f"{where} candidate p95", overall.get("p95"), c.p95_us)
-    ids = [r.get("id") for r in benchmark.get("cases") or [] if isinstance(r, dict)]
+    ids = [r.get("id") for r in records if isinstance(r, dict) and isinstance(r.get("id"), str)]
     if len(ids) != len(set(ids)):
         out.append("benchmark.json cases: a case id appears twice")
     return out

@@ -227,7 +227,7 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
     """The headline recomputed from a verified attempt's records, after checking that the header's ids
     agree with the files they describe. Returns it with the JSON files read (by name)."""
     fmt = header.get("format") or headline.CARD_FORMAT
-    if fmt not in REQUIRED_FILES:
+    if not isinstance(fmt, str) or fmt not in REQUIRED_FILES:
         raise AttemptInvalid(f"{attempt_dir / 'attempt.json'}: format {fmt!r} is not one of "
                              f"{', '.join(sorted(REQUIRED_FILES))}")
     listed = {f["path"] for f in header["files"]}
