@@ -89,12 +89,26 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
                  seed: int = 0, suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
                  task_version: str = "1.0.0", op_version: str = "1.0.0", created_at: str | None = None,
                  repeats: int = 5, n: int = 100, slowdown: float = 1.0, bench: bool = True,
-                 extra_files: dict | None = None) -> Path:
+                 extra_files: dict | None = None, log_text: str = "synthetic\n") -> Path:
     """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference.
 
     The header's status and benchmark summary come from the records through the same function `verify`
     uses (store.headline.card_headline). `stable=False` gives drifting (unstable) samples; `env_key` is
     the tag of the environment (see fixture_env) or ENV_KEY."""
+    files, header = attempt_records(task, status=status, stable=stable, speedups=speedups, p50=p50, seed=seed,
+                                    suite_hash=suite_hash, env_key=env_key, device=device,
+                                    task_version=task_version, op_version=op_version, repeats=repeats, n=n,
+                                    slowdown=slowdown, bench=bench)
+    return write_attempt(artifacts, task, candidate, files, header, created_at=created_at,
+                         extra_files=extra_files, log_text=log_text)
+
+
+def attempt_records(task: str = "vector_add", *, status: str = "PASSED", stable: bool | None = True,
+                    speedups: dict[str, float] | None = None, p50: float = 10.0, seed: int = 0,
+                    suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
+                    task_version: str = "1.0.0", op_version: str = "1.0.0", repeats: int = 5, n: int = 100,
+                    slowdown: float = 1.0, bench: bool = True) -> tuple[dict, dict]:
+    """The JSON files of a synthetic attempt (by name) and its header without the candidate's fields."""
     from mini_kv.store.headline import card_headline
 
     speedups = {"bench_a": 1.5} if speedups is None else speedups
@@ -109,24 +123,31 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
     head = card_headline("ok", corr, cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
     corr["summary"] = head.correctness
-    w = AttemptWriter(artifacts, task, candidate)
-    w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash})
-    w.json("environment.json", env)
-    w.json("correctness.json", corr)
-    w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": cases if bench else [],
-                              "summary": head.benchmark})
-    w.text("logs/worker.log", "synthetic\n")
-    for rel, obj in (extra_files or {}).items():
-        w.json(rel, obj)
+    files = {"task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
+             "environment.json": env, "correctness.json": corr,
+             "benchmark.json": {"schema_version": 1, "device": device, "cases": cases if bench else [],
+                                "summary": head.benchmark}}
     header = {
-        "task_id": task, "task_version": task_version,
-        "operator": {"name": task, "version": op_version}, "candidate": candidate, "op": f"ns_{candidate}::{task}",
-        "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "task_id": task, "task_version": task_version, "operator": {"name": task, "version": op_version},
         "suite_hash": suite_hash, "environment_key": env["key"], "build_key": None,
         "status": status, "exit_code": 0 if status == "PASSED" else 4, "device": device,
         "correctness": head.correctness, "benchmark": head.benchmark, "duration_s": 0.1,
     }
-    return w.commit(header)
+    return files, header
+
+
+def write_attempt(artifacts: Path, task: str, candidate: str, files: dict, header: dict, *,
+                  created_at: str | None = None, extra_files: dict | None = None,
+                  log_text: str = "synthetic\n") -> Path:
+    """Seal `files` (from attempt_records) as an attempt of `candidate` through AttemptWriter."""
+    w = AttemptWriter(artifacts, task, candidate)
+    for rel, obj in files.items():
+        w.json(rel, obj)
+    w.text("logs/worker.log", log_text)
+    for rel, obj in (extra_files or {}).items():
+        w.json(rel, obj)
+    return w.commit({**header, "candidate": candidate, "op": f"ns_{candidate}::{task}",
+                     "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
 
 def valid_attempt_ids(artifacts: Path) -> set[str]:
