@@ -24,31 +24,22 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 def _child_loop(art: str, name: str, seed: int, count: int, rebuild_p: float, ready, go) -> None:
     """Write attempts and index updates: forever (count < 0) or `count` times."""
-    import datetime as dt
+    from test_index import attempt_records, write_attempt
 
     from mini_kv.load.schema import load_schema
-    from mini_kv.store.attempts import AttemptWriter
-    from mini_kv.store.index import rebuild_index, update_index
+    from mini_kv.store.index import _attempt_validator, rebuild_index, update_index
 
     rnd = random.Random(seed)
     load_schema("attempt")
+    # real records (consistent with their headline), made once: the loop only writes and indexes
+    records = {task: attempt_records(task, seed=seed, repeats=2, n=10) for task in ("vector_add", "rmsnorm")}
+    _attempt_validator()  # built once per process: in start-up, not in the loop the kills land in
     ready.set()
     go.wait()
     i = 0
     while count < 0 or i < count:
         task = "vector_add" if i % 3 else "rmsnorm"
-        w = AttemptWriter(art, task, name)
-        p50 = 10.0 + rnd.random()
-        w.json("environment.json", {"schema_version": 1, "key": "env"})
-        w.json("benchmark.json", {"schema_version": 1, "cases": [{
-            "id": "bench_a", "speedup": 1.5, "stability": {"stable": True},
-            "candidate": {"samples": [[p50, p50]], "summary": {"overall": {"p50": p50, "p95": p50}}}}]})
-        w.text("logs/worker.log", "x" * rnd.randrange(1, 100_000))
-        a = w.commit({
-            "task_id": task, "task_version": "1.0.0", "operator": {"name": task, "version": "1.0.0"},
-            "candidate": name, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "suite_hash": "s" * 64, "environment_key": "env", "status": "PASSED", "device": "cpu",
-            "benchmark": {"ran": True, "ok": True, "stable": True, "geomean_speedup": 1.5}})
+        a = write_attempt(Path(art), task, name, *records[task], log_text="x" * rnd.randrange(1, 100_000))
         update_index(art, a)
         if rnd.random() < rebuild_p:
             rebuild_index(art)
@@ -60,8 +51,9 @@ def ctx():
     # forkserver: every child is a fresh process forked from a clean server that has the store modules
     # imported already (not from this pytest process), so starting one costs milliseconds, not an interpreter
     c = multiprocessing.get_context("forkserver")
-    c.set_forkserver_preload(["jsonschema", "filelock", "sqlite3", "mini_kv.load.schema", "mini_kv.store.index",
-                              "pytest", __name__])
+    c.set_forkserver_preload(["jsonschema", "filelock", "sqlite3", "numpy", "mini_kv.load.schema",
+                              "mini_kv.store.index", "mini_kv.store.headline", "mini_kv.environment",
+                              "mini_kv.worker.inputs", "test_index", "pytest", __name__])
     return c
 
 
@@ -123,7 +115,9 @@ def test_sigkill_at_random_points_never_breaks_the_store(tmp_path, ctx):
         now = _dirs(art)[1]
         kills_mid_write += bool(now - partials)  # this kill interrupted an attempt being written
         partials = now
-    assert len(committed) >= rounds  # the children did real work between kills
+    # the children did real work between kills (an attempt is 5 fsynced files plus its index update, so
+    # about one per two rounds on a busy machine)
+    assert len(committed) >= rounds // 4
     assert kills_mid_write >= 5  # and many kills landed in the middle of writing an attempt
     assert time.monotonic() - t0 < 60
     print(f"{rounds} kills, {len(committed)} attempts, {kills_mid_write} kills left a .partial dir")

@@ -79,8 +79,8 @@ def test_every_kind_of_garbage_is_reported_and_skipped(tmp_path):
         "bad_json": ("invalid", "unreadable"),
         "not_object": ("invalid", "not a JSON object"),
         future.name: ("version", "written by another mini_kv version"),
-        tampered.name: ("invalid", "tampered"),
-        truncated.name: ("invalid", "tampered or truncated"),
+        tampered.name: ("tampered", "tampered"),
+        truncated.name: ("tampered", "tampered or truncated"),
         missing.name: ("invalid", "is missing"),
         "renamed_by_hand": ("misplaced", "differs from its attempt_id"),
         wrong_task.name: ("misplaced", "belongs to task 'rmsnorm'"),
@@ -135,7 +135,18 @@ def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
     assert [p["path"] for p in board["problems"]] == [str(new)]
     # editing attempt.json itself (not covered by its own hash list) is caught against the index
     header = json.loads((old / "attempt.json").read_text())
+    original = header["benchmark"]["geomean_speedup"]
     header["benchmark"]["geomean_speedup"] = 99.0
+    (old / "attempt.json").write_text(json.dumps(header))
+    board = build_leaderboard(tmp_path)
+    assert board["groups"] == []
+    # the edited headline differs from the recomputation from the hashed records
+    assert any(p["kind"] == "tampered" and "attempt.json benchmark.geomean_speedup" in p["message"]
+               for p in board["problems"])
+    # an edit outside the headline is still caught against the SHA-256 the index recorded
+    header = json.loads((old / "attempt.json").read_text())
+    header["benchmark"]["geomean_speedup"] = original
+    header["duration_s"] = 7.0
     (old / "attempt.json").write_text(json.dumps(header))
     board = build_leaderboard(tmp_path)
     assert board["groups"] == []

@@ -24,29 +24,64 @@ from mini_kv.store.index import (
 )
 
 SUITE = "a" * 64
-ENV_KEY = "cpu-env-0001"
 
 
-def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01) -> list[list[float]]:
-    """Timing-like samples: normal around p50 with a small relative spread, strictly positive."""
+def fixture_env(tag: str = "cpu-env-0001") -> dict:
+    """A synthetic environment.json whose `key` is really its environment key (the tag tells them apart)."""
+    from mini_kv.environment import environment_key
+
+    env = {"schema_version": 1, "python": "3.11", "machine": "x86_64", "cpu_count": 2, "device_kind": "cpu",
+           "gpu": None, "torch": "2.13.0", "tag": tag}
+    return {**env, "key": environment_key(env)}
+
+
+ENV_KEY = fixture_env()["key"]
+
+
+def env_key_of(tag: str) -> str:
+    return fixture_env(tag)["key"]
+
+
+def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01,
+                  drift: float = 0.0) -> list[list[float]]:
+    """Timing-like samples: normal around p50 with a small relative spread, strictly positive; `drift`
+    shifts each repeat by that fraction more than the previous one (an unstable measurement)."""
     rng = np.random.default_rng(seed)
-    arr = rng.normal(p50, p50 * noise, size=(repeats, n))
+    arr = rng.normal(p50, p50 * noise, size=(repeats, n)) * (1 + drift * np.arange(repeats))[:, None]
     return np.clip(arr, p50 * 0.5, None).round(6).tolist()
 
 
+def salt_of(seed: int) -> str:
+    """The (per-run, secret) seed salt of the synthetic attempt made with `seed`."""
+    return f"{seed:032x}"
+
+
+SALT = salt_of(0)
+
+
 def bench_case(case_id: str, samples: list[list[float]], ref_samples: list[list[float]],
-               stable: bool | None = None, method: str = "wallclock") -> dict:
+               method: str = "wallclock", task: str = "vector_add", salt: str = SALT) -> dict:
+    """A benchmark.json case record as the worker writes it (summaries, speedup, stability from the samples)."""
     from mini_kv.judge import stats
+    from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
-    stab = stats.stability(cs, rs)
-    if stable is not None:
-        stab = {"stable": stable, "reasons": [] if stable else ["forced unstable by the test"]}
-    return {"id": case_id, "dtype": "float32", "params": {"n": 1024}, "seed": 1, "method": method, "l2": "n/a",
+    stab = {**stats.stability(cs, rs, 0.03, 0.15), "max_cv": 0.03, "max_p95_cv": 0.15}
+    return {"id": case_id, "dtype": "float32", "params": {"n": 1024},
+            "seed": case_seed(task, case_id, salt), "method": method, "l2": "n/a",
             "timer": "host wall clock", "unit": "us", "order": [],
             "candidate": {"samples": samples, "summary": cs}, "reference": {"samples": ref_samples, "summary": rs},
             "speedup": stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), "stability": stab,
             "post_check": {"ok": True, "reason": None}}
+
+
+def correctness_records(status: str = "PASSED", device: str = "cpu", salt: str = SALT) -> dict:
+    """correctness.json's records (load, cases, contract, incidents) of a run that passed or was INCORRECT."""
+    kernels = {"CPU": True, "Meta": True, "CUDA": device.startswith("cuda")}
+    cases = [{"id": "core_0", "kind": "core", "status": "PASS"},
+             {"id": "edge_0", "kind": "edge", "status": "PASS" if status == "PASSED" else "FAIL"}]
+    return {"schema_version": 1, "device": device, "seed_salt": salt, "load": {"ok": True, "kernels": kernels},
+            "cases": cases, "contract": {"opcheck": {"status": "PASS"}}, "incidents": []}
 
 
 def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0", *, status: str = "PASSED",
@@ -54,41 +89,65 @@ def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0
                  seed: int = 0, suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
                  task_version: str = "1.0.0", op_version: str = "1.0.0", created_at: str | None = None,
                  repeats: int = 5, n: int = 100, slowdown: float = 1.0, bench: bool = True,
-                 extra_files: dict | None = None) -> Path:
-    """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference."""
-    from mini_kv.judge import stats
+                 extra_files: dict | None = None, log_text: str = "synthetic\n") -> Path:
+    """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference.
+
+    The header's status and benchmark summary come from the records through the same function `verify`
+    uses (store.headline.card_headline). `stable=False` gives drifting (unstable) samples; `env_key` is
+    the tag of the environment (see fixture_env) or ENV_KEY."""
+    files, header = attempt_records(task, status=status, stable=stable, speedups=speedups, p50=p50, seed=seed,
+                                    suite_hash=suite_hash, env_key=env_key, device=device,
+                                    task_version=task_version, op_version=op_version, repeats=repeats, n=n,
+                                    slowdown=slowdown, bench=bench)
+    return write_attempt(artifacts, task, candidate, files, header, created_at=created_at,
+                         extra_files=extra_files, log_text=log_text)
+
+
+def attempt_records(task: str = "vector_add", *, status: str = "PASSED", stable: bool | None = True,
+                    speedups: dict[str, float] | None = None, p50: float = 10.0, seed: int = 0,
+                    suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
+                    task_version: str = "1.0.0", op_version: str = "1.0.0", repeats: int = 5, n: int = 100,
+                    slowdown: float = 1.0, bench: bool = True) -> tuple[dict, dict]:
+    """The JSON files of a synthetic attempt (by name) and its header without the candidate's fields."""
+    from mini_kv.store.headline import card_headline
 
     speedups = {"bench_a": 1.5} if speedups is None else speedups
     cases = []
     for i, (cid, sp) in enumerate(sorted(speedups.items())):
-        cand = synth_samples(p50 * slowdown, seed * 1000 + i, repeats, n)
+        drift = 0.2 if stable is False else 0.0
+        cand = synth_samples(p50 * slowdown, seed * 1000 + i, repeats, n, drift=drift)
         ref = synth_samples(p50 * sp, seed * 1000 + i + 500, repeats, n)
-        cases.append(bench_case(cid, cand, ref, stable))
-    good = [c for c in cases if c.get("speedup")]
-    bsum = ({"ran": True, "ok": True, "stable": None if stable is None else all(c["stability"]["stable"] for c in cases),
-             "failed": [], "post_check_failed": [],
-             "geomean_speedup": stats.geomean([c["speedup"] for c in good]) if good else None}
-            if bench else {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"})
-    env = {"schema_version": 1, "key": env_key, "python": "3.11", "device_kind": "cpu", "gpu": None}
+        cases.append(bench_case(cid, cand, ref, task=task, salt=salt_of(seed)))
+    env = fixture_env() if env_key == ENV_KEY else fixture_env(env_key)
+    corr = correctness_records(status, device, salt_of(seed))
+    head = card_headline("ok", corr, cases if bench else [], not bench, device)
+    assert head.status == status, (head.status, status)
+    corr["summary"] = head.correctness
+    files = {"task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
+             "environment.json": env, "correctness.json": corr,
+             "benchmark.json": {"schema_version": 1, "device": device, "cases": cases if bench else [],
+                                "summary": head.benchmark}}
+    header = {
+        "task_id": task, "task_version": task_version, "operator": {"name": task, "version": op_version},
+        "suite_hash": suite_hash, "environment_key": env["key"], "build_key": None,
+        "status": status, "exit_code": 0 if status == "PASSED" else 4, "device": device,
+        "correctness": head.correctness, "benchmark": head.benchmark, "duration_s": 0.1,
+    }
+    return files, header
+
+
+def write_attempt(artifacts: Path, task: str, candidate: str, files: dict, header: dict, *,
+                  created_at: str | None = None, extra_files: dict | None = None,
+                  log_text: str = "synthetic\n") -> Path:
+    """Seal `files` (from attempt_records) as an attempt of `candidate` through AttemptWriter."""
     w = AttemptWriter(artifacts, task, candidate)
-    w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash})
-    w.json("environment.json", env)
-    w.json("correctness.json", {"schema_version": 1, "device": device, "cases": [],
-                                "summary": {"ok": status == "PASSED"}})
-    w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": cases if bench else [],
-                              "summary": bsum})
-    w.text("logs/worker.log", "synthetic\n")
+    for rel, obj in files.items():
+        w.json(rel, obj)
+    w.text("logs/worker.log", log_text)
     for rel, obj in (extra_files or {}).items():
         w.json(rel, obj)
-    header = {
-        "task_id": task, "task_version": task_version,
-        "operator": {"name": task, "version": op_version}, "candidate": candidate, "op": f"ns_{candidate}::{task}",
-        "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "suite_hash": suite_hash, "environment_key": env_key, "build_key": None,
-        "status": status, "exit_code": 0 if status == "PASSED" else 4, "device": device,
-        "correctness": {"ok": status == "PASSED"}, "benchmark": bsum, "duration_s": 0.1,
-    }
-    return w.commit(header)
+    return w.commit({**header, "candidate": candidate, "op": f"ns_{candidate}::{task}",
+                     "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
 
 def valid_attempt_ids(artifacts: Path) -> set[str]:

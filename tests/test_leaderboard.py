@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_index import make_attempt
+from test_index import ENV_KEY, env_key_of, make_attempt
 
 from mini_kv.judge.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
 
@@ -55,9 +55,9 @@ def test_latest_valid_attempt_per_candidate_grouped_and_ranked(store):
     board = build_leaderboard(art)
     assert board["schema_version"] == 1 and board["problems"] == []
     assert _entries(board) == {
-        ("rmsnorm", "cpu-env-0001", "cpu"): [(1, "r0")],
-        ("vector_add", "cpu-env-0001", "cpu"): [(1, "v1"), (2, "v0"), (3, "v3"), (4, "v2")],
-        ("vector_add", "gpu-env-0002", "cuda:0"): [(1, "v6")],
+        ("rmsnorm", ENV_KEY, "cpu"): [(1, "r0")],
+        ("vector_add", ENV_KEY, "cpu"): [(1, "v1"), (2, "v0"), (3, "v3"), (4, "v2")],
+        ("vector_add", env_key_of("gpu-env-0002"), "cuda:0"): [(1, "v6")],
     }
     group = next(g for g in board["groups"] if g["task_id"] == "vector_add" and g["device"] == "cpu")
     by = {e["candidate"]: e for e in group["entries"]}
@@ -72,7 +72,7 @@ def test_latest_valid_attempt_per_candidate_grouped_and_ranked(store):
 def test_task_filter(store):
     art, _ = store
     board = build_leaderboard(art, task="rmsnorm")
-    assert _entries(board) == {("rmsnorm", "cpu-env-0001", "cpu"): [(1, "r0")]}
+    assert _entries(board) == {("rmsnorm", ENV_KEY, "cpu"): [(1, "r0")]}
 
 
 def test_json_and_csv_export(store, tmp_path):

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
-from test_index import ENV_KEY, SUITE, make_attempt, synth_samples
+from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
@@ -281,19 +281,21 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import _write_attempt
+    from mini_kv.store.headline import card_headline
     from mini_kv.store.index import read_index, update_index
 
     card = load_task_card(REPO / "tasks" / "vector_add.yaml")
     cand = card.candidate(card.default_candidate)
     _, bench = _attempt(tmp_path, seed=2)
     verdict = compare_to_baseline(baseline, {**baseline, "device": "cpu"}, bench, None)
-    summary = {"status": "PASSED", "exit_code": 0, "device": "cpu", "correctness": {"ok": True},
-               "benchmark": {"ran": True, "ok": True, "stable": True, "geomean_speedup": 1.7},
-               "compile": {}, "duration_s": 0.0, "regression": {"verdict": verdict["verdict"], "reasons": []}}
-    results = {"load": None, "cases": [], "contract": {}, "bench": bench["cases"], "incidents": []}
+    corr = correctness_records("PASSED", "cpu", salt_of(2))
+    results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "bench": bench["cases"]}
+    head = card_headline("ok", results, bench["cases"], False, "cpu")  # what verify() computes
+    summary = {"status": head.status, "exit_code": 0, "device": "cpu", "correctness": head.correctness,
+               "benchmark": head.benchmark, "compile": {}, "duration_s": 0.0,
+               "regression": {"verdict": verdict["verdict"], "reasons": []}}
     store = tmp_path / "store"
-    a = _write_attempt(store, card, cand, {"schema_version": 1, "key": ENV_KEY}, {"status": "ok"}, results,
-                       summary, "salt", "cpu", verdict)
+    a = _write_attempt(store, card, cand, fixture_env(), {"status": "ok"}, results, summary, salt_of(2), "cpu", verdict)
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}
     assert json.loads((a / "regression.json").read_text()) == verdict

@@ -15,6 +15,7 @@ from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
 from mini_kv.store.attempts import AttemptWriter
+from mini_kv.store.headline import card_headline
 from mini_kv.worker import bandwidth
 
 
@@ -189,48 +190,8 @@ def _cpu_memory_limit() -> int:
         return 8 << 30
 
 
-def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
-    counts: dict[str, dict[str, int]] = {}
-    for rec in results["cases"]:
-        group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[rec["kind"]]
-        c = counts.setdefault(group, {"passed": 0, "total": 0, "skipped": 0})
-        if rec["status"] == "SKIPPED":
-            c["skipped"] += 1
-            continue
-        c["total"] += 1
-        c["passed"] += rec["status"] == "PASS"
-    load = results["load"] or {"ok": False}
-    kernels = load.get("kernels", {})
-    needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
-    missing = [k for k in needed if not kernels.get(k)]
-    contract = results["contract"]
-    contract_ok = all(r.get("status") == "PASS" for r in contract.values())
-    # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
-    integrity = [r["integrity"] for r in [*results["incidents"], load, *results["cases"], *contract.values()]
-                 if r.get("integrity")]
-    cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
-    ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
-    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
-            "integrity_failures": integrity,
-            "contract": {k: v.get("status") for k, v in contract.items()}}
-
-
-def summarize_benchmark(results: dict, skipped: bool) -> dict:
-    from mini_kv.judge import stats
-
-    if skipped:
-        return {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"}
-    recs = results["bench"]
-    good = [r for r in recs if "candidate" in r]
-    failed = [r for r in recs if "candidate" not in r]
-    post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
-    stable = all(r["stability"]["stable"] for r in good) if good else None
-    speedups = [r["speedup"] for r in good if r.get("speedup")]
-    integrity = [r["integrity"] for r in recs if r.get("integrity")] + \
-        [r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")]
-    return {"ran": True, "ok": not failed and not post_bad, "stable": stable,
-            "failed": [r["id"] for r in failed], "post_check_failed": post_bad, "integrity_failures": integrity,
-            "geomean_speedup": stats.geomean(speedups) if speedups else None}
+STATUS_CODES = {"COMPILE_ERROR": ExitCode.COMPILE, "COMPILE_TIMEOUT": ExitCode.COMPILE,
+                "INCORRECT": ExitCode.CORRECTNESS, "BENCHMARK_ERROR": ExitCode.BENCHMARK, "PASSED": ExitCode.OK}
 
 
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
@@ -262,17 +223,10 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
                              stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say, line),
                              env=child_env)
-    correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
-    bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
-
-    if compile_rec["status"] != "ok":
-        status, code = "COMPILE_ERROR" if compile_rec["status"] == "error" else "COMPILE_TIMEOUT", ExitCode.COMPILE
-    elif not correctness["ok"]:
-        status, code = "INCORRECT", ExitCode.CORRECTNESS
-    elif bench["ran"] and not bench["ok"]:
-        status, code = "BENCHMARK_ERROR", ExitCode.BENCHMARK
-    else:
-        status, code = "PASSED", ExitCode.OK
+    # the headline comes from the same function the index and the leaderboard recompute it with
+    head = card_headline(compile_rec["status"], results, results["bench"], opts.skip_benchmark, device)
+    correctness, bench, status = head.correctness, head.benchmark, head.status
+    code = STATUS_CODES[status]
     summary = {
         "status": status, "exit_code": int(code), "device": device, "correctness": correctness,
         "benchmark": bench, "gpu": opts.gpu, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},

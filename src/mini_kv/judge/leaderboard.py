@@ -1,7 +1,9 @@
 """Leaderboard: the latest valid attempt per (task, candidate), ranked by geometric-mean speedup.
 
 Valid means complete (read_attempt verifies every file's SHA-256, and attempt.json still has the hash
-the index recorded), PASSED (fully correct) and stable, with a geometric-mean speedup. Attempts are
+the index recorded), PASSED (fully correct) and stable, with a geometric-mean speedup. Every row that
+would be shown is re-derived from the attempt it cites (`checked_row`): an index row that differs from
+that recomputation was edited, and is reported as TAMPERED, never ranked. Attempts are
 grouped by (task, suite_hash, environment_key, device): only timings measured on the same suite, in the
 same environment and on the same device are ranked against each other.
 """
@@ -11,12 +13,20 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import math
 from pathlib import Path
 
-from mini_kv.model import sha256_file
 from mini_kv.store.atomic import write_bytes, write_json
-from mini_kv.store.attempts import AttemptInvalid, read_attempt
-from mini_kv.store.index import Problem, index_path, read_index, rebuild_index
+from mini_kv.store.attempts import AttemptInvalid, AttemptTampered
+from mini_kv.store.index import (
+    ATTEMPT_COLUMNS,
+    CASE_COLUMNS,
+    Problem,
+    index_path,
+    read_index,
+    rebuild_index,
+    record_for_attempt,
+)
 
 LEADERBOARD_SCHEMA_VERSION = 1
 GROUP_KEYS = ("task_id", "suite_hash", "environment_key", "device")
@@ -41,23 +51,21 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
         where += " AND task_id=?"
         params = (task,)
     rows, cases = read_index(artifacts, where, params)
-    latest: dict[tuple[str, str], dict] = {}
-    for row in sorted(rows, key=lambda r: (r["created_at"], r["attempt_id"]), reverse=True):
-        key = (row["task_id"], row["candidate"])
+    latest: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
+    for row in sorted(rows, key=lambda r: (str(r["created_at"]), str(r["attempt_id"])), reverse=True):
+        key = (str(row["task_id"]), str(row["candidate"]))
         if key in latest:
             continue
-        path = artifacts / row["path"]
         try:
-            read_attempt(path)
-            if sha256_file(path / "attempt.json") != row["attempt_sha256"]:
-                raise AttemptInvalid(f"{path}: attempt.json changed after it was indexed (tampered?); "
-                                     "inspect it, then run `mini-kv rebuild-index`")
-        except (AttemptInvalid, OSError) as exc:
-            problems.append(Problem(str(path), "invalid", str(exc)))
-            continue
-        latest[key] = row
+            latest[key] = checked_row(artifacts, row, cases.get(row["attempt_id"], []))
+        except AttemptInvalid as exc:
+            path = artifacts / str(row["path"])
+            msg = str(exc)
+            msg = msg[len(str(path)) + 2:] if msg.startswith(f"{path}: ") else msg
+            problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
     groups: dict[tuple, list[dict]] = {}
-    for row in latest.values():
+    cases = {row["attempt_id"]: rcases for row, rcases in latest.values()}
+    for row, _ in latest.values():
         groups.setdefault(tuple(row[k] for k in GROUP_KEYS), []).append(row)
     out_groups = []
     for gkey in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
@@ -79,6 +87,55 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
         "groups": out_groups,
         "problems": [p.to_dict() for p in problems],
     }
+
+
+def checked_row(artifacts: Path, row: dict, cases: list[dict]) -> tuple[dict, list[dict]]:
+    """The index row of an attempt, re-derived from the attempt it cites: its directory must be
+    `artifacts/<task_id>/<attempt_id>`, pass every check of the index (hashes, ids, headline recomputed
+    from the per-case records) and give exactly this row, bench cases included. AttemptInvalid, or
+    AttemptTampered naming index.sqlite when the row was edited, otherwise."""
+    db = index_path(artifacts)
+    task, attempt = row.get("task_id"), row.get("attempt_id")
+    if not (isinstance(task, str) and isinstance(attempt, str) and row.get("path") == f"{task}/{attempt}"
+            and _plain_name(task) and _plain_name(attempt)):
+        raise AttemptTampered(f"{artifacts / str(row.get('path'))}: TAMPERED {db.name}: the row of attempt "
+                              f"{attempt!r} (task {task!r}) cites {row.get('path')!r}, not <task>/<attempt id>; "
+                              "run `mini-kv rebuild-index`")
+    path = artifacts / task / attempt
+    if not path.is_dir() or path.is_symlink():
+        raise AttemptTampered(f"{path}: TAMPERED {db.name}: the row cites an attempt directory that does not "
+                              "exist; run `mini-kv rebuild-index`")
+    try:
+        real_row, real_cases = record_for_attempt(path)
+    except OSError as exc:
+        raise AttemptInvalid(f"{path}: could not be read ({exc})") from None
+    if real_row["attempt_sha256"] != row.get("attempt_sha256"):
+        raise AttemptTampered(f"{path}: TAMPERED attempt.json: changed after it was indexed (its SHA-256 is not "
+                              f"the one {db.name} recorded); inspect it, then run `mini-kv rebuild-index`")
+    wrong = [c for c in ATTEMPT_COLUMNS if not _same(row.get(c), real_row[c])]
+    key = lambda c: str(c.get("case_id"))  # noqa: E731
+    mine = sorted(cases, key=key)
+    if len(mine) != len(real_cases) or any(not _same(a.get(k), b[k]) for a, b in
+                                            zip(mine, sorted(real_cases, key=key), strict=False) for k in CASE_COLUMNS):
+        wrong.append("bench_cases")
+    if wrong:
+        raise AttemptTampered(f"{path}: TAMPERED {db.name}: its row differs from the attempt it cites in "
+                              f"{', '.join(wrong)} (e.g. {wrong[0]}: index {row.get(wrong[0])!r}, attempt "
+                              f"{real_row.get(wrong[0])!r}); never ranked. Run `mini-kv rebuild-index`")
+    return real_row, real_cases
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                                       and not isinstance(a, bool) and not isinstance(b, bool)):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
 
 
 def to_csv(board: dict) -> str:

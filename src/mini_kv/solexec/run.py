@@ -343,24 +343,23 @@ def _safe(name: str) -> str:
 
 def suite_hash(problem: Problem, settings: dict) -> str:
     """What was measured: the definition, the workloads and the settings. Only equal suites are ranked together."""
-    return sha256_text(canonical_json({"format": "sol-execbench", "definition": problem.definition.raw,
-                                       "workloads": [wl.trace_dict() for wl in problem.workloads],
-                                       "settings": settings}))
+    return sol_suite_hash(problem.definition.raw, [wl.trace_dict() for wl in problem.workloads], settings)
 
 
-def _summaries(outcomes: dict[str, dict], trace_list: list[dict]) -> tuple[dict, dict]:
-    from mini_kv.judge import stats
+def sol_suite_hash(definition: dict, workloads: list[dict], settings: dict) -> str:
+    """suite_hash from the stored records (definition.json, workload.jsonl, benchmark.json's settings)."""
+    return sha256_text(canonical_json({"format": "sol-execbench", "definition": definition,
+                                       "workloads": workloads, "settings": settings}))
 
-    counts: dict[str, int] = {}
-    for t in trace_list:
-        counts[t["evaluation"]["status"]] = counts.get(t["evaluation"]["status"], 0) + 1
-    passed = counts.get("PASSED", 0) == len(trace_list)
-    benches = [o["bench"] for o in outcomes.values() if o.get("bench")]
-    speedups = [b["speedup"] for b in benches if b.get("speedup")]
-    bench = {"ran": bool(benches), "ok": passed, "stable": all(b["stability"]["stable"] for b in benches)
-             if passed and benches else None,
-             "geomean_speedup": stats.geomean(speedups) if passed and speedups else None}
-    return {"ok": passed, "counts": counts}, bench
+
+def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, dict]:
+    """Status, correctness and benchmark summaries, by the function the index recomputes them with."""
+    from mini_kv.store.headline import sol_headline
+
+    head = sol_headline([{"id": u, **o} for u, o in outcomes.items()],
+                        [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
+                        "COMPILE_ERROR" if code == ExitCode.COMPILE else "FAILED")
+    return head.status, head.correctness, head.benchmark
 
 
 def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec: dict | None, results: dict,
@@ -386,7 +385,7 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     if results.get("log") and Path(results["log"]).is_file():
         w.copy("logs/worker.log", Path(results["log"]))
     w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in trace_list))
-    correctness, bench = _summaries(outcomes, trace_list)
+    status, correctness, bench = _summaries(outcomes, code)
     w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt, "load": results.get("load"),
                                 "workloads": [{k: v for k, v in {"id": u, **o}.items() if k != "bench"}
                                               for u, o in outcomes.items()],
@@ -395,7 +394,6 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
                               "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
                               "summary": bench})
     version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
-    status = "PASSED" if correctness["ok"] else ("COMPILE_ERROR" if code == ExitCode.COMPILE else "FAILED")
     header = {"task_id": _safe(d.name), "task_version": version, "format": "sol-execbench",
               "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
               "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import secrets
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_file
@@ -45,6 +47,12 @@ class AttemptInvalid(Exception):
     """An attempt directory that must not be used; the message says why."""
 
 
+class AttemptTampered(AttemptInvalid):
+    """An attempt whose files disagree with its own records: changed, added, linked or forged."""
+
+    kind = "tampered"
+
+
 def read_attempt(path: Path, verify: bool = True) -> dict:
     """attempt.json of a sealed attempt, after checking every listed file's size and SHA-256."""
     path = Path(path)
@@ -55,8 +63,8 @@ def read_attempt(path: Path, verify: bool = True) -> dict:
         header = json.loads(meta.read_text())
     except FileNotFoundError:
         raise AttemptInvalid(f"{path}: no attempt.json") from None
-    except (OSError, ValueError) as exc:
-        raise AttemptInvalid(f"{meta}: unreadable ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise AttemptInvalid(f"{meta}: unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(header, dict):
         raise AttemptInvalid(f"{meta}: not a JSON object")
     version = header.get("schema_version")
@@ -64,21 +72,70 @@ def read_attempt(path: Path, verify: bool = True) -> dict:
         raise AttemptInvalid(f"{meta}: schema_version {version!r} is not {ATTEMPT_SCHEMA_VERSION}; "
                              "it was written by another mini_kv version: read it with that version")
     if verify:
-        for entry in header.get("files", []):
-            f = path / entry["path"]
-            if not f.is_file():
-                raise AttemptInvalid(f"{path}: listed file {entry['path']} is missing")
-            if f.stat().st_size != entry["size"] or sha256_file(f) != entry["sha256"]:
-                raise AttemptInvalid(f"{path}: {entry['path']} does not match its recorded SHA-256 (tampered or truncated)")
+        verify_files(path, header.get("files"))
     header["path"] = str(path)
     return header
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _manifest(path: Path, files) -> list[tuple[str, str, int]]:
+    """attempt.json's `files` as (path, sha256, size), after checking its shape and every name."""
+    meta = path / "attempt.json"
+    if not isinstance(files, list):
+        raise AttemptInvalid(f"{meta}: `files` is {type(files).__name__}, expected a list of "
+                             "{path, sha256, size} objects")
+    out, seen = [], {}
+    for i, e in enumerate(files):
+        ok = (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str)
+              and _SHA256.fullmatch(e["sha256"]) is not None and type(e.get("size")) is int and e["size"] >= 0)
+        if not ok:
+            raise AttemptInvalid(f"{meta}: files[{i}] is not a {{path, sha256 (64 lowercase hex), size (int >= 0)}} "
+                                 "object")
+        rel = e["path"]
+        parts = PurePosixPath(rel).parts
+        if not rel or rel.startswith("/") or "\\" in rel or "\0" in rel or any(p in ("..", ".") for p in parts) \
+                or rel != str(PurePosixPath(rel)) or rel == "attempt.json":
+            raise AttemptTampered(f"{meta}: files[{i}] path {rel!r} is not a plain relative path inside the attempt")
+        # names that differ only in case would be one file on a case-insensitive file system
+        if rel.casefold() in seen:
+            raise AttemptTampered(f"{meta}: files[{i}] path {rel!r} is listed twice (as {seen[rel.casefold()]!r})")
+        seen[rel.casefold()] = rel
+        out.append((rel, e["sha256"], e["size"]))
+    return out
+
+
+def verify_files(path: Path, files) -> None:
+    """Every listed file is a regular file inside `path` (no link on the way) with its recorded size and
+    SHA-256, and no file is there that is not listed. AttemptTampered/AttemptInvalid otherwise."""
+    if path.is_symlink():
+        raise AttemptTampered(f"{path}: the attempt directory is a symbolic link (to {os.readlink(path)})")
+    listed = _manifest(path, files)
+    for rel, digest, size in listed:
+        f = path / rel
+        for anc in [*reversed(f.relative_to(path).parents), Path(rel)]:
+            if str(anc) != "." and (path / anc).is_symlink():
+                raise AttemptTampered(f"{path}: listed file {rel}: {anc} is a symbolic link")
+        if not f.exists():
+            raise AttemptInvalid(f"{path}: listed file {rel} is missing")
+        if not f.is_file():
+            raise AttemptTampered(f"{path}: listed file {rel} is not a regular file")
+        if f.stat().st_size != size or sha256_file(f) != digest:
+            raise AttemptTampered(f"{path}: {rel} does not match its recorded SHA-256 and size in attempt.json "
+                                  "(tampered or truncated)")
+    names = {rel for rel, _, _ in listed} | {"attempt.json"}
+    for p in sorted(path.rglob("*")):
+        if (p.is_symlink() or not p.is_dir()) and str(p.relative_to(path)) not in names:
+            raise AttemptTampered(f"{path}: {p.relative_to(path)} is not listed in attempt.json (added after "
+                                  "the attempt was sealed)")
 
 
 def load_attempt_file(attempt: dict, rel: str):
     """One JSON file of an already verified attempt."""
     try:
         return json.loads((Path(attempt["path"]) / rel).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(str(Path(attempt["path"]) / rel), "", f"unreadable attempt file ({exc})") from None
 
 

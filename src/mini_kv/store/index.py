@@ -22,6 +22,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import secrets
 import sqlite3
 from dataclasses import asdict, dataclass
@@ -32,8 +33,9 @@ from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.model import sha256_file
+from mini_kv.store import headline
 from mini_kv.store.atomic import fsync_dir
-from mini_kv.store.attempts import PARTIAL, AttemptInvalid, read_attempt
+from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 
 INDEX_SCHEMA_VERSION = 1
 INDEX_NAME = "index.sqlite"
@@ -44,7 +46,10 @@ SIDECARS = ("-wal", "-shm", "-journal")
 LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads
-KNOWN_FILE_VERSIONS = {"benchmark.json": {1}, "regression.json": {1}, "environment.json": {1}}
+KNOWN_FILE_VERSIONS = {"benchmark.json": {1}, "regression.json": {1}, "environment.json": {1}, "correctness.json": {1}}
+# the JSON files of an attempt that derive() reads (all must be JSON objects)
+KNOWN_JSON_FILES = ("benchmark.json", "correctness.json", "environment.json", "regression.json", "compile.json",
+                    "task_card.json", "definition.json", "solution.json")
 
 _DDL = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -130,6 +135,9 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
     except LockTimeout:
         raise IndexUnusable(f"{artifacts / LOCK_NAME}: another mini_kv process has held the index lock for "
                             f"{timeout:.0f} s; wait for it to finish (or end it) and retry") from None
+    except OSError as exc:  # e.g. the lock path is a directory, or the store is read-only
+        raise IndexUnusable(f"{artifacts / LOCK_NAME}: cannot take the index lock ({exc}); it must be a "
+                            "writable file (remove whatever else is there)") from None
     try:
         yield
     finally:
@@ -139,12 +147,13 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
 def _attempt_json_file(path: Path, rel: str):
     try:
         obj = json.loads((path / rel).read_text())
-    except (OSError, ValueError) as exc:
-        raise AttemptInvalid(f"{path / rel}: unreadable ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise AttemptInvalid(f"{path / rel}: unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(obj, dict):
         raise AttemptInvalid(f"{path / rel}: not a JSON object")
     known = KNOWN_FILE_VERSIONS.get(rel)
-    if known is not None and obj.get("schema_version") not in known:
+    version = obj.get("schema_version")
+    if known is not None and not (type(version) is int and version in known):  # may be any JSON value
         raise _UnknownVersion(f"{path / rel}: schema_version {obj.get('schema_version')!r} is not one this mini_kv "
                              f"reads ({', '.join(map(str, sorted(known)))}); it was written by another mini_kv "
                              "version: read it with that version")
@@ -163,7 +172,10 @@ def _attempt_validator():
 def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     """The index row and bench-case rows of one attempt; raises AttemptInvalid if it is not usable.
 
-    Reads the attempt through read_attempt, so every listed file's SHA-256 is checked first.
+    Reads the attempt through read_attempt, so every listed file's SHA-256 is checked first; then
+    cross-checks the header's ids against the files they name and recomputes the headline (status,
+    stability, speedups, geometric mean) from the per-case records (`headline.derive`). The row holds
+    the recomputed values; any stored claim that differs from them is AttemptTampered.
     """
     from mini_kv.load.schema import validate
 
@@ -182,31 +194,142 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     if header["task_id"] != attempt_dir.parent.name:
         raise _Misplaced(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
                              f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/")
-    listed = {f["path"] for f in header["files"]}
-    bench = _attempt_json_file(attempt_dir, "benchmark.json") if "benchmark.json" in listed else None
-    regression = _attempt_json_file(attempt_dir, "regression.json") if "regression.json" in listed else None
-    bsum = header.get("benchmark") or {}
-    stable = bsum.get("stable")
+    head, files = derive(attempt_dir, header)
     row = {
         "attempt_id": header["attempt_id"], "task_id": header["task_id"], "task_version": header["task_version"],
         "operator_name": header["operator"]["name"], "operator_version": header["operator"]["version"],
-        "candidate": header["candidate"], "status": header["status"], "device": header.get("device"),
+        "candidate": header["candidate"], "status": head.status, "device": header.get("device"),
         "suite_hash": header["suite_hash"], "environment_key": header["environment_key"],
-        "created_at": header["created_at"], "stable": None if stable is None else int(bool(stable)),
-        "geomean_speedup": bsum.get("geomean_speedup"),
-        "regression": (regression or {}).get("verdict"),
+        "created_at": header["created_at"],
+        "stable": None if head.benchmark is None or head.benchmark["stable"] is None
+        else int(bool(head.benchmark["stable"])),
+        "geomean_speedup": None if head.benchmark is None else head.benchmark.get("geomean_speedup"),
+        "regression": (files.get("regression.json") or {}).get("verdict"),
         "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
         "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
     }
-    cases = []
-    for c in (bench or {}).get("cases", []):
-        if not isinstance(c, dict) or "candidate" not in c:
-            continue
-        overall = c["candidate"].get("summary", {}).get("overall", {})
-        cases.append({"attempt_id": row["attempt_id"], "case_id": c.get("id"), "p50_us": overall.get("p50"),
-                      "p95_us": overall.get("p95"), "speedup": c.get("speedup"),
-                      "stable": int(bool((c.get("stability") or {}).get("stable")))})
+    cases = [{"attempt_id": row["attempt_id"], "case_id": c.id, "p50_us": c.p50_us, "p95_us": c.p95_us,
+              "speedup": c.speedup, "stable": int(c.stable)} for c in head.cases]
     return row, cases
+
+
+_ATTEMPT_ID = re.compile(r"\d{8}T\d{12}Z-(?P<candidate>.+)-[0-9a-f]{6}")
+REQUIRED_FILES = {headline.CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
+                  headline.SOL_FORMAT: ("definition.json", "workload.jsonl", "solution.json", "environment.json",
+                                        "correctness.json", "benchmark.json")}
+
+
+def _tampered(attempt_dir: Path, file: str, message: str) -> AttemptTampered:
+    return AttemptTampered(f"{attempt_dir}: TAMPERED {file}: {message}")
+
+
+def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str, dict]]:
+    """The headline recomputed from a verified attempt's records, after checking that the header's ids
+    agree with the files they describe. Returns it with the JSON files read (by name)."""
+    fmt = header.get("format") or headline.CARD_FORMAT
+    if not isinstance(fmt, str) or fmt not in REQUIRED_FILES:
+        raise AttemptInvalid(f"{attempt_dir / 'attempt.json'}: format {fmt!r} is not one of "
+                             f"{', '.join(sorted(REQUIRED_FILES))}")
+    listed = {f["path"] for f in header["files"]}
+    files = {rel: _attempt_json_file(attempt_dir, rel) for rel in sorted(listed) if rel in KNOWN_JSON_FILES}
+    for rel in REQUIRED_FILES[fmt]:
+        if rel not in listed:
+            raise _tampered(attempt_dir, rel, f"missing: a {fmt} attempt always has it (attempt.json does not list it)")
+    m = _ATTEMPT_ID.fullmatch(header["attempt_id"])
+    if m is None or m["candidate"] != header["candidate"]:
+        raise _tampered(attempt_dir, "attempt.json", f"attempt_id {header['attempt_id']!r} is not "
+                        f"<UTC time>-{header['candidate']}-<6 hex>, for its candidate {header['candidate']!r}")
+    _check_environment(attempt_dir, header, files["environment.json"])
+    for rel in ("correctness.json", "benchmark.json"):
+        if files[rel].get("device") != header.get("device"):
+            raise _tampered(attempt_dir, rel, f"device {files[rel].get('device')!r} differs from attempt.json's "
+                            f"{header.get('device')!r}")
+    corr, bench = files["correctness.json"], files["benchmark.json"]
+    try:
+        if fmt == headline.SOL_FORMAT:
+            _check_sol_ids(attempt_dir, header, files)
+            failed = header["status"] if header["status"] in headline.SOL_FAILED_STATUSES else "FAILED"
+            head = headline.sol_headline(corr.get("workloads"), bench.get("cases"), failed)
+        else:
+            _check_card_ids(attempt_dir, header, files["task_card.json"])
+            _check_card_seeds(attempt_dir, header, corr, bench)
+            compile_status = files["compile.json"].get("status") if "compile.json" in files else "ok"
+            summary = bench.get("summary")
+            skipped = isinstance(summary, dict) and summary.get("ran") is False and not any(
+                isinstance(c, dict) and "candidate" in c for c in bench.get("cases") or [])
+            head = headline.card_headline(compile_status, corr, bench.get("cases", []), skipped,
+                                          str(header.get("device") or ""))
+    except headline.RecordError as exc:
+        raise _tampered(attempt_dir, exc.file, str(exc)[len(exc.file) + 2:]) from None
+    except ValueError as exc:  # stats refusing the samples (empty, non-positive, NaN)
+        raise _tampered(attempt_dir, "benchmark.json", f"timing samples unusable ({exc})") from None
+    wrong = headline.claims_mismatch(head, header, corr, bench)
+    if wrong:
+        file = wrong[0].split(" ", 1)[0]
+        raise _tampered(attempt_dir, file, "a headline differs from the recomputation from the hashed "
+                        "per-case records: " + "; ".join(wrong))
+    return head, files
+
+
+def _check_environment(attempt_dir: Path, header: dict, env: dict) -> None:
+    from mini_kv.environment import environment_key
+
+    if env.get("key") != header["environment_key"]:
+        raise _tampered(attempt_dir, "environment.json", f"key {env.get('key')!r} differs from attempt.json's "
+                        f"environment_key {header['environment_key']!r}")
+    try:
+        key = environment_key(env)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise _tampered(attempt_dir, "environment.json", f"fields malformed ({exc})") from None
+    if key != env["key"]:
+        raise _tampered(attempt_dir, "environment.json", f"key {env['key']!r} is not the key of the environment "
+                        f"it describes ({key!r}): relabelled to be ranked with another environment")
+
+
+def _check_card_ids(attempt_dir: Path, header: dict, card_rec: dict) -> None:
+    card = card_rec.get("card")
+    if isinstance(card, dict) and card.get("id") != header["task_id"]:
+        raise _tampered(attempt_dir, "task_card.json", f"card id {card.get('id')!r} differs from attempt.json's "
+                        f"task_id {header['task_id']!r}")
+    if card_rec.get("suite_hash") != header["suite_hash"]:
+        raise _tampered(attempt_dir, "task_card.json", f"suite_hash {card_rec.get('suite_hash')!r} differs from "
+                        f"attempt.json's {header['suite_hash']!r}")
+
+
+def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) -> None:
+    """Every timed case's seed derives from this run's secret salt (correctness.json): benchmark.json
+    records of another attempt (another run, another salt) do not fit here."""
+    timed = [c for c in bench.get("cases") or [] if isinstance(c, dict) and "candidate" in c]
+    if not timed:
+        return
+    # the worker's own derivation (it imports torch, so only when there is something to check)
+    from mini_kv.worker.inputs import case_seed
+
+    salt = corr.get("seed_salt")
+    for c in timed:
+        if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):
+            raise _tampered(attempt_dir, "benchmark.json", f"case {c.get('id')!r}: seed {c.get('seed')!r} was not "
+                            "derived from this attempt's seed_salt (correctness.json): its records come from "
+                            "another run")
+
+
+def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
+    from mini_kv.solexec.run import _safe, sol_suite_hash
+
+    for rel, field in (("definition.json", "task_id"), ("solution.json", "candidate")):
+        name = files[rel].get("name")
+        if not isinstance(name, str) or _safe(name) != header[field]:
+            raise _tampered(attempt_dir, rel, f"name {name!r} does not match attempt.json's {field} "
+                            f"{header[field]!r}")
+    try:
+        lines = (attempt_dir / "workload.jsonl").read_text().splitlines()
+        workloads = [json.loads(line) for line in lines if line.strip()]
+        suite = sol_suite_hash(files["definition.json"], workloads, files["benchmark.json"].get("settings"))
+    except (OSError, ValueError, RecursionError, TypeError) as exc:
+        raise _tampered(attempt_dir, "workload.jsonl", f"unreadable ({type(exc).__name__}: {exc})") from None
+    if suite != header["suite_hash"]:
+        raise _tampered(attempt_dir, "attempt.json", f"suite_hash {header['suite_hash']!r} is not the hash of the "
+                        "definition, workloads and settings it records")
 
 
 def _classify(exc: AttemptInvalid) -> str:
@@ -231,7 +354,12 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
         if entry.is_symlink() or not entry.is_dir():
             problems.append(Problem(str(entry), "stray", "not a task directory (stray file); remove it"))
             continue
-        for d in sorted(entry.iterdir()):
+        try:
+            children = sorted(entry.iterdir())
+        except OSError as exc:
+            problems.append(Problem(str(entry), "invalid", f"task directory unreadable ({exc})"))
+            continue
+        for d in children:
             if d.is_symlink() or not d.is_dir():
                 problems.append(Problem(str(d), "stray", "not an attempt directory (stray file or link); remove it"))
             elif d.name.endswith(PARTIAL):
@@ -244,7 +372,36 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
                     msg = str(exc)
                     msg = msg[len(str(d)) + 2:] if msg.startswith(f"{d}: ") else msg
                     problems.append(Problem(str(d), _classify(exc), msg))
-    return records, problems
+                except (OSError, RecursionError, MemoryError) as exc:
+                    # unreadable in a way no check foresaw: this attempt is skipped, the others still count
+                    problems.append(Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})"))
+    return _drop_duplicates(records, problems)
+
+
+def _drop_duplicates(records: list, problems: list[Problem]) -> tuple[list, list[Problem]]:
+    """Attempt ids are unique: two directories claiming one id (a copy relabelled under another task)
+    are both reported and neither is indexed, since nothing tells which one is the original."""
+    where: dict[str, list[str]] = {}
+    for row, _ in records:
+        where.setdefault(row["attempt_id"], []).append(row["path"])
+    kept = []
+    for row, cases in records:
+        paths = where[row["attempt_id"]]
+        if len(paths) == 1:
+            kept.append((row, cases))
+            continue
+        others = ", ".join(p for p in paths if p != row["path"])
+        problems.append(Problem(row["path"], "tampered", f"TAMPERED attempt.json: attempt_id {row['attempt_id']!r} "
+                                f"is also claimed by {others}; attempt ids are unique, so one is a copy"))
+    return kept, problems
+
+
+def _check_index_file(db: Path) -> None:
+    """Something other than a regular file where the index belongs is never replaced or removed by us."""
+    if db.is_symlink() or (db.exists() and not db.is_file()):
+        what = "a symbolic link" if db.is_symlink() else "a directory" if db.is_dir() else "not a regular file"
+        raise IndexUnusable(f"{db}: is {what}, not an index file; move it out of the way (it is never "
+                            f"deleted for you), then run `mini-kv rebuild-index --artifacts {db.parent}`")
 
 
 def store_read_only(artifacts: Path) -> bool:
@@ -256,6 +413,7 @@ def store_read_only(artifacts: Path) -> bool:
 
 def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
     """An open connection to an existing, current-version index; IndexUnusable otherwise."""
+    _check_index_file(db)
     if not db.is_file():
         raise IndexUnusable(f"{db}: no index yet; create it with `mini-kv rebuild-index --artifacts {db.parent}`")
     if read_only:  # immutable unless a WAL file is left over, whose pages only a WAL-aware read sees
@@ -330,8 +488,9 @@ def _rebuild_locked(artifacts: Path) -> RebuildResult:
     for stale in artifacts.glob(TMP_PREFIX + "*"):  # left by a rebuild that was killed (and its journal)
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
-    records, problems = scan(artifacts)
     db = index_path(artifacts)
+    _check_index_file(db)
+    records, problems = scan(artifacts)
     tmp = artifacts / f"{TMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         con = sqlite3.connect(str(tmp), isolation_level=None)
@@ -388,6 +547,8 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
         row, cases = record_for_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
     except AttemptInvalid as exc:
         raise IndexUnusable(f"not indexed: {exc}") from None
+    except (OSError, RecursionError) as exc:
+        raise IndexUnusable(f"not indexed: {attempt_dir}: unreadable ({type(exc).__name__}: {exc})") from None
     db = index_path(artifacts)
     with index_lock(artifacts):
         try:
@@ -419,6 +580,11 @@ def read_index(artifacts: Path, where: str = "", params: tuple = ()) -> tuple[li
         con = _connect(db, read_only=read_only)
         try:
             con.row_factory = sqlite3.Row
+            have = {r[1] for r in con.execute("PRAGMA table_info(attempts)")}
+            have_cases = {r[1] for r in con.execute("PRAGMA table_info(bench_cases)")}
+            if not set(ATTEMPT_COLUMNS) <= have or not set(CASE_COLUMNS) <= have_cases:
+                raise IndexUnusable(f"{db}: its tables lack columns of a mini_kv index (edited by hand?); "
+                                    f"rebuild it with `mini-kv rebuild-index --artifacts {Path(artifacts)}`")
             rows = [dict(r) for r in con.execute(
                 f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
                 "ORDER BY task_id, candidate, created_at, attempt_id", params)]
@@ -430,7 +596,7 @@ def read_index(artifacts: Path, where: str = "", params: tuple = ()) -> tuple[li
                                 f"`mini-kv rebuild-index --artifacts {Path(artifacts)}`") from None
         finally:
             con.close()
-    return rows, {r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows}
+    return rows, {r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows if isinstance(r["attempt_id"], str)}
 
 
 def snapshot(artifacts: Path) -> dict[str, tuple]:

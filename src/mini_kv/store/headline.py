@@ -1,0 +1,259 @@
+"""An attempt's headline (status, stability, per-case speedups, geometric mean), derived from its records.
+
+The headline is what the index and the leaderboard rank by. It is never taken from what an attempt
+*says* about itself (attempt.json's `status` / `benchmark`, or a `summary` block): it is recomputed
+here from the per-case records — correctness.json's case / workload verdicts and benchmark.json's raw
+timing samples — whose SHA-256 attempt.json lists and `read_attempt` checks. The writers (`verify`
+and `bench`) build the header with these same functions, so the writer and the verifier cannot
+disagree: any difference between a stored claim and the recomputation is a forgery (`claims_mismatch`).
+
+Records come from disk and may be anything; every malformed record raises `RecordError` (naming the
+file and what is wrong), never a bare KeyError/TypeError.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+CARD_FORMAT = "task-card"
+SOL_FORMAT = "sol-execbench"
+# the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
+DEFAULT_MAX_CV = 0.03
+DEFAULT_MAX_P95_CV = 0.15
+# the statuses a SOL attempt that did not pass may carry (solexec.run.record_attempt)
+SOL_FAILED_STATUSES = ("COMPILE_ERROR", "FAILED")
+
+
+class RecordError(Exception):
+    """A per-case record that cannot be used; `file` names it, the message says what is wrong."""
+
+    def __init__(self, file: str, message: str):
+        super().__init__(f"{file}: {message}")
+        self.file = file
+
+
+@dataclass(frozen=True)
+class CaseHeadline:
+    """One bench case, recomputed from its raw samples."""
+
+    id: str
+    p50_us: float
+    p95_us: float
+    speedup: float
+    stable: bool
+
+
+@dataclass(frozen=True)
+class Headline:
+    status: str
+    correctness: dict | None  # the correctness summary (None when nothing ran)
+    benchmark: dict | None  # {"ran", "ok", "stable", "geomean_speedup", ...}; None when nothing ran
+    cases: tuple[CaseHeadline, ...]  # the bench cases that produced timings
+
+
+def _need(cond: bool, file: str, message: str) -> None:
+    if not cond:
+        raise RecordError(file, message)
+
+
+def _samples(rec: dict, who: str, where: str) -> list[list[float]]:
+    side = rec.get(who)
+    _need(isinstance(side, dict), "benchmark.json", f"{where}: `{who}` is not an object")
+    samples = side.get("samples")
+    ok = (isinstance(samples, list) and samples and all(isinstance(r, list) and r for r in samples)
+          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                  for r in samples for x in r))
+    # exactly what the worker's statistics accept (stats._as_array); the speedup then needs positive P50s
+    _need(bool(ok), "benchmark.json", f"{where}: `{who}.samples` must be non-empty lists of finite times")
+    return samples
+
+
+def _limit(stab: dict, key: str, default: float, where: str) -> float:
+    value = stab.get(key, default)
+    _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0, "benchmark.json",
+          f"{where}: `stability.{key}` must be a number >= 0")
+    return float(value)
+
+
+def case_headline(rec: dict) -> CaseHeadline:
+    """P50/P95, speedup and stability of one bench case, recomputed from its raw samples.
+
+    The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
+    from mini_kv.judge import stats
+
+    _need(isinstance(rec, dict), "benchmark.json", "a bench case is not an object")
+    cid = rec.get("id")
+    _need(isinstance(cid, str) and bool(cid), "benchmark.json", "a bench case has no string `id`")
+    where = f"case {cid}"
+    cs = stats.summarize_repeats(_samples(rec, "candidate", where))
+    rs = stats.summarize_repeats(_samples(rec, "reference", where))
+    stab = rec.get("stability") if isinstance(rec.get("stability"), dict) else {}
+    stable = stats.stability(cs, rs, _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
+                             _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where))["stable"]
+    return CaseHeadline(cid, cs["overall"]["p50"], cs["overall"]["p95"],
+                        stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), bool(stable))
+
+
+def _timed(rec) -> bool:
+    return isinstance(rec, dict) and "candidate" in rec
+
+
+def _geomean(cases: list[CaseHeadline]) -> float | None:
+    from mini_kv.judge import stats
+
+    return stats.geomean([c.speedup for c in cases]) if cases else None
+
+
+def _bench_cases(records) -> list:
+    _need(isinstance(records, list), "benchmark.json", "`cases` is not a list")
+    return records
+
+
+# --------------------------------------------------------------------------------- task-card format
+
+def summarize_correctness(results: dict, device: str) -> dict:
+    """correctness.json's summary from its records: load, cases, contract checks, incidents."""
+    counts: dict[str, dict[str, int]] = {}
+    for rec in results["cases"]:
+        group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[rec["kind"]]
+        c = counts.setdefault(group, {"passed": 0, "total": 0, "skipped": 0})
+        if rec["status"] == "SKIPPED":
+            c["skipped"] += 1
+            continue
+        c["total"] += 1
+        c["passed"] += rec["status"] == "PASS"
+    load = results["load"] or {"ok": False}
+    kernels = load.get("kernels", {})
+    needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
+    missing = [k for k in needed if not kernels.get(k)]
+    contract = results["contract"]
+    contract_ok = all(r.get("status") == "PASS" for r in contract.values())
+    # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
+    integrity = [r["integrity"] for r in [*results["incidents"], load, *results["cases"], *contract.values()]
+                 if r.get("integrity")]
+    cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
+    ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
+    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
+            "integrity_failures": integrity,
+            "contract": {k: v.get("status") for k, v in contract.items()}}
+
+
+def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHeadline]]:
+    """benchmark.json's summary and the recomputed bench cases, from the per-case records."""
+    if skipped:
+        return {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"}, []
+    good = [r for r in records if _timed(r)]
+    failed = [r["id"] for r in records if not _timed(r)]
+    post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
+    cases = [case_headline(r) for r in good]
+    stable = all(c.stable for c in cases) if cases else None
+    integrity = [r["integrity"] for r in records if r.get("integrity")] + \
+        [r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")]
+    return ({"ran": True, "ok": not failed and not post_bad, "stable": stable, "failed": failed,
+             "post_check_failed": post_bad, "integrity_failures": integrity, "geomean_speedup": _geomean(cases)},
+            cases)
+
+
+def card_headline(compile_status: str, correctness: dict | None, bench_records: list, skipped: bool,
+                  device: str) -> Headline:
+    """The headline of a task-card attempt. `correctness` holds load/cases/contract/incidents
+    (correctness.json, or the worker's results); `bench_records` benchmark.json's `cases`."""
+    if compile_status != "ok":
+        return Headline("COMPILE_ERROR" if compile_status == "error" else "COMPILE_TIMEOUT", None, None, ())
+    try:
+        corr = summarize_correctness(correctness, device)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RecordError("correctness.json", f"records malformed ({type(exc).__name__}: {exc})") from None
+    try:
+        bench, cases = summarize_benchmark(_bench_cases(bench_records), skipped)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
+    if not corr["ok"]:
+        status = "INCORRECT"
+    elif bench["ran"] and not bench["ok"]:
+        status = "BENCHMARK_ERROR"
+    else:
+        status = "PASSED"
+    return Headline(status, corr, bench, tuple(cases))
+
+
+# ---------------------------------------------------------------------------------- SOL format
+
+def sol_headline(workloads: list, bench_records: list, failed_status: str = "FAILED") -> Headline:
+    """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
+    passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
+    _need(isinstance(workloads, list), "correctness.json", "`workloads` is not a list")
+    counts: dict[str, int] = {}
+    for w in workloads:
+        _need(isinstance(w, dict) and isinstance(w.get("status"), str), "correctness.json",
+              "a workload record has no string `status`")
+        counts[w["status"]] = counts.get(w["status"], 0) + 1
+    passed = bool(workloads) and counts.get("PASSED", 0) == len(workloads)
+    records = [r for r in _bench_cases(bench_records) if _timed(r)]
+    cases = [case_headline(r) for r in records]
+    bench = {"ran": bool(records), "ok": passed,
+             "stable": all(c.stable for c in cases) if passed and cases else None,
+             "geomean_speedup": _geomean(cases) if passed else None}
+    return Headline("PASSED" if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases))
+
+
+# ------------------------------------------------------------------------------ claims vs derived
+
+HEADLINE_FIELDS = ("ran", "stable", "geomean_speedup")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a is b or a == b and type(a) is type(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: dict) -> list[str]:
+    """Every place where a stored claim differs from the recomputation, as 'file field: says X, records give Y'."""
+    out = []
+
+    def check(file: str, field: str, said, derived) -> None:
+        if not _same(said, derived):
+            out.append(f"{file} {field}: says {said!r}, its records give {derived!r}")
+
+    check("attempt.json", "status", header.get("status"), head.status)
+    for file, block in (("attempt.json", header.get("benchmark")), ("benchmark.json", benchmark.get("summary"))):
+        if head.benchmark is None:
+            if block is not None and isinstance(block, dict) and (block.get("ran") or block.get("stable")
+                                                                  or block.get("geomean_speedup") is not None):
+                out.append(f"{file} benchmark: claims a benchmark, but nothing ran ({head.status})")
+            continue
+        if not isinstance(block, dict):
+            out.append(f"{file} benchmark: {block!r} is not the summary its records give")
+            continue
+        for key in HEADLINE_FIELDS:
+            check(file, f"benchmark.{key}" if file == "attempt.json" else f"summary.{key}", block.get(key),
+                  head.benchmark.get(key))
+    derived_ok = None if head.correctness is None else head.correctness["ok"]
+    for file, block in (("attempt.json", header.get("correctness")), ("correctness.json", correctness.get("summary"))):
+        said = block.get("ok") if isinstance(block, dict) else None
+        if said is not None or derived_ok:
+            check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)
+    by_id = {c.id: c for c in head.cases}
+    records = benchmark.get("cases") if isinstance(benchmark.get("cases"), list) else []
+    for rec in records:
+        c = by_id.get(rec["id"]) if _timed(rec) and isinstance(rec.get("id"), str) else None
+        if c is None:
+            continue
+        where = f"case {c.id}"
+        check("benchmark.json", f"{where} speedup", rec.get("speedup"), c.speedup)
+        stab = rec.get("stability")
+        check("benchmark.json", f"{where} stability.stable", stab.get("stable") if isinstance(stab, dict) else None,
+              c.stable)
+        overall = ((rec.get("candidate") or {}).get("summary") or {})
+        overall = overall.get("overall") if isinstance(overall, dict) else None
+        overall = overall if isinstance(overall, dict) else {}
+        check("benchmark.json", f"{where} candidate p50", overall.get("p50"), c.p50_us)
+        check("benchmark.json", f"{where} candidate p95", overall.get("p95"), c.p95_us)
+    ids = [r.get("id") for r in records if isinstance(r, dict) and isinstance(r.get("id"), str)]
+    if len(ids) != len(set(ids)):
+        out.append("benchmark.json cases: a case id appears twice")
+    return out
