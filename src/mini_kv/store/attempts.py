@@ -65,12 +65,51 @@ def read_attempt(path: Path, verify: bool = True) -> dict:
                              "it was written by another mini_kv version: read it with that version")
     if verify:
         for entry in header.get("files", []):
+            if not isinstance(entry, dict) or not _inside(path, entry.get("path")):
+                raise AttemptInvalid(f"{path}: listed file {(entry or {}).get('path') if isinstance(entry, dict) else entry!r} "
+                                     "is not a relative path inside the attempt directory")
             f = path / entry["path"]
             if not f.is_file():
                 raise AttemptInvalid(f"{path}: listed file {entry['path']} is missing")
             if f.stat().st_size != entry["size"] or sha256_file(f) != entry["sha256"]:
                 raise AttemptInvalid(f"{path}: {entry['path']} does not match its recorded SHA-256 (tampered or truncated)")
     header["path"] = str(path)
+    return header
+
+
+def _inside(attempt_dir: Path, rel) -> bool:
+    """A listed file must lie inside its attempt directory, also after following links: a manifest
+    naming ../../etc/hostname must not make the store read (and vouch for) a file outside it."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in Path(rel).parts:
+        return False
+    return (attempt_dir / rel).resolve().is_relative_to(attempt_dir.resolve())
+
+
+class AttemptMisplaced(AttemptInvalid):
+    """A sealed attempt that is not where its own header says it belongs (renamed or moved by hand)."""
+
+    kind = "misplaced"
+
+
+def read_sealed_attempt(path: Path) -> dict:
+    """attempt.json of an attempt another record may rely on (a baseline is promoted from it):
+    schema-valid, every listed file inside the directory and matching its SHA-256, and the
+    directory at artifacts/<task_id>/<attempt_id>, as the index requires."""
+    from mini_kv.load.schema import validate
+
+    path = Path(path)
+    header = read_attempt(path, verify=False)
+    try:
+        validate({k: v for k, v in header.items() if k != "path"}, "attempt", str(path / "attempt.json"))
+    except ConfigError as exc:
+        raise AttemptInvalid(str(exc)) from None
+    header = read_attempt(path)
+    if header["attempt_id"] != path.name:
+        raise AttemptMisplaced(f"{path}: directory name differs from its attempt_id {header['attempt_id']!r} "
+                               "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>")
+    if header["task_id"] != path.resolve().parent.name:
+        raise AttemptMisplaced(f"{path}: lies under {path.resolve().parent.name!r} but belongs to task "
+                               f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/")
     return header
 
 

@@ -112,6 +112,15 @@ def run_job(job: dict, chan: Channel) -> int:
     except integrity.Violation as v:
         chan.send(event="load", ok=False, integrity=v.code, reason=str(v))
         return 0
+    if job.get("baseline"):
+        # the regression gate's same-run comparison: the baseline's own build, under its own
+        # dispatcher namespace, takes the reference's place in the interleaved timing below
+        try:
+            reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
+            guard.check("loading the baseline's library")
+        except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
+            chan.send(event="load", ok=False, reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}")
+            return 0
     chan.send(event="load", ok=True, kernels=loader.registered_kernels(job["op"]))
     task_id, salt = job["task_id"], job["salt"]
 
