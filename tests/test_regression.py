@@ -533,3 +533,29 @@ def test_promotion_refuses_a_moved_attempt_as_rebuild_index_does(tmp_path, move)
     with pytest.raises(UserError, match="attempt_id|belongs to task"):  # ... and so does promotion
         promote_baseline(moved, tmp_path / "b.json")
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("card_baseline, output, used", [
+    (None, "baselines/vector_add.json", True),  # promote-baseline's default: found by convention
+    (None, "elsewhere/b.json", False),
+    ("gate/vector_add.json", "gate/vector_add.json", True),
+    ("gate/vector_add.json", "baselines/vector_add.json", False),
+])
+def test_promote_baseline_says_whether_verify_will_use_it(tmp_path, monkeypatch, capsys, card_baseline, output,
+                                                          used):
+    import yaml
+
+    from mini_kv.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "tasks").mkdir()
+    card = {"id": "vector_add", **({"baseline": card_baseline} if card_baseline else {})}
+    (tmp_path / "tasks" / "vector_add.yaml").write_text(yaml.safe_dump(card))
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    monkeypatch.chdir(tmp_path)
+    assert main(["promote-baseline", "--attempt", str(a), "--output", output]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    if used:
+        assert "`mini-kv verify --task tasks/vector_add.yaml` will use it" in text
+    else:
+        assert "will NOT use this file" in text and "note:" in text

@@ -411,6 +411,34 @@ def find_card_baseline(card) -> tuple[Path | None, str | None, list[str]]:
     return None, None, []
 
 
+def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -> tuple[bool, str]:
+    """Whether `verify` of the attempt's card will use a just-promoted baseline, and a line saying so
+    (a baseline at a path the card does not name used to be skipped without a word)."""
+    import yaml
+
+    doc = json.loads((Path(attempt_dir) / "task_card.json").read_text())
+    card_path, card = doc.get("path") or "<card>", doc.get("card") or {}
+    try:  # the card as it is now, if it is at hand: its `baseline:` may have been edited since
+        card = yaml.safe_load((project_root / card_path).read_text()) or card
+    except (OSError, yaml.YAMLError):
+        pass
+    declared = card.get("baseline") if isinstance(card, dict) else None
+    conventional = f"baselines/{card.get('id')}.json"
+    used = project_root / (declared or conventional)
+    try:
+        rel = Path(output).resolve().relative_to(project_root.resolve())
+    except ValueError:
+        rel = Path(output).resolve()
+    if Path(output).resolve() == used.resolve():
+        how = "the card's `baseline:`" if declared else f"found by convention at {conventional}"
+        return True, f"`mini-kv verify --task {card_path}` will use it ({how})"
+    if declared:
+        return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card's `baseline:` names "
+                       f"{declared}. Point `baseline:` at {rel}, or promote with `--output {declared}`")
+    return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card names no `baseline:` and "
+                   f"verify looks for {conventional}. Add `baseline: {rel}` to the card, or promote without --output")
+
+
 def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
                         confirm_with: Callable[[dict, str], dict] | None = None,
                         thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict | None:
