@@ -66,6 +66,36 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     assert not test["slower"]
 
 
+@pytest.mark.gpu
+def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(tmp_path):
+    """On the GPU: v1_slowed (a second, cache-bypassing read of each row) against the baseline's own
+    v1_block_reduce, rebuilt with CUDA under its own namespace (op.cpp and op_cuda.cpp both name it)."""
+    import dataclasses
+
+    from mini_kv.judge import stats
+    from mini_kv.model import Candidate
+
+    card = load_task_card("tasks/rmsnorm.yaml")
+    store = tmp_path / "store"
+    opts = VerifyOptions(device="cuda", skip_benchmark=True, artifacts=str(store), case_filter=["r2_h128"])
+    attempt = Path(verify(card, card.candidate("v1_block_reduce"), opts)["attempt"])
+    baseline = {"task_id": card.id, "source": {"attempt_id": attempt.name, "path": str(attempt),
+                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
+                "manifest": {"attempt_files": read_attempt(attempt)["files"]}}
+    v1 = card.candidate("v1_block_reduce")
+    slowed = dataclasses.replace(v1, id="v1_slowed", path="tests/regression_demo/rmsnorm_v1_slowed",
+                                 op="mini_kv_rmsnorm_v1_slowed::rmsnorm")
+    assert isinstance(slowed, Candidate)
+    comp = compile_candidate(Path(card.project_root), slowed)
+    assert comp["status"] == "ok"
+    opts = VerifyOptions(device="cuda")
+    job = _job(card, slowed, comp["library"], "cuda:0", opts, salt="s")
+    job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2}
+    run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_4096x8192-float16")
+    test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
+    assert test["slower"] and test["ratio"] > 1.15, test
+
+
 @pytest.mark.slow
 def test_a_changed_source_attempt_is_refused_before_anything_is_built(tmp_path):
     from mini_kv.judge.regression import BaselineTampered

@@ -559,3 +559,13 @@ def test_promote_baseline_says_whether_verify_will_use_it(tmp_path, monkeypatch,
         assert "`mini-kv verify --task tasks/vector_add.yaml` will use it" in text
     else:
         assert "will NOT use this file" in text and "note:" in text
+
+
+def test_a_conventional_baseline_linked_out_of_the_project_is_not_used(tmp_path, baseline):
+    from mini_kv.judge.regression import find_card_baseline
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "baselines").symlink_to(tmp_path / "baselines")
+    path, how, notes = find_card_baseline(_card(proj, None))
+    assert path is None and "outside the project root" in notes[0]

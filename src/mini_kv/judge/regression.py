@@ -398,6 +398,9 @@ def find_card_baseline(card) -> tuple[Path | None, str | None, list[str]]:
     root = Path(card.project_root)
     conventional = f"baselines/{card.id}.json"
     has_conventional = (root / conventional).is_file()
+    if has_conventional and not (root / conventional).resolve().is_relative_to(root.resolve()):
+        # a card's own `baseline:` may not leave the project (load.task_card.resolve_inside); nor may this
+        return None, None, [f"{conventional} is not used: it resolves outside the project root {root}"]
     if card.baseline:
         path = root / card.baseline
         other = has_conventional and Path(card.baseline) != Path(conventional)
