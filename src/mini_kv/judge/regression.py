@@ -168,8 +168,8 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
         rec["reasons"].append(what + "; confirmed " + same)
     else:
         rec["verdict"] = WARN
-        rec["reasons"].append(what + "; not confirmed " + same + ": the stored timings were slower than today's "
-                              "machine, not the code")
+        rec["reasons"].append(what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
+                              "not the code's")
 
 
 def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: dict,
