@@ -173,7 +173,7 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
 
 
 def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: dict,
-                        confirm: Callable[[str], list] | None = None,
+                        confirm: Callable[[str], dict] | None = None,
                         thresholds: Thresholds | dict | None = None) -> dict:
     """The regression verdict of one attempt against a baseline (both already validated).
 

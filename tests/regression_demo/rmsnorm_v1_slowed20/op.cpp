@@ -18,7 +18,7 @@
 
 namespace {
 
-constexpr int64_t kSlowNum = 1, kSlowDen = 5;  // share of each row read again (see rmsnorm_cpu)
+constexpr int64_t kSlowNum = 1, kSlowDen = 4;  // share of each row read again (see rmsnorm_cpu)
 
 at::Tensor rmsnorm_cpu(const at::Tensor& x_in, const at::Tensor& weight_in, double eps) {
   check_inputs(x_in, weight_in, eps);
