@@ -437,6 +437,11 @@ def test_an_edited_baseline_is_tampered_never_a_candidate_fail(tmp_path, baselin
     assert confirm_calls == [] and v["cases"] == []
     assert exit_code_for(v) == ExitCode.CONFIG
     validate(json.loads(json.dumps(v)), "regression", "regression.json")
+    # the attempt that carries this verdict is still a valid, indexable attempt
+    a = make_attempt(tmp_path / "store", candidate="v1", seed=3,
+                     extra_files={"regression.json": {**v, "schema_version": 1}})
+    header = json.loads((a / "attempt.json").read_text())
+    validate({**header, "regression": {"verdict": v["verdict"], "reasons": v["reasons"]}}, "attempt", "attempt.json")
 
 
 def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
