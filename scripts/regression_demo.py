@@ -9,7 +9,9 @@
    the shipped card's;
 2. verifies v1_block_reduce and promotes that attempt to DIR/baseline.json (it must be stable);
 3. verifies v1_block_reduce again: expected PASS, exit 0;
-4. verifies v1_slowed: expected FAIL with a confirmation batch, exit 6;
+4. verifies v1_slowed: expected FAIL, confirmed by the same-run comparison (v1_slowed and the
+   baseline's own v1_block_reduce sources, rebuilt under a namespace of their own, timed
+   interleaved in one worker), exit 6;
 5. verifies v1_block_reduce with `--env-tag power-cap-demo` (a changed environment key):
    expected INCOMPARABLE, exit 0.
 

@@ -1,23 +1,121 @@
-"""The regression gate's confirmation batch is a real, independent re-measurement in a fresh worker."""
+"""The regression gate's confirmation is a same-run comparison: the baseline's own sources, rebuilt
+under a dispatcher namespace of their own, timed in one worker with the candidate, interleaved."""
 
 from pathlib import Path
 
 import pytest
 
+from mini_kv.build.baseline import BaselineBuildError, build_baseline, rename_namespace
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.load.task_card import load_task_card
-from mini_kv.pipeline import VerifyOptions, _confirmation_batch, _job
+from mini_kv.pipeline import VerifyOptions, _confirmation_batch, _interleaved_settings, _job, verify
+from mini_kv.store.attempts import read_attempt
+
+
+def test_namespace_rename_touches_whole_tokens_only():
+    text = "#define NS my_ns\nTORCH_LIBRARY(my_ns, m) {}\nmy_ns_launch(); other_my_ns; my_ns::op"
+    out, n = rename_namespace(text, "my_ns", "my_ns__baseline_abc")
+    assert n == 3
+    assert "my_ns_launch()" in out and "other_my_ns" in out and "TORCH_LIBRARY(my_ns__baseline_abc, m)" in out
+
+
+def test_interleaved_settings_keep_the_sample_budget_in_more_repeats():
+    s = _interleaved_settings({"repeats": 5, "samples": 100, "warmup": 20})
+    assert s["repeats"] == 10 and s["samples"] == 50 and s["warmup"] == 20
+
+
+def test_a_baseline_whose_attempt_is_gone_cannot_be_rebuilt(tmp_path):
+    baseline = {"task_id": "t", "source": {"attempt_id": "gone", "path": str(tmp_path / "nowhere"),
+                                           "attempt_json_sha256": "0" * 64}}
+    with pytest.raises(BaselineBuildError, match="not available"):
+        build_baseline(baseline, tmp_path, tmp_path / "artifacts", with_cuda=False, timeout=10)
 
 
 @pytest.mark.slow
-def test_confirmation_batch_remeasures_one_case():
+def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(tmp_path):
+    """The candidate and the baseline's sources both say TORCH_LIBRARY(mini_kv_vector_add_v0_naive):
+    loaded as they are into one process they abort it. Rebuilt under a namespace of its own, the
+    baseline loads beside the candidate and both are timed in alternating order."""
     card = load_task_card("tasks/vector_add.yaml")
     cand = card.candidate("v0_naive")
+    store = tmp_path / "store"
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
+    attempt = Path(verify(card, cand, opts)["attempt"])
+    header = read_attempt(attempt)
+    baseline = {"task_id": card.id, "source": {"attempt_id": header["attempt_id"], "path": str(attempt),
+                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
+                "manifest": {"attempt_files": header["files"]}}
+
     comp = compile_candidate(Path(card.project_root), cand, with_cuda=False)
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cpu")
     job = _job(card, cand, comp["library"], "cpu", opts, salt="s")
     job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 10, "warmup": 1}
-    samples = _confirmation_batch(job, opts, card, None)("bench_cpu_64k-float32")
-    assert len(samples) == 2 and all(len(r) == 10 for r in samples)
-    assert all(x > 0 for r in samples for x in r)
+    run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_cpu_64k-float32")
+
+    assert run["build"]["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")
+    assert run["build"]["attempt"] == str(attempt)
+    for who in ("candidate", "baseline"):  # 10 shorter repeats carry the 2 x 10 sample budget
+        assert len(run[who]) == 10 and all(len(r) == 10 for r in run[who])
+        assert all(x > 0 for r in run[who] for x in r)
+    assert run["order"][0] == ["candidate", "reference"] and run["order"][1] == ["reference", "candidate"]
+    # the same code on both sides: no slowdown beyond the gate's 5 % threshold at P50
+    from mini_kv.judge import stats
+
+    test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
+    assert not test["slower"]
+
+
+@pytest.mark.gpu
+def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(tmp_path):
+    """On the GPU: v1_slowed (a second, cache-bypassing read of each row) against the baseline's own
+    v1_block_reduce, rebuilt with CUDA under its own namespace (op.cpp and op_cuda.cpp both name it)."""
+    import dataclasses
+
+    from mini_kv.judge import stats
+    from mini_kv.model import Candidate
+
+    card = load_task_card("tasks/rmsnorm.yaml")
+    store = tmp_path / "store"
+    opts = VerifyOptions(device="cuda", skip_benchmark=True, artifacts=str(store), case_filter=["r2_h128"])
+    attempt = Path(verify(card, card.candidate("v1_block_reduce"), opts)["attempt"])
+    baseline = {"task_id": card.id, "source": {"attempt_id": attempt.name, "path": str(attempt),
+                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
+                "manifest": {"attempt_files": read_attempt(attempt)["files"]}}
+    v1 = card.candidate("v1_block_reduce")
+    slowed = dataclasses.replace(v1, id="v1_slowed", path="tests/regression_demo/rmsnorm_v1_slowed",
+                                 op="mini_kv_rmsnorm_v1_slowed::rmsnorm")
+    assert isinstance(slowed, Candidate)
+    comp = compile_candidate(Path(card.project_root), slowed)
+    assert comp["status"] == "ok"
+    opts = VerifyOptions(device="cuda")
+    job = _job(card, slowed, comp["library"], "cuda:0", opts, salt="s")
+    job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2}
+    run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_4096x8192-float16")
+    test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
+    assert test["slower"] and test["ratio"] > 1.15, test
+
+
+@pytest.mark.slow
+def test_a_changed_source_attempt_is_refused_before_anything_is_built(tmp_path):
+    from mini_kv.judge.regression import BaselineTampered
+
+    card = load_task_card("tasks/vector_add.yaml")
+    store = tmp_path / "store"
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
+    attempt = Path(verify(card, card.candidate("v0_naive"), opts)["attempt"])
+    baseline = {"task_id": card.id, "source": {"attempt_id": attempt.name, "path": str(attempt),
+                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
+                "manifest": {"attempt_files": read_attempt(attempt)["files"]}}
+    src = next(p for p in (attempt / "sources").rglob("*.cpp"))
+    src.write_text(src.read_text() + "\n// edited after promotion\n")
+    with pytest.raises(BaselineTampered, match="does not match its recorded SHA-256"):
+        build_baseline(baseline, Path(card.project_root), store, with_cuda=False, timeout=60)
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+

@@ -42,14 +42,17 @@ def _attempt(tmp_path, **kw) -> tuple[dict, dict]:
 
 
 class Confirm:
-    """A confirmation batch: records the calls, returns samples around `p50`."""
+    """A same-run comparison: records the calls, returns candidate samples around `p50` and the
+    baseline's own build's samples around `base_p50`, as if timed interleaved in one worker."""
 
-    def __init__(self, p50: float, seed: int = 77):
-        self.p50, self.seed, self.calls = p50, seed, []
+    def __init__(self, p50: float, base_p50: float = 10.0, seed: int = 77):
+        self.p50, self.base_p50, self.seed, self.calls = p50, base_p50, seed, []
 
     def __call__(self, case_id: str):
         self.calls.append(case_id)
-        return synth_samples(self.p50, self.seed + len(self.calls))
+        k = self.seed + 2 * len(self.calls)
+        return {"candidate": synth_samples(self.p50, k), "baseline": synth_samples(self.base_p50, k + 1),
+                "order": [["candidate", "reference"], ["reference", "candidate"]], "build": None}
 
 
 def test_identical_distributions_pass(tmp_path, baseline):
@@ -93,7 +96,8 @@ def test_report_prints_the_verdict_both_batches_and_the_reasons(tmp_path, baseli
     text = con.export_text()
     assert "regression vs baselines/vector_add.json: FAIL" in text
     assert "+20." in text and "significant" in text and "P50 12.0" in text
-    assert "confirmed by an independent batch" in text
+    assert "confirmed in the same run, interleaved" in text and "10.0" in text
+    assert "Only the same run can FAIL" in text
 
 
 def test_slowdown_that_the_confirmation_does_not_reproduce_warns(tmp_path, baseline):
@@ -101,9 +105,43 @@ def test_slowdown_that_the_confirmation_does_not_reproduce_warns(tmp_path, basel
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0))
     assert v["verdict"] == WARN
     assert {c["verdict"] for c in v["cases"]} == {WARN}
-    assert all("not confirmed" in c["reasons"][0] for c in v["cases"])
+    assert all("not confirmed in the same run" in c["reasons"][0] for c in v["cases"])
     assert all(not c["confirmation"]["test"]["slower"] for c in v["cases"])
     assert exit_code_for(v) == ExitCode.OK
+
+
+def test_unchanged_code_on_a_loaded_machine_is_not_a_regression(tmp_path, baseline):
+    """The stored baseline was timed on a quiet machine; today the machine is loaded, so the candidate
+    (the same code) is 18 % slower than the stored samples, and so is the baseline's own build timed
+    beside it. The same-run comparison shows no slowdown: WARN, exit 0, never FAIL."""
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.18)
+    confirm = Confirm(11.8, base_p50=11.8)
+    v = compare_to_baseline(baseline, header, bench, confirm)
+    assert confirm.calls == ["bench_a", "bench_b"]  # the screen against stored samples did fire
+    assert all(c["first_batch"]["slower"] for c in v["cases"])
+    assert v["verdict"] == WARN and exit_code_for(v) == ExitCode.OK
+    for c in v["cases"]:
+        conf = c["confirmation"]
+        assert conf["test"]["ratio"] == pytest.approx(1.0, abs=0.01) and not conf["test"]["slower"]
+        assert conf["baseline"]["summary"]["overall"]["p50"] == pytest.approx(11.8, rel=0.01)
+        assert "the gap to the stored timings is the machine's, not the code's" in c["reasons"][0]
+
+
+def test_same_run_slowdown_fails_even_when_both_are_slower_than_stored(tmp_path, baseline):
+    """Loaded machine and a real 20 % regression: the baseline's build at 11.8, the candidate at 14.2."""
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.42)
+    v = compare_to_baseline(baseline, header, bench, Confirm(14.16, base_p50=11.8))
+    assert v["verdict"] == FAIL and exit_code_for(v) == ExitCode.REGRESSION
+    assert all(c["confirmation"]["test"]["ratio"] == pytest.approx(1.2, rel=0.02) for c in v["cases"])
+
+
+def test_a_confirmation_without_the_baselines_own_timings_is_not_evidence(tmp_path, baseline):
+    """Re-timing the candidate alone against the stored samples is what failed unchanged code; a
+    confirm that returns no baseline timings cannot make a FAIL."""
+    header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
+    v = compare_to_baseline(baseline, header, bench, lambda case_id: {"candidate": synth_samples(12.0, 5)})
+    assert v["verdict"] == WARN and exit_code_for(v) == ExitCode.OK
+    assert all("stored timings alone are not evidence" in c["reasons"][0] for c in v["cases"])
 
 
 def test_without_a_confirm_callable_a_slowdown_is_unconfirmed_never_fail(tmp_path, baseline):
@@ -194,7 +232,7 @@ def test_promoted_baseline_content(tmp_path):
     on_disk = json.loads(out.read_text())
     assert on_disk == base
     validate(on_disk, "baseline", str(out))
-    assert base["schema_version"] == 1 and base["task_id"] == "vector_add" and base["task_version"] == "1.0.0"
+    assert base["schema_version"] == 2 and base["task_id"] == "vector_add" and base["task_version"] == "1.0.0"
     assert base["operator"]["version"] == "1.0.0" and base["suite_hash"] == SUITE
     assert base["environment_key"] == ENV_KEY == base["environment"]["key"]
     import hashlib
@@ -239,11 +277,11 @@ def test_promotion_refuses_unfit_attempts(tmp_path, kw, damage, message):
 
 def test_future_baseline_version_is_refused_with_what_to_do(tmp_path, baseline):
     path = tmp_path / "future.json"
-    path.write_text(json.dumps({**baseline, "schema_version": 2}))
+    path.write_text(json.dumps({**baseline, "schema_version": 3}))
     with pytest.raises(ConfigError) as exc:
         load_baseline(path)
     msg = str(exc.value)
-    assert "schema_version" in msg and "reads version 1" in msg and "promote-baseline" in msg
+    assert "schema_version" in msg and "reads version 2" in msg and "promote-baseline" in msg
 
 
 def test_malformed_baseline_names_the_field(tmp_path, baseline):
@@ -267,7 +305,6 @@ def _card(tmp_path, baseline_rel):
 def test_card_hook(tmp_path, baseline):
     _, bench = _attempt(tmp_path, seed=2)
     env = {"key": ENV_KEY}
-    assert check_card_baseline(_card(tmp_path, None), env, bench["cases"], "cpu") is None
     assert check_card_baseline(_card(tmp_path, "baselines/none_yet.json"), env, bench["cases"], "cpu") is None
     v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), env, bench["cases"], "cpu")
     assert v["verdict"] == PASS and v["baseline_file"]["path"] == "baselines/vector_add.json"
@@ -275,6 +312,41 @@ def test_card_hook(tmp_path, baseline):
     v = check_card_baseline(_card(tmp_path, "baselines/broken.json"), env, bench["cases"], "cpu")
     assert v["verdict"] == INCOMPARABLE and "unreadable baseline" in v["baseline_error"]
     assert exit_code_for(v) == ExitCode.CONFIG
+
+
+def test_baseline_found_by_convention_and_unused_ones_are_named(tmp_path, baseline):
+    """promote-baseline writes baselines/<task>.json when the card names none; verify used to skip it
+    silently. Now it is used (found by convention), and a baseline that exists but is not used is named."""
+    from mini_kv.judge.regression import find_card_baseline
+
+    _, bench = _attempt(tmp_path, seed=2)
+    env = {"key": ENV_KEY}
+    v = check_card_baseline(_card(tmp_path, None), env, bench["cases"], "cpu")
+    assert v is not None and v["verdict"] == PASS
+    assert v["baseline_file"] == {"path": "baselines/vector_add.json", "found_by": "convention",
+                                  "sha256": v["baseline_file"]["sha256"]}
+    path, how, notes = find_card_baseline(_card(tmp_path, "baselines/other.json"))
+    assert path is None and how is None
+    assert "baselines/other.json, which does not exist" in notes[0]
+    assert "baselines/vector_add.json exists but is not used" in notes[1]
+    (tmp_path / "baselines" / "other.json").write_text("{}")
+    path, how, notes = find_card_baseline(_card(tmp_path, "baselines/other.json"))
+    assert how == "card" and notes == ["baselines/vector_add.json exists but is not used: the card's `baseline:` "
+                                       "names baselines/other.json"]
+    (tmp_path / "baselines" / "vector_add.json").unlink()
+    assert find_card_baseline(_card(tmp_path, None)) == (None, None, [])
+
+
+def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
+    from rich.console import Console
+
+    from mini_kv.report import print_regression
+
+    _, bench = _attempt(tmp_path, seed=2)
+    v = check_card_baseline(_card(tmp_path, None), {"key": ENV_KEY}, bench["cases"], "cpu")
+    con = Console(record=True, width=200)
+    print_regression(v, con)
+    assert "regression vs baselines/vector_add.json (found by convention" in con.export_text()
 
 
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
@@ -326,3 +398,181 @@ def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):
     v = check_card_baseline(card, {"key": "k"}, [], "cpu")
     assert v["verdict"] == INCOMPARABLE and v["baseline_error"]
     validate(v, "regression", "regression.json")
+
+
+# ------------------------------------------------------------------------------ tamper evidence
+
+
+def test_baseline_carries_a_hash_manifest_of_itself_and_its_attempt(tmp_path):
+    from mini_kv.judge.regression import content_sha256
+
+    src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    base = promote_baseline(src, tmp_path / "b.json")
+    m = base["manifest"]
+    assert m["algorithm"] == "sha256" and m["content_sha256"] == content_sha256(base)
+    assert m["attempt_files"] == read_attempt(src)["files"]
+    assert {f["path"] for f in m["attempt_files"]} >= {"benchmark.json", "environment.json"}
+
+
+def _forge(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("what, edit", [
+    ("samples", lambda d: [rep.__setitem__(slice(None), [x / 2 for x in rep]) for rep in d["cases"][0]["samples"]]),
+    ("summary", lambda d: d["cases"][0]["summary"]["overall"].__setitem__("p50", 1.0)),
+    ("environment key", lambda d: d.update(environment_key="forged")),
+    ("attempt file list", lambda d: d["manifest"]["attempt_files"].pop()),
+])
+def test_an_edited_baseline_is_tampered_never_a_candidate_fail(tmp_path, baseline, what, edit):
+    """Halving the stored samples made the unchanged candidate a 'confirmed' regression (exit 6)."""
+    path = tmp_path / "baselines" / "vector_add.json"
+    _forge(path, edit)
+    _, bench = _attempt(tmp_path, seed=2)
+    confirm_calls = []
+    v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu",
+                            confirm_with=lambda b, c: confirm_calls.append(c))
+    assert v["verdict"] == "TAMPERED", v["reasons"]
+    assert v["tampered_file"] == str(path) and str(path) in v["reasons"][0] and "TAMPERED" in v["reasons"][0]
+    assert confirm_calls == [] and v["cases"] == []
+    assert exit_code_for(v) == ExitCode.CONFIG
+    validate(json.loads(json.dumps(v)), "regression", "regression.json")
+    # the attempt that carries this verdict is still a valid, indexable attempt
+    a = make_attempt(tmp_path / "store", candidate="v1", seed=3,
+                     extra_files={"regression.json": {**v, "schema_version": 1}})
+    header = json.loads((a / "attempt.json").read_text())
+    validate({**header, "regression": {"verdict": v["verdict"], "reasons": v["reasons"]}}, "attempt", "attempt.json")
+
+
+def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
+    """The attempt a baseline was promoted from is part of its evidence: re-sealing it by hand
+    (new attempt.json) is caught by the SHA-256 the baseline recorded."""
+    src = Path(baseline["source"]["path"])
+    header = json.loads((src / "attempt.json").read_text())
+    header["created_at"] = "2001-01-01T00:00:00+00:00"
+    (src / "attempt.json").write_text(json.dumps(header))
+    _, bench = _attempt(tmp_path, seed=2)
+    v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu")
+    assert v["verdict"] == "TAMPERED" and v["tampered_file"] == str(src / "attempt.json")
+    assert exit_code_for(v) == ExitCode.CONFIG
+
+
+def test_a_deeply_nested_baseline_is_a_clear_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match="nested too deeply") as exc:
+        load_baseline(path)
+    assert str(path) in str(exc.value) and exc.value.exit_code == ExitCode.CONFIG
+    deep = {"schema_version": 2}
+    node = deep
+    for _ in range(900):  # parses, but deeper than anything a baseline holds
+        node["x"] = {}
+        node = node["x"]
+    path.write_text(json.dumps(deep))
+    with pytest.raises(ConfigError):
+        load_baseline(path)
+
+
+def test_a_deeply_nested_baseline_does_not_crash_verify(tmp_path):
+    """verify's hook turns it into an unusable baseline (exit 2), not a traceback (exit 10)."""
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    v = check_card_baseline(_card(tmp_path, "baselines/deep.json"), {"key": ENV_KEY}, [], "cpu")
+    assert v["verdict"] == INCOMPARABLE and "nested too deeply" in v["baseline_error"]
+    assert exit_code_for(v) == ExitCode.CONFIG
+
+
+# ---------------------------------------------------------------- promote-baseline: store checks
+
+
+def test_promotion_refuses_a_manifest_that_points_outside_the_attempt(tmp_path):
+    """attempt.json listing ../../../../etc/hostname (with its true hash) must not be read and vouched for."""
+    import hashlib
+
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    target = Path("/etc/hostname")
+    if not target.is_file():
+        target = tmp_path / "outside.txt"
+        target.write_text("outside")
+    rel = "../" * len(a.resolve().parts) + str(target.resolve()).lstrip("/")
+    header = json.loads((a / "attempt.json").read_text())
+    header["files"].append({"path": rel, "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+                            "size": target.stat().st_size})
+    (a / "attempt.json").write_text(json.dumps(header))
+    with pytest.raises(UserError, match="files") as exc:
+        promote_baseline(a, tmp_path / "b.json")
+    assert str(a) in str(exc.value)
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_promotion_refuses_a_file_listed_through_a_link_out_of_the_attempt(tmp_path):
+    import hashlib
+
+    from mini_kv.store.attempts import AttemptInvalid
+
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not part of any attempt")
+    (a / "logs" / "link").symlink_to(secret)
+    header = json.loads((a / "attempt.json").read_text())
+    header["files"].append({"path": "logs/link", "sha256": hashlib.sha256(secret.read_bytes()).hexdigest(),
+                            "size": secret.stat().st_size})
+    (a / "attempt.json").write_text(json.dumps(header))
+    with pytest.raises(AttemptInvalid, match="inside the attempt directory"):
+        read_attempt(a)
+    with pytest.raises(UserError, match="inside the attempt directory"):
+        promote_baseline(a, tmp_path / "b.json")
+
+
+@pytest.mark.parametrize("move", ["rename", "other_task"])
+def test_promotion_refuses_a_moved_attempt_as_rebuild_index_does(tmp_path, move):
+    from mini_kv.store.index import rebuild_index
+
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    if move == "rename":
+        moved = a.rename(a.with_name("20990101T000000000000Z-v0-abcdef"))
+    else:
+        (tmp_path / "artifacts" / "other_task").mkdir()
+        moved = a.rename(tmp_path / "artifacts" / "other_task" / a.name)
+    assert rebuild_index(tmp_path / "artifacts").attempts == 0  # the index refuses it ...
+    with pytest.raises(UserError, match="attempt_id|belongs to task"):  # ... and so does promotion
+        promote_baseline(moved, tmp_path / "b.json")
+    assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("card_baseline, output, used", [
+    (None, "baselines/vector_add.json", True),  # promote-baseline's default: found by convention
+    (None, "elsewhere/b.json", False),
+    ("gate/vector_add.json", "gate/vector_add.json", True),
+    ("gate/vector_add.json", "baselines/vector_add.json", False),
+])
+def test_promote_baseline_says_whether_verify_will_use_it(tmp_path, monkeypatch, capsys, card_baseline, output,
+                                                          used):
+    import yaml
+
+    from mini_kv.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "tasks").mkdir()
+    card = {"id": "vector_add", **({"baseline": card_baseline} if card_baseline else {})}
+    (tmp_path / "tasks" / "vector_add.yaml").write_text(yaml.safe_dump(card))
+    a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
+    monkeypatch.chdir(tmp_path)
+    assert main(["promote-baseline", "--attempt", str(a), "--output", output]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    if used:
+        assert "`mini-kv verify --task tasks/vector_add.yaml` will use it" in text
+    else:
+        assert "will NOT use this file" in text and "note:" in text
+
+
+def test_a_conventional_baseline_linked_out_of_the_project_is_not_used(tmp_path, baseline):
+    from mini_kv.judge.regression import find_card_baseline
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "baselines").symlink_to(tmp_path / "baselines")
+    path, how, notes = find_card_baseline(_card(proj, None))
+    assert path is None and "outside the project root" in notes[0]

@@ -32,7 +32,7 @@ def print_problems(problems, err_console) -> None:
 
 
 def cmd_promote_baseline(args) -> int:
-    from mini_kv.judge.regression import promote_baseline
+    from mini_kv.judge.regression import promote_baseline, promoted_baseline_use
     from mini_kv.load.task_card import find_project_root
     from mini_kv.store.attempts import AttemptInvalid, read_attempt
 
@@ -55,6 +55,8 @@ def cmd_promote_baseline(args) -> int:
     console.print(f"baseline {output}: {base['task_id']} {base['task_version']}, candidate "
                   f"{base['source']['candidate']}, {len(base['cases'])} bench case(s), from attempt "
                   f"{base['source']['attempt_id']}")
+    used, note = promoted_baseline_use(attempt, output, find_project_root(Path.cwd()))
+    console.print(note if used else f"[yellow]note:[/] {note}", soft_wrap=True)
     return ExitCode.OK
 
 

@@ -167,19 +167,44 @@ def _watch_paths(card: TaskCard) -> list[str]:
     return sorted(set(paths))
 
 
-def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_env: dict | None):
-    """An independent re-measurement of one bench case, in a fresh worker with fresh inputs,
-    for the regression gate: a slowdown counts only if this batch shows it too."""
-    def confirm(case_id: str) -> list:
+def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_env: dict | None,
+                        artifacts: Path):
+    """The regression gate's evidence for one suspected case: the baseline's own sources, built under
+    a namespace of their own, timed in one fresh worker with the candidate, interleaved (the worker
+    alternates who goes first each repeat), with fresh inputs. Stored timings alone never FAIL."""
+    from mini_kv.build.baseline import build_baseline
+
+    built: dict = {}
+
+    def confirm(baseline: dict, case_id: str) -> dict:
+        if "build" not in built:  # once per verify, however many cases need it
+            built["build"] = build_baseline(baseline, Path(card.project_root), artifacts,
+                                            with_cuda=None if job["device"].startswith("cuda") else False,
+                                            timeout=opts.compile_timeout or card.timeouts["compile_s"])
+        b = built["build"]
         case = next(c for c in job["bench_cases"] if c["id"] == case_id)
-        rerun = {**job, "cases": [], "contract": [], "bench_cases": [case], "salt": secrets.token_hex(16)}
+        rerun = {**job, "cases": [], "contract": [], "bench_cases": [case], "salt": secrets.token_hex(16),
+                 "baseline": {"library": b.library, "op": b.op},
+                 "benchmark": _interleaved_settings(job["benchmark"])}
         res = run_worker(rerun, case_timeout=opts.timeout or card.timeouts["case_s"],
                          stage_timeout=card.timeouts["stage_s"], env=child_env)
         rec = next((r for r in res["bench"] if r.get("id") == case_id and "candidate" in r), None)
         if rec is None:
-            raise RuntimeError(f"confirmation batch for {case_id} produced no timing")
-        return rec["candidate"]["samples"]
+            why = (res.get("load") or {}).get("reason") or next(
+                (r.get("reason") for r in res["bench"] if r.get("id") == case_id), None)
+            raise RuntimeError(f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""))
+        return {"candidate": rec["candidate"]["samples"], "baseline": rec["reference"]["samples"],
+                "order": rec.get("order"), "build": b.to_dict()}
     return confirm
+
+
+def _interleaved_settings(settings: dict) -> dict:
+    """The card's sample budget in twice as many, shorter repeats: the worker alternates candidate and
+    baseline every repeat, so a burst of load on the machine hits both alike."""
+    repeats = int(settings["repeats"])
+    samples = int(settings["samples"])
+    finer = max(2 * repeats, 10)
+    return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
 
 
 def _cpu_memory_limit() -> int:
@@ -232,12 +257,20 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
         "benchmark": bench, "gpu": opts.gpu, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
         "duration_s": round(time.perf_counter() - t0, 3),
     }
-    regression = None
-    if status == "PASSED" and bench["ran"]:
-        from mini_kv.judge.regression import check_card_baseline, exit_code_for
+    from mini_kv.judge.regression import check_card_baseline, exit_code_for, find_card_baseline
 
-        confirm = _confirmation_batch(job, opts, card, child_env)
-        regression = check_card_baseline(card, env, results["bench"], device, confirm=confirm)
+    regression = None
+    baseline_path, _, notes = find_card_baseline(card)
+    if baseline_path is not None and not (status == "PASSED" and bench["ran"]):
+        why = "--skip-benchmark" if opts.skip_benchmark else f"the attempt is {status}"
+        notes.append(f"baseline {baseline_path.relative_to(root)} not used: {why} (the regression check needs "
+                     "a PASSED attempt with a benchmark)")
+    if notes:
+        summary["baseline_notes"] = notes
+    if status == "PASSED" and bench["ran"]:
+        confirm = _confirmation_batch(job, opts, card, child_env, artifacts)
+        regression = check_card_baseline(card, env, results["bench"], device, confirm_with=confirm,
+                                         artifacts=artifacts)
         if regression is not None:
             summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
             code = exit_code_for(regression)

@@ -234,6 +234,8 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
                 console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
     for inc in res.get("incidents", []):
         console.print(f"[yellow]incident:[/] {escape(str(inc))}")
+    for note in s.get("baseline_notes") or []:
+        console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
     if result.get("regression"):
         print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != "PASSED" else []
@@ -254,20 +256,29 @@ def _batch(b: dict | None) -> str:
 def print_regression(reg: dict, console: Console) -> None:
     """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
     style = {"PASS": "green", "WARN": "yellow", "INCOMPARABLE": "yellow"}.get(reg["verdict"], "red")
-    base = (reg.get("baseline_file") or {}).get("path", "baseline")
-    console.print(f"regression vs {base}: [{style}]{reg['verdict']}[/]")
+    ref = reg.get("baseline_file") or {}
+    how = " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
+    console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
-        cols = [Column(c, "right" if c in ("base P50", "cand P50", "P50 Δ", "P95 Δ") else "left")
-                for c in ("case", "verdict", "base P50", "cand P50", "P50 Δ", "P95 Δ", "first batch", "confirmation")]
+        heads = ("case", "verdict", "stored P50", "cand P50", "P50 Δ", "P95 Δ", "vs stored",
+                 "same run: base / cand P50", "same-run Δ")
+        numeric = {"stored P50", "cand P50", "P50 Δ", "P95 Δ", "same-run Δ"}
+        cols = [Column(c, "right" if c in numeric else "left") for c in heads]
         rows = []
         for c in cases:
             conf = c.get("confirmation") or {}
-            conf_p50 = ((conf.get("summary") or {}).get("overall") or {}).get("p50")
+            p50 = lambda d: ((d.get("summary") or {}).get("overall") or {}).get("p50")  # noqa: E731
+            same = f"{p50(conf['baseline']):.2f} / {p50(conf):.2f}" if conf.get("baseline") else "-"
+            test = conf.get("test")
             rows.append([escape(c["id"]), c["verdict"], _fmt(c["baseline"]["p50"], ".2f"),
                          _fmt(c["candidate"]["p50"], ".2f"), f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
                          f"{(c['p95_ratio'] - 1) * 100:+.1f}%", _batch(c.get("first_batch")),
-                         _batch(conf.get("test")) + (f", P50 {conf_p50:.2f}" if conf_p50 else "")])
+                         same, f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test) if test else "-"])
         console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
+        if any(c.get("first_batch") for c in cases):
+            console.print("  vs stored: the candidate against the baseline's stored timings, only a screen; same "
+                          "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
+                          "same run can FAIL.", soft_wrap=True)
     for reason in reg.get("reasons", []):
         console.print(f"  {reason}", markup=False)

@@ -1,20 +1,24 @@
 """Baselines and the regression verdict.
 
 A baseline (baselines/<task>.json) is promoted by hand from one complete, PASSED, stable attempt and
-then never changes by itself. `compare_to_baseline` judges a new attempt's raw timing samples against
-it, case by case:
+then never changes by itself. It carries a hash manifest (the SHA-256 of its own canonical content and
+the file list of the attempt it came from); a baseline that no longer matches it is TAMPERED and is
+never used. `compare_to_baseline` judges a new attempt's raw timing samples against it, case by case:
 
   * the two are comparable only when task id and version, operator version, suite hash, environment
     key and device all match; otherwise the verdict is INCOMPARABLE (never PASS);
-  * a case whose candidate P50 is more than `p50_threshold` slower than the baseline P50 triggers
-    `confirm(case_id)`, an independent batch of new samples. The case FAILs only when both batches
-    exceed the threshold and are significantly slower (stats.is_slower: Mann-Whitney U plus
-    non-overlapping bootstrap CIs of the medians at `alpha`). Without a confirm callable the case
-    is UNCONFIRMED; a confirmation that does not reproduce the slowdown is a WARN;
+  * a case whose candidate P50 is more than `p50_threshold` slower than the stored baseline P50 is a
+    suspected regression. Stored timings were taken at another time, under another machine load, so
+    they are not evidence on their own: `confirm(case_id)` times the baseline's own code (rebuilt from
+    its sources) and the candidate in one worker, interleaved, as asv's `continuous` does. The case
+    FAILs only when that same-run comparison is significantly slower beyond the threshold
+    (stats.is_slower: Mann-Whitney U plus non-overlapping bootstrap CIs of the medians at `alpha`).
+    Without a confirm callable the case is UNCONFIRMED; a same-run comparison that does not show the
+    slowdown, or that cannot run, is a WARN;
   * a P95 more than `p95_threshold` slower is a WARN.
 
-Overall: FAIL if any case FAILs; else INCOMPARABLE if nothing could be compared; else WARN if any case
-is not PASS; else PASS.
+Overall: TAMPERED if the baseline or its source attempt fails its hashes; else FAIL if any case FAILs;
+else INCOMPARABLE if nothing could be compared; else WARN if any case is not PASS; else PASS.
 """
 
 from __future__ import annotations
@@ -27,14 +31,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.model import sha256_file
+from mini_kv.model import canonical_json, sha256_file, sha256_text
 
-BASELINE_SCHEMA_VERSION = 1
+# 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
+BASELINE_SCHEMA_VERSION = 2
 REGRESSION_SCHEMA_VERSION = 1
 BASELINE_KIND = "mini_kv.baseline"
 
-PASS, FAIL, WARN, INCOMPARABLE = "PASS", "FAIL", "WARN", "INCOMPARABLE"
+PASS, FAIL, WARN, INCOMPARABLE, TAMPERED = "PASS", "FAIL", "WARN", "INCOMPARABLE", "TAMPERED"
 UNCONFIRMED, MISSING = "UNCONFIRMED", "MISSING"  # case verdicts that count as WARN overall
+
+
+class BaselineTampered(UserError):
+    """A baseline (or the attempt it was promoted from) no longer matches its recorded hashes."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}", ExitCode.CONFIG)
+        self.path = path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,27 +123,9 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
                 f"p={first['p_value']:.2g}{', significant' if first['significant'] else ', not significant'})")
         if confirm is None:
             rec["verdict"] = UNCONFIRMED
-            reasons.append(what + "; no confirmation batch was run, so this is a warning, not a failure")
+            reasons.append(what + "; no same-run comparison was run, so this is a warning, not a failure")
         else:
-            try:
-                again = _as_repeats(confirm(case_id))
-                second = stats.is_slower(base_flat, _flat(again), th.p50_threshold, th.alpha, th.n_boot,
-                                         th.seed + 2)
-            except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
-                rec["verdict"] = WARN
-                reasons.append(what + f"; the confirmation batch failed ({type(exc).__name__}: {exc})")
-            else:
-                rec["confirmation"] = {"samples": again, "summary": stats.summarize_repeats(again), "test": second}
-                if first["slower"] and second["slower"]:
-                    rec["verdict"] = FAIL
-                    reasons.append(what + f"; confirmed by an independent batch ({_pct(second['ratio'])}, "
-                                   f"p={second['p_value']:.2g})")
-                else:
-                    rec["verdict"] = WARN
-                    why = [f"{name} batch {_pct(t['ratio'])}, "
-                           + ("significant" if t["significant"] else "not significant")
-                           for name, t in (("first", first), ("confirmation", second))]
-                    reasons.append(what + "; not confirmed (" + "; ".join(why) + ")")
+            _confirm_same_run(rec, what, confirm, th)
     if p95_ratio > 1 + th.p95_threshold:
         reasons.append(f"{case_id}: P95 {cs['p95']:.4g} us vs baseline {bs['p95']:.4g} us ({_pct(p95_ratio)}, "
                        f"warning above {th.p95_threshold:.0%})")
@@ -142,14 +137,51 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
     return rec
 
 
+def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: Thresholds) -> None:
+    """Judge a suspected slowdown on the same-run, interleaved timings of candidate and baseline code."""
+    from mini_kv.judge import stats
+
+    case_id = rec["id"]
+    try:
+        run = confirm(case_id)
+        cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
+        test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, th.seed + 2)
+    except BaselineTampered:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
+        rec["verdict"] = WARN
+        rec["reasons"].append(what + f"; the same-run comparison with the baseline's own code could not run "
+                              f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
+                              "is a warning, not a failure")
+        return
+    rec["confirmation"] = {"method": "same-run, interleaved with the baseline's own build",
+                           "samples": cand, "summary": stats.summarize_repeats(cand),
+                           "baseline": {"samples": base, "summary": stats.summarize_repeats(base)},
+                           "test": test, "order": run.get("order"), "build": run.get("build")}
+    cand_p50 = rec["confirmation"]["summary"]["overall"]["p50"]
+    base_p50 = rec["confirmation"]["baseline"]["summary"]["overall"]["p50"]
+    same = (f"in the same run, interleaved, candidate P50 {cand_p50:.4g} us vs the baseline's own build "
+            f"{base_p50:.4g} us ({_pct(test['ratio'])}, p={test['p_value']:.2g}, "
+            + ("significant" if test["significant"] else "not significant") + ")")
+    if test["slower"]:
+        rec["verdict"] = FAIL
+        rec["reasons"].append(what + "; confirmed " + same)
+    else:
+        rec["verdict"] = WARN
+        rec["reasons"].append(what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
+                              "not the code's")
+
+
 def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: dict,
-                        confirm: Callable[[str], list] | None = None,
+                        confirm: Callable[[str], dict] | None = None,
                         thresholds: Thresholds | dict | None = None) -> dict:
     """The regression verdict of one attempt against a baseline (both already validated).
 
     `attempt_header` needs task_id, task_version, operator.version, suite_hash, environment_key, device;
-    `benchmark_json` is an attempt's benchmark.json (only `cases` is read). `confirm(case_id)` runs an
-    independent batch and returns its raw samples (a list of repeats, or one flat list).
+    `benchmark_json` is an attempt's benchmark.json (only `cases` is read). `confirm(case_id)` times the
+    candidate and the baseline's own code in one run, interleaved, and returns
+    `{"candidate": samples, "baseline": samples, "order": ..., "build": ...}` (samples: a list of
+    repeats, or one flat list). It may raise BaselineTampered: the verdict is then TAMPERED.
     """
     th = Thresholds.of(thresholds)
     keys = []
@@ -182,6 +214,8 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
             continue
         try:
             out["cases"].append(_compare_case(base["id"], base, cand, confirm, th))
+        except BaselineTampered as exc:
+            return tampered_verdict(exc, th)
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
             out["cases"].append({"id": base["id"], "verdict": INCOMPARABLE, "first_batch": None,
                                  "confirmation": None,
@@ -200,8 +234,18 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
     return out
 
 
+def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
+    """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
+    why = (f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
+           "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`")
+    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": TAMPERED, "reasons": [why],
+            "baseline_error": why, "tampered_file": exc.path,
+            "thresholds": dataclasses.asdict(Thresholds.of(thresholds)), "keys": [], "baseline": {}, "cases": []}
+
+
 def exit_code_for(verdict: dict | None) -> ExitCode:
-    """REGRESSION for a FAIL, CONFIG when the declared baseline could not be used, else OK."""
+    """REGRESSION for a FAIL, CONFIG when the declared baseline could not be used (unreadable or
+    TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
     if verdict.get("verdict") == FAIL:
@@ -223,6 +267,9 @@ def load_baseline(path: Path) -> dict:
     except FileNotFoundError:
         raise ConfigError(str(path), "", "baseline file does not exist; create it with "
                           "`mini-kv promote-baseline --attempt <attempt dir>`") from None
+    except RecursionError:  # a hostile or broken file nests deeper than the parser's stack
+        raise ConfigError(str(path), "", "unreadable baseline (JSON nested too deeply for a baseline); promote "
+                          "it again with `mini-kv promote-baseline --force`") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(str(path), "", f"unreadable baseline ({exc}); promote it again with "
                           "`mini-kv promote-baseline --force`") from None
@@ -234,20 +281,49 @@ def load_baseline(path: Path) -> dict:
                           f"unsupported baseline schema_version {version!r}; this mini_kv reads version "
                           f"{BASELINE_SCHEMA_VERSION}. Use the mini_kv version that wrote it, or promote a new "
                           "baseline with this one (`mini-kv promote-baseline --attempt <dir> --force`)")
-    validate(data, "baseline", str(path))
+    try:
+        validate(data, "baseline", str(path))
+    except RecursionError:
+        raise ConfigError(str(path), "", "a baseline nested too deeply to check; promote it again with "
+                          "`mini-kv promote-baseline --force`") from None
+    check_manifest(data, path)
     return data
+
+
+def content_sha256(baseline: dict) -> str:
+    """SHA-256 of the baseline's canonical JSON, all but the hash itself: what the manifest vouches for
+    (the source attempt's file list included)."""
+    manifest = {k: v for k, v in (baseline.get("manifest") or {}).items() if k != "content_sha256"}
+    return sha256_text(canonical_json({**{k: v for k, v in baseline.items() if k != "manifest"},
+                                       "manifest": manifest}))
+
+
+def check_manifest(baseline: dict, path: Path) -> None:
+    """Refuse a baseline whose content (samples, identity keys, source) changed after promotion.
+
+    A hash is tamper evidence, not a signature: it catches edits by hand or by a tool that does not
+    know the format. It cannot make a forged FAIL: a suspected regression is judged only on the
+    same-run timing of the baseline's own code (see compare_to_baseline)."""
+    recorded = baseline["manifest"]["content_sha256"]
+    actual = content_sha256(baseline)
+    if actual != recorded:
+        raise BaselineTampered(str(path), f"content SHA-256 {actual} differs from its manifest's {recorded}: the "
+                               "file was edited after `mini-kv promote-baseline` (samples, keys or source)")
+    source_files = {f["path"]: f for f in baseline["manifest"]["attempt_files"]}
+    if len(source_files) != len(baseline["manifest"]["attempt_files"]):
+        raise BaselineTampered(str(path), "manifest.attempt_files lists a path twice")
 
 
 def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> dict:
     """Write a baseline from one attempt; refuses unless it is complete, PASSED, stable and benchmarked."""
     from mini_kv.load.schema import validate
     from mini_kv.store.atomic import write_json
-    from mini_kv.store.attempts import AttemptInvalid, read_attempt
+    from mini_kv.store.attempts import AttemptInvalid, read_sealed_attempt
 
     attempt_dir, output = Path(attempt_dir), Path(output)
     where = f"cannot promote {attempt_dir}"
-    try:
-        header = read_attempt(attempt_dir)
+    try:  # the store's own checks: schema, files inside the attempt and hashed, dir named by its id
+        header = read_sealed_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise UserError(f"{where}: {exc}") from None
     if header.get("status") != "PASSED":
@@ -303,6 +379,8 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
         "promoted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cases": cases,
     }
+    baseline["manifest"] = {"algorithm": "sha256", "attempt_files": header["files"]}
+    baseline["manifest"]["content_sha256"] = content_sha256(baseline)
     validate(baseline, "baseline", str(output))
     if any(not math.isfinite(x) for c in cases for rep in c["samples"] for x in rep):
         raise UserError(f"{where}: non-finite timing samples")
@@ -313,27 +391,100 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     return baseline
 
 
+def find_card_baseline(card) -> tuple[Path | None, str | None, list[str]]:
+    """The baseline file `verify` uses: the card's `baseline:`, else baselines/<task>.json by convention
+    (promote-baseline's default output). Returns (path or None, "card" | "convention" | None, notes
+    that tell the user about a baseline that exists but is not used)."""
+    root = Path(card.project_root)
+    conventional = f"baselines/{card.id}.json"
+    has_conventional = (root / conventional).is_file()
+    if has_conventional and not (root / conventional).resolve().is_relative_to(root.resolve()):
+        # a card's own `baseline:` may not leave the project (load.task_card.resolve_inside); nor may this
+        return None, None, [f"{conventional} is not used: it resolves outside the project root {root}"]
+    if card.baseline:
+        path = root / card.baseline
+        other = has_conventional and Path(card.baseline) != Path(conventional)
+        notes = [f"{conventional} exists but is not used: the card's `baseline:` names {card.baseline}"] if other else []
+        if path.exists():
+            return path, "card", notes
+        return None, None, [f"no regression check: the card's `baseline:` names {card.baseline}, which does not "
+                            "exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`", *notes]
+    if has_conventional:
+        return root / conventional, "convention", []
+    return None, None, []
+
+
+def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -> tuple[bool, str]:
+    """Whether `verify` of the attempt's card will use a just-promoted baseline, and a line saying so
+    (a baseline at a path the card does not name used to be skipped without a word)."""
+    import yaml
+
+    doc = json.loads((Path(attempt_dir) / "task_card.json").read_text())
+    card_path, card = doc.get("path") or "<card>", doc.get("card") or {}
+    try:  # the card as it is now, if it is at hand: its `baseline:` may have been edited since
+        card = yaml.safe_load((project_root / card_path).read_text()) or card
+    except (OSError, yaml.YAMLError):
+        pass
+    declared = card.get("baseline") if isinstance(card, dict) else None
+    conventional = f"baselines/{card.get('id')}.json"
+    used = project_root / (declared or conventional)
+    try:
+        rel = Path(output).resolve().relative_to(project_root.resolve())
+    except ValueError:
+        rel = Path(output).resolve()
+    if Path(output).resolve() == used.resolve():
+        how = "the card's `baseline:`" if declared else f"found by convention at {conventional}"
+        return True, f"`mini-kv verify --task {card_path}` will use it ({how})"
+    if declared:
+        return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card's `baseline:` names "
+                       f"{declared}. Point `baseline:` at {rel}, or promote with `--output {declared}`")
+    return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card names no `baseline:` and "
+                   f"verify looks for {conventional}. Add `baseline: {rel}` to the card, or promote without --output")
+
+
 def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
-                        confirm: Callable[[str], list] | None = None,
-                        thresholds: Thresholds | dict | None = None) -> dict | None:
-    """The pipeline's hook: the verdict against the card's baseline, or None when it declares none or the
-    file does not exist yet. A baseline that cannot be used gives INCOMPARABLE with `baseline_error` set."""
-    if not card.baseline:
-        return None
-    path = Path(card.project_root) / card.baseline
-    if not path.exists():
+                        confirm_with: Callable[[dict, str], dict] | None = None,
+                        thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict | None:
+    """The pipeline's hook: the verdict against the card's baseline (see find_card_baseline), or None
+    when there is none. A baseline that cannot be used gives INCOMPARABLE with `baseline_error` set; a
+    forged or damaged one (or a source attempt that changed since) gives TAMPERED.
+
+    `confirm_with(baseline, case_id)` runs the same-run comparison (see compare_to_baseline);
+    `artifacts` is the store where the baseline's source attempt may lie."""
+    path, found_by, _ = find_card_baseline(card)
+    if path is None:
         return None
     header = {"task_id": card.id, "task_version": card.version,
               "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
               "suite_hash": card.suite_hash(), "environment_key": env.get("key"), "device": device}
-    ref = {"path": card.baseline}
+    ref = {"path": str(path.relative_to(card.project_root)), "found_by": found_by}
     try:
         ref["sha256"] = sha256_file(path)
         baseline = load_baseline(path)
+        _check_source_attempt(baseline, artifacts)
+    except BaselineTampered as exc:
+        return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
     except (UserError, OSError) as exc:
         return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": INCOMPARABLE, "reasons": [str(exc)],
                 "baseline_error": str(exc), "baseline_file": ref, "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
                 "keys": [], "baseline": {}, "cases": []}
+    confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
     verdict = compare_to_baseline(baseline, header, {"cases": bench_cases}, confirm, thresholds)
     verdict["baseline_file"] = ref
     return verdict
+
+
+def _check_source_attempt(baseline: dict, artifacts: Path | None) -> None:
+    """Where the attempt a baseline came from is at hand, it must still be the one it recorded
+    (attempt.json's SHA-256, and every file it lists): else TAMPERED. Absent is fine here; only a
+    suspected regression needs its sources."""
+    from mini_kv.build.baseline import BaselineBuildError, find_source_attempt, source_candidate
+
+    try:
+        attempt_dir = find_source_attempt(baseline, artifacts or Path("artifacts"))
+    except BaselineBuildError:
+        return
+    try:
+        source_candidate(attempt_dir, baseline)
+    except BaselineBuildError:
+        return  # not a tampering: the same-run comparison reports it if it is needed

@@ -120,6 +120,15 @@ def run_job(job: dict, chan: Channel) -> int:
     # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
     hint = None if kernels.get("CPU") and kernels.get("Meta") else \
         loader.registration_hint(job["op"], loader.op_names() - known)
+    if job.get("baseline"):
+        # the regression gate's same-run comparison: the baseline's own build, under its own
+        # dispatcher namespace, takes the reference's place in the interleaved timing below
+        try:
+            reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
+            guard.check("loading the baseline's library")
+        except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
+            chan.send(event="load", ok=False, reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}")
+            return 0
     chan.send(event="load", ok=True, kernels=kernels, hint=hint)
     task_id, salt = job["task_id"], job["salt"]
 
