@@ -20,6 +20,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
+from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
@@ -79,8 +80,10 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
         "cuda_cflags": [*BASE_CUDA_CFLAGS, *cand.cuda_cflags] if with_cuda else [],
         "include_dirs": [".", *getattr(cand, "include_dirs", ())],
     }
-    if getattr(cand, "ldflags", ()):
-        flags["ldflags"] = list(cand.ldflags)
+    # the candidate's own link flags, then those mini_kv adds for a language's libraries
+    ldflags = [*getattr(cand, "ldflags", ()), *getattr(cand, "extra_ldflags", ())]
+    if ldflags:
+        flags["ldflags"] = ldflags
     tc = toolchain(with_cuda)
     keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": tc}
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
@@ -179,6 +182,12 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     elif not plan["with_cuda"] and cand.cuda_sources:
         record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the CUDA kernel was not built; "
                                ".cu files were compile-checked with plain nvcc")
+    try:  # the loaders refuse these first; this guards every other way a Candidate is made
+        check_flags({"cflags": cand.cflags, "cuda_cflags": cand.cuda_cflags,
+                     "ld_flags": getattr(cand, "ldflags", ())}, FlagRules(project_root / cand.path))
+    except UnsafeFlag as exc:
+        record["flag_error"] = f"{cand.id}: {exc} (nothing was compiled)"
+        return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status="error")
     done = final / "build.json"
 
     def built() -> bool:  # a check-only build has no library, only its recorded check

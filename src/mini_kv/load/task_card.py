@@ -6,6 +6,7 @@ import importlib
 import os
 from pathlib import Path
 
+from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
@@ -82,6 +83,10 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
                               "each candidate needs a dispatcher namespace of its own")
         seen_ops[c["op"]] = i
         cdir = resolve_inside(root, c["path"], file, f"{where}.path", kind="dir")
+        try:  # flags reach a shell inside the build (build.ninja): only allow-listed options
+            check_flags({f"{where}.{k}": c.get(k, []) for k in ("cflags", "cuda_cflags")}, FlagRules(cdir))
+        except UnsafeFlag as exc:
+            raise ConfigError(file, exc.field, f"flag {exc.flag!r} refused: {exc.why}") from None
         for group in ("cpu", "cuda"):
             for j, src in enumerate(c["sources"].get(group, [])):
                 resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)

@@ -1,0 +1,135 @@
+"""Defences against untrusted task-card flags, solution flags, candidate directories and card modules.
+
+Each attack leaves a marker file if it works; every test asserts the marker never appears.
+See docs/security.md for the threat model these tests stand behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli
+from sol_helpers import logs, statuses
+
+from mini_kv.build.compiler import compile_candidate
+from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv.errors import ExitCode
+from mini_kv.model import Candidate
+from mini_kv.solexec.run import BenchOptions, bench
+
+ROOT = Path(__file__).resolve().parents[1]
+V0 = ROOT / "candidates" / "vector_add" / "v0_naive"
+SOLS = ROOT / "tests" / "sol_solutions"
+FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 120.0}
+
+
+def shell_payloads(marker: Path) -> list[str]:
+    return [f"-DX=1; touch {marker} #", f"-DX=`touch {marker}`", f"-DX=$(touch {marker})"]
+
+
+def make_project(tmp_path: Path, card_extra: dict | None = None, cand_extra: dict | None = None) -> Path:
+    """A project in `tmp_path` with vector_add's v0_naive candidate and a one-case card; returns the card."""
+    (tmp_path / ".mini-kv-project").write_text("")
+    shutil.copytree(V0, tmp_path / "cand")
+    card = yaml.safe_load((ROOT / "tasks" / "vector_add.yaml").read_text())
+    card["candidates"] = [{"id": "v0", "path": "cand", "op": "mini_kv_sec_v0::vector_add",
+                           "sources": {"cpu": ["op.cpp"], "cuda": ["kernel.cu", "op_cuda.cpp"]},
+                           "cflags": ["-DNS=mini_kv_sec_v0"], **(cand_extra or {})}]
+    card["default_candidate"] = "v0"
+    card["cases"] = [{"id": "n31", "kind": "core", "params": {"n": 31}, "dtypes": ["float32"]}]
+    card.pop("baseline", None)
+    card.update(card_extra or {})
+    path = tmp_path / "card.yaml"
+    path.write_text(yaml.safe_dump(card, sort_keys=False))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# compile and link flags never reach a shell
+
+
+@pytest.mark.parametrize("which,field", [(0, "cflags"), (1, "cuda_cflags"), (2, "cflags")],
+                         ids=["semicolon", "backquote", "dollar-paren"])
+def test_card_flag_with_shell_syntax_is_refused_before_any_build(tmp_path, which, field):
+    marker = tmp_path / "pwned"
+    card = make_project(tmp_path, cand_extra={field: [shell_payloads(marker)[which]]})
+    res = run_cli("verify", "--task", str(card), "--device", "cpu", "--skip-benchmark", cwd=tmp_path)
+    assert res.returncode == ExitCode.CONFIG, res.stdout + res.stderr
+    assert f"candidates[0].{field}[0]" in res.stderr and "refused" in res.stderr, res.stderr
+    assert not marker.exists()
+    assert not (tmp_path / ".build").exists()  # refused before the compiler ran
+
+
+def test_validate_task_refuses_a_flag_outside_the_allow_list(tmp_path):
+    card = make_project(tmp_path, cand_extra={"cflags": ["-fplugin=/tmp/evil.so"]})
+    res = run_cli("validate-task", str(card), cwd=tmp_path)
+    assert res.returncode == ExitCode.CONFIG
+    assert "candidates[0].cflags[0]" in res.stderr and "-fplugin" in res.stderr
+
+
+def test_compiler_refuses_unsafe_flags_of_any_candidate(tmp_path):
+    """The compiler checks too, whatever built the Candidate record: a result, not an exception."""
+    marker = tmp_path / "pwned"
+    shutil.copytree(V0, tmp_path / "cand")
+    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_c::vector_add", cpu_sources=("op.cpp",),
+                     cuda_sources=(), cflags=(f"-DX=`touch {marker}`",))
+    rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
+    assert rec["status"] == "error" and "cflags[0]" in rec["flag_error"] and "touch" in rec["flag_error"]
+    assert rec["library"] is None
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("field,flag", [("cuda_cflags", "-DX=`touch {m}`"), ("cflags", "-DX=1;touch {m}"),
+                                        ("ld_flags", "-Wl,-rpath,/tmp"), ("ld_flags", "-L/usr/lib")])
+def test_solution_flag_outside_the_allow_list_is_a_compile_error_trace(tmp_path, field, flag):
+    marker = tmp_path / "pwned"
+    sol_dir = tmp_path / "sol"
+    shutil.copytree(SOLS / "cuda_good", sol_dir)
+    sol = json.loads((sol_dir / "solution.json").read_text())
+    sol["spec"]["compile_options"] = {field: [flag.format(m=marker)]}
+    (sol_dir / "solution.json").write_text(json.dumps(sol))
+    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol_dir / "solution.json"),
+                                                       artifacts=str(tmp_path / "a"), **FAST))
+    assert set(statuses(result).values()) == {"COMPILE_ERROR"}, logs(result)
+    log = next(iter(logs(result).values()))
+    assert f"{field}[0]" in log and flag.format(m=marker) in log and "refused" in log
+    assert not marker.exists()
+
+
+def _shipped_flag_groups():
+    """Every cflags / cuda_cflags / ld_flags list in the repository's cards, solutions and examples."""
+    for pattern in ("tasks/**/*.yaml", "tests/**/*.yaml", "examples/**/*.yaml", "baselines/**/*.yaml"):
+        for path in sorted(ROOT.glob(pattern)):
+            try:
+                data = yaml.safe_load(path.read_text())
+            except yaml.YAMLError:
+                continue  # the deliberately malformed cards
+            for i, c in enumerate((data or {}).get("candidates", []) if isinstance(data, dict) else []):
+                if isinstance(c, dict) and "bad" not in path.parts:
+                    groups = {k: c[k] for k in ("cflags", "cuda_cflags") if isinstance(c.get(k), list)}
+                    if groups:
+                        yield pytest.param(path, groups, id=f"{path.relative_to(ROOT)}[{i}]")
+    for path in sorted(ROOT.glob("**/solution.json")):
+        if ".build" in path.parts or "artifacts" in path.parts:
+            continue
+        try:
+            opts = json.loads(path.read_text()).get("spec", {}).get("compile_options", {})
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(opts, dict) and opts:
+            yield pytest.param(path, opts, id=str(path.relative_to(ROOT)))
+
+
+@pytest.mark.parametrize("path,groups", list(_shipped_flag_groups()))
+def test_every_shipped_flag_passes_the_allow_list(path, groups):
+    check_flags(groups, FlagRules(path.parent))
+
+
+def test_allow_list_names_the_flag_and_the_reason():
+    with pytest.raises(UnsafeFlag) as exc:
+        check_flags({"ld_flags": ["-Wl,--exclude-libs,ALL", "-Wl,--wrap=malloc"]}, FlagRules(ROOT))
+    assert exc.value.field == "ld_flags[1]" and "--wrap=malloc" in str(exc.value)
