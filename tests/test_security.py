@@ -133,3 +133,42 @@ def test_allow_list_names_the_flag_and_the_reason():
     with pytest.raises(UnsafeFlag) as exc:
         check_flags({"ld_flags": ["-Wl,--exclude-libs,ALL", "-Wl,--wrap=malloc"]}, FlagRules(ROOT))
     assert exc.value.field == "ld_flags[1]" and "--wrap=malloc" in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# validate-task reads the card's modules, it does not run them
+
+REF_SOURCE = '''import pathlib
+pathlib.Path({marker!r}).write_text("module code ran")
+from mini_kv.references.vector_add import make_inputs
+
+
+def reference(a, b):
+    return a + b
+'''
+
+
+@pytest.mark.parametrize("module", ["refmod", "refpkg.ref"])
+def test_validate_task_does_not_execute_the_reference_module(tmp_path, module):
+    marker = tmp_path / "module-ran"
+    (tmp_path / "refpkg").mkdir()
+    (tmp_path / "refpkg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('package ran')\n")
+    (tmp_path / (module.replace(".", "/") + ".py")).write_text(REF_SOURCE.format(marker=str(marker)))
+    card = make_project(tmp_path)
+    data = yaml.safe_load(card.read_text())
+    data["operator"].update(reference=f"{module}:reference", inputs=f"{module}:make_inputs")
+    card.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = run_cli("validate-task", str(card), cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT / 'src'}"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not marker.exists(), marker.read_text()
+
+
+@pytest.mark.parametrize("name,needle", [("import_path_missing_function", "no_such_reference"),
+                                         ("import_path_missing_module", "no_such_module")])
+def test_static_module_check_rejects_what_the_import_check_rejects(name, needle):
+    from mini_kv.errors import ConfigError
+    from mini_kv.load.task_card import load_task_card
+
+    with pytest.raises(ConfigError) as exc:
+        load_task_card(ROOT / "tests" / "task_cards" / "bad" / f"{name}.yaml", import_modules=False)
+    assert needle in str(exc.value)
