@@ -33,6 +33,7 @@ def shell_payloads(marker: Path) -> list[str]:
 
 def make_project(tmp_path: Path, card_extra: dict | None = None, cand_extra: dict | None = None) -> Path:
     """A project in `tmp_path` with vector_add's v0_naive candidate and a one-case card; returns the card."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / ".mini-kv-project").write_text("")
     shutil.copytree(V0, tmp_path / "cand")
     card = yaml.safe_load((ROOT / "tasks" / "vector_add.yaml").read_text())
@@ -78,7 +79,7 @@ def test_compiler_refuses_unsafe_flags_of_any_candidate(tmp_path):
     cand = Candidate(id="v0", path="cand", op="mini_kv_sec_c::vector_add", cpu_sources=("op.cpp",),
                      cuda_sources=(), cflags=(f"-DX=`touch {marker}`",))
     rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
-    assert rec["status"] == "error" and "cflags[0]" in rec["flag_error"] and "touch" in rec["flag_error"]
+    assert rec["status"] == "error" and "cflags[0]" in rec["refused"] and "touch" in rec["refused"]
     assert rec["library"] is None
     assert not marker.exists()
 
@@ -172,3 +173,57 @@ def test_static_module_check_rejects_what_the_import_check_rejects(name, needle)
     with pytest.raises(ConfigError) as exc:
         load_task_card(ROOT / "tests" / "task_cards" / "bad" / f"{name}.yaml", import_modules=False)
     assert needle in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# no symlink out of the project; the attempt keeps exactly what was built
+
+
+@pytest.mark.parametrize("link", ["leak.h", "sub/leak.txt", "linked_dir"])
+def test_candidate_symlink_leaving_the_project_is_refused(tmp_path, link):
+    from mini_kv.errors import ConfigError
+    from mini_kv.load.task_card import load_task_card
+
+    secret = tmp_path / "outside" / "secret.h"
+    secret.parent.mkdir()
+    secret.write_text("// private\n")
+    card = make_project(tmp_path / "proj")
+    target = tmp_path / "proj" / "cand" / link
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(secret.parent if link == "linked_dir" else secret)
+    with pytest.raises(ConfigError) as exc:
+        load_task_card(card)
+    assert exc.value.field == "candidates[0].path" and str(target) in str(exc.value)
+    assert "outside the project" in str(exc.value)
+
+
+def test_compiler_refuses_a_candidate_with_a_symlink_leaving_the_project(tmp_path):
+    shutil.copytree(V0, tmp_path / "cand")
+    (tmp_path / "cand" / "leak.h").symlink_to("/etc/hostname")
+    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_l::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+    rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
+    assert rec["status"] == "error" and "leak.h" in rec["refused"] and "symlink" in rec["refused"]
+    assert not (tmp_path / ".build").exists() or not any((tmp_path / ".build").glob("*/build.json"))
+
+
+def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
+    from mini_kv.build.compiler import build_plan
+    from mini_kv.model import sha256_file
+    from mini_kv.pipeline import _copy_sources
+    from mini_kv.store.attempts import AttemptWriter
+
+    shutil.copytree(V0, tmp_path / "cand")
+    (tmp_path / "cand" / "notes.txt").write_text("not a source: not built, not kept\n")
+    (tmp_path / "cand" / "alias.h").symlink_to("checks.h")  # inside the project: allowed
+    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_a::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+    plan = build_plan(tmp_path, cand, with_cuda=False)
+    (tmp_path / "cand" / "op.cpp").write_text("// edited after the build read it\n")
+    w = AttemptWriter(tmp_path / "artifacts", "t", "v0")
+    manifest = _copy_sources(w, tmp_path / "cand", cand, {"key": plan["key"], "files": plan["files"]})
+    kept = sorted(str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file())
+    assert kept == sorted(f["path"] for f in plan["files"]) == [f["path"] for f in manifest["files"]]
+    assert "notes.txt" not in kept and "alias.h" in kept
+    for f in plan["files"]:
+        if f["path"] != "op.cpp":
+            assert sha256_file(w.partial / "sources" / f["path"]) == f["sha256"]
+    assert manifest["changed_since_build"] == ["op.cpp"] and manifest["build_key"] == plan["key"]

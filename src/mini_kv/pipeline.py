@@ -273,18 +273,34 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
             "exit_code": code, "regression": regression, "index_warning": index_warning}
 
 
+def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:
+    """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
+    whose bytes differ from the key's (the file changed after the build read it) is named in
+    `changed_since_build`: the attempt then holds what is there now, not what was built."""
+    from mini_kv.build.compiler import candidate_files
+    from mini_kv.model import sha256_file
+
+    built = compile_rec.get("files")
+    if built is None:  # --prebuilt: no build key; the source files as they are
+        built = [{"path": str(p.relative_to(cdir)), "sha256": None} for p in candidate_files(cdir)]
+    files, changed = [], []
+    for entry in built:
+        dest = f"sources/{entry['path']}"
+        w.copy(dest, cdir / entry["path"])
+        digest = sha256_file(w.path(dest))
+        if entry["sha256"] is not None and digest != entry["sha256"]:
+            changed.append(entry["path"])
+        files.append({"path": entry["path"], "sha256": digest})
+    return {"schema_version": 1, **cand.to_dict(), "build_key": compile_rec.get("key"), "files": files,
+            "changed_since_build": changed}
+
+
 def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
                    results: dict, summary: dict, salt: str, device: str, regression: dict | None = None) -> Path:
     root = Path(card.project_root)
     w = AttemptWriter(artifacts, card.id, cand.id)
     w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
-    cdir = root / cand.path
-    files = sorted(p for p in cdir.rglob("*") if p.is_file())
-    manifest = {"schema_version": 1, **cand.to_dict(),
-                "files": [{"path": str(p.relative_to(cdir))} for p in files]}
-    w.json("candidate_manifest.json", manifest)
-    for p in files:
-        w.copy(f"sources/{p.relative_to(cdir)}", p)
+    w.json("candidate_manifest.json", _copy_sources(w, root / cand.path, cand, compile_rec))
     w.json("environment.json", env)
     w.json("compile.json", compile_rec)
     for name, path in (compile_rec.get("logs") or {}).items():

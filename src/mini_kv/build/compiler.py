@@ -40,6 +40,35 @@ def candidate_files(cdir: Path) -> list[Path]:
     return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
 
+def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
+    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
+    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
+    root = root.resolve()
+    out = []
+    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
+        for name in (*dirnames, *filenames):
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                target = p.resolve()
+                if not target.exists() or (target != root and root not in target.parents):
+                    out.append((p, target))
+    return out
+
+
+def refused_input(project_root: Path, cand: Candidate) -> str | None:
+    """Why the candidate's flags or files must not be built at all, or None."""
+    try:
+        check_flags({"cflags": cand.cflags, "cuda_cflags": cand.cuda_cflags,
+                     "ld_flags": getattr(cand, "ldflags", ())}, FlagRules(project_root / cand.path))
+    except UnsafeFlag as exc:
+        return f"{cand.id}: {exc}"
+    leaving = links_leaving(project_root / cand.path, project_root)
+    if leaving:
+        link, target = leaving[0]
+        return f"{cand.id}: symlink {link} points to {target}, outside the project {project_root.resolve()}"
+    return None
+
+
 def toolchain(with_cuda: bool) -> dict:
     import torch
 
@@ -182,11 +211,9 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     elif not plan["with_cuda"] and cand.cuda_sources:
         record["cuda_note"] = ("torch has no CUDA (or CUDA_HOME is missing): the CUDA kernel was not built; "
                                ".cu files were compile-checked with plain nvcc")
-    try:  # the loaders refuse these first; this guards every other way a Candidate is made
-        check_flags({"cflags": cand.cflags, "cuda_cflags": cand.cuda_cflags,
-                     "ld_flags": getattr(cand, "ldflags", ())}, FlagRules(project_root / cand.path))
-    except UnsafeFlag as exc:
-        record["flag_error"] = f"{cand.id}: {exc} (nothing was compiled)"
+    refused = refused_input(project_root, cand)  # the loaders refuse these first; this guards every other way
+    if refused is not None:
+        record["refused"] = f"{refused} (nothing was compiled)"
         return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status="error")
     done = final / "build.json"
 

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from mini_kv.build.compiler import links_leaving
 from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
@@ -152,6 +153,9 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
             check_flags({f"{where}.{k}": c.get(k, []) for k in ("cflags", "cuda_cflags")}, FlagRules(cdir))
         except UnsafeFlag as exc:
             raise ConfigError(file, exc.field, f"flag {exc.flag!r} refused: {exc.why}") from None
+        for link, target in links_leaving(cdir, root):  # listed as a source or not: the build reads them all
+            raise ConfigError(file, f"{where}.path", f"symlink {link} points to {target}, outside the project "
+                              f"{root} (or nowhere); copy the file into the candidate dir instead")
         for group in ("cpu", "cuda"):
             for j, src in enumerate(c["sources"].get(group, [])):
                 resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)

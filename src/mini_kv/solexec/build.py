@@ -54,7 +54,7 @@ def compile_solution(project_root: Path, solution: Solution, staged: Path, extra
 
 def build_log(record: dict, limit: int = 8000) -> str:
     """The part of a failed build's output that says why."""
-    parts = [record["flag_error"]] if record.get("flag_error") else []
+    parts = [record["refused"]] if record.get("refused") else []
     for check in (record.get("cuda_check") or {}).get("checks", []):
         if check["returncode"] != 0:
             parts.append(f"$ {' '.join(check['command'])}\n{check['output']}")
