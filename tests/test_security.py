@@ -7,6 +7,7 @@ See docs/security.md for the threat model these tests stand behind.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -227,3 +228,221 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
         if f["path"] != "op.cpp":
             assert sha256_file(w.partial / "sources" / f["path"]) == f["sha256"]
     assert manifest["changed_since_build"] == ["op.cpp"] and manifest["build_key"] == plan["key"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the OS sandbox around the worker child
+
+ESCAPE_SOLUTION = '''import os
+import socket
+
+import torch
+
+ESCAPED = []
+
+
+def _try(name, fn):
+    try:
+        fn()
+        ESCAPED.append(name)
+    except OSError:
+        pass
+
+
+def _connect():
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2) as s:
+        s.sendall(b"escaped")
+
+
+def _write():
+    with open({marker!r}, "w") as f:
+        f.write("escaped")
+
+
+def _read_key():
+    with open(os.path.expanduser("~/.ssh/id_rsa")) as f:
+        assert f.read()
+
+
+_try("network", _connect)
+_try("write", _write)
+_try("ssh", _read_key)
+
+
+@torch.no_grad()
+def run(x, w, alpha, y, total):
+    # a right answer only while every escape failed: the verdict says whether one worked
+    y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
+    total.copy_(y.sum())
+'''
+
+
+@pytest.fixture
+def escape_setup(tmp_path, monkeypatch):
+    """A listening socket on 127.0.0.1, a fake $HOME holding ~/.ssh/id_rsa, and a solution that tries
+    all three escapes (plus a write outside its scratch dir) when the worker imports it."""
+    import socket
+    import threading
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN FAKE KEY-----\n")
+    monkeypatch.setenv("HOME", str(home))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    connected: list[bytes] = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            connected.append(conn.recv(64))
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    marker = tmp_path / "project" / "written-by-candidate"
+    marker.parent.mkdir()
+    sol_dir = tmp_path / "sol"
+    sol_dir.mkdir()
+    (sol_dir / "escape.py").write_text(ESCAPE_SOLUTION.format(port=server.getsockname()[1], marker=str(marker)))
+    (sol_dir / "solution.json").write_text(json.dumps({
+        "name": "escape", "definition": "scale_mul", "author": "tests",
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "escape.py::run"},
+        "sources": [{"path": "escape.py"}]}))
+    yield {"solution": sol_dir / "solution.json", "marker": marker, "connected": connected, "tmp": tmp_path,
+           "port": server.getsockname()[1]}
+    stop.set()
+    thread.join(timeout=5)
+    server.close()
+
+
+def _bench_escape(setup: dict, sandbox: bool) -> dict:
+    return bench(str(SOLS / "problem"), BenchOptions(solution=str(setup["solution"]), sandbox=sandbox,
+                                                     artifacts=str(setup["tmp"] / "artifacts"), **FAST))
+
+
+def test_sandboxed_worker_cannot_reach_network_files_or_secrets(escape_setup):
+    from mini_kv.sandbox import probe
+
+    if not probe().enabled:
+        pytest.skip(f"no sandbox on this machine: {probe().reason}")
+    result = _bench_escape(escape_setup, sandbox=True)
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)  # every escape failed inside
+    assert not escape_setup["marker"].exists()
+    assert escape_setup["connected"] == []
+    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    assert corr["sandbox"]["enabled"] is True and corr["sandbox"]["network"] is False
+
+
+def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
+    """The control: the same solution, --no-sandbox. Its escapes work, and the verdict shows it."""
+    result = _bench_escape(escape_setup, sandbox=False)
+    assert set(statuses(result).values()) == {"INCORRECT_NUMERICAL"}, logs(result)
+    assert escape_setup["marker"].exists()
+    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    assert corr["sandbox"] == {"enabled": False, "mechanism": None, "reason": "turned off (--no-sandbox)",
+                               "network": True, "writable": []}
+
+
+ESCAPE_BINDING = r'''#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kernel.h"
+
+// Each escape that works makes the answer wrong, so the verdict tells whether the sandbox held.
+static int escapes() {
+    int n = 0;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(PORT);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s >= 0 && connect(s, (sockaddr*)&a, sizeof a) == 0) n++;
+    if (s >= 0) close(s);
+    int w = open("MARKER", O_WRONLY | O_CREAT, 0644);
+    if (w >= 0) { n++; close(w); }
+    int r = open("KEY", O_RDONLY);
+    char c;
+    if (r >= 0 && read(r, &c, 1) == 1) n++;
+    if (r >= 0) close(r);
+    return n;
+}
+
+void run(torch::Tensor x, torch::Tensor w, double alpha, torch::Tensor y, torch::Tensor total) {
+    static const int escaped = escapes();
+    auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    launch_scale_mul(x.data_ptr<float>(), w.contiguous().data_ptr<float>(), static_cast<float>(alpha),
+                     y.data_ptr<float>(), x.size(0), x.size(1), stream);
+    if (escaped) y.add_(1.0);
+    total.copy_(y.sum());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+'''
+
+
+@pytest.mark.gpu
+def test_sandboxed_cuda_solution_runs_and_cannot_escape(escape_setup):
+    """On a GPU: CUDA works inside the sandbox (devices, driver, the built extension), and a CUDA
+    C++ solution's escapes (socket, write outside the scratch dir, ~/.ssh) all fail."""
+    from mini_kv.sandbox import probe
+
+    if not probe().enabled:
+        pytest.skip(f"no sandbox on this machine: {probe().reason}")
+    tmp = escape_setup["tmp"]
+    sol_dir = tmp / "cuda_sol"
+    shutil.copytree(SOLS / "cuda_good", sol_dir)
+    port = escape_setup["port"]
+    key = Path(os.environ["HOME"]) / ".ssh" / "id_rsa"
+    (sol_dir / "binding.cpp").write_text(ESCAPE_BINDING.replace("PORT", str(port))
+                                         .replace("MARKER", str(escape_setup["marker"])).replace("KEY", str(key)))
+    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol_dir / "solution.json"), device="cuda",
+                                                       artifacts=str(tmp / "artifacts"), rounds=2, warmup=1,
+                                                       repeats=1, samples=3, timeout=300.0))
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)
+    assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
+    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    assert corr["sandbox"]["enabled"] is True
+
+
+@pytest.mark.gpu
+def test_sandboxed_python_solution_on_cuda_cannot_escape(escape_setup):
+    from mini_kv.sandbox import probe
+
+    if not probe().enabled:
+        pytest.skip(f"no sandbox on this machine: {probe().reason}")
+    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(escape_setup["solution"]), device="cuda",
+                                                       artifacts=str(escape_setup["tmp"] / "artifacts"), rounds=2,
+                                                       warmup=1, repeats=1, samples=3, timeout=300.0))
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)
+    assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
+
+
+@pytest.mark.slow
+def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
+    """tests/exploits' touch_card sets the card's mtime from inside the op. Unsandboxed that is
+    HARNESS_TAMPERED (test_exploits.py); sandboxed the write fails and the card is untouched."""
+    from mini_kv.sandbox import probe
+
+    if not probe().enabled:
+        pytest.skip(f"no sandbox on this machine: {probe().reason}")
+    card = ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml"
+    before = card.stat().st_mtime_ns
+    res = run_cli("verify", "--task", str(card.relative_to(ROOT)), "--candidate", "touch_card", "--device", "cpu",
+                  "--skip-benchmark", "--artifacts", str(tmp_path), "--json", timeout=1500)
+    assert card.stat().st_mtime_ns == before
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "PASSED", res.stdout + res.stderr
+    corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
+    assert corr["sandbox"]["enabled"] is True and not corr["incidents"]

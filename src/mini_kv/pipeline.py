@@ -14,6 +14,7 @@ from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
+from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.worker import bandwidth
 
@@ -36,6 +37,7 @@ class VerifyOptions:
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
+    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
 
 
 def pick_device(requested: str | None) -> str:
@@ -145,7 +147,8 @@ def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_en
         case = next(c for c in job["bench_cases"] if c["id"] == case_id)
         rerun = {**job, "cases": [], "contract": [], "bench_cases": [case], "salt": secrets.token_hex(16)}
         res = run_worker(rerun, case_timeout=opts.timeout or card.timeouts["case_s"],
-                         stage_timeout=card.timeouts["stage_s"], env=child_env)
+                         stage_timeout=card.timeouts["stage_s"], env=child_env,
+                         sandbox=resolve_sandbox(opts.sandbox))
         rec = next((r for r in res["bench"] if r.get("id") == case_id and "candidate" in r), None)
         if rec is None:
             raise RuntimeError(f"confirmation batch for {case_id} produced no timing")
@@ -227,13 +230,14 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
     # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
     bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
     env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
-    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": []}
+    sandbox = resolve_sandbox(opts.sandbox)
+    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "sandbox": sandbox.to_dict()}
     if compile_rec["status"] == "ok":
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
                              stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say),
-                             env=child_env)
+                             env=child_env, sandbox=sandbox)
     correctness = summarize_correctness(results, cand, device) if compile_rec["status"] == "ok" else None
     bench = summarize_benchmark(results, opts.skip_benchmark) if correctness else None
 
@@ -311,7 +315,7 @@ def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, 
     w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt,
                                 "load": results["load"], "cases": results["cases"],
                                 "contract": results["contract"], "incidents": results["incidents"],
-                                "summary": summary["correctness"]})
+                                "sandbox": results.get("sandbox"), "summary": summary["correctness"]})
     w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": results["bench"],
                               "summary": summary["benchmark"]})
     if regression is not None:
