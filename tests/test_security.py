@@ -446,3 +446,66 @@ def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
     assert summary["status"] == "PASSED", res.stdout + res.stderr
     corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
     assert corr["sandbox"]["enabled"] is True and not corr["incidents"]
+
+
+SANDBOX_PROBE = '''import os, socket, sys
+fd = int(sys.argv[1])
+out = []
+for name, fn in [("write_outside", lambda: open(sys.argv[2], "w")),
+                 ("read_ssh", lambda: open(os.path.expanduser("~/.ssh/id_rsa")).read()),
+                 ("socket", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=2)),
+                 ("scratch", lambda: open(os.path.join(os.environ["TMPDIR"], "f"), "w").write("x")),
+                 ("dev_null", lambda: open("/dev/null", "w").write("x"))]:
+    try:
+        fn()
+        out.append(name + "=ok")
+    except OSError as exc:
+        out.append(name + "=" + type(exc).__name__)
+os.write(fd, (" ".join(out) + "\\n").encode())
+'''
+
+
+def test_sandbox_passes_pipes_and_confines_a_plain_process(escape_setup):
+    """The wrapper itself: an inherited pipe fd still carries data out (the worker's result channel),
+    the scratch dir and /dev stay writable, everything else fails."""
+    import subprocess
+    import sys
+
+    from mini_kv.sandbox import Sandbox, probe
+
+    if not probe().enabled:
+        pytest.skip(f"no sandbox on this machine: {probe().reason}")
+    box = Sandbox(probe())
+    read_fd, write_fd = os.pipe()
+    try:
+        cmd = [sys.executable, "-c", SANDBOX_PROBE, str(write_fd), str(escape_setup["marker"]),
+               str(escape_setup["port"])]
+        proc = subprocess.run(box.argv(cmd), env=box.env(None), pass_fds=(write_fd,), capture_output=True,
+                              text=True, timeout=120)
+        os.close(write_fd)
+        line = os.read(read_fd, 4096).decode()
+    finally:
+        os.close(read_fd)
+        box.close()
+    assert proc.returncode == 0, proc.stderr
+    got = dict(item.split("=") for item in line.split())
+    assert got["scratch"] == "ok" and got["dev_null"] == "ok"
+    assert got["write_outside"] != "ok" and got["read_ssh"] != "ok" and got["socket"] != "ok", got
+    assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
+
+
+def test_without_namespaces_the_sandbox_is_off_with_the_reason(monkeypatch):
+    from mini_kv import sandbox
+
+    sandbox.probe.cache_clear()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    try:
+        info = sandbox.resolve(True)
+        assert info.enabled is False and "unshare" in info.reason and "not found" in info.reason
+        box = sandbox.Sandbox(info)
+        assert box.argv(["x"]) == ["x"] and box.env(None) is None  # the child runs as before
+    finally:
+        sandbox.probe.cache_clear()
+    monkeypatch.setenv("MINI_KV_NO_SANDBOX", "1")
+    assert sandbox.resolve(True).reason == "turned off (MINI_KV_NO_SANDBOX=1)"
+    assert sandbox.resolve(False).reason == "turned off (--no-sandbox)"

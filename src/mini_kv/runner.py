@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from mini_kv.proc import kill_group
+from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
 from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 
@@ -40,6 +41,9 @@ def _tail(path: str, n: int = 4000) -> str:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
+    if code == SANDBOX_ENTER_FAILED:
+        return (f"exited with status {code}: the OS sandbox could not be set up (the worker log says why; "
+                "--no-sandbox runs without it)")
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"

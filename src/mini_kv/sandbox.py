@@ -72,7 +72,7 @@ def _unshare_argv(user_ns: bool) -> list[str]:
 
 
 def _enter_argv(scratch: str, masks: list[str]) -> list[str]:
-    argv = [sys.executable, "-S", "-m", "mini_kv.sandbox", "enter", "--rw", scratch]
+    argv = [sys.executable, "-m", "mini_kv.sandbox", "enter", "--rw", scratch]
     for m in masks:
         argv += ["--mask", m]
     return [*argv, "--"]
@@ -102,9 +102,9 @@ def probe() -> SandboxInfo:
     for user_ns in ([False, True] if os.geteuid() == 0 else [True]):
         scratch = tempfile.mkdtemp(prefix="mini-kv-sandbox-probe-")
         try:
-            cmd = [*_unshare_argv(user_ns), *_enter_argv(scratch, []), sys.executable, "-S", "-m",
+            cmd = [*_unshare_argv(user_ns), *_enter_argv(scratch, []), sys.executable, "-m",
                    "mini_kv.sandbox", "check", scratch]
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_python_env())
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             reasons.append(f"{'unshare -r' if user_ns else 'unshare'}: {exc}")
             continue
@@ -117,16 +117,6 @@ def probe() -> SandboxInfo:
         reasons.append(f"{'unshare -r' if user_ns else 'unshare'}: "
                        + ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.returncode}"])[-1])
     return disabled("namespaces unavailable here (" + "; ".join(reasons) + "); children run unsandboxed")
-
-
-def _python_env(base: dict | None = None) -> dict:
-    """The environment with this package importable (the child may start outside the project root)."""
-    env = dict(os.environ if base is None else base)
-    src = str(Path(__file__).resolve().parents[1])
-    paths = env.get("PYTHONPATH", "").split(os.pathsep) if env.get("PYTHONPATH") else []
-    if src not in paths:
-        env["PYTHONPATH"] = os.pathsep.join([src, *paths])
-    return env
 
 
 class Sandbox:
@@ -145,7 +135,7 @@ class Sandbox:
     def env(self, base: dict | None) -> dict | None:
         if not self.info.enabled:
             return base
-        env = _python_env(base)
+        env = dict(os.environ if base is None else base)
         for name in SCRATCH_ENV:
             env[name] = self.scratch
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # __pycache__ dirs are read-only
