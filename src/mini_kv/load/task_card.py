@@ -153,12 +153,12 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
             check_flags({f"{where}.{k}": c.get(k, []) for k in ("cflags", "cuda_cflags")}, FlagRules(cdir))
         except UnsafeFlag as exc:
             raise ConfigError(file, exc.field, f"flag {exc.flag!r} refused: {exc.why}") from None
-        for link, target in links_leaving(cdir, root):  # listed as a source or not: the build reads them all
-            raise ConfigError(file, f"{where}.path", f"symlink {link} points to {target}, outside the project "
-                              f"{root} (or nowhere); copy the file into the candidate dir instead")
         for group in ("cpu", "cuda"):
             for j, src in enumerate(c["sources"].get(group, [])):
                 resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)
+        for link, target in links_leaving(cdir, root):  # listed as a source or not: the build reads them all
+            raise ConfigError(file, f"{where}.path", f"symlink {link} points to {target}, outside the project "
+                              f"{root} (or nowhere); copy the file into the candidate dir instead")
         out.append(Candidate(
             id=c["id"], path=os.path.relpath(cdir, root), op=c["op"],
             cpu_sources=tuple(c["sources"]["cpu"]), cuda_sources=tuple(c["sources"].get("cuda", [])),
