@@ -509,3 +509,22 @@ def test_without_namespaces_the_sandbox_is_off_with_the_reason(monkeypatch):
     monkeypatch.setenv("MINI_KV_NO_SANDBOX", "1")
     assert sandbox.resolve(True).reason == "turned off (MINI_KV_NO_SANDBOX=1)"
     assert sandbox.resolve(False).reason == "turned off (--no-sandbox)"
+
+
+def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypatch):
+    """The key hashes the files before the build; if they differ after it, the compiler may have read
+    other bytes, so the library must not be published under that key."""
+    from mini_kv.build import compiler
+
+    shutil.copytree(V0, tmp_path / "cand")
+    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_t::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+
+    def racing_build(plan, tmp, timeout, record):
+        (tmp_path / "cand" / "checks.h").write_text("// swapped during the build\n")
+        (tmp / "libfake.so").write_bytes(b"not really built")
+        return "ok"
+
+    monkeypatch.setattr(compiler, "_build_into", racing_build)
+    rec = compile_candidate(tmp_path, cand, timeout=60, with_cuda=False)
+    assert rec["status"] == "error" and "changed while it was built" in rec["refused"]
+    assert not (Path(rec["build_dir"]) / "build.json").exists()

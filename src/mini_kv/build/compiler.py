@@ -40,6 +40,10 @@ def candidate_files(cdir: Path) -> list[Path]:
     return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
 
+def _files_now(cdir: Path) -> list[dict]:
+    return [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
+
+
 def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
     """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
     `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
@@ -103,7 +107,7 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     else:
         sources = list(cand.cpu_sources) + (list(cand.cuda_sources) if with_cuda else [])
         skipped = [] if with_cuda else list(cand.cuda_sources)
-    files = [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
+    files = _files_now(cdir)
     flags = {
         "cflags": [*BASE_CFLAGS, *cand.cflags],
         "cuda_cflags": [*BASE_CUDA_CFLAGS, *cand.cuda_cflags] if with_cuda else [],
@@ -228,6 +232,11 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
         try:
             status = _build_into(plan, tmp, timeout, record)
+            if status == "ok" and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
+                # the compiler may have read other bytes than the key names: never cache that library
+                record["refused"] = (f"{cand.id}: the candidate's files changed while it was built; the "
+                                     "library was discarded (build again once they stay put)")
+                status = "error"
             if status != "ok":
                 record["failed_build_dir"] = str(tmp)
                 return _finish(record, tmp, cache_hit=False, t0=t0, status=status)
