@@ -347,7 +347,7 @@ def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
     assert escape_setup["marker"].exists()
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
     assert corr["sandbox"] == {"enabled": False, "mechanism": None, "reason": "turned off (--no-sandbox)",
-                               "network": True, "writable": []}
+                               "network": True}
 
 
 ESCAPE_BINDING = r'''#include <torch/extension.h>

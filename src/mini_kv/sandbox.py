@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import os
 import re
@@ -29,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # files and dirs under $HOME that hold credentials; each one that exists is hidden from the child
@@ -56,7 +55,6 @@ class SandboxInfo:
     mechanism: str | None = None  # "unshare" or "unshare -r" (a user namespace)
     reason: str = ""
     network: bool = True  # the child can reach the network
-    writable: list[str] = field(default_factory=list)  # besides the scratch dir (always writable)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,8 +169,13 @@ def resolve(requested: bool) -> SandboxInfo:
 # inside the namespaces (python -m mini_kv.sandbox enter ...): no imports beyond the standard library
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)  # the interpreter's own libc: no ldconfig lookup
+
+
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = _libc()
     enc = [None if v is None else v.encode() for v in (source, target, fstype, data)]
     if libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
         err = ctypes.get_errno()
