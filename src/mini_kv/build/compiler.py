@@ -25,7 +25,10 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
-SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
+# what the key hashes and the attempt keeps; a file of another suffix that a source #includes is read
+# by the compiler but not keyed (docs/security.md, limits)
+SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc", ".hh", ".hxx", ".inl", ".ipp",
+                   ".tpp", ".tcc"}
 BASE_CFLAGS = ("-O3", "-std=c++17")
 BASE_CUDA_CFLAGS = ("-O3", "-std=c++17", "--use_fast_math")
 # torch's extension builder passes these to nvcc; the torch-free check uses them too, so a .cu
