@@ -53,7 +53,7 @@ def cmd_validate_task(args) -> int:
     from mini_kv.load.task_card import load_task_card
 
     for path in args.cards:
-        card = load_task_card(path)
+        card = load_task_card(path, import_modules=False)  # checking a card runs none of its code
         kinds: dict[str, int] = {}
         for c in card.cases:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1
@@ -111,7 +111,7 @@ def cmd_verify(args) -> int:
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
                          bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv,
-                         env_tag=args.env_tag)
+                         env_tag=args.env_tag, sandbox=not args.no_sandbox)
     cands = _selected_candidates(card, args.candidate)
     if gpus and len(gpus) > 1:
         results = _verify_parallel(card, cands, opts, gpus)
@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address-space cap of a CPU worker (default: half the machine's memory)")
     vr.add_argument("--env-tag", help="label what mini_kv cannot detect but that changes timings (power cap, "
                     "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)")
+    vr.add_argument("--no-sandbox", action="store_true",
+                    help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md")
     vr.add_argument("--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build")
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")

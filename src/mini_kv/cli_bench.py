@@ -35,6 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
     p.add_argument("--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md")
 
 
 def cmd_bench(args) -> int:
@@ -48,7 +50,7 @@ def cmd_bench(args) -> int:
                         device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
                         rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
                         method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
-                        seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit)
+                        seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
     if args.json:
         result = bench(args.problem_dir, opts, line=progress_line)
     else:

@@ -14,6 +14,7 @@ from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
+from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker import bandwidth
@@ -37,6 +38,7 @@ class VerifyOptions:
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
+    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
 
 
 def pick_device(requested: str | None) -> str:
@@ -187,7 +189,8 @@ def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_en
                  "baseline": {"library": b.library, "op": b.op},
                  "benchmark": _interleaved_settings(job["benchmark"])}
         res = run_worker(rerun, case_timeout=opts.timeout or card.timeouts["case_s"],
-                         stage_timeout=card.timeouts["stage_s"], env=child_env)
+                         stage_timeout=card.timeouts["stage_s"], env=child_env,
+                         sandbox=resolve_sandbox(opts.sandbox))
         rec = next((r for r in res["bench"] if r.get("id") == case_id and "candidate" in r), None)
         if rec is None:
             why = (res.get("load") or {}).get("reason") or next(
@@ -241,13 +244,14 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
     # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
     bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
     env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
-    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": []}
+    sandbox = resolve_sandbox(opts.sandbox)
+    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "sandbox": sandbox.to_dict()}
     if compile_rec["status"] == "ok":
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
                              stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say, line),
-                             env=child_env)
+                             env=child_env, sandbox=sandbox)
     # the headline comes from the same function the index and the leaderboard recompute it with
     head = card_headline(compile_rec["status"], results, results["bench"], opts.skip_benchmark, device)
     correctness, bench, status = head.correctness, head.benchmark, head.status
@@ -288,18 +292,34 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
             "exit_code": code, "regression": regression, "index_warning": index_warning}
 
 
+def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:
+    """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
+    whose bytes differ from the key's (the file changed after the build read it) is named in
+    `changed_since_build`: the attempt then holds what is there now, not what was built."""
+    from mini_kv.build.compiler import candidate_files
+    from mini_kv.model import sha256_file
+
+    built = compile_rec.get("files")
+    if built is None:  # --prebuilt: no build key; the source files as they are
+        built = [{"path": str(p.relative_to(cdir)), "sha256": None} for p in candidate_files(cdir)]
+    files, changed = [], []
+    for entry in built:
+        dest = f"sources/{entry['path']}"
+        w.copy(dest, cdir / entry["path"])
+        digest = sha256_file(w.path(dest))
+        if entry["sha256"] is not None and digest != entry["sha256"]:
+            changed.append(entry["path"])
+        files.append({"path": entry["path"], "sha256": digest})
+    return {"schema_version": 1, **cand.to_dict(), "build_key": compile_rec.get("key"), "files": files,
+            "changed_since_build": changed}
+
+
 def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
                    results: dict, summary: dict, salt: str, device: str, regression: dict | None = None) -> Path:
     root = Path(card.project_root)
     w = AttemptWriter(artifacts, card.id, cand.id)
     w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
-    cdir = root / cand.path
-    files = sorted(p for p in cdir.rglob("*") if p.is_file())
-    manifest = {"schema_version": 1, **cand.to_dict(),
-                "files": [{"path": str(p.relative_to(cdir))} for p in files]}
-    w.json("candidate_manifest.json", manifest)
-    for p in files:
-        w.copy(f"sources/{p.relative_to(cdir)}", p)
+    w.json("candidate_manifest.json", _copy_sources(w, root / cand.path, cand, compile_rec))
     w.json("environment.json", env)
     w.json("compile.json", compile_rec)
     for name, path in (compile_rec.get("logs") or {}).items():
@@ -310,7 +330,7 @@ def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, 
     w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt,
                                 "load": results["load"], "cases": results["cases"],
                                 "contract": results["contract"], "incidents": results["incidents"],
-                                "summary": summary["correctness"]})
+                                "sandbox": results.get("sandbox"), "summary": summary["correctness"]})
     w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": results["bench"],
                               "summary": summary["benchmark"]})
     if regression is not None:

@@ -20,6 +20,9 @@ import tempfile
 import time
 
 from mini_kv.proc import kill_group
+from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
+from mini_kv.sandbox import Sandbox, SandboxInfo
+from mini_kv.sandbox import resolve as resolve_sandbox
 
 MAX_RESTARTS = 50
 
@@ -38,6 +41,9 @@ def _tail(path: str, n: int = 4000) -> str:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
+    if code == SANDBOX_ENTER_FAILED:
+        return (f"exited with status {code}: the OS sandbox could not be set up (the worker log says why; "
+                "--no-sandbox runs without it)")
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"
@@ -53,16 +59,20 @@ class ChildRun:
     then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
     `warm_profiler` has it pay CUPTI's start-up then too."""
 
-    def __init__(self, job: dict | None, log_path: str, env: dict | None, warm_profiler: bool = False):
+    def __init__(self, job: dict | None, log_path: str, env: dict | None, warm_profiler: bool = False,
+                 sandbox: SandboxInfo | None = None):
         self.key = secrets.token_bytes(32)
         self.seq = 0
         read_fd, write_fd = os.pipe()
         self.log = open(log_path, "ab")
+        # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
+        self.sandbox_info = sandbox if sandbox is not None else resolve_sandbox(True)
+        self.sandbox = Sandbox(self.sandbox_info)
+        cmd = [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd),
+               *(["--warm-profiler"] if warm_profiler else [])]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd),
-             *(["--warm-profiler"] if warm_profiler else [])],
-            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            start_new_session=True, env=env)
+            self.sandbox.argv(cmd), stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), start_new_session=True, env=self.sandbox.env(env))
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
@@ -122,19 +132,26 @@ class ChildRun:
             code = self.proc.wait()
         os.close(self.fd)
         self.log.close()
+        self.sandbox.close()
         return code
 
 
 def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: str | None = None,
-               env: dict | None = None, on_event=None, first_child: ChildRun | None = None) -> dict:
+               env: dict | None = None, on_event=None, first_child: ChildRun | None = None,
+               sandbox: SandboxInfo | None = None) -> dict:
     """Run every stage of `job` in child processes; returns plain-data results.
 
     `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
     a child started earlier without a job (same `env`, logging to `log_path`); it runs the first batch.
+    `sandbox`: how children are sandboxed (default: mini_kv.sandbox's choice for this machine);
+    recorded in the results.
     """
     log_path = log_path or (first_child.log_path if first_child else
                             tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1])
-    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path}
+    if sandbox is None:
+        sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
+    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path,
+               "sandbox": sandbox.to_dict()}
     pending_cases = list(job["cases"])
     pending_bench = list(job.get("bench_cases", []))
     contract_pending = list(job.get("contract", []))
@@ -150,7 +167,7 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             child, first_child = first_child, None
             child.send(sub)
         else:
-            child = ChildRun(sub, log_path, env)
+            child = ChildRun(sub, log_path, env, sandbox=sandbox)
         current = None
         outcome = "eof"
         while True:

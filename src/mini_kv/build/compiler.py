@@ -21,12 +21,16 @@ from filelock import FileLock
 
 from mini_kv import environment
 from mini_kv.build import torch_flags
+from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 NO_CUDA_BUILD = "torch has no CUDA (or CUDA_HOME is missing, or no GPU and no TORCH_CUDA_ARCH_LIST to build for)"
-SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc"}
+# what the key hashes and the attempt keeps; a file of another suffix that a source #includes is read
+# by the compiler but not keyed (docs/security.md, limits)
+SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc", ".hh", ".hxx", ".inl", ".ipp",
+                   ".tpp", ".tcc"}
 
 
 def base_cflags() -> tuple[str, ...]:
@@ -42,6 +46,39 @@ def base_cuda_cflags() -> tuple[str, ...]:
 def candidate_files(cdir: Path) -> list[Path]:
     """Every source-like file of the candidate, so an edited header changes the key too."""
     return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+
+
+def _files_now(cdir: Path) -> list[dict]:
+    return [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
+
+
+def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
+    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
+    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
+    root = root.resolve()
+    out = []
+    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
+        for name in (*dirnames, *filenames):
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                target = p.resolve()
+                if not target.exists() or (target != root and root not in target.parents):
+                    out.append((p, target))
+    return out
+
+
+def refused_input(project_root: Path, cand: Candidate) -> str | None:
+    """Why the candidate's flags or files must not be built at all, or None."""
+    try:
+        check_flags({"cflags": cand.cflags, "cuda_cflags": cand.cuda_cflags,
+                     "ld_flags": getattr(cand, "ldflags", ())}, FlagRules(project_root / cand.path))
+    except UnsafeFlag as exc:
+        return f"{cand.id}: {exc}"
+    leaving = links_leaving(project_root / cand.path, project_root)
+    if leaving:
+        link, target = leaving[0]
+        return f"{cand.id}: symlink {link} points to {target}, outside the project {project_root.resolve()}"
+    return None
 
 
 def toolchain(with_cuda: bool) -> dict:
@@ -81,14 +118,16 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     else:
         sources = list(cand.cpu_sources) + (list(cand.cuda_sources) if with_cuda else [])
         skipped = [] if with_cuda else list(cand.cuda_sources)
-    files = [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
+    files = _files_now(cdir)
     flags = {
         "cflags": [*base_cflags(), *cand.cflags],
         "cuda_cflags": [*base_cuda_cflags(), *cand.cuda_cflags] if with_cuda else [],
         "include_dirs": [".", *getattr(cand, "include_dirs", ())],
     }
-    if getattr(cand, "ldflags", ()):
-        flags["ldflags"] = list(cand.ldflags)
+    # the candidate's own link flags, then those mini_kv adds for a language's libraries
+    ldflags = [*getattr(cand, "ldflags", ()), *getattr(cand, "extra_ldflags", ())]
+    if ldflags:
+        flags["ldflags"] = ldflags
     tc = toolchain(with_cuda)
     keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": tc}
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
@@ -187,6 +226,10 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     elif not plan["with_cuda"] and cand.cuda_sources:
         record["cuda_note"] = (f"{NO_CUDA_BUILD}: the CUDA kernel was not built; "
                                ".cu files were compile-checked with plain nvcc")
+    refused = refused_input(project_root, cand)  # the loaders refuse these first; this guards every other way
+    if refused is not None:
+        record["refused"] = f"{refused} (nothing was compiled)"
+        return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status="error")
     done = final / "build.json"
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
@@ -200,6 +243,11 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
         try:
             status = _build_into(plan, tmp, timeout, record)
+            if status == "ok" and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
+                # the compiler may have read other bytes than the key names: never cache that library
+                record["refused"] = (f"{cand.id}: the candidate's files changed while it was built; the "
+                                     "library was discarded (build again once they stay put)")
+                status = "error"
             if status != "ok":
                 record["failed_build_dir"] = str(tmp)
                 return _finish(record, tmp, cache_hit=False, t0=t0, status=status)

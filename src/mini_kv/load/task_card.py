@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import os
 import sys
 from pathlib import Path
 
+from mini_kv.build.compiler import links_leaving
+from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
@@ -59,6 +63,68 @@ def check_import_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
 
 
+def _find_spec_without_import(module: str) -> importlib.machinery.ModuleSpec | None:
+    """The module's spec found through the import system's finders, without executing any module:
+    importlib.util.find_spec would import (run) every parent package of a dotted name."""
+    spec, path = None, None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        if name in sys.modules and getattr(sys.modules[name], "__spec__", None) is not None:
+            spec = sys.modules[name].__spec__  # already imported (mini_kv's own references): nothing new runs
+        else:
+            spec = next((s for f in sys.meta_path if hasattr(f, "find_spec")
+                         for s in [f.find_spec(name, path)] if s is not None), None)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if i < len(parts) - 1 and path is None:
+            return None  # a plain module has no submodules
+    return spec
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names a module defines at its top level, and whether it may define more (star import, __getattr__)."""
+    names: set[str] = set()
+    open_ended = False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    open_ended = True
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            open_ended = True  # conditional definitions: a static reading cannot tell
+    return names, open_ended or "__getattr__" in names
+
+
+def check_definition_path(spec: str, file: str, fieldname: str) -> None:
+    """`module:function` exists, checked without executing the module (validate-task runs no user code):
+    the module is found by its finders and its source parsed; importing it is left to `verify`."""
+    module, _, attr = spec.partition(":")
+    try:
+        found = _find_spec_without_import(module)
+    except (ImportError, ValueError, AttributeError) as exc:
+        raise ConfigError(file, fieldname, f"cannot locate module {module!r} ({type(exc).__name__}: {exc})") from None
+    if found is None:
+        raise ConfigError(file, fieldname, f"module {module!r} not found on the Python path")
+    origin = found.origin if found.has_location else None
+    if not origin or not origin.endswith(".py"):
+        return  # a compiled or built-in module: only an import can tell, and verify does it
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ConfigError(file, fieldname, f"module {module!r} ({origin}) cannot be parsed: {exc}") from None
+    names, open_ended = _top_level_names(tree)
+    if attr not in names and not open_ended:
+        raise ConfigError(file, fieldname, f"module {module!r} ({origin}) defines no {attr!r} at its top level")
+
+
 def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
     seen_base: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -92,9 +158,16 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
                               "each candidate needs a dispatcher namespace of its own")
         seen_ops[c["op"]] = i
         cdir = resolve_inside(root, c["path"], file, f"{where}.path", kind="dir")
+        try:  # flags reach a shell inside the build (build.ninja): only allow-listed options
+            check_flags({f"{where}.{k}": c.get(k, []) for k in ("cflags", "cuda_cflags")}, FlagRules(cdir))
+        except UnsafeFlag as exc:
+            raise ConfigError(file, exc.field, f"flag {exc.flag!r} refused: {exc.why}") from None
         for group in ("cpu", "cuda"):
             for j, src in enumerate(c["sources"].get(group, [])):
                 resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)
+        for link, target in links_leaving(cdir, root):  # listed as a source or not: the build reads them all
+            raise ConfigError(file, f"{where}.path", f"symlink {link} points to {target}, outside the project "
+                              f"{root} (or nowhere); copy the file into the candidate dir instead")
         out.append(Candidate(
             id=c["id"], path=os.path.relpath(cdir, root), op=c["op"],
             cpu_sources=tuple(c["sources"]["cpu"]), cuda_sources=tuple(c["sources"].get("cuda", [])),
@@ -104,7 +177,8 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
     return tuple(out)
 
 
-def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCard:
+def load_task_card(path: str | Path, project_root: Path | None = None, import_modules: bool = True) -> TaskCard:
+    """`import_modules=False` (validate-task) checks the reference and input modules without running them."""
     path = Path(path)
     file = str(path)
     data = load_yaml(path, file)
@@ -120,8 +194,9 @@ def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCa
 
     op = data["operator"]
     add_project_to_path(root)
-    check_import_path(op["reference"], file, "operator.reference")
-    check_import_path(op["inputs"], file, "operator.inputs")
+    check = check_import_path if import_modules else check_definition_path
+    check(op["reference"], file, "operator.reference")
+    check(op["inputs"], file, "operator.inputs")
     candidates = _candidates(data["candidates"], root, file)
     cases = _expand_cases(data["cases"], file)
 

@@ -47,6 +47,7 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
     import torch
 
     from mini_kv.proc import run_with_timeout
+    from mini_kv.sandbox import confined
 
     if not torch.cuda.is_available():
         return {"ran": False, "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
@@ -57,12 +58,15 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
         if lib is None:
             return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
         entry["library"] = lib
-    res = run_with_timeout([sys.executable, "-m", "mini_kv.profile.ab"], timeout=timeout, input_text=json.dumps(job))
+    # both candidates' code runs in this child: sandboxed as the worker is (mini_kv.sandbox)
+    with confined([sys.executable, "-m", "mini_kv.profile.ab"]) as (argv, env, box):
+        res = run_with_timeout(argv, timeout=timeout, env=env, input_text=json.dumps(job))
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     if res.timed_out or res.returncode != 0 or not lines:
         why = "timed out" if res.timed_out else f"exited {res.returncode}"
-        return {"ran": False, "error": True, "reason": f"the timing process {why}: {(res.stderr or res.stdout)[-1500:]}"}
-    return json.loads(lines[-1])
+        return {"ran": False, "error": True, "reason": f"the timing process {why}: {(res.stderr or res.stdout)[-1500:]}",
+                "sandbox": box.to_dict()}
+    return {**json.loads(lines[-1]), "sandbox": box.to_dict()}
 
 
 def _time(job: dict) -> dict:

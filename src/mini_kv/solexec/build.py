@@ -21,8 +21,9 @@ class SolutionBuild:
     cuda_sources: tuple[str, ...]
     cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...]
-    ldflags: tuple[str, ...]
+    ldflags: tuple[str, ...]  # the solution's own (checked against the allow-list)
     include_dirs: tuple[str, ...]
+    extra_ldflags: tuple[str, ...] = ()  # what mini_kv adds for the language's libraries (trusted)
     python_module: bool = True
 
 
@@ -43,7 +44,7 @@ def solution_build(solution: Solution, staged: Path, extra: CppFlags) -> Solutio
         cpu_sources=tuple(p for p in compiled if not p.endswith(".cu")),
         cuda_sources=tuple(p for p in compiled if p.endswith(".cu")),
         cflags=solution.cflags, cuda_cflags=solution.cuda_cflags,
-        ldflags=(*solution.ldflags, *extra.ldflags), include_dirs=extra.include_dirs)
+        ldflags=solution.ldflags, extra_ldflags=extra.ldflags, include_dirs=extra.include_dirs)
 
 
 def compile_solution(project_root: Path, solution: Solution, staged: Path, extra: CppFlags, timeout: float) -> dict:
@@ -53,7 +54,7 @@ def compile_solution(project_root: Path, solution: Solution, staged: Path, extra
 
 def build_log(record: dict, limit: int = 8000) -> str:
     """The part of a failed build's output that says why."""
-    parts = []
+    parts = [record["refused"]] if record.get("refused") else []
     for check in (record.get("cuda_check") or {}).get("checks", []):
         if check["returncode"] != 0:
             parts.append(f"$ {' '.join(check['command'])}\n{check['output']}")

@@ -20,6 +20,7 @@ from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text
 from mini_kv.runner import ChildRun, run_worker
+from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
@@ -49,6 +50,7 @@ class BenchOptions:
     keep_staging: bool = False
     seed_salt: str | None = None
     memory_limit_gb: float | None = None
+    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
 
 
 @dataclass
@@ -277,9 +279,10 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     # the worker loads torch and starts CUPTI while this process checks the device, the environment
     # and the build (seconds each on a GPU machine)
     warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=warm)
+    sandbox = resolve_sandbox(opts.sandbox)
+    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox)
     compile_rec, outcomes, unavailable = None, None, None
-    results: dict = {"load": None, "cases": [], "incidents": [], "log": None}
+    results: dict = {"load": None, "cases": [], "incidents": [], "log": None, "sandbox": sandbox.to_dict()}
     try:
         device = pick_device(opts.device)
         settings = check_options(opts, device)
@@ -389,7 +392,8 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt, "load": results.get("load"),
                                 "workloads": [{k: v for k, v in {"id": u, **o}.items() if k != "bench"}
                                               for u, o in outcomes.items()],
-                                "incidents": results.get("incidents", []), "summary": correctness})
+                                "incidents": results.get("incidents", []), "sandbox": results.get("sandbox"),
+                                "summary": correctness})
     w.json("benchmark.json", {"schema_version": 1, "device": device, "settings": settings,
                               "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
                               "summary": bench})
