@@ -61,7 +61,7 @@ def cmd_bench(args) -> int:
     else:
         print_report(result, console, verbose=args.verbose)
         if args.output:
-            console.print(f"traces: {args.output} ({len(result['traces'])})")
+            console.print(f"traces: {args.output} ({len(result['traces'])})", markup=False)
     return int(result["exit_code"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -23,8 +24,8 @@ def case_table(cases: list[dict]) -> Table:
         if r["status"] != "PASS" and r.get("inputs"):
             detail = f"inputs {[(i.get('shape'), i.get('dtype')) for i in r['inputs']]}; " + detail
         style = {"PASS": "green", "SKIPPED": "yellow"}.get(r["status"], "red")
-        t.add_row(r["id"], r["kind"], f"[{style}]{r['status']}[/]", _fmt(r.get("max_abs_err")),
-                  _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err")), detail[:160])
+        t.add_row(escape(r["id"]), r["kind"], f"[{style}]{r['status']}[/]", _fmt(r.get("max_abs_err")),
+                  _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err")), escape(detail[:160]))
     return t
 
 
@@ -103,31 +104,32 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     res = result["results"]
     load = res.get("load")
     if load is not None and not load.get("ok"):
-        console.print(f"[red]load failed:[/] {load.get('reason')}")
+        console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
     if res["cases"]:
         failing = [r for r in res["cases"] if r["status"] not in ("PASS", "SKIPPED")]
         console.print(case_table(res["cases"] if verbose or failing else res["cases"]))
     for name, rec in res.get("contract", {}).items():
-        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""))
+        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
+                      markup=False)
     if s.get("correctness") and s["correctness"].get("missing_kernels"):
         console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
     if res.get("bench"):
         console.print(bench_table(res["bench"]))
         for r in res["bench"]:
             if "candidate" in r and not r["stability"]["stable"]:
-                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}")
+                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
             for fb in r.get("fallbacks") or []:
-                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}")
+                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}", markup=False)
             if r.get("status") and r.get("reason"):
-                console.print(f"  {r['id']} {r['status']}: {r['reason']}")
+                console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
     for inc in res.get("incidents", []):
-        console.print(f"[yellow]incident:[/] {inc}")
+        console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     if result.get("regression"):
         print_regression(result["regression"], console)
-    console.print(f"[bold]{s['status']}[/] {result.get('candidate', '')}: {summary_line(s)}")
-    console.print(f"attempt: {result['attempt']}")
+    console.print(f"[bold]{s['status']}[/] {escape(str(result.get('candidate', '')))}: {escape(summary_line(s))}")
+    console.print(f"attempt: {result['attempt']}", markup=False)
     if result.get("index_warning"):
-        console.print(f"[yellow]index not updated:[/] {result['index_warning']} (run `mini-kv rebuild-index`)")
+        console.print(f"[yellow]index not updated:[/] {escape(str(result['index_warning']))} (run `mini-kv rebuild-index`)")
 
 
 def _batch(b: dict | None) -> str:

@@ -28,13 +28,19 @@ def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path |
                    must_exist: bool = True, kind: str = "file") -> Path:
     """Resolve `rel` (following symlinks) and insist the result stays inside `root`."""
     target = ((base or root) / rel)
-    resolved = target.resolve()
-    root = root.resolve()
+    try:  # a NUL, a lone surrogate or an over-long name cannot name a file at all
+        os.fsencode(rel)
+        if "\0" in rel:
+            raise ValueError("embedded NUL")
+        resolved = target.resolve()
+        root = root.resolve()
+        exists = resolved.is_dir() if kind == "dir" else resolved.is_file()
+    except (ValueError, OSError) as exc:
+        raise ConfigError(file, fieldname, f"{rel!r} is not a usable path ({exc})") from None
     if resolved != root and root not in resolved.parents:
         raise ConfigError(file, fieldname, f"path {rel!r} resolves to {resolved}, outside the project {root}")
     if must_exist:
-        ok = resolved.is_dir() if kind == "dir" else resolved.is_file()
-        if not ok:
+        if not exists:
             raise ConfigError(file, fieldname, f"{kind} {rel!r} does not exist (looked for {resolved})")
     return resolved
 

@@ -58,7 +58,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
             console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
         if len(shown) < len(failed):
             console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
-    console.print(f"attempt: {result['attempt']}")
+    console.print(f"attempt: {result['attempt']}", markup=False)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
 
