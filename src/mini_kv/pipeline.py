@@ -182,7 +182,8 @@ def summarize_correctness(results: dict, cand: Candidate, device: str) -> dict:
                  if r.get("integrity")]
     cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
-    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
+    invalid = [r["id"] for r in results["cases"] if r["status"] == "INVALID_CASE"]
+    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing, "invalid_cases": invalid,
             "integrity_failures": integrity,
             "contract": {k: v.get("status") for k, v in contract.items()}}
 
@@ -239,6 +240,8 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None) 
 
     if compile_rec["status"] != "ok":
         status, code = "COMPILE_ERROR" if compile_rec["status"] == "error" else "COMPILE_TIMEOUT", ExitCode.COMPILE
+    elif correctness["invalid_cases"]:  # the card's params, not the candidate
+        status, code = "INVALID_CASE", ExitCode.CONFIG
     elif not correctness["ok"]:
         status, code = "INCORRECT", ExitCode.CORRECTNESS
     elif bench["ran"] and not bench["ok"]:
