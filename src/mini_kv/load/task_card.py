@@ -6,6 +6,7 @@ import importlib
 import os
 from pathlib import Path
 
+from mini_kv import arith
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
@@ -53,6 +54,20 @@ def check_import_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"cannot import module {module!r} ({type(exc).__name__}: {exc})") from None
     if not callable(getattr(mod, attr, None)):
         raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
+
+
+def _check_expressions(op: dict, file: str) -> None:
+    """bytes/flops are evaluated per case in the worker: check the grammar and the bounds now (every
+    name probed as 1), so a bad expression is the card's error here, not a failed benchmark later."""
+    for key in ("bytes", "flops"):
+        if key not in op:
+            continue
+        try:
+            arith.evaluate(op[key], dict.fromkeys(arith.names_in(op[key]), 1))
+        except arith.ExpressionError as exc:
+            raise ConfigError(file, f"operator.{key}", f"{exc}; the grammar: {arith.GRAMMAR}") from None
+        except ZeroDivisionError:
+            pass  # well formed; only the probe values are unlucky
 
 
 def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
@@ -115,6 +130,7 @@ def load_task_card(path: str | Path, project_root: Path | None = None) -> TaskCa
     resolve_inside(root, str(path.resolve()), file, "(file)")  # the card itself must live in the project
 
     op = data["operator"]
+    _check_expressions(op, file)
     check_import_path(op["reference"], file, "operator.reference")
     check_import_path(op["inputs"], file, "operator.inputs")
     candidates = _candidates(data["candidates"], root, file)
