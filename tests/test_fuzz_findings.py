@@ -210,6 +210,8 @@ def test_arith_keeps_integers_exact_and_bounds_values():
             arith.evaluate(expr, {"n": 2**40})
     with pytest.raises(ZeroDivisionError):
         arith.evaluate("n // 0", {"n": 1})
+    with pytest.raises(arith.ExpressionError, match="exceeds 2"):  # too large even to format as a float
+        arith.evaluate("h", {"h": 10**400})
 
 
 @pytest.mark.parametrize("n", [2**62, 10**18])

@@ -77,7 +77,8 @@ def _bounded(value):
     if isinstance(value, float) and not math.isfinite(value):
         raise ExpressionError(f"value {value} is not finite")
     if abs(value) > MAX_MAGNITUDE:
-        raise ExpressionError(f"a value exceeds 2**63 ({value:.3g})")
+        shown = f"{value:.3g}" if isinstance(value, float) else f"{len(str(abs(value)))} digits"
+        raise ExpressionError(f"a value exceeds 2**63 ({shown})")
     return value
 
 
