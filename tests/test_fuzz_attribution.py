@@ -3,6 +3,8 @@ and an honest solution on a workload with a random scalar input (no false REWARD
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fuzz_helpers import sol_problem, write_json
 from sol_helpers import logs, statuses
@@ -69,3 +71,24 @@ def test_a_card_factory_failure_is_the_cards_fault():
     summary = summarize_correctness({"load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
                                      "cases": [rec, ok], "contract": {}, "incidents": []}, None, "cpu")
     assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
+
+
+@pytest.mark.slow
+def test_verify_blames_the_card_for_params_its_factory_rejects(tmp_path):
+    """End to end on CPU (one build of the naive candidate): a negative size, a string size and a size
+    far beyond the worker's memory are INVALID_CASE, exit 2, not a candidate failure."""
+    from fuzz_helpers import card_project, cli_main, shipped_card, write_card
+
+    project = card_project(tmp_path)
+    card = shipped_card()
+    card["cases"] = [{"id": "ok", "kind": "core", "params": {"n": 8}, "dtypes": ["float32"]},
+                     {"id": "negative", "kind": "core", "params": {"n": -5}, "dtypes": ["float32"]},
+                     {"id": "text", "kind": "core", "params": {"n": "abc"}, "dtypes": ["float32"]},
+                     {"id": "huge", "kind": "core", "params": {"n": 1e11}, "dtypes": ["float32"]}]
+    path = write_card(project, card, "params.yaml")
+    code, out = cli_main("verify", "--task", str(path), "--device", "cpu", "--skip-benchmark", "--memory-limit", "4",
+                         "--artifacts", str(tmp_path / "artifacts"), "--json")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert code == ExitCode.CONFIG, out
+    assert summary["status"] == "INVALID_CASE"
+    assert sorted(summary["correctness"]["invalid_cases"]) == ["huge-float32", "negative-float32", "text-float32"]
