@@ -320,3 +320,27 @@ def test_a_refused_file_is_never_quoted(tmp_path):
     message = str(info.value)
     assert str(int.from_bytes(secret[:8], "little")) not in message and "root:x" not in message
     assert "not a safetensors file" in message
+
+
+def test_integers_must_be_integers(tmp_path, project):
+    """JSON Schema counts 3.0 as an integer; a size or a count of 3.0 broke the worker later."""
+    d, definition, wls, _ = sol_problem(tmp_path)
+    write_workloads(d / "workload.jsonl", [{**wls[0], "axes": {"n": 3.0}}])
+    with pytest.raises(ConfigError, match=r"line 1: axes\.n"):
+        load_workloads(d / "workload.jsonl", load_definition(d / "definition.json"))
+    card = shipped_card()
+    card["benchmark"]["warmup"] = 20.0
+    _rejected(write_card(project, card, "float_count.yaml"), "benchmark.warmup", "integer")
+
+
+@pytest.mark.parametrize("field", ["name", "uuid"])
+def test_names_without_control_characters(tmp_path, field):
+    d, definition, wls, _ = sol_problem(tmp_path)
+    if field == "name":
+        write_json(d / "definition.json", {**definition, "name": definition["name"] + "\n"})
+        with pytest.raises(ConfigError, match="definition.json: name: "):
+            load_definition(d / "definition.json")
+    else:
+        write_workloads(d / "workload.jsonl", [{**wls[0], "uuid": "small\n"}])
+        with pytest.raises(ConfigError, match=r"line 1: uuid"):
+            load_workloads(d / "workload.jsonl", load_definition(d / "definition.json"))

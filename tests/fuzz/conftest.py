@@ -21,7 +21,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import HealthCheck, settings
 
-DEFAULT_EXAMPLES = 40
+DEFAULT_EXAMPLES = 30
 EXAMPLES = int(os.environ.get("MINI_KV_FUZZ_EXAMPLES", DEFAULT_EXAMPLES))
 HANG_S = float(os.environ.get("MINI_KV_FUZZ_HANG_S", 20))
 

@@ -89,11 +89,12 @@ def mutated(draw, original: dict, max_mutations: int = 3):
     return doc
 
 
-FIELD_SUFFIXES = ["\n", "[/x]", " ", "\0", "é", "\ud800", "x" * 300, "/", ":"]
+FIELD_SUFFIXES = ["\n", "[/x]", " ", "\0", "é", "\ud800", "x" * 300, "/", ":"]  # each breaks an identifier
+TEXT_SUFFIXES = ["\n", "\0", "\x1f", "\ud800", "x" * 300]  # each breaks a free-text name (no control chars, bounded)
 
 
 @st.composite
-def invalid(draw, original: dict, identifiers: list[tuple], required: list[str]):
+def invalid(draw, original: dict, identifiers: list[tuple], required: list[str], suffixes: list[str] = FIELD_SUFFIXES):
     """`original` with one mutation that no valid document has: an unknown top-level field, a required
     field deleted, NaN or infinity somewhere, a suffix that breaks an identifier, nesting past 64
     levels, or a non-string key. Returns (document, what was done)."""
@@ -110,7 +111,7 @@ def invalid(draw, original: dict, identifiers: list[tuple], required: list[str])
     elif kind == "identifier":
         path = draw(st.sampled_from(identifiers))
         parent = get(doc, path[:-1])
-        parent[path[-1]] = str(parent[path[-1]]) + draw(st.sampled_from(FIELD_SUFFIXES))
+        parent[path[-1]] = str(parent[path[-1]]) + draw(st.sampled_from(suffixes))
     elif kind == "deep":
         locs = locations(doc)
         path = draw(st.sampled_from(locs))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conftest import examples, within
 from fuzz_helpers import REPO, safetensors_bytes, sol_problem, write_json, write_workloads
-from fuzz_mutations import NASTY_NUMBERS, NASTY_STRINGS, invalid, json_text, mutated, values
+from fuzz_mutations import NASTY_NUMBERS, NASTY_STRINGS, TEXT_SUFFIXES, invalid, json_text, mutated, values
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -137,21 +137,17 @@ def test_invalid_by_construction_is_rejected(tmp_path_factory, which, data):
     d = _fresh(tmp_path_factory)
     sol = write_json(d.parent / "sol" / "solution.json", SOLUTION)
     if which == "definition":
-        doc, kind = data.draw(invalid(DEFINITION, [("name",), ("custom_inputs_entrypoint",)],
-                                      ["name", "axes", "inputs", "outputs", "reference"]))
-        if kind == "identifier" and doc.get("custom_inputs_entrypoint") is not None:
-            doc["custom_inputs_entrypoint"] = None  # a suffix on null gives "None..."; keep the mutation on name
-            doc["name"] = DEFINITION["name"] + "\n" + "x" * 200
+        doc, kind = data.draw(invalid(DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"],
+                                      TEXT_SUFFIXES))
         text = _dump(doc)
         target = d / "definition.json"
     elif which == "workload":
-        doc, kind = data.draw(invalid(WORKLOADS[0], [("uuid",)], ["uuid", "axes", "inputs"]))
-        if kind == "identifier":
-            doc["uuid"] = "u" * 300  # any uuid text is allowed; only its length is bounded
+        doc, kind = data.draw(invalid(WORKLOADS[0], [("uuid",)], ["uuid", "axes", "inputs"], TEXT_SUFFIXES))
         text = _dump(doc)
         target = d / "workload.jsonl"
     else:
-        doc, kind = data.draw(invalid(SOLUTION, [("spec", "entry_point")], ["name", "definition", "spec", "sources"]))
+        doc, kind = data.draw(invalid(SOLUTION, [("spec", "entry_point")], ["name", "definition", "spec", "sources"],
+                                      ["\n", "/", ":", " ", "é", "[/x]", "\0"]))
         text = _dump(doc)
         target = sol
     if text is None:
@@ -214,12 +210,11 @@ def test_bench_cli_exits_2_on_invalid_problems(tmp_path_factory, which, data):
     d = _fresh(tmp_path_factory)
     sol = write_json(d.parent / "sol" / "solution.json", SOLUTION)
     if which == "definition":
-        doc, _ = data.draw(invalid(DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"]))
+        doc, _ = data.draw(invalid(DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"],
+                                   TEXT_SUFFIXES))
         target = d / "definition.json"
     else:
-        doc, _ = data.draw(invalid(WORKLOADS[0], [("uuid",)], ["uuid", "axes", "inputs"]))
-        if "uuid" in doc and isinstance(doc["uuid"], str):
-            doc["uuid"] = "u" * 300
+        doc, _ = data.draw(invalid(WORKLOADS[0], [("uuid",)], ["uuid", "axes", "inputs"], TEXT_SUFFIXES))
         target = d / "workload.jsonl"
     text = _dump(doc)
     if text is None:
