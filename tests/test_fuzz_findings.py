@@ -354,3 +354,13 @@ def test_resolve_inside_refuses_unusable_paths(project, rel):
 
     with pytest.raises(ConfigError, match="not a usable path"):
         resolve_inside(project, rel, "card.yaml", "candidates[0].path", kind="dir")
+
+
+def test_workload_lines_end_at_newline_only(tmp_path):
+    """JSON allows U+2028 and U+0085 raw inside a string; they do not end a JSONL line."""
+    d, definition, wls, _ = sol_problem(tmp_path)
+    raw = json.dumps({**wls[0], "uuid": "a\u2028b\x85c"}, ensure_ascii=False)
+    assert "\u2028" in raw  # written raw, not escaped
+    write_workloads(d / "workload.jsonl", [raw, wls[1]])
+    loaded = load_workloads(d / "workload.jsonl", load_definition(d / "definition.json"))
+    assert [w.uuid for w in loaded] == ["a\u2028b\x85c", "tall"] and [w.line for w in loaded] == [1, 2]

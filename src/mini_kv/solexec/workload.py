@@ -153,7 +153,8 @@ def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
     file = str(path)
     out: list[Workload] = []
     seen: dict[str, int] = {}
-    for i, text in enumerate(read_text(path).splitlines(), start=1):
+    # lines end at "\n" only: str.splitlines() would also split at U+2028 or U+0085, which JSON allows raw in strings
+    for i, text in enumerate(read_text(path).split("\n"), start=1):
         if not text.strip():
             continue
         wl = parse_workload(parse_json(text, file, f"line {i}"), definition, file, i, path.parent.resolve())
