@@ -15,9 +15,9 @@ import sys
 
 import pytest
 import yaml
-from conftest import examples, within
 from fuzz_helpers import REPO, SHIPPED_CARDS, cli_main, write_card
 from fuzz_mutations import invalid, mutated, yaml_text
+from fuzz_settings import examples, within
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import examples, within
 from fuzz_helpers import REPO, safetensors_bytes, sol_problem, write_json, write_workloads
 from fuzz_mutations import NASTY_NUMBERS, NASTY_STRINGS, TEXT_SUFFIXES, invalid, json_text, mutated, values
+from fuzz_settings import examples, within
 from hypothesis import given
 from hypothesis import strategies as st
 
