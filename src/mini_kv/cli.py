@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 
@@ -58,7 +59,8 @@ def cmd_validate_task(args) -> int:
         for c in card.cases:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1
         console.print(f"{path}: ok (task {card.id} {card.version}, {len(card.candidates)} candidate(s), "
-                      f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")")
+                      f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")",
+                      markup=False)
     return ExitCode.OK
 
 
@@ -297,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UserError as exc:
-        err_console.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        # the message quotes user text (ids, keys, file names): never read it as rich markup
+        err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130

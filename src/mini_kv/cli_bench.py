@@ -45,12 +45,12 @@ def cmd_bench(args) -> int:
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
 
-    _check_outputs(args)
     opts = BenchOptions(solution=args.solution, definition=args.definition, workload=args.workload,
                         device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
                         rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
                         method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
                         seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
+    _check_outputs(args, opts)
     if args.json:
         result = bench(args.problem_dir, opts, line=progress_line)
     else:
@@ -70,13 +70,13 @@ def cmd_bench(args) -> int:
     return int(result["exit_code"])
 
 
-def _check_outputs(args) -> None:
+def _check_outputs(args, opts) -> None:
     """The attempt store and the -o file's directory must be writable before anything is built or run."""
     from mini_kv.cli_checks import check_store_writable, store_write_problem
     from mini_kv.errors import UserError
-    from mini_kv.solexec.run import _project_root
+    from mini_kv.solexec.run import bench_project_root
 
-    check_store_writable(Path(args.artifacts) if args.artifacts else _project_root() / "artifacts")
+    check_store_writable(Path(args.artifacts) if args.artifacts else bench_project_root(opts) / "artifacts")
     if args.output:
         out = Path(args.output)
         problem = "it is a directory" if out.is_dir() else store_write_problem(out.parent)

@@ -219,7 +219,7 @@ def _cpu_memory_limit() -> int:
 
 
 STATUS_CODES = {"COMPILE_ERROR": ExitCode.COMPILE, "COMPILE_TIMEOUT": ExitCode.COMPILE,
-                "INCORRECT": ExitCode.CORRECTNESS, "BENCHMARK_ERROR": ExitCode.BENCHMARK, "PASSED": ExitCode.OK}
+                "INCORRECT": ExitCode.CORRECTNESS, "INVALID_CASE": ExitCode.CONFIG, "BENCHMARK_ERROR": ExitCode.BENCHMARK, "PASSED": ExitCode.OK}
 
 
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:

@@ -89,6 +89,8 @@ def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
         c = corr.get("counts", {}).get(group)
         if c:
             parts.append(f"{group} {c['passed']}/{c['total']}" + (f" ({c['skipped']} skipped)" if c["skipped"] else ""))
+    if corr.get("invalid_cases"):
+        parts.append(f"invalid case params (the card's fault): {', '.join(corr['invalid_cases'])}")
     contract = corr.get("contract", {})
     for name in ("opcheck", "gradcheck"):
         if name in contract:

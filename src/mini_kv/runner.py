@@ -185,6 +185,7 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
                 current = (ev["stage"], ev["case"])
             elif kind == "load":
                 results["load"] = ev
+                current = None
                 if not ev["ok"]:
                     break
             elif kind == "case":
@@ -224,7 +225,8 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             break
         if results["load"] is None:
             results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
-                               "timed_out": outcome == "timeout", "log_tail": _tail(log_path)}
+                               "timed_out": outcome == "timeout", "log_tail": _tail(log_path),
+                               "stage": current[0] if current else None}  # what it was loading
             break
         status = "TIMEOUT" if outcome == "timeout" else "RUNTIME_ERROR"
         reason = (f"no result within {budget:.0f} s; process group killed" if outcome == "timeout"
@@ -237,8 +239,11 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
             continue
         stage, case_id = current
         failure = {"id": case_id, "status": status, "reason": reason, "log_tail": _tail(log_path)}
-        if stage == "correctness":
+        if stage in ("correctness", "inputs"):
             case = next(c for c in pending_cases if c["id"] == case_id)
+            if stage == "inputs":  # the card's input factory, before any candidate call: the card's fault
+                failure.update(status="INVALID_CASE", reason=f"{reason} while the card's input factory made the "
+                               f"inputs for params {case['params']}")
             results["cases"].append({**failure, "kind": case["kind"], "dtype": case["dtype"],
                                      "params": case["params"]})
             pending_cases = [c for c in pending_cases if c["id"] != case_id]

@@ -24,6 +24,18 @@ def schema_locations(name: str) -> list:
     return [resources.files("mini_kv").joinpath("schemas").joinpath(filename), CHECKOUT_SCHEMA_DIR / filename]
 
 
+def _is_integer(checker, instance) -> bool:
+    # JSON Schema counts 3.0 as an integer; mini_kv uses these values as sizes and counts (range(20.0)
+    # raises), so only a true integer is one here, and a boolean never is
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+
+
 @functools.cache
 def load_schema(name: str) -> dict:
     locations = schema_locations(name)
@@ -69,7 +81,7 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
 
 def validate(instance: Any, schema_name: str, file: str) -> None:
     """Raise ConfigError for the first (most specific, deepest) violation."""
-    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    validator = Validator(load_schema(schema_name))
     errors = list(validator.iter_errors(instance))
     if not errors:
         return
@@ -79,4 +91,4 @@ def validate(instance: Any, schema_name: str, file: str) -> None:
 
 
 def is_valid(instance: Any, schema_name: str) -> bool:
-    return jsonschema.Draft202012Validator(load_schema(schema_name)).is_valid(instance)
+    return Validator(load_schema(schema_name)).is_valid(instance)

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from mini_kv import arith
 from mini_kv.build.compiler import links_leaving
 from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
@@ -35,13 +36,19 @@ def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path |
                    must_exist: bool = True, kind: str = "file") -> Path:
     """Resolve `rel` (following symlinks) and insist the result stays inside `root`."""
     target = ((base or root) / rel)
-    resolved = target.resolve()
-    root = root.resolve()
+    try:  # a NUL, a lone surrogate or an over-long name cannot name a file at all
+        os.fsencode(rel)
+        if "\0" in rel:
+            raise ValueError("embedded NUL")
+        resolved = target.resolve()
+        root = root.resolve()
+        exists = resolved.is_dir() if kind == "dir" else resolved.is_file()
+    except (ValueError, OSError) as exc:
+        raise ConfigError(file, fieldname, f"{rel!r} is not a usable path ({exc})") from None
     if resolved != root and root not in resolved.parents:
         raise ConfigError(file, fieldname, f"path {rel!r} resolves to {resolved}, outside the project {root}")
     if must_exist:
-        ok = resolved.is_dir() if kind == "dir" else resolved.is_file()
-        if not ok:
+        if not exists:
             raise ConfigError(file, fieldname, f"{kind} {rel!r} does not exist (looked for {resolved})")
     return resolved
 
@@ -125,6 +132,20 @@ def check_definition_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"module {module!r} ({origin}) defines no {attr!r} at its top level")
 
 
+def _check_expressions(op: dict, file: str) -> None:
+    """bytes/flops are evaluated per case in the worker: check the grammar and the bounds now (every
+    name probed as 1), so a bad expression is the card's error here, not a failed benchmark later."""
+    for key in ("bytes", "flops"):
+        if key not in op:
+            continue
+        try:
+            arith.evaluate(op[key], dict.fromkeys(arith.names_in(op[key]), 1))
+        except arith.ExpressionError as exc:
+            raise ConfigError(file, f"operator.{key}", f"{exc}; the grammar: {arith.GRAMMAR}") from None
+        except ZeroDivisionError:
+            pass  # well formed; only the probe values are unlucky
+
+
 def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
     seen_base: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -194,6 +215,7 @@ def load_task_card(path: str | Path, project_root: Path | None = None, import_mo
 
     op = data["operator"]
     add_project_to_path(root)
+    _check_expressions(op, file)
     check = check_import_path if import_modules else check_definition_path
     check(op["reference"], file, "operator.reference")
     check(op["inputs"], file, "operator.inputs")

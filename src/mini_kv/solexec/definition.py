@@ -9,10 +9,11 @@ inputs, by name and in order.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mini_kv import roofline
+from mini_kv import arith
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.solexec.jsonfile import read_json
@@ -62,15 +63,31 @@ class Definition:
     def shape_of(self, spec: TensorSpec, axes: dict[str, int]) -> tuple[int, ...] | None:
         if spec.shape is None:
             return None
-        return tuple(int(d) if d.isdigit() else axes[d] for d in spec.shape)
+        return tuple(int(d) if is_literal_size(d) else axes[d] for d in spec.shape)
+
+    def nbytes(self, spec: TensorSpec, axes: dict[str, int]) -> int:
+        """Bytes of one tensor (8 for a Python scalar)."""
+        shape = self.shape_of(spec, axes)
+        return 8 if shape is None else math.prod(shape) * ITEMSIZE[spec.dtype]
+
+
+# bytes per element; float4_e2m1fn_x2 packs two values in one byte, which torch counts as one element
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+            "float4_e2m1fn_x2": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+MAX_LITERAL_DIGITS = 18  # a literal size stays below 2**63
+
+
+def is_literal_size(dim: str) -> bool:
+    """A shape entry that is a size itself: ASCII digits only (`"²".isdigit()` is true, int("²") fails)."""
+    return dim.isascii() and dim.isdigit() and len(dim) <= MAX_LITERAL_DIGITS
 
 
 def _names(expression: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(expression, mode="eval")) if isinstance(n, ast.Name)}
+    return arith.names_in(expression)
 
 
 def _axis_value(name: str, expression: str, values: dict[str, int]) -> int:
-    value = roofline.evaluate(expression, values)
+    value = arith.evaluate(expression, values)
     if value != int(value) or value < 0:
         raise ValueError(f"axis {name!r} = {expression!r} gives {value:g}, not a non-negative integer")
     return int(value)
@@ -83,11 +100,9 @@ def _check_axes(axes: dict, file: str) -> None:
         where = f"axes.{name}.expression"
         try:
             used = _names(axis["expression"])
-            roofline.evaluate(axis["expression"], dict.fromkeys(used, 1))
-        except (SyntaxError, ValueError) as exc:
-            raise ConfigError(file, where, f"not an arithmetic expression over axis names ({exc})") from None
-        except (ZeroDivisionError, OverflowError):
-            pass  # well formed; only these probe values are unlucky
+        except arith.ExpressionError as exc:
+            raise ConfigError(file, where, f"not an arithmetic expression over axis names ({exc}); "
+                              f"the grammar: {arith.GRAMMAR}") from None
         unknown = sorted(used - set(axes))
         if unknown:
             raise ConfigError(file, where, f"uses {', '.join(unknown)}, which is not an axis; "
@@ -99,9 +114,10 @@ def _tensors(raw: dict, group: str, axes: dict, file: str) -> tuple[TensorSpec, 
     for name, spec in raw.items():
         shape = spec["shape"]
         for i, dim in enumerate(shape or []):
-            if not dim.isdigit() and dim not in axes:
+            if not is_literal_size(dim) and dim not in axes:
                 raise ConfigError(file, f"{group}.{name}.shape[{i}]",
-                                  f"{dim!r} is not an axis; known axes: {', '.join(axes) or '(none)'}")
+                                  f"{dim!r} is not an axis or a size (ASCII digits, at most "
+                                  f"{MAX_LITERAL_DIGITS}); known axes: {', '.join(axes) or '(none)'}")
         out.append(TensorSpec(name, None if shape is None else tuple(shape), spec["dtype"]))
     return tuple(out)
 
@@ -111,6 +127,8 @@ def _top_level_functions(source: str, file: str) -> dict[str, ast.FunctionDef]:
         tree = ast.parse(source, mode="exec")
     except SyntaxError as exc:
         raise ConfigError(file, "reference", f"not valid Python (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte; nesting the parser cannot take
+        raise ConfigError(file, "reference", f"not valid Python ({type(exc).__name__})") from None
     return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 

@@ -325,6 +325,8 @@ def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: l
         fresh = _inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"],
                                                       f"{ctx.salt}\0post-timing-{k}"))
         rewrite_in_place(s, fresh)
+        # a Python scalar cannot be rewritten in place: the solution gets the fresh one, as the reference does
+        s = [x if isinstance(x, torch.Tensor) else new for x, new in zip(s, fresh, strict=True)]
         outs = call_solution(ctx, sig, s)
         wrong = _first_wrong(sig, outs, run_reference(ctx, sig, fresh), workload["tolerance"])
         if wrong:

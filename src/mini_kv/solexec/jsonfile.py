@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from mini_kv.errors import ConfigError
+from mini_kv.load.plain import check_plain
 
 
 class _Duplicate(ValueError):
@@ -26,13 +27,19 @@ def _no_constant(name: str):
 
 
 def parse_json(text: str, file: str, where: str = ""):
-    """One JSON document; a ConfigError naming `file` (and `where`, e.g. `line 3`) otherwise."""
+    """One JSON document; a ConfigError naming `file` (and `where`, e.g. `line 3`) otherwise.
+    Numbers too large for a float (1e400 reads as infinity) and nesting deeper than any real
+    file are refused like NaN (mini_kv.load.plain)."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except _Duplicate as exc:
         raise ConfigError(file, where, str(exc)) from None
     except ValueError as exc:
         raise ConfigError(file, where, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(file, where, "nested too deep to be a real file") from None
+    check_plain(data, file, f"{where}: " if where else "")
+    return data
 
 
 def read_text(path: Path, file: str | None = None) -> str:

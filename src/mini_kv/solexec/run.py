@@ -120,6 +120,27 @@ def check_options(opts: BenchOptions, device: str) -> dict:
             "method": opts.method, "l2": l2, "max_cv": opts.max_cv, "max_p95_cv": opts.max_p95_cv}
 
 
+def device_memory(device: str, opts: BenchOptions) -> int:
+    """Bytes a worker on `device` can hold: the GPU's memory, or a CPU worker's address-space cap."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    from mini_kv.pipeline import _cpu_memory_limit
+
+    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit()
+
+
+def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> None:
+    """A workload whose inputs and outputs alone exceed the device's memory is a configuration error,
+    found before anything is built; it would otherwise end as a worker killed mid-run."""
+    limit = device_memory(device, opts)
+    for wl in workloads:
+        if wl.nbytes > limit:
+            raise ConfigError(wl.file, f"line {wl.line}: axes", f"workload {wl.uuid!r} needs {wl.nbytes / 2**30:.3g} "
+                              f"GiB for its inputs and outputs alone; {device} has {limit / 2**30:.3g} GiB")
+
+
 def signature(definition: Definition, wl: Workload) -> dict:
     """The concrete inputs and outputs of one workload (shapes resolved from its axes)."""
     def specs(group):
@@ -175,7 +196,7 @@ def _progress(total: int, say, phases: dict, started: float, line=None):
         kind = ev.get("event")
         if kind == "load":
             phases["worker_ready_s"] = round(time.perf_counter() - started, 3)
-        elif kind == "begin":
+        elif kind == "begin" and ev.get("stage") == "correctness":
             seen[0] += 1
             say(f"workload {seen[0]}/{total}: {ev.get('case')}")
         if kind == "case" and line is not None and isinstance(ev.get("record"), dict):
@@ -202,7 +223,12 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
     load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
         status = load.get("status") or ("TIMEOUT" if load.get("timed_out") else "RUNTIME_ERROR")
-        return {wl.uuid: {"status": status, "log": _failure_log(load)} for wl in workloads}
+        log = _failure_log(load)
+        if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
+            status = "INVALID_REFERENCE"
+            log = ("the reference did not finish loading (it hangs at import)" if load.get("timed_out") else
+                   "the reference ended the worker while loading") + f": {log}"
+        return {wl.uuid: {"status": status, "log": log} for wl in workloads}
     by_id = {rec["id"]: rec for rec in results["cases"]}
     out = {}
     for wl in workloads:
@@ -286,6 +312,7 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     try:
         device = pick_device(opts.device)
         settings = check_options(opts, device)
+        check_memory(problem.workloads, device, opts)
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(problem.solution, staging / "solution")

@@ -26,8 +26,13 @@ class SafetensorsError(ValueError):
     pass
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_header(path: Path) -> tuple[dict, int]:
-    """The header (key -> entry, without __metadata__) and the byte offset where the buffer starts."""
+    """The header (key -> entry, without __metadata__) and the byte offset where the buffer starts.
+    Errors never quote the file's bytes: the file may not be a safetensors file at all."""
     try:
         with open(path, "rb") as f:
             raw_len = f.read(8)
@@ -35,34 +40,54 @@ def read_header(path: Path) -> tuple[dict, int]:
                 raise SafetensorsError("file shorter than the 8-byte header length")
             (n,) = struct.unpack("<Q", raw_len)
             if n > MAX_HEADER_BYTES:
-                raise SafetensorsError(f"header length {n} is implausible (not a safetensors file?)")
-            header = json.loads(f.read(n))
+                raise SafetensorsError("the header length field is implausible (not a safetensors file?)")
+            raw = f.read(n)
+        if len(raw) != n:
+            raise SafetensorsError("file shorter than its header length field says (not a safetensors file?)")
+        header = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except OSError as exc:
-        raise SafetensorsError(f"unreadable ({exc})") from None
-    except ValueError as exc:
-        raise SafetensorsError(f"header is not JSON ({exc})") from None
+        raise SafetensorsError(f"unreadable ({exc.strerror or type(exc).__name__})") from None
+    except (ValueError, RecursionError):
+        raise SafetensorsError("the header is not UTF-8 JSON (not a safetensors file?)") from None
     if not isinstance(header, dict):
-        raise SafetensorsError("header is not a JSON object")
+        raise SafetensorsError("the header is not a JSON object")
     header.pop("__metadata__", None)
     return header, 8 + n
 
 
+def _is_size(x) -> bool:
+    return type(x) is int and 0 <= x < 2**63
+
+
 def describe(path: Path, key: str) -> tuple[str, tuple[int, ...]]:
-    """(dtype name, shape) of `key`, checked against its byte range."""
-    header, _ = read_header(path)
+    """(dtype name, shape) of `key`, checked against its byte range and the file's actual length."""
+    header, start = read_header(path)
     if key not in header:
-        raise SafetensorsError(f"no tensor {key!r}; keys: {', '.join(sorted(header)) or '(none)'}")
+        raise SafetensorsError(f"no tensor {key!r}; keys: {', '.join(sorted(map(str, header))) or '(none)'}")
     entry = header[key]
+    if not isinstance(entry, dict):
+        raise SafetensorsError(f"tensor {key!r}: its header entry is not an object")
     tag = entry.get("dtype")
-    if tag not in DTYPES:
+    if not isinstance(tag, str) or tag not in DTYPES:
         raise SafetensorsError(f"tensor {key!r} has dtype {tag!r}, which mini_kv does not read "
                                f"(known: {', '.join(DTYPES)})")
     dtype = DTYPES[tag]
-    shape = tuple(int(d) for d in entry.get("shape", []))
-    begin, end = entry.get("data_offsets", [0, -1])
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
+        raise SafetensorsError(f"tensor {key!r}: shape {shape!r} is not a list of non-negative integers")
+    offsets = entry.get("data_offsets")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_size(o) for o in offsets)
+            and offsets[0] <= offsets[1]):
+        raise SafetensorsError(f"tensor {key!r}: data_offsets {offsets!r} is not [begin, end] with "
+                               "0 <= begin <= end")
+    begin, end = offsets
     if end - begin != math.prod(shape) * ITEMSIZE[dtype]:
         raise SafetensorsError(f"tensor {key!r}: byte range {begin}..{end} does not hold {list(shape)} {dtype}")
-    return dtype, shape
+    size = path.stat().st_size
+    if start + end > size:
+        raise SafetensorsError(f"tensor {key!r}: the file is truncated (its data ends at byte {start + end}, "
+                               f"the file has {size} bytes)")
+    return dtype, tuple(shape)
 
 
 def load_tensor(path: Path, key: str):

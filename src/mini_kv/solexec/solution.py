@@ -57,23 +57,61 @@ class Solution:
         return h.hexdigest()
 
 
+MAX_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
+
+
+def _check_path(rel: str, where: str, file: str) -> str:
+    """The normalized relative path of a source, or a ConfigError: it must name a file inside the
+    solution's directory that every file system here can create."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ConfigError(file, where, f"{rel!r} must be a relative path inside the solution's directory")
+    if not pure.parts:
+        raise ConfigError(file, where, f"{rel!r} names the solution's directory itself, not a file")
+    for part in pure.parts:
+        try:
+            size = len(part.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ConfigError(file, where, f"{rel!r} is not valid UTF-8 text (a lone surrogate)") from None
+        if size > MAX_NAME_BYTES or "\0" in part:
+            raise ConfigError(file, where, f"{rel!r}: each part of the path must be 1 to {MAX_NAME_BYTES} bytes "
+                              "without NUL")
+    return str(pure)
+
+
 def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
     rel = entry["path"]
     where = f"sources[{i}].path"
-    if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
-        raise ConfigError(file, where, f"{rel!r} must be a relative path inside the solution's directory")
-    if "content" in entry:
-        return SourceFile(rel, entry["content"])
-    target = (sol_dir / rel).resolve()
+    norm = _check_path(rel, where, file)
+    # upstream reads a source whose `content` is missing or empty from the file beside solution.json
+    if entry.get("content"):
+        return SourceFile(norm, entry["content"])
+    target = (sol_dir / norm).resolve()
     if sol_dir not in target.parents:  # a symlink that leads out of the solution's directory
         raise ConfigError(file, where, f"{rel!r} resolves to {target}, outside the solution's directory {sol_dir}")
+    empty = "an empty `content`" if "content" in entry else "no `content`"
     try:
-        return SourceFile(rel, target.read_text(encoding="utf-8"))
+        return SourceFile(norm, target.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(file, where, f"no `content` given and no file {rel!r} beside solution.json "
+        raise ConfigError(file, where, f"{empty} given and no file {rel!r} beside solution.json "
                           f"(looked for {target})") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(file, where, f"unreadable source {target} ({exc})") from None
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or type(exc).__name__)
+        raise ConfigError(file, where, f"{empty} given and the file {target} is unreadable ({why})") from None
+
+
+def _check_layout(sources: list[SourceFile], file: str) -> None:
+    """No source twice, and no source that is also another source's directory (`a` and `a/b.py`)."""
+    seen: dict[str, int] = {}
+    for i, s in enumerate(sources):
+        if s.path in seen:
+            raise ConfigError(file, f"sources[{i}].path", f"duplicate source {s.path!r} (also sources[{seen[s.path]}])")
+        seen[s.path] = i
+    for i, s in enumerate(sources):
+        for parent in PurePosixPath(s.path).parents:
+            if str(parent) in seen:
+                raise ConfigError(file, f"sources[{i}].path", f"{s.path!r} puts a file inside "
+                                  f"sources[{seen[str(parent)]}] {str(parent)!r}, which is a file")
 
 
 def _check_languages(languages: list[str], entry_file: str, file: str) -> None:
@@ -100,14 +138,9 @@ def load_solution(path: str | Path, definition_name: str | None = None) -> Solut
                           f"{definition_name!r}")
     sol_dir = path.parent.resolve()
     sources = [_source(e, i, sol_dir, file) for i, e in enumerate(raw["sources"])]
-    seen: dict[str, int] = {}
-    for i, s in enumerate(sources):
-        norm = str(PurePosixPath(s.path))
-        if norm in seen:
-            raise ConfigError(file, f"sources[{i}].path", f"duplicate source {s.path!r} (also sources[{seen[norm]}])")
-        seen[norm] = i
+    _check_layout(sources, file)
     entry_file, _, entry_function = spec["entry_point"].rpartition("::")
-    if str(PurePosixPath(entry_file)) not in seen:
+    if str(PurePosixPath(entry_file)) not in {s.path for s in sources}:
         raise ConfigError(file, "spec.entry_point", f"entry file {entry_file!r} is not among the sources "
                           f"({', '.join(s.path for s in sources)})")
     _check_languages(spec["languages"], entry_file, file)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from mini_kv.load.schema import validate
 from mini_kv.solexec import safetensors_file
 from mini_kv.solexec.definition import Definition
 from mini_kv.solexec.jsonfile import parse_json, read_text
+
+DATA_ROOT_VAR = "MINI_KV_DATA_ROOT"  # a directory outside the problem that safetensors inputs may read
+MAX_TENSOR_BYTES = 2**40  # 1 TiB: no device holds one tensor larger; a bigger size is a typo or an attack
 
 # upstream's defaults, in upstream's field order (the trace repeats them in this order)
 DEFAULT_TOLERANCE = {"max_atol": 1e-2, "max_rtol": 1e-2, "required_matched_ratio": 0.99, "max_error_cap": None,
@@ -25,6 +29,8 @@ class Workload:
     tolerance: dict  # with defaults filled in
     resolved_axes: dict = field(default_factory=dict)  # every axis's size
     safetensors: dict = field(default_factory=dict)  # input name -> absolute file path
+    nbytes: int = 0  # the inputs and outputs together, for the check against the device's memory
+    file: str = ""  # the workload.jsonl it came from
 
     def trace_dict(self) -> dict:
         """The workload as upstream's trace writes it: axes, inputs, uuid, tolerance."""
@@ -73,15 +79,49 @@ def _check_inputs(raw: dict, definition: Definition, file: str, at: str) -> None
                           f"which {definition.path} does not set")
 
 
+def _check_sizes(definition: Definition, axes: dict, file: str, at: str) -> int:
+    """Bytes of the inputs and outputs together; a tensor no machine could hold is a configuration error."""
+    total = 0
+    for spec in (*definition.inputs, *definition.outputs):
+        n = definition.nbytes(spec, axes)
+        if n > MAX_TENSOR_BYTES:
+            raise ConfigError(file, f"{at}axes", f"{spec.name} would be {list(definition.shape_of(spec, axes))} "
+                              f"{spec.dtype}, {n:.3g} bytes; at most {MAX_TENSOR_BYTES} bytes (1 TiB) per tensor")
+        total += n
+    return total
+
+
+def data_roots(base: Path) -> list[Path]:
+    """Where safetensors inputs may live: the workload file's directory, and $MINI_KV_DATA_ROOT if set."""
+    roots = [base.resolve()]
+    extra = os.environ.get(DATA_ROOT_VAR)
+    if extra:
+        roots.append(Path(extra).resolve())
+    return roots
+
+
+def _contained(rel: str, base: Path, file: str, where: str) -> Path:
+    try:
+        path = (base / rel).resolve()
+    except (ValueError, OSError) as exc:
+        raise ConfigError(file, where, f"{rel!r} is not a usable path ({type(exc).__name__})") from None
+    roots = data_roots(base)
+    if not any(path == r or r in path.parents for r in roots):
+        raise ConfigError(file, where, f"{rel!r} resolves to {path}, outside the problem directory {roots[0]}; "
+                          f"safetensors inputs must live there (or under ${DATA_ROOT_VAR})")
+    return path
+
+
 def _check_safetensors(raw: dict, definition: Definition, axes: dict, base: Path, file: str, at: str) -> dict:
-    """Resolve each safetensors path (relative to the workload file) and check key, dtype and shape now."""
+    """Resolve each safetensors path (relative to the workload file, contained in its directory or the
+    data root) and check key, dtype, shape and the data's length now."""
     specs = {t.name: t for t in definition.inputs}
     found = {}
     for name, desc in raw["inputs"].items():
         if desc["type"] != "safetensors":
             continue
         where = f"{at}inputs.{name}"
-        path = (base / desc["path"]).resolve()
+        path = _contained(desc["path"], base, file, f"{where}.path")
         if not path.is_file():
             raise ConfigError(file, f"{where}.path", f"file {desc['path']!r} does not exist (looked for {path})")
         try:
@@ -100,10 +140,12 @@ def parse_workload(raw, definition: Definition, file: str, line: int, base: Path
     at = f"line {line}: "
     validate(raw, "sol_workload", f"{file}: line {line}")
     axes = _check_axes(raw, definition, file, at)
+    nbytes = _check_sizes(definition, axes, file, at)
     _check_inputs(raw, definition, file, at)
     st = _check_safetensors(raw, definition, axes, base, file, at)
     return Workload(uuid=raw["uuid"], line=line, axes=dict(raw["axes"]), inputs=dict(raw["inputs"]),
-                    tolerance={**DEFAULT_TOLERANCE, **raw.get("tolerance", {})}, resolved_axes=axes, safetensors=st)
+                    tolerance={**DEFAULT_TOLERANCE, **raw.get("tolerance", {})}, resolved_axes=axes, safetensors=st,
+                    nbytes=nbytes, file=file)
 
 
 def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
@@ -111,7 +153,8 @@ def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
     file = str(path)
     out: list[Workload] = []
     seen: dict[str, int] = {}
-    for i, text in enumerate(read_text(path).splitlines(), start=1):
+    # lines end at "\n" only: str.splitlines() would also split at U+2028 or U+0085, which JSON allows raw in strings
+    for i, text in enumerate(read_text(path).split("\n"), start=1):
         if not text.strip():
             continue
         wl = parse_workload(parse_json(text, file, f"line {i}"), definition, file, i, path.parent.resolve())

@@ -134,7 +134,9 @@ def summarize_correctness(results: dict, device: str) -> dict:
                  if r.get("integrity")]
     cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
-    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing,
+    # cases whose params broke the card's own input factory: the card's fault, not the candidate's
+    invalid = [r["id"] for r in results["cases"] if r["status"] == "INVALID_CASE"]
+    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing, "invalid_cases": invalid,
             "integrity_failures": integrity,
             "contract": {k: v.get("status") for k, v in contract.items()}}
 
@@ -169,7 +171,9 @@ def card_headline(compile_status: str, correctness: dict | None, bench_records: 
         bench, cases = summarize_benchmark(_bench_cases(bench_records), skipped)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
-    if not corr["ok"]:
+    if corr["invalid_cases"]:
+        status = "INVALID_CASE"
+    elif not corr["ok"]:
         status = "INCORRECT"
     elif bench["ran"] and not bench["ok"]:
         status = "BENCHMARK_ERROR"

@@ -133,9 +133,11 @@ def run_job(job: dict, chan: Channel) -> int:
     task_id, salt = job["task_id"], job["salt"]
 
     for case in job["cases"]:
-        chan.send(event="begin", stage="correctness", case=case["id"])
+        # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
+        chan.send(event="begin", stage="inputs", case=case["id"])
         tol = job["tolerances"].get(case["dtype"])
-        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt, guard)
+        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt, guard,
+                                   on_inputs=lambda c=case: chan.send(event="begin", stage="correctness", case=c["id"]))
         chan.send(event="case", record=rec)
         if rec["status"] == "RUNTIME_ERROR" and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child

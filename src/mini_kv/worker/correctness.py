@@ -41,11 +41,20 @@ class _Raised(Exception):
 
 
 def run_case(op, reference, factory, task_id: str, case: dict, tolerance: dict | None, device: str,
-             salt: str, guard: Guard | None = None) -> dict:
+             salt: str, guard: Guard | None = None, on_inputs=None) -> dict:
+    """One case's record. `on_inputs`, if given, is called once the card's input factory has made the
+    inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
     seed = case_seed(task_id, case["id"], salt)
     record = {"id": case["id"], "kind": case["kind"], "dtype": case["dtype"], "params": case["params"],
               "seed": seed}
-    args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
+    try:
+        args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
+    except Exception as exc:  # noqa: BLE001 - bad params (n: -5, n: "abc", too large): the card's fault
+        return {**record, "status": "INVALID_CASE",
+                "reason": f"the card's input factory failed for params {case['params']}: {type(exc).__name__}: "
+                          f"{str(exc)[:300]}"}
+    if on_inputs is not None:
+        on_inputs()
     if args is None:
         return {**record, "status": "SKIPPED", "reason": f"not applicable on device {device!r}"}
     record["inputs"] = describe_args(args)

@@ -46,13 +46,17 @@ def _load(job: dict, chan: Channel):
     """(reference module, solution function, integrity snapshot), or None after sending a failed load."""
     from mini_kv.worker import integrity
 
+    # a `begin` before each import: should the process exit, crash or hang inside one, the parent
+    # knows whose code it was (the reference's: INVALID_REFERENCE, not the solution's fault)
+    chan.send(event="begin", stage="reference", case="(loading the reference)")
     try:
         reference = _load_reference(job["reference_file"])
         ref_fn = reference.run
-    except Exception as exc:  # noqa: BLE001 - also the problem's fault when run is missing at runtime
+    except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
         return _fail(chan, "INVALID_REFERENCE", f"the reference does not load: {type(exc).__name__}: {exc}")
     snap = integrity.snapshot()
     sol = job["solution"]
+    chan.send(event="begin", stage="solution", case="(importing the solution)")
     try:
         module = _import_solution(sol)
     except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built

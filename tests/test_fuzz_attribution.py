@@ -1,0 +1,94 @@
+"""Who is blamed: a reference that dies at import, a card whose params break its own input factory,
+and an honest solution on a workload with a random scalar input (no false REWARD_HACK)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fuzz_helpers import sol_problem, write_json
+from sol_helpers import logs, statuses
+
+from mini_kv.errors import ExitCode
+from mini_kv.solexec.run import BenchOptions, bench
+
+FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 60.0}
+REFERENCE = "import torch\n\n\ndef run(x, w, alpha):\n    y = x * w * alpha\n    return y, y.sum()\n"
+
+
+def _bench(tmp_path, definition: dict | None = None, workloads: list | None = None, solution_code: str | None = None,
+           **kw) -> dict:
+    d, default_def, default_wls, sol = sol_problem(tmp_path)
+    if definition is not None:
+        write_json(d / "definition.json", definition)
+    if workloads is not None:
+        (d / "workload.jsonl").write_text("".join(__import__("json").dumps(w) + "\n" for w in workloads))
+    if solution_code is not None:
+        sol["sources"][0]["content"] = solution_code
+    path = write_json(tmp_path / "sol" / "solution.json", sol)
+    return bench(str(d), BenchOptions(solution=str(path), artifacts=str(tmp_path / "artifacts"), **{**FAST, **kw}))
+
+
+def test_random_scalar_input_and_a_copy_of_the_reference_passes(tmp_path):
+    _, definition, wls, _ = sol_problem(tmp_path / "src")
+    wls = [{**w, "inputs": {**w["inputs"], "alpha": {"type": "random"}}} for w in wls]
+    code = REFERENCE.replace("def run(", "def forward(")
+    result = _bench(tmp_path, workloads=wls, solution_code=code)
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)
+    assert result["exit_code"] == ExitCode.OK
+
+
+@pytest.mark.parametrize("prelude, timeout", [("import sys\nsys.exit(3)\n", 60.0), ("import os\nos._exit(3)\n", 60.0),
+                                              ("import time\ntime.sleep(600)\n", 30.0)])
+def test_a_reference_that_dies_or_hangs_at_import_is_invalid_reference(tmp_path, prelude, timeout):
+    _, definition, _, _ = sol_problem(tmp_path / "src")
+    definition["reference"] = prelude + REFERENCE
+    result = _bench(tmp_path, definition=definition, timeout=timeout)
+    assert set(statuses(result).values()) == {"INVALID_REFERENCE"}, logs(result)
+    assert result["exit_code"] == ExitCode.CONFIG
+    assert all("reference" in log for log in logs(result).values())
+
+
+def test_a_solution_that_exits_at_import_is_still_its_own_fault(tmp_path):
+    result = _bench(tmp_path, solution_code="import os\nos._exit(3)\n")
+    assert set(statuses(result).values()) == {"RUNTIME_ERROR"}, logs(result)
+
+
+def test_a_card_factory_failure_is_the_cards_fault():
+    from mini_kv.references.vector_add import make_inputs
+    from mini_kv.store.headline import summarize_correctness
+    from mini_kv.worker.correctness import run_case
+
+    case = {"id": "neg-float32", "kind": "core", "dtype": "float32", "params": {"n": -5}}
+    made = []
+    rec = run_case(lambda a, b: a + b, lambda a, b: a + b, make_inputs, "vector_add", case, {"atol": 0, "rtol": 0},
+                   "cpu", "salt", on_inputs=lambda: made.append(1))
+    assert rec["status"] == "INVALID_CASE" and "params {'n': -5}" in rec["reason"] and not made
+    ok = run_case(lambda a, b: a + b, lambda a, b: a + b, make_inputs, "vector_add",
+                  {**case, "id": "n8-float32", "params": {"n": 8}}, {"atol": 0, "rtol": 0}, "cpu", "salt",
+                  on_inputs=lambda: made.append(1))
+    assert ok["status"] == "PASS" and made == [1]
+    summary = summarize_correctness({"load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
+                                     "cases": [rec, ok], "contract": {}, "incidents": []}, "cpu")
+    assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
+
+
+@pytest.mark.slow
+def test_verify_blames_the_card_for_params_its_factory_rejects(tmp_path):
+    """End to end on CPU (one build of the naive candidate): a negative size, a string size and a size
+    far beyond the worker's memory are INVALID_CASE, exit 2, not a candidate failure."""
+    from fuzz_helpers import card_project, cli_main, shipped_card, write_card
+
+    project = card_project(tmp_path)
+    card = shipped_card()
+    card["cases"] = [{"id": "ok", "kind": "core", "params": {"n": 8}, "dtypes": ["float32"]},
+                     {"id": "negative", "kind": "core", "params": {"n": -5}, "dtypes": ["float32"]},
+                     {"id": "text", "kind": "core", "params": {"n": "abc"}, "dtypes": ["float32"]},
+                     {"id": "huge", "kind": "core", "params": {"n": 1e11}, "dtypes": ["float32"]}]
+    path = write_card(project, card, "params.yaml")
+    code, out = cli_main("verify", "--task", str(path), "--device", "cpu", "--skip-benchmark", "--memory-limit", "4",
+                         "--artifacts", str(tmp_path / "artifacts"), "--json")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert code == ExitCode.CONFIG, out
+    assert summary["status"] == "INVALID_CASE"
+    assert sorted(summary["correctness"]["invalid_cases"]) == ["huge-float32", "negative-float32", "text-float32"]
