@@ -197,6 +197,17 @@ def _under(path: str, dirs: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
+def _read_only_proc_sys() -> None:
+    """Kernel settings (/proc/sys) read-only: a bind of it onto itself, then a read-only remount."""
+    if not os.path.isdir("/proc/sys"):
+        return
+    try:
+        _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC)
+        _mount(None, "/proc/sys", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError as exc:
+        print(f"mini_kv sandbox: /proc/sys stays as it was ({exc})", file=sys.stderr)
+
+
 def enter(rw: list[str], masks: list[str], cmd: list[str]) -> int:
     """Set up the read-only view (we are root of fresh mount and network namespaces), then exec `cmd`."""
     try:
@@ -209,7 +220,10 @@ def enter(rw: list[str], masks: list[str], cmd: list[str]) -> int:
                 _mount("tmpfs", m, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=000")
             elif os.path.isfile(m) and not os.path.islink(m):
                 _mount("/dev/null", m, None, MS_BIND)
-        keep_writable = [*rw, "/dev"]  # device nodes work on a read-only mount; /dev itself is not the project
+        # device nodes work on a read-only mount; /dev itself is not the project. /proc stays writable
+        # because the CUDA driver writes there at initialisation (with /proc read-only, cudaGetDeviceCount
+        # fails with error 304 on an H200); its /proc/sys is made read-only below instead.
+        keep_writable = [*rw, "/dev", "/proc"]
         for point, opts in _mounts():
             if _under(point, keep_writable) and not point.startswith("/dev/shm"):
                 continue
@@ -223,6 +237,7 @@ def enter(rw: list[str], masks: list[str], cmd: list[str]) -> int:
                     raise
                 if os.path.exists(point):  # a hidden (over-mounted) point cannot be reached anyway
                     print(f"mini_kv sandbox: {point} stays as it was ({exc})", file=sys.stderr)
+        _read_only_proc_sys()
     except OSError as exc:
         print(f"mini_kv sandbox: cannot set up the read-only view: {exc}", file=sys.stderr)
         return ENTER_FAILED
