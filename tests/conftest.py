@@ -36,3 +36,12 @@ def run_cli(*args, cwd=ROOT, timeout=900, env=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def fuzz_project(tmp_path_factory):
+    """For tests/fuzz: a project holding the shipped cards' candidates; fuzzed cards are written into it.
+    (Here, not in a tests/fuzz/conftest.py: two modules named `conftest` would shadow each other.)"""
+    from fuzz_helpers import card_project
+
+    return card_project(tmp_path_factory.mktemp("fuzz-project"))

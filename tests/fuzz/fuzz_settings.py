@@ -1,4 +1,4 @@
-"""Settings every fuzz test shares (tests/fuzz/test_fuzz_*.py); tests/fuzz/conftest.py loads them.
+"""Settings every fuzz test shares (tests/fuzz/test_fuzz_*.py); every fuzz test module imports this, which loads them.
 
 A new fuzz test imports what it needs from here: `from fuzz_settings import examples, within`.
 
