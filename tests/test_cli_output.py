@@ -270,12 +270,14 @@ def test_a_real_compile_error_shows_file_and_line_and_a_summary(tmp_path):
 def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
     case = {"id": "bench_cpu_64k-float32", "verdict": "FAIL", "baseline": {"p50": 21.9412}, "candidate": {"p50": 32.4437},
             "p50_ratio": 1.479, "p95_ratio": 3.229, "first_batch": {"p_value": 5.3e-66, "significant": True},
-            "confirmation": {"test": {"p_value": 4.3e-55, "significant": True},
-                             "summary": {"overall": {"p50": 29.7712}}}}
+            "confirmation": {"test": {"p_value": 4.3e-55, "significant": True, "ratio": 1.36},
+                             "summary": {"overall": {"p50": 29.7712}},
+                             "baseline": {"summary": {"overall": {"p50": 21.8906}}}}}
     reg = {"verdict": "FAIL", "baseline_file": {"path": "baselines/x.json"}, "cases": [case], "reasons": []}
     console = Console(width=80, record=True, file=io.StringIO())
     report.print_regression(reg, console)
     text = console.export_text()
     assert max(len(ln) for ln in text.splitlines()) <= 80 and "…" not in text
-    for cell in ("bench_cpu_64k-float32", "21.94", "32.44", "+47.9%", "+222.9%", "p=5.3e-66", "P50 29.77"):
+    for cell in ("bench_cpu_64k-float32", "21.94", "32.44", "+47.9%", "+222.9%", "p=5.3e-66", "21.89 / 29.77",
+                 "+36.0%", "p=4.3e-55"):
         assert cell in text, cell

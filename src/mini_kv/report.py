@@ -276,11 +276,11 @@ def print_regression(reg: dict, console: Console) -> None:
             rows.append([escape(c["id"]), c["verdict"], _fmt(c["baseline"]["p50"], ".2f"),
                          _fmt(c["candidate"]["p50"], ".2f"), f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
                          f"{(c['p95_ratio'] - 1) * 100:+.1f}%", _batch(c.get("first_batch")),
-                         same, f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test) if test else "-"])
+                         same, f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test) if test and "ratio" in test else "-"])
         console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
         if any(c.get("first_batch") for c in cases):
             console.print("  vs stored: the candidate against the baseline's stored timings, only a screen; same "
                           "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
-                          "same run can FAIL.", soft_wrap=True)
+                          "same run can FAIL.", markup=False)
     for reason in reg.get("reasons", []):
         console.print(f"  {reason}", markup=False)
