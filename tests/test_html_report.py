@@ -19,26 +19,33 @@ import numpy as np
 import pytest
 
 from mini_kv.cli import main
+from mini_kv.environment import environment_key
 from mini_kv.html_report.build import ReportOptions, build_report
 from mini_kv.store.attempts import AttemptWriter
+from mini_kv.store.headline import card_headline
+from mini_kv.worker.inputs import case_seed
 
 SUITE = "b" * 64
+SALT = "report-test-salt"
 ENV = {"schema_version": 1, "key": "env-cpu-0001", "python": "3.11.7", "platform": "Linux-test", "cpu_count": 2,
        "torch": "2.13.0+cpu", "torch_cuda": None, "device_kind": "cpu", "gpu": None, "driver": None,
        "nvcc": "release 13.0", "cxx": "c++ 12.2.0", "tag": None, "copy_bandwidth_Bps": 20e9}
+ENV["key"] = environment_key(ENV)  # the store recomputes it: a made-up key reads as a forgery
 SECTIONS = ("leaderboard", "attempts", "latency", "roofline", "correctness", "history", "profiles", "environment",
             "skipped")
 
 
-def _samples(p50: float, seed: int) -> list[list[float]]:
+def _samples(p50: float, seed: int, drift: float = 0.0) -> list[list[float]]:
+    """5 repeats of 60 samples around p50; `drift` moves each repeat's level (an unstable measurement)."""
     rng = np.random.default_rng(seed)
-    return np.clip(rng.normal(p50, p50 * 0.005, size=(5, 60)), p50 * 0.5, None).round(4).tolist()
+    levels = p50 * (1 + drift * np.arange(5))[:, None]
+    return np.clip(rng.normal(levels, p50 * 0.005, size=(5, 60)), p50 * 0.5, None).round(4).tolist()
 
 
 def _bench_case(case_id: str, p50: float, ref_p50: float, seed: int, stable: bool = True) -> dict:
     from mini_kv.judge import stats
 
-    cand, ref = _samples(p50, seed), _samples(ref_p50, seed + 1)
+    cand, ref = _samples(p50, seed, drift=0.0 if stable else 0.2), _samples(ref_p50, seed + 1)
     cs, rs = stats.summarize_repeats(cand), stats.summarize_repeats(ref)
     nbytes, flops = 3 * 4 * 65536.0, 65536.0
     return {"id": case_id, "dtype": "float32", "params": {"n": 65536}, "seed": 1, "method": "wallclock",
@@ -71,17 +78,19 @@ def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *,
     if cand == "r0":  # a bench case that timed out: a status and a reason, no samples
         bench.append({"id": "bench_huge-float16", "status": "TIMEOUT", "reason": "no result within 120 s; process "
                       "group killed", "log_tail": ""})
-    ok = fail is None
-    bsum = {"ran": True, "ok": True, "stable": stable, "failed": [], "post_check_failed": [],
-            "integrity_failures": [], "geomean_speedup": bench[0]["speedup"]}
-    csum = {"ok": ok, "counts": {}, "kernels": {"CPU": True, "Meta": True}, "missing_kernels": [],
-            "integrity_failures": [], "contract": {"opcheck": "PASS", "gradcheck": "PASS"}}
+    for c in bench:  # the store checks each timed case's seed against the run's salt
+        if "candidate" in c:
+            c["seed"] = case_seed(task, c["id"], SALT)
+    # the summaries come from the records, as the writers derive them (the store recomputes them)
+    corr = {"schema_version": 1, "device": "cpu", "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
+            "cases": _corr_cases(fail), "contract": {}, "incidents": [], "seed_salt": SALT}
+    head = card_headline("ok", corr, bench, False, "cpu")
+    corr["summary"], bsum = head.correctness, head.benchmark
     w = AttemptWriter(art, task, cand)
     card = {"id": task, "tolerances": {"float32": {"atol": 1e-6, "rtol": 1e-6}, "float16": {"atol": 1e-3, "rtol": 1e-3}}}
     w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": card, "suite_hash": SUITE})
     w.json("environment.json", ENV)
-    w.json("correctness.json", {"schema_version": 1, "device": "cpu", "cases": _corr_cases(fail), "contract": {},
-                                "incidents": [], "summary": csum})
+    w.json("correctness.json", corr)
     w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "cases": bench, "summary": bsum})
     if verdict:
         w.json("regression.json", {"schema_version": 1, "verdict": verdict, "reasons": [],
@@ -94,43 +103,36 @@ def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *,
               "candidate": cand, "op": f"ns_{cand}::{task}",
               "created_at": (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=when)).isoformat(),
               "suite_hash": SUITE, "environment_key": ENV["key"], "build_key": None,
-              "status": "PASSED" if ok else "FAILED", "exit_code": 0 if ok else 4, "device": "cpu",
-              "correctness": csum, "benchmark": bsum, "duration_s": 1.0}
+              "status": head.status, "exit_code": 0 if head.status == "PASSED" else 4, "device": "cpu",
+              "correctness": head.correctness, "benchmark": bsum, "duration_s": 1.0}
     return w.commit(header)
 
 
-def make_sol_attempt(art: Path) -> Path:
-    name = "toy_vecadd"
-    bench = {**_bench_case("wl-001", 12.0, 15.0, 99), "bytes": None, "flops": None, "roofline": None, "peak_bw_Bps": None}
-    w = AttemptWriter(art, name, "toy_vecadd_pytorch")
-    w.json("definition.json", {"name": name, "outputs": {"z": {"shape": ["n"], "dtype": "float32"}}})
-    w.text("workload.jsonl", json.dumps({"uuid": "wl-001", "axes": {}, "inputs": {},
-                                         "tolerance": {"max_atol": 1e-5, "max_rtol": 1e-5}}) + "\n")
-    w.json("environment.json", ENV)
-    w.json("correctness.json", {"schema_version": 1, "device": "cpu", "workloads": [
-        {"id": "wl-001", "status": "PASSED", "log": "", "correctness": {"max_absolute_error": 0.0,
-                                                                         "max_relative_error": 0.0}},
-        {"id": "wl-002", "status": "RUNTIME_ERROR", "log": "boom", "correctness": None}],
-        "incidents": [], "summary": {"ok": False}})
-    w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "cases": [bench],
-                              "summary": {"ran": True, "ok": False, "stable": None, "geomean_speedup": None}})
-    header = {"task_id": name, "task_version": "sol-0123456789ab", "format": "sol-execbench",
-              "operator": {"name": name, "version": "sol-0123456789ab"}, "candidate": "toy_vecadd_pytorch",
-              "op": "kernel.py::run", "created_at": "2026-11-20T00:00:00+00:00", "suite_hash": SUITE,
-              "environment_key": ENV["key"], "build_key": None, "status": "FAILED", "exit_code": 4, "device": "cpu",
-              "correctness": {"ok": False}, "benchmark": {"ran": True, "ok": False, "stable": None,
-                                                          "geomean_speedup": None}}
-    return w.commit(header)
+@pytest.fixture(scope="module")
+def sol_attempt(tmp_path_factory) -> Path:
+    """One real SOL attempt (the test problem `scale_mul`, good_dps solution, benchmarked briefly on the
+    CPU): the store recomputes a SOL attempt's headline and ids from its files, so it is not synthesized."""
+    from test_sol_bench import run_bench
+
+    result = run_bench(tmp_path_factory.mktemp("sol"), "good_dps")
+    assert result["exit_code"] == 0, result
+    return Path(result["attempt"])
+
+
+def copy_sol_attempt(sol_attempt: Path, art: Path) -> Path:
+    dest = art / sol_attempt.parent.name / sol_attempt.name
+    shutil.copytree(sol_attempt, dest, symlinks=True)
+    return dest
 
 
 @pytest.fixture
-def store(tmp_path) -> dict:
+def store(tmp_path, sol_attempt) -> dict:
     art = tmp_path / "artifacts"
     a = {"v0_old": make_task_attempt(art, "vector_add", "v0", 1, 11.0, verdict="PASS"),
          "v0": make_task_attempt(art, "vector_add", "v0", 2, 13.0, verdict="FAIL"),
          "v1": make_task_attempt(art, "vector_add", "v1", 2, 8.0, fail="n31-float16"),
          "r0": make_task_attempt(art, "rmsnorm", "r0", 3, 30.0, stable=False),
-         "sol": make_sol_attempt(art)}
+         "sol": copy_sol_attempt(sol_attempt, art)}
     # a corrupted attempt: benchmark.json edited after sealing (its SHA-256 no longer matches)
     bad = make_task_attempt(art, "vector_add", "v2", 4, 9.0)
     (bad / "benchmark.json").write_text("{}")
@@ -271,9 +273,9 @@ def test_selection_by_task_problem_and_attempt(store, tmp_path, capsys):
     # a problem directory resolves to its definition's name
     prob = tmp_path / "toy"
     prob.mkdir()
-    (prob / "definition.json").write_text(json.dumps({"name": "toy_vecadd"}))
+    (prob / "definition.json").write_text(json.dumps({"name": "scale_mul"}))
     assert main(["report", "--artifacts", str(store["art"]), "--problem", str(prob), "-o", str(out)]) == 0
-    assert "mini_kv report: toy_vecadd" in out.read_text()
+    assert "mini_kv report: scale_mul" in out.read_text()
     # explicit attempts: the store is their grandparent, only they are shown
     assert main(["report", "--attempt", str(store["v1"]), "-o", str(out)]) == 0
     text = out.read_text()
@@ -283,7 +285,7 @@ def test_selection_by_task_problem_and_attempt(store, tmp_path, capsys):
 def test_selection_matching_nothing_exits_2_listing_what_exists(store, tmp_path, capsys):
     code = main(["report", "--artifacts", str(store["art"]), "--task", "nope", "-o", str(tmp_path / "r.html")])
     err = capsys.readouterr().err
-    assert code == 2 and "'nope'" in err and "rmsnorm" in err and "vector_add" in err and "toy_vecadd" in err
+    assert code == 2 and "'nope'" in err and "rmsnorm" in err and "vector_add" in err and "scale_mul" in err
     assert "Traceback" not in err and not (tmp_path / "r.html").exists()
 
 
@@ -352,8 +354,9 @@ def test_non_finite_numbers_in_a_record_do_not_break_the_charts(store, tmp_path)
     w = AttemptWriter(store["art"], "nan_task", "v0")
     bench = json.loads((a / "benchmark.json").read_text())
     case = bench["cases"][0]
-    case["speedup"], case["roofline"]["gbps"], case["candidate"]["summary"]["overall"]["p50"] = \
-        float("nan"), float("inf"), float("nan")
+    # values the store does not recompute (it would call a changed P50 or speedup TAMPERED and skip it)
+    case["roofline"]["gbps"], case["roofline"]["tflops"], case["reference"]["summary"]["overall"]["p95"] = \
+        float("inf"), float("nan"), float("nan")
     for rel in ("task_card.json", "environment.json", "correctness.json"):
         w.json(rel, json.loads((a / rel).read_text()))
     w.json("benchmark.json", bench)
