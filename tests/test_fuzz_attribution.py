@@ -88,7 +88,8 @@ def test_verify_blames_the_card_for_params_its_factory_rejects(tmp_path):
     path = write_card(project, card, "params.yaml")
     code, out = cli_main("verify", "--task", str(path), "--device", "cpu", "--skip-benchmark", "--memory-limit", "4",
                          "--artifacts", str(tmp_path / "artifacts"), "--json")
-    summary = json.loads(out.strip().splitlines()[-1])
+    # stdout's JSON line; stderr (progress lines, when not a terminal) follows it in `out`
+    summary = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     assert code == ExitCode.CONFIG, out
     assert summary["status"] == "INVALID_CASE"
     assert sorted(summary["correctness"]["invalid_cases"]) == ["huge-float32", "negative-float32", "text-float32"]
