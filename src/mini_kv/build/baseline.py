@@ -23,7 +23,8 @@ from pathlib import Path
 from mini_kv.build.compiler import SOURCE_SUFFIXES, compile_candidate
 from mini_kv.judge.regression import BaselineTampered
 from mini_kv.model import Candidate, sha256_file
-from mini_kv.store.attempts import AttemptInvalid, read_sealed_attempt
+from mini_kv.store.attempts import AttemptInvalid
+from mini_kv.store.index import read_checked_attempt
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -75,7 +76,7 @@ def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
                                f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
                                "the baseline was promoted from has changed since")
     try:
-        header = read_sealed_attempt(attempt_dir)
+        header = read_checked_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise BaselineTampered(str(attempt_dir), str(exc)) from None
     recorded_files = (baseline.get("manifest") or {}).get("attempt_files")

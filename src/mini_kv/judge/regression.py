@@ -318,14 +318,17 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     """Write a baseline from one attempt; refuses unless it is complete, PASSED, stable and benchmarked."""
     from mini_kv.load.schema import validate
     from mini_kv.store.atomic import write_json
-    from mini_kv.store.attempts import AttemptInvalid, read_sealed_attempt
+    from mini_kv.store.attempts import AttemptInvalid
+    from mini_kv.store.index import read_checked_attempt
 
     attempt_dir, output = Path(attempt_dir), Path(output)
     where = f"cannot promote {attempt_dir}"
-    try:  # the store's own checks: schema, files inside the attempt and hashed, dir named by its id
-        header = read_sealed_attempt(attempt_dir)
+    try:  # every check of the index: schema, hashed files inside the attempt, ids, a headline its records give
+        header = read_checked_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise UserError(f"{where}: {exc}") from None
+    except (OSError, RecursionError) as exc:
+        raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
     if header.get("status") != "PASSED":
         raise UserError(f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
                         "can become a baseline")

@@ -131,34 +131,6 @@ def verify_files(path: Path, files) -> None:
                                   "the attempt was sealed)")
 
 
-class AttemptMisplaced(AttemptInvalid):
-    """A sealed attempt that is not where its own header says it belongs (renamed or moved by hand)."""
-
-    kind = "misplaced"
-
-
-def read_sealed_attempt(path: Path) -> dict:
-    """attempt.json of an attempt another record may rely on (a baseline is promoted from it):
-    schema-valid, every listed file inside the directory and matching its SHA-256, and the
-    directory at artifacts/<task_id>/<attempt_id>, as the index requires."""
-    from mini_kv.load.schema import validate
-
-    path = Path(path)
-    header = read_attempt(path, verify=False)
-    try:
-        validate({k: v for k, v in header.items() if k != "path"}, "attempt", str(path / "attempt.json"))
-    except ConfigError as exc:
-        raise AttemptInvalid(str(exc)) from None
-    header = read_attempt(path)
-    if header["attempt_id"] != path.name:
-        raise AttemptMisplaced(f"{path}: directory name differs from its attempt_id {header['attempt_id']!r} "
-                               "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>")
-    if header["task_id"] != path.resolve().parent.name:
-        raise AttemptMisplaced(f"{path}: lies under {path.resolve().parent.name!r} but belongs to task "
-                               f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/")
-    return header
-
-
 def load_attempt_file(attempt: dict, rel: str):
     """One JSON file of an already verified attempt."""
     try:

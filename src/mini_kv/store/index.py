@@ -169,6 +169,13 @@ def _attempt_validator():
     return jsonschema.Draft202012Validator(load_schema("attempt"))
 
 
+def read_checked_attempt(attempt_dir: Path) -> dict:
+    """attempt.json of an attempt another record may rely on (a baseline is promoted from it, or rebuilt
+    from its sources): it passes every check the index applies (record_for_attempt), else AttemptInvalid."""
+    record_for_attempt(attempt_dir)
+    return read_attempt(Path(attempt_dir), verify=False)  # its files were just hashed
+
+
 def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     """The index row and bench-case rows of one attempt; raises AttemptInvalid if it is not usable.
 
