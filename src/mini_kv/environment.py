@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+from mini_kv.build import torch_flags
 from mini_kv.model import canonical_json, sha256_text
 
 
@@ -105,9 +106,7 @@ ENV_TAG_VAR = "MINI_KV_ENV_TAG"
 
 def build_flags(devices: list[dict]) -> dict:
     """The flags every candidate build starts from: a change to them changes every binary."""
-    from mini_kv.build import compiler  # lazy: the compiler imports this module
-
-    return {"cflags": list(compiler.base_cflags()), "cuda_cflags": list(compiler.base_cuda_cflags()),
+    return {"cflags": list(torch_flags.base_cflags()), "cuda_cflags": list(torch_flags.base_cuda_cflags()),
             "arch_list": cuda_arch_list(devices) if devices else []}
 
 

@@ -33,16 +33,6 @@ SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".i
                    ".tpp", ".tcc"}
 
 
-def base_cflags() -> tuple[str, ...]:
-    """The flags every C++ build starts from. The standard is the installed torch's (C++17 up to
-    torch 2.14, C++20 from 2.15), so it is part of `flags` and so of the build key."""
-    return ("-O3", torch_flags.installed_std_flag())
-
-
-def base_cuda_cflags() -> tuple[str, ...]:
-    return ("-O3", torch_flags.installed_std_flag(), "--use_fast_math")
-
-
 def candidate_files(cdir: Path) -> list[Path]:
     """Every source-like file of the candidate, so an edited header changes the key too."""
     return sorted(p for p in cdir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
@@ -120,8 +110,8 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
         skipped = [] if with_cuda else list(cand.cuda_sources)
     files = _files_now(cdir)
     flags = {
-        "cflags": [*base_cflags(), *cand.cflags],
-        "cuda_cflags": [*base_cuda_cflags(), *cand.cuda_cflags] if with_cuda else [],
+        "cflags": [*torch_flags.base_cflags(), *cand.cflags],
+        "cuda_cflags": [*torch_flags.base_cuda_cflags(), *cand.cuda_cflags] if with_cuda else [],
         "include_dirs": [".", *getattr(cand, "include_dirs", ())],
     }
     # the candidate's own link flags, then those mini_kv adds for a language's libraries

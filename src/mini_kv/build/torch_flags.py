@@ -77,6 +77,16 @@ def installed_std_flag() -> str:
     return std_flag(installed_standard())
 
 
+def base_cflags() -> tuple[str, ...]:
+    """The flags every C++ build starts from. The standard is the installed torch's (C++17 up to
+    torch 2.14, C++20 from 2.15), so it is part of `flags` and so of the build key."""
+    return ("-O3", installed_std_flag())
+
+
+def base_cuda_cflags() -> tuple[str, ...]:
+    return ("-O3", installed_std_flag(), "--use_fast_math")
+
+
 @functools.cache
 def nvcc_defines() -> tuple[str, ...]:
     """The defines torch's extension builder gives nvcc, so a .cu file checked with them also builds
