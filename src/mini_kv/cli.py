@@ -101,8 +101,9 @@ def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: 
 
 def cmd_verify(args) -> int:
     from mini_kv.cli_checks import check_store_writable
+    from mini_kv.devices import pick_device
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.pipeline import VerifyOptions, pick_device, verify
+    from mini_kv.pipeline import VerifyOptions, verify
 
     card = load_task_card(args.task)
     gpus = _parse_gpus(args.gpus)

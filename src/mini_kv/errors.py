@@ -30,6 +30,14 @@ class UserError(Exception):
             self.exit_code = exit_code
 
 
+class BaselineTampered(UserError):
+    """A baseline (or the attempt it was promoted from) no longer matches its recorded hashes."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}", ExitCode.CONFIG)
+        self.path = path
+
+
 class ConfigError(UserError):
     """A file or argument does not match its contract.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,17 @@ def sha256_file(path) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def safe_name(name: str) -> str:
+    """A directory-safe form of a definition or solution name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+
+
+def sol_suite_hash(definition: dict, workloads: list[dict], settings: dict) -> str:
+    """A SOL suite_hash from the stored records (definition.json, workload.jsonl, benchmark.json's settings)."""
+    return sha256_text(canonical_json({"format": "sol-execbench", "definition": definition,
+                                       "workloads": workloads, "settings": settings}))
 
 
 @dataclass(frozen=True)

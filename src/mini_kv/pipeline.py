@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
+from mini_kv.devices import cpu_memory_limit, pick_device
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
@@ -39,22 +40,6 @@ class VerifyOptions:
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
     sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
-
-
-def pick_device(requested: str | None) -> str:
-    import torch
-
-    if requested:
-        from mini_kv.errors import UserError
-
-        if requested.startswith("cuda") and not torch.cuda.is_available():
-            raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
-        index = int(requested.partition(":")[2] or 0)
-        if requested.startswith("cuda") and index >= torch.cuda.device_count():
-            raise UserError(f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
-                            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-        return "cuda:0" if requested == "cuda" else requested
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
 def benchmark_settings(card: TaskCard, opts: VerifyOptions) -> dict:
@@ -150,7 +135,7 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
         "peak_bw": peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
         "watch_paths": _watch_paths(card),
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit(),
     }
 
 
@@ -208,14 +193,6 @@ def _interleaved_settings(settings: dict) -> dict:
     samples = int(settings["samples"])
     finer = max(2 * repeats, 10)
     return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
-
-
-def _cpu_memory_limit() -> int:
-    """Address-space cap for a CPU worker: half the machine, so a runaway op fails alone."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (ValueError, OSError):
-        return 8 << 30
 
 
 STATUS_CODES = {"COMPILE_ERROR": ExitCode.COMPILE, "COMPILE_TIMEOUT": ExitCode.COMPILE,

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from mini_kv.build.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.judge.regression import BaselineTampered
+from mini_kv.errors import BaselineTampered
 from mini_kv.model import Candidate, sha256_file
 from mini_kv.store.attempts import AttemptInvalid
 from mini_kv.store.index import read_checked_attempt

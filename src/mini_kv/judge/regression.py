@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
@@ -40,14 +40,6 @@ BASELINE_KIND = "mini_kv.baseline"
 
 PASS, FAIL, WARN, INCOMPARABLE, TAMPERED = "PASS", "FAIL", "WARN", "INCOMPARABLE", "TAMPERED"
 UNCONFIRMED, MISSING = "UNCONFIRMED", "MISSING"  # case verdicts that count as WARN overall
-
-
-class BaselineTampered(UserError):
-    """A baseline (or the attempt it was promoted from) no longer matches its recorded hashes."""
-
-    def __init__(self, path: str, message: str):
-        super().__init__(f"{path}: {message}", ExitCode.CONFIG)
-        self.path = path
 
 
 @dataclasses.dataclass(frozen=True)

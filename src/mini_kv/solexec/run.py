@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import secrets
 import shutil
 import tempfile
@@ -17,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv import environment
+from mini_kv.devices import cpu_memory_limit, pick_device
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.model import canonical_json, sha256_text
+from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
+from mini_kv.model import safe_name as _safe
 from mini_kv.runner import ChildRun, run_worker
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
@@ -126,9 +127,7 @@ def device_memory(device: str, opts: BenchOptions) -> int:
         import torch
 
         return torch.cuda.get_device_properties(torch.device(device)).total_memory
-    from mini_kv.pipeline import _cpu_memory_limit
-
-    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit()
+    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit()
 
 
 def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> None:
@@ -161,8 +160,6 @@ def _case(definition: Definition, wl: Workload, index: int) -> dict:
 
 def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str, salt: str, settings: dict,
          opts: BenchOptions) -> dict:
-    from mini_kv.pipeline import _cpu_memory_limit
-
     sol = problem.solution
     ref_file = staging / "reference" / "reference.py"
     ref_file.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +171,7 @@ def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str,
                      "entry_function": sol.entry_function, "dps": sol.dps,
                      "module": (compile_rec or {}).get("module"), "library": (compile_rec or {}).get("library")},
         "cases": [_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit(),
     }
 
 
@@ -289,8 +286,6 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 
 
 def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
-    from mini_kv.pipeline import pick_device
-
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
 
@@ -366,20 +361,9 @@ def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
 
 # ------------------------------------------------------------------------------------ attempt
 
-def _safe(name: str) -> str:
-    """A directory-safe form of a definition or solution name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
-
-
 def suite_hash(problem: Problem, settings: dict) -> str:
     """What was measured: the definition, the workloads and the settings. Only equal suites are ranked together."""
     return sol_suite_hash(problem.definition.raw, [wl.trace_dict() for wl in problem.workloads], settings)
-
-
-def sol_suite_hash(definition: dict, workloads: list[dict], settings: dict) -> str:
-    """suite_hash from the stored records (definition.json, workload.jsonl, benchmark.json's settings)."""
-    return sha256_text(canonical_json({"format": "sol-execbench", "definition": definition,
-                                       "workloads": workloads, "settings": settings}))
 
 
 def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, dict]:

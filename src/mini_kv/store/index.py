@@ -32,7 +32,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import ConfigError, UserError
-from mini_kv.model import sha256_file
+from mini_kv.model import safe_name, sha256_file, sol_suite_hash
 from mini_kv.store import headline
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
@@ -321,11 +321,9 @@ def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) 
 
 
 def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
-    from mini_kv.solexec.run import _safe, sol_suite_hash
-
     for rel, field in (("definition.json", "task_id"), ("solution.json", "candidate")):
         name = files[rel].get("name")
-        if not isinstance(name, str) or _safe(name) != header[field]:
+        if not isinstance(name, str) or safe_name(name) != header[field]:
             raise _tampered(attempt_dir, rel, f"name {name!r} does not match attempt.json's {field} "
                             f"{header[field]!r}")
     try:
