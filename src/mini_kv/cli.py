@@ -4,27 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import traceback
 from pathlib import Path
 
-from rich.console import Console
-from rich.text import Text
-
+from mini_kv.cli_common import console, err_console, progress_line, run_command, selected_candidates
 from mini_kv.errors import ConfigError, ExitCode, UserError
-
-
-def _width(stream) -> int | None:
-    """COLUMNS when set (rich reads it), the terminal's width on a terminal, else wide: a CI log or file
-    has no width of its own, and rich would otherwise fold the tables to 80 columns."""
-    if os.environ.get("COLUMNS", "").strip().isdigit() or stream.isatty():
-        return None
-    return 180
-
-
-console = Console(highlight=False, width=_width(sys.stdout))
-err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def cmd_doctor(args) -> int:
@@ -64,21 +47,6 @@ def cmd_validate_task(args) -> int:
     return ExitCode.OK
 
 
-def _selected_candidates(card, requested: list[str]) -> list:
-    import fnmatch
-
-    if not requested:
-        return [card.candidate(card.default_candidate)]
-    out = []
-    for pattern in requested:
-        matched = [c for c in card.candidates if fnmatch.fnmatchcase(c.id, pattern)]
-        if not matched:
-            raise ConfigError(card.path, "candidates", f"no candidate matches {pattern!r}; known: "
-                              + ", ".join(c.id for c in card.candidates))
-        out.extend(c for c in matched if c not in out)
-    return out
-
-
 def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
     """Every --case names a case of the card, and together they select something that runs on `device`;
     otherwise exit CONFIG listing what exists (a filter that selects nothing would pass vacuously)."""
@@ -115,7 +83,7 @@ def cmd_verify(args) -> int:
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
                          bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv,
                          env_tag=args.env_tag, sandbox=not args.no_sandbox)
-    cands = _selected_candidates(card, args.candidate)
+    cands = selected_candidates(card, args.candidate)
     if gpus and len(gpus) > 1:
         results = _verify_parallel(card, cands, opts, gpus)
     else:
@@ -192,13 +160,6 @@ def _progress_row(prog, label: str):
     def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
         prog.update(row, description=msg, completed=completed, total=total)
     return update
-
-
-def progress_line(line: str) -> None:
-    """A finished case as one plain, flushed line on stderr when it is not a terminal (a CI log, a pipe):
-    rich's live display shows nothing there, and a long run would otherwise be silent until its end."""
-    if not err_console.is_terminal:
-        print(line, file=sys.stderr, flush=True)
 
 
 def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
@@ -295,17 +256,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except UserError as exc:
-        # the message quotes user text (ids, keys, file names): never read it as rich markup
-        err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        return 130
-    except Exception:  # noqa: BLE001 - a bug in mini_kv: say so, keep the traceback
-        err_console.print("[red]internal error[/] (a bug in mini_kv; please report it):")
-        traceback.print_exc(file=sys.stderr)
-        return int(ExitCode.INTERNAL)
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
+from mini_kv.cli_common import console, progress_line, run_command
 from mini_kv.errors import ExitCode
 
 
@@ -40,7 +42,6 @@ def add_arguments(p) -> None:
 
 
 def cmd_bench(args) -> int:
-    from mini_kv.cli import console, progress_line
     from mini_kv.solexec import traces
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
@@ -93,13 +94,13 @@ def register(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`hpc-bench PROBLEM_DIR --solution S.json ...`: `mini-kv bench` under another name."""
-    from mini_kv.cli import main as cli_main
-
-    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="hpc-bench", description="Evaluate a SOL-ExecBench solution.")
+    add_arguments(parser)
     try:
-        return cli_main(["bench", *args])
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse's usage errors
         return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    return run_command(cmd_bench, args)
 
 
 if __name__ == "__main__":

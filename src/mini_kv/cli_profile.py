@@ -5,13 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mini_kv.cli_common import console, err_console, selected_candidates
 from mini_kv.errors import ExitCode
-
-
-def _consoles():
-    from mini_kv.cli import console, err_console  # imported late: cli imports this module
-
-    return console, err_console
 
 
 def _artifacts(args, root: Path | None = None) -> Path:
@@ -33,14 +28,12 @@ def _fmt_summary(s: dict) -> str:
 
 
 def cmd_profile(args) -> int:
-    from mini_kv.cli import _selected_candidates
     from mini_kv.errors import UserError
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
-    console, err_console = _consoles()
     card = load_task_card(args.task)
-    cands = _selected_candidates(card, [args.candidate] if args.candidate else [])
+    cands = selected_candidates(card, [args.candidate] if args.candidate else [])
     if len(cands) != 1:
         raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
     from mini_kv.cli_checks import check_store_writable
@@ -102,7 +95,6 @@ def cmd_compare_profiles(args) -> int:
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json
 
-    console, _ = _consoles()
     result = compare(args.a, args.b, _artifacts(args))
     a, b = result.pop("profiles")
     timing = {"ran": False, "reason": "--no-timing"} if args.no_timing else \

@@ -5,13 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mini_kv.cli_common import console, err_console
 from mini_kv.errors import ExitCode
-
-
-def _consoles():
-    from mini_kv.cli import console, err_console  # imported late: cli imports this module
-
-    return console, err_console
 
 
 def _artifacts(args) -> Path:
@@ -36,7 +31,6 @@ def cmd_promote_baseline(args) -> int:
     from mini_kv.load.task_card import find_project_root
     from mini_kv.store.attempts import AttemptInvalid, read_attempt
 
-    console, _ = _consoles()
     attempt = Path(args.attempt)
     output = Path(args.output) if args.output else None
     if output is None:
@@ -72,7 +66,6 @@ def _check_rebuildable(artifacts: Path, what: str) -> None:
 def cmd_rebuild_index(args) -> int:
     from mini_kv.store.index import rebuild_index
 
-    console, err_console = _consoles()
     _check_rebuildable(_artifacts(args), "rebuild-index")
     result = rebuild_index(_artifacts(args))
     if args.json:
@@ -116,7 +109,6 @@ def cmd_leaderboard(args) -> int:
     from mini_kv.judge import leaderboard as lb
     from mini_kv.store.index import store_read_only
 
-    console, err_console = _consoles()
     artifacts = _artifacts(args)
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):

@@ -45,7 +45,7 @@ def _artifacts(args) -> Path:
 
 
 def cmd_report(args) -> int:
-    from mini_kv.cli import console, err_console
+    from mini_kv.cli_common import console, err_console
     from mini_kv.html_report.build import ReportOptions, build_report
 
     tasks = tuple(dict.fromkeys([_task_id(t, "--task") for t in args.task or []]
