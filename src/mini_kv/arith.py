@@ -49,28 +49,26 @@ def parse(expr: str) -> ast.Expression:
 
 
 def _check_node(node: ast.AST) -> None:
-    if isinstance(node, (ast.Expression, ast.Name, ast.Load)) or type(node) in _BINOPS:
+    if isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.USub, ast.UAdd)) or type(node) in _BINOPS:
         return
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExpressionError(f"{node.value!r} is not a number")
         _bounded(node.value)
-        return
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return
-    if isinstance(node, (ast.USub, ast.UAdd)):
-        return
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
             and not node.keywords:
-        fn, arity = _FUNCS[node.func.id]
-        if (arity is None and not node.args) or (arity is not None and len(node.args) != arity) \
-                or any(isinstance(a, ast.Starred) for a in node.args):
-            raise ExpressionError(f"{node.func.id}() takes {arity or 'one or more'} argument(s), "
-                                  f"got {len(node.args)}")
-        return
-    raise ExpressionError(f"unsupported element {type(node).__name__} (allowed: {GRAMMAR})")
+        _check_call(node)
+    elif not (isinstance(node, ast.BinOp) and type(node.op) in _BINOPS
+              or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))):
+        raise ExpressionError(f"unsupported element {type(node).__name__} (allowed: {GRAMMAR})")
+
+
+def _check_call(node: ast.Call) -> None:
+    arity = _FUNCS[node.func.id][1]
+    if (arity is None and not node.args) or (arity is not None and len(node.args) != arity) \
+            or any(isinstance(a, ast.Starred) for a in node.args):
+        raise ExpressionError(f"{node.func.id}() takes {arity or 'one or more'} argument(s), "
+                              f"got {len(node.args)}")
 
 
 def _bounded(value):

@@ -6,7 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import console, err_console, progress_line, run_command, selected_candidates
+from mini_kv.cli_common import (
+    artifacts_dir,
+    console,
+    err_console,
+    progress_line,
+    run_command,
+    selected_candidates,
+)
 from mini_kv.errors import ConfigError, ExitCode, UserError
 
 
@@ -50,26 +57,33 @@ def cmd_validate_task(args) -> int:
 def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
     """Every --case names a case of the card, and together they select something that runs on `device`;
     otherwise exit CONFIG listing what exists (a filter that selects nothing would pass vacuously)."""
-    if not requested:
-        return
-    known = sorted({c.base_id for c in card.cases} | {c.id for c in card.cases})
+    if requested:
+        _check_case_names(card, requested)
+        _check_cases_run_here(card, requested, device, skip_benchmark)
+
+
+def _check_case_names(card, requested: list[str]) -> None:
+    known = {c.base_id for c in card.cases} | {c.id for c in card.cases}
     unknown = [r for r in requested if r not in known]
     if unknown:
         raise ConfigError(card.path, "cases", f"--case {', '.join(unknown)}: no such case; known: "
                           + ", ".join(sorted({c.base_id for c in card.cases})) + " (or an expanded id such as "
                           + f"{card.cases[0].id})")
+
+
+def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
     picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
-    runnable = [c for c in picked if c.runs_on(device) and not (skip_benchmark and c.kind == "bench")]
-    if not runnable:
-        why = ("only bench cases, and --skip-benchmark is set" if skip_benchmark and
-               all(c.kind == "bench" for c in picked) else f"no case that runs on {device}")
-        raise ConfigError(card.path, "cases", f"--case {', '.join(requested)} selects {why}; cases that run on "
-                          f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})))
+    if any(c.runs_on(device) and not (skip_benchmark and c.kind == "bench") for c in picked):
+        return
+    why = ("only bench cases, and --skip-benchmark is set" if skip_benchmark and
+           all(c.kind == "bench" for c in picked) else f"no case that runs on {device}")
+    raise ConfigError(card.path, "cases", f"--case {', '.join(requested)} selects {why}; cases that run on "
+                      f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})))
 
 
 def cmd_verify(args) -> int:
     from mini_kv.cli_checks import check_store_writable
-    from mini_kv.devices import pick_device
+    from mini_kv.environment import pick_device
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import VerifyOptions, verify
 
@@ -77,7 +91,7 @@ def cmd_verify(args) -> int:
     gpus = _parse_gpus(args.gpus)
     device = "cuda:0" if gpus else pick_device(args.device)
     _check_case_filter(card, args.case or [], device, args.skip_benchmark)
-    check_store_writable(Path(args.artifacts) if args.artifacts else Path(card.project_root) / "artifacts")
+    check_store_writable(artifacts_dir(args, Path(card.project_root)))
     opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
                          compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
                          seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],

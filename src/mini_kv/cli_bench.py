@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import console, progress_line, run_command
+from mini_kv.cli_common import artifacts_dir, console, progress_line, run_command
 from mini_kv.errors import ExitCode
 
 
@@ -77,7 +77,7 @@ def _check_outputs(args, opts) -> None:
     from mini_kv.errors import UserError
     from mini_kv.solexec.run import bench_project_root
 
-    check_store_writable(Path(args.artifacts) if args.artifacts else bench_project_root(opts) / "artifacts")
+    check_store_writable(artifacts_dir(args, bench_project_root(opts)))
     if args.output:
         out = Path(args.output)
         problem = "it is a directory" if out.is_dir() else store_write_problem(out.parent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -45,6 +46,15 @@ def selected_candidates(card, requested: list[str]) -> list:
                               + ", ".join(c.id for c in card.candidates))
         out.extend(c for c in matched if c not in out)
     return out
+
+
+def artifacts_dir(args, root: Path | None = None) -> Path:
+    """--artifacts, else the artifacts/ folder of `root` (default: the project around the working directory)."""
+    if args.artifacts:
+        return Path(args.artifacts)
+    from mini_kv.load.task_card import find_project_root
+
+    return (root or find_project_root(Path.cwd())) / "artifacts"
 
 
 def run_command(func, args) -> int:

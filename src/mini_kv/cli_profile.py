@@ -5,16 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import console, err_console, selected_candidates
+from mini_kv.cli_common import artifacts_dir, console, err_console, selected_candidates
 from mini_kv.errors import ExitCode
-
-
-def _artifacts(args, root: Path | None = None) -> Path:
-    if args.artifacts:
-        return Path(args.artifacts)
-    from mini_kv.load.task_card import find_project_root
-
-    return (root or find_project_root(Path.cwd())) / "artifacts"
 
 
 def _fmt_summary(s: dict) -> str:
@@ -38,7 +30,7 @@ def cmd_profile(args) -> int:
         raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
     from mini_kv.cli_checks import check_store_writable
 
-    check_store_writable(_artifacts(args, Path(card.project_root)))  # the profile is archived there
+    check_store_writable(artifacts_dir(args, Path(card.project_root)))  # the profile is archived there
     opts = ProfileOptions(case=args.case, warmup=args.warmup, kernel=args.kernel, seed_salt=args.seed_salt,
                           artifacts=args.artifacts, timeout=args.timeout, prebuilt=args.prebuilt, ncu=args.ncu)
     with console.status(f"profiling {card.id}/{cands[0].id}") as status:
@@ -95,7 +87,7 @@ def cmd_compare_profiles(args) -> int:
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json
 
-    result = compare(args.a, args.b, _artifacts(args))
+    result = compare(args.a, args.b, artifacts_dir(args))
     a, b = result.pop("profiles")
     timing = {"ran": False, "reason": "--no-timing"} if args.no_timing else \
         run_ab(a, b, repeats=args.repeats, samples=args.samples)

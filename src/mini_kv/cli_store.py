@@ -5,16 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import console, err_console
+from mini_kv.cli_common import artifacts_dir, console, err_console
 from mini_kv.errors import ExitCode
-
-
-def _artifacts(args) -> Path:
-    if args.artifacts:
-        return Path(args.artifacts)
-    from mini_kv.load.task_card import find_project_root
-
-    return find_project_root(Path.cwd()) / "artifacts"
 
 
 def print_problems(problems, err_console) -> None:
@@ -66,8 +58,8 @@ def _check_rebuildable(artifacts: Path, what: str) -> None:
 def cmd_rebuild_index(args) -> int:
     from mini_kv.store.index import rebuild_index
 
-    _check_rebuildable(_artifacts(args), "rebuild-index")
-    result = rebuild_index(_artifacts(args))
+    _check_rebuildable(artifacts_dir(args), "rebuild-index")
+    result = rebuild_index(artifacts_dir(args))
     if args.json:
         print(json.dumps({"index": str(result.index), "attempts": result.attempts,
                           "problems": [p.to_dict() for p in result.problems]}, indent=2))
@@ -109,7 +101,7 @@ def cmd_leaderboard(args) -> int:
     from mini_kv.judge import leaderboard as lb
     from mini_kv.store.index import store_read_only
 
-    artifacts = _artifacts(args)
+    artifacts = artifacts_dir(args)
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):
         err_console.print(f"note: the artifact store {artifacts} is read-only: reading its existing index "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from mini_kv.build import torch_flags
+from mini_kv.errors import UserError
 from mini_kv.model import canonical_json, sha256_text
 
 
@@ -99,6 +100,28 @@ def torch_has_cuda_build() -> bool:
     import torch
 
     return torch.version.cuda is not None and cuda_home_dir() is not None
+
+
+def pick_device(requested: str | None) -> str:
+    import torch
+
+    if requested:
+        if requested.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
+        index = int(requested.partition(":")[2] or 0)
+        if requested.startswith("cuda") and index >= torch.cuda.device_count():
+            raise UserError(f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        return "cuda:0" if requested == "cuda" else requested
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_memory_limit() -> int:
+    """Address-space cap for a CPU worker: half the machine, so a runaway op fails alone."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):
+        return 8 << 30
 
 
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"

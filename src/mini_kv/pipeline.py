@@ -11,11 +11,11 @@ from pathlib import Path
 
 from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
-from mini_kv.devices import cpu_memory_limit, pick_device
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
 from mini_kv.runner import run_worker
 from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker import bandwidth
@@ -135,7 +135,7 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
         "peak_bw": peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
         "watch_paths": _watch_paths(card),
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit(),
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
     }
 
 
@@ -202,7 +202,7 @@ STATUS_CODES = {"COMPILE_ERROR": ExitCode.COMPILE, "COMPILE_TIMEOUT": ExitCode.C
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
     root = Path(card.project_root)
     artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
-    device = "cuda:0" if opts.gpu is not None else pick_device(opts.device)
+    device = "cuda:0" if opts.gpu is not None else environment.pick_device(opts.device)
     env = environment.collect(opts.gpu, opts.env_tag)
     # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
     child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
@@ -212,18 +212,13 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
     check_benchmark_options(card, opts, device)
 
     say(f"compile {cand.id}")
-    if opts.prebuilt:
-        compile_rec = {"schema_version": 1, "status": "ok", "prebuilt": True, "library": str(Path(opts.prebuilt).resolve()),
-                       "cache_hit": None, "duration_s": 0.0}
-    else:
-        compile_rec = compile_candidate(root, cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
-                                        with_cuda=None if device.startswith("cuda") else False)
+    compile_rec = _compile(card, cand, opts, device)
     # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
     bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
     env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
     sandbox = resolve_sandbox(opts.sandbox)
     results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "sandbox": sandbox.to_dict()}
-    if compile_rec["status"] == "ok":
+    if compile_rec["status"] == BuildStatus.OK:
         say(f"verify {cand.id} on {device}")
         job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
         results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
@@ -232,30 +227,14 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
     # the headline comes from the same function the index and the leaderboard recompute it with
     head = card_headline(compile_rec["status"], results, results["bench"], opts.skip_benchmark, device)
     correctness, bench, status = head.correctness, head.benchmark, head.status
-    code = STATUS_CODES[status]
     summary = {
-        "status": status, "exit_code": int(code), "device": device, "correctness": correctness,
+        "status": status, "exit_code": int(STATUS_CODES[status]), "device": device, "correctness": correctness,
         "benchmark": bench, "gpu": opts.gpu, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
         "duration_s": round(time.perf_counter() - t0, 3),
     }
-    from mini_kv.judge.regression import check_card_baseline, exit_code_for, find_card_baseline
-
-    regression = None
-    baseline_path, _, notes = find_card_baseline(card)
-    if baseline_path is not None and not (status == "PASSED" and bench["ran"]):
-        why = "--skip-benchmark" if opts.skip_benchmark else f"the attempt is {status}"
-        notes.append(f"baseline {baseline_path.relative_to(root)} not used: {why} (the regression check needs "
-                     "a PASSED attempt with a benchmark)")
-    if notes:
-        summary["baseline_notes"] = notes
-    if status == "PASSED" and bench["ran"]:
-        confirm = _confirmation_batch(job, opts, card, child_env, artifacts)
-        regression = check_card_baseline(card, env, results["bench"], device, confirm_with=confirm,
-                                         artifacts=artifacts)
-        if regression is not None:
-            summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
-            code = exit_code_for(regression)
-            summary["exit_code"] = int(code)
+    regression = _judge_regression(card, opts, env, results, summary, artifacts,
+                                   confirm_with=lambda: _confirmation_batch(job, opts, card, child_env, artifacts))
+    code = ExitCode(summary["exit_code"])
     attempt_dir = _write_attempt(artifacts, card, cand, env, compile_rec, results, summary, salt, device,
                                  regression)
     from mini_kv.store.index import IndexUnusable, update_index
@@ -267,6 +246,41 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
         index_warning = str(exc)
     return {"summary": summary, "results": results, "compile": compile_rec, "attempt": str(attempt_dir),
             "exit_code": code, "regression": regression, "index_warning": index_warning}
+
+
+def _compile(card: TaskCard, cand: Candidate, opts: VerifyOptions, device: str) -> dict:
+    """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
+    if opts.prebuilt:
+        return {"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True,
+                "library": str(Path(opts.prebuilt).resolve()), "cache_hit": None, "duration_s": 0.0}
+    return compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
+                             with_cuda=None if device.startswith("cuda") else False)
+
+
+def _judge_regression(card: TaskCard, opts: VerifyOptions, env: dict, results: dict, summary: dict,
+                      artifacts: Path, confirm_with) -> dict | None:
+    """The verdict against the card's promoted baseline for a PASSED attempt with a benchmark; None
+    otherwise or without a baseline. Sets the summary's baseline notes, regression and exit code.
+    `confirm_with()` gives the same-run comparison of a suspected case."""
+    from mini_kv.judge.regression import check_card_baseline, exit_code_for, find_card_baseline
+
+    status = summary["status"]
+    judged = status == Status.PASSED and summary["benchmark"]["ran"]
+    baseline_path, _, notes = find_card_baseline(card)
+    if baseline_path is not None and not judged:
+        why = "--skip-benchmark" if opts.skip_benchmark else f"the attempt is {status}"
+        notes.append(f"baseline {baseline_path.relative_to(card.project_root)} not used: {why} (the regression "
+                     "check needs a PASSED attempt with a benchmark)")
+    if notes:
+        summary["baseline_notes"] = notes
+    if not judged:
+        return None
+    regression = check_card_baseline(card, env, results["bench"], summary["device"], confirm_with=confirm_with(),
+                                     artifacts=artifacts)
+    if regression is not None:
+        summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
+        summary["exit_code"] = int(exit_code_for(regression))
+    return regression
 
 
 def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:

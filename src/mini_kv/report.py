@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
+from mini_kv.status import BuildStatus, Status
 from mini_kv.tables import Column, fitted_tables
 
 
@@ -195,52 +196,63 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
     return "\n".join(([*first[1], ""] if first else []) + shown)
 
 
-def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
-    console = console or Console()
-    s = result["summary"]
-    comp = result["compile"]
+def _print_compile(comp: dict, console: Console, verbose: bool) -> None:
     hit = comp.get("cache_hit")
     console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
                   f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
                   markup=False, soft_wrap=True)
-    if comp["status"] != "ok":
+    if comp["status"] != BuildStatus.OK:
         console.print(f"[red]compile {comp['status']}[/]:")
         console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
         if (comp.get("logs") or {}) and not verbose:
             console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
-    res = result["results"]
+
+
+def _print_checks(res: dict, summary: dict, console: Console, verbose: bool) -> None:
+    """The load, the cases, the contract checks and the kernels the op did not register."""
     load = res.get("load")
     if load is not None and not load.get("ok"):
         console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
     if load is not None and load.get("hint"):
         console.print(f"[red]hint:[/] {escape(load['hint'])}")
     if res["cases"]:
-        failing = [r for r in res["cases"] if r["status"] not in ("PASS", "SKIPPED")]
-        console.print(case_table(res["cases"] if verbose or failing else res["cases"], width=console.width))
+        console.print(case_table(res["cases"], width=console.width))
         for line in case_details(res["cases"], verbose):
             console.print(line, markup=False, soft_wrap=True)
     for name, rec in res.get("contract", {}).items():
         console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
                       markup=False)
-    if s.get("correctness") and s["correctness"].get("missing_kernels"):
-        console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
+    if summary.get("correctness") and summary["correctness"].get("missing_kernels"):
+        console.print(f"[red]missing kernels:[/] {', '.join(summary['correctness']['missing_kernels'])}")
+
+
+def _print_bench(bench: list[dict], console: Console) -> None:
+    """The benchmark table, then why a case was unstable, fell back to another method or failed."""
+    console.print(bench_table(bench, width=console.width))
+    for r in bench:
+        if "candidate" in r and not r["stability"]["stable"]:
+            console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
+        for fb in r.get("fallbacks") or []:
+            console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
+                          markup=False)
+        if r.get("status") and r.get("reason"):
+            console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
+
+
+def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
+    console = console or Console()
+    s, res = result["summary"], result["results"]
+    _print_compile(result["compile"], console, verbose)
+    _print_checks(res, s, console, verbose)
     if res.get("bench"):
-        console.print(bench_table(res["bench"], width=console.width))
-        for r in res["bench"]:
-            if "candidate" in r and not r["stability"]["stable"]:
-                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
-            for fb in r.get("fallbacks") or []:
-                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
-                              markup=False)
-            if r.get("status") and r.get("reason"):
-                console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
+        _print_bench(res["bench"], console)
     for inc in res.get("incidents", []):
         console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     for note in s.get("baseline_notes") or []:
         console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
     if result.get("regression"):
         print_regression(result["regression"], console)
-    problems = _problems(result) if s["status"] != "PASSED" else []
+    problems = _problems(result) if s["status"] != Status.PASSED else []
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
                   soft_wrap=True)

@@ -110,6 +110,31 @@ def _ecdf(samples: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     return arr, np.arange(1, arr.size + 1) / arr.size
 
 
+def _ecdf_curve(ax, side, idx: int, dash: str, label: str) -> tuple[float, float, float]:
+    """One side's ECDF with its P50 (●) and P95 (▲); returns (fastest, TAIL_SPAN × P95, slowest sample)."""
+    x, y = _ecdf(side.samples)
+    ax.step(x, y, where="post", color=colour(idx), linestyle=dash, linewidth=1.4 if dash == "-" else 1, label=label)
+    for q, mk in ((side.p50, "o"), (side.p95, "^")):
+        if q is not None:
+            ax.plot([q], [0.5 if mk == "o" else 0.95], marker=mk, color=colour(idx), markersize=5,
+                    markerfacecolor="white" if dash == "--" else colour(idx), linestyle="none")
+    return float(x[0]), TAIL_SPAN * float(np.quantile(side.samples, 0.95)), float(x[-1])
+
+
+def _latency_xaxis(ax, first: BenchCase, lo: float, hi: float, top: float) -> None:
+    """Clip far outliers (a preempted CPU would squash every curve into a step), else log over wide ranges."""
+    clipped = top > hi > 0
+    if clipped:
+        ax.set_xlim(lo - 0.05 * (hi - lo), hi)
+    elif hi > 0 and lo > 0 and top / lo > 20:
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
+    ax.set_xlabel(f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
+                  f"L2: {first.l2 or 'not recorded'}"
+                  + (f"\naxis ends at {TAIL_SPAN:g} × the largest P95; slowest sample {top:,.0f} µs"
+                     if clipped else ""))
+
+
 def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]], png: bool) -> Chart:
     """ECDF of candidate (solid) and reference (dashed) samples of one bench case, one colour per candidate;
     P50 and P95 marked on every curve."""
@@ -121,29 +146,13 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
         ax = fig.add_subplot()
         lo, hi, top = np.inf, 0.0, 0.0
         for label, idx, c in rows:
-            for side, dash, who in ((c.candidate, "-", label), (c.reference, "--", f"reference ({label})")):
-                if side is None or not side.samples:
-                    continue
-                x, y = _ecdf(side.samples)
-                lo, top = min(lo, float(x[0])), max(top, float(x[-1]))
-                hi = max(hi, TAIL_SPAN * float(np.quantile(side.samples, 0.95)))
-                ax.step(x, y, where="post", color=colour(idx), linestyle=dash, linewidth=1.4 if dash == "-" else 1,
-                        label=who + ("" if c.stable is not False or dash == "--" else "  [UNSTABLE]"))
-                for q, mk in ((side.p50, "o"), (side.p95, "^")):
-                    if q is not None:
-                        ax.plot([q], [0.5 if mk == "o" else 0.95], marker=mk, color=colour(idx), markersize=5,
-                                markerfacecolor="white" if dash == "--" else colour(idx), linestyle="none")
-        clipped = top > hi > 0  # a few huge outliers (a preempted CPU) would squash every curve into a step
-        if clipped:
-            ax.set_xlim(lo - 0.05 * (hi - lo), hi)
-        elif hi > 0 and lo > 0 and top / lo > 20:
-            ax.set_xscale("log")
-            _plain_log(ax.xaxis)
-        first = rows[0][2]
-        ax.set_xlabel(f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
-                      f"L2: {first.l2 or 'not recorded'}"
-                      + (f"\naxis ends at {TAIL_SPAN:g} × the largest P95; slowest sample {top:,.0f} µs"
-                         if clipped else ""))
+            unstable_mark = "" if c.stable is not False else "  [UNSTABLE]"
+            for side, dash, who in ((c.candidate, "-", label + unstable_mark),
+                                    (c.reference, "--", f"reference ({label})")):
+                if side is not None and side.samples:
+                    first, tail, last = _ecdf_curve(ax, side, idx, dash, who)
+                    lo, hi, top = min(lo, first), max(hi, tail), max(top, last)
+        _latency_xaxis(ax, rows[0][2], lo, hi, top)
         ax.set_ylabel("fraction of samples ≤ x")
         ax.set_ylim(0, 1.02)
         ax.axhline(0.5, color="#777777", linewidth=0.6, linestyle=":")

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+from mini_kv.cli_common import artifacts_dir, console, err_console
 from mini_kv.errors import ConfigError, ExitCode
 
 
@@ -35,17 +36,12 @@ def _task_id(spec: str, flag: str) -> str:
 
 
 def _artifacts(args) -> Path:
-    if args.artifacts:
-        return Path(args.artifacts)
-    if args.attempt:  # an attempt lives in <artifacts>/<task>/<attempt_id>
+    if args.attempt and not args.artifacts:  # an attempt lives in <artifacts>/<task>/<attempt_id>
         return Path(args.attempt[0]).resolve().parent.parent
-    from mini_kv.load.task_card import find_project_root
-
-    return find_project_root(Path.cwd()) / "artifacts"
+    return artifacts_dir(args)
 
 
 def cmd_report(args) -> int:
-    from mini_kv.cli_common import console, err_console
     from mini_kv.html_report.build import ReportOptions, build_report
 
     tasks = tuple(dict.fromkeys([_task_id(t, "--task") for t in args.task or []]

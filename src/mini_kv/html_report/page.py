@@ -225,42 +225,48 @@ def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
     return "".join(parts) or '<p class="note">no bench case was timed (benchmark skipped or failed).</p>'
 
 
+def _copy_ceiling(latest: list[Attempt]) -> float | None:
+    """The memory ceiling: the peak bandwidth a bench case recorded, else the environment's copy bandwidth."""
+    return next((c.peak_bw for a in latest for c in a.bench if c.peak_bw), None) or next(
+        (a.environment.get("copy_bandwidth_Bps") for a in latest if a.environment.get("copy_bandwidth_Bps")), None)
+
+
+def _roofline_row(a: Attempt, c: BenchCase, ceiling: float | None) -> list[str]:
+    share = c.gbps * 1e9 / ceiling if c.gbps and ceiling else None
+    return [esc(c.id), esc(a.candidate), f"#{num(c.bytes, ',.0f', 'not recorded')}",
+            f"#{num(c.flops, ',.0f', 'not recorded')}",
+            f"#{us(c.candidate.p50)}", f"#{num(c.gbps, ',.1f', 'not recorded')}",
+            f"#{num(share * 100 if share else None, '.0f', 'not recorded')}",
+            f"#{num(c.tflops * 1e3 if c.tflops is not None else None, ',.2f', 'not recorded')}"]
+
+
+def _roofline_group(page: Page, g: tuple, latest: list[Attempt], png: bool) -> str:
+    """One group's bandwidth and roofline charts and table; empty when no case of it was timed."""
+    timed = [(i, a, c) for i, a in enumerate(latest) for c in a.bench if c.candidate is not None]
+    if not timed:
+        return ""
+    ceiling = _copy_ceiling(latest)
+    bw_pts = [(a.candidate, i, c.id, c.gbps) for i, a, c in timed if c.gbps is not None]
+    roof_pts = [(a.candidate, i, c.id, c.flops / c.bytes, c.tflops * 1e3) for i, a, c in timed
+                if c.flops and c.bytes and c.tflops is not None]
+    bw = f"{ceiling / 1e9:,.1f} GB/s" if ceiling else "not recorded"
+    parts = [f"<h4>{esc(group_title(g))}</h4>",
+             f'<p class="note">memory ceiling: measured copy bandwidth {esc(bw)}; compute peak: not '
+             "recorded (no attempt stores one). Bytes and FLOPs come from the task card's expressions "
+             "as benchmark.json recorded them.</p>"]
+    if bw_pts:
+        parts.append(page.add_chart(charts.bandwidth(slug("bandwidth", g[0], g[3], g[2]),
+                                                     f"{g[0]}: achieved bandwidth", bw_pts, ceiling, png)))
+    if roof_pts:
+        parts.append(page.add_chart(charts.roofline(slug("roofline", g[0], g[3], g[2]),
+                                                    f"{g[0]}: roofline", roof_pts, ceiling, png)))
+    parts.append(table(["case", "candidate", "bytes", "FLOPs", "P50 µs", "GB/s", "% of copy BW", "GFLOP/s"],
+                       [_roofline_row(a, c, ceiling) for _, a, c in timed], "roofline"))
+    return "".join(parts)
+
+
 def roofline_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> str:
-    parts = []
-    for g, members in groups(attempts).items():
-        latest = latest_per_candidate(members)
-        bw_pts, roof_pts, rows = [], [], []
-        ceiling = next((c.peak_bw for a in latest for c in a.bench if c.peak_bw), None) or next(
-            (a.environment.get("copy_bandwidth_Bps") for a in latest if a.environment.get("copy_bandwidth_Bps")), None)
-        for i, a in enumerate(latest):
-            for c in a.bench:
-                if c.candidate is None:
-                    continue
-                if c.gbps is not None:
-                    bw_pts.append((a.candidate, i, c.id, c.gbps))
-                if c.flops and c.bytes and c.tflops is not None:
-                    roof_pts.append((a.candidate, i, c.id, c.flops / c.bytes, c.tflops * 1e3))
-                share = c.gbps * 1e9 / ceiling if c.gbps and ceiling else None
-                rows.append([esc(c.id), esc(a.candidate), f"#{num(c.bytes, ',.0f', 'not recorded')}",
-                             f"#{num(c.flops, ',.0f', 'not recorded')}",
-                             f"#{us(c.candidate.p50)}", f"#{num(c.gbps, ',.1f', 'not recorded')}",
-                             f"#{num(share * 100 if share else None, '.0f', 'not recorded')}",
-                             f"#{num(c.tflops * 1e3 if c.tflops is not None else None, ',.2f', 'not recorded')}"])
-        if not rows:
-            continue
-        parts.append(f"<h4>{esc(group_title(g))}</h4>")
-        bw = f"{ceiling / 1e9:,.1f} GB/s" if ceiling else "not recorded"
-        parts.append(f'<p class="note">memory ceiling: measured copy bandwidth {esc(bw)}; compute peak: not '
-                     "recorded (no attempt stores one). Bytes and FLOPs come from the task card's expressions "
-                     "as benchmark.json recorded them.</p>")
-        if bw_pts:
-            parts.append(page.add_chart(charts.bandwidth(slug("bandwidth", g[0], g[3], g[2]),
-                                                         f"{g[0]}: achieved bandwidth", bw_pts, ceiling, png)))
-        if roof_pts:
-            parts.append(page.add_chart(charts.roofline(slug("roofline", g[0], g[3], g[2]),
-                                                        f"{g[0]}: roofline", roof_pts, ceiling, png)))
-        parts.append(table(["case", "candidate", "bytes", "FLOPs", "P50 µs", "GB/s", "% of copy BW", "GFLOP/s"],
-                           rows, "roofline"))
+    parts = [_roofline_group(page, g, latest_per_candidate(members), png) for g, members in groups(attempts).items()]
     return "".join(parts) or ('<p class="note">no timed case: bytes, FLOPs and bandwidth not recorded.</p>')
 
 
@@ -307,37 +313,45 @@ def baseline_band(attempts: list[Attempt], case_id: str) -> tuple[float, float] 
     return band
 
 
+def _history_charts(page: Page, g: tuple, members: list[Attempt], by_cand: dict[str, list[Attempt]],
+                    png: bool) -> list[str]:
+    """One chart per timed case: each candidate's P50 over its attempts, on the baseline band."""
+    out = ['<p class="note">Shaded: the baseline band, from the baseline\'s P50 up to the regression '
+           "threshold above it (from regression.json). Marker shape: the attempt's regression "
+           "verdict; a small dot: no baseline.</p>"]
+    for cid in dict.fromkeys(c.id for a in members for c in a.bench if c.candidate):
+        series = []
+        for i, cand in enumerate(sorted(by_cand)):
+            pts = [(a, c.candidate.p50) for a in by_cand[cand] for c in a.bench
+                   if c.id == cid and c.candidate and c.candidate.p50 is not None]
+            series.append((cand, i, pts))
+        out.append(page.add_chart(charts.history(slug("history", g[0], g[3], g[2], cid), cid, series,
+                                                 baseline_band(members, cid), png)))
+    return out
+
+
+def _history_group(page: Page, g: tuple, members: list[Attempt], png: bool) -> str:
+    by_cand: dict[str, list[Attempt]] = {}
+    for a in sorted(members, key=lambda a: (a.created_at, a.attempt_id)):
+        by_cand.setdefault(a.candidate, []).append(a)
+    rows = [[esc(a.candidate), esc(a.created_at), esc(a.regression.verdict if a.regression else "no baseline"),
+             esc(a.regression.baseline_attempt or "-" if a.regression else "-"),
+             ", ".join(f"{esc(c.id)} {us(c.candidate.p50)}" for c in a.bench if c.candidate)]
+            for cand in sorted(by_cand) for a in by_cand[cand]]
+    if not rows:
+        return ""
+    parts = [f"<h4>{esc(group_title(g))}</h4>"]
+    if max(len(v) for v in by_cand.values()) < 2:
+        parts.append('<p class="note">one attempt per candidate so far: no history to draw.</p>')
+    else:
+        parts.extend(_history_charts(page, g, members, by_cand, png))
+    parts.append(table(["candidate", "created", "regression verdict", "baseline attempt", "P50 µs per case"],
+                       rows, "history"))
+    return "".join(parts)
+
+
 def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> str:
-    parts = []
-    for g, members in groups(attempts).items():
-        by_cand: dict[str, list[Attempt]] = {}
-        for a in sorted(members, key=lambda a: (a.created_at, a.attempt_id)):
-            by_cand.setdefault(a.candidate, []).append(a)
-        case_ids = list(dict.fromkeys(c.id for a in members for c in a.bench if c.candidate))
-        rows = [[esc(a.candidate), esc(a.created_at), esc(a.regression.verdict if a.regression else "no baseline"),
-                 esc(a.regression.baseline_attempt or "-" if a.regression else "-"),
-                 ", ".join(f"{esc(c.id)} {us(c.candidate.p50)}" for c in a.bench if c.candidate)]
-                for cand in sorted(by_cand) for a in by_cand[cand]]
-        if not rows:
-            continue
-        parts.append(f"<h4>{esc(group_title(g))}</h4>")
-        if max(len(v) for v in by_cand.values()) < 2:
-            parts.append('<p class="note">one attempt per candidate so far: no history to draw.</p>')
-        else:
-            parts.append('<p class="note">Shaded: the baseline band, from the baseline\'s P50 up to the regression '
-                         "threshold above it (from regression.json). Marker shape: the attempt's regression "
-                         "verdict; a small dot: no baseline.</p>")
-            for cid in case_ids:
-                series = []
-                for i, cand in enumerate(sorted(by_cand)):
-                    pts = [(a, c.candidate.p50) for a in by_cand[cand] for c in a.bench
-                           if c.id == cid and c.candidate and c.candidate.p50 is not None]
-                    series.append((cand, i, pts))
-                band = baseline_band(members, cid)
-                parts.append(page.add_chart(charts.history(slug("history", g[0], g[3], g[2], cid), cid, series,
-                                                           band, png)))
-        parts.append(table(["candidate", "created", "regression verdict", "baseline attempt", "P50 µs per case"],
-                           rows, "history"))
+    parts = [_history_group(page, g, members, png) for g, members in groups(attempts).items()]
     return "".join(parts) or '<p class="note">no timed attempt.</p>'
 
 

@@ -15,16 +15,10 @@ from typing import Any
 import yaml
 
 from mini_kv.errors import ConfigError
-from mini_kv.load.plain import MAX_DEPTH, MAX_NODES, check_plain
+from mini_kv.load.plain import MAX_DEPTH, MAX_NODES, check_plain, join
 
 # libyaml when present: the pure-Python parser takes a fifth of a second for a card
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _join(path: str, part) -> str:
-    if isinstance(part, int):
-        return f"{path}[{part}]"
-    return f"{path}.{part}" if path else str(part)
 
 
 def _check_shape(text: str, file: str) -> None:
@@ -68,7 +62,7 @@ def _check_duplicates(node: yaml.Node, path: str, file: str) -> None:
         seen: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-            where = _join(path, key)
+            where = join(path, key)
             if key in seen:
                 raise ConfigError(file, where, f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
                                   f"(first defined at line {seen[key].start_mark.line + 1}); every key may appear once")
@@ -76,7 +70,7 @@ def _check_duplicates(node: yaml.Node, path: str, file: str) -> None:
             _check_duplicates(value_node, where, file)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicates(item, _join(path, i), file)
+            _check_duplicates(item, join(path, i), file)
 
 
 def _compose_and_construct(text: str, name: str) -> Any:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv import environment
-from mini_kv.devices import cpu_memory_limit, pick_device
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
 from mini_kv.model import safe_name as _safe
@@ -127,7 +126,7 @@ def device_memory(device: str, opts: BenchOptions) -> int:
         import torch
 
         return torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit()
+    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit()
 
 
 def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> None:
@@ -171,7 +170,7 @@ def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str,
                      "entry_function": sol.entry_function, "dps": sol.dps,
                      "module": (compile_rec or {}).get("module"), "library": (compile_rec or {}).get("library")},
         "cases": [_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else cpu_memory_limit(),
+        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
     }
 
 
@@ -305,7 +304,7 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     compile_rec, outcomes, unavailable = None, None, None
     results: dict = {"load": None, "cases": [], "incidents": [], "log": None, "sandbox": sandbox.to_dict()}
     try:
-        device = pick_device(opts.device)
+        device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
         check_memory(problem.workloads, device, opts)
         env = environment.collect()
