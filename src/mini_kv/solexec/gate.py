@@ -1,10 +1,7 @@
-"""`bench`'s regression gate: a SOL-ExecBench attempt against baselines/<definition>.json, by verify's rules.
-
-One baseline format and one verdict (judge.regression.check_baseline: the same statistics, thresholds and
-noise handling as for a task card). A suspected slowdown is decided in the same run: the baseline's own
-solution (from the attempt it was promoted from: build.baseline.stage_sol_baseline) is loaded beside the
-candidate in one fresh worker and takes the reference's place in the timing (the SOL job's `baseline`
-key), the two alternating who goes first every repeat.
+"""`bench`'s regression gate: a SOL attempt against baselines/<definition>.json with verify's verdict
+(judge.regression.check_baseline). A suspected slowdown is decided in the same run: the baseline's own
+solution (build.baseline.stage_sol_baseline) takes the reference's place in the timing (the SOL job's
+`baseline` key), interleaved with the candidate in one worker.
 """
 
 from __future__ import annotations
@@ -18,9 +15,8 @@ from mini_kv.judge.regression import check_baseline, exit_code_for, find_baselin
 
 def sol_gate(opts, root: Path | None, ident: dict, job: dict | None, outcomes: dict[str, dict], code: ExitCode,
              staging: Path) -> tuple[dict | None, ExitCode]:
-    """(verdict or None, exit code) of one bench run. `opts` is its BenchOptions, `root` the project
-    (None outside one: no baseline), `ident` the attempt's ids (run.sol_identity), `job` the worker job
-    that evaluated it. Judged only when every workload PASSED (so every one was timed)."""
+    """(verdict or None, exit code) of one bench run (`ident`: run.sol_identity; `job`: its worker job);
+    judged only when every workload PASSED (so every one was timed) and the project has a baseline."""
     path = find_baseline(root, ident["task_id"])[0] if root is not None else None
     if path is None or code != ExitCode.OK or job is None:
         return None, code
@@ -32,8 +28,7 @@ def sol_gate(opts, root: Path | None, ident: dict, job: dict | None, outcomes: d
 
 
 def _confirmation(job: dict, opts, root: Path, artifacts: Path, staging: Path):
-    """confirm(baseline, case_id): the candidate and the baseline's own solution timed in one worker, with
-    fresh inputs, in the card gate's interleaved settings (one correctness round: the run is for timing)."""
+    """confirm(baseline, case_id) for check_baseline: fresh inputs, the card gate's interleaved settings."""
     from mini_kv.build.baseline import stage_sol_baseline
     from mini_kv.pipeline import _interleaved_settings
     from mini_kv.runner import run_worker

@@ -38,25 +38,18 @@ def _import_solution(sol: dict):
 
 
 def _import_beside(base: dict, sol: dict):
-    """The baseline's solution in the candidate's process (the regression gate's same-run comparison).
-    Python solutions are imported by module name from their directory: the candidate's modules step
-    out of sys.modules while the baseline's (same names, another directory) are imported, then return."""
+    """The baseline's solution beside the candidate's (the regression gate). Python modules are imported by
+    name: the candidate's step out of sys.modules while the baseline's (same names) are imported."""
     if base["group"] == "cpp":  # a built module named after its build key
         return _import_solution(base)
-
-    def under(folder: str) -> dict:
-        return {n: m for n, m in list(sys.modules.items())
-                if str(getattr(m, "__file__", None) or "").startswith(folder + os.sep)}
-
-    theirs = under(sol["dir"])
-    for name in theirs:
-        del sys.modules[name]
+    under = lambda d: [n for n, m in list(sys.modules.items()) if (getattr(m, "__file__", None) or "").startswith(d + os.sep)]  # noqa: E731
+    theirs = {n: sys.modules.pop(n) for n in under(sol["dir"])}
     try:
         return _import_solution(base)
     finally:
         sys.path.remove(base["dir"])
-        for name in under(base["dir"]):
-            del sys.modules[name]
+        for n in under(base["dir"]):
+            del sys.modules[n]
         sys.modules.update(theirs)
 
 
