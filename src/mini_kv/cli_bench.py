@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--method", default="auto", choices=["auto", "cupti", "graph", "events", "wallclock"],
                    help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)")
     p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")
+    p.add_argument("--max-cv", type=checks.fraction, default=0.03, help="stability gate: max robust CV of the P50s "
+                   "(fraction, default 0.03; a baseline must be stable)")
+    p.add_argument("--max-p95-cv", type=checks.fraction, default=0.15, help="stability gate on the P95s (default 0.15)")
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
     p.add_argument("--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker")
@@ -49,7 +52,7 @@ def cmd_bench(args) -> int:
     opts = BenchOptions(solution=args.solution, definition=args.definition, workload=args.workload,
                         device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
                         rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
-                        method=args.method, l2=args.l2, artifacts=args.artifacts, keep_staging=args.keep_staging,
+                        method=args.method, l2=args.l2, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv, artifacts=args.artifacts, keep_staging=args.keep_staging,
                         seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
     _check_outputs(args, opts)
     if args.json:

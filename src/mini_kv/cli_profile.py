@@ -20,21 +20,36 @@ def _fmt_summary(s: dict) -> str:
 
 
 def cmd_profile(args) -> int:
+    from mini_kv.cli_checks import check_store_writable
     from mini_kv.errors import UserError
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
-    card = load_task_card(args.task)
-    cands = selected_candidates(card, [args.candidate] if args.candidate else [])
-    if len(cands) != 1:
-        raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
-    from mini_kv.cli_checks import check_store_writable
-
-    check_store_writable(artifacts_dir(args, Path(card.project_root)))  # the profile is archived there
+    if bool(args.task) == bool(args.solution):
+        raise UserError("profile: give --task (a task card's candidate) or --solution (a SOL-ExecBench solution.json "
+                        "or bench attempt), not both or neither")
     opts = ProfileOptions(case=args.case, warmup=args.warmup, kernel=args.kernel, seed_salt=args.seed_salt,
                           artifacts=args.artifacts, timeout=args.timeout, prebuilt=args.prebuilt, ncu=args.ncu)
-    with console.status(f"profiling {card.id}/{cands[0].id}") as status:
-        res = profile_candidate(card, cands[0], opts, progress=status.update)
+    if args.solution:
+        from mini_kv.profile import sol
+
+        if args.candidate or args.prebuilt:
+            raise UserError("--candidate and --prebuilt are for --task; --solution names what is profiled")
+        from mini_kv.solexec.run import BenchOptions, load_problem
+
+        prob = load_problem(args.problem or str(Path(args.solution).parent), BenchOptions(args.solution))
+        sol.plan(prob, opts)  # a bad --case, --kernel or --warmup: before anything is built or written
+        check_store_writable(artifacts_dir(args))
+        with console.status(f"profiling {prob.definition.name}/{prob.solution.name}") as status:
+            res = sol.profile_solution(prob, opts, progress=status.update)
+    else:
+        card = load_task_card(args.task)
+        cands = selected_candidates(card, [args.candidate] if args.candidate else [])
+        if len(cands) != 1:
+            raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
+        check_store_writable(artifacts_dir(args, Path(card.project_root)))  # the profile is archived there
+        with console.status(f"profiling {card.id}/{cands[0].id}") as status:
+            res = profile_candidate(card, cands[0], opts, progress=status.update)
     if args.json:
         print(json.dumps(res))
     elif res["status"] == "ok":
@@ -89,8 +104,10 @@ def cmd_compare_profiles(args) -> int:
 
     result = compare(args.a, args.b, artifacts_dir(args))
     a, b = result.pop("profiles")
-    timing = {"ran": False, "reason": "--no-timing"} if args.no_timing else \
-        run_ab(a, b, repeats=args.repeats, samples=args.samples)
+    sol = "workload" in (a["case"]["kind"], b["case"]["kind"])
+    timing = {"ran": False, "reason": "--no-timing"} if args.no_timing else {"ran": False, "reason": "SOL-ExecBench "
+              "profiles: their latency is `bench` (against the reference, or a promoted baseline's own solution in "
+              "the same run)"} if sol else run_ab(a, b, repeats=args.repeats, samples=args.samples)
     _print_comparison(result, timing, console)
     if args.json:
         write_json(Path(args.json), {"schema_version": 1, **result, "timing": timing})
@@ -104,9 +121,11 @@ def register(sub) -> None:
     from mini_kv.profile.capture import DEFAULT_SALT, DEFAULT_WARMUP
 
     p = sub.add_parser("profile", help="Nsight Compute profile of one candidate on one case (artifacts/profiles/)")
-    p.add_argument("--task", required=True, help="task card YAML")
+    p.add_argument("--task", help="task card YAML")
+    p.add_argument("--solution", help="or a SOL-ExecBench solution.json")
+    p.add_argument("--problem", help="with --solution: the problem directory (default: the solution's own)")
     p.add_argument("--candidate", help="candidate id (default: the card's default)")
-    p.add_argument("--case", help="case id or base id (default: the card's first bench case)")
+    p.add_argument("--case", help="case id or base id (default: the card's first bench case); a workload uuid")
     p.add_argument("--warmup", type=checks.nonnegative_int, default=DEFAULT_WARMUP,
                    help=f"candidate launches skipped before the profiled one (default {DEFAULT_WARMUP})")
     p.add_argument("--kernel", help="profile only this one of the candidate's __global__ kernels")

@@ -19,27 +19,17 @@ def print_problems(problems, err_console) -> None:
 
 
 def cmd_promote_baseline(args) -> int:
-    from mini_kv.judge.regression import promote_baseline, promoted_baseline_use
+    from mini_kv.judge.regression import default_baseline_output, promote_baseline, promoted_baseline_use
     from mini_kv.load.task_card import find_project_root
-    from mini_kv.store.attempts import AttemptInvalid, read_attempt
 
-    attempt = Path(args.attempt)
-    output = Path(args.output) if args.output else None
-    if output is None:
-        # the card's declared baseline path, else baselines/<task>.json, under the project root
-        try:
-            header = read_attempt(attempt)
-            card = json.loads((attempt / "task_card.json").read_text()).get("card", {})
-        except (AttemptInvalid, OSError, ValueError, RecursionError):
-            header, card = {}, {}
-        card = card if isinstance(card, dict) else {}
-        rel = card.get("baseline") or f"baselines/{header.get('task_id', 'unknown')}.json"
-        output = find_project_root(Path.cwd()) / rel
+    attempt, root = Path(args.attempt), find_project_root(Path.cwd())
+    # default: the card's declared baseline path, else baselines/<task>.json (a SOL problem: always), under the project
+    output = Path(args.output) if args.output else default_baseline_output(attempt, root)
     base = promote_baseline(attempt, output, force=args.force)
     console.print(f"baseline {output}: {base['task_id']} {base['task_version']}, candidate "
                   f"{base['source']['candidate']}, {len(base['cases'])} bench case(s), from attempt "
                   f"{base['source']['attempt_id']}")
-    used, note = promoted_baseline_use(attempt, output, find_project_root(Path.cwd()))
+    used, note = promoted_baseline_use(attempt, output, root)
     console.print(note if used else f"[yellow]note:[/] {note}", soft_wrap=True)
     return ExitCode.OK
 
@@ -129,9 +119,9 @@ def cmd_leaderboard(args) -> int:
 def register(sub) -> None:
     """Add the store subcommands to `sub` (the argparse subparsers of cli.build_parser)."""
     pb = sub.add_parser("promote-baseline",
-                        help="make a complete, PASSED, stable attempt the task's regression baseline")
+                        help="make a complete, PASSED, stable attempt (task card or SOL problem) its regression baseline")
     pb.add_argument("--attempt", required=True, help="attempt directory artifacts/<task>/<attempt_id>")
-    pb.add_argument("--output", help="baseline file (default: the card's `baseline`, else baselines/<task>.json)")
+    pb.add_argument("--output", help="baseline file (default: the card's `baseline`, else baselines/<task or definition>.json)")
     pb.add_argument("--force", action="store_true", help="replace an existing baseline file")
     pb.set_defaults(func=cmd_promote_baseline)
 

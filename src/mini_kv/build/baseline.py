@@ -21,16 +21,15 @@ import tempfile
 from pathlib import Path
 
 from mini_kv.build.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.errors import BaselineTampered
-from mini_kv.model import Candidate, sha256_file
-from mini_kv.store.attempts import AttemptInvalid
-from mini_kv.store.index import read_checked_attempt
+from mini_kv.errors import ConfigError
+from mini_kv.judge.regression import (
+    BaselineBuildError,
+    checked_source_attempt,
+    find_source_attempt,
+)
+from mini_kv.model import Candidate
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class BaselineBuildError(Exception):
-    """The baseline's code cannot be built or found; the message says why (no same-run comparison)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,21 +45,6 @@ class BaselineBuild:
         return dataclasses.asdict(self)
 
 
-def find_source_attempt(baseline: dict, artifacts: Path) -> Path:
-    """The attempt a baseline was promoted from: its recorded path, else artifacts/<task>/<attempt_id>
-    (a baseline committed to the repository, verified on another machine with its own store)."""
-    source = baseline.get("source") or {}
-    tried = []
-    for cand in (source.get("path"), Path(artifacts) / str(baseline.get("task_id")) / str(source.get("attempt_id"))):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-        if cand:
-            tried.append(str(cand))
-    raise BaselineBuildError("the attempt the baseline was promoted from is not available (looked in "
-                             + ", ".join(tried) + "); its sources are needed to time the baseline beside "
-                             "the candidate")
-
-
 def rename_namespace(text: str, old: str, new: str) -> tuple[str, int]:
     """Every whole-token `old` replaced by `new` (so `ns_launch` and `other_ns` stay as they are)."""
     return re.subn(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])", new, text)
@@ -68,21 +52,8 @@ def rename_namespace(text: str, old: str, new: str) -> tuple[str, int]:
 
 def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
     """The candidate record the attempt was verified with, after checking the attempt is the one
-    the baseline names (the SHA-256 of its attempt.json, which lists every source's SHA-256)."""
-    recorded = (baseline.get("source") or {}).get("attempt_json_sha256")
-    actual = sha256_file(attempt_dir / "attempt.json") if (attempt_dir / "attempt.json").is_file() else None
-    if actual != recorded:
-        raise BaselineTampered(str(attempt_dir / "attempt.json"),
-                               f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
-                               "the baseline was promoted from has changed since")
-    try:
-        header = read_checked_attempt(attempt_dir)
-    except AttemptInvalid as exc:
-        raise BaselineTampered(str(attempt_dir), str(exc)) from None
-    recorded_files = (baseline.get("manifest") or {}).get("attempt_files")
-    if recorded_files is not None and header["files"] != recorded_files:
-        raise BaselineTampered(str(attempt_dir / "attempt.json"), "its file list differs from the one the "
-                               "baseline's manifest recorded at promotion")
+    the baseline names (regression.checked_source_attempt)."""
+    header = checked_source_attempt(attempt_dir, baseline)
     if "candidate_manifest.json" not in {f["path"] for f in header["files"]}:
         raise BaselineBuildError(f"{attempt_dir}: no candidate_manifest.json (not a candidate's attempt)")
     manifest = json.loads((attempt_dir / "candidate_manifest.json").read_text())
@@ -131,3 +102,29 @@ def build_baseline(baseline: dict, project_root: Path, artifacts: Path, with_cud
                                  f"{rec.get('failed_build_dir') or rec.get('build_dir')}")
     return BaselineBuild(library=rec["library"], op=renamed_cand.op, namespace=new_ns, attempt=str(attempt_dir),
                          build_key=rec["key"], cache_hit=bool(rec["cache_hit"]))
+
+
+def stage_sol_baseline(baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str,
+                       timeout: float) -> dict:
+    """The baseline's own SOL-ExecBench solution, ready to load beside the candidate (the SOL job's
+    `baseline` entry): the solution.json (every source inlined, as in its sources/) of the attempt it was
+    promoted from, checked like a card's, staged under `dest` and built when it is C++ (a Python module
+    name or a built module of its own: no namespace to rename). Raises BaselineBuildError or BaselineTampered."""
+    from mini_kv.solexec import languages
+    from mini_kv.solexec.build import compile_solution, job_entry, stage_sources
+    from mini_kv.solexec.solution import load_solution
+
+    attempt_dir = find_source_attempt(baseline, artifacts)
+    checked_source_attempt(attempt_dir, baseline)
+    try:
+        sol = load_solution(attempt_dir / "solution.json", definition)
+    except ConfigError as exc:
+        raise BaselineBuildError(f"the baseline's solution does not load: {exc}") from None
+    stage_sources(sol, dest)
+    rec = None
+    if sol.group == "cpp":
+        flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
+        rec = None if reason else compile_solution(Path(project_root), sol, dest, flags, timeout)
+        if rec is None or rec["status"] != "ok":
+            raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
+    return job_entry(sol, dest, rec)

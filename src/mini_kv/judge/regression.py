@@ -32,6 +32,7 @@ from pathlib import Path
 
 from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
+from mini_kv.status import Status
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
@@ -197,33 +198,37 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
                               "task, suite and environment")
         return out
     measured = {c.get("id"): c for c in benchmark_json.get("cases", []) if isinstance(c, dict)}
-    for base in baseline["cases"]:
-        cand = measured.get(base["id"])
-        if cand is None or "candidate" not in cand:
-            why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-            out["cases"].append({"id": base["id"], "verdict": MISSING, "reasons": [f"{base['id']}: {why}"],
-                                 "first_batch": None, "confirmation": None})
-            continue
-        try:
-            out["cases"].append(_compare_case(base["id"], base, cand, confirm, th))
-        except BaselineTampered as exc:
-            return tampered_verdict(exc, th)
-        except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
-            out["cases"].append({"id": base["id"], "verdict": INCOMPARABLE, "first_batch": None,
-                                 "confirmation": None,
-                                 "reasons": [f"{base['id']}: samples cannot be compared ({type(exc).__name__}: {exc})"]})
-    verdicts = [c["verdict"] for c in out["cases"]]
+    try:
+        out["cases"] = [_case_verdict(base, measured.get(base["id"]), confirm, th) for base in baseline["cases"]]
+    except BaselineTampered as exc:
+        return tampered_verdict(exc, th)
     out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
-    if FAIL in verdicts:
-        out["verdict"] = FAIL
-    elif not any(v not in (INCOMPARABLE, MISSING) for v in verdicts):
-        out["verdict"] = INCOMPARABLE
+    out["verdict"] = _overall([c["verdict"] for c in out["cases"]])
+    if out["verdict"] == INCOMPARABLE:
         out["reasons"].append("no bench case could be compared with the baseline")
-    elif any(v != PASS for v in verdicts):
-        out["verdict"] = WARN
-    else:
-        out["verdict"] = PASS
     return out
+
+
+def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dict:
+    """One bench case: MISSING when not timed, INCOMPARABLE when its samples cannot be compared."""
+    case_id = base["id"]
+    if cand is None or "candidate" not in cand:
+        why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
+        return {"id": case_id, "verdict": MISSING, "reasons": [f"{case_id}: {why}"], "first_batch": None,
+                "confirmation": None}
+    try:
+        return _compare_case(case_id, base, cand, confirm, th)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
+        return {"id": case_id, "verdict": INCOMPARABLE, "first_batch": None, "confirmation": None,
+                "reasons": [f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"]}
+
+
+def _overall(verdicts: list[str]) -> str:
+    if FAIL in verdicts:
+        return FAIL
+    if all(v in (INCOMPARABLE, MISSING) for v in verdicts):
+        return INCOMPARABLE
+    return PASS if all(v == PASS for v in verdicts) else WARN
 
 
 def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
@@ -245,6 +250,11 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
     if verdict.get("baseline_error"):
         return ExitCode.CONFIG
     return ExitCode.OK
+
+
+def regression_summary(verdict: dict | None) -> dict:
+    """The `regression` entry of an attempt's header ({} without a verdict)."""
+    return {} if verdict is None else {"regression": {"verdict": verdict["verdict"], "reasons": verdict["reasons"]}}
 
 
 # ---------------------------------------------------------------------------------------------- baselines
@@ -306,47 +316,35 @@ def check_manifest(baseline: dict, path: Path) -> None:
         raise BaselineTampered(str(path), "manifest.attempt_files lists a path twice")
 
 
-def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> dict:
-    """Write a baseline from one attempt; refuses unless it is complete, PASSED, stable and benchmarked."""
-    from mini_kv.load.schema import validate
-    from mini_kv.store.atomic import write_json
+def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
+    """(header, benchmark.json, environment.json) of an attempt fit to be a baseline: every check of the
+    index (schema, hashed files inside the attempt, ids, a headline its records give), PASSED, benchmarked
+    and stable; UserError naming what is wrong otherwise."""
     from mini_kv.store.attempts import AttemptInvalid
     from mini_kv.store.index import read_checked_attempt
 
-    attempt_dir, output = Path(attempt_dir), Path(output)
-    where = f"cannot promote {attempt_dir}"
-    try:  # every check of the index: schema, hashed files inside the attempt, ids, a headline its records give
+    try:
         header = read_checked_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise UserError(f"{where}: {exc}") from None
     except (OSError, RecursionError) as exc:
         raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-    if header.get("status") != "PASSED":
+    if header.get("status") != Status.PASSED:
         raise UserError(f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
                         "can become a baseline")
-    bsum = header.get("benchmark") or {}
-    listed = {f["path"] for f in header.get("files", [])}
+    bsum, listed = header.get("benchmark") or {}, {f["path"] for f in header.get("files", [])}
     if not bsum.get("ran") or "benchmark.json" not in listed:
         raise UserError(f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
                         "with the benchmark")
     if bsum.get("stable") is not True:
         raise UserError(f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
                         "reproducible: verify again on a quiet machine and promote a stable attempt")
-    for rel in ("benchmark.json", "environment.json"):
-        if rel not in listed:
-            raise UserError(f"{where}: {rel} is missing from the attempt")
-    try:
-        bench = json.loads((attempt_dir / "benchmark.json").read_text())
-        env = json.loads((attempt_dir / "environment.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: unreadable attempt file ({exc})") from None
-    for name, obj in (("benchmark.json", bench), ("environment.json", env)):
-        if not isinstance(obj, dict) or obj.get("schema_version") != 1:
-            raise UserError(f"{where}: {name} has schema_version {(obj or {}).get('schema_version')!r}, not 1; it "
-                            "was written by another mini_kv version: promote it with that version")
-    if env.get("key") != header.get("environment_key"):
-        raise UserError(f"{where}: environment.json key {env.get('key')!r} differs from attempt.json "
-                        f"environment_key {header.get('environment_key')!r}")
+    # both listed (the index requires them of every format), so read_checked_attempt hashed them
+    bench, env = (json.loads((attempt_dir / rel).read_text()) for rel in ("benchmark.json", "environment.json"))
+    return header, bench, env
+
+
+def _baseline_cases(bench: dict, where: str) -> list[dict]:
     cases = []
     for c in bench.get("cases", []):
         if "candidate" not in c:
@@ -359,6 +357,20 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
                       "stability": c.get("stability")})
     if not cases:
         raise UserError(f"{where}: its benchmark has no cases")
+    if any(not math.isfinite(x) for c in cases for rep in c["samples"] for x in rep):
+        raise UserError(f"{where}: non-finite timing samples")
+    return cases
+
+
+def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> dict:
+    """Write a baseline from one attempt (a task card's or a SOL-ExecBench one); refuses unless it is
+    complete, PASSED, stable and benchmarked."""
+    from mini_kv.load.schema import validate
+    from mini_kv.store.atomic import write_json
+
+    attempt_dir, output = Path(attempt_dir), Path(output)
+    where = f"cannot promote {attempt_dir}"
+    header, bench, env = _promotable(attempt_dir, where)
     baseline = {
         "schema_version": BASELINE_SCHEMA_VERSION,
         "kind": BASELINE_KIND,
@@ -372,13 +384,11 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
                    "candidate": header["candidate"], "created_at": header["created_at"],
                    "path": str(attempt_dir.resolve())},
         "promoted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cases": cases,
+        "cases": _baseline_cases(bench, where),
     }
     baseline["manifest"] = {"algorithm": "sha256", "attempt_files": header["files"]}
     baseline["manifest"]["content_sha256"] = content_sha256(baseline)
     validate(baseline, "baseline", str(output))
-    if any(not math.isfinite(x) for c in cases for rep in c["samples"] for x in rep):
-        raise UserError(f"{where}: non-finite timing samples")
     if output.exists() and not force:
         raise UserError(f"{output} already exists; baselines never change by themselves: pass --force to "
                         "replace it with this attempt")
@@ -386,73 +396,91 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     return baseline
 
 
-def find_card_baseline(card) -> tuple[Path | None, str | None, list[str]]:
-    """The baseline file `verify` uses: the card's `baseline:`, else baselines/<task>.json by convention
-    (promote-baseline's default output). Returns (path or None, "card" | "convention" | None, notes
-    that tell the user about a baseline that exists but is not used)."""
-    root = Path(card.project_root)
-    conventional = f"baselines/{card.id}.json"
+def find_baseline(root: Path, task_id: str, declared: str | None = None) -> tuple[Path | None, str | None, list[str]]:
+    """The baseline file of a task: `declared` (a card's `baseline:`), else baselines/<task>.json under the
+    project by convention (promote-baseline's default output; the only place for a SOL problem).
+    Returns (path or None, "card" | "convention" | None, notes that tell the user about a baseline that
+    exists but is not used)."""
+    root = Path(root)
+    conventional = f"baselines/{task_id}.json"
     has_conventional = (root / conventional).is_file()
     if has_conventional and not (root / conventional).resolve().is_relative_to(root.resolve()):
         # a card's own `baseline:` may not leave the project (load.task_card.resolve_inside); nor may this
         return None, None, [f"{conventional} is not used: it resolves outside the project root {root}"]
-    if card.baseline:
-        path = root / card.baseline
-        other = has_conventional and Path(card.baseline) != Path(conventional)
-        notes = [f"{conventional} exists but is not used: the card's `baseline:` names {card.baseline}"] if other else []
+    if declared:
+        path = root / declared
+        other = has_conventional and Path(declared) != Path(conventional)
+        notes = [f"{conventional} exists but is not used: the card's `baseline:` names {declared}"] if other else []
         if path.exists():
             return path, "card", notes
-        return None, None, [f"no regression check: the card's `baseline:` names {card.baseline}, which does not "
+        return None, None, [f"no regression check: the card's `baseline:` names {declared}, which does not "
                             "exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`", *notes]
     if has_conventional:
         return root / conventional, "convention", []
     return None, None, []
 
 
-def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -> tuple[bool, str]:
-    """Whether `verify` of the attempt's card will use a just-promoted baseline, and a line saying so
-    (a baseline at a path the card does not name used to be skipped without a word)."""
+def find_card_baseline(card) -> tuple[Path | None, str | None, list[str]]:
+    """The baseline file `verify` uses (see find_baseline)."""
+    return find_baseline(Path(card.project_root), card.id, card.baseline)
+
+
+def _baseline_target(attempt_dir: Path, project_root: Path) -> tuple[Path, str | None, str]:
+    """Where the next run of the attempt's task looks for its baseline: (path, the card's `baseline:` or
+    None, the command). A card as it is now, if it is at hand: its `baseline:` may have been edited."""
     import yaml
 
-    doc = json.loads((Path(attempt_dir) / "task_card.json").read_text())
+    header = json.loads((attempt_dir / "attempt.json").read_text())
+    if header.get("format") == "sol-execbench":
+        return project_root / f"baselines/{header['task_id']}.json", None, f"`mini-kv bench` of {header['task_id']}"
+    doc = json.loads((attempt_dir / "task_card.json").read_text())
     card_path, card = doc.get("path") or "<card>", doc.get("card") or {}
-    try:  # the card as it is now, if it is at hand: its `baseline:` may have been edited since
+    try:
         card = yaml.safe_load((project_root / card_path).read_text()) or card
     except (OSError, yaml.YAMLError):
         pass
     declared = card.get("baseline") if isinstance(card, dict) else None
-    conventional = f"baselines/{card.get('id')}.json"
-    used = project_root / (declared or conventional)
+    return project_root / (declared or f"baselines/{card.get('id')}.json"), declared, f"`mini-kv verify --task {card_path}`"
+
+
+def default_baseline_output(attempt_dir: Path, project_root: Path) -> Path:
+    """promote-baseline's default output: where the next verify or bench of the task will look."""
+    try:
+        return _baseline_target(Path(attempt_dir), project_root)[0]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # promote_baseline says what is wrong
+        return project_root / "baselines" / "unknown.json"
+
+
+def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -> tuple[bool, str]:
+    """Whether the next `verify` of the attempt's card (or `bench` of its SOL problem) will use a
+    just-promoted baseline, and a line saying so."""
+    used, declared, command = _baseline_target(Path(attempt_dir), project_root)
+    conventional = used.relative_to(project_root)
     try:
         rel = Path(output).resolve().relative_to(project_root.resolve())
     except ValueError:
         rel = Path(output).resolve()
     if Path(output).resolve() == used.resolve():
         how = "the card's `baseline:`" if declared else f"found by convention at {conventional}"
-        return True, f"`mini-kv verify --task {card_path}` will use it ({how})"
+        return True, f"{command} will use it ({how})"
     if declared:
-        return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card's `baseline:` names "
+        return False, (f"{command} will NOT use this file: the card's `baseline:` names "
                        f"{declared}. Point `baseline:` at {rel}, or promote with `--output {declared}`")
-    return False, (f"`mini-kv verify --task {card_path}` will NOT use this file: the card names no `baseline:` and "
-                   f"verify looks for {conventional}. Add `baseline: {rel}` to the card, or promote without --output")
+    fix = "promote without --output" if command.startswith("`mini-kv bench") else \
+        f"Add `baseline: {rel}` to the card, or promote without --output"
+    return False, f"{command} will NOT use this file: it looks for {conventional} in this project. {fix}"
 
 
-def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
-                        confirm_with: Callable[[dict, str], dict] | None = None,
-                        thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict | None:
-    """The pipeline's hook: the verdict against the card's baseline (see find_card_baseline), or None
-    when there is none. A baseline that cannot be used gives INCOMPARABLE with `baseline_error` set; a
-    forged or damaged one (or a source attempt that changed since) gives TAMPERED.
+def check_baseline(path: Path, found_by: str, root: Path, header: dict, bench_cases: list[dict],
+                   confirm_with: Callable[[dict, str], dict] | None = None,
+                   thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict:
+    """The verdict of an attempt (`header`: the ids compare_to_baseline reads; its bench cases) against
+    the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
+    set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
 
     `confirm_with(baseline, case_id)` runs the same-run comparison (see compare_to_baseline);
     `artifacts` is the store where the baseline's source attempt may lie."""
-    path, found_by, _ = find_card_baseline(card)
-    if path is None:
-        return None
-    header = {"task_id": card.id, "task_version": card.version,
-              "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
-              "suite_hash": card.suite_hash(), "environment_key": env.get("key"), "device": device}
-    ref = {"path": str(path.relative_to(card.project_root)), "found_by": found_by}
+    ref = {"path": str(Path(path).relative_to(root)), "found_by": found_by}
     try:
         ref["sha256"] = sha256_file(path)
         baseline = load_baseline(path)
@@ -469,17 +497,69 @@ def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
     return verdict
 
 
-def _check_source_attempt(baseline: dict, artifacts: Path | None) -> None:
-    """Where the attempt a baseline came from is at hand, it must still be the one it recorded
-    (attempt.json's SHA-256, and every file it lists): else TAMPERED. Absent is fine here; only a
-    suspected regression needs its sources."""
-    from mini_kv.build.baseline import BaselineBuildError, find_source_attempt, source_candidate
+def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
+                        confirm_with: Callable[[dict, str], dict] | None = None,
+                        thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict | None:
+    """The pipeline's hook: the verdict against the card's baseline (see find_card_baseline and
+    check_baseline), or None when there is none."""
+    path, found_by, _ = find_card_baseline(card)
+    if path is None:
+        return None
+    header = {"task_id": card.id, "task_version": card.version,
+              "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
+              "suite_hash": card.suite_hash(), "environment_key": env.get("key"), "device": device}
+    return check_baseline(path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds,
+                          artifacts)
 
+
+# ------------------------------------------------------------------- the attempt a baseline came from
+
+class BaselineBuildError(Exception):
+    """The baseline's code cannot be built or found; the message says why (no same-run comparison)."""
+
+
+def find_source_attempt(baseline: dict, artifacts: Path) -> Path:
+    """The attempt a baseline was promoted from: its recorded path, else artifacts/<task>/<attempt_id>
+    (a baseline committed to the repository, verified on another machine with its own store)."""
+    source = baseline.get("source") or {}
+    tried = []
+    for cand in (source.get("path"), Path(artifacts) / str(baseline.get("task_id")) / str(source.get("attempt_id"))):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+        if cand:
+            tried.append(str(cand))
+    raise BaselineBuildError("the attempt the baseline was promoted from is not available (looked in "
+                             + ", ".join(tried) + "); its sources are needed to time the baseline beside "
+                             "the candidate")
+
+
+def checked_source_attempt(attempt_dir: Path, baseline: dict) -> dict:
+    """attempt.json of the attempt a baseline names, after checking it is that attempt (the SHA-256 of its
+    attempt.json, which lists every source's SHA-256, and every check of the index); else TAMPERED."""
+    from mini_kv.store.attempts import AttemptInvalid
+    from mini_kv.store.index import read_checked_attempt
+
+    recorded = (baseline.get("source") or {}).get("attempt_json_sha256")
+    actual = sha256_file(attempt_dir / "attempt.json") if (attempt_dir / "attempt.json").is_file() else None
+    if actual != recorded:
+        raise BaselineTampered(str(attempt_dir / "attempt.json"),
+                               f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
+                               "the baseline was promoted from has changed since")
     try:
-        attempt_dir = find_source_attempt(baseline, artifacts or Path("artifacts"))
+        header = read_checked_attempt(attempt_dir)
+    except AttemptInvalid as exc:
+        raise BaselineTampered(str(attempt_dir), str(exc)) from None
+    recorded_files = (baseline.get("manifest") or {}).get("attempt_files")
+    if recorded_files is not None and header["files"] != recorded_files:
+        raise BaselineTampered(str(attempt_dir / "attempt.json"), "its file list differs from the one the "
+                               "baseline's manifest recorded at promotion")
+    return header
+
+
+def _check_source_attempt(baseline: dict, artifacts: Path | None) -> None:
+    """Where the attempt a baseline came from is at hand, it must still be the one it recorded: else
+    TAMPERED. Absent is fine here; only a suspected regression needs its sources."""
+    try:
+        checked_source_attempt(find_source_attempt(baseline, artifacts or Path("artifacts")), baseline)
     except BaselineBuildError:
         return
-    try:
-        source_candidate(attempt_dir, baseline)
-    except BaselineBuildError:
-        return  # not a tampering: the same-run comparison reports it if it is needed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,13 +105,17 @@ def _binding(card: TaskCard, cand: Candidate, p: dict, opts: ProfileOptions, env
         "case": {"id": case.id, "base_id": case.base_id, "kind": case.kind, "dtype": case.dtype,
                  "params": case.params, "seed": p["seed"], "seed_salt": opts.seed_salt, "input_sha256": None,
                  "tolerance": card.tolerances[case.dtype]},
-        "environment_key": env["key"],
-        "device": None,
-        "ncu": {"path": None, "version": None, "kernel_names": p["kernel_names"], "kernel_filter": p["kernel_filter"],
-                "launch_skip": p["launch_skip"], "launch_count": 1, "clock_control": "none",
-                "sections": list(ncu_mod.SECTIONS), "commands": []},
-        "target": None, "kernel": None, "summary": None,
+        **unprofiled(p, env),
     }
+
+
+def unprofiled(p: dict, env: dict) -> dict:
+    """The parts of profile.json that ncu and the target fill in."""
+    return {"environment_key": env["key"], "device": None,
+            "ncu": {"path": None, "version": None, "kernel_names": p["kernel_names"], "kernel_filter": p["kernel_filter"],
+                    "launch_skip": p["launch_skip"], "launch_count": 1, "clock_control": "none",
+                    "sections": list(ncu_mod.SECTIONS), "commands": []},
+            "target": None, "kernel": None, "summary": None}
 
 
 def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
@@ -123,6 +128,11 @@ def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWrit
         return str(lib)
     comp = compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
                              with_cuda=True)
+    return built(comp, w, rec)
+
+
+def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
+    """The library of a build record, its record and logs kept in the profile; COMPILE_FAILED otherwise."""
     w.json("compile.json", comp)
     for name, path in (comp.get("logs") or {}).items():
         if Path(path).is_file():
@@ -146,19 +156,22 @@ def _public(cmd: dict) -> dict:
     return {k: v for k, v in cmd.items() if not k.startswith("_")}
 
 
-def capture(ncu: str, library: str, card: TaskCard, cand: Candidate, p: dict, w: ProfileWriter, rec: dict,
-            timeout: float) -> None:
-    """Run ncu around the target, re-import, parse; fills `rec`, raises ProfileFailure with the reason."""
+def _card_job(card: TaskCard, cand: Candidate, p: dict, library: str) -> dict:
     case: Case = p["case"]
-    job = {"library": library, "op": cand.op, "inputs": card.operator["inputs"], "reference": card.operator["reference"],
-           "params": case.params, "dtype": case.dtype, "device": "cuda:0", "seed": p["seed"], "warmup": p["warmup"],
-           "calls": 1, "tolerance": card.tolerances[case.dtype], "result_path": str(w.path("target.json"))}
-    w.json("job.json", job)
-    target = [sys.executable, "-m", "mini_kv.profile.target", "--job", str(w.path("job.json"))]
+    return {"library": library, "op": cand.op, "inputs": card.operator["inputs"], "reference": card.operator["reference"],
+            "params": case.params, "dtype": case.dtype, "device": "cuda:0", "seed": p["seed"], "warmup": p["warmup"],
+            "calls": 1, "tolerance": card.tolerances[case.dtype]}
+
+
+def capture(ncu: str, job: dict, p: dict, w: ProfileWriter, rec: dict, timeout: float, cwd: str,
+            entry: str = "mini_kv.profile.target") -> None:
+    """Run ncu around the target (`python -m <entry> --job job.json`), re-import, parse; fills `rec`,
+    raises ProfileFailure with the reason."""
+    w.json("job.json", {**job, "result_path": str(w.path("target.json"))})
+    target = [sys.executable, "-m", entry, "--job", str(w.path("job.json"))]
     report_base = w.path(REPORT[: -len(".ncu-rep")])
     cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout, env=_target_env(),
-                             cwd=card.project_root)
+    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout, env=_target_env(), cwd=cwd)
     rec["ncu"]["commands"].append(_public(run))
     _judge_profile_run(run, w, rec)
     imp = ncu_mod.run_logged("import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"),
@@ -210,17 +223,43 @@ def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
                              log_tail=log_tail)
 
 
+@dataclass
+class Target:
+    """What `profile` profiles: a task-card candidate, or a SOL-ExecBench solution (profile.sol)."""
+
+    task_id: str
+    candidate: str
+    plan: dict
+    rec: dict  # profile.json's binding (_binding)
+    records: dict  # the JSON files written beside it
+    build: Callable[[ProfileWriter, dict], dict]  # builds (ProfileFailure if it cannot), returns the target's job
+    cwd: str
+    entry: str = "mini_kv.profile.target"  # the module ncu runs
+
+
 def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
     """Profile `cand` on one case; always writes a profile directory. Returns {status, exit_code, path, ...}."""
-    say = progress or (lambda msg: None)
     p = plan(card, cand, opts)
-    artifacts = Path(opts.artifacts) if opts.artifacts else Path(card.project_root) / "artifacts"
     env = environment.collect()
     rec = _binding(card, cand, p, opts, env)
-    w = ProfileWriter(artifacts, card.id, cand.id)
-    w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
-    w.json("candidate_manifest.json", {"schema_version": 1, **cand.to_dict(), "files": rec["candidate"]["sources"]})
-    w.json("environment.json", env)
+    records = {"task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
+               "candidate_manifest.json": {"schema_version": 1, **cand.to_dict(), "files": rec["candidate"]["sources"]},
+               "environment.json": env}
+    if not p["kernel_names"]:
+        p["no_kernels"] = f"no __global__ function in {list(cand.cuda_sources)}"
+    target = Target(card.id, cand.id, p, rec, records, lambda w, r: _card_job(card, cand, p, _build(card, cand, opts, w, r)),
+                    card.project_root)
+    return run_profile(target, Path(opts.artifacts) if opts.artifacts else Path(card.project_root) / "artifacts",
+                       opts, progress)
+
+
+def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None) -> dict:
+    """The steps every profile takes (module docstring); always writes the profile directory."""
+    say = progress or (lambda msg: None)
+    rec, p = t.rec, t.plan
+    w = ProfileWriter(artifacts, t.task_id, t.candidate)
+    for name, doc in t.records.items():
+        w.json(name, doc)
     try:
         ncu = ncu_mod.find_ncu(opts.ncu)
         if ncu is None:
@@ -229,15 +268,15 @@ def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, pro
         if not cuda_available():
             raise ProfileFailure("NO_CUDA", "torch sees no CUDA device; profile on a GPU machine")
         if not p["kernel_names"]:
-            raise ProfileFailure("NO_KERNEL_NAMES", f"no __global__ function in {list(cand.cuda_sources)}")
-        say(f"build {cand.id}")
-        library = _build(card, cand, opts, w, rec)
-        say(f"ncu: {cand.id} on {p['case'].id}")
-        capture(ncu, library, card, cand, p, w, rec, opts.timeout)
+            raise ProfileFailure("NO_KERNEL_NAMES", p["no_kernels"])
+        say(f"build {t.candidate}")
+        job = t.build(w, rec)
+        say(f"ncu: {t.candidate} on {rec['case']['id']}")
+        capture(ncu, job, p, w, rec, opts.timeout, t.cwd, t.entry)
         rec.update(status="ok", reason=None, exit_code=int(ExitCode.OK))
     except ProfileFailure as exc:
         rec.update(status="failed", reason=exc.to_dict(), exit_code=int(exc.exit_code))
     path = w.commit(rec)
     return {"status": rec["status"], "exit_code": rec["exit_code"], "reason": rec["reason"], "path": str(path),
             "profile_id": w.profile_id, "summary": rec["summary"], "kernel": rec["kernel"], "case": rec["case"]["id"],
-            "candidate": cand.id}
+            "candidate": t.candidate}

@@ -63,14 +63,15 @@ def run(job: dict) -> dict:
             "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, run_fn=None) -> int:
+    """`run_fn`: another target's run (profile.sol's SOL-ExecBench one), with this result protocol."""
     parser = argparse.ArgumentParser(prog="python -m mini_kv.profile.target")
     parser.add_argument("--job", required=True)
     ns = parser.parse_args(argv)
     with open(ns.job) as f:
         job = json.load(f)
     try:
-        result = run(job)
+        result = (run_fn or run)(job)
         code = 0
     except Exception as exc:  # noqa: BLE001 - recorded for the parent, which names the reason
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}

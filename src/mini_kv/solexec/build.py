@@ -52,6 +52,15 @@ def compile_solution(project_root: Path, solution: Solution, staged: Path, extra
     return compile_candidate(project_root, solution_build(solution, staged, extra), timeout=timeout)
 
 
+def job_entry(solution: Solution, staged: Path, compile_rec: dict | None) -> dict:
+    """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
+    regression gate's same-run comparison)."""
+    rec = compile_rec or {}
+    return {"group": solution.group, "dir": str(staged), "entry_file": solution.entry_file,
+            "entry_function": solution.entry_function, "dps": solution.dps, "module": rec.get("module"),
+            "library": rec.get("library")}
+
+
 def build_log(record: dict, limit: int = 8000) -> str:
     """The part of a failed build's output that says why."""
     parts = [record["refused"]] if record.get("refused") else []

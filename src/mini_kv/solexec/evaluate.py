@@ -57,6 +57,7 @@ class Context:
     snapshot: dict
     safetensors_cache: dict = field(default_factory=dict)
     guard: Guard | None = None
+    baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -242,12 +243,13 @@ def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[lis
 
 
 def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
-    """Rotating candidate and reference calls; DPS calls write into per-set output buffers."""
+    """Rotating candidate and reference (or baseline) calls; DPS calls write into per-set output buffers."""
     outs = [allocate_outputs(sig, ctx.device) if ctx.dps else None for _ in sets]
     ref_sets = [clone_inputs(s) for s in sets]
-    fn, ref = ctx.solution_fn, ctx.reference_fn
+    fn, (ref, ref_dps) = ctx.solution_fn, ctx.baseline or (ctx.reference_fn, False)
+    ref_outs = [allocate_outputs(sig, ctx.device) if ref_dps else [] for _ in sets]
     cand = [(lambda s=s, o=o: fn(*s, *o)) if ctx.dps else (lambda s=s: fn(*s)) for s, o in zip(sets, outs, strict=True)]
-    refc = [lambda s=s: ref(*s) for s in ref_sets]
+    refc = [lambda s=s, o=o: ref(*s, *o) for s, o in zip(ref_sets, ref_outs, strict=True)]
     return Workload(cand), Workload(refc), ref_sets
 
 

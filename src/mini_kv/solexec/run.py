@@ -22,7 +22,7 @@ from mini_kv.model import safe_name as _safe
 from mini_kv.runner import ChildRun, run_worker
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
-from mini_kv.solexec.build import build_log, compile_solution, stage_sources
+from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import Solution, load_solution
 from mini_kv.solexec.workload import Workload, load_workloads
@@ -159,16 +159,13 @@ def _case(definition: Definition, wl: Workload, index: int) -> dict:
 
 def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str, salt: str, settings: dict,
          opts: BenchOptions) -> dict:
-    sol = problem.solution
     ref_file = staging / "reference" / "reference.py"
     ref_file.parent.mkdir(parents=True, exist_ok=True)
     ref_file.write_text(problem.definition.reference, encoding="utf-8")
     return {
         "kind": "sol", "device": device, "salt": salt, "settings": settings,
         "definition_name": problem.definition.name, "reference_file": str(ref_file),
-        "solution": {"group": sol.group, "dir": str(staging / "solution"), "entry_file": sol.entry_file,
-                     "entry_function": sol.entry_function, "dps": sol.dps,
-                     "module": (compile_rec or {}).get("module"), "library": (compile_rec or {}).get("library")},
+        "solution": job_entry(problem.solution, staging / "solution", compile_rec),
         "cases": [_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
         "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
     }
@@ -285,6 +282,8 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 
 
 def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
+    from mini_kv.solexec.gate import sol_gate
+
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
 
@@ -301,7 +300,7 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
     sandbox = resolve_sandbox(opts.sandbox)
     worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox)
-    compile_rec, outcomes, unavailable = None, None, None
+    compile_rec, outcomes, unavailable, job = None, None, None, None
     results: dict = {"load": None, "cases": [], "incidents": [], "log": None, "sandbox": sandbox.to_dict()}
     try:
         device = environment.pick_device(opts.device)
@@ -332,8 +331,10 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE):]
         code = exit_code(trace_list, unavailable)
+        regression, code = sol_gate(opts, bench_project_root(opts, required=False),
+                                    sol_identity(problem, settings, env, device), job, outcomes, code, staging)
         attempt, index_warning = record_attempt(problem, opts, env, compile_rec, results, outcomes, trace_list,
-                                                settings, device, salt, code)
+                                                settings, device, salt, code, regression)
         lap("recorded_s")
     finally:
         if worker is not None:  # never sent a job (nothing to evaluate, or an error on the way)
@@ -343,7 +344,8 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     return {"traces": trace_list, "exit_code": code, "attempt": str(attempt), "index_warning": index_warning,
             "compile": compile_rec, "device": device, "settings": settings, "unavailable": unavailable,
             "staging": str(staging) if opts.keep_staging else None, "definition": problem.definition.name,
-            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3), "phases": phases}
+            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3), "phases": phases,
+            "regression": regression}
 
 
 def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
@@ -375,9 +377,19 @@ def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, di
     return head.status, head.correctness, head.benchmark
 
 
+def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> dict:
+    """What a SOL attempt is compared by (attempt.json's ids; a baseline must match every one)."""
+    d = problem.definition
+    version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
+    return {"task_id": _safe(d.name), "task_version": version,
+            "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
+            "suite_hash": suite_hash(problem, settings), "environment_key": env["key"], "device": device}
+
+
 def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec: dict | None, results: dict,
                    outcomes: dict[str, dict], trace_list: list[dict], settings: dict, device: str, salt: str,
-                   code: ExitCode) -> tuple[Path, str | None]:
+                   code: ExitCode, regression: dict | None = None) -> tuple[Path, str | None]:
+    from mini_kv.judge.regression import regression_summary
     from mini_kv.store.attempts import AttemptWriter
     from mini_kv.store.index import IndexUnusable, update_index
 
@@ -407,14 +419,13 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     w.json("benchmark.json", {"schema_version": 1, "device": device, "settings": settings,
                               "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
                               "summary": bench})
-    version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
-    header = {"task_id": _safe(d.name), "task_version": version, "format": "sol-execbench",
-              "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
+    if regression is not None:
+        w.json("regression.json", regression)
+    header = {**sol_identity(problem, settings, env, device), "format": "sol-execbench",
               "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],
               "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "suite_hash": suite_hash(problem, settings), "environment_key": env["key"],
-              "build_key": (compile_rec or {}).get("key"), "status": status, "exit_code": int(code), "device": device,
-              "correctness": correctness, "benchmark": bench}
+              "build_key": (compile_rec or {}).get("key"), "status": status, "exit_code": int(code),
+              "correctness": correctness, "benchmark": bench, **regression_summary(regression)}
     attempt = w.commit(header)
     try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
         update_index(artifacts, attempt)
@@ -423,7 +434,7 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     return attempt, None
 
 
-def bench_project_root(opts: BenchOptions) -> Path:
+def bench_project_root(opts: BenchOptions, required: bool = True) -> Path | None:
     """The project whose `.build/` cache (C++ solutions) and `artifacts/` store (without --artifacts)
     bench uses: the one the command runs in, else the one holding the solution file, as verify uses
     its card's. Outside both, a clear error rather than a store made in whatever directory this is."""
@@ -433,6 +444,8 @@ def bench_project_root(opts: BenchOptions) -> Path:
         root = project_root_of(start)
         if root is not None:
             return root
+    if not required:
+        return None
     raise ConfigError(str(opts.solution), "(file)",
                       f"neither the working directory ({Path.cwd()}) nor the solution is inside a project (a "
                       f"directory holding one of {', '.join(PROJECT_MARKERS)}), where bench keeps its build cache "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
+from mini_kv.report import print_regression
 from mini_kv.tables import Column, fitted_tables
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT_NUMERICAL": "yellow"}
@@ -59,6 +60,8 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
             console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
         if len(shown) < len(failed):
             console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
+    if result.get("regression"):
+        print_regression(result["regression"], console)
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")

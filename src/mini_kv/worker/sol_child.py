@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import PurePosixPath
@@ -34,6 +35,22 @@ def _import_solution(sol: dict):
     sys.path.insert(0, sol["dir"])  # so the entry file can import the solution's other files
     name = ".".join(PurePosixPath(sol["entry_file"]).with_suffix("").parts)
     return importlib.import_module(name)
+
+
+def _import_beside(base: dict, sol: dict):
+    """The baseline's solution beside the candidate's (the regression gate). Python modules are imported by
+    name: the candidate's step out of sys.modules while the baseline's (same names) are imported."""
+    if base["group"] == "cpp":  # a built module named after its build key
+        return _import_solution(base)
+    under = lambda d: [n for n, m in list(sys.modules.items()) if (getattr(m, "__file__", None) or "").startswith(d + os.sep)]  # noqa: E731
+    theirs = {n: sys.modules.pop(n) for n in under(sol["dir"])}
+    try:
+        return _import_solution(base)
+    finally:
+        sys.path.remove(base["dir"])
+        for n in under(base["dir"]):
+            del sys.modules[n]
+        sys.modules.update(theirs)
 
 
 def _fail(chan: Channel, status: str, reason: str) -> None:
@@ -77,6 +94,7 @@ def run_job(job: dict, chan: Channel) -> int:
     import torch
 
     from mini_kv.solexec.evaluate import Context, evaluate_workload
+    from mini_kv.worker import integrity
 
     device = job["device"]
     if torch.device(device).type == "cuda":
@@ -87,10 +105,19 @@ def run_job(job: dict, chan: Channel) -> int:
     if loaded is None:
         return 0
     reference, ref_fn, fn, snap = loaded
+    baseline = None
+    if job.get("baseline"):  # the regression gate's same-run comparison: it takes the reference's place in timing
+        try:
+            baseline = (getattr(_import_beside(job["baseline"], job["solution"]), job["baseline"]["entry_function"]),
+                        job["baseline"]["dps"])
+            integrity.Guard(snap).check("loading the baseline's solution")
+        except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
+            _fail(chan, "RUNTIME_ERROR", f"the baseline's solution did not load: {type(exc).__name__}: {exc}")
+            return 0
     chan.send(event="load", ok=True)
     ctx = Context(definition_name=job["definition_name"], solution_fn=fn, reference_fn=ref_fn,
                   reference_ns=vars(reference), dps=job["solution"]["dps"], device=device, salt=job["salt"],
-                  settings=job["settings"], snapshot=snap)
+                  settings=job["settings"], snapshot=snap, baseline=baseline)
     for case in job["cases"]:
         chan.send(event="begin", stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}

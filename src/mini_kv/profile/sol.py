@@ -1,0 +1,137 @@
+"""`mini-kv profile --solution`: a SOL-ExecBench solution under ncu on one workload (capture.run_profile's
+steps and profile directory). The target calls the entry point on the workload's inputs, made as `bench`
+makes them, then checks its output against the reference. Kernels: a C++ solution's __global__ functions,
+a Python one's @triton.jit functions, else `--kernel NAME` (e.g. a library kernel PyTorch launches).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from pathlib import Path, PurePosixPath
+
+from mini_kv.errors import ConfigError
+from mini_kv.model import sha256_text
+from mini_kv.profile import capture
+from mini_kv.profile import metrics as metrics_mod
+from mini_kv.profile.ncu import _GLOBAL
+
+_TRITON = re.compile(r"@triton\.jit\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
+
+
+def kernel_names(sol) -> list[str]:
+    pattern, suffixes = (_TRITON, (".py",)) if sol.group == "python" else (_GLOBAL, (".cu", ".cuh"))
+    names: list[str] = []
+    for src in sol.sources:
+        if PurePosixPath(src.path).suffix in suffixes:
+            text = re.sub(r"//[^\n]*|/\*.*?\*/", "", src.content, flags=re.S) if sol.group == "cpp" else src.content
+            names += [n for n in pattern.findall(text) if n not in names]
+    return names
+
+
+def plan(prob, opts: capture.ProfileOptions) -> dict:
+    """The workload (--case: its uuid; default the first), seed, kernels; no side effects."""
+    from mini_kv.worker.inputs import case_seed
+
+    if opts.warmup < 1:
+        raise ConfigError("--warmup", "", "at least one warm-up call is needed before the profiled launch")
+    wls = prob.workloads
+    hits = wls[:1] if opts.case is None else [w for w in wls if w.uuid == opts.case]
+    if not hits:
+        raise ConfigError("--case", "", f"{opts.case!r} is not a workload of {prob.definition.name}; choose one of "
+                          + ", ".join(w.uuid for w in wls))
+    found = kernel_names(prob.solution)
+    if opts.kernel is not None and found and opts.kernel not in found:
+        raise ConfigError("--kernel", "", f"{opts.kernel!r} is not a kernel of {prob.solution.name} (found: "
+                          f"{', '.join(found)})")
+    names = [opts.kernel] if opts.kernel else found
+    return {"case": hits[0], "seed": case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt),
+            "kernel_names": names, "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
+            "launch_skip": opts.warmup, "warmup": opts.warmup,
+            "no_kernels": f"no __global__ or @triton.jit function in {prob.solution.name}'s sources: name the "
+                          "kernel to profile with --kernel"}
+
+
+def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capture.Target:
+    """capture.Target of a solution: task = its definition, case = the workload, target = run_target."""
+    from mini_kv.solexec.build import job_entry, stage_sources
+    from mini_kv.solexec.run import _case, _safe, sol_identity
+
+    p, d, sol = plan(prob, opts), prob.definition, prob.solution
+    wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
+    rec = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "task": {"id": ident["task_id"], "version": ident["task_version"], "card_path": str(Path(d.path).parent),
+                    "suite_hash": ident["suite_hash"], "operator": {**ident["operator"], "reference": "definition.json",
+                                                                      "inputs": "workload.jsonl"}},
+           "candidate": {"id": _safe(sol.name), "op": sol.raw["spec"]["entry_point"], "path": sol.path,
+                         "sources": [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
+                         "library": None, "library_sha256": None, "build_key": None, "prebuilt": False},
+           "case": {"id": wl.uuid, "base_id": wl.uuid, "kind": "workload", "dtype": "", "params": dict(wl.axes),
+                    "seed": p["seed"], "seed_salt": opts.seed_salt, "input_sha256": None,
+                    "tolerance": {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]}},
+           **capture.unprofiled(p, env)}
+    ref_file = staging / "reference.py"
+
+    def build(w, r) -> dict:
+        stage_sources(sol, staging / "solution")
+        ref_file.write_text(d.reference, encoding="utf-8")
+        comp = None
+        if sol.group == "cpp":
+            from mini_kv.solexec.run import BenchOptions, compile_problem
+
+            comp, _ = compile_problem(prob, staging, BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout
+                                                                  or 600.0), lambda msg: None)
+            capture.built(comp or {"status": "unavailable", "key": None}, w, r)
+        return {"kind": "sol", "device": "cuda:0", "reference_file": str(ref_file), "seed": p["seed"],
+                "warmup": p["warmup"], "calls": 1, "solution": job_entry(sol, staging / "solution", comp),
+                "case": _case(d, wl, 0)}
+    records = {"definition.json": d.raw, "solution.json": sol.resolved(), "environment.json": env}
+    return capture.Target(ident["task_id"], _safe(sol.name), p, rec, records, build, str(Path.cwd()),
+                          "mini_kv.profile.sol")
+
+
+def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
+    import tempfile
+
+    from mini_kv import environment
+    from mini_kv.solexec.run import BenchOptions, bench_project_root
+
+    artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(BenchOptions(prob.solution.path)) / "artifacts"
+    with tempfile.TemporaryDirectory(prefix="mini-kv-sol-profile-") as staging:
+        return capture.run_profile(target(prob, opts, Path(staging), environment.collect()), artifacts, opts, progress)
+
+
+def run_target(job: dict) -> dict:
+    """The profiled process: the solution `warmup` + `calls` times, then its last output against the reference."""
+    import torch
+
+    from mini_kv.profile.target import input_digest
+    from mini_kv.solexec import check
+    from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
+    from mini_kv.worker.sol_child import _import_solution, _load_reference
+
+    device, sol, case = job["device"], job["solution"], job["case"]
+    torch.cuda.set_device(torch.device(device))
+    reference = _load_reference(job["reference_file"])
+    fn = getattr(_import_solution(sol), sol["entry_function"])
+    sig, wl = case["signature"], case["workload"]
+    args = make_inputs(sig, wl, vars(reference), device, int(job["seed"]), {})
+    pristine = clone_inputs(args)
+    outs = allocate_outputs(sig, device) if sol["dps"] else []
+    for _ in range(int(job["warmup"]) + int(job["calls"])):
+        res = fn(*args, *outs)
+    torch.cuda.synchronize()
+    outs = outs if sol["dps"] else normalize_outputs(res, sig, device)
+    checks = [check.compare(o, r, wl["tolerance"]) for o, r in
+              zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)]
+    bad = next((c for c in checks if not c["ok"]), None)
+    return {"ok": True, "input_sha256": input_digest(pristine), "calls": int(job["warmup"]) + int(job["calls"]),
+            "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
+            "device_name": torch.cuda.get_device_name(torch.device(device))}
+
+
+if __name__ == "__main__":
+    from mini_kv.profile.target import main
+
+    sys.exit(main(run_fn=run_target))
