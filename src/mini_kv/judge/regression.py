@@ -32,14 +32,15 @@ from pathlib import Path
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
+from mini_kv.status import Status, Verdict
+from mini_kv.store.jsonfile import RecordUnusable, read_versioned
+from mini_kv.store.records import read_record, timed
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
 REGRESSION_SCHEMA_VERSION = 1
 BASELINE_KIND = "mini_kv.baseline"
 
-PASS, FAIL, WARN, INCOMPARABLE, TAMPERED = "PASS", "FAIL", "WARN", "INCOMPARABLE", "TAMPERED"
-UNCONFIRMED, MISSING = "UNCONFIRMED", "MISSING"  # case verdicts that count as WARN overall
 
 
 class BaselineTampered(UserError):
@@ -101,38 +102,37 @@ def _pct(ratio: float) -> str:
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
     from mini_kv.judge import stats
 
-    rec: dict = {"id": case_id, "verdict": PASS, "reasons": [], "first_batch": None, "confirmation": None}
+    rec: dict = {"id": case_id, "verdict": Verdict.PASS, "reasons": [], "first_batch": None, "confirmation": None}
     for key in ("method", "l2", "unit"):
         if key in base and base.get(key) != cand.get(key):
-            rec.update(verdict=INCOMPARABLE)
+            rec.update(verdict=Verdict.INCOMPARABLE)
             rec["reasons"].append(f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}")
-    if rec["verdict"] == INCOMPARABLE:
+    if rec["verdict"] == Verdict.INCOMPARABLE:
         return rec
     base_flat = _flat(_as_repeats(base["samples"]))
     cand_flat = _flat(_as_repeats(cand["candidate"]["samples"]))
     bs, cs = stats.summarize(base_flat), stats.summarize(cand_flat)
-    p50_ratio, p95_ratio = cs["p50"] / bs["p50"], cs["p95"] / bs["p95"]
-    rec.update(baseline={"p50": bs["p50"], "p95": bs["p95"], "n": bs["n"]},
-               candidate={"p50": cs["p50"], "p95": cs["p95"], "n": cs["n"]},
+    p50_ratio, p95_ratio = cs.p50 / bs.p50, cs.p95 / bs.p95
+    rec.update(baseline={"p50": bs.p50, "p95": bs.p95, "n": bs.n}, candidate={"p50": cs.p50, "p95": cs.p95, "n": cs.n},
                p50_ratio=p50_ratio, p95_ratio=p95_ratio)
     reasons = rec["reasons"]
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
-        rec["first_batch"] = first
-        what = (f"{case_id}: P50 {cs['p50']:.4g} us vs baseline {bs['p50']:.4g} us ({_pct(p50_ratio)}, "
-                f"p={first['p_value']:.2g}{', significant' if first['significant'] else ', not significant'})")
+        rec["first_batch"] = first.to_dict()
+        what = (f"{case_id}: P50 {cs.p50:.4g} us vs baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
+                f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})")
         if confirm is None:
-            rec["verdict"] = UNCONFIRMED
+            rec["verdict"] = Verdict.UNCONFIRMED
             reasons.append(what + "; no same-run comparison was run, so this is a warning, not a failure")
         else:
             _confirm_same_run(rec, what, confirm, th)
     if p95_ratio > 1 + th.p95_threshold:
-        reasons.append(f"{case_id}: P95 {cs['p95']:.4g} us vs baseline {bs['p95']:.4g} us ({_pct(p95_ratio)}, "
+        reasons.append(f"{case_id}: P95 {cs.p95:.4g} us vs baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
                        f"warning above {th.p95_threshold:.0%})")
-        if rec["verdict"] == PASS:
-            rec["verdict"] = WARN
-    if rec["verdict"] == PASS and (cand.get("stability") or {}).get("stable") is False:
-        rec["verdict"] = WARN
+        if rec["verdict"] == Verdict.PASS:
+            rec["verdict"] = Verdict.WARN
+    if rec["verdict"] == Verdict.PASS and (cand.get("stability") or {}).get("stable") is False:
+        rec["verdict"] = Verdict.WARN
         reasons.append(f"{case_id}: measurement unstable, a PASS would not mean much")
     return rec
 
@@ -149,25 +149,24 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
     except BaselineTampered:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
-        rec["verdict"] = WARN
+        rec["verdict"] = Verdict.WARN
         rec["reasons"].append(what + f"; the same-run comparison with the baseline's own code could not run "
                               f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
                               "is a warning, not a failure")
         return
+    cand_s, base_s = stats.summarize_repeats(cand), stats.summarize_repeats(base)
     rec["confirmation"] = {"method": "same-run, interleaved with the baseline's own build",
-                           "samples": cand, "summary": stats.summarize_repeats(cand),
-                           "baseline": {"samples": base, "summary": stats.summarize_repeats(base)},
-                           "test": test, "order": run.get("order"), "build": run.get("build")}
-    cand_p50 = rec["confirmation"]["summary"]["overall"]["p50"]
-    base_p50 = rec["confirmation"]["baseline"]["summary"]["overall"]["p50"]
-    same = (f"in the same run, interleaved, candidate P50 {cand_p50:.4g} us vs the baseline's own build "
-            f"{base_p50:.4g} us ({_pct(test['ratio'])}, p={test['p_value']:.2g}, "
-            + ("significant" if test["significant"] else "not significant") + ")")
-    if test["slower"]:
-        rec["verdict"] = FAIL
+                           "samples": cand, "summary": cand_s.to_dict(),
+                           "baseline": {"samples": base, "summary": base_s.to_dict()},
+                           "test": test.to_dict(), "order": run.get("order"), "build": run.get("build")}
+    same = (f"in the same run, interleaved, candidate P50 {cand_s.overall.p50:.4g} us vs the baseline's own build "
+            f"{base_s.overall.p50:.4g} us ({_pct(test.ratio)}, p={test.p_value:.2g}, "
+            + ("significant" if test.significant else "not significant") + ")")
+    if test.slower:
+        rec["verdict"] = Verdict.FAIL
         rec["reasons"].append(what + "; confirmed " + same)
     else:
-        rec["verdict"] = WARN
+        rec["verdict"] = Verdict.WARN
         rec["reasons"].append(what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
                               "not the code's")
 
@@ -190,7 +189,7 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
         keys.append({"key": name, "baseline": b, "attempt": a, "match": b is not None and b == a})
     out: dict = {
         "schema_version": REGRESSION_SCHEMA_VERSION,
-        "verdict": INCOMPARABLE,
+        "verdict": Verdict.INCOMPARABLE,
         "reasons": [],
         "thresholds": dataclasses.asdict(th),
         "keys": keys,
@@ -207,9 +206,9 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
     measured = {c.get("id"): c for c in benchmark_json.get("cases", []) if isinstance(c, dict)}
     for base in baseline["cases"]:
         cand = measured.get(base["id"])
-        if cand is None or "candidate" not in cand:
+        if cand is None or not timed(cand):
             why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-            out["cases"].append({"id": base["id"], "verdict": MISSING, "reasons": [f"{base['id']}: {why}"],
+            out["cases"].append({"id": base["id"], "verdict": Verdict.MISSING, "reasons": [f"{base['id']}: {why}"],
                                  "first_batch": None, "confirmation": None})
             continue
         try:
@@ -217,20 +216,20 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
         except BaselineTampered as exc:
             return tampered_verdict(exc, th)
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
-            out["cases"].append({"id": base["id"], "verdict": INCOMPARABLE, "first_batch": None,
+            out["cases"].append({"id": base["id"], "verdict": Verdict.INCOMPARABLE, "first_batch": None,
                                  "confirmation": None,
                                  "reasons": [f"{base['id']}: samples cannot be compared ({type(exc).__name__}: {exc})"]})
     verdicts = [c["verdict"] for c in out["cases"]]
     out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
-    if FAIL in verdicts:
-        out["verdict"] = FAIL
-    elif not any(v not in (INCOMPARABLE, MISSING) for v in verdicts):
-        out["verdict"] = INCOMPARABLE
+    if Verdict.FAIL in verdicts:
+        out["verdict"] = Verdict.FAIL
+    elif not any(v not in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
+        out["verdict"] = Verdict.INCOMPARABLE
         out["reasons"].append("no bench case could be compared with the baseline")
-    elif any(v != PASS for v in verdicts):
-        out["verdict"] = WARN
+    elif any(v != Verdict.PASS for v in verdicts):
+        out["verdict"] = Verdict.WARN
     else:
-        out["verdict"] = PASS
+        out["verdict"] = Verdict.PASS
     return out
 
 
@@ -238,7 +237,7 @@ def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
     why = (f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
            "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`")
-    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": TAMPERED, "reasons": [why],
+    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.TAMPERED, "reasons": [why],
             "baseline_error": why, "tampered_file": exc.path,
             "thresholds": dataclasses.asdict(Thresholds.of(thresholds)), "keys": [], "baseline": {}, "cases": []}
 
@@ -248,7 +247,7 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
     TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
-    if verdict.get("verdict") == FAIL:
+    if verdict.get("verdict") == Verdict.FAIL:
         return ExitCode.REGRESSION
     if verdict.get("baseline_error"):
         return ExitCode.CONFIG
@@ -259,33 +258,17 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
 
 def load_baseline(path: Path) -> dict:
     """A baseline file, schema-checked; ConfigError (naming file and field) otherwise."""
-    from mini_kv.load.schema import validate
-
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(str(path), "", "baseline file does not exist; create it with "
-                          "`mini-kv promote-baseline --attempt <attempt dir>`") from None
-    except RecursionError:  # a hostile or broken file nests deeper than the parser's stack
-        raise ConfigError(str(path), "", "unreadable baseline (JSON nested too deeply for a baseline); promote "
-                          "it again with `mini-kv promote-baseline --force`") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"unreadable baseline ({exc}); promote it again with "
-                          "`mini-kv promote-baseline --force`") from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "(top level)", "a baseline is a JSON object")
-    version = data.get("schema_version")
-    if version != BASELINE_SCHEMA_VERSION:
-        raise ConfigError(str(path), "schema_version",
-                          f"unsupported baseline schema_version {version!r}; this mini_kv reads version "
-                          f"{BASELINE_SCHEMA_VERSION}. Use the mini_kv version that wrote it, or promote a new "
-                          "baseline with this one (`mini-kv promote-baseline --attempt <dir> --force`)")
+                          "`mini-kv promote-baseline --attempt <attempt dir>`")
     try:
-        validate(data, "baseline", str(path))
-    except RecursionError:
-        raise ConfigError(str(path), "", "a baseline nested too deeply to check; promote it again with "
-                          "`mini-kv promote-baseline --force`") from None
+        data = read_versioned(path, BASELINE_SCHEMA_VERSION, "baseline", hint=(
+            "use the mini_kv version that wrote it, or promote a new baseline with this one "
+            "(`mini-kv promote-baseline --attempt <dir> --force`)"))
+    except RecordUnusable as exc:
+        what = "unreadable baseline: " if exc.reason == "unreadable" else ""
+        raise ConfigError(str(path), "", f"{what}{str(exc)[len(exc.file) + 2:]}") from None
     check_manifest(data, path)
     return data
 
@@ -329,7 +312,7 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
         raise UserError(f"{where}: {exc}") from None
     except (OSError, RecursionError) as exc:
         raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-    if header.get("status") != "PASSED":
+    if header.get("status") != Status.PASSED:
         raise UserError(f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
                         "can become a baseline")
     bsum = header.get("benchmark") or {}
@@ -343,21 +326,16 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     for rel in ("benchmark.json", "environment.json"):
         if rel not in listed:
             raise UserError(f"{where}: {rel} is missing from the attempt")
-    try:
-        bench = json.loads((attempt_dir / "benchmark.json").read_text())
-        env = json.loads((attempt_dir / "environment.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: unreadable attempt file ({exc})") from None
-    for name, obj in (("benchmark.json", bench), ("environment.json", env)):
-        if not isinstance(obj, dict) or obj.get("schema_version") != 1:
-            raise UserError(f"{where}: {name} has schema_version {(obj or {}).get('schema_version')!r}, not 1; it "
-                            "was written by another mini_kv version: promote it with that version")
+    try:  # what the index just read and checked
+        bench, env = read_record(attempt_dir / "benchmark.json"), read_versioned(attempt_dir / "environment.json", 1)
+    except RecordUnusable as exc:
+        raise UserError(f"{where}: {exc}") from None
     if env.get("key") != header.get("environment_key"):
         raise UserError(f"{where}: environment.json key {env.get('key')!r} differs from attempt.json "
                         f"environment_key {header.get('environment_key')!r}")
     cases = []
     for c in bench.get("cases", []):
-        if "candidate" not in c:
+        if not timed(c):
             raise UserError(f"{where}: bench case {c.get('id')} has no timings ({c.get('status')})")
         if not (c.get("stability") or {}).get("stable"):
             raise UserError(f"{where}: bench case {c.get('id')} was not stable")
@@ -468,7 +446,7 @@ def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
     except BaselineTampered as exc:
         return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
     except (UserError, OSError) as exc:
-        return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": INCOMPARABLE, "reasons": [str(exc)],
+        return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.INCOMPARABLE, "reasons": [str(exc)],
                 "baseline_error": str(exc), "baseline_file": ref, "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
                 "keys": [], "baseline": {}, "cases": []}
     confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))

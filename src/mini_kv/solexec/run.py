@@ -397,6 +397,7 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
                    code: ExitCode) -> tuple[Path, str | None]:
     from mini_kv.store.attempts import AttemptWriter
     from mini_kv.store.index import IndexUnusable, update_index
+    from mini_kv.store.records import SOL_FORMAT, benchmark_document, correctness_document
 
     artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(opts) / "artifacts"
     d, sol = problem.definition, problem.solution
@@ -416,16 +417,12 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
         w.copy("logs/worker.log", Path(results["log"]))
     w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in trace_list))
     status, correctness, bench = _summaries(outcomes, code)
-    w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt, "load": results.get("load"),
-                                "workloads": [{k: v for k, v in {"id": u, **o}.items() if k != "bench"}
-                                              for u, o in outcomes.items()],
-                                "incidents": results.get("incidents", []), "sandbox": results.get("sandbox"),
-                                "summary": correctness})
-    w.json("benchmark.json", {"schema_version": 1, "device": device, "settings": settings,
-                              "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
-                              "summary": bench})
+    cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
+    w.json("correctness.json", correctness_document(SOL_FORMAT, device, salt, {**results, "cases": cases}, correctness))
+    w.json("benchmark.json", benchmark_document(SOL_FORMAT, device, [{"id": u, **o["bench"]} for u, o in
+                                                                     outcomes.items() if o.get("bench")], bench, settings))
     version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
-    header = {"task_id": _safe(d.name), "task_version": version, "format": "sol-execbench",
+    header = {"task_id": _safe(d.name), "task_version": version, "format": SOL_FORMAT,
               "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
               "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],
               "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
