@@ -309,13 +309,15 @@ def test_empty_or_missing_store_is_a_clear_error(tmp_path, capsys, kind):
 def test_attempt_with_malformed_but_hashed_content_is_skipped(store, tmp_path):
     """Files that pass their hash check but hold the wrong shapes are skipped with the reason, not a crash."""
     w = AttemptWriter(store["art"], "vector_add", "v9")
-    w.json("benchmark.json", {"schema_version": 1, "cases": [{"id": "b", "candidate": {"samples": "oops"}}]})
+    w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "summary": None,
+                              "cases": [{"id": "b", "candidate": {"samples": "oops"}}]})
     w.json("environment.json", ENV)
-    bad = w.commit({"task_id": "vector_add", "candidate": "v9", "created_at": "2026-11-30T00:00:00+00:00",
-                    "status": "PASSED"})
+    bad = w.commit({"task_id": "vector_add", "task_version": "1", "operator": {"name": "x", "version": "1"},
+                    "candidate": "v9", "created_at": "2026-11-30T00:00:00+00:00", "suite_hash": SUITE,
+                    "environment_key": ENV["key"], "status": "PASSED"})
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html"))
     why = {Path(s.path).name: s.reason for s in res.skipped}
-    assert "samples is not a list" in why[bad.name]
+    assert "benchmark.json" in why[bad.name] and "samples" in why[bad.name]
     assert bad.name in (tmp_path / "r.html").read_text()
 
 

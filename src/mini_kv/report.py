@@ -199,6 +199,35 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
     return "\n".join(([*first[1], ""] if first else []) + shown)
 
 
+def _print_correctness(res: dict, s: dict, console: Console, verbose: bool) -> None:
+    load = res.get("load")
+    if load is not None and not load.get("ok"):
+        console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
+    if load is not None and load.get("hint"):
+        console.print(f"[red]hint:[/] {escape(load['hint'])}")
+    if res["cases"]:
+        console.print(case_table(res["cases"], width=console.width))
+        for line in case_details(res["cases"], verbose):
+            console.print(line, markup=False, soft_wrap=True)
+    for name, rec in res.get("contract", {}).items():
+        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
+                      markup=False)
+    if s.get("correctness") and s["correctness"].get("missing_kernels"):
+        console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
+
+
+def _print_bench(records: list[dict], console: Console) -> None:
+    console.print(bench_table(records, width=console.width))
+    for r in records:
+        if timed(r) and not r["stability"]["stable"]:
+            console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
+        for fb in r.get("fallbacks") or []:
+            console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
+                          markup=False)
+        if r.get("status") and r.get("reason"):
+            console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
+
+
 def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
     console = console or Console()
     s = result["summary"]
@@ -213,31 +242,9 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
         if (comp.get("logs") or {}) and not verbose:
             console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
     res = result["results"]
-    load = res.get("load")
-    if load is not None and not load.get("ok"):
-        console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
-    if load is not None and load.get("hint"):
-        console.print(f"[red]hint:[/] {escape(load['hint'])}")
-    if res["cases"]:
-        failing = [r for r in res["cases"] if r["status"] not in _FINE]
-        console.print(case_table(res["cases"] if verbose or failing else res["cases"], width=console.width))
-        for line in case_details(res["cases"], verbose):
-            console.print(line, markup=False, soft_wrap=True)
-    for name, rec in res.get("contract", {}).items():
-        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
-                      markup=False)
-    if s.get("correctness") and s["correctness"].get("missing_kernels"):
-        console.print(f"[red]missing kernels:[/] {', '.join(s['correctness']['missing_kernels'])}")
+    _print_correctness(res, s, console, verbose)
     if res.get("bench"):
-        console.print(bench_table(res["bench"], width=console.width))
-        for r in res["bench"]:
-            if timed(r) and not r["stability"]["stable"]:
-                console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
-            for fb in r.get("fallbacks") or []:
-                console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
-                              markup=False)
-            if r.get("status") and r.get("reason"):
-                console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
+        _print_bench(res["bench"], console)
     for inc in res.get("incidents", []):
         console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     for note in s.get("baseline_notes") or []:

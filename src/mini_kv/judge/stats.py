@@ -36,8 +36,6 @@ class _Record:
 
 @dataclass(frozen=True)
 class Summary(_Record):
-    """Descriptive statistics of one sample set (summarize)."""
-
     n: int
     min: float
     max: float
@@ -58,8 +56,6 @@ class Percentiles(_Record):
 
 @dataclass(frozen=True)
 class RepeatSummary(_Record):
-    """Several repeats of one benchmark (summarize_repeats)."""
-
     overall: Summary
     per_repeat: tuple[Percentiles, ...]
     p50_robust_cv: float
@@ -76,8 +72,6 @@ class Stability(_Record):
 
 @dataclass(frozen=True)
 class Slower(_Record):
-    """is_slower's decision and its evidence."""
-
     ratio: float
     p_value: float
     significant: bool

@@ -44,7 +44,14 @@ class AttemptWriter(StagedDir):
 
 
 class AttemptInvalid(Exception):
-    """An attempt directory that must not be used; the message says why."""
+    """An attempt directory that must not be used; the message says why, `kind` what sort of problem it is
+    (invalid, version, misplaced, tampered: index.Problem)."""
+
+    kind = "invalid"
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind or self.kind
 
 
 class AttemptTampered(AttemptInvalid):
@@ -64,7 +71,7 @@ def read_attempt(path: Path, verify: bool = True) -> dict:
     try:
         header = read_versioned(path / "attempt.json", ATTEMPT_SCHEMA_VERSION, "attempt")
     except RecordUnusable as exc:
-        raise AttemptInvalid(str(exc)) from None
+        raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
     if verify:
         verify_files(path, header.get("files"))
     header["path"] = str(path)

@@ -7,13 +7,15 @@ timing samples — whose SHA-256 attempt.json lists and `read_attempt` checks. T
 and `bench`) build the header with these same functions, so the writer and the verifier cannot
 disagree: any difference between a stored claim and the recomputation is a forgery (`claims_mismatch`).
 
-Records come from disk and may be anything; every malformed record raises `RecordError` (naming the
-file and what is wrong), never a bare KeyError/TypeError.
+Records come from disk (their layout checked against schemas/ by store.records) and their contents may be
+anything; every malformed record raises `RecordError` (naming the file and what is wrong), never a bare
+KeyError/TypeError.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from mini_kv.status import BuildStatus, Status
@@ -83,9 +85,7 @@ def case_headline(rec: dict) -> CaseHeadline:
     The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
     from mini_kv.judge import stats
 
-    _need(isinstance(rec, dict), "benchmark.json", "a bench case is not an object")
-    cid = rec.get("id")
-    _need(isinstance(cid, str) and bool(cid), "benchmark.json", "a bench case has no string `id`")
+    cid = rec["id"]
     where = f"case {cid}"
     cs = stats.summarize_repeats(_samples(rec, "candidate", where))
     rs = stats.summarize_repeats(_samples(rec, "reference", where))
@@ -100,11 +100,6 @@ def _geomean(cases: list[CaseHeadline]) -> float | None:
     from mini_kv.judge import stats
 
     return stats.geomean([c.speedup for c in cases]) if cases else None
-
-
-def _bench_cases(records) -> list:
-    _need(isinstance(records, list), "benchmark.json", "`cases` is not a list")
-    return records
 
 
 # --------------------------------------------------------------------------------- task-card format
@@ -166,7 +161,7 @@ def card_headline(compile_status: str, correctness: dict | None, bench_records: 
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("correctness.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     try:
-        bench, cases = summarize_benchmark(_bench_cases(bench_records), skipped)
+        bench, cases = summarize_benchmark(bench_records, skipped)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     if corr["invalid_cases"]:
@@ -185,14 +180,9 @@ def card_headline(compile_status: str, correctness: dict | None, bench_records: 
 def sol_headline(workloads: list, bench_records: list, failed_status: str = Status.FAILED) -> Headline:
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
-    _need(isinstance(workloads, list), "correctness.json", "`workloads` is not a list")
-    counts: dict[str, int] = {}
-    for w in workloads:
-        _need(isinstance(w, dict) and isinstance(w.get("status"), str), "correctness.json",
-              "a workload record has no string `status`")
-        counts[w["status"]] = counts.get(w["status"], 0) + 1
+    counts = dict(Counter(w["status"] for w in workloads))
     passed = bool(workloads) and counts.get(Status.PASSED, 0) == len(workloads)
-    records = [r for r in _bench_cases(bench_records) if timed(r)]
+    records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     bench = {"ran": bool(records), "ok": passed,
              "stable": all(c.stable for c in cases) if passed and cases else None,
@@ -230,7 +220,7 @@ def _benchmark_claims(head: Headline, header: dict, benchmark: dict, check, out:
 def _case_claims(head: Headline, records: list, check) -> None:
     by_id = {c.id: c for c in head.cases}
     for rec in records:
-        c = by_id.get(rec["id"]) if timed(rec) and isinstance(rec.get("id"), str) else None
+        c = by_id.get(rec["id"]) if timed(rec) else None
         if c is None:
             continue
         where = f"case {c.id}"
@@ -260,9 +250,8 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         said = block.get("ok") if isinstance(block, dict) else None
         if said is not None or derived_ok:
             check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)
-    records = benchmark.get("cases") if isinstance(benchmark.get("cases"), list) else []
-    _case_claims(head, records, check)
-    ids = [r.get("id") for r in records if isinstance(r, dict) and isinstance(r.get("id"), str)]
+    _case_claims(head, benchmark["cases"], check)
+    ids = [r["id"] for r in benchmark["cases"]]
     if len(ids) != len(set(ids)):
         out.append("benchmark.json cases: a case id appears twice")
     return out

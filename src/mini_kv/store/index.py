@@ -91,16 +91,6 @@ ATTEMPT_COLUMNS = ("attempt_id", "task_id", "task_version", "operator_name", "op
 CASE_COLUMNS = ("attempt_id", "case_id", "p50_us", "p95_us", "speedup", "stable")
 
 
-class _Misplaced(AttemptInvalid):
-    kind = "misplaced"
-
-
-class _Unusable(AttemptInvalid):
-    def __init__(self, message: str, kind: str):
-        super().__init__(message)
-        self.kind = kind
-
-
 class IndexUnusable(UserError):
     """The index cannot be read or written; the message says what to do (usually `rebuild-index`)."""
 
@@ -158,7 +148,7 @@ def _attempt_json_file(path: Path, rel: str) -> dict:
     except RecordUnusable as exc:
         if exc.reason == "schema":  # its hash matched: rewritten, and the file list fixed up
             raise _tampered(path, rel, str(exc)[len(exc.file) + 2:]) from None
-        raise _Unusable(str(exc), "version" if exc.reason == "version" else "invalid") from None
+        raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
 
 
 def read_checked_attempt(attempt_dir: Path) -> dict:
@@ -179,16 +169,16 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     attempt_dir = Path(attempt_dir)
     header = read_attempt(attempt_dir)  # valid against its schema, then every listed size and SHA-256
     if header["attempt_id"] != attempt_dir.name:
-        raise _Misplaced(f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
-                             "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>")
+        raise AttemptInvalid(f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
+                             "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>", "misplaced")
     if header["task_id"] != attempt_dir.parent.name:
-        raise _Misplaced(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
-                             f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/")
+        raise AttemptInvalid(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
+                             f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/", "misplaced")
     head, files = derive(attempt_dir, header)
     row = {
         "attempt_id": header["attempt_id"], "task_id": header["task_id"], "task_version": header["task_version"],
         "operator_name": header["operator"]["name"], "operator_version": header["operator"]["version"],
-        "candidate": header["candidate"], "status": head.status, "device": header.get("device"),
+        "candidate": header["candidate"], "status": str(head.status), "device": header.get("device"),
         "suite_hash": header["suite_hash"], "environment_key": header["environment_key"],
         "created_at": header["created_at"],
         "stable": None if head.benchmark is None or head.benchmark["stable"] is None
@@ -326,14 +316,6 @@ def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
                         "definition, workloads and settings it records")
 
 
-def _classify(exc: AttemptInvalid) -> str:
-    kind = getattr(exc, "kind", None)
-    if kind:
-        return kind
-    # read_attempt's refusal of an attempt.json schema_version it does not read
-    return "version" if "schema_version" in str(exc) and "another mini_kv version" in str(exc) else "invalid"
-
-
 def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]:
     """Every valid attempt's rows, plus a Problem for everything else found under artifacts/."""
     artifacts = Path(artifacts)
@@ -365,7 +347,7 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
                 except AttemptInvalid as exc:
                     msg = str(exc)
                     msg = msg[len(str(d)) + 2:] if msg.startswith(f"{d}: ") else msg
-                    problems.append(Problem(str(d), _classify(exc), msg))
+                    problems.append(Problem(str(d), exc.kind, msg))
                 except (OSError, RecursionError, MemoryError) as exc:
                     # unreadable in a way no check foresaw: this attempt is skipped, the others still count
                     problems.append(Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})"))

@@ -27,10 +27,9 @@ def read_versioned(path: Path, version: int | None, schema: str | None = None, h
     file = str(path)
     try:
         data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise RecordUnusable(file, "unreadable", "missing") from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise RecordUnusable(file, "unreadable", f"unreadable ({type(exc).__name__}: {exc})") from None
+        why = "nested too deeply to be a real file" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+        raise RecordUnusable(file, "unreadable", f"unreadable ({why})") from None
     if not isinstance(data, dict):
         raise RecordUnusable(file, "unreadable", "not a JSON object")
     found = data.get("schema_version")

@@ -28,9 +28,8 @@ def _word(status, words: dict):
 
 
 def _renamed(records, words: dict):
-    if not isinstance(records, list):
-        return records
-    return [{**r, "status": _word(r.get("status"), words)} if isinstance(r, dict) else r for r in records]
+    return [{**r, "status": _word(r["status"], words)} if isinstance(r, dict) and "status" in r else r for r in records] \
+        if isinstance(records, list) else records
 
 
 def correctness_v1_to_v2(doc: dict) -> dict:
@@ -64,7 +63,7 @@ def read_record(path: Path) -> dict:
     return read_versioned(path, RECORD_VERSION, schema, migrations={1: migrate})
 
 
-def _checked(schema: str, doc: dict) -> dict:
+def _checked(schema: str, doc: dict) -> dict:  # validated on write as on read
     from mini_kv.load.schema import validate
     from mini_kv.store.atomic import _default
 
