@@ -219,18 +219,19 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
             out["cases"].append({"id": base["id"], "verdict": Verdict.INCOMPARABLE, "first_batch": None,
                                  "confirmation": None,
                                  "reasons": [f"{base['id']}: samples cannot be compared ({type(exc).__name__}: {exc})"]})
-    verdicts = [c["verdict"] for c in out["cases"]]
     out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
-    if Verdict.FAIL in verdicts:
-        out["verdict"] = Verdict.FAIL
-    elif not any(v not in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
-        out["verdict"] = Verdict.INCOMPARABLE
+    out["verdict"] = _overall([c["verdict"] for c in out["cases"]])
+    if out["verdict"] == Verdict.INCOMPARABLE:
         out["reasons"].append("no bench case could be compared with the baseline")
-    elif any(v != Verdict.PASS for v in verdicts):
-        out["verdict"] = Verdict.WARN
-    else:
-        out["verdict"] = Verdict.PASS
     return out
+
+
+def _overall(verdicts: list[Verdict]) -> Verdict:
+    if Verdict.FAIL in verdicts:
+        return Verdict.FAIL
+    if not any(v not in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
+        return Verdict.INCOMPARABLE
+    return Verdict.WARN if any(v != Verdict.PASS for v in verdicts) else Verdict.PASS
 
 
 def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:

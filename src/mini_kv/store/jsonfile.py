@@ -9,8 +9,6 @@ from pathlib import Path
 
 from mini_kv.errors import ConfigError, UserError
 
-OTHER_VERSION = "it was written by another mini_kv version: read it with that version"
-
 
 class RecordUnusable(UserError):
     """A versioned JSON file that cannot be used. `reason`: unreadable | version | schema."""
@@ -20,10 +18,11 @@ class RecordUnusable(UserError):
         self.file, self.reason = file, reason
 
 
-def read_versioned(path: Path, version: int | None, schema: str | None = None, hint: str = OTHER_VERSION,
+def read_versioned(path: Path, version: int | None, schema: str | None = None,
+                   hint: str = "it was written by another mini_kv version: read it with that version",
                    migrations: dict[int, Callable[[dict], dict]] | None = None) -> dict:
-    """The JSON object in `path` at schema_version `version`: `migrations[v]` turns a version v object
-    into version v + 1; `version` None: any or none. RecordUnusable (naming the file, what was found and what to do) otherwise."""
+    """The JSON object in `path` at schema_version `version` (None: any): `migrations[v]` turns a version v
+    object into version v + 1. RecordUnusable (naming the file, what was found and what to do) otherwise."""
     file = str(path)
     try:
         data = json.loads(Path(path).read_text())

@@ -28,8 +28,10 @@ def _word(status, words: dict):
 
 
 def _renamed(records, words: dict):
-    return [{**r, "status": _word(r["status"], words)} if isinstance(r, dict) and "status" in r else r for r in records] \
-        if isinstance(records, list) else records
+    if not isinstance(records, list):
+        return records
+    return [{**r, "status": _word(r["status"], words)} if isinstance(r, dict) and "status" in r else r
+            for r in records]
 
 
 def correctness_v1_to_v2(doc: dict) -> dict:
