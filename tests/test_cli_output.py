@@ -26,7 +26,7 @@ def _render(renderable, width: int = 80) -> str:
     return console.export_text()
 
 
-def _case(cid: str, status: str = "PASS", **extra) -> dict:
+def _case(cid: str, status: str = "PASSED", **extra) -> dict:
     return {"id": cid, "kind": "core", "status": status, "max_abs_err": 0.000123456, "max_rel_err": 12.3456,
             "reference_error": {"max_abs_err": 0.0009765625}, **extra}
 
@@ -69,7 +69,7 @@ def test_bench_trace_table_at_80_columns_keeps_statuses_whole():
 
 
 def test_failed_case_details_go_on_their_own_line_with_scalars_by_value():
-    failed = _case("n1000-float16", "FAIL", reason="mismatch", first_mismatch={"index": 7, "got": 1.5, "expected": 2.0},
+    failed = _case("n1000-float16", "INCORRECT", reason="mismatch", first_mismatch={"index": 7, "got": 1.5, "expected": 2.0},
                    inputs=[{"shape": [1000], "dtype": "float16", "device": "cpu", "contiguous": False},
                            {"value": 0.5}])
     lines = report.case_details([failed, _case("n31-float32")])
@@ -132,7 +132,7 @@ def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
 
 
 def test_the_summary_line_after_incorrect_names_what_failed():
-    cases = [_case("n31-float32", "FAIL", reason="x"), _case("n33-float32")]
+    cases = [_case("n31-float32", "INCORRECT", reason="x"), _case("n33-float32")]
     corr = {"ok": False, "counts": {"core": {"passed": 1, "total": 2, "skipped": 0}}, "contract": {},
             "missing_kernels": [], "integrity_failures": []}
     res = _result("INCORRECT", {"status": "ok", "cache_hit": True, "duration_s": 0.1},

@@ -63,7 +63,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     from mini_kv.judge import stats
 
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
-    assert not test["slower"]
+    assert not test.slower
 
 
 @pytest.mark.gpu
@@ -93,7 +93,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2}
     run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_4096x8192-float16")
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
-    assert test["slower"] and test["ratio"] > 1.15, test
+    assert test.slower and test.ratio > 1.15, test
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def test_a_card_factory_failure_is_the_cards_fault():
     ok = run_case(lambda a, b: a + b, lambda a, b: a + b, make_inputs, "vector_add",
                   {**case, "id": "n8-float32", "params": {"n": 8}}, {"atol": 0, "rtol": 0}, "cpu", "salt",
                   on_inputs=lambda: made.append(1))
-    assert ok["status"] == "PASS" and made == [1]
+    assert ok["status"] == "PASSED" and made == [1]
     summary = summarize_correctness({"load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
                                      "cases": [rec, ok], "contract": {}, "incidents": []}, "cpu")
     assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]

@@ -50,8 +50,8 @@ def _bench_case(case_id: str, p50: float, ref_p50: float, seed: int, stable: boo
     nbytes, flops = 3 * 4 * 65536.0, 65536.0
     return {"id": case_id, "dtype": "float32", "params": {"n": 65536}, "seed": 1, "method": "wallclock",
             "timer": "host wall clock (perf_counter)", "l2": "n/a", "unit": "us",
-            "candidate": {"samples": cand, "summary": cs}, "reference": {"samples": ref, "summary": rs},
-            "speedup": stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]),
+            "candidate": {"samples": cand, "summary": cs.to_dict()}, "reference": {"samples": ref, "summary": rs.to_dict()},
+            "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
             "stability": {"stable": stable, "reasons": [] if stable else ["candidate p50_robust_cv 0.2 exceeds max_cv"]},
             "post_check": {"ok": True, "reason": None}, "bytes": nbytes, "flops": flops,
             "roofline": {"gbps": nbytes / (p50 * 1e-6) / 1e9, "tflops": flops / (p50 * 1e-6) / 1e12, "peak_share": None},
@@ -64,7 +64,7 @@ def _corr_cases(fail: str | None) -> list[dict]:
         for dtype in ("float32", "float16"):
             cid = f"{base}-{dtype}"
             bad = cid == fail
-            out.append({"id": cid, "kind": "core", "dtype": dtype, "params": {}, "status": "FAIL" if bad else "PASS",
+            out.append({"id": cid, "kind": "core", "dtype": dtype, "params": {}, "status": "INCORRECT" if bad else "PASSED",
                         "max_abs_err": 0.5 if bad else 1e-7, "max_rel_err": 0.1 if bad else 1e-7,
                         **({"reason": "3 of 31 elements outside atol"} if bad else {})})
     out.append({"id": "dev-float32", "kind": "illegal", "dtype": "float32", "params": {}, "status": "SKIPPED",
@@ -82,7 +82,7 @@ def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *,
         if "candidate" in c:
             c["seed"] = case_seed(task, c["id"], SALT)
     # the summaries come from the records, as the writers derive them (the store recomputes them)
-    corr = {"schema_version": 1, "device": "cpu", "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
+    corr = {"schema_version": 2, "format": "task-card", "device": "cpu", "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
             "cases": _corr_cases(fail), "contract": {}, "incidents": [], "seed_salt": SALT}
     head = card_headline("ok", corr, bench, False, "cpu")
     corr["summary"], bsum = head.correctness, head.benchmark
@@ -91,7 +91,8 @@ def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *,
     w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": card, "suite_hash": SUITE})
     w.json("environment.json", ENV)
     w.json("correctness.json", corr)
-    w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "cases": bench, "summary": bsum})
+    w.json("benchmark.json", {"schema_version": 2, "format": "task-card", "device": "cpu", "settings": None,
+                              "cases": bench, "summary": bsum})
     if verdict:
         w.json("regression.json", {"schema_version": 1, "verdict": verdict, "reasons": [],
                                    "thresholds": {"p50_threshold": 0.05},
@@ -308,13 +309,15 @@ def test_empty_or_missing_store_is_a_clear_error(tmp_path, capsys, kind):
 def test_attempt_with_malformed_but_hashed_content_is_skipped(store, tmp_path):
     """Files that pass their hash check but hold the wrong shapes are skipped with the reason, not a crash."""
     w = AttemptWriter(store["art"], "vector_add", "v9")
-    w.json("benchmark.json", {"schema_version": 1, "cases": [{"id": "b", "candidate": {"samples": "oops"}}]})
+    w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "summary": None,
+                              "cases": [{"id": "b", "candidate": {"samples": "oops"}}]})
     w.json("environment.json", ENV)
-    bad = w.commit({"task_id": "vector_add", "candidate": "v9", "created_at": "2026-11-30T00:00:00+00:00",
-                    "status": "PASSED"})
+    bad = w.commit({"task_id": "vector_add", "task_version": "1", "operator": {"name": "x", "version": "1"},
+                    "candidate": "v9", "created_at": "2026-11-30T00:00:00+00:00", "suite_hash": SUITE,
+                    "environment_key": ENV["key"], "status": "PASSED"})
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html"))
     why = {Path(s.path).name: s.reason for s in res.skipped}
-    assert "samples is not a list" in why[bad.name]
+    assert "benchmark.json" in why[bad.name] and "samples" in why[bad.name]
     assert bad.name in (tmp_path / "r.html").read_text()
 
 

@@ -66,22 +66,24 @@ def bench_case(case_id: str, samples: list[list[float]], ref_samples: list[list[
     from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
-    stab = {**stats.stability(cs, rs, 0.03, 0.15), "max_cv": 0.03, "max_p95_cv": 0.15}
+    stab = {**stats.stability(cs, rs, 0.03, 0.15).to_dict(), "max_cv": 0.03, "max_p95_cv": 0.15}
     return {"id": case_id, "dtype": "float32", "params": {"n": 1024},
             "seed": case_seed(task, case_id, salt), "method": method, "l2": "n/a",
             "timer": "host wall clock", "unit": "us", "order": [],
-            "candidate": {"samples": samples, "summary": cs}, "reference": {"samples": ref_samples, "summary": rs},
-            "speedup": stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), "stability": stab,
+            "candidate": {"samples": samples, "summary": cs.to_dict()},
+            "reference": {"samples": ref_samples, "summary": rs.to_dict()},
+            "speedup": stats.speedup(rs.overall.p50, cs.overall.p50), "stability": stab,
             "post_check": {"ok": True, "reason": None}}
 
 
 def correctness_records(status: str = "PASSED", device: str = "cpu", salt: str = SALT) -> dict:
     """correctness.json's records (load, cases, contract, incidents) of a run that passed or was INCORRECT."""
     kernels = {"CPU": True, "Meta": True, "CUDA": device.startswith("cuda")}
-    cases = [{"id": "core_0", "kind": "core", "status": "PASS"},
-             {"id": "edge_0", "kind": "edge", "status": "PASS" if status == "PASSED" else "FAIL"}]
-    return {"schema_version": 1, "device": device, "seed_salt": salt, "load": {"ok": True, "kernels": kernels},
-            "cases": cases, "contract": {"opcheck": {"status": "PASS"}}, "incidents": []}
+    cases = [{"id": "core_0", "kind": "core", "status": "PASSED"},
+             {"id": "edge_0", "kind": "edge", "status": "PASSED" if status == "PASSED" else "INCORRECT"}]
+    return {"schema_version": 2, "format": "task-card", "device": device, "seed_salt": salt,
+            "load": {"ok": True, "kernels": kernels}, "cases": cases, "contract": {"opcheck": {"status": "PASSED"}},
+            "incidents": []}
 
 
 def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0", *, status: str = "PASSED",
@@ -125,8 +127,8 @@ def attempt_records(task: str = "vector_add", *, status: str = "PASSED", stable:
     corr["summary"] = head.correctness
     files = {"task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
              "environment.json": env, "correctness.json": corr,
-             "benchmark.json": {"schema_version": 1, "device": device, "cases": cases if bench else [],
-                                "summary": head.benchmark}}
+             "benchmark.json": {"schema_version": 2, "format": "task-card", "device": device, "settings": None,
+                                "cases": cases if bench else [], "summary": head.benchmark}}
     header = {
         "task_id": task, "task_version": task_version, "operator": {"name": task, "version": op_version},
         "suite_hash": suite_hash, "environment_key": env["key"], "build_key": None,

@@ -11,11 +11,6 @@ from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_at
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
-    FAIL,
-    INCOMPARABLE,
-    PASS,
-    UNCONFIRMED,
-    WARN,
     Thresholds,
     check_card_baseline,
     compare_to_baseline,
@@ -24,7 +19,11 @@ from mini_kv.judge.regression import (
     promote_baseline,
 )
 from mini_kv.load.schema import validate
+from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
+
+FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (Verdict.FAIL, Verdict.INCOMPARABLE, Verdict.PASS, Verdict.UNCONFIRMED,
+                                               Verdict.WARN)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -510,7 +510,7 @@ def test_sol_headline_forged_in_attempt_json(sol_store):
 
 def test_sol_failed_workload_relabelled_passed(sol_store):
     art, a = sol_store
-    _edit_json(a / "correctness.json", lambda c: c["workloads"][0].update(status="INCORRECT_NUMERICAL"))
+    _edit_json(a / "correctness.json", lambda c: c["cases"][0].update(status="INCORRECT_NUMERICAL"))
     _reseal(a)
     p = _caught(rebuild_index(art).problems, a, "attempt.json")
     assert "status" in p["message"]

@@ -408,9 +408,9 @@ def test_bench_table_shows_method_fallback_and_roofline():
     rec["fallbacks"] = [{"method": "graph", "reason": "capture failed"}]
     rec["roofline"] = {"gbps": 1234.5, "tflops": 0.5, "peak_share": 0.29}
     console = Console(width=200, record=True)
-    console.print(report.bench_table([rec, {"id": "broken", "status": "ERROR", "reason": "x"}]))
+    console.print(report.bench_table([rec, {"id": "broken", "status": "BENCHMARK_ERROR", "reason": "x"}]))
     text = console.export_text()
-    assert "wallclock*" in text and "1234.5" in text and "29%" in text and "ERROR" in text
+    assert "wallclock*" in text and "1234.5" in text and "29%" in text and "BENCHMARK_ERROR" in text
 
 
 def test_failed_bandwidth_measurement_is_reported_not_cached(tmp_path):

@@ -33,10 +33,10 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     assert header["status"] == "PASSED"
     corr = json.loads((attempt / "correctness.json").read_text())
     statuses = {c["id"]: c["status"] for c in corr["cases"]}
-    assert statuses["n33-float16"] == "PASS"
-    assert statuses["shape_mismatch-float32"] == "PASS"  # illegal input refused cleanly
-    assert corr["contract"]["opcheck"]["status"] == "PASS"
-    assert corr["contract"]["gradcheck"]["status"] == "PASS"
+    assert statuses["n33-float16"] == "PASSED"
+    assert statuses["shape_mismatch-float32"] == "PASSED"  # illegal input refused cleanly
+    assert corr["contract"]["opcheck"]["status"] == "PASSED"
+    assert corr["contract"]["gradcheck"]["status"] == "PASSED"
     bench = json.loads((attempt / "benchmark.json").read_text())
     case = bench["cases"][0]
     assert case["method"] == "wallclock"

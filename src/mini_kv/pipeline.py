@@ -307,6 +307,8 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
 
 def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
                    results: dict, summary: dict, salt: str, device: str, regression: dict | None = None) -> Path:
+    from mini_kv.store.records import CARD_FORMAT, benchmark_document, correctness_document
+
     root = Path(card.project_root)
     w = AttemptWriter(artifacts, card.id, cand.id)
     w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
@@ -318,12 +320,8 @@ def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, 
             w.copy(f"logs/compile/{name}", Path(path))
     if results.get("log") and os.path.isfile(results["log"]):
         w.copy("logs/worker.log", Path(results["log"]))
-    w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt,
-                                "load": results["load"], "cases": results["cases"],
-                                "contract": results["contract"], "incidents": results["incidents"],
-                                "sandbox": results.get("sandbox"), "summary": summary["correctness"]})
-    w.json("benchmark.json", {"schema_version": 1, "device": device, "cases": results["bench"],
-                              "summary": summary["benchmark"]})
+    w.json("correctness.json", correctness_document(CARD_FORMAT, device, salt, results, summary["correctness"]))
+    w.json("benchmark.json", benchmark_document(CARD_FORMAT, device, results["bench"], summary["benchmark"]))
     if regression is not None:
         w.json("regression.json", regression)
     header = {

@@ -8,8 +8,11 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
-from mini_kv.status import BuildStatus, Status
+from mini_kv.status import BuildStatus, Status, Verdict
+from mini_kv.store.records import timed
 from mini_kv.tables import Column, fitted_tables
+
+_FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
 
 
 def _fmt(x, spec=".3g"):
@@ -32,7 +35,7 @@ def case_detail(r: dict) -> str:
     if r.get("first_mismatch"):
         fm = r["first_mismatch"]
         detail += f" first at {fm['index']}: got {fm['got']:.6g}, expected {fm['expected']:.6g}"
-    if r["status"] != "PASS" and r.get("inputs"):
+    if r["status"] != Status.PASSED and r.get("inputs"):
         detail = f"inputs ({', '.join(describe_input(i) for i in r['inputs'])}); " + detail
     return detail.strip()
 
@@ -49,7 +52,7 @@ def case_table(cases: list[dict], width: int = 200):
     rows = []
     for r in cases:
         ref = r.get("reference_error") or {}
-        style = {"PASS": "green", "SKIPPED": "yellow"}.get(r["status"], "red")
+        style = {Status.PASSED: "green", Status.SKIPPED: "yellow"}.get(r["status"], "red")
         rows.append([escape(r["id"]), r["kind"], f"[{style}]{escape(r['status'])}[/]", _fmt(r.get("max_abs_err")),
                      _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err"))])
     return _group(fitted_tables("correctness", cols, rows, width))
@@ -58,7 +61,7 @@ def case_table(cases: list[dict], width: int = 200):
 def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
     """`case: detail` for every failed case (every case with a detail, with -v)."""
     return [f"  {r['id']}: {case_detail(r)}" for r in cases
-            if case_detail(r) and (verbose or r["status"] not in ("PASS", "SKIPPED"))]
+            if case_detail(r) and (verbose or r["status"] not in _FINE)]
 
 
 def bench_table(cases: list[dict], width: int = 200):
@@ -67,7 +70,7 @@ def bench_table(cases: list[dict], width: int = 200):
                       "TFLOP/s", "% peak", "stable")]
     rows = []
     for r in cases:
-        if "candidate" not in r:
+        if not timed(r):
             rows.append([escape(r["id"]), *["-"] * 10, f"[red]{escape(str(r.get('status')))}[/]"])
             continue
         cs, rs = r["candidate"]["summary"], r["reference"]["summary"]
@@ -95,7 +98,7 @@ def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
     contract = corr.get("contract", {})
     for name in ("opcheck", "gradcheck"):
         if name in contract:
-            parts.append(f"{name} {'1/1' if contract[name] == 'PASS' else '0/1'}")
+            parts.append(f"{name} {'1/1' if contract[name] == Status.PASSED else '0/1'}")
     bench = summary.get("benchmark") or {}
     if bench.get("ran"):
         gm = bench.get("geomean_speedup")
@@ -124,7 +127,7 @@ def _problems(result: dict) -> list[str]:
         out.append(f"missing kernels {', '.join(corr['missing_kernels'])}")
     if corr.get("integrity_failures"):
         out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
-    failed = [r["id"] for r in res.get("cases", []) if r["status"] not in ("PASS", "SKIPPED")]
+    failed = [r["id"] for r in res.get("cases", []) if r["status"] not in _FINE]
     if failed:
         out.append(f"failed {', '.join(failed[:3])}" + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))
     return out
@@ -230,7 +233,7 @@ def _print_bench(bench: list[dict], console: Console) -> None:
     """The benchmark table, then why a case was unstable, fell back to another method or failed."""
     console.print(bench_table(bench, width=console.width))
     for r in bench:
-        if "candidate" in r and not r["stability"]["stable"]:
+        if timed(r) and not r["stability"]["stable"]:
             console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
         for fb in r.get("fallbacks") or []:
             console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
@@ -269,7 +272,7 @@ def _batch(b: dict | None) -> str:
 
 def print_regression(reg: dict, console: Console) -> None:
     """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
-    style = {"PASS": "green", "WARN": "yellow", "INCOMPARABLE": "yellow"}.get(reg["verdict"], "red")
+    style = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.INCOMPARABLE: "yellow"}.get(reg["verdict"], "red")
     ref = reg.get("baseline_file") or {}
     how = " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
     console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mini_kv.html_report.collect import Attempt, BenchCase
+from mini_kv.status import INCORRECT_STATUSES, Status, Verdict
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
@@ -233,14 +234,11 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
 
 
 def status_class(status: str) -> str:
-    s = status.upper()
-    if s in ("PASS", "PASSED"):
+    if status == Status.PASSED:
         return "pass"
-    if s in ("SKIPPED", "SKIP"):
+    if status == Status.SKIPPED:
         return "skip"
-    if s in ("FAIL", "FAILED") or s.startswith("INCORRECT"):
-        return "fail"
-    return "error"
+    return "fail" if status == Status.FAILED or status in INCORRECT_STATUSES else "error"
 
 
 # pass cells stay unlabelled: dark green against the white "not in suite" cells, and each label costs
@@ -295,7 +293,8 @@ def _when(created_at: str) -> dt.datetime | None:
         return None
 
 
-VERDICT_MARKERS = {"PASS": "o", "WARN": "s", "UNCONFIRMED": "s", "FAIL": "X", "INCOMPARABLE": "d", "MISSING": "d"}
+VERDICT_MARKERS = {Verdict.PASS: "o", Verdict.WARN: "s", Verdict.UNCONFIRMED: "s", Verdict.FAIL: "X",
+                   Verdict.INCOMPARABLE: "d", Verdict.MISSING: "d"}
 
 
 def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple[Attempt, float]]]],
@@ -319,7 +318,7 @@ def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple
             for a, t, p in pts:
                 v = a.regression.verdict if a.regression else "none"
                 ax.plot([t], [p], marker=VERDICT_MARKERS.get(v, "."), color=colour(idx), linestyle="none",
-                        markersize=7 if v != "none" else 4, markeredgecolor="black" if v == "FAIL" else colour(idx))
+                        markersize=7 if v != "none" else 4, markeredgecolor="black" if v == Verdict.FAIL else colour(idx))
                 used.add(v)
         for v in sorted(used - {"none"}):
             ax.plot([], [], marker=VERDICT_MARKERS.get(v, "."), color="#555555", linestyle="none", label=f"verdict {v}")

@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs, load_attempt_file, read_attempt
+from mini_kv.store.records import SOL_FORMAT
 
 PROFILES_DIR = "profiles"  # artifacts/profiles/ holds Nsight Compute profiles, not attempts
 
@@ -186,14 +188,14 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
     outs = (definition.get("outputs") or {}).values()
     dtype = "/".join(sorted({str(o.get("dtype")) for o in outs if isinstance(o, dict)})) or "-"
     out = []
-    for r in correctness.get("workloads") or []:
+    for r in correctness.get("cases") or []:
         c = r.get("correctness") or {}
         tol = workloads.get(str(r.get("id")), {}).get("tolerance") or {}
         status = str(r.get("status"))
         out.append(CorrCase(str(r["id"]), str(r["id"]), dtype, "workload", status,
                             _num(c.get("max_absolute_error")), _num(c.get("max_relative_error")),
                             _num(tol.get("max_atol", 1e-2)), _num(tol.get("max_rtol", 1e-2)),
-                            "" if status == "PASSED" else str(r.get("log") or "")[:300]))
+                            "" if status == Status.PASSED else str(r.get("log") or "")[:300]))
     return tuple(out)
 
 
@@ -202,10 +204,10 @@ def _contract(header: dict, correctness: dict) -> tuple[tuple[str, str], ...]:
     checks = [(k, str(v)) for k, v in sorted((summ.get("contract") or {}).items())]
     bench = header.get("benchmark") or {}
     integrity = list(summ.get("integrity_failures") or []) + list(bench.get("integrity_failures") or [])
-    checks.append(("integrity", "FAIL: " + ", ".join(map(str, integrity)) if integrity else "PASS"))
+    checks.append(("integrity", f"{Status.FAILED}: " + ", ".join(map(str, integrity)) if integrity else Status.PASSED))
     missing = summ.get("missing_kernels")
     if missing:
-        checks.append(("kernels", "FAIL: missing " + ", ".join(map(str, missing))))
+        checks.append(("kernels", f"{Status.FAILED}: missing " + ", ".join(map(str, missing))))
     return tuple(checks)
 
 
@@ -219,12 +221,7 @@ def _verdict(reg: dict | None) -> Verdict | None:
 
 
 def _json(header: dict, rel: str, listed: set[str]) -> dict:
-    if rel not in listed:
-        return {}
-    obj = load_attempt_file(header, rel)
-    if not isinstance(obj, dict):
-        raise MalformedAttempt(f"{rel} is not a JSON object")
-    return obj
+    return load_attempt_file(header, rel) if rel in listed else {}
 
 
 def _workloads(path: Path, listed: set[str]) -> dict[str, dict]:
@@ -246,7 +243,7 @@ def read_one(path: Path) -> Attempt:
         env = _json(header, "environment.json", listed)
         bench = _json(header, "benchmark.json", listed)
         corr = _json(header, "correctness.json", listed)
-        sol = header.get("format") == "sol-execbench"
+        sol = header.get("format") == SOL_FORMAT
         if sol:
             cases = _sol_corr(corr, _json(header, "definition.json", listed), _workloads(path, listed))
         else:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mini_kv.html_report import charts
 from mini_kv.html_report.collect import Attempt, BenchCase, Skipped, Store
+from mini_kv.status import Status
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1180px;
@@ -211,7 +212,7 @@ def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
                     stable = "yes" if c.stable else ("!fail!UNSTABLE: " + esc(c.unstable_why) if c.stable is False
                                                      else "-")
                     if c.candidate is None:
-                        rows.append([esc(a.candidate), status_cell(c.status or "FAILED"), *["-"] * 8,
+                        rows.append([esc(a.candidate), status_cell(c.status or Status.BENCHMARK_ERROR), *["-"] * 8,
                                      "!fail!" + esc(c.reason or "no timing")])
                         continue
                     rows_chart.append((a.candidate, i, c))

@@ -16,6 +16,7 @@ import io
 import math
 from pathlib import Path
 
+from mini_kv.status import Status
 from mini_kv.store.atomic import write_bytes, write_json
 from mini_kv.store.attempts import AttemptInvalid, AttemptTampered
 from mini_kv.store.index import (
@@ -45,7 +46,7 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
     problems: list[Problem] = []
     if rebuild or not index_path(artifacts).exists():
         problems.extend(rebuild_index(artifacts).problems)
-    where = "status='PASSED' AND stable=1 AND geomean_speedup IS NOT NULL"
+    where = f"status='{Status.PASSED}' AND stable=1 AND geomean_speedup IS NOT NULL"
     params: tuple = ()
     if task:
         where += " AND task_id=?"

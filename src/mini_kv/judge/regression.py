@@ -32,15 +32,15 @@ from pathlib import Path
 
 from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
-from mini_kv.status import Status
+from mini_kv.status import Status, Verdict
+from mini_kv.store.jsonfile import RecordUnusable, read_versioned
+from mini_kv.store.records import read_record, timed
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
 REGRESSION_SCHEMA_VERSION = 1
 BASELINE_KIND = "mini_kv.baseline"
 
-PASS, FAIL, WARN, INCOMPARABLE, TAMPERED = "PASS", "FAIL", "WARN", "INCOMPARABLE", "TAMPERED"
-UNCONFIRMED, MISSING = "UNCONFIRMED", "MISSING"  # case verdicts that count as WARN overall
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,38 +94,37 @@ def _pct(ratio: float) -> str:
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
     from mini_kv.judge import stats
 
-    rec: dict = {"id": case_id, "verdict": PASS, "reasons": [], "first_batch": None, "confirmation": None}
+    rec: dict = {"id": case_id, "verdict": Verdict.PASS, "reasons": [], "first_batch": None, "confirmation": None}
     for key in ("method", "l2", "unit"):
         if key in base and base.get(key) != cand.get(key):
-            rec.update(verdict=INCOMPARABLE)
+            rec.update(verdict=Verdict.INCOMPARABLE)
             rec["reasons"].append(f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}")
-    if rec["verdict"] == INCOMPARABLE:
+    if rec["verdict"] == Verdict.INCOMPARABLE:
         return rec
     base_flat = _flat(_as_repeats(base["samples"]))
     cand_flat = _flat(_as_repeats(cand["candidate"]["samples"]))
     bs, cs = stats.summarize(base_flat), stats.summarize(cand_flat)
-    p50_ratio, p95_ratio = cs["p50"] / bs["p50"], cs["p95"] / bs["p95"]
-    rec.update(baseline={"p50": bs["p50"], "p95": bs["p95"], "n": bs["n"]},
-               candidate={"p50": cs["p50"], "p95": cs["p95"], "n": cs["n"]},
+    p50_ratio, p95_ratio = cs.p50 / bs.p50, cs.p95 / bs.p95
+    rec.update(baseline={"p50": bs.p50, "p95": bs.p95, "n": bs.n}, candidate={"p50": cs.p50, "p95": cs.p95, "n": cs.n},
                p50_ratio=p50_ratio, p95_ratio=p95_ratio)
     reasons = rec["reasons"]
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
-        rec["first_batch"] = first
-        what = (f"{case_id}: P50 {cs['p50']:.4g} us vs baseline {bs['p50']:.4g} us ({_pct(p50_ratio)}, "
-                f"p={first['p_value']:.2g}{', significant' if first['significant'] else ', not significant'})")
+        rec["first_batch"] = first.to_dict()
+        what = (f"{case_id}: P50 {cs.p50:.4g} us vs baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
+                f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})")
         if confirm is None:
-            rec["verdict"] = UNCONFIRMED
+            rec["verdict"] = Verdict.UNCONFIRMED
             reasons.append(what + "; no same-run comparison was run, so this is a warning, not a failure")
         else:
             _confirm_same_run(rec, what, confirm, th)
     if p95_ratio > 1 + th.p95_threshold:
-        reasons.append(f"{case_id}: P95 {cs['p95']:.4g} us vs baseline {bs['p95']:.4g} us ({_pct(p95_ratio)}, "
+        reasons.append(f"{case_id}: P95 {cs.p95:.4g} us vs baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
                        f"warning above {th.p95_threshold:.0%})")
-        if rec["verdict"] == PASS:
-            rec["verdict"] = WARN
-    if rec["verdict"] == PASS and (cand.get("stability") or {}).get("stable") is False:
-        rec["verdict"] = WARN
+        if rec["verdict"] == Verdict.PASS:
+            rec["verdict"] = Verdict.WARN
+    if rec["verdict"] == Verdict.PASS and (cand.get("stability") or {}).get("stable") is False:
+        rec["verdict"] = Verdict.WARN
         reasons.append(f"{case_id}: measurement unstable, a PASS would not mean much")
     return rec
 
@@ -142,25 +141,24 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
     except BaselineTampered:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
-        rec["verdict"] = WARN
+        rec["verdict"] = Verdict.WARN
         rec["reasons"].append(what + f"; the same-run comparison with the baseline's own code could not run "
                               f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
                               "is a warning, not a failure")
         return
+    cand_s, base_s = stats.summarize_repeats(cand), stats.summarize_repeats(base)
     rec["confirmation"] = {"method": "same-run, interleaved with the baseline's own build",
-                           "samples": cand, "summary": stats.summarize_repeats(cand),
-                           "baseline": {"samples": base, "summary": stats.summarize_repeats(base)},
-                           "test": test, "order": run.get("order"), "build": run.get("build")}
-    cand_p50 = rec["confirmation"]["summary"]["overall"]["p50"]
-    base_p50 = rec["confirmation"]["baseline"]["summary"]["overall"]["p50"]
-    same = (f"in the same run, interleaved, candidate P50 {cand_p50:.4g} us vs the baseline's own build "
-            f"{base_p50:.4g} us ({_pct(test['ratio'])}, p={test['p_value']:.2g}, "
-            + ("significant" if test["significant"] else "not significant") + ")")
-    if test["slower"]:
-        rec["verdict"] = FAIL
+                           "samples": cand, "summary": cand_s.to_dict(),
+                           "baseline": {"samples": base, "summary": base_s.to_dict()},
+                           "test": test.to_dict(), "order": run.get("order"), "build": run.get("build")}
+    same = (f"in the same run, interleaved, candidate P50 {cand_s.overall.p50:.4g} us vs the baseline's own build "
+            f"{base_s.overall.p50:.4g} us ({_pct(test.ratio)}, p={test.p_value:.2g}, "
+            + ("significant" if test.significant else "not significant") + ")")
+    if test.slower:
+        rec["verdict"] = Verdict.FAIL
         rec["reasons"].append(what + "; confirmed " + same)
     else:
-        rec["verdict"] = WARN
+        rec["verdict"] = Verdict.WARN
         rec["reasons"].append(what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
                               "not the code's")
 
@@ -183,7 +181,7 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
         keys.append({"key": name, "baseline": b, "attempt": a, "match": b is not None and b == a})
     out: dict = {
         "schema_version": REGRESSION_SCHEMA_VERSION,
-        "verdict": INCOMPARABLE,
+        "verdict": Verdict.INCOMPARABLE,
         "reasons": [],
         "thresholds": dataclasses.asdict(th),
         "keys": keys,
@@ -204,7 +202,7 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
         return tampered_verdict(exc, th)
     out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
     out["verdict"] = _overall([c["verdict"] for c in out["cases"]])
-    if out["verdict"] == INCOMPARABLE:
+    if out["verdict"] == Verdict.INCOMPARABLE:
         out["reasons"].append("no bench case could be compared with the baseline")
     return out
 
@@ -212,30 +210,30 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
 def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dict:
     """One bench case: MISSING when not timed, INCOMPARABLE when its samples cannot be compared."""
     case_id = base["id"]
-    if cand is None or "candidate" not in cand:
+    if cand is None or not timed(cand):
         why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-        return {"id": case_id, "verdict": MISSING, "reasons": [f"{case_id}: {why}"], "first_batch": None,
+        return {"id": case_id, "verdict": Verdict.MISSING, "reasons": [f"{case_id}: {why}"], "first_batch": None,
                 "confirmation": None}
     try:
         return _compare_case(case_id, base, cand, confirm, th)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
-        return {"id": case_id, "verdict": INCOMPARABLE, "first_batch": None, "confirmation": None,
+        return {"id": case_id, "verdict": Verdict.INCOMPARABLE, "first_batch": None, "confirmation": None,
                 "reasons": [f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"]}
 
 
-def _overall(verdicts: list[str]) -> str:
-    if FAIL in verdicts:
-        return FAIL
-    if all(v in (INCOMPARABLE, MISSING) for v in verdicts):
-        return INCOMPARABLE
-    return PASS if all(v == PASS for v in verdicts) else WARN
+def _overall(verdicts: list[Verdict]) -> Verdict:
+    if Verdict.FAIL in verdicts:
+        return Verdict.FAIL
+    if all(v in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
+        return Verdict.INCOMPARABLE
+    return Verdict.PASS if all(v == Verdict.PASS for v in verdicts) else Verdict.WARN
 
 
 def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
     why = (f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
            "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`")
-    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": TAMPERED, "reasons": [why],
+    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.TAMPERED, "reasons": [why],
             "baseline_error": why, "tampered_file": exc.path,
             "thresholds": dataclasses.asdict(Thresholds.of(thresholds)), "keys": [], "baseline": {}, "cases": []}
 
@@ -245,7 +243,7 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
     TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
-    if verdict.get("verdict") == FAIL:
+    if verdict.get("verdict") == Verdict.FAIL:
         return ExitCode.REGRESSION
     if verdict.get("baseline_error"):
         return ExitCode.CONFIG
@@ -261,33 +259,17 @@ def regression_summary(verdict: dict | None) -> dict:
 
 def load_baseline(path: Path) -> dict:
     """A baseline file, schema-checked; ConfigError (naming file and field) otherwise."""
-    from mini_kv.load.schema import validate
-
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(str(path), "", "baseline file does not exist; create it with "
-                          "`mini-kv promote-baseline --attempt <attempt dir>`") from None
-    except RecursionError:  # a hostile or broken file nests deeper than the parser's stack
-        raise ConfigError(str(path), "", "unreadable baseline (JSON nested too deeply for a baseline); promote "
-                          "it again with `mini-kv promote-baseline --force`") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"unreadable baseline ({exc}); promote it again with "
-                          "`mini-kv promote-baseline --force`") from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "(top level)", "a baseline is a JSON object")
-    version = data.get("schema_version")
-    if version != BASELINE_SCHEMA_VERSION:
-        raise ConfigError(str(path), "schema_version",
-                          f"unsupported baseline schema_version {version!r}; this mini_kv reads version "
-                          f"{BASELINE_SCHEMA_VERSION}. Use the mini_kv version that wrote it, or promote a new "
-                          "baseline with this one (`mini-kv promote-baseline --attempt <dir> --force`)")
+                          "`mini-kv promote-baseline --attempt <attempt dir>`")
     try:
-        validate(data, "baseline", str(path))
-    except RecursionError:
-        raise ConfigError(str(path), "", "a baseline nested too deeply to check; promote it again with "
-                          "`mini-kv promote-baseline --force`") from None
+        data = read_versioned(path, BASELINE_SCHEMA_VERSION, "baseline", hint=(
+            "use the mini_kv version that wrote it, or promote a new baseline with this one "
+            "(`mini-kv promote-baseline --attempt <dir> --force`)"))
+    except RecordUnusable as exc:
+        what = "unreadable baseline: " if exc.reason == "unreadable" else ""
+        raise ConfigError(str(path), "", f"{what}{str(exc)[len(exc.file) + 2:]}") from None
     check_manifest(data, path)
     return data
 
@@ -340,14 +322,14 @@ def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
         raise UserError(f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
                         "reproducible: verify again on a quiet machine and promote a stable attempt")
     # both listed (the index requires them of every format), so read_checked_attempt hashed them
-    bench, env = (json.loads((attempt_dir / rel).read_text()) for rel in ("benchmark.json", "environment.json"))
+    bench, env = read_record(attempt_dir / "benchmark.json"), read_versioned(attempt_dir / "environment.json", 1)
     return header, bench, env
 
 
 def _baseline_cases(bench: dict, where: str) -> list[dict]:
     cases = []
     for c in bench.get("cases", []):
-        if "candidate" not in c:
+        if not timed(c):
             raise UserError(f"{where}: bench case {c.get('id')} has no timings ({c.get('status')})")
         if not (c.get("stability") or {}).get("stable"):
             raise UserError(f"{where}: bench case {c.get('id')} was not stable")
@@ -488,7 +470,7 @@ def check_baseline(path: Path, found_by: str, root: Path, header: dict, bench_ca
     except BaselineTampered as exc:
         return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
     except (UserError, OSError) as exc:
-        return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": INCOMPARABLE, "reasons": [str(exc)],
+        return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.INCOMPARABLE, "reasons": [str(exc)],
                 "baseline_error": str(exc), "baseline_file": ref, "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
                 "keys": [], "baseline": {}, "cases": []}
     confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))

@@ -2,8 +2,8 @@
 
 Everything here is a pure function of its arguments: no torch, no I/O, no global
 random state (bootstrap takes an explicit seed). Inputs are plain sequences of
-floats (e.g. per-iteration kernel times in ms); outputs are plain Python floats,
-bools, lists and dicts, so results serialize to JSON without conversion.
+floats (e.g. per-iteration kernel times in ms); outputs are plain Python floats and
+bools, or frozen records of them whose `to_dict()` is their JSON form.
 
 Conventions, chosen to match numpy/scipy so numbers can be cross-checked:
   * percentiles use linear interpolation (numpy.percentile's default method);
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -26,6 +27,58 @@ MAD_TO_SIGMA = 1.4826
 # Number of contiguous chunks a single repeat is split into when estimating the
 # across-repeat variability (see summarize_repeats).
 SINGLE_REPEAT_CHUNKS = 5
+
+
+class _Record:
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Summary(_Record):
+    n: int
+    min: float
+    max: float
+    mean: float
+    std: float
+    p50: float
+    p95: float
+    mad: float
+    robust_cv: float
+    iqr: float
+
+
+@dataclass(frozen=True)
+class Percentiles(_Record):
+    p50: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class RepeatSummary(_Record):
+    overall: Summary
+    per_repeat: tuple[Percentiles, ...]
+    p50_robust_cv: float
+    p95_robust_cv: float
+    n_repeats: int
+    cv_basis: str
+
+
+@dataclass(frozen=True)
+class Stability(_Record):
+    stable: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Slower(_Record):
+    ratio: float
+    p_value: float
+    significant: bool
+    exceeds: bool
+    slower: bool
+    baseline_ci: tuple[float, float]
+    candidate_ci: tuple[float, float]
 
 
 def _as_array(samples: Sequence[float], name: str = "samples") -> np.ndarray:
@@ -59,7 +112,7 @@ def _robust_cv(arr: np.ndarray) -> float:
     return MAD_TO_SIGMA * _mad(arr) / abs(med)
 
 
-def summarize(samples: Sequence[float]) -> dict:
+def summarize(samples: Sequence[float]) -> Summary:
     """Descriptive statistics of one sample set.
 
     Returns n, min, max, mean, std (ddof=1, 0 for n<2), p50, p95 (linear
@@ -71,26 +124,16 @@ def summarize(samples: Sequence[float]) -> dict:
     # ddof=1 is undefined for a single sample; 0 says "no observed spread".
     std = float(np.std(arr, ddof=1)) if n >= 2 else 0.0
     p25, p50, p75, p95 = (float(v) for v in np.percentile(arr, [25, 50, 75, 95]))
-    return {
-        "n": n,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "mean": float(arr.mean()),
-        "std": std,
-        "p50": p50,
-        "p95": p95,
-        "mad": _mad(arr),
-        "robust_cv": _robust_cv(arr),
-        "iqr": p75 - p25,
-    }
+    return Summary(n, float(arr.min()), float(arr.max()), float(arr.mean()), std, p50, p95, _mad(arr),
+                   _robust_cv(arr), p75 - p25)
 
 
-def summarize_repeats(repeats: Sequence[Sequence[float]]) -> dict:
+def summarize_repeats(repeats: Sequence[Sequence[float]]) -> RepeatSummary:
     """Summarize several independent repeats of the same benchmark.
 
     Returns:
       overall:       summarize() of all samples pooled together;
-      per_repeat:    [{"p50", "p95"}, ...], one entry per repeat (or per chunk,
+      per_repeat:    (Percentiles(p50, p95), ...), one per repeat (or per chunk,
                      see below);
       p50_robust_cv: 1.4826*MAD(p50s)/median(p50s) across the per-repeat P50s;
       p95_robust_cv: the same across the per-repeat P95s;
@@ -123,44 +166,39 @@ def summarize_repeats(repeats: Sequence[Sequence[float]]) -> dict:
 
     p50s = np.array([np.percentile(g, 50) for g in groups])
     p95s = np.array([np.percentile(g, 95) for g in groups])
-    return {
-        "overall": summarize(pooled),
-        "per_repeat": [{"p50": float(a), "p95": float(b)} for a, b in zip(p50s, p95s, strict=True)],
-        "p50_robust_cv": _robust_cv(p50s),
-        "p95_robust_cv": _robust_cv(p95s),
-        "n_repeats": len(arrays),
-        "cv_basis": basis,
-    }
+    return RepeatSummary(summarize(pooled),
+                         tuple(Percentiles(float(a), float(b)) for a, b in zip(p50s, p95s, strict=True)),
+                         _robust_cv(p50s), _robust_cv(p95s), len(arrays), basis)
 
 
 def stability(
-    candidate: dict,
-    reference: dict | None,
+    candidate: RepeatSummary,
+    reference: RepeatSummary | None,
     max_cv: float = 0.03,
     max_p95_cv: float = 0.15,
-) -> dict:
+) -> Stability:
     """Gate on measurement reproducibility before comparing timings.
 
     ``candidate``/``reference`` are summarize_repeats() results (only their
-    ``p50_robust_cv``/``p95_robust_cv`` keys are read). Stable iff
+    ``p50_robust_cv``/``p95_robust_cv`` are read). Stable iff
     candidate p50_robust_cv <= max_cv, reference p50_robust_cv <= max_cv (when
     a reference is given) and candidate p95_robust_cv <= max_p95_cv. The P95
     limit is looser because tail latency is inherently noisier than the median.
 
-    Returns {"stable": bool, "reasons": [...]}, one reason per violated limit
+    Returns Stability(stable, reasons), one reason per violated limit
     naming the measured value and the limit.
     """
-    checks = [("candidate", "p50_robust_cv", candidate["p50_robust_cv"], "max_cv", max_cv)]
+    checks = [("candidate", "p50_robust_cv", candidate.p50_robust_cv, "max_cv", max_cv)]
     if reference is not None:
-        checks.append(("reference", "p50_robust_cv", reference["p50_robust_cv"], "max_cv", max_cv))
-    checks.append(("candidate", "p95_robust_cv", candidate["p95_robust_cv"], "max_p95_cv", max_p95_cv))
+        checks.append(("reference", "p50_robust_cv", reference.p50_robust_cv, "max_cv", max_cv))
+    checks.append(("candidate", "p95_robust_cv", candidate.p95_robust_cv, "max_p95_cv", max_p95_cv))
 
     reasons = []
     for who, key, value, limit_name, limit in checks:
         # Written as "not <=" so a NaN measurement counts as a violation.
         if not value <= limit:
             reasons.append(f"{who} {key} {value:.6g} exceeds {limit_name} {limit:.6g}")
-    return {"stable": not reasons, "reasons": reasons}
+    return Stability(not reasons, tuple(reasons))
 
 
 def speedup(ref_p50: float, cand_p50: float) -> float:
@@ -268,7 +306,7 @@ def is_slower(
     alpha: float = 0.01,
     n_boot: int = 2000,
     seed: int = 0,
-) -> dict:
+) -> Slower:
     """Decide whether the candidate is a real regression relative to baseline.
 
     ratio       = median(candidate) / median(baseline) (>1 means slower);
@@ -298,12 +336,4 @@ def is_slower(
 
     significant = bool(p_value < alpha and not overlap)
     exceeds = bool(ratio > 1.0 + threshold)
-    return {
-        "ratio": ratio,
-        "p_value": p_value,
-        "significant": significant,
-        "exceeds": exceeds,
-        "slower": significant and exceeds,
-        "baseline_ci": base_ci,
-        "candidate_ci": cand_ci,
-    }
+    return Slower(ratio, p_value, significant, exceeds, significant and exceeds, base_ci, cand_ci)

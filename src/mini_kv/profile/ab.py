@@ -103,12 +103,12 @@ def _time(job: dict) -> dict:
         for label in order:
             samples[label].append(measure(calls[label], method, job["samples"], device, flush, 20).samples)
     summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
-    p50 = {label: summary[label]["overall"]["p50"] for label in calls}
+    p50 = {label: summary[label].overall.p50 for label in calls}
     return {"ran": True, "method": method, "timer": TIMER_LABELS[method], "fallbacks": fallbacks, "unit": "us",
             "order": order_log, "repeats": job["repeats"], "samples_per_repeat": job["samples"],
             "candidates": {c["label"]: c["id"] for c in job["candidates"]},
-            "p50_us": p50, "p95_us": {label: summary[label]["overall"]["p95"] for label in calls},
-            "p50_robust_cv": {label: summary[label]["p50_robust_cv"] for label in calls},
+            "p50_us": p50, "p95_us": {label: summary[label].overall.p95 for label in calls},
+            "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},
             "b_over_a": p50["B"] / p50["A"], "samples": samples}
 
 

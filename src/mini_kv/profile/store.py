@@ -64,26 +64,14 @@ def resolve(spec: str, artifacts: Path) -> Path:
 
 def read_profile(path: Path) -> dict:
     """profile.json of a sealed profile after every check; ProfileUnusable says which failed."""
-    from mini_kv.errors import ConfigError
-    from mini_kv.load.schema import validate
+    from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 
     path = Path(path)
     if path.name.endswith(PARTIAL):
         raise ProfileUnusable("PROFILE_INVALID", f"{path}: incomplete profile (still .partial)")
-    meta = path / "profile.json"
     try:
-        doc = json.loads(meta.read_text())
-    except FileNotFoundError:
-        raise ProfileUnusable("PROFILE_INVALID", f"{path}: no profile.json") from None
-    except (OSError, ValueError) as exc:
-        raise ProfileUnusable("PROFILE_INVALID", f"{meta}: unreadable ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("schema_version") != PROFILE_SCHEMA_VERSION:
-        version = doc.get("schema_version") if isinstance(doc, dict) else None
-        raise ProfileUnusable("PROFILE_INVALID", f"{meta}: schema_version {version!r} is not "
-                              f"{PROFILE_SCHEMA_VERSION}; read it with the mini_kv version that wrote it")
-    try:
-        validate(doc, "profile", str(meta))
-    except ConfigError as exc:
+        doc = read_versioned(path / "profile.json", PROFILE_SCHEMA_VERSION, "profile")
+    except RecordUnusable as exc:
         raise ProfileUnusable("PROFILE_INVALID", str(exc)) from None
     listed = set()
     for entry in doc["files"]:

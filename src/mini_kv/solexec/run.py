@@ -392,6 +392,7 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
     from mini_kv.judge.regression import regression_summary
     from mini_kv.store.attempts import AttemptWriter
     from mini_kv.store.index import IndexUnusable, update_index
+    from mini_kv.store.records import SOL_FORMAT, benchmark_document, correctness_document
 
     artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(opts) / "artifacts"
     d, sol = problem.definition, problem.solution
@@ -411,17 +412,13 @@ def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec:
         w.copy("logs/worker.log", Path(results["log"]))
     w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in trace_list))
     status, correctness, bench = _summaries(outcomes, code)
-    w.json("correctness.json", {"schema_version": 1, "device": device, "seed_salt": salt, "load": results.get("load"),
-                                "workloads": [{k: v for k, v in {"id": u, **o}.items() if k != "bench"}
-                                              for u, o in outcomes.items()],
-                                "incidents": results.get("incidents", []), "sandbox": results.get("sandbox"),
-                                "summary": correctness})
-    w.json("benchmark.json", {"schema_version": 1, "device": device, "settings": settings,
-                              "cases": [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
-                              "summary": bench})
+    cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
+    w.json("correctness.json", correctness_document(SOL_FORMAT, device, salt, {**results, "cases": cases}, correctness))
+    w.json("benchmark.json", benchmark_document(SOL_FORMAT, device, [{"id": u, **o["bench"]} for u, o in
+                                                                     outcomes.items() if o.get("bench")], bench, settings))
     if regression is not None:
         w.json("regression.json", regression)
-    header = {**sol_identity(problem, settings, env, device), "format": "sol-execbench",
+    header = {**sol_identity(problem, settings, env, device), "format": SOL_FORMAT,
               "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],
               "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "build_key": (compile_rec or {}).get("key"), "status": status, "exit_code": int(code),

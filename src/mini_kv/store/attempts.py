@@ -7,15 +7,15 @@ re-hashes them, so a tampered or truncated attempt is reported and never used.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import secrets
 from pathlib import Path, PurePosixPath
 
-from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_file
 from mini_kv.store.atomic import StagedDir
+from mini_kv.store.jsonfile import RecordUnusable, read_versioned
+from mini_kv.store.records import read_record
 
 ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
@@ -44,7 +44,14 @@ class AttemptWriter(StagedDir):
 
 
 class AttemptInvalid(Exception):
-    """An attempt directory that must not be used; the message says why."""
+    """An attempt directory that must not be used; the message says why, `kind` what sort of problem it is
+    (invalid, version, misplaced, tampered: index.Problem)."""
+
+    kind = "invalid"
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind or self.kind
 
 
 class AttemptTampered(AttemptInvalid):
@@ -54,23 +61,17 @@ class AttemptTampered(AttemptInvalid):
 
 
 def read_attempt(path: Path, verify: bool = True) -> dict:
-    """attempt.json of a sealed attempt, after checking every listed file's size and SHA-256."""
+    """attempt.json of a sealed attempt (valid against schemas/attempt.schema.json), after checking every
+    listed file's size and SHA-256."""
     path = Path(path)
     if path.name.endswith(PARTIAL):
         raise AttemptInvalid(f"{path}: incomplete attempt (still .partial)")
-    meta = path / "attempt.json"
+    if not (path / "attempt.json").exists():
+        raise AttemptInvalid(f"{path}: no attempt.json")
     try:
-        header = json.loads(meta.read_text())
-    except FileNotFoundError:
-        raise AttemptInvalid(f"{path}: no attempt.json") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise AttemptInvalid(f"{meta}: unreadable ({type(exc).__name__}: {exc})") from None
-    if not isinstance(header, dict):
-        raise AttemptInvalid(f"{meta}: not a JSON object")
-    version = header.get("schema_version")
-    if version != ATTEMPT_SCHEMA_VERSION:
-        raise AttemptInvalid(f"{meta}: schema_version {version!r} is not {ATTEMPT_SCHEMA_VERSION}; "
-                             "it was written by another mini_kv version: read it with that version")
+        header = read_versioned(path / "attempt.json", ATTEMPT_SCHEMA_VERSION, "attempt")
+    except RecordUnusable as exc:
+        raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
     if verify:
         verify_files(path, header.get("files"))
     header["path"] = str(path)
@@ -132,11 +133,9 @@ def verify_files(path: Path, files) -> None:
 
 
 def load_attempt_file(attempt: dict, rel: str):
-    """One JSON file of an already verified attempt."""
-    try:
-        return json.loads((Path(attempt["path"]) / rel).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ConfigError(str(Path(attempt["path"]) / rel), "", f"unreadable attempt file ({exc})") from None
+    """One JSON object of an already verified attempt (correctness.json, benchmark.json: version 2)."""
+    path = Path(attempt["path"]) / rel
+    return read_record(path) if rel in ("correctness.json", "benchmark.json") else read_versioned(path, None)
 
 
 def iter_attempt_dirs(artifacts: Path):

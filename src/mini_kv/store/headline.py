@@ -2,27 +2,30 @@
 
 The headline is what the index and the leaderboard rank by. It is never taken from what an attempt
 *says* about itself (attempt.json's `status` / `benchmark`, or a `summary` block): it is recomputed
-here from the per-case records — correctness.json's case / workload verdicts and benchmark.json's raw
+here from the per-case records — correctness.json's case verdicts (a SOL workload is a case) and benchmark.json's raw
 timing samples — whose SHA-256 attempt.json lists and `read_attempt` checks. The writers (`verify`
 and `bench`) build the header with these same functions, so the writer and the verifier cannot
 disagree: any difference between a stored claim and the recomputation is a forgery (`claims_mismatch`).
 
-Records come from disk and may be anything; every malformed record raises `RecordError` (naming the
-file and what is wrong), never a bare KeyError/TypeError.
+Records come from disk (their layout checked against schemas/ by store.records) and their contents may be
+anything; every malformed record raises `RecordError` (naming the file and what is wrong), never a bare
+KeyError/TypeError.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
-CARD_FORMAT = "task-card"
-SOL_FORMAT = "sol-execbench"
+from mini_kv.status import BuildStatus, Status
+from mini_kv.store.records import timed
+
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
 DEFAULT_MAX_CV = 0.03
 DEFAULT_MAX_P95_CV = 0.15
 # the statuses a SOL attempt that did not pass may carry (solexec.run.record_attempt)
-SOL_FAILED_STATUSES = ("COMPILE_ERROR", "FAILED")
+SOL_FAILED_STATUSES = (Status.COMPILE_ERROR, Status.FAILED)
 
 
 class RecordError(Exception):
@@ -82,32 +85,21 @@ def case_headline(rec: dict) -> CaseHeadline:
     The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
     from mini_kv.judge import stats
 
-    _need(isinstance(rec, dict), "benchmark.json", "a bench case is not an object")
-    cid = rec.get("id")
-    _need(isinstance(cid, str) and bool(cid), "benchmark.json", "a bench case has no string `id`")
+    cid = rec["id"]
     where = f"case {cid}"
     cs = stats.summarize_repeats(_samples(rec, "candidate", where))
     rs = stats.summarize_repeats(_samples(rec, "reference", where))
     stab = rec.get("stability") if isinstance(rec.get("stability"), dict) else {}
     stable = stats.stability(cs, rs, _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
-                             _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where))["stable"]
-    return CaseHeadline(cid, cs["overall"]["p50"], cs["overall"]["p95"],
-                        stats.speedup(rs["overall"]["p50"], cs["overall"]["p50"]), bool(stable))
-
-
-def _timed(rec) -> bool:
-    return isinstance(rec, dict) and "candidate" in rec
+                             _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where)).stable
+    return CaseHeadline(cid, cs.overall.p50, cs.overall.p95, stats.speedup(rs.overall.p50, cs.overall.p50),
+                        bool(stable))
 
 
 def _geomean(cases: list[CaseHeadline]) -> float | None:
     from mini_kv.judge import stats
 
     return stats.geomean([c.speedup for c in cases]) if cases else None
-
-
-def _bench_cases(records) -> list:
-    _need(isinstance(records, list), "benchmark.json", "`cases` is not a list")
-    return records
 
 
 # --------------------------------------------------------------------------------- task-card format
@@ -118,24 +110,24 @@ def summarize_correctness(results: dict, device: str) -> dict:
     for rec in results["cases"]:
         group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[rec["kind"]]
         c = counts.setdefault(group, {"passed": 0, "total": 0, "skipped": 0})
-        if rec["status"] == "SKIPPED":
+        if rec["status"] == Status.SKIPPED:
             c["skipped"] += 1
             continue
         c["total"] += 1
-        c["passed"] += rec["status"] == "PASS"
+        c["passed"] += rec["status"] == Status.PASSED
     load = results["load"] or {"ok": False}
     kernels = load.get("kernels", {})
     needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
     missing = [k for k in needed if not kernels.get(k)]
     contract = results["contract"]
-    contract_ok = all(r.get("status") == "PASS" for r in contract.values())
+    contract_ok = all(r.get("status") == Status.PASSED for r in contract.values())
     # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
     integrity = [r["integrity"] for r in [*results["incidents"], load, *results["cases"], *contract.values()]
                  if r.get("integrity")]
-    cases_ok = all(r["status"] in ("PASS", "SKIPPED") for r in results["cases"])
+    cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results["cases"])
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     # cases whose params broke the card's own input factory: the card's fault, not the candidate's
-    invalid = [r["id"] for r in results["cases"] if r["status"] == "INVALID_CASE"]
+    invalid = [r["id"] for r in results["cases"] if r["status"] == Status.INVALID_CASE]
     return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing, "invalid_cases": invalid,
             "integrity_failures": integrity,
             "contract": {k: v.get("status") for k, v in contract.items()}}
@@ -145,8 +137,8 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
     """benchmark.json's summary and the recomputed bench cases, from the per-case records."""
     if skipped:
         return {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"}, []
-    good = [r for r in records if _timed(r)]
-    failed = [r["id"] for r in records if not _timed(r)]
+    good = [r for r in records if timed(r)]
+    failed = [r["id"] for r in records if not timed(r)]
     post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
     cases = [case_headline(r) for r in good]
     stable = all(c.stable for c in cases) if cases else None
@@ -161,45 +153,41 @@ def card_headline(compile_status: str, correctness: dict | None, bench_records: 
                   device: str) -> Headline:
     """The headline of a task-card attempt. `correctness` holds load/cases/contract/incidents
     (correctness.json, or the worker's results); `bench_records` benchmark.json's `cases`."""
-    if compile_status != "ok":
-        return Headline("COMPILE_ERROR" if compile_status == "error" else "COMPILE_TIMEOUT", None, None, ())
+    if compile_status != BuildStatus.OK:
+        status = Status.COMPILE_ERROR if compile_status == BuildStatus.ERROR else Status.COMPILE_TIMEOUT
+        return Headline(status, None, None, ())
     try:
         corr = summarize_correctness(correctness, device)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("correctness.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     try:
-        bench, cases = summarize_benchmark(_bench_cases(bench_records), skipped)
+        bench, cases = summarize_benchmark(bench_records, skipped)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     if corr["invalid_cases"]:
-        status = "INVALID_CASE"
+        status = Status.INVALID_CASE
     elif not corr["ok"]:
-        status = "INCORRECT"
+        status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
-        status = "BENCHMARK_ERROR"
+        status = Status.BENCHMARK_ERROR
     else:
-        status = "PASSED"
+        status = Status.PASSED
     return Headline(status, corr, bench, tuple(cases))
 
 
 # ---------------------------------------------------------------------------------- SOL format
 
-def sol_headline(workloads: list, bench_records: list, failed_status: str = "FAILED") -> Headline:
+def sol_headline(workloads: list, bench_records: list, failed_status: str = Status.FAILED) -> Headline:
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
-    _need(isinstance(workloads, list), "correctness.json", "`workloads` is not a list")
-    counts: dict[str, int] = {}
-    for w in workloads:
-        _need(isinstance(w, dict) and isinstance(w.get("status"), str), "correctness.json",
-              "a workload record has no string `status`")
-        counts[w["status"]] = counts.get(w["status"], 0) + 1
-    passed = bool(workloads) and counts.get("PASSED", 0) == len(workloads)
-    records = [r for r in _bench_cases(bench_records) if _timed(r)]
+    counts = dict(Counter(w["status"] for w in workloads))
+    passed = bool(workloads) and counts.get(Status.PASSED, 0) == len(workloads)
+    records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     bench = {"ran": bool(records), "ok": passed,
              "stable": all(c.stable for c in cases) if passed and cases else None,
              "geomean_speedup": _geomean(cases) if passed else None}
-    return Headline("PASSED" if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases))
+    return Headline(Status.PASSED if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases))
 
 
 # ------------------------------------------------------------------------------ claims vs derived
@@ -215,36 +203,24 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: dict) -> list[str]:
-    """Every place where a stored claim differs from the recomputation, as 'file field: says X, records give Y'."""
-    out = []
-
-    def check(file: str, field: str, said, derived) -> None:
-        if not _same(said, derived):
-            out.append(f"{file} {field}: says {said!r}, its records give {derived!r}")
-
-    check("attempt.json", "status", header.get("status"), head.status)
+def _benchmark_claims(head: Headline, header: dict, benchmark: dict, check, out: list[str]) -> None:
     for file, block in (("attempt.json", header.get("benchmark")), ("benchmark.json", benchmark.get("summary"))):
         if head.benchmark is None:
-            if block is not None and isinstance(block, dict) and (block.get("ran") or block.get("stable")
-                                                                  or block.get("geomean_speedup") is not None):
+            if isinstance(block, dict) and (block.get("ran") or block.get("stable")
+                                            or block.get("geomean_speedup") is not None):
                 out.append(f"{file} benchmark: claims a benchmark, but nothing ran ({head.status})")
-            continue
-        if not isinstance(block, dict):
+        elif not isinstance(block, dict):
             out.append(f"{file} benchmark: {block!r} is not the summary its records give")
-            continue
-        for key in HEADLINE_FIELDS:
-            check(file, f"benchmark.{key}" if file == "attempt.json" else f"summary.{key}", block.get(key),
-                  head.benchmark.get(key))
-    derived_ok = None if head.correctness is None else head.correctness["ok"]
-    for file, block in (("attempt.json", header.get("correctness")), ("correctness.json", correctness.get("summary"))):
-        said = block.get("ok") if isinstance(block, dict) else None
-        if said is not None or derived_ok:
-            check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)
+        else:
+            for key in HEADLINE_FIELDS:
+                check(file, f"benchmark.{key}" if file == "attempt.json" else f"summary.{key}", block.get(key),
+                      head.benchmark.get(key))
+
+
+def _case_claims(head: Headline, records: list, check) -> None:
     by_id = {c.id: c for c in head.cases}
-    records = benchmark.get("cases") if isinstance(benchmark.get("cases"), list) else []
     for rec in records:
-        c = by_id.get(rec["id"]) if _timed(rec) and isinstance(rec.get("id"), str) else None
+        c = by_id.get(rec["id"]) if timed(rec) else None
         if c is None:
             continue
         where = f"case {c.id}"
@@ -257,7 +233,25 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         overall = overall if isinstance(overall, dict) else {}
         check("benchmark.json", f"{where} candidate p50", overall.get("p50"), c.p50_us)
         check("benchmark.json", f"{where} candidate p95", overall.get("p95"), c.p95_us)
-    ids = [r.get("id") for r in records if isinstance(r, dict) and isinstance(r.get("id"), str)]
+
+
+def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: dict) -> list[str]:
+    """Every place where a stored claim differs from the recomputation, as 'file field: says X, records give Y'."""
+    out = []
+
+    def check(file: str, field: str, said, derived) -> None:
+        if not _same(said, derived):
+            out.append(f"{file} {field}: says {said!r}, its records give {derived!r}")
+
+    check("attempt.json", "status", header.get("status"), head.status)
+    _benchmark_claims(head, header, benchmark, check, out)
+    derived_ok = None if head.correctness is None else head.correctness["ok"]
+    for file, block in (("attempt.json", header.get("correctness")), ("correctness.json", correctness.get("summary"))):
+        said = block.get("ok") if isinstance(block, dict) else None
+        if said is not None or derived_ok:
+            check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)
+    _case_claims(head, benchmark["cases"], check)
+    ids = [r["id"] for r in benchmark["cases"]]
     if len(ids) != len(set(ids)):
         out.append("benchmark.json cases: a case id appears twice")
     return out

@@ -19,7 +19,6 @@ unknown schema versions) are returned as `Problem`s and skipped; they never stop
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -31,11 +30,14 @@ from pathlib import Path
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
-from mini_kv.errors import ConfigError, UserError
+from mini_kv.errors import UserError
 from mini_kv.model import safe_name, sha256_file, sol_suite_hash
+from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
+from mini_kv.store.jsonfile import RecordUnusable, read_versioned
+from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record, timed
 
 INDEX_SCHEMA_VERSION = 1
 INDEX_NAME = "index.sqlite"
@@ -45,8 +47,8 @@ TMP_SUFFIX = ".tmp"
 SIDECARS = ("-wal", "-shm", "-journal")
 LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
-# schema_version of the JSON files inside an attempt that the index reads
-KNOWN_FILE_VERSIONS = {"benchmark.json": {1}, "regression.json": {1}, "environment.json": {1}, "correctness.json": {1}}
+# schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
+KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
 KNOWN_JSON_FILES = ("benchmark.json", "correctness.json", "environment.json", "regression.json", "compile.json",
                     "task_card.json", "definition.json", "solution.json")
@@ -87,14 +89,6 @@ ATTEMPT_COLUMNS = ("attempt_id", "task_id", "task_version", "operator_name", "op
                    "status", "device", "suite_hash", "environment_key", "created_at", "stable",
                    "geomean_speedup", "regression", "path", "attempt_sha256")
 CASE_COLUMNS = ("attempt_id", "case_id", "p50_us", "p95_us", "speedup", "stable")
-
-
-class _Misplaced(AttemptInvalid):
-    kind = "misplaced"
-
-
-class _UnknownVersion(AttemptInvalid):
-    kind = "version"
 
 
 class IndexUnusable(UserError):
@@ -144,29 +138,17 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
         lock.release()
 
 
-def _attempt_json_file(path: Path, rel: str):
+def _attempt_json_file(path: Path, rel: str) -> dict:
+    """One JSON object of the attempt: versioned files at a version this mini_kv reads (correctness.json
+    and benchmark.json migrated to version 2 and checked against their schemas)."""
     try:
-        obj = json.loads((path / rel).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise AttemptInvalid(f"{path / rel}: unreadable ({type(exc).__name__}: {exc})") from None
-    if not isinstance(obj, dict):
-        raise AttemptInvalid(f"{path / rel}: not a JSON object")
-    known = KNOWN_FILE_VERSIONS.get(rel)
-    version = obj.get("schema_version")
-    if known is not None and not (type(version) is int and version in known):  # may be any JSON value
-        raise _UnknownVersion(f"{path / rel}: schema_version {obj.get('schema_version')!r} is not one this mini_kv "
-                             f"reads ({', '.join(map(str, sorted(known)))}); it was written by another mini_kv "
-                             "version: read it with that version")
-    return obj
-
-
-@functools.cache
-def _attempt_validator():
-    import jsonschema
-
-    from mini_kv.load.schema import load_schema
-
-    return jsonschema.Draft202012Validator(load_schema("attempt"))
+        if rel in ("correctness.json", "benchmark.json"):
+            return read_record(path / rel)
+        return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel))
+    except RecordUnusable as exc:
+        if exc.reason == "schema":  # its hash matched: rewritten, and the file list fixed up
+            raise _tampered(path, rel, str(exc)[len(exc.file) + 2:]) from None
+        raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
 
 
 def read_checked_attempt(attempt_dir: Path) -> dict:
@@ -184,28 +166,19 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     stability, speedups, geometric mean) from the per-case records (`headline.derive`). The row holds
     the recomputed values; any stored claim that differs from them is AttemptTampered.
     """
-    from mini_kv.load.schema import validate
-
     attempt_dir = Path(attempt_dir)
-    header = read_attempt(attempt_dir, verify=False)  # JSON object of a known schema_version
-    plain = {k: v for k, v in header.items() if k != "path"}
-    if not _attempt_validator().is_valid(plain):
-        try:
-            validate(plain, "attempt", str(attempt_dir / "attempt.json"))  # for the message naming the field
-        except ConfigError as exc:
-            raise AttemptInvalid(str(exc)) from None
-    header = read_attempt(attempt_dir)  # now the file list is well formed: check every size and SHA-256
+    header = read_attempt(attempt_dir)  # valid against its schema, then every listed size and SHA-256
     if header["attempt_id"] != attempt_dir.name:
-        raise _Misplaced(f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
-                             "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>")
+        raise AttemptInvalid(f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
+                             "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>", "misplaced")
     if header["task_id"] != attempt_dir.parent.name:
-        raise _Misplaced(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
-                             f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/")
+        raise AttemptInvalid(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
+                             f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/", "misplaced")
     head, files = derive(attempt_dir, header)
     row = {
         "attempt_id": header["attempt_id"], "task_id": header["task_id"], "task_version": header["task_version"],
         "operator_name": header["operator"]["name"], "operator_version": header["operator"]["version"],
-        "candidate": header["candidate"], "status": head.status, "device": header.get("device"),
+        "candidate": header["candidate"], "status": str(head.status), "device": header.get("device"),
         "suite_hash": header["suite_hash"], "environment_key": header["environment_key"],
         "created_at": header["created_at"],
         "stable": None if head.benchmark is None or head.benchmark["stable"] is None
@@ -221,8 +194,8 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
 
 
 _ATTEMPT_ID = re.compile(r"\d{8}T\d{12}Z-(?P<candidate>.+)-[0-9a-f]{6}")
-REQUIRED_FILES = {headline.CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
-                  headline.SOL_FORMAT: ("definition.json", "workload.jsonl", "solution.json", "environment.json",
+REQUIRED_FILES = {CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
+                  SOL_FORMAT: ("definition.json", "workload.jsonl", "solution.json", "environment.json",
                                         "correctness.json", "benchmark.json")}
 
 
@@ -233,7 +206,7 @@ def _tampered(attempt_dir: Path, file: str, message: str) -> AttemptTampered:
 def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str, dict]]:
     """The headline recomputed from a verified attempt's records, after checking that the header's ids
     agree with the files they describe. Returns it with the JSON files read (by name)."""
-    fmt = header.get("format") or headline.CARD_FORMAT
+    fmt = header.get("format") or CARD_FORMAT
     if not isinstance(fmt, str) or fmt not in REQUIRED_FILES:
         raise AttemptInvalid(f"{attempt_dir / 'attempt.json'}: format {fmt!r} is not one of "
                              f"{', '.join(sorted(REQUIRED_FILES))}")
@@ -248,24 +221,12 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
                         f"<UTC time>-{header['candidate']}-<6 hex>, for its candidate {header['candidate']!r}")
     _check_environment(attempt_dir, header, files["environment.json"])
     for rel in ("correctness.json", "benchmark.json"):
-        if files[rel].get("device") != header.get("device"):
-            raise _tampered(attempt_dir, rel, f"device {files[rel].get('device')!r} differs from attempt.json's "
-                            f"{header.get('device')!r}")
+        for key, want in (("device", header.get("device")), ("format", fmt)):
+            if files[rel].get(key) != want:
+                raise _tampered(attempt_dir, rel, f"{key} {files[rel].get(key)!r} differs from attempt.json's {want!r}")
     corr, bench = files["correctness.json"], files["benchmark.json"]
     try:
-        if fmt == headline.SOL_FORMAT:
-            _check_sol_ids(attempt_dir, header, files)
-            failed = header["status"] if header["status"] in headline.SOL_FAILED_STATUSES else "FAILED"
-            head = headline.sol_headline(corr.get("workloads"), bench.get("cases"), failed)
-        else:
-            _check_card_ids(attempt_dir, header, files["task_card.json"])
-            _check_card_seeds(attempt_dir, header, corr, bench)
-            compile_status = files["compile.json"].get("status") if "compile.json" in files else "ok"
-            summary = bench.get("summary")
-            skipped = isinstance(summary, dict) and summary.get("ran") is False and not any(
-                isinstance(c, dict) and "candidate" in c for c in bench.get("cases") or [])
-            head = headline.card_headline(compile_status, corr, bench.get("cases", []), skipped,
-                                          str(header.get("device") or ""))
+        head = (_sol_headline if fmt == SOL_FORMAT else _card_headline)(attempt_dir, header, files)
     except headline.RecordError as exc:
         raise _tampered(attempt_dir, exc.file, str(exc)[len(exc.file) + 2:]) from None
     except ValueError as exc:  # stats refusing the samples (empty, non-positive, NaN)
@@ -276,6 +237,22 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
         raise _tampered(attempt_dir, file, "a headline differs from the recomputation from the hashed "
                         "per-case records: " + "; ".join(wrong))
     return head, files
+
+
+def _sol_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> headline.Headline:
+    _check_sol_ids(attempt_dir, header, files)
+    failed = header["status"] if header["status"] in headline.SOL_FAILED_STATUSES else Status.FAILED
+    return headline.sol_headline(files["correctness.json"]["cases"], files["benchmark.json"]["cases"], failed)
+
+
+def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> headline.Headline:
+    corr, bench = files["correctness.json"], files["benchmark.json"]
+    _check_card_ids(attempt_dir, header, files["task_card.json"])
+    _check_card_seeds(attempt_dir, header, corr, bench)
+    compile_status = files["compile.json"].get("status") if "compile.json" in files else BuildStatus.OK
+    summary = bench.get("summary")
+    skipped = isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
+    return headline.card_headline(compile_status, corr, bench["cases"], skipped, str(header.get("device") or ""))
 
 
 def _check_environment(attempt_dir: Path, header: dict, env: dict) -> None:
@@ -306,14 +283,14 @@ def _check_card_ids(attempt_dir: Path, header: dict, card_rec: dict) -> None:
 def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) -> None:
     """Every timed case's seed derives from this run's secret salt (correctness.json): benchmark.json
     records of another attempt (another run, another salt) do not fit here."""
-    timed = [c for c in bench.get("cases") or [] if isinstance(c, dict) and "candidate" in c]
-    if not timed:
+    timed_cases = [c for c in bench["cases"] if timed(c)]
+    if not timed_cases:
         return
     # the worker's own derivation (it imports torch, so only when there is something to check)
     from mini_kv.worker.inputs import case_seed
 
     salt = corr.get("seed_salt")
-    for c in timed:
+    for c in timed_cases:
         if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):
             raise _tampered(attempt_dir, "benchmark.json", f"case {c.get('id')!r}: seed {c.get('seed')!r} was not "
                             "derived from this attempt's seed_salt (correctness.json): its records come from "
@@ -335,14 +312,6 @@ def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
     if suite != header["suite_hash"]:
         raise _tampered(attempt_dir, "attempt.json", f"suite_hash {header['suite_hash']!r} is not the hash of the "
                         "definition, workloads and settings it records")
-
-
-def _classify(exc: AttemptInvalid) -> str:
-    kind = getattr(exc, "kind", None)
-    if kind:
-        return kind
-    # read_attempt's refusal of an attempt.json schema_version it does not read
-    return "version" if "schema_version" in str(exc) and "another mini_kv version" in str(exc) else "invalid"
 
 
 def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]:
@@ -376,7 +345,7 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
                 except AttemptInvalid as exc:
                     msg = str(exc)
                     msg = msg[len(str(d)) + 2:] if msg.startswith(f"{d}: ") else msg
-                    problems.append(Problem(str(d), _classify(exc), msg))
+                    problems.append(Problem(str(d), exc.kind, msg))
                 except (OSError, RecursionError, MemoryError) as exc:
                     # unreadable in a way no check foresaw: this attempt is skipped, the others still count
                     problems.append(Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})"))

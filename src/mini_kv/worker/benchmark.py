@@ -183,7 +183,7 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     default_bytes = tensor_nbytes(args) + out_bytes
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(default_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
-    seconds = cand_s["overall"]["p50"] * 1e-6
+    seconds = cand_s.overall.p50 * 1e-6
     max_cv = float(settings.get("max_cv", 0.03))
     max_p95_cv = float(settings.get("max_p95_cv", 0.15))
     record = {
@@ -194,10 +194,10 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
         "calls_per_sample": launches if method == "graph" else 1,
         "input_sets": n_sets,
         "unit": "us", "order": order_log,
-        "candidate": {"samples": samples["candidate"], "summary": cand_s},
-        "reference": {"samples": samples["reference"], "summary": ref_s},
-        "speedup": stats.speedup(ref_s["overall"]["p50"], cand_s["overall"]["p50"]),
-        "stability": {**stats.stability(cand_s, ref_s, max_cv, max_p95_cv),
+        "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict()},
+        "reference": {"samples": samples["reference"], "summary": ref_s.to_dict()},
+        "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
+        "stability": {**stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict(),
                       "max_cv": max_cv, "max_p95_cv": max_p95_cv},
         "post_check": post,
         "bytes": bytes_moved, "flops": flops,
@@ -209,5 +209,5 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     for who in ("candidate", "reference"):
         if kernel_us[who]:
             flat = [x for rep in kernel_us[who] for x in rep]
-            record[who]["kernel_us_p50"] = stats.summarize(flat)["p50"]
+            record[who]["kernel_us_p50"] = stats.summarize(flat).p50
     return record

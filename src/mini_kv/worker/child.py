@@ -89,6 +89,7 @@ def run_job(job: dict, chan: Channel) -> int:
         return sol_child.run_job(job, chan)
     import torch
 
+    from mini_kv.status import Status
     from mini_kv.worker import benchmark, contract, correctness, integrity, loader
     from mini_kv.worker.inputs import import_path
 
@@ -149,7 +150,7 @@ def run_job(job: dict, chan: Channel) -> int:
         try:
             guard.check(f"after {name}")
         except integrity.Violation as v:
-            rec = {**rec, "status": "FAIL", "integrity": v.code, "reason": str(v)}
+            rec = {**rec, "status": Status.FAILED, "integrity": v.code, "reason": str(v)}
         chan.send(event="contract", name=name, record=rec)
 
     for case in job.get("bench_cases", []):
@@ -159,9 +160,9 @@ def run_job(job: dict, chan: Channel) -> int:
                                        job["tolerances"][case["dtype"]], device, salt, job.get("peak_bw"),
                                        job.get("exprs", {}), guard)
         except integrity.Violation as v:
-            rec = {"id": case["id"], "status": "ERROR", "integrity": v.code, "reason": str(v)}
+            rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-            rec = {"id": case["id"], "status": "ERROR", "reason": f"{type(exc).__name__}: {exc}",
+            rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "reason": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()[-4000:]}
         chan.send(event="bench", record=rec)
     chan.send(event="done")

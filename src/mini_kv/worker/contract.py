@@ -6,6 +6,7 @@ import traceback
 
 import torch
 
+from mini_kv.status import Status
 from mini_kv.worker.inputs import case_seed, make_case_inputs
 
 OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -27,20 +28,20 @@ def opcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str
             passed = False
         ok = ok and passed
         results.append({"case": case["id"], "passed": passed, "tests": status})
-    return {"status": "PASS" if ok else "FAIL", "cases": results}
+    return {"status": Status.PASSED if ok else Status.FAILED, "cases": results}
 
 
 def gradcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str) -> dict:
     """float64 gradcheck of the registered backward on a small core case."""
     case = next((c for c in cases if c["kind"] == "core"), None)
     if case is None:
-        return {"status": "SKIPPED", "reason": "no core case"}
+        return {"status": Status.SKIPPED, "reason": "no core case"}
     args = make_case_inputs(factory, case["params"], "float64", device, case_seed(task_id, case["id"], salt))
     args = tuple(a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                  for a in args)
     try:
         ok = torch.autograd.gradcheck(lambda *xs: op(*xs), args, eps=1e-6, atol=1e-5, nondet_tol=0.0)
-        return {"status": "PASS" if ok else "FAIL", "case": case["id"]}
+        return {"status": Status.PASSED if ok else Status.FAILED, "case": case["id"]}
     except Exception as exc:  # noqa: BLE001
-        return {"status": "FAIL", "case": case["id"], "reason": f"{type(exc).__name__}: {str(exc)[:2000]}",
+        return {"status": Status.FAILED, "case": case["id"], "reason": f"{type(exc).__name__}: {str(exc)[:2000]}",
                 "traceback": traceback.format_exc()[-2000:]}

@@ -18,6 +18,7 @@ import traceback
 
 import torch
 
+from mini_kv.status import Status
 from mini_kv.worker.compare import compare, inputs_unchanged, tensor_errors
 from mini_kv.worker.inputs import case_seed, clone_args, describe_args, make_case_inputs, upcast_args
 from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, poison, same_bytes
@@ -50,13 +51,13 @@ def run_case(op, reference, factory, task_id: str, case: dict, tolerance: dict |
     try:
         args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
     except Exception as exc:  # noqa: BLE001 - bad params (n: -5, n: "abc", too large): the card's fault
-        return {**record, "status": "INVALID_CASE",
+        return {**record, "status": Status.INVALID_CASE,
                 "reason": f"the card's input factory failed for params {case['params']}: {type(exc).__name__}: "
                           f"{str(exc)[:300]}"}
     if on_inputs is not None:
         on_inputs()
     if args is None:
-        return {**record, "status": "SKIPPED", "reason": f"not applicable on device {device!r}"}
+        return {**record, "status": Status.SKIPPED, "reason": f"not applicable on device {device!r}"}
     record["inputs"] = describe_args(args)
     try:
         if case["kind"] == "illegal":
@@ -67,9 +68,9 @@ def run_case(op, reference, factory, task_id: str, case: dict, tolerance: dict |
         return {**record, **_checked_case(op, reference, factory, case, tolerance, device, salt, seed, args,
                                           guard)}
     except Violation as v:
-        return {**record, "status": "FAIL", "integrity": v.code, "reason": str(v)}
+        return {**record, "status": Status.INCORRECT, "integrity": v.code, "reason": str(v)}
     except _Raised as r:
-        return {**record, "status": "RUNTIME_ERROR", "reason": f"{type(r.exc).__name__}: {r.exc}",
+        return {**record, "status": Status.RUNTIME_ERROR, "reason": f"{type(r.exc).__name__}: {r.exc}",
                 "traceback": r.tb}
 
 
@@ -102,7 +103,7 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     if not res["ok"]:
         if "mismatches" in res:  # values, not type or shape: was it a cheat that got caught out?
             _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard, device)
-        return {**result, "status": "FAIL"}
+        return {**result, "status": Status.INCORRECT}
     why = degenerate(out, ref, atol)
     if why:
         raise Violation("DEGENERATE_OUTPUT", why)
@@ -110,12 +111,12 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     try:
         _second_call(op, reference, factory, case, device, salt, seed, out, ref, atol, rtol, guard)
     except _SecondSetWrong as w:
-        return {**result, **{k: v for k, v in w.res.items() if k != "ok"}, "status": "FAIL",
+        return {**result, **{k: v for k, v in w.res.items() if k != "ok"}, "status": Status.INCORRECT,
                 "reason": f"on a second input set: {w.res.get('reason')}"}
     if not same_bytes(out, kept):
         raise Violation("DEFERRED_WORK", "the first call's output changed after it returned (written by a later "
                         "call or by work left running)")
-    return {**result, "status": "PASS", "calls": 2}
+    return {**result, "status": Status.PASSED, "calls": 2}
 
 
 def _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard, device) -> None:
@@ -174,8 +175,8 @@ def _run_illegal(op, args, device: str) -> dict:
         op(*args)
         _sync(device)
     except Exception as exc:  # noqa: BLE001
-        return {"status": "PASS", "raised": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-    return {"status": "FAIL", "reason": "the op accepted illegal input instead of raising an error"}
+        return {"status": Status.PASSED, "raised": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    return {"status": Status.INCORRECT, "reason": "the op accepted illegal input instead of raising an error"}
 
 
 def _reference_error(reference, args, ref: torch.Tensor) -> dict | None:
