@@ -18,6 +18,7 @@ from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker import bandwidth
+from mini_kv.worker.jobs import CardJob
 
 
 @dataclass
@@ -129,7 +130,7 @@ def _progress(job: dict, cand_id: str, say, line=None):
 
 
 def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
-         peak_bw: float | None = None) -> dict:
+         peak_bw: float | None = None) -> CardJob:
     cases = [c.to_dict() for c in card.cases if c.kind != "bench" and c.runs_on(device)]
     if opts.case_filter:
         cases = [c for c in cases if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
@@ -138,20 +139,20 @@ def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: Verif
     if opts.case_filter:
         bench = [c for c in bench if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
     settings = benchmark_settings(card, opts)
-    return {
-        "task_id": card.id, "op": cand.op, "library": library, "device": device, "salt": salt,
-        "project_root": card.project_root,  # where the card's reference and input modules import from
-        "reference": card.operator["reference"], "inputs": card.operator["inputs"],
-        "tolerances": card.tolerances, "cases": cases, "all_cases": [c.to_dict() for c in card.cases],
-        "bench_cases": bench, "benchmark": settings,
-        "contract": ["opcheck"] + (["gradcheck"] if cand.backward else []),
-        "backward": cand.backward,
-        "exprs": {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
-        "peak_bw": peak_bw,
+    return CardJob(
+        task_id=card.id, op=cand.op, library=library, device=device, salt=salt,
+        project_root=card.project_root,  # where the card's reference and input modules import from
+        reference=card.operator["reference"], inputs=card.operator["inputs"],
+        tolerances=card.tolerances, cases=cases, all_cases=[c.to_dict() for c in card.cases],
+        bench_cases=bench, benchmark=settings,
+        contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
+        backward=cand.backward,
+        exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
+        peak_bw=peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
-        "watch_paths": _watch_paths(card),
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
-    }
+        watch_paths=_watch_paths(card),
+        memory_limit_bytes=int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else _cpu_memory_limit(),
+    )
 
 
 def _watch_paths(card: TaskCard) -> list[str]:

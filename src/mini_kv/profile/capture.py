@@ -2,7 +2,8 @@
 
 Steps, each of which records a structured reason when it fails (reasons.PROFILE_REASONS):
 find ncu -> CUDA visible -> the candidate's kernel names -> build (content-addressed cache) ->
-`ncu ... python -m mini_kv.profile.target --job job.json` -> `ncu --import R --csv --page raw`
+`ncu ... python -m mini_kv.worker.child --job job.json --result-file target.events` (job kind
+`profile_target`; its signed result becomes target.json) -> `ncu --import R --csv --page raw`
 -> exactly one row of the candidate's kernel -> every required metric.
 The profile directory is written whether or not it succeeded; only `status: ok` ones compare.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import ProfileFailure
 from mini_kv.profile.store import ProfileWriter
+from mini_kv.worker import channel
+from mini_kv.worker.jobs import Event, ProfileTargetJob
 
 # A fixed, public salt: profiles are evidence about a kernel, not a correctness check, and two
 # candidates' profiles must see the same inputs to be comparable.
@@ -150,16 +154,21 @@ def capture(ncu: str, library: str, card: TaskCard, cand: Candidate, p: dict, w:
             timeout: float) -> None:
     """Run ncu around the target, re-import, parse; fills `rec`, raises ProfileFailure with the reason."""
     case: Case = p["case"]
-    job = {"library": library, "op": cand.op, "inputs": card.operator["inputs"], "reference": card.operator["reference"],
-           "params": case.params, "dtype": case.dtype, "device": "cuda:0", "seed": p["seed"], "warmup": p["warmup"],
-           "calls": 1, "tolerance": card.tolerances[case.dtype], "result_path": str(w.path("target.json"))}
-    w.json("job.json", job)
-    target = [sys.executable, "-m", "mini_kv.profile.target", "--job", str(w.path("job.json"))]
+    job = ProfileTargetJob(library=library, op=cand.op, inputs=card.operator["inputs"],
+                           reference=card.operator["reference"], params=case.params, dtype=case.dtype,
+                           device="cuda:0", seed=p["seed"], warmup=p["warmup"], calls=1,
+                           tolerance=card.tolerances[case.dtype])
+    w.json("job.json", job.to_dict())
+    # the worker child, with its signed events in a file: ncu stands between it and this process
+    key = secrets.token_bytes(32)
+    target = [sys.executable, "-m", "mini_kv.worker.child", "--job", str(w.path("job.json")),
+              "--result-file", str(w.path("target.events"))]
     report_base = w.path(REPORT[: -len(".ncu-rep")])
     cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout, env=_target_env(),
-                             cwd=card.project_root)
+    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout,
+                             env={**_target_env(), channel.KEY_ENV: key.hex()}, cwd=card.project_root)
     rec["ncu"]["commands"].append(_public(run))
+    _target_result(w, key)
     _judge_profile_run(run, w, rec)
     imp = ncu_mod.run_logged("import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"),
                              timeout)
@@ -173,6 +182,20 @@ def capture(ncu: str, library: str, card: TaskCard, cand: Candidate, p: dict, w:
     w.json("metrics.json", {"schema_version": 1, "kernel": result["kernel"], "metrics": result["metrics"],
                             "rows": result["rows"]})
     rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
+
+
+def _target_result(w: ProfileWriter, key: bytes) -> None:
+    """target.json: the target's signed `result`, or why it has none (a `fatal` event, unsigned data)."""
+    path = w.partial / "target.events"
+    if not path.is_file():
+        return  # the target never started: judged below
+    events = [ev for ev in channel.read_file(path, key) if ev.get("event") != Event.BEGIN]
+    ev = events[0] if events else {"event": Event.FATAL, "reason": "the target sent no result"}
+    if ev["event"] == Event.RESULT:
+        w.json("target.json", ev["result"])
+    else:
+        w.json("target.json", {"ok": False, "error": ev.get("reason") or f"unsigned data from the target: "
+                               f"{ev.get('line')}", "traceback": ev.get("traceback")})
 
 
 def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
