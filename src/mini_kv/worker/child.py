@@ -80,7 +80,7 @@ def _limit_memory(job: Job) -> None:
 def _set_device(device: str) -> None:
     import torch
 
-    if torch.device(device).type == "cuda":
+    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
         torch.cuda.set_device(torch.device(device))
     # One intra-op thread on CPU: the reference gets no parallelism the candidate lacks, and
     # timings do not swing with the other core's load.
