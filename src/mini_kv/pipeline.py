@@ -131,13 +131,11 @@ def _progress(job: dict, cand_id: str, say, line=None):
 
 def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
          peak_bw: float | None = None) -> CardJob:
-    cases = [c.to_dict() for c in card.cases if c.kind != "bench" and c.runs_on(device)]
-    if opts.case_filter:
-        cases = [c for c in cases if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+    wanted = set(opts.case_filter or ())
+    chosen = [c.to_dict() for c in card.cases if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)]
+    cases = [c for c in chosen if c["kind"] != "bench"]
     bench_kinds = {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
-    bench = [] if opts.skip_benchmark else [c.to_dict() for c in card.cases if c.kind in bench_kinds and c.runs_on(device)]
-    if opts.case_filter:
-        bench = [c for c in bench if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+    bench = [] if opts.skip_benchmark else [c for c in chosen if c["kind"] in bench_kinds]
     settings = benchmark_settings(card, opts)
     return CardJob(
         task_id=card.id, op=cand.op, library=library, device=device, salt=salt,
