@@ -131,17 +131,12 @@ def run_one(job: Job, timeout: float, env: dict | None = None, sandbox: SandboxI
     log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
     child = ChildRun(job, log_path, env, sandbox=sandbox)
     ev = child.next_event(timeout)
-    ok = isinstance(ev, dict) and ev.get("event") == Event.RESULT
-    code = child.close(kill=not ok)
-    if ev == "timeout":
-        ev = {"event": Event.FATAL, "reason": f"no result within {timeout:.0f} s; process group killed",
-              "timed_out": True}
-    elif ev is None:
-        ev = {"event": Event.FATAL, "reason": f"worker {_describe_exit(code)} without a result"}
-    elif ev.get("event") == Event.FORGED:
-        ev = {"event": Event.FATAL, "reason": f"unsigned data on the result channel: {ev['line']}"}
-    elif not ok and ev.get("event") != Event.FATAL:
-        ev = {"event": Event.FATAL, "reason": f"unexpected event {ev!r}"[:500]}
+    kind = ev.get("event") if isinstance(ev, dict) else None
+    code = child.close(kill=kind != Event.RESULT)
+    if kind not in (Event.RESULT, Event.FATAL):  # forged, another event, none, or none in time
+        why = (f"no result within {timeout:.0f} s; process group killed" if ev == "timeout" else
+               f"worker {_describe_exit(code)} without a result" if ev is None else f"unexpected event {ev!r}"[:500])
+        ev = {"event": Event.FATAL, "reason": why, "timed_out": ev == "timeout"}
     ev = {**ev, "log_tail": _tail(log_path), "sandbox": child.sandbox_info.to_dict()}
     if own_log:
         os.unlink(log_path)
@@ -179,8 +174,8 @@ class _WorkerRun:
                         "contract": list(job.get("contract", []))}
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
-        self.handlers = {Event.BEGIN: self._begin, Event.LOAD: self._load, Event.CASE: self._case,
-                         Event.CONTRACT: self._contract, Event.BENCH: self._bench, Event.FATAL: self._fatal,
+        self.handlers = {Event.BEGIN: self._begin, Event.LOAD: self._load, Event.CASE: self._record,
+                         Event.CONTRACT: self._record, Event.BENCH: self._record, Event.FATAL: self._fatal,
                          Event.DONE: self._done, Event.FORGED: self._forged}
 
     def run(self, first_child: ChildRun | None) -> dict:
@@ -240,24 +235,19 @@ class _WorkerRun:
         self.current = None
         return not ev["ok"]  # nothing runs after a failed load
 
-    def _case(self, ev: dict) -> None:
-        case_id = ev["record"].get("id")
-        if case_id not in {c["id"] for c in self.pending["cases"]}:
-            self.results["incidents"].append(_forged(self.current, f"a result for {case_id!r}, "
+    def _record(self, ev: dict) -> None:
+        """A case's, a contract check's or a benchmark's record: no longer pending."""
+        kind, rec = ev["event"], ev["record"]
+        name = ev["name"] if kind == Event.CONTRACT else rec.get("id")
+        if kind == Event.CASE and name not in {c["id"] for c in self.pending["cases"]}:
+            self.results["incidents"].append(_forged(self.current, f"a result for {name!r}, "
                                                      "which was not pending (a second or unknown record)"))
             return
-        self.results["cases"].append(ev["record"])
-        self._drop("cases", case_id)
-        self.current = None
-
-    def _contract(self, ev: dict) -> None:
-        self.results["contract"][ev["name"]] = ev["record"]
-        self._drop("contract", ev["name"])
-        self.current = None
-
-    def _bench(self, ev: dict) -> None:
-        self.results["bench"].append(ev["record"])
-        self._drop("bench_cases", ev["record"]["id"])
+        if kind == Event.CONTRACT:
+            self.results["contract"][name] = rec
+        else:
+            self.results["cases" if kind == Event.CASE else "bench"].append(rec)
+        self._drop({Event.CASE: "cases", Event.CONTRACT: "contract", Event.BENCH: "bench_cases"}[kind], name)
         self.current = None
 
     def _fatal(self, ev: dict) -> None:

@@ -187,15 +187,10 @@ def capture(ncu: str, library: str, card: TaskCard, cand: Candidate, p: dict, w:
 def _target_result(w: ProfileWriter, key: bytes) -> None:
     """target.json: the target's signed `result`, or why it has none (a `fatal` event, unsigned data)."""
     path = w.partial / "target.events"
-    if not path.is_file():
-        return  # the target never started: judged below
-    events = [ev for ev in channel.read_file(path, key) if ev.get("event") != Event.BEGIN]
-    ev = events[0] if events else {"event": Event.FATAL, "reason": "the target sent no result"}
-    if ev["event"] == Event.RESULT:
-        w.json("target.json", ev["result"])
-    else:
-        w.json("target.json", {"ok": False, "error": ev.get("reason") or f"unsigned data from the target: "
-                               f"{ev.get('line')}", "traceback": ev.get("traceback")})
+    if path.is_file():  # else the target never started: judged below
+        ev = (channel.read_file(path, key) or [{"reason": "the target sent no result"}])[0]
+        w.json("target.json", ev["result"] if ev.get("event") == Event.RESULT else {
+            "ok": False, "error": ev.get("reason") or f"unsigned data: {ev.get('line')}", "traceback": ev.get("traceback")})
 
 
 def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:

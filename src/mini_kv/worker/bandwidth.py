@@ -62,6 +62,11 @@ def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = IT
     }
 
 
+def measure_job(job) -> dict:
+    """Job kind `bandwidth`, in the worker child."""
+    return measure(job["device"], job["nbytes"], job["iterations"])
+
+
 def cache_path(project_root: Path, environment_key: str) -> Path:
     return Path(project_root) / ".build" / f"bandwidth-{environment_key}.json"
 

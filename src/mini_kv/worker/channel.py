@@ -1,9 +1,6 @@
-"""The signed result channel between a worker child and its parent.
-
-Every event is a JSON line signed with a per-run key from the parent and numbered, so bytes written
-to the channel by anything that does not hold the key (e.g. a candidate scanning for open fds) are
-rejected. The channel is a pipe the parent owns, or a file where a tool between them (ncu) is in
-the way; a child reading its job from a file gets the key from $MINI_KV_CHANNEL_KEY instead.
+"""The result channel of a worker child: JSON events signed with a per-run key from the parent and
+numbered, so bytes from anything without the key (e.g. a candidate scanning for open fds) are
+rejected. A pipe the parent owns, or a file where ncu stands between them (key in $MINI_KV_CHANNEL_KEY).
 """
 
 from __future__ import annotations

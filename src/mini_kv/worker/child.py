@@ -120,7 +120,7 @@ def _load(job: Job, chan: Channel, guard, reference):
 
 def run_job(job: Job, chan: Channel) -> int:
     """A task card's candidate (kind `card`): correctness cases, contract checks, benchmark cases."""
-    from mini_kv.worker import contract, correctness, integrity
+    from mini_kv.worker import benchmark, contract, correctness, integrity
     from mini_kv.worker.inputs import import_path
 
     if job["project_root"] and job["project_root"] not in sys.path:
@@ -156,23 +156,18 @@ def run_job(job: Job, chan: Channel) -> int:
         chan.send(event=Event.CONTRACT, name=name, record=rec)
     for case in job["bench_cases"]:
         chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
-        chan.send(event=Event.BENCH, record=_bench(op, reference, factory, job, case, guard))
+        try:
+            rec = benchmark.bench_case(op, reference, factory, task_id, case, job["benchmark"],
+                                       job["tolerances"][case["dtype"]], device, salt, job["peak_bw"], job["exprs"],
+                                       guard)
+        except integrity.Violation as v:
+            rec = {"id": case["id"], "status": "ERROR", "integrity": v.code, "reason": str(v)}
+        except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
+            rec = {"id": case["id"], "status": "ERROR", "reason": f"{type(exc).__name__}: {exc}",
+                   "traceback": traceback.format_exc()[-4000:]}
+        chan.send(event=Event.BENCH, record=rec)
     chan.send(event=Event.DONE)
     return 0
-
-
-def _bench(op, reference, factory, job: Job, case: dict, guard) -> dict:
-    from mini_kv.worker import benchmark, integrity
-
-    try:
-        return benchmark.bench_case(op, reference, factory, job["task_id"], case, job["benchmark"],
-                                    job["tolerances"][case["dtype"]], job["device"], job["salt"], job["peak_bw"],
-                                    job["exprs"], guard)
-    except integrity.Violation as v:
-        return {"id": case["id"], "status": "ERROR", "integrity": v.code, "reason": str(v)}
-    except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-        return {"id": case["id"], "status": "ERROR", "reason": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc()[-4000:]}
 
 
 def _sol(job: Job, chan: Channel) -> int:
@@ -181,42 +176,22 @@ def _sol(job: Job, chan: Channel) -> int:
     return sol_child.run_job(job, chan)
 
 
-def _one_shot(run):
-    """A kind with one answer, sent as a `result` event (an exception becomes a `fatal` one in main)."""
+def _one_shot(path: str):
+    """A kind with one answer, `path`'s function of the job, sent as a `result` event (an exception
+    becomes a `fatal` one in main)."""
     def handler(job: Job, chan: Channel) -> int:
+        from mini_kv.worker.inputs import import_path
+
         if "device" in job:
             _set_device(job["device"])
-        chan.send(event=Event.RESULT, result=run(job))
+        chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
     return handler
 
 
-def _bandwidth(job: Job) -> dict:
-    from mini_kv.worker.bandwidth import measure
-
-    return measure(job["device"], job["nbytes"], job["iterations"])
-
-
-def _ab(job: Job) -> dict:
-    from mini_kv.profile.ab import time_pair
-
-    return time_pair(job)
-
-
-def _profile_target(job: Job) -> dict:
-    from mini_kv.profile.target import run
-
-    return run(job)
-
-
-def _build(job: Job) -> dict:
-    from mini_kv.build.jit_child import build
-
-    return build(job)
-
-
-HANDLERS = {"card": run_job, "sol": _sol, "bandwidth": _one_shot(_bandwidth), "ab": _one_shot(_ab),
-            "profile_target": _one_shot(_profile_target), "build": _one_shot(_build)}
+HANDLERS = {"card": run_job, "sol": _sol, "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
+            "ab": _one_shot("mini_kv.profile.ab:time_pair"), "profile_target": _one_shot("mini_kv.profile.target:run"),
+            "build": _one_shot("mini_kv.build.jit_child:build")}
 
 
 if __name__ == "__main__":

@@ -1,10 +1,8 @@
-"""What a worker child (`python -m mini_kv.worker.child`) is asked to do: one record per job kind.
-
-A job is frozen, versioned and JSON-serialisable, and names everything the child needs (paths,
-seeds, settings) and nothing of the parent's process, so the same record can run in a local child
-or be shipped to another machine. `to_dict()` adds `kind` and `schema_version`; `Job.from_dict()`
-refuses a kind or version this mini_kv does not know. A job also reads as a mapping of its
-`to_dict()` (`job["cases"]`, `{**job, "cases": []}`).
+"""What a worker child (`python -m mini_kv.worker.child`) is asked to do: one frozen, versioned,
+JSON-serialisable record per job kind, naming everything the child needs (paths, seeds, settings)
+and nothing of the parent's process, so it can run in a local child or on another machine.
+`Job.from_dict()` refuses a kind or version this mini_kv does not know. A job reads as the mapping
+of its `to_dict()` (`job["cases"]`, `{**job, "cases": []}`).
 """
 
 from __future__ import annotations
