@@ -21,6 +21,8 @@ from mini_kv.profile import capture
 from mini_kv.profile.capture import ProfileOptions, profile_candidate
 from mini_kv.profile.reasons import PROFILE_REASONS
 from mini_kv.profile.store import ProfileUnusable, read_profile
+from mini_kv.worker.channel import KEY_ENV, read_file
+from mini_kv.worker.jobs import ProfileTargetJob
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "ncu"
@@ -94,7 +96,8 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
     export = profile_argv[profile_argv.index("--export") + 1]
     assert Path(export).name == "report" and export.endswith(".partial/report")
     tail = profile_argv[profile_argv.index("--force-overwrite") + 1:]
-    assert tail[:3] == [sys.executable, "-m", "mini_kv.profile.target"] and tail[3] == "--job"
+    assert tail[:3] == [sys.executable, "-m", "mini_kv.worker.child"] and tail[3] == "--job"
+    assert tail[5] == "--result-file"
     assert import_argv[:2] == ["--import", str(Path(res["path"]) / "report.ncu-rep").replace(
         str(res["path"]), export.rsplit("/", 1)[0])]
     assert ("--page", "raw") in zip(import_argv, import_argv[1:], strict=False) and "--csv" in import_argv
@@ -289,15 +292,13 @@ def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     comp = compile_candidate(ROOT, cand, with_cuda=False)
     assert comp["status"] == "ok", comp
     params, seed = {"rows": 7, "hidden": 129}, 12345
-    job = {"library": comp["library"], "op": cand.op, "inputs": card.operator["inputs"],
-           "reference": card.operator["reference"], "params": params, "dtype": "float32", "device": "cpu",
-           "seed": seed, "warmup": 3, "calls": 1, "tolerance": card.tolerances["float32"],
-           "result_path": str(tmp_path / "target.json")}
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    r = subprocess.run([sys.executable, "-m", "mini_kv.profile.target", "--job", str(tmp_path / "job.json")],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    job = ProfileTargetJob(library=comp["library"], op=cand.op, inputs=card.operator["inputs"],
+                           reference=card.operator["reference"], params=params, dtype="float32", device="cpu",
+                           seed=seed, warmup=3, calls=1, tolerance=card.tolerances["float32"])
+    r, events = run_target(job, tmp_path)
     assert r.returncode == 0, r.stderr
-    res = json.loads((tmp_path / "target.json").read_text())
+    assert [e["event"] for e in events] == ["result"]
+    res = events[0]["result"]
     expected = input_digest(make_case_inputs(import_path(card.operator["inputs"]), params, "float32", "cpu", seed))
     assert res["ok"] and res["calls"] == 4 and res["output_check"]["ok"]
     assert res["input_sha256"] == expected
@@ -306,14 +307,24 @@ def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     assert input_digest((torch.zeros(2, 3),)) != input_digest((torch.zeros(3, 2),))  # shape is part of it
 
 
+def run_target(job, tmp_path):
+    """The worker child as capture.py has ncu start it: job file in, signed events to a file."""
+    key = os.urandom(32)
+    (tmp_path / "job.json").write_text(json.dumps(job.to_dict()))
+    events = tmp_path / "target.events"
+    r = subprocess.run([sys.executable, "-m", "mini_kv.worker.child", "--job", str(tmp_path / "job.json"),
+                        "--result-file", str(events)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, KEY_ENV: key.hex()})
+    return r, read_file(events, key)
+
+
 def test_target_failure_is_reported_not_raised(tmp_path):
-    job = {"library": str(tmp_path / "missing.so"), "op": "x::y", "result_path": str(tmp_path / "t.json")}
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    r = subprocess.run([sys.executable, "-m", "mini_kv.profile.target", "--job", str(tmp_path / "job.json")],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    job = ProfileTargetJob(library=str(tmp_path / "missing.so"), op="x::y", inputs="", reference="", params={},
+                           dtype="float32", device="cpu", seed=1, warmup=1, calls=1, tolerance={})
+    r, events = run_target(job, tmp_path)
     assert r.returncode == 3
-    res = json.loads((tmp_path / "t.json").read_text())
-    assert res["ok"] is False and res["error"]
+    assert [e["event"] for e in events] == ["fatal"] and events[0]["reason"]
+    assert read_file(tmp_path / "target.events", os.urandom(32))[0]["event"] == "forged"  # not the run's key
 
 
 # --------------------------------------------------------------------------------- doctor

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -144,9 +142,10 @@ def test_cli_compare_refusal_exit_code(fake_ncu, monkeypatch, pair):  # noqa: F8
 # ------------------------------------------------------------------------------ A/B timing
 
 def test_ab_timing_process_alternates_on_the_same_inputs():
-    """The timing child itself, on CPU builds of both candidates (wallclock there, as in the benchmark)."""
+    """The timing job in the worker child, on CPU builds of both candidates (wallclock there, as in the benchmark)."""
     from mini_kv.build.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
+    from mini_kv.runner import run_one
 
     card = load_task_card(ROOT / "tasks" / "rmsnorm.yaml")
     docs = []
@@ -160,10 +159,9 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
     for entry, doc in zip(job["candidates"], docs, strict=True):
         entry["library"] = doc["candidate"]["library"]
-    r = subprocess.run([sys.executable, "-m", "mini_kv.profile.ab"], input=json.dumps(job), capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    ev = run_one(job, timeout=300)
+    assert ev["event"] == "result", ev
+    res = ev["result"]
     assert res["ran"] and res["method"] == "wallclock"
     assert res["order"] == [["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
     assert [len(x) for x in res["samples"]["A"]] == [5] * 4 and len(res["samples"]["B"]) == 4

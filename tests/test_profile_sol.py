@@ -96,12 +96,12 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
     assert doc["case"] == {**doc["case"], "id": "tall", "kind": "workload", "params": {"n": 17}}
     assert doc["candidate"]["id"] == "scale_mul_good_return" and doc["candidate"]["op"] == "main.py::forward"
     job = json.loads((Path(res["path"]) / "job.json").read_text())
-    assert job["kind"] == "sol" and job["case"]["id"] == "tall" and job["calls"] == 1
+    assert job["kind"] == "sol_profile_target" and job["case"]["id"] == "tall" and job["calls"] == 1
     assert job["seed"] == doc["case"]["seed"] == case_seed("scale_mul", "tall", doc["case"]["seed_salt"])
     assert job["solution"]["entry_function"] == "forward" and job["solution"]["dps"] is False
     assert Path(job["reference_file"]).name == "reference.py"
     profiled = json.loads(fake_ncu["log"].read_text().splitlines()[-2])
-    assert profiled[-4:-2] == ["-m", "mini_kv.profile.sol"]
+    assert profiled[-6:-4] == ["-m", "mini_kv.worker.child"]
     assert {"definition.json", "solution.json", "environment.json"} <= {f["path"] for f in doc["files"]}
 
 

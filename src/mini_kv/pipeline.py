@@ -19,6 +19,7 @@ from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker import bandwidth
+from mini_kv.worker.jobs import CardJob
 
 
 @dataclass
@@ -114,29 +115,27 @@ def _progress(job: dict, cand_id: str, say, line=None):
 
 
 def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
-         peak_bw: float | None = None) -> dict:
-    cases = [c.to_dict() for c in card.cases if c.kind != "bench" and c.runs_on(device)]
-    if opts.case_filter:
-        cases = [c for c in cases if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+         peak_bw: float | None = None) -> CardJob:
+    wanted = set(opts.case_filter or ())
+    chosen = [c.to_dict() for c in card.cases if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)]
+    cases = [c for c in chosen if c["kind"] != "bench"]
     bench_kinds = {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
-    bench = [] if opts.skip_benchmark else [c.to_dict() for c in card.cases if c.kind in bench_kinds and c.runs_on(device)]
-    if opts.case_filter:
-        bench = [c for c in bench if c["id"] in opts.case_filter or c["base_id"] in opts.case_filter]
+    bench = [] if opts.skip_benchmark else [c for c in chosen if c["kind"] in bench_kinds]
     settings = benchmark_settings(card, opts)
-    return {
-        "task_id": card.id, "op": cand.op, "library": library, "device": device, "salt": salt,
-        "project_root": card.project_root,  # where the card's reference and input modules import from
-        "reference": card.operator["reference"], "inputs": card.operator["inputs"],
-        "tolerances": card.tolerances, "cases": cases, "all_cases": [c.to_dict() for c in card.cases],
-        "bench_cases": bench, "benchmark": settings,
-        "contract": ["opcheck"] + (["gradcheck"] if cand.backward else []),
-        "backward": cand.backward,
-        "exprs": {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
-        "peak_bw": peak_bw,
+    return CardJob(
+        task_id=card.id, op=cand.op, library=library, device=device, salt=salt,
+        project_root=card.project_root,  # where the card's reference and input modules import from
+        reference=card.operator["reference"], inputs=card.operator["inputs"],
+        tolerances=card.tolerances, cases=cases, all_cases=[c.to_dict() for c in card.cases],
+        bench_cases=bench, benchmark=settings,
+        contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
+        backward=cand.backward,
+        exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
+        peak_bw=peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
-        "watch_paths": _watch_paths(card),
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
-    }
+        watch_paths=_watch_paths(card),
+        memory_limit_bytes=int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
+    )
 
 
 def _watch_paths(card: TaskCard) -> list[str]:

@@ -1,14 +1,13 @@
 """Parent side of the process boundary: start the worker child, read its events, enforce timeouts.
 
-The parent never imports candidate code. A child that crashes or hangs is killed (whole process
-group); the case it was running is recorded as RUNTIME_ERROR or TIMEOUT with the tail of its log,
-and a fresh child continues with the cases after it.
+Every job kind (mini_kv.worker.jobs) runs in `python -m mini_kv.worker.child`: `run_worker` for the
+staged kinds (card, sol), `run_one` for the one-shot ones. The parent never imports candidate code.
+A child that crashes or hangs is killed (whole process group); the case it was running is recorded
+as RUNTIME_ERROR or TIMEOUT with the tail of its log, and a fresh child continues with the cases after it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -23,6 +22,9 @@ from mini_kv.proc import kill_group
 from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
 from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv.status import Status
+from mini_kv.worker.channel import Verifier
+from mini_kv.worker.jobs import Event, Job, as_job
 
 MAX_RESTARTS = 50
 
@@ -59,10 +61,10 @@ class ChildRun:
     then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
     `warm_profiler` has it pay CUPTI's start-up then too."""
 
-    def __init__(self, job: dict | None, log_path: str, env: dict | None, warm_profiler: bool = False,
+    def __init__(self, job: Job | None, log_path: str, env: dict | None, warm_profiler: bool = False,
                  sandbox: SandboxInfo | None = None):
         self.key = secrets.token_bytes(32)
-        self.seq = 0
+        self.verifier = Verifier(self.key)
         read_fd, write_fd = os.pipe()
         self.log = open(log_path, "ab")
         # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
@@ -80,9 +82,9 @@ class ChildRun:
         if job is not None:
             self.send(job)
 
-    def send(self, job: dict) -> None:
+    def send(self, job: Job) -> None:
         try:
-            self.proc.stdin.write(json.dumps({**job, "channel_key": self.key.hex()}).encode())
+            self.proc.stdin.write(json.dumps({**as_job(job).to_dict(), "channel_key": self.key.hex()}).encode())
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
@@ -102,23 +104,7 @@ class ChildRun:
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
-        return self._authenticate(line)
-
-    def _authenticate(self, line: bytes) -> dict:
-        """Accept only events signed with this child's key and numbered in order."""
-        try:
-            outer = json.loads(line)
-            body, mac = outer["body"], outer["mac"]
-            good = hmac.compare_digest(mac, hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest())
-        except (ValueError, KeyError, TypeError, AttributeError):
-            good = False
-        if not good:
-            return {"event": "forged", "line": line[:200].decode("utf-8", "replace")}
-        event = json.loads(body)
-        self.seq += 1
-        if event.get("seq") != self.seq:
-            return {"event": "forged", "line": f"event out of sequence (got {event.get('seq')}, expected {self.seq})"}
-        return event
+        return self.verifier.read(line)
 
     def close(self, kill: bool) -> int | None:
         if not self.proc.stdin.closed:  # a child that never got its job
@@ -136,10 +122,31 @@ class ChildRun:
         return code
 
 
-def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: str | None = None,
+def run_one(job: Job, timeout: float, env: dict | None = None, sandbox: SandboxInfo | None = None,
+            log_path: str | None = None) -> dict:
+    """A one-shot job kind in a fresh child: its `result` event, else a `fatal` one saying why there is
+    none (`timed_out`, a crash, unsigned data), with the tail of the child's output. Both carry the
+    `sandbox` the child ran in. `log_path` keeps the child's output (default: a temp file, removed)."""
+    own_log = log_path is None
+    log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
+    child = ChildRun(job, log_path, env, sandbox=sandbox)
+    ev = child.next_event(timeout)
+    kind = ev.get("event") if isinstance(ev, dict) else None
+    code = child.close(kill=kind != Event.RESULT)
+    if kind not in (Event.RESULT, Event.FATAL):  # forged, another event, none, or none in time
+        why = (f"no result within {timeout:.0f} s; process group killed" if ev == "timeout" else
+               f"worker {_describe_exit(code)} without a result" if ev is None else f"unexpected event {ev!r}"[:500])
+        ev = {"event": Event.FATAL, "reason": why, "timed_out": ev == "timeout"}
+    ev = {**ev, "log_tail": _tail(log_path), "sandbox": child.sandbox_info.to_dict()}
+    if own_log:
+        os.unlink(log_path)
+    return ev
+
+
+def run_worker(job: Job, case_timeout: float, stage_timeout: float, log_path: str | None = None,
                env: dict | None = None, on_event=None, first_child: ChildRun | None = None,
                sandbox: SandboxInfo | None = None) -> dict:
-    """Run every stage of `job` in child processes; returns plain-data results.
+    """Run every stage of `job` (kind card or sol, or its dict) in child processes; returns plain-data results.
 
     `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
     a child started earlier without a job (same `env`, logging to `log_path`); it runs the first batch.
@@ -150,121 +157,156 @@ def run_worker(job: dict, case_timeout: float, stage_timeout: float, log_path: s
                             tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1])
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": log_path,
-               "sandbox": sandbox.to_dict()}
-    pending_cases = list(job["cases"])
-    pending_bench = list(job.get("bench_cases", []))
-    contract_pending = list(job.get("contract", []))
-    started = time.monotonic()
-    from mini_kv.worker.integrity import files_changed, harness_files
+    return _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox).run(first_child)
 
-    # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
-    watch = job.get("watch_paths", [])
-    files_before = harness_files(watch)
-    for _ in range(MAX_RESTARTS):
-        sub = {**job, "cases": pending_cases, "bench_cases": pending_bench, "contract": contract_pending}
-        if first_child is not None:
-            child, first_child = first_child, None
-            child.send(sub)
-        else:
-            child = ChildRun(sub, log_path, env, sandbox=sandbox)
-        current = None
-        outcome = "eof"
+
+class _WorkerRun:
+    """One `run_worker` call: what is still pending, the results so far, the case the child is on.
+    A child that crashes or hangs gets the case it was on recorded, and a fresh child the rest."""
+
+    def __init__(self, job: Job, case_timeout: float, stage_timeout: float, log_path: str, env: dict | None,
+                 on_event, sandbox: SandboxInfo):
+        self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
+        self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
+        self.results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [],
+                        "log": log_path, "sandbox": sandbox.to_dict()}
+        self.pending = {"cases": list(job["cases"]), "bench_cases": list(job.get("bench_cases", [])),
+                        "contract": list(job.get("contract", []))}
+        self.started = time.monotonic()
+        self.current: tuple | None = None  # (stage, case id) the child is on
+        self.handlers = {Event.BEGIN: self._begin, Event.LOAD: self._load, Event.CASE: self._record,
+                         Event.CONTRACT: self._record, Event.BENCH: self._record, Event.FATAL: self._fatal,
+                         Event.DONE: self._done, Event.FORGED: self._forged}
+
+    def run(self, first_child: ChildRun | None) -> dict:
+        from mini_kv.worker.integrity import files_changed, harness_files
+
+        # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
+        watch = self.job.get("watch_paths", [])
+        files_before = harness_files(watch)
+        for _ in range(MAX_RESTARTS):
+            sub = self.job.replace(**self.pending)
+            if first_child is not None:
+                child, first_child = first_child, None
+                child.send(sub)
+            else:
+                child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox)
+            outcome, budget = self._read(child)
+            code = child.close(kill=outcome != "done")
+            if not self._carry_on(outcome, code, budget):
+                break
+        touched = files_changed(files_before, harness_files(watch))
+        if touched:
+            self.results["incidents"].append({"stage": "worker", "integrity": "HARNESS_TAMPERED", "case": None,
+                                              "reason": "files of the verifier changed while the worker ran: "
+                                                        + ", ".join(touched[:10])})
+        return self.results
+
+    def _left(self) -> int:
+        return sum(len(v) for v in self.pending.values())
+
+    def _drop(self, key: str, name) -> None:
+        self.pending[key] = [c for c in self.pending[key] if (c if key == "contract" else c["id"]) != name]
+
+    def _read(self, child: ChildRun) -> tuple[str, float]:
+        """Handle the child's events until it is done, stops or times out: (outcome, time budget)."""
+        self.current = None
         while True:
-            budget = min(case_timeout, max(0.0, stage_timeout - (time.monotonic() - started)))
+            budget = min(self.case_timeout, max(0.0, self.stage_timeout - (time.monotonic() - self.started)))
             ev = child.next_event(budget)
             if ev == "timeout":
-                outcome = "timeout"
-                break
+                return "timeout", budget
             if ev is None:
-                break
+                return "eof", budget
+            if self.on_event is not None:
+                self.on_event(ev)
             kind = ev.get("event")
-            if on_event is not None:
-                on_event(ev)
-            if kind == "begin":
-                current = (ev["stage"], ev["case"])
-            elif kind == "load":
-                results["load"] = ev
-                current = None
-                if not ev["ok"]:
-                    break
-            elif kind == "case":
-                if ev["record"].get("id") not in {c["id"] for c in pending_cases}:
-                    results["incidents"].append(_forged(current, f"a result for {ev['record'].get('id')!r}, "
-                                                        "which was not pending (a second or unknown record)"))
-                    continue
-                results["cases"].append(ev["record"])
-                pending_cases = [c for c in pending_cases if c["id"] != ev["record"]["id"]]
-                current = None
-            elif kind == "contract":
-                results["contract"][ev["name"]] = ev["record"]
-                contract_pending = [n for n in contract_pending if n != ev["name"]]
-                current = None
-            elif kind == "bench":
-                results["bench"].append(ev["record"])
-                pending_bench = [c for c in pending_bench if c["id"] != ev["record"]["id"]]
-                current = None
-            elif kind == "fatal":
-                results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
-                if results["load"] is None:
-                    results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
-            elif kind == "done":
-                left = len(pending_cases) + len(pending_bench) + len(contract_pending)
-                if left:  # signed with the key (read from this process's memory) but not the harness's
-                    results["incidents"].append(_forged(current, f"'done' with {left} result(s) still pending"))
-                outcome = "done"
-                break
-            elif kind == "forged":  # bytes on the pipe that the harness did not sign
-                results["incidents"].append({"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL",
-                                             "case": current[1] if current else None,
-                                             "reason": f"unsigned data on the result channel: {ev['line']}"})
-            else:
-                results["incidents"].append({"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]})
-        code = child.close(kill=outcome != "done")
-        if outcome == "done" or (results["load"] is not None and not results["load"]["ok"]):
-            break
-        if results["load"] is None:
-            results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
-                               "timed_out": outcome == "timeout", "log_tail": _tail(log_path),
-                               "stage": current[0] if current else None}  # what it was loading
-            break
-        status = "TIMEOUT" if outcome == "timeout" else "RUNTIME_ERROR"
+            handler = self.handlers.get(kind) if isinstance(kind, str) else None
+            if handler is None:
+                self.results["incidents"].append({"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]})
+            elif handler(ev):
+                return ("done" if kind == Event.DONE else "eof"), budget
+
+    def _begin(self, ev: dict) -> None:
+        self.current = (ev["stage"], ev["case"])
+
+    def _load(self, ev: dict) -> bool:
+        self.results["load"] = ev
+        self.current = None
+        return not ev["ok"]  # nothing runs after a failed load
+
+    def _record(self, ev: dict) -> None:
+        """A case's, a contract check's or a benchmark's record: no longer pending."""
+        kind, rec = ev["event"], ev["record"]
+        name = ev["name"] if kind == Event.CONTRACT else rec.get("id")
+        if kind == Event.CASE and name not in {c["id"] for c in self.pending["cases"]}:
+            self.results["incidents"].append(_forged(self.current, f"a result for {name!r}, "
+                                                     "which was not pending (a second or unknown record)"))
+            return
+        if kind == Event.CONTRACT:
+            self.results["contract"][name] = rec
+        else:
+            self.results["cases" if kind == Event.CASE else "bench"].append(rec)
+        self._drop({Event.CASE: "cases", Event.CONTRACT: "contract", Event.BENCH: "bench_cases"}[kind], name)
+        self.current = None
+
+    def _fatal(self, ev: dict) -> None:
+        self.results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
+        if self.results["load"] is None:
+            self.results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
+
+    def _done(self, ev: dict) -> bool:
+        if self._left():  # signed with the key (read from this process's memory) but not the harness's
+            self.results["incidents"].append(_forged(self.current, f"'done' with {self._left()} result(s) still pending"))
+        return True
+
+    def _forged(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign
+        self.results["incidents"].append({"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL",
+                                          "case": self.current[1] if self.current else None,
+                                          "reason": f"unsigned data on the result channel: {ev['line']}"})
+
+    def _carry_on(self, outcome: str, code: int | None, budget: float) -> bool:
+        """After a child ended: record what its end means; whether a fresh child continues."""
+        load = self.results["load"]
+        if outcome == "done" or (load is not None and not load["ok"]):
+            return False
+        if load is None:
+            self.results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
+                                    "timed_out": outcome == "timeout", "log_tail": _tail(self.log_path),
+                                    "stage": self.current[0] if self.current else None}  # what it was loading
+            return False
+        status = Status.TIMEOUT if outcome == "timeout" else Status.RUNTIME_ERROR
         reason = (f"no result within {budget:.0f} s; process group killed" if outcome == "timeout"
                   else f"worker {_describe_exit(code)}")
-        if current is None:
-            results["incidents"].append({"stage": "worker", "status": status, "reason": reason,
-                                         "log_tail": _tail(log_path)})
-            if not (pending_cases or pending_bench or contract_pending):
-                break
-            continue
-        stage, case_id = current
-        failure = {"id": case_id, "status": status, "reason": reason, "log_tail": _tail(log_path)}
+        if self.current is None:
+            self.results["incidents"].append({"stage": "worker", "status": status, "reason": reason,
+                                              "log_tail": _tail(self.log_path)})
+            return self._left() > 0
+        self._fail_current(status, reason)
+        if time.monotonic() - self.started >= self.stage_timeout:
+            self.results["incidents"].append({"stage": "worker", "status": Status.TIMEOUT,
+                                              "reason": f"stage budget of {self.stage_timeout:.0f} s spent"})
+            return False
+        return self._left() > 0
+
+    def _fail_current(self, status: str, reason: str) -> None:
+        """The case the child was on when it crashed or hung gets `status`."""
+        stage, case_id = self.current
+        failure = {"id": case_id, "status": status, "reason": reason, "log_tail": _tail(self.log_path)}
         if stage in ("correctness", "inputs"):
-            case = next(c for c in pending_cases if c["id"] == case_id)
+            case = next(c for c in self.pending["cases"] if c["id"] == case_id)
             if stage == "inputs":  # the card's input factory, before any candidate call: the card's fault
-                failure.update(status="INVALID_CASE", reason=f"{reason} while the card's input factory made the "
-                               f"inputs for params {case['params']}")
-            results["cases"].append({**failure, "kind": case["kind"], "dtype": case["dtype"],
-                                     "params": case["params"]})
-            pending_cases = [c for c in pending_cases if c["id"] != case_id]
+                failure.update(status=Status.INVALID_CASE, reason=f"{reason} while the card's input factory made "
+                               f"the inputs for params {case['params']}")
+            self.results["cases"].append({**failure, "kind": case["kind"], "dtype": case["dtype"],
+                                          "params": case["params"]})
+            self._drop("cases", case_id)
         elif stage == "contract":
-            results["contract"][case_id] = {**failure}
-            contract_pending = [n for n in contract_pending if n != case_id]
+            self.results["contract"][case_id] = failure
+            self._drop("contract", case_id)
         else:
-            results["bench"].append(failure)
-            pending_bench = [c for c in pending_bench if c["id"] != case_id]
-        if time.monotonic() - started >= stage_timeout:
-            results["incidents"].append({"stage": "worker", "status": "TIMEOUT",
-                                         "reason": f"stage budget of {stage_timeout:.0f} s spent"})
-            break
-        if not (pending_cases or pending_bench or contract_pending):
-            break
-    touched = files_changed(files_before, harness_files(watch))
-    if touched:
-        results["incidents"].append({"stage": "worker", "integrity": "HARNESS_TAMPERED", "case": None,
-                                     "reason": "files of the verifier changed while the worker ran: "
-                                               + ", ".join(touched[:10])})
-    return results
+            self.results["bench"].append(failure)
+            self._drop("bench_cases", case_id)
 
 
 def _forged(current, what: str) -> dict:

@@ -19,7 +19,6 @@ with the attempt (`sandbox` in correctness.json). `--no-sandbox` turns it off on
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
@@ -143,17 +142,6 @@ class Sandbox:
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
-
-
-@contextlib.contextmanager
-def confined(cmd: list[str], env: dict | None = None, requested: bool = True):
-    """(argv, env, info) to start `cmd` sandboxed (as chosen by `resolve`); the scratch dir lives
-    as long as the `with` block."""
-    box = Sandbox(resolve(requested))
-    try:
-        yield box.argv(cmd), box.env(env), box.info
-    finally:
-        box.close()
 
 
 def resolve(requested: bool) -> SandboxInfo:

@@ -3,7 +3,8 @@
 The key hashes everything that can change the binary: source bytes, flags, torch and CUDA
 versions, nvcc, host compiler, arch list. A build happens in a private temp dir in a child
 process and is renamed into place only when complete, under a file lock, so concurrent
-builders of one key neither corrupt nor duplicate it.
+builders of one key neither corrupt nor duplicate it. The build itself is a worker child's job (kind
+`build`, mini_kv.build.jit_child).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from mini_kv.build import torch_flags
 from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
+from mini_kv.runner import run_one
+from mini_kv.sandbox import disabled
+from mini_kv.worker.jobs import BuildJob, Event
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 NO_CUDA_BUILD = "torch has no CUDA (or CUDA_HOME is missing, or no GPU and no TORCH_CUDA_ARCH_LIST to build for)"
@@ -259,26 +263,23 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
             return "error" if check["status"] == "error" else "timeout"
     if plan["check_only"]:
         return "ok"
-    spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"name": plan["module"], "build_dir": str(tmp / "out"),
-                                "sources": [str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
-                                "include_dirs": [str(Path(plan["candidate_dir"]) / d)
-                                                 for d in plan["flags"]["include_dirs"]],
-                                "flags": plan["flags"], "arch_list": plan["toolchain"]["arch_list"],
-                                "python_module": plan["python_module"],
-                                "with_cuda": True if plan["python_module"] else None}))
-    cmd = [sys.executable, "-m", "mini_kv.build.jit_child", str(spec)]
-    record["command"] = cmd
-    res = run_with_timeout(cmd, timeout=timeout)
-    (tmp / "stdout.log").write_text(res.stdout)
-    (tmp / "stderr.log").write_text(res.stderr)
-    if res.timed_out:
+    job = BuildJob(name=plan["module"], build_dir=str(tmp / "out"),
+                   sources=[str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
+                   include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
+                   flags=plan["flags"], arch_list=plan["toolchain"]["arch_list"],
+                   python_module=plan["python_module"], with_cuda=True if plan["python_module"] else None)
+    record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`
+    # the compiler's output is the child's: stdout.log; why the build failed (torch's exception): stderr.log
+    ev = run_one(job, timeout, sandbox=disabled("a build runs the compiler, not candidate code"),
+                 log_path=str(tmp / "stdout.log"))
+    if ev.get("timed_out"):
         return "timeout"
-    if res.returncode != 0:
+    if ev["event"] != Event.RESULT:
+        (tmp / "stderr.log").write_text(f"{ev['reason']}\n{ev.get('traceback') or ''}")
         return "error"
     lib = _library_in(tmp / "out")
     if lib is None:
-        (tmp / "stderr.log").write_text(res.stderr + "\nbuild produced no shared library\n")
+        (tmp / "stderr.log").write_text("build produced no shared library\n")
         return "error"
     shutil.move(str(lib), tmp / lib.name)
     if (tmp / "out" / "build.ninja").is_file():

@@ -1,36 +1,31 @@
-"""Child process that runs torch's JIT extension build; the parent captures its output and enforces the timeout."""
+"""Job kind `build`: torch's JIT extension build, run in a worker child (mini_kv.worker.child).
+
+The parent (build/compiler.py) keeps the child's output as the build log and enforces the timeout.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 
-def main(spec_path: str) -> int:
-    with open(spec_path) as f:
-        spec = json.load(f)
-    if spec["arch_list"]:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(spec["arch_list"])
-    os.makedirs(spec["build_dir"], exist_ok=True)
+def build(job) -> dict:
+    if job["arch_list"]:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(job["arch_list"])
+    os.makedirs(job["build_dir"], exist_ok=True)
     from torch.utils.cpp_extension import load
 
     load(
-        name=spec["name"],
-        sources=spec["sources"],
-        extra_cflags=spec["flags"]["cflags"],
-        extra_cuda_cflags=spec["flags"]["cuda_cflags"] or None,
-        extra_ldflags=spec["flags"].get("ldflags") or None,
-        extra_include_paths=spec["include_dirs"],
-        build_directory=spec["build_dir"],
+        name=job["name"],
+        sources=job["sources"],
+        extra_cflags=job["flags"]["cflags"],
+        extra_cuda_cflags=job["flags"]["cuda_cflags"] or None,
+        extra_ldflags=job["flags"].get("ldflags") or None,
+        extra_include_paths=job["include_dirs"],
+        build_directory=job["build_dir"],
         # A plain library by default: loading it proves it links and registers. A torch extension
         # module (PYBIND11_MODULE) is imported instead, which proves the same for its functions.
-        is_python_module=spec.get("python_module", False),
-        with_cuda=spec.get("with_cuda"),
+        is_python_module=job["python_module"],
+        with_cuda=job["with_cuda"],
         verbose=True,
     )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    return {"built": job["name"]}

@@ -5,17 +5,16 @@ times both candidates the way the benchmark stage does (mini_kv.worker.timing.me
 same method chosen for both), in one child process, on the very inputs both profiles recorded
 (same factory, same seed), alternating which goes first in each repeat.
 
-Parent: `run_ab(a, b, ...)` -> child `python -m mini_kv.profile.ab` (job JSON on stdin, result
-JSON on stdout).
+Parent: `run_ab(a, b, ...)` -> worker child (job kind `ab`, sandboxed), which runs `time_pair`
+under the integrity Guard as the benchmark stage does: a violation is the result (`integrity`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from mini_kv.model import sha256_file
+from mini_kv.worker.jobs import ABJob, Event
 
 DEFAULT_REPEATS = 6
 DEFAULT_SAMPLES = 50
@@ -32,13 +31,13 @@ def _library(doc: dict) -> tuple[str | None, str | None]:
     return lib, None
 
 
-def job_for(a: dict, b: dict, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> dict:
+def job_for(a: dict, b: dict, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> ABJob:
+    """The timing job; each candidate's `library` is filled in by the caller."""
     case = a["case"]  # compare() has checked that both profiles have the same case and inputs
-    return {"device": device, "inputs": a["task"]["operator"]["inputs"], "params": case["params"],
-            "dtype": case["dtype"], "seed": case["seed"], "repeats": repeats, "samples": samples,
-            "warmup": warmup, "method": "auto",
-            "candidates": [{"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
-                           {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]}]}
+    return ABJob(device=device, inputs=a["task"]["operator"]["inputs"], params=case["params"],
+                 dtype=case["dtype"], seed=case["seed"], repeats=repeats, samples=samples, warmup=warmup,
+                 method="auto", candidates=[{"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
+                                            {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]}])
 
 
 def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFAULT_SAMPLES,
@@ -46,8 +45,8 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
     """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
     import torch
 
-    from mini_kv.proc import run_with_timeout
-    from mini_kv.sandbox import confined
+    from mini_kv.runner import run_one
+    from mini_kv.sandbox import resolve
 
     if not torch.cuda.is_available():
         return {"ran": False, "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
@@ -59,49 +58,58 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
             return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
         entry["library"] = lib
     # both candidates' code runs in this child: sandboxed as the worker is (mini_kv.sandbox)
-    with confined([sys.executable, "-m", "mini_kv.profile.ab"]) as (argv, env, box):
-        res = run_with_timeout(argv, timeout=timeout, env=env, input_text=json.dumps(job))
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-    if res.timed_out or res.returncode != 0 or not lines:
-        why = "timed out" if res.timed_out else f"exited {res.returncode}"
-        return {"ran": False, "error": True, "reason": f"the timing process {why}: {(res.stderr or res.stdout)[-1500:]}",
-                "sandbox": box.to_dict()}
-    return {**json.loads(lines[-1]), "sandbox": box.to_dict()}
+    ev = run_one(job, timeout, sandbox=resolve(True))
+    if ev["event"] != Event.RESULT:
+        return {"ran": False, "error": True, "reason": f"the timing process failed: {ev['reason']}: "
+                f"{ev.get('traceback') or ev['log_tail'][-1500:]}", "sandbox": ev["sandbox"]}
+    return {**ev["result"], "sandbox": ev["sandbox"]}
 
 
-def _time(job: dict) -> dict:
-    import torch
-
-    from mini_kv.judge import stats
-    from mini_kv.worker.benchmark import choose_method
+def time_pair(job: ABJob) -> dict:
+    """Runs in the worker child: the harness is snapshot before either candidate loads and checked
+    after loading and after timing; a violation is the result (`ran` False, `integrity`)."""
+    from mini_kv.worker import integrity
     from mini_kv.worker.inputs import clone_args, import_path, make_case_inputs
     from mini_kv.worker.loader import load_op
-    from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, Workload, measure, method_chain
+    from mini_kv.worker.timing import Workload
 
     device = job["device"]
-    if torch.device(device).type == "cuda":
-        torch.cuda.set_device(torch.device(device))
-    else:
-        torch.set_num_threads(1)  # as the benchmark stage does on CPU: no parallelism one side lacks
-    factory = import_path(job["inputs"])
-    args = make_case_inputs(factory, job["params"], job["dtype"], device, int(job["seed"]))
-    calls = {}
-    for c in job["candidates"]:
-        op = load_op(c["library"], c["op"])
-        own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
-        calls[c["label"]] = Workload([lambda op=op, own=own: op(*own)])
+    args = make_case_inputs(import_path(job["inputs"]), job["params"], job["dtype"], device, int(job["seed"]))
+    guard = integrity.Guard(integrity.snapshot())
+    try:
+        calls = {}
+        for c in job["candidates"]:
+            op = load_op(c["library"], c["op"])
+            own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
+            calls[c["label"]] = Workload([lambda op=op, own=own: op(*own)])
+        guard.check("loading the candidates")
+        result = _time(job, calls)
+        guard.check("after timing")
+    except integrity.Violation as v:
+        return {"ran": False, "error": True, "integrity": v.code, "reason": str(v)}
+    return result
+
+
+def _time(job: ABJob, calls: dict) -> dict:
+    from mini_kv.judge import stats
+    from mini_kv.worker.benchmark import choose_method, timed
+    from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
+
+    device = job["device"]
     flush = L2Flusher(device, False)
     for _ in range(job["warmup"]):
         for w in calls.values():
             w.next()()
-    method, fallbacks = choose_method(method_chain(job["method"], device), list(calls.values()), device, flush, 20)
+    method, fallbacks = timed(lambda: choose_method(method_chain(job["method"], device), list(calls.values()), device,
+                                                    flush, 20))
     samples: dict[str, list] = {label: [] for label in calls}
     order_log = []
     for r in range(job["repeats"]):
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         order_log.append(list(order))
         for label in order:
-            samples[label].append(measure(calls[label], method, job["samples"], device, flush, 20).samples)
+            samples[label].append(timed(lambda w=calls[label]: measure(w, method, job["samples"], device, flush,
+                                                                       20)).samples)
     summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
     p50 = {label: summary[label].overall.p50 for label in calls}
     return {"ran": True, "method": method, "timer": TIMER_LABELS[method], "fallbacks": fallbacks, "unit": "us",
@@ -111,12 +119,3 @@ def _time(job: dict) -> dict:
             "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},
             "b_over_a": p50["B"] / p50["A"], "samples": samples}
 
-
-def main() -> int:
-    job = json.load(sys.stdin)
-    print(json.dumps(_time(job)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

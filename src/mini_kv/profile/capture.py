@@ -2,7 +2,8 @@
 
 Steps, each of which records a structured reason when it fails (reasons.PROFILE_REASONS):
 find ncu -> CUDA visible -> the candidate's kernel names -> build (content-addressed cache) ->
-`ncu ... python -m mini_kv.profile.target --job job.json` -> `ncu --import R --csv --page raw`
+`ncu ... python -m mini_kv.worker.child --job job.json --result-file target.events` (job kind
+`profile_target`; its signed result becomes target.json) -> `ncu --import R --csv --page raw`
 -> exactly one row of the candidate's kernel -> every required metric.
 The profile directory is written whether or not it succeeded; only `status: ok` ones compare.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import ProfileFailure
 from mini_kv.profile.store import ProfileWriter
+from mini_kv.worker import channel
+from mini_kv.worker.jobs import Event, Job, ProfileTargetJob
 
 # A fixed, public salt: profiles are evidence about a kernel, not a correctness check, and two
 # candidates' profiles must see the same inputs to be comparable.
@@ -156,23 +160,28 @@ def _public(cmd: dict) -> dict:
     return {k: v for k, v in cmd.items() if not k.startswith("_")}
 
 
-def _card_job(card: TaskCard, cand: Candidate, p: dict, library: str) -> dict:
+def _card_job(card: TaskCard, cand: Candidate, p: dict, library: str) -> ProfileTargetJob:
     case: Case = p["case"]
-    return {"library": library, "op": cand.op, "inputs": card.operator["inputs"], "reference": card.operator["reference"],
-            "params": case.params, "dtype": case.dtype, "device": "cuda:0", "seed": p["seed"], "warmup": p["warmup"],
-            "calls": 1, "tolerance": card.tolerances[case.dtype]}
+    return ProfileTargetJob(library=library, op=cand.op, inputs=card.operator["inputs"],
+                            reference=card.operator["reference"], params=case.params, dtype=case.dtype,
+                            device="cuda:0", seed=p["seed"], warmup=p["warmup"], calls=1,
+                            tolerance=card.tolerances[case.dtype])
 
 
-def capture(ncu: str, job: dict, p: dict, w: ProfileWriter, rec: dict, timeout: float, cwd: str,
-            entry: str = "mini_kv.profile.target") -> None:
-    """Run ncu around the target (`python -m <entry> --job job.json`), re-import, parse; fills `rec`,
+def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: float, cwd: str) -> None:
+    """Run ncu around the target (the worker child running `job`), re-import, parse; fills `rec`,
     raises ProfileFailure with the reason."""
-    w.json("job.json", {**job, "result_path": str(w.path("target.json"))})
-    target = [sys.executable, "-m", entry, "--job", str(w.path("job.json"))]
+    w.json("job.json", job.to_dict())
+    # the worker child, with its signed events in a file: ncu stands between it and this process
+    key = secrets.token_bytes(32)
+    target = [sys.executable, "-m", "mini_kv.worker.child", "--job", str(w.path("job.json")),
+              "--result-file", str(w.path("target.events"))]
     report_base = w.path(REPORT[: -len(".ncu-rep")])
     cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout, env=_target_env(), cwd=cwd)
+    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout,
+                             env={**_target_env(), channel.KEY_ENV: key.hex()}, cwd=cwd)
     rec["ncu"]["commands"].append(_public(run))
+    _target_result(w, key)
     _judge_profile_run(run, w, rec)
     imp = ncu_mod.run_logged("import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"),
                              timeout)
@@ -186,6 +195,15 @@ def capture(ncu: str, job: dict, p: dict, w: ProfileWriter, rec: dict, timeout: 
     w.json("metrics.json", {"schema_version": 1, "kernel": result["kernel"], "metrics": result["metrics"],
                             "rows": result["rows"]})
     rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
+
+
+def _target_result(w: ProfileWriter, key: bytes) -> None:
+    """target.json: the target's signed `result`, or why it has none (a `fatal` event, unsigned data)."""
+    path = w.partial / "target.events"
+    if path.is_file():  # else the target never started: judged below
+        ev = (channel.read_file(path, key) or [{"reason": "the target sent no result"}])[0]
+        w.json("target.json", ev["result"] if ev.get("event") == Event.RESULT else {
+            "ok": False, "error": ev.get("reason") or f"unsigned data: {ev.get('line')}", "traceback": ev.get("traceback")})
 
 
 def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
@@ -232,9 +250,8 @@ class Target:
     plan: dict
     rec: dict  # profile.json's binding (_binding)
     records: dict  # the JSON files written beside it
-    build: Callable[[ProfileWriter, dict], dict]  # builds (ProfileFailure if it cannot), returns the target's job
+    build: Callable[[ProfileWriter, dict], Job]  # builds (ProfileFailure if it cannot), returns the target's job
     cwd: str
-    entry: str = "mini_kv.profile.target"  # the module ncu runs
 
 
 def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
@@ -272,7 +289,7 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
         say(f"build {t.candidate}")
         job = t.build(w, rec)
         say(f"ncu: {t.candidate} on {rec['case']['id']}")
-        capture(ncu, job, p, w, rec, opts.timeout, t.cwd, t.entry)
+        capture(ncu, job, p, w, rec, opts.timeout, t.cwd)
         rec.update(status="ok", reason=None, exit_code=int(ExitCode.OK))
     except ProfileFailure as exc:
         rec.update(status="failed", reason=exc.to_dict(), exit_code=int(exc.exit_code))

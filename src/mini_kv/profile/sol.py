@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import sys
 from pathlib import Path, PurePosixPath
 
 from mini_kv.errors import ConfigError
@@ -16,6 +15,7 @@ from mini_kv.model import sha256_text
 from mini_kv.profile import capture
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile.ncu import _GLOBAL
+from mini_kv.worker.jobs import SolProfileTargetJob
 
 _TRITON = re.compile(r"@triton\.jit\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
 
@@ -83,12 +83,10 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
             comp, _ = compile_problem(prob, staging, BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout
                                                                   or 600.0), lambda msg: None)
             capture.built(comp or {"status": "unavailable", "key": None}, w, r)
-        return {"kind": "sol", "device": "cuda:0", "reference_file": str(ref_file), "seed": p["seed"],
-                "warmup": p["warmup"], "calls": 1, "solution": job_entry(sol, staging / "solution", comp),
-                "case": _case(d, wl, 0)}
+        return SolProfileTargetJob(device="cuda:0", reference_file=str(ref_file), seed=p["seed"], warmup=p["warmup"],
+                                   calls=1, solution=job_entry(sol, staging / "solution", comp), case=_case(d, wl, 0))
     records = {"definition.json": d.raw, "solution.json": sol.resolved(), "environment.json": env}
-    return capture.Target(ident["task_id"], _safe(sol.name), p, rec, records, build, str(Path.cwd()),
-                          "mini_kv.profile.sol")
+    return capture.Target(ident["task_id"], _safe(sol.name), p, rec, records, build, str(Path.cwd()))
 
 
 def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
@@ -130,8 +128,3 @@ def run_target(job: dict) -> dict:
             "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
             "device_name": torch.cuda.get_device_name(torch.device(device))}
 
-
-if __name__ == "__main__":
-    from mini_kv.profile.target import main
-
-    sys.exit(main(run_fn=run_target))

@@ -1,19 +1,16 @@
-"""The process ncu profiles: `python -m mini_kv.profile.target --job job.json`.
+"""The process ncu profiles: a worker child with a job of kind `profile_target` (capture.py).
 
 It builds the case's inputs with the card's factory and the recorded seed (the same code path
 as `verify`), loads the compiled candidate, calls it `warmup` times, then `calls` more times
 (ncu profiles the first launch after the warm-up), and finally checks the last output against
 the reference. Only the candidate runs between the warm-up and the profiled launch, so the
-kernel filter and the launch count see nothing else. The result goes to job["result_path"].
+kernel filter and the launch count see nothing else. The result is the child's signed `result`
+event; an exception its `fatal` event.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import sys
-import traceback
 
 
 def input_digest(args) -> str:
@@ -42,8 +39,6 @@ def run(job: dict) -> dict:
     from mini_kv.worker.loader import load_op
 
     device = job["device"]
-    if torch.device(device).type == "cuda":
-        torch.cuda.set_device(torch.device(device))
     op = load_op(job["library"], job["op"])
     factory = import_path(job["inputs"])
     args = make_case_inputs(factory, job["params"], job["dtype"], device, int(job["seed"]))
@@ -62,24 +57,3 @@ def run(job: dict) -> dict:
             "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
             "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu"}
 
-
-def main(argv: list[str] | None = None, run_fn=None) -> int:
-    """`run_fn`: another target's run (profile.sol's SOL-ExecBench one), with this result protocol."""
-    parser = argparse.ArgumentParser(prog="python -m mini_kv.profile.target")
-    parser.add_argument("--job", required=True)
-    ns = parser.parse_args(argv)
-    with open(ns.job) as f:
-        job = json.load(f)
-    try:
-        result = (run_fn or run)(job)
-        code = 0
-    except Exception as exc:  # noqa: BLE001 - recorded for the parent, which names the reason
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
-        code = 3
-    with open(job["result_path"], "w") as f:
-        json.dump(result, f, indent=2)
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,6 +26,7 @@ from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import Solution, load_solution
 from mini_kv.solexec.workload import Workload, load_workloads
+from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
 
@@ -158,17 +159,17 @@ def _case(definition: Definition, wl: Workload, index: int) -> dict:
 
 
 def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str, salt: str, settings: dict,
-         opts: BenchOptions) -> dict:
+         opts: BenchOptions) -> SolJob:
     ref_file = staging / "reference" / "reference.py"
     ref_file.parent.mkdir(parents=True, exist_ok=True)
     ref_file.write_text(problem.definition.reference, encoding="utf-8")
-    return {
-        "kind": "sol", "device": device, "salt": salt, "settings": settings,
-        "definition_name": problem.definition.name, "reference_file": str(ref_file),
-        "solution": job_entry(problem.solution, staging / "solution", compile_rec),
-        "cases": [_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        "memory_limit_bytes": int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
-    }
+    return SolJob(
+        device=device, salt=salt, settings=settings,
+        definition_name=problem.definition.name, reference_file=str(ref_file),
+        solution=job_entry(problem.solution, staging / "solution", compile_rec),
+        cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
+        memory_limit_bytes=int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
+    )
 
 
 def _finished_line(rec: dict, done: int, total: int) -> str:

@@ -2,17 +2,15 @@
 
 Measured once per environment (a large device-to-device copy, bytes read + written over the
 median time of ITERATIONS copies timed with CUDA events) and cached in
-`<project>/.build/bandwidth-<environment key>.json`. The measurement runs in a child process
-(`python -m mini_kv.worker.bandwidth`), so the parent never holds a CUDA context or the buffers.
+`<project>/.build/bandwidth-<environment key>.json`. The measurement runs in a worker child (job
+kind `bandwidth`), so the parent never holds a CUDA context or the buffers.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import statistics
-import sys
 from pathlib import Path
 
 COPY_BYTES = 2 * 2**30
@@ -64,6 +62,11 @@ def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = IT
     }
 
 
+def measure_job(job) -> dict:
+    """Job kind `bandwidth`, in the worker child."""
+    return measure(job["device"], job["nbytes"], job["iterations"])
+
+
 def cache_path(project_root: Path, environment_key: str) -> Path:
     return Path(project_root) / ".build" / f"bandwidth-{environment_key}.json"
 
@@ -94,8 +97,10 @@ def ensure(project_root: Path, environment_key: str, device: str, timeout: float
         return cached
     from filelock import FileLock
 
-    from mini_kv.proc import run_with_timeout
+    from mini_kv.runner import run_one
+    from mini_kv.sandbox import disabled
     from mini_kv.store.atomic import write_json
+    from mini_kv.worker.jobs import BandwidthJob, Event
 
     path = cache_path(project_root, environment_key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,29 +108,11 @@ def ensure(project_root: Path, environment_key: str, device: str, timeout: float
         cached = load_cached(project_root, environment_key)  # measured while we waited
         if cached is not None:
             return cached
-        res = run_with_timeout([sys.executable, "-m", "mini_kv.worker.bandwidth", "--device", device],
-                               timeout=timeout, env=env)
-        try:
-            data = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else None
-        except (ValueError, IndexError):
-            data = None
-        if data is None:
-            why = "timed out" if res.timed_out else f"exit {res.returncode}"
+        ev = run_one(BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS), timeout, env=env,
+                     sandbox=disabled("harness code only: no candidate code runs"))
+        if ev["event"] != Event.RESULT:
             return {"copy_bandwidth_Bps": None, "method": METHOD,
-                    "error": f"bandwidth measurement failed ({why}): {res.stderr.strip()[-500:]}"}
+                    "error": f"bandwidth measurement failed ({ev['reason']}): {ev['log_tail'].strip()[-500:]}"}
+        data = ev["result"]
         write_json(path, data)
     return {**data, "cache": str(path)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="measure the device's copy bandwidth; prints one JSON line")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--bytes", type=int, default=COPY_BYTES)
-    parser.add_argument("--iterations", type=int, default=ITERATIONS)
-    ns = parser.parse_args(argv)
-    print(json.dumps(measure(ns.device, ns.bytes, ns.iterations)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

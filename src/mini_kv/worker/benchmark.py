@@ -113,6 +113,34 @@ def post_timing_check(op, reference, factory, case: dict, cand_sets: list, ref_s
     return {"ok": True, "reason": None}
 
 
+def _repeats(calls: dict, method: str, settings: dict, device: str, flush, launches: int, guard) -> tuple:
+    """(samples, kernel times, order) of every repeat, alternating who goes first."""
+    # after the probes: lazily started runtime threads (profiler, driver) exist by now
+    threads = integrity.os_threads()
+
+    samples: dict[str, list] = {"candidate": [], "reference": []}
+    kernel_us: dict[str, list] = {"candidate": [], "reference": []}
+    order_log = []
+    for r in range(settings["repeats"]):
+        order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
+        order_log.append(list(order))
+        for who in order:
+            m = timed(lambda who=who: measure(calls[who], method, settings["samples"], device, flush, launches))
+            # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
+            left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
+            if left:
+                raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing "
+                                          f"the {who}")
+            if guard is not None:
+                guard.check(f"after timing the {who}")
+            samples[who].append(m.samples)
+            if m.kernel_us is not None:
+                kernel_us[who].append(m.kernel_us)
+    kernel = {who: {"kernel_us_p50": stats.summarize([x for rep in reps for x in rep]).p50} if reps else {}
+              for who, reps in kernel_us.items()}
+    return samples, kernel, order_log
+
+
 def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict, tolerance: dict,
                device: str, salt: str, peak_bw: float | None, exprs: dict,
                guard: integrity.Guard | None = None) -> dict:
@@ -149,28 +177,8 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
-    # after the probes: lazily started runtime threads (profiler, driver) exist by now
-    threads = integrity.os_threads()
-
-    samples: dict[str, list] = {"candidate": [], "reference": []}
-    kernel_us: dict[str, list] = {"candidate": [], "reference": []}
-    order_log = []
-    for r in range(settings["repeats"]):
-        order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
-        order_log.append(list(order))
-        for who in order:
-            m = timed(lambda who=who: measure(cand_calls if who == "candidate" else ref_calls, method,
-                                               settings["samples"], device, flush, launches))
-            # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
-            left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
-            if left:
-                raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing "
-                                          f"the {who}")
-            if guard is not None:
-                guard.check(f"after timing the {who}")
-            samples[who].append(m.samples)
-            if m.kernel_us is not None:
-                kernel_us[who].append(m.kernel_us)
+    samples, kernel, order_log = _repeats({"candidate": cand_calls, "reference": ref_calls}, method, settings,
+                                          device, flush, launches, guard)
 
     post = post_timing_check(op, reference, factory, case, cand_sets, ref_sets, tolerance, device, salt)
     if guard is not None:
@@ -194,8 +202,8 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
         "calls_per_sample": launches if method == "graph" else 1,
         "input_sets": n_sets,
         "unit": "us", "order": order_log,
-        "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict()},
-        "reference": {"samples": samples["reference"], "summary": ref_s.to_dict()},
+        "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict(), **kernel["candidate"]},
+        "reference": {"samples": samples["reference"], "summary": ref_s.to_dict(), **kernel["reference"]},
         "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
         "stability": {**stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict(),
                       "max_cv": max_cv, "max_p95_cv": max_p95_cv},
@@ -206,8 +214,4 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     }
     if cold:
         record["l2_flush"] = flush.describe()
-    for who in ("candidate", "reference"):
-        if kernel_us[who]:
-            flat = [x for rep in kernel_us[who] for x in rep]
-            record[who]["kernel_us_p50"] = stats.summarize(flat).p50
     return record

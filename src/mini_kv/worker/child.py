@@ -1,55 +1,51 @@
-"""Child-process entry: `python -m mini_kv.worker.child --result-fd N`, job JSON on stdin.
+"""The one child-process entry: `python -m mini_kv.worker.child --result-fd N`, job JSON on stdin.
 
-Results go back one JSON line per event on a pipe the parent owns; the parent alone writes
-attempt files. A `begin` event precedes each case so that a crash or hang is pinned on it.
+Every job kind (mini_kv.worker.jobs) runs here: a task card's candidate, a SOL solution, and the
+one-shot kinds (bandwidth probe, A/B timing, the profiled target, a build), each answering with
+one `result` event. Events go back signed on a pipe the parent owns (mini_kv.worker.channel); the
+parent alone writes attempt files. A `begin` event precedes each case so that a crash or hang is
+pinned on it. Under ncu the job comes from a file (`--job`) and the events go to one (`--result-file`).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import json
 import os
 import sys
 import traceback
 
-POISONED_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
+from mini_kv.status import Status
+from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
+from mini_kv.worker.jobs import Event, Job
 
 
-class Channel:
-    """Events signed with a per-run key from the parent, so bytes written to the fd by anything
-    that does not hold the key (e.g. a candidate scanning for open fds) are rejected."""
-
-    def __init__(self, fd: int, key: bytes):
-        self.f = os.fdopen(fd, "w", buffering=1)
-        self.key = key
-        self.seq = 0
-
-    def send(self, **event) -> None:
-        self.seq += 1
-        body = json.dumps({**event, "seq": self.seq}, default=str)
-        mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
-        self.f.write(json.dumps({"mac": mac, "body": body}) + "\n")
-        self.f.flush()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--result-fd", type=int, required=True)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mini_kv.worker.child")
+    out = parser.add_mutually_exclusive_group(required=True)
+    out.add_argument("--result-fd", type=int)
+    out.add_argument("--result-file")
+    parser.add_argument("--job", help=f"the job's JSON file (default: stdin); the key is then in ${KEY_ENV}")
     parser.add_argument("--warm-profiler", action="store_true")
-    ns = parser.parse_args()
+    ns = parser.parse_args(argv)
     import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
 
     if ns.warm_profiler:
         _warm_profiler()
-    job = json.load(sys.stdin)
-    chan = Channel(ns.result_fd, bytes.fromhex(job.pop("channel_key")))
-    _limit_memory(job)
+    if ns.job:
+        with open(ns.job) as f:
+            data = json.load(f)
+        key = os.environ.pop(KEY_ENV)
+    else:
+        data = json.load(sys.stdin)
+        key = data.pop("channel_key")
+    chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
     try:
-        return run_job(job, chan)
+        job = Job.from_dict(data)
+        _limit_memory(job)
+        return HANDLERS[job.KIND](job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
-        chan.send(event="fatal", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        chan.send(event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         return 3
 
 
@@ -71,7 +67,7 @@ def _warm_profiler() -> None:
         pass
 
 
-def _limit_memory(job: dict) -> None:
+def _limit_memory(job: Job) -> None:
     """On CPU, cap the address space so an op that allocates without bound fails inside this
     child (a clean error) instead of exhausting the machine. Not on CUDA: its driver maps huge
     virtual ranges."""
@@ -82,91 +78,122 @@ def _limit_memory(job: dict) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def run_job(job: dict, chan: Channel) -> int:
-    if job.get("kind") == "sol":  # a SOL-ExecBench solution: same channel, its own stages
-        from mini_kv.worker import sol_child
-
-        return sol_child.run_job(job, chan)
+def _set_device(device: str) -> None:
     import torch
 
-    from mini_kv.status import Status
-    from mini_kv.worker import benchmark, contract, correctness, integrity, loader
-    from mini_kv.worker.inputs import import_path
-
-    if job.get("project_root") and job["project_root"] not in sys.path:
-        sys.path.append(job["project_root"])  # the card's own modules, as the loader imports them
-    device = job["device"]
-    if torch.device(device).type == "cuda":
+    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
         torch.cuda.set_device(torch.device(device))
     # One intra-op thread on CPU: the reference gets no parallelism the candidate lacks, and
     # timings do not swing with the other core's load.
-    torch.set_num_threads(job.get("threads") or 1)
-    reference = import_path(job["reference"])
-    factory = import_path(job["inputs"])
-    # what the harness relies on, before any candidate code runs (the library's static initialisers)
-    guard = integrity.Guard(integrity.snapshot())
+    torch.set_num_threads(1)
+
+
+def _load(job: Job, chan: Channel, guard, reference):
+    """(op, reference) with the candidate loaded under `guard`, or None after a failed `load` event."""
+    from mini_kv.worker import integrity, loader
+
     known = loader.op_names()
     try:
         op = loader.load_op(job["library"], job["op"])
     except Exception as exc:  # noqa: BLE001
         hint = loader.registration_hint(job["op"], loader.op_names() - known)
-        chan.send(event="load", ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
-        return 0
+        return chan.send(event=Event.LOAD, ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
     try:
         guard.check("loading the library")
     except integrity.Violation as v:
-        chan.send(event="load", ok=False, integrity=v.code, reason=str(v))
-        return 0
+        return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
     kernels = loader.registered_kernels(job["op"])
     # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
     hint = None if kernels.get("CPU") and kernels.get("Meta") else \
         loader.registration_hint(job["op"], loader.op_names() - known)
-    if job.get("baseline"):
+    if job["baseline"]:
         # the regression gate's same-run comparison: the baseline's own build, under its own
         # dispatcher namespace, takes the reference's place in the interleaved timing below
         try:
             reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
             guard.check("loading the baseline's library")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-            chan.send(event="load", ok=False, reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}")
-            return 0
-    chan.send(event="load", ok=True, kernels=kernels, hint=hint)
-    task_id, salt = job["task_id"], job["salt"]
+            return chan.send(event=Event.LOAD, ok=False,
+                             reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}")
+    chan.send(event=Event.LOAD, ok=True, kernels=kernels, hint=hint)
+    return op, reference
 
+
+def run_job(job: Job, chan: Channel) -> int:
+    """A task card's candidate (kind `card`): correctness cases, contract checks, benchmark cases."""
+    from mini_kv.worker import benchmark, contract, correctness, integrity
+    from mini_kv.worker.inputs import import_path
+
+    if job["project_root"] and job["project_root"] not in sys.path:
+        sys.path.append(job["project_root"])  # the card's own modules, as the loader imports them
+    device = job["device"]
+    _set_device(device)
+    reference, factory = import_path(job["reference"]), import_path(job["inputs"])
+    # what the harness relies on, before any candidate code runs (the library's static initialisers)
+    guard = integrity.Guard(integrity.snapshot())
+    loaded = _load(job, chan, guard, reference)
+    if loaded is None:
+        return 0
+    op, reference = loaded
+    task_id, salt = job["task_id"], job["salt"]
     for case in job["cases"]:
         # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
-        chan.send(event="begin", stage="inputs", case=case["id"])
+        chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
         tol = job["tolerances"].get(case["dtype"])
         rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt, guard,
-                                   on_inputs=lambda c=case: chan.send(event="begin", stage="correctness", case=c["id"]))
-        chan.send(event="case", record=rec)
+                                   on_inputs=lambda c=case: chan.send(event=Event.BEGIN, stage="correctness",
+                                                                      case=c["id"]))
+        chan.send(event=Event.CASE, record=rec)
         if rec["status"] == "RUNTIME_ERROR" and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
-
     checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
-    for name in job.get("contract", []):
-        chan.send(event="begin", stage="contract", case=name)
+    for name in job["contract"]:
+        chan.send(event=Event.BEGIN, stage="contract", case=name)
         rec = checks[name](op, factory, task_id, job["all_cases"], device, salt)
         try:
             guard.check(f"after {name}")
         except integrity.Violation as v:
             rec = {**rec, "status": Status.FAILED, "integrity": v.code, "reason": str(v)}
-        chan.send(event="contract", name=name, record=rec)
-
-    for case in job.get("bench_cases", []):
-        chan.send(event="begin", stage="benchmark", case=case["id"])
+        chan.send(event=Event.CONTRACT, name=name, record=rec)
+    for case in job["bench_cases"]:
+        chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
         try:
             rec = benchmark.bench_case(op, reference, factory, task_id, case, job["benchmark"],
-                                       job["tolerances"][case["dtype"]], device, salt, job.get("peak_bw"),
-                                       job.get("exprs", {}), guard)
+                                       job["tolerances"][case["dtype"]], device, salt, job["peak_bw"], job["exprs"],
+                                       guard)
         except integrity.Violation as v:
             rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
             rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "reason": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()[-4000:]}
-        chan.send(event="bench", record=rec)
-    chan.send(event="done")
+        chan.send(event=Event.BENCH, record=rec)
+    chan.send(event=Event.DONE)
     return 0
+
+
+def _sol(job: Job, chan: Channel) -> int:
+    from mini_kv.worker import sol_child
+
+    return sol_child.run_job(job, chan)
+
+
+def _one_shot(path: str):
+    """A kind with one answer, `path`'s function of the job, sent as a `result` event (an exception
+    becomes a `fatal` one in main)."""
+    def handler(job: Job, chan: Channel) -> int:
+        from mini_kv.worker.inputs import import_path
+
+        if "device" in job:
+            _set_device(job["device"])
+        chan.send(event=Event.RESULT, result=import_path(path)(job))
+        return 0
+    return handler
+
+
+HANDLERS = {"card": run_job, "sol": _sol, "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
+            "ab": _one_shot("mini_kv.profile.ab:time_pair"), "profile_target": _one_shot("mini_kv.profile.target:run"),
+            "sol_profile_target": _one_shot("mini_kv.profile.sol:run_target"),
+            "build": _one_shot("mini_kv.build.jit_child:build")}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import sys
 import traceback
 from pathlib import PurePosixPath
 
-from mini_kv.worker.child import POISONED_MARKERS, Channel
+from mini_kv.status import Status
+from mini_kv.worker.channel import POISONED_MARKERS, Channel
+from mini_kv.worker.jobs import Event
 
 
 def _load_reference(path: str):
@@ -56,7 +58,7 @@ def _import_beside(base: dict, sol: dict):
 def _fail(chan: Channel, status: str, reason: str) -> None:
     # a traceback only where an exception is being handled (else format_exc says "NoneType: None")
     tb = traceback.format_exc()[-4000:] if sys.exc_info()[0] is not None else None
-    chan.send(event="load", ok=False, status=status, reason=reason, traceback=tb)
+    chan.send(event=Event.LOAD, ok=False, status=status, reason=reason, traceback=tb)
 
 
 def _load(job: dict, chan: Channel):
@@ -65,7 +67,7 @@ def _load(job: dict, chan: Channel):
 
     # a `begin` before each import: should the process exit, crash or hang inside one, the parent
     # knows whose code it was (the reference's: INVALID_REFERENCE, not the solution's fault)
-    chan.send(event="begin", stage="reference", case="(loading the reference)")
+    chan.send(event=Event.BEGIN, stage="reference", case="(loading the reference)")
     try:
         reference = _load_reference(job["reference_file"])
         ref_fn = reference.run
@@ -73,7 +75,7 @@ def _load(job: dict, chan: Channel):
         return _fail(chan, "INVALID_REFERENCE", f"the reference does not load: {type(exc).__name__}: {exc}")
     snap = integrity.snapshot()
     sol = job["solution"]
-    chan.send(event="begin", stage="solution", case="(importing the solution)")
+    chan.send(event=Event.BEGIN, stage="solution", case="(importing the solution)")
     try:
         module = _import_solution(sol)
     except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built
@@ -100,7 +102,7 @@ def run_job(job: dict, chan: Channel) -> int:
     if torch.device(device).type == "cuda":
         torch.cuda.set_device(torch.device(device))
     # one intra-op thread on CPU: the reference gets no parallelism the solution lacks
-    torch.set_num_threads(job.get("threads") or 1)
+    torch.set_num_threads(1)
     loaded = _load(job, chan)
     if loaded is None:
         return 0
@@ -112,18 +114,18 @@ def run_job(job: dict, chan: Channel) -> int:
                         job["baseline"]["dps"])
             integrity.Guard(snap).check("loading the baseline's solution")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-            _fail(chan, "RUNTIME_ERROR", f"the baseline's solution did not load: {type(exc).__name__}: {exc}")
+            _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {type(exc).__name__}: {exc}")
             return 0
-    chan.send(event="load", ok=True)
+    chan.send(event=Event.LOAD, ok=True)
     ctx = Context(definition_name=job["definition_name"], solution_fn=fn, reference_fn=ref_fn,
                   reference_ns=vars(reference), dps=job["solution"]["dps"], device=device, salt=job["salt"],
                   settings=job["settings"], snapshot=snap, baseline=baseline)
     for case in job["cases"]:
-        chan.send(event="begin", stage="correctness", case=case["id"])
+        chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}
         rec = evaluate_workload(ctx, case, phase_s)
-        chan.send(event="case", record=rec, phase_s=phase_s)
+        chan.send(event=Event.CASE, record=rec, phase_s=phase_s)
         if rec["status"] == "RUNTIME_ERROR" and any(m in rec["log"] for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
-    chan.send(event="done")
+    chan.send(event=Event.DONE)
     return 0

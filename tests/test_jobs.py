@@ -1,0 +1,137 @@
+"""The one child protocol: typed job records, one child entry for every kind, the signed channel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from mini_kv.runner import run_one
+from mini_kv.sandbox import disabled
+from mini_kv.worker.channel import Channel, Verifier
+from mini_kv.worker.jobs import (
+    JOB_KINDS,
+    ABJob,
+    BandwidthJob,
+    BuildJob,
+    CardJob,
+    Event,
+    Job,
+    JobError,
+    ProfileTargetJob,
+    SolJob,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_SANDBOX = disabled("test")
+
+
+def example(cls) -> Job:
+    """A job of kind `cls` whose every field holds a distinct JSON value."""
+    return cls(**{f.name: {"field": f.name, "n": i} for i, f in enumerate(dataclasses.fields(cls))})
+
+
+def test_every_kind_round_trips_through_json():
+    kinds = [CardJob, SolJob, BandwidthJob, ProfileTargetJob, ABJob, BuildJob]
+    assert {k.KIND for k in kinds} == set(JOB_KINDS)
+    for cls in kinds:
+        job = example(cls)
+        data = json.loads(json.dumps(job.to_dict()))
+        assert data["kind"] == cls.KIND and data["schema_version"] == cls.SCHEMA_VERSION
+        back = Job.from_dict(data)
+        assert type(back) is cls and back == job and back.to_dict() == job.to_dict()
+        assert cls.from_dict(data) == job
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            back.device = "elsewhere"
+
+
+def test_unknown_kind_version_or_field_is_refused_by_name():
+    data = example(BandwidthJob).to_dict()
+    with pytest.raises(JobError, match="unknown job kind 'teleport'"):
+        Job.from_dict({**data, "kind": "teleport"})
+    with pytest.raises(JobError, match="job kind 'bandwidth': unknown schema_version 99"):
+        Job.from_dict({**data, "schema_version": 99})
+    with pytest.raises(JobError, match="unknown schema_version None"):
+        Job.from_dict({k: v for k, v in data.items() if k != "schema_version"})
+    with pytest.raises(JobError, match="unknown field.*gpu_count"):
+        Job.from_dict({**data, "gpu_count": 2})
+    with pytest.raises(JobError, match="unknown job kind 'bandwidth'"):
+        SolJob.from_dict(data)  # a record of another kind
+
+
+def test_the_child_refuses_an_unknown_version_as_a_fatal_event():
+    class Future(BandwidthJob):
+        SCHEMA_VERSION = 2
+
+    ev = run_one(Future(device="cpu", nbytes=1, iterations=1), timeout=120, sandbox=NO_SANDBOX)
+    assert ev["event"] == Event.FATAL and "unknown schema_version 2" in ev["reason"]
+
+
+def test_bandwidth_kind_runs_in_the_child():
+    import torch
+
+    ev = run_one(BandwidthJob(device="cuda", nbytes=2**20, iterations=2), timeout=120, sandbox=NO_SANDBOX)
+    if torch.cuda.is_available():
+        assert ev["event"] == Event.RESULT and ev["result"]["copy_bandwidth_Bps"] > 0
+    else:  # the measurement's own answer on a machine without CUDA, through the same channel
+        assert ev["event"] == Event.FATAL and "in measure" in ev["traceback"], ev
+
+
+def _build_job(tmp_path, source: str) -> BuildJob:
+    (tmp_path / "op.cpp").write_text(source)
+    return BuildJob(name="mkv_test_build", build_dir=str(tmp_path / "out"), sources=[str(tmp_path / "op.cpp")],
+                    include_dirs=[], flags={"cflags": ["-O0"], "cuda_cflags": []}, arch_list=[],
+                    python_module=False, with_cuda=False)
+
+
+def test_build_kind_builds_in_the_child_and_keeps_the_compiler_output(tmp_path):
+    log = tmp_path / "stdout.log"
+    ev = run_one(_build_job(tmp_path, "extern \"C\" int mini_kv_answer() { return 42; }\n"), timeout=300,
+                 sandbox=NO_SANDBOX, log_path=str(log))
+    assert ev["event"] == Event.RESULT, ev
+    assert ev["result"] == {"built": "mkv_test_build"} and list((tmp_path / "out").glob("*.so"))
+    assert "op.cpp" in log.read_text()  # the compiler's command lines, as torch's builder prints them
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    ev = run_one(_build_job(bad, "int broken( {\n"), timeout=300, sandbox=NO_SANDBOX, log_path=str(bad / "log"))
+    assert ev["event"] == Event.FATAL and "Error building extension" in ev["reason"]
+    assert "error" in (bad / "log").read_text() + ev["reason"]
+
+
+def test_unsigned_replayed_or_foreign_events_are_rejected(tmp_path):
+    key = b"k" * 32
+    path = tmp_path / "events"
+    chan = Channel(str(path), key)
+    chan.send(event=Event.RESULT, result={"ok": True})
+    chan.f.close()
+    lines = path.read_bytes().splitlines()
+    v = Verifier(key)
+    assert v.read(lines[0])["event"] == "result"
+    assert v.read(lines[0])["event"] == "forged"  # the same signed line again: out of sequence
+    assert Verifier(b"x" * 32).read(lines[0])["event"] == "forged"  # another run's key
+    unsigned = json.dumps({"mac": "0" * 64, "body": json.dumps({"event": "result", "seq": 1})}).encode()
+    assert Verifier(key).read(unsigned)["event"] == "forged"
+    assert Verifier(key).read(b'{"event": "done"}')["event"] == "forged"
+
+
+def test_ab_kind_reports_a_tampering_candidate_as_its_result():
+    """Both sides are the exploit library's `set_env` op (it changes the process environment): the
+    Guard, checked after timing, turns that into the result instead of a latency."""
+    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.load.task_card import load_task_card
+
+    card = load_task_card(ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml")
+    cand = card.candidate("set_env")
+    comp = compile_candidate(ROOT, cand, with_cuda=False)
+    assert comp["status"] == "ok", comp
+    job = ABJob(device="cpu", inputs=card.operator["inputs"], params={"n": 1000}, dtype="float32", seed=3,
+                repeats=2, samples=3, warmup=1, method="auto",
+                candidates=[{"label": label, "id": "set_env", "op": cand.op, "library": comp["library"]}
+                            for label in ("A", "B")])
+    ev = run_one(job, timeout=300)
+    assert ev["event"] == Event.RESULT, ev
+    res = ev["result"]
+    assert res["ran"] is False and res["error"] and res["integrity"] == "HARNESS_TAMPERED", res
+    assert "after timing" in res["reason"]
