@@ -22,6 +22,7 @@ from mini_kv.worker.jobs import (
     JobError,
     ProfileTargetJob,
     SolJob,
+    SolProfileTargetJob,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def example(cls) -> Job:
 
 
 def test_every_kind_round_trips_through_json():
-    kinds = [CardJob, SolJob, BandwidthJob, ProfileTargetJob, ABJob, BuildJob]
+    kinds = [CardJob, SolJob, BandwidthJob, ProfileTargetJob, SolProfileTargetJob, ABJob, BuildJob]
     assert {k.KIND for k in kinds} == set(JOB_KINDS)
     for cls in kinds:
         job = example(cls)

@@ -427,7 +427,7 @@ def _package_dir() -> Path:
 # which may be edited in a working tree while a long run goes on); a card's reference module comes
 # with the job's `watch_paths`
 _WORKER_FILES = ("worker/*.py", "solexec/check.py", "solexec/evaluate.py", "solexec/inputs.py",
-                 "judge/stats.py", "runner.py")
+                 "judge/stats.py", "runner.py", "status.py")
 
 
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:
