@@ -114,9 +114,9 @@ def _problems(result: dict) -> list[str]:
     """Short reasons for the summary line of a run that did not pass."""
     s, comp, res = result["summary"], result["compile"], result["results"]
     out = []
-    if comp["status"] == "timeout":
+    if comp["status"] == BuildStatus.TIMEOUT:
         out.append(f"the build did not finish in {comp.get('duration_s', 0):.0f} s")
-    elif comp["status"] != "ok":
+    elif comp["status"] != BuildStatus.OK:
         first = first_compiler_error(compile_log(comp))
         out.append(f"build failed at {first[0]}" if first else "build failed (see the log above)")
     load = res.get("load")
@@ -191,7 +191,7 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
     text = compile_log(comp)
     first = first_compiler_error(text)
     body = _without_python_traceback(text.splitlines())
-    picked = [ln for ln in body if "error" in ln.lower() or "FAILED" in ln]
+    picked = [ln for ln in body if "error" in ln.lower() or "FAILED: " in ln]  # ninja's failed step
     if first and not verbose:
         more = len([ln for ln in picked if COMPILER_ERROR.match(ln.strip())]) - 1
         return "\n".join(first[1]) + (f"\n({more} more error(s); -v shows them)" if more > 0 else "")

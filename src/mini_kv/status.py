@@ -37,6 +37,12 @@ INCORRECT_STATUSES = frozenset({Status.INCORRECT, Status.INCORRECT_SHAPE, Status
                                 Status.INCORRECT_DTYPE})
 
 
+# the words of records written before schema_version 2 (store.records migrates them on read)
+V1_CASE_WORDS = {"PASS": Status.PASSED, "FAIL": Status.INCORRECT}  # a task-card case
+V1_CHECK_WORDS = {"PASS": Status.PASSED, "FAIL": Status.FAILED}  # a contract check
+V1_BENCH_WORDS = {"ERROR": Status.BENCHMARK_ERROR}  # a bench case that did not time
+
+
 class Verdict(StrEnum):
     """The regression gate's verdict on a case and on an attempt (regression.json)."""
 

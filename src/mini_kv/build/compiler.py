@@ -27,6 +27,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 from mini_kv.runner import run_one
 from mini_kv.sandbox import disabled
+from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
@@ -176,10 +177,10 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
     check_all = plan.get("check_only", False)
     cu = [s for s in plan["cuda_sources_skipped"] if check_all or s.endswith(".cu")]
     if not cu:
-        return {"status": "skipped", "note": "no .cu sources"}
+        return {"status": BuildStatus.SKIPPED, "note": "no .cu sources"}
     nvcc = environment.nvcc_info()["path"]
     if nvcc is None:
-        return {"status": "skipped", "note": "nvcc not found: .cu files were not compile-checked"}
+        return {"status": BuildStatus.SKIPPED, "note": "nvcc not found: .cu files were not compile-checked"}
     extra = _torch_extension_includes(plan) if plan.get("python_module") else []
     include_dirs = [str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]]
     results = []
@@ -195,10 +196,10 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
             missing = None if res.timed_out or not check_all else \
                 _missing_environment_header(res.output, plan["candidate_dir"])
             if missing is not None:
-                return {"status": "inconclusive", "checks": results,
+                return {"status": BuildStatus.INCONCLUSIVE, "checks": results,
                         "note": f"this machine lacks {missing} (needed by {src}): not fully compile-checked"}
-            return {"status": "timeout" if res.timed_out else "error", "checks": results}
-    return {"status": "ok", "checks": results}
+            return {"status": BuildStatus.TIMEOUT if res.timed_out else BuildStatus.ERROR, "checks": results}
+    return {"status": BuildStatus.OK, "checks": results}
 
 
 def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.0,
@@ -223,26 +224,26 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
     refused = refused_input(project_root, cand)  # the loaders refuse these first; this guards every other way
     if refused is not None:
         record["refused"] = f"{refused} (nothing was compiled)"
-        return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status="error")
+        return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status=BuildStatus.ERROR)
     done = final / "build.json"
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
         return done.is_file() and (plan["check_only"] or _library_in(final) is not None)
 
     if built():
-        return _finish(record, final, cache_hit=True, t0=t0, status="ok")
+        return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
     with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
         if built():  # another process built it while we waited
-            return _finish(record, final, cache_hit=True, t0=t0, status="ok")
+            return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
         try:
             status = _build_into(plan, tmp, timeout, record)
-            if status == "ok" and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
+            if status == BuildStatus.OK and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
                 # the compiler may have read other bytes than the key names: never cache that library
                 record["refused"] = (f"{cand.id}: the candidate's files changed while it was built; the "
                                      "library was discarded (build again once they stay put)")
-                status = "error"
-            if status != "ok":
+                status = BuildStatus.ERROR
+            if status != BuildStatus.OK:
                 record["failed_build_dir"] = str(tmp)
                 return _finish(record, tmp, cache_hit=False, t0=t0, status=status)
             (tmp / "build.json").write_text(json.dumps(record, indent=2))
@@ -252,17 +253,17 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
         finally:
             if tmp.exists() and record.get("failed_build_dir") is None:
                 shutil.rmtree(tmp, ignore_errors=True)
-    return _finish(record, final, cache_hit=False, t0=t0, status="ok")
+    return _finish(record, final, cache_hit=False, t0=t0, status=BuildStatus.OK)
 
 
 def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
     if plan["cuda_sources_skipped"]:
         check = _cuda_compile_check(plan, tmp, timeout)
         record["cuda_check"] = check
-        if check["status"] in ("error", "timeout"):
-            return "error" if check["status"] == "error" else "timeout"
+        if check["status"] in (BuildStatus.ERROR, BuildStatus.TIMEOUT):
+            return BuildStatus.ERROR if check["status"] == BuildStatus.ERROR else BuildStatus.TIMEOUT
     if plan["check_only"]:
-        return "ok"
+        return BuildStatus.OK
     job = BuildJob(name=plan["module"], build_dir=str(tmp / "out"),
                    sources=[str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
                    include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
@@ -273,19 +274,19 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
     ev = run_one(job, timeout, sandbox=disabled("a build runs the compiler, not candidate code"),
                  log_path=str(tmp / "stdout.log"))
     if ev.get("timed_out"):
-        return "timeout"
+        return BuildStatus.TIMEOUT
     if ev["event"] != Event.RESULT:
         (tmp / "stderr.log").write_text(f"{ev['reason']}\n{ev.get('traceback') or ''}")
-        return "error"
+        return BuildStatus.ERROR
     lib = _library_in(tmp / "out")
     if lib is None:
         (tmp / "stderr.log").write_text("build produced no shared library\n")
-        return "error"
+        return BuildStatus.ERROR
     shutil.move(str(lib), tmp / lib.name)
     if (tmp / "out" / "build.ninja").is_file():
         shutil.copy(tmp / "out" / "build.ninja", tmp / "build.ninja")
     shutil.rmtree(tmp / "out", ignore_errors=True)
-    return "ok"
+    return BuildStatus.OK
 
 
 def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> dict:

@@ -243,7 +243,7 @@ def status_class(status: str) -> str:
 
 # pass cells stay unlabelled: dark green against the white "not in suite" cells, and each label costs
 # ~200 bytes of SVG (a 30 x 6 matrix of "ok" was most of the page)
-_SHORT = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "skip", "none": ""}
+_SHORT = {"pass": "", "fail": Verdict.FAIL, "error": "ERR", "skip": "skip", "none": ""}
 
 
 def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -> Chart:

@@ -24,6 +24,7 @@ from mini_kv.solexec.inputs import (
     make_inputs,
     normalize_outputs,
 )
+from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.benchmark import input_set_count, timed
 from mini_kv.worker.compare import inputs_unchanged
@@ -83,7 +84,7 @@ def _tb() -> str:
 
 def _hack(code: str, log: str) -> Verdict:
     """REWARD_HACK with the defence's reason code first in the log (codes: mini_kv.worker.integrity)."""
-    return Verdict("REWARD_HACK", integrity.reward_hack_log(code, log))
+    return Verdict(Status.REWARD_HACK, integrity.reward_hack_log(code, log))
 
 
 def _check_integrity(ctx: Context, when: str) -> None:
@@ -113,11 +114,11 @@ def run_reference(ctx: Context, sig: dict, inputs: list) -> list:
         refs = normalize_outputs(ctx.reference_fn(*clone_inputs(inputs)), sig, ctx.device)
         _sync(ctx.device)
     except Exception as exc:  # noqa: BLE001
-        raise Verdict("INVALID_REFERENCE", f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(Status.INVALID_REFERENCE, f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     for spec, ref in zip(sig["outputs"], refs, strict=True):
         want = tuple(spec["shape"] or ())
         if tuple(ref.shape) != want or ref.dtype != getattr(torch, spec["dtype"]):
-            raise Verdict("INVALID_REFERENCE", f"reference output {spec['name']!r} is {list(ref.shape)} "
+            raise Verdict(Status.INVALID_REFERENCE, f"reference output {spec['name']!r} is {list(ref.shape)} "
                           f"{str(ref.dtype).replace('torch.', '')}, the definition says {list(want)} {spec['dtype']}")
     return refs
 
@@ -126,9 +127,9 @@ def _inputs(ctx: Context, sig: dict, workload: dict, seed: int) -> list:
     try:
         return make_inputs(sig, workload, ctx.reference_ns, ctx.device, seed, ctx.safetensors_cache)
     except ReferenceInputError as exc:
-        raise Verdict("INVALID_REFERENCE", f"custom input generation failed: {exc}") from None
+        raise Verdict(Status.INVALID_REFERENCE, f"custom input generation failed: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - e.g. out of memory, unreadable safetensors data
-        raise Verdict("RUNTIME_ERROR", f"input generation failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(Status.RUNTIME_ERROR, f"input generation failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
 
 
 def _structure(sig: dict, outs: list, refs: list) -> None:
@@ -138,13 +139,13 @@ def _structure(sig: dict, outs: list, refs: list) -> None:
             raise _hack("OUTPUT_NOT_PLAIN_TENSOR", f"output {spec['name']!r} is a {type(out).__name__}, not exactly "
                         "a torch.Tensor (a subclass can compute or change its values when read)")
         if tuple(out.shape) != tuple(ref.shape):
-            raise Verdict("INCORRECT_SHAPE", f"output {spec['name']!r} has shape {list(out.shape)}, expected "
+            raise Verdict(Status.INCORRECT_SHAPE, f"output {spec['name']!r} has shape {list(out.shape)}, expected "
                           f"{list(ref.shape)}")
         if out.dtype != ref.dtype:
-            raise Verdict("INCORRECT_DTYPE", f"output {spec['name']!r} has dtype {str(out.dtype).replace('torch.', '')}"
+            raise Verdict(Status.INCORRECT_DTYPE, f"output {spec['name']!r} has dtype {str(out.dtype).replace('torch.', '')}"
                           f", expected {str(ref.dtype).replace('torch.', '')}")
         if out.device != ref.device:
-            raise Verdict("RUNTIME_ERROR", f"output {spec['name']!r} is on {out.device}, expected {ref.device}")
+            raise Verdict(Status.RUNTIME_ERROR, f"output {spec['name']!r} is on {out.device}, expected {ref.device}")
 
 
 def _worst(current: dict | None, new: dict) -> dict:
@@ -161,7 +162,7 @@ def _solve(ctx: Context, sig: dict, inputs: list, r: int) -> list:
     except Verdict:
         raise
     except Exception as exc:  # noqa: BLE001 - the solution raising is a result
-        raise Verdict("RUNTIME_ERROR", f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(Status.RUNTIME_ERROR, f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") from None
 
 
 def _first_wrong(sig: dict, outs: list, refs: list, tol: dict) -> tuple[str, str] | None:
@@ -211,7 +212,7 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
             worst = _worst(worst, res)
             if not res["ok"]:
                 _explain_wrong_round(ctx, sig, r, first, pristine, outs, refs, prev, tol)
-                raise Verdict("INCORRECT_NUMERICAL", f"round {r}, output {spec['name']!r}: {res['reason']}", worst)
+                raise Verdict(Status.INCORRECT_NUMERICAL, f"round {r}, output {spec['name']!r}: {res['reason']}", worst)
             why = degenerate(out, ref, float(tol["max_atol"]))
             if why:
                 raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
@@ -297,7 +298,7 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
     except integrity.Violation as v:  # work escaping the timer
         raise _hack(v.code, v.message) from None
     except Exception as exc:  # noqa: BLE001
-        raise Verdict("RUNTIME_ERROR", f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(Status.RUNTIME_ERROR, f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if threading.active_count() != threads:
         raise _hack("THREAD_ESCAPE", f"thread count changed while timing ({threads} -> {threading.active_count()})")
     _check_integrity(ctx, "after timing")
@@ -365,7 +366,7 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
     """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
     `phase_s`, if given, receives the seconds spent in the correctness rounds and in timing."""
     sig, workload = case["signature"], case["workload"]
-    record = {"id": case["id"], "status": "PASSED", "log": "", "correctness": None, "performance": None, "bench": None}
+    record = {"id": case["id"], "status": Status.PASSED, "log": "", "correctness": None, "performance": None, "bench": None}
     phase_s = {} if phase_s is None else phase_s
     t0 = time.perf_counter()
     try:
@@ -380,6 +381,6 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
                                  "speedup_factor": bench["speedup"]}
     except Verdict as v:
         record.update(status=v.status, log=v.log, correctness=_correctness_block(v.correctness)
-                      if v.status == "INCORRECT_NUMERICAL" else None, performance=None, bench=None)
+                      if v.status == Status.INCORRECT_NUMERICAL else None, performance=None, bench=None)
     record["finished_at"] = dt.datetime.now().isoformat()
     return record

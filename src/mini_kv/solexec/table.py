@@ -7,9 +7,10 @@ from rich.console import Console, Group
 from rich.markup import escape
 
 from mini_kv.report import print_regression
+from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables
 
-STATUS_STYLE = {"PASSED": "green", "INCORRECT_NUMERICAL": "yellow"}
+STATUS_STYLE = {Status.PASSED: "green", Status.INCORRECT_NUMERICAL: "yellow"}
 
 
 def _errors(corr: dict | None) -> tuple[str, str]:
@@ -46,12 +47,12 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if verbose:
         _print_details(result, console)
     console.print(traces_table(trace_list, width=console.width))
-    passed = sum(t["evaluation"]["status"] == "PASSED" for t in trace_list)
+    passed = sum(t["evaluation"]["status"] == Status.PASSED for t in trace_list)
     console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
     if result.get("unavailable"):
         console.print(f"[red]unavailable here:[/] {escape(result['unavailable'])}")
     failed = [(i, t["evaluation"]) for i, t in enumerate(trace_list)
-              if t["evaluation"]["status"] not in ("PASSED",) and t["evaluation"]["log"]]
+              if t["evaluation"]["status"] not in (Status.PASSED,) and t["evaluation"]["log"]]
     if failed and not result.get("unavailable"):
         shown = failed if verbose else failed[:3]
         console.print(f"\n[bold red]Logs ({len(failed)}):[/]")

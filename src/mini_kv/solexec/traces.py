@@ -13,8 +13,10 @@ import json
 import math
 import platform
 
-STATUSES = ("PASSED", "INVALID_REFERENCE", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
-            "RUNTIME_ERROR", "COMPILE_ERROR", "TIMEOUT", "REWARD_HACK")
+from mini_kv.status import Status
+
+STATUSES = (Status.PASSED, Status.INVALID_REFERENCE, Status.INCORRECT_SHAPE, Status.INCORRECT_NUMERICAL, Status.INCORRECT_DTYPE,
+            Status.RUNTIME_ERROR, Status.COMPILE_ERROR, Status.TIMEOUT, Status.REWARD_HACK)
 CORRECTNESS_KEYS = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf", "extra")
 PERFORMANCE_KEYS = ("latency_ms", "reference_latency_ms", "speedup_factor")
 
@@ -44,11 +46,11 @@ def make_trace(definition: str, workload: dict, solution: str, status: str, envi
     """One trace; raises ValueError when the status and the blocks it carries disagree."""
     if status not in STATUSES:
         raise ValueError(f"unknown trace status {status!r}")
-    if status == "PASSED" and (correctness is None or performance is None):
+    if status == Status.PASSED and (correctness is None or performance is None):
         raise ValueError("a PASSED trace carries correctness and performance")
-    if status == "INCORRECT_NUMERICAL" and (correctness is None or performance is not None):
+    if status == Status.INCORRECT_NUMERICAL and (correctness is None or performance is not None):
         raise ValueError("an INCORRECT_NUMERICAL trace carries correctness only")
-    if status not in ("PASSED", "INCORRECT_NUMERICAL") and (correctness is not None or performance is not None):
+    if status not in (Status.PASSED, Status.INCORRECT_NUMERICAL) and (correctness is not None or performance is not None):
         raise ValueError(f"a {status} trace carries neither correctness nor performance")
     corr = None if correctness is None else {
         "max_relative_error": _finite(correctness["max_relative_error"], "max_relative_error"),

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.status import Status
+from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
 from mini_kv.store.jsonfile import read_versioned
 
 RECORD_VERSION = 2
 CARD_FORMAT = "task-card"
 SOL_FORMAT = "sol-execbench"
-_CASE_V1 = {"PASS": Status.PASSED, "FAIL": Status.INCORRECT}  # a wrong case
-_CHECK_V1 = {"PASS": Status.PASSED, "FAIL": Status.FAILED}  # a failed contract check
-_BENCH_V1 = {"ERROR": Status.BENCHMARK_ERROR}
+_CASE_V1, _CHECK_V1, _BENCH_V1 = V1_CASE_WORDS, V1_CHECK_WORDS, V1_BENCH_WORDS
 
 
 def timed(rec) -> bool:

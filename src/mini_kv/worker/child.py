@@ -144,7 +144,7 @@ def run_job(job: Job, chan: Channel) -> int:
                                    on_inputs=lambda c=case: chan.send(event=Event.BEGIN, stage="correctness",
                                                                       case=c["id"]))
         chan.send(event=Event.CASE, record=rec)
-        if rec["status"] == "RUNTIME_ERROR" and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
+        if rec["status"] == Status.RUNTIME_ERROR and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
     for name in job["contract"]:

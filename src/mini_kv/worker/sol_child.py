@@ -72,7 +72,7 @@ def _load(job: dict, chan: Channel):
         reference = _load_reference(job["reference_file"])
         ref_fn = reference.run
     except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
-        return _fail(chan, "INVALID_REFERENCE", f"the reference does not load: {type(exc).__name__}: {exc}")
+        return _fail(chan, Status.INVALID_REFERENCE, f"the reference does not load: {type(exc).__name__}: {exc}")
     snap = integrity.snapshot()
     sol = job["solution"]
     chan.send(event=Event.BEGIN, stage="solution", case="(importing the solution)")
@@ -80,15 +80,15 @@ def _load(job: dict, chan: Channel):
         module = _import_solution(sol)
     except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built
         what = "built module" if sol["group"] == "cpp" else sol["entry_file"]
-        return _fail(chan, "COMPILE_ERROR", f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}")
+        return _fail(chan, Status.COMPILE_ERROR, f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}")
     fn = getattr(module, sol["entry_function"], None)
     if not callable(fn):
-        return _fail(chan, "COMPILE_ERROR", f"the solution has no function {sol['entry_function']!r} "
+        return _fail(chan, Status.COMPILE_ERROR, f"the solution has no function {sol['entry_function']!r} "
                      f"(entry point {sol['entry_file']}::{sol['entry_function']})")
     try:
         integrity.Guard(snap).check("importing the solution")
     except integrity.Violation as v:
-        return _fail(chan, "REWARD_HACK", integrity.reward_hack_log(v.code, v.message))
+        return _fail(chan, Status.REWARD_HACK, integrity.reward_hack_log(v.code, v.message))
     return reference, ref_fn, fn, snap
 
 
@@ -125,7 +125,7 @@ def run_job(job: dict, chan: Channel) -> int:
         phase_s: dict[str, float] = {}
         rec = evaluate_workload(ctx, case, phase_s)
         chan.send(event=Event.CASE, record=rec, phase_s=phase_s)
-        if rec["status"] == "RUNTIME_ERROR" and any(m in rec["log"] for m in POISONED_MARKERS):
+        if rec["status"] == Status.RUNTIME_ERROR and any(m in rec["log"] for m in POISONED_MARKERS):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     chan.send(event=Event.DONE)
     return 0
