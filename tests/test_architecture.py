@@ -8,11 +8,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "import_cycles.py"
 
-# A cycle another change of issue 19 removes (the worker's Channel moves out of worker.child); drop it
-# from here once that change is in, so the check is the script's plain exit code again.
-PENDING = {("mini_kv.worker.child", "mini_kv.worker.sol_child")}
-
-
 def _run(src: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), str(src)], capture_output=True, text=True, timeout=120)
 
@@ -24,8 +19,7 @@ def _cycles(stdout: str) -> set[tuple[str, ...]]:
 
 def test_the_package_has_no_import_cycles():
     res = _run(ROOT / "src")
-    assert _cycles(res.stdout) <= PENDING, res.stdout
-    assert res.returncode == (1 if _cycles(res.stdout) else 0), res.stdout + res.stderr
+    assert not _cycles(res.stdout) and res.returncode == 0, res.stdout + res.stderr
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
