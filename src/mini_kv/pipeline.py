@@ -142,17 +142,17 @@ class Run:
 
 
 class FrontDoor(Protocol):
-    """A format's part of each stage (run_stages): CardDoor, solexec.run.SolDoor."""
+    """A format's part of each stage (run_stages): CardDoor, solexec.run.SolDoor (both subclass it for its defaults)."""
 
     FORMAT: str  # correctness.json's and benchmark.json's `format`
-    label: str | None  # progress messages' prefix (None: SOL workloads)
     evaluating: str  # 'verify <candidate>', 'evaluate <solution>'
-    skipped_benchmark: bool
+    label: str | None = None  # progress messages' prefix (None: SOL workloads)
+    skipped_benchmark: bool = False
 
     def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
-    def first_child(self) -> ChildRun | None: ...  # a worker started early to run the job
+    def first_child(self) -> ChildRun | None: return None  # a worker started early to run the job
     def stage_timeout(self, job: Job) -> float: ...
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
@@ -160,10 +160,10 @@ class FrontDoor(Protocol):
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]: ...  # (entry, record)
     def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]: ...  # (timing, why none)
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict: ...  # its header keys
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict: return {}  # its header keys
     def header(self) -> dict: ...  # candidate, op (format)
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
-    def close(self) -> None: ...
+    def close(self) -> None: return None
 
 
 # ---------------------------------------------------------------------------------- the stages
@@ -340,7 +340,7 @@ STATUS_CODES = {Status.COMPILE_ERROR: ExitCode.COMPILE, Status.COMPILE_TIMEOUT: 
                 Status.BENCHMARK_ERROR: ExitCode.BENCHMARK, Status.PASSED: ExitCode.OK}
 
 
-class CardDoor:
+class CardDoor(FrontDoor):
     """verify's part of the stages (run_stages): a task card's candidate."""
 
     FORMAT = CARD_FORMAT
@@ -366,17 +366,19 @@ class CardDoor:
                         root, Path(opts.artifacts) if opts.artifacts else root / "artifacts", child_env)
 
     def build(self, prep: Prepared, say) -> Built:
+        """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
         say(f"compile {self.cand.id}")
-        return Built(_compile(self.card, self.cand, self.opts, prep.device))
+        if self.opts.prebuilt:
+            return Built({"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True, "cache_hit": None,
+                          "library": str(Path(self.opts.prebuilt).resolve()), "duration_s": 0.0})
+        return Built(compile_candidate(prep.root, self.cand, timeout=prep.compile_timeout,
+                                       with_cuda=None if prep.device.startswith("cuda") else False))
 
     def job(self, prep: Prepared, built: Built) -> CardJob | None:
         if built.compile["status"] != BuildStatus.OK:
             return None
         return _job(self.card, self.cand, built.compile["library"], prep.device, self.opts, prep.salt,
                     peak_bw=prep.env["copy_bandwidth_Bps"])
-
-    def first_child(self) -> None:
-        return None
 
     def stage_timeout(self, job: Job) -> float:
         return self.card.timeouts["stage_s"]
@@ -427,9 +429,6 @@ class CardDoor:
         w.json("candidate_manifest.json", _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand,
                                                         built.compile))
 
-    def close(self) -> None:
-        pass
-
 
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
     run = run_stages(CardDoor(card, cand, opts), progress, line)
@@ -475,15 +474,6 @@ def _watch_paths(card: TaskCard) -> list[str]:
         if found is not None and found.origin:
             paths.append(found.origin)
     return sorted(set(paths))
-
-
-def _compile(card: TaskCard, cand: Candidate, opts: VerifyOptions, device: str) -> dict:
-    """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
-    if opts.prebuilt:
-        return {"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True,
-                "library": str(Path(opts.prebuilt).resolve()), "cache_hit": None, "duration_s": 0.0}
-    return compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
-                             with_cuda=None if device.startswith("cuda") else False)
 
 
 def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:

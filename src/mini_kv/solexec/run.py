@@ -18,7 +18,7 @@ from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
 from mini_kv.model import safe_name as _safe
-from mini_kv.pipeline import Built, Outcome, Prepared, _interleaved_settings, run_stages
+from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
 from mini_kv.runner import ChildRun
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
@@ -252,12 +252,12 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
     return reason
 
 
-class SolDoor:
+class SolDoor(FrontDoor):
     """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
     The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
     same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
 
-    FORMAT, label, skipped_benchmark = SOL_FORMAT, None, False
+    FORMAT = SOL_FORMAT
 
     def __init__(self, problem: Problem, opts: BenchOptions):
         self.problem, self.opts, self.staging, self.warm = problem, opts, None, None
@@ -342,9 +342,6 @@ class SolDoor:
         rec = next((r for r in res["cases"] if r.get("id") == case_id), {})
         why = rec.get("log") or rec.get("reason") or (res.get("load") or {}).get("reason")
         return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
-
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        return {}
 
     def header(self) -> dict:
         sol = self.problem.solution
