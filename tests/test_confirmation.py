@@ -8,7 +8,16 @@ import pytest
 from mini_kv.build.baseline import BaselineBuildError, build_baseline, rename_namespace
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.load.task_card import load_task_card
-from mini_kv.pipeline import VerifyOptions, _confirmation_batch, _interleaved_settings, _job, verify
+from mini_kv.pipeline import (
+    CardDoor,
+    Prepared,
+    VerifyOptions,
+    _confirmation,
+    _interleaved_settings,
+    _job,
+    verify,
+)
+from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import read_attempt
 
 
@@ -17,6 +26,13 @@ def test_namespace_rename_touches_whole_tokens_only():
     out, n = rename_namespace(text, "my_ns", "my_ns__baseline_abc")
     assert n == 3
     assert "my_ns_launch()" in out and "other_my_ns" in out and "TORCH_LIBRARY(my_ns__baseline_abc, m)" in out
+
+
+def _confirm(card, cand, opts, job, store):
+    """The pipeline's same-run comparison for a card's job, as verify's regression gate runs it."""
+    prep = Prepared(job["device"], {}, "s", resolve_sandbox(opts.sandbox), job["benchmark"], card.timeouts["case_s"],
+                    card.timeouts["compile_s"], Path(card.project_root), store)
+    return _confirmation(CardDoor(card, cand, opts), job, prep)
 
 
 def test_interleaved_settings_keep_the_sample_budget_in_more_repeats():
@@ -50,8 +66,8 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cpu")
     job = _job(card, cand, comp["library"], "cpu", opts, salt="s")
-    job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 10, "warmup": 1}
-    run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_cpu_64k-float32")
+    job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 10, "warmup": 1})
+    run = _confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32")
 
     assert run["build"]["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")
     assert run["build"]["attempt"] == str(attempt)
@@ -90,8 +106,8 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cuda")
     job = _job(card, slowed, comp["library"], "cuda:0", opts, salt="s")
-    job["benchmark"] = {**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2}
-    run = _confirmation_batch(job, opts, card, None, store)(baseline, "bench_4096x8192-float16")
+    job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2})
+    run = _confirm(card, slowed, opts, job, store)(baseline, "bench_4096x8192-float16")
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
     assert test.slower and test.ratio > 1.15, test
 

@@ -351,7 +351,8 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.pipeline import _write_attempt
+    from mini_kv.pipeline import Built, CardDoor, Outcome, Prepared, VerifyOptions, _write_attempt
+    from mini_kv.sandbox import resolve as resolve_sandbox
     from mini_kv.store.headline import card_headline
     from mini_kv.store.index import read_index, update_index
 
@@ -366,7 +367,9 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
                "benchmark": head.benchmark, "compile": {}, "duration_s": 0.0,
                "regression": {"verdict": verdict["verdict"], "reasons": []}}
     store = tmp_path / "store"
-    a = _write_attempt(store, card, cand, fixture_env(), {"status": "ok"}, results, summary, salt_of(2), "cpu", verdict)
+    prep = Prepared("cpu", fixture_env(), salt_of(2), resolve_sandbox(False), {}, 1.0, 1.0, Path(card.project_root), store)
+    out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
+    a = _write_attempt(CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict)
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}
     assert json.loads((a / "regression.json").read_text()) == verdict

@@ -1,4 +1,7 @@
-"""`verify`: loader -> compiler -> worker child (load, correctness, contract, benchmark) -> verdict -> attempt."""
+"""The one staged pipeline of `verify` and `bench`: prepare -> build -> worker job -> headline ->
+regression gate -> attempt -> index (`run_stages`). A front door loads its format and supplies the
+format's parts of each stage (`FrontDoor`: `CardDoor` here for task cards, `solexec.run.SolDoor` for
+SOL-ExecBench problems); the stages hand each other frozen records (`Prepared`, `Built`, `Outcome`, `Run`)."""
 
 from __future__ import annotations
 
@@ -8,18 +11,21 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
-from mini_kv.runner import run_worker
+from mini_kv.runner import ChildRun, run_worker
+from mini_kv.sandbox import SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
+from mini_kv.store.records import CARD_FORMAT, benchmark_document, correctness_document
 from mini_kv.worker import bandwidth
-from mini_kv.worker.jobs import CardJob
+from mini_kv.worker.jobs import CardJob, Job
 
 
 @dataclass
@@ -77,14 +83,148 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
             raise UserError(f"{where(key)}: must be a positive fraction (0.03 = 3%), got {value!r}")
 
 
+# ---------------------------------------------------------------- the records the stages hand on
+
+@dataclass(frozen=True)
+class Prepared:
+    """The prepare stage's record: where and how the run happens, fixed before anything is built."""
+
+    device: str
+    env: dict  # environment.json
+    salt: str
+    sandbox: SandboxInfo
+    settings: dict  # the timing settings
+    case_timeout: float
+    compile_timeout: float
+    root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
+    artifacts: Path  # the attempt store
+    child_env: dict | None = None  # the worker's environment (None: this process's)
+
+
+@dataclass(frozen=True)
+class Built:
+    """The build stage's record: compile.json's (None: nothing compiled) and, when the build alone decides
+    the run (no worker job), the door's outcomes and why the code cannot run here."""
+
+    compile: dict | None
+    decided: dict | None = None
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The headline stage's record: status, exit code and summaries (store.headline), correctness.json's
+    results, benchmark.json's cases (those the gate compares) and settings, and the door's own data."""
+
+    status: Status
+    code: ExitCode
+    correctness: dict | None
+    benchmark: dict | None
+    results: dict
+    bench_cases: list
+    bench_settings: dict | None = None
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What run_stages hands back to its front door."""
+
+    prep: Prepared
+    built: Built
+    out: Outcome
+    summary: dict  # the attempt header's status, exit code, summaries, the door's keys, regression
+    code: ExitCode
+    regression: dict | None
+    attempt: Path
+    index_warning: str | None
+    phases: dict  # seconds since the start at the end of each stage, and where the worker's time went
+
+
+class FrontDoor(Protocol):
+    """A format's part of each stage (run_stages): CardDoor, solexec.run.SolDoor (both subclass it for its defaults)."""
+
+    FORMAT: str  # correctness.json's and benchmark.json's `format`
+    evaluating: str  # 'verify <candidate>', 'evaluate <solution>'
+    label: str | None = None  # progress messages' prefix (None: SOL workloads)
+    skipped_benchmark: bool = False
+
+    def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
+    def build(self, prep: Prepared, say) -> Built: ...
+    def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
+    def first_child(self) -> ChildRun | None: return None  # a worker started early to run the job
+    def stage_timeout(self, job: Job) -> float: ...
+    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
+    def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
+    def identity(self, prep: Prepared) -> dict: ...  # the ids a baseline must match
+    def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]: ...  # (entry, record)
+    def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
+    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]: ...  # (timing, why none)
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict: return {}  # its header keys
+    def header(self) -> dict: ...  # candidate, op (format)
+    def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
+    def close(self) -> None: return None
+
+
+# ---------------------------------------------------------------------------------- the stages
+
+def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
+    """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
+    attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's."""
+    from mini_kv.judge.regression import exit_code_for, regression_summary
+    from mini_kv.store.index import IndexUnusable, update_index
+
+    t0, phases = time.perf_counter(), {}
+
+    def lap(name: str) -> None:
+        phases[name] = round(time.perf_counter() - t0, 3)
+
+    say = progress or (lambda msg, **_: None)
+    try:
+        prep = door.prepare()
+        lap("prepared_s")
+        built = door.build(prep, say)
+        lap("built_s")
+        job = door.job(prep, built)
+        results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": None,
+                   "sandbox": prep.sandbox.to_dict()}
+        if job is not None:
+            say(f"{door.evaluating} on {prep.device}")
+            results = run_worker(job, case_timeout=prep.case_timeout, stage_timeout=door.stage_timeout(job),
+                                 env=prep.child_env, on_event=_progress(job, door.label, say, line, phases, t0),
+                                 first_child=door.first_child(), sandbox=prep.sandbox)
+        # the headline comes from the same function the index and the leaderboard recompute it with
+        out = door.outcome(prep, built, results)
+        lap("evaluated_s")
+        duration = round(time.perf_counter() - t0, 3)
+        regression, notes = _judge_regression(door, prep, out, lambda: _confirmation(door, job, prep))
+        code = out.code if regression is None else exit_code_for(regression)
+        summary = {"status": out.status, "exit_code": int(code), "device": prep.device, "correctness": out.correctness,
+                   "benchmark": out.benchmark, **door.summary(built, duration, notes), **regression_summary(regression)}
+        attempt = _write_attempt(door, prep, built, out, summary, regression)
+        index_warning = None
+        try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
+            update_index(prep.artifacts, attempt)
+        except IndexUnusable as exc:
+            index_warning = str(exc)
+        lap("recorded_s")
+    finally:
+        door.close()
+    return Run(prep, built, out, summary, code, regression, attempt, index_warning, phases)
+
+
 FINISHED_EVENTS = {"case": "correctness", "contract": "contract", "bench": "benchmark"}
 
 
-def _finished_line(ev: dict, done: int, total: int, label: str) -> str:
-    """One plain line for a finished case, contract check or benchmark (the log when output is piped)."""
+def _finished_line(ev: dict, done: int, total: int, label: str | None) -> str:
+    """One plain line for a finished case, contract check, benchmark or (`label` None) SOL workload."""
     rec = ev.get("record") or {}
     name = rec.get("id") or ev.get("name") or "?"
     status = rec.get("status") or ("ok" if "candidate" in rec else "?")
+    perf = rec.get("performance") or {}
+    if label is None:
+        extra = f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x" if perf.get("latency_ms") else ""
+        return f"workload {done}/{total} {name}: {status}{extra}"
     extra = ""
     if "candidate" in rec:  # a timed case: its P50 and speedup
         p50 = ((rec["candidate"].get("summary") or {}).get("overall") or {}).get("p50")
@@ -93,25 +233,208 @@ def _finished_line(ev: dict, done: int, total: int, label: str) -> str:
     return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
 
 
-def _progress(job: dict, cand_id: str, say, line=None):
-    """Turn the worker's `begin` events into 'stage i/n: case' messages plus overall done/total counts;
-    `line`, when given, gets one plain line per finished result (a log when output is piped)."""
+def _progress(job, label: str | None, say, line=None, phases: dict | None = None, started: float = 0.0):
+    """Turn the worker's `begin` events into '<label>: stage i/n: case' messages (SOL: 'workload i/n: case')
+    with overall done/total counts; `line`, when given, gets one plain line per finished result (a log when
+    output is piped); `phases` where the worker's time went: start-up until the code loaded, then the
+    per-case phases the worker measured."""
     totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
               "benchmark": len(job.get("bench_cases", []))}
     seen = dict.fromkeys(totals, 0)
     finished = dict.fromkeys(totals, 0)
+    phases = {} if phases is None else phases
 
     def on_event(ev: dict) -> None:
-        stage = ev.get("stage")
-        if ev.get("event") == "begin" and stage in totals:
+        stage, kind = ev.get("stage"), ev.get("event")
+        if kind == "load":
+            phases["worker_ready_s"] = round(time.perf_counter() - started, 3)
+        elif kind == "begin" and totals.get(stage):
             seen[stage] = min(seen[stage] + 1, totals[stage])
-            say(f"{cand_id}: {stage} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
+            where = "workload" if label is None else f"{label}: {stage}"
+            say(f"{where} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
                 completed=sum(seen.values()) - 1, total=sum(totals.values()))
-        elif ev.get("event") in FINISHED_EVENTS and line is not None:
-            stage = FINISHED_EVENTS[ev["event"]]
+        elif kind in FINISHED_EVENTS and line is not None:
+            stage = FINISHED_EVENTS[kind]
             finished[stage] = min(finished[stage] + 1, totals[stage])
-            line(_finished_line(ev, finished[stage], totals[stage], cand_id))
+            line(_finished_line(ev, finished[stage], totals[stage], label))
+        for name, secs in (ev.get("phase_s") if kind == "case" and isinstance(ev.get("phase_s"), dict) else {}).items():
+            if isinstance(secs, (int, float)):
+                phases[f"workload_{name}_s"] = round(phases.get(f"workload_{name}_s", 0.0) + secs, 3)
     return on_event
+
+
+def _judge_regression(door: FrontDoor, prep: Prepared, out: Outcome, confirm_with) -> tuple[dict | None, list[str]]:
+    """The verdict against the promoted baseline for a PASSED attempt with a benchmark (None otherwise or
+    without a baseline), and notes on a baseline not used. `confirm_with()` gives the same-run comparison."""
+    from mini_kv.judge.regression import check_baseline
+
+    path, found_by, notes = door.find_baseline(prep)
+    judged = out.status == Status.PASSED and (out.benchmark or {}).get("ran")
+    if path is not None and not judged:
+        why = "--skip-benchmark" if door.skipped_benchmark else f"the attempt is {out.status}"
+        notes.append(f"baseline {path.relative_to(prep.root)} not used: {why} (the regression "
+                     "check needs a PASSED attempt with a benchmark)")
+    if path is None or not judged:
+        return None, notes
+    return check_baseline(path, found_by, prep.root, door.identity(prep), out.bench_cases, confirm_with(),
+                          artifacts=prep.artifacts), notes
+
+
+def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
+    """confirm(baseline, case_id), the regression gate's evidence for one suspected case: the baseline's own
+    code (built once per run) takes the reference's place (the job's `baseline` key) and is timed with the
+    candidate in one fresh worker, interleaved (the worker alternates who goes first each repeat), with
+    fresh inputs. Stored timings alone never FAIL."""
+    built: dict = {}
+
+    def confirm(baseline: dict, case_id: str) -> dict:
+        if not built:  # once per run, however many cases need it
+            built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
+        rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
+        res = run_worker(rerun, case_timeout=prep.case_timeout, stage_timeout=door.stage_timeout(rerun),
+                         env=prep.child_env, sandbox=prep.sandbox)
+        rec, why = door.timed(res, case_id)
+        if rec is None:
+            raise RuntimeError(f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""))
+        return {"candidate": rec["candidate"]["samples"], "baseline": rec["reference"]["samples"],
+                "order": rec.get("order"), "build": built["record"]}
+    return confirm
+
+
+def _interleaved_settings(settings: dict) -> dict:
+    """The card's sample budget in twice as many, shorter repeats: the worker alternates candidate and
+    baseline every repeat, so a burst of load on the machine hits both alike."""
+    repeats = int(settings["repeats"])
+    samples = int(settings["samples"])
+    finer = max(2 * repeats, 10)
+    return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
+
+
+def _write_attempt(door: FrontDoor, prep: Prepared, built: Built, out: Outcome, summary: dict,
+                   regression: dict | None) -> Path:
+    """The attempt: the door's own files, environment.json, compile.json and its logs, the worker's log,
+    correctness.json, benchmark.json, regression.json and the header, committed."""
+    ident, extra = door.identity(prep), door.header()
+    w = AttemptWriter(prep.artifacts, ident["task_id"], extra["candidate"])
+    door.write_files(w, built, out)
+    w.json("environment.json", prep.env)
+    if built.compile is not None:
+        w.json("compile.json", built.compile)
+        for name, path in (built.compile.get("logs") or {}).items():
+            if os.path.isfile(path):
+                w.copy(f"logs/compile/{name}", Path(path))
+    if out.results.get("log") and os.path.isfile(out.results["log"]):
+        w.copy("logs/worker.log", Path(out.results["log"]))
+    w.json("correctness.json", correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness))
+    w.json("benchmark.json", benchmark_document(door.FORMAT, prep.device, out.bench_cases, out.benchmark, out.bench_settings))
+    if regression is not None:
+        w.json("regression.json", regression)
+    return w.commit({**ident, **extra, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                     "build_key": (built.compile or {}).get("key"), **summary})
+
+
+# --------------------------------------------------------------------------- verify's front door
+
+STATUS_CODES = {Status.COMPILE_ERROR: ExitCode.COMPILE, Status.COMPILE_TIMEOUT: ExitCode.COMPILE,
+                Status.INCORRECT: ExitCode.CORRECTNESS, Status.INVALID_CASE: ExitCode.CONFIG,
+                Status.BENCHMARK_ERROR: ExitCode.BENCHMARK, Status.PASSED: ExitCode.OK}
+
+
+class CardDoor(FrontDoor):
+    """verify's part of the stages (run_stages): a task card's candidate."""
+
+    FORMAT = CARD_FORMAT
+
+    def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
+        self.card, self.cand, self.opts = card, cand, opts
+        self.label, self.evaluating, self.skipped_benchmark = cand.id, f"verify {cand.id}", opts.skip_benchmark
+
+    def prepare(self) -> Prepared:
+        card, opts = self.card, self.opts
+        root = Path(card.project_root)
+        device = "cuda:0" if opts.gpu is not None else environment.pick_device(opts.device)
+        env = environment.collect(opts.gpu, opts.env_tag)
+        # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
+        child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
+        check_benchmark_options(card, opts, device)
+        # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
+        bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        return Prepared(device, env, opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
+                        resolve_sandbox(opts.sandbox), benchmark_settings(card, opts),
+                        opts.timeout or card.timeouts["case_s"], opts.compile_timeout or card.timeouts["compile_s"],
+                        root, Path(opts.artifacts) if opts.artifacts else root / "artifacts", child_env)
+
+    def build(self, prep: Prepared, say) -> Built:
+        """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
+        say(f"compile {self.cand.id}")
+        if self.opts.prebuilt:
+            return Built({"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True, "cache_hit": None,
+                          "library": str(Path(self.opts.prebuilt).resolve()), "duration_s": 0.0})
+        return Built(compile_candidate(prep.root, self.cand, timeout=prep.compile_timeout,
+                                       with_cuda=None if prep.device.startswith("cuda") else False))
+
+    def job(self, prep: Prepared, built: Built) -> CardJob | None:
+        if built.compile["status"] != BuildStatus.OK:
+            return None
+        return _job(self.card, self.cand, built.compile["library"], prep.device, self.opts, prep.salt,
+                    peak_bw=prep.env["copy_bandwidth_Bps"])
+
+    def stage_timeout(self, job: Job) -> float:
+        return self.card.timeouts["stage_s"]
+
+    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+        head = card_headline(built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device)
+        return Outcome(head.status, STATUS_CODES[head.status], head.correctness, head.benchmark, results, results["bench"])
+
+    def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
+        from mini_kv.judge.regression import find_card_baseline
+
+        return find_card_baseline(self.card)
+
+    def identity(self, prep: Prepared) -> dict:
+        card = self.card
+        return {"task_id": card.id, "task_version": card.version,
+                "operator": {"name": card.operator["name"], "version": card.operator["version"]},
+                "suite_hash": card.suite_hash(), "environment_key": prep.env["key"], "device": prep.device}
+
+    def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
+        """The baseline's own sources, built under a namespace of their own."""
+        from mini_kv.build.baseline import build_baseline
+
+        b = build_baseline(baseline, prep.root, prep.artifacts, timeout=prep.compile_timeout,
+                           with_cuda=None if job["device"].startswith("cuda") else False)
+        return {"library": b.library, "op": b.op}, b.to_dict()
+
+    def confirm_job(self, job: Job, case_id: str) -> Job:
+        case = next(c for c in job["bench_cases"] if c["id"] == case_id)
+        return job.replace(cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job["benchmark"]))
+
+    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
+        recs = [r for r in res["bench"] if r.get("id") == case_id]
+        return next((r for r in recs if "candidate" in r), None), (res.get("load") or {}).get("reason") or next(
+            (r.get("reason") for r in recs), None)
+
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
+        comp = {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")}
+        return {"gpu": self.opts.gpu, "compile": comp, "duration_s": duration_s,
+                **({"baseline_notes": notes} if notes else {})}
+
+    def header(self) -> dict:
+        return {"candidate": self.cand.id, "op": self.cand.op}
+
+    def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None:
+        card = self.card
+        w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
+        w.json("candidate_manifest.json", _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand,
+                                                        built.compile))
+
+
+def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
+    run = run_stages(CardDoor(card, cand, opts), progress, line)
+    return {"summary": run.summary, "results": run.out.results, "compile": run.built.compile,
+            "attempt": str(run.attempt), "exit_code": run.code, "regression": run.regression,
+            "index_warning": run.index_warning}
 
 
 def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
@@ -153,135 +476,6 @@ def _watch_paths(card: TaskCard) -> list[str]:
     return sorted(set(paths))
 
 
-def _confirmation_batch(job: dict, opts: VerifyOptions, card: TaskCard, child_env: dict | None,
-                        artifacts: Path):
-    """The regression gate's evidence for one suspected case: the baseline's own sources, built under
-    a namespace of their own, timed in one fresh worker with the candidate, interleaved (the worker
-    alternates who goes first each repeat), with fresh inputs. Stored timings alone never FAIL."""
-    from mini_kv.build.baseline import build_baseline
-
-    built: dict = {}
-
-    def confirm(baseline: dict, case_id: str) -> dict:
-        if "build" not in built:  # once per verify, however many cases need it
-            built["build"] = build_baseline(baseline, Path(card.project_root), artifacts,
-                                            with_cuda=None if job["device"].startswith("cuda") else False,
-                                            timeout=opts.compile_timeout or card.timeouts["compile_s"])
-        b = built["build"]
-        case = next(c for c in job["bench_cases"] if c["id"] == case_id)
-        rerun = {**job, "cases": [], "contract": [], "bench_cases": [case], "salt": secrets.token_hex(16),
-                 "baseline": {"library": b.library, "op": b.op},
-                 "benchmark": _interleaved_settings(job["benchmark"])}
-        res = run_worker(rerun, case_timeout=opts.timeout or card.timeouts["case_s"],
-                         stage_timeout=card.timeouts["stage_s"], env=child_env,
-                         sandbox=resolve_sandbox(opts.sandbox))
-        rec = next((r for r in res["bench"] if r.get("id") == case_id and "candidate" in r), None)
-        if rec is None:
-            why = (res.get("load") or {}).get("reason") or next(
-                (r.get("reason") for r in res["bench"] if r.get("id") == case_id), None)
-            raise RuntimeError(f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""))
-        return {"candidate": rec["candidate"]["samples"], "baseline": rec["reference"]["samples"],
-                "order": rec.get("order"), "build": b.to_dict()}
-    return confirm
-
-
-def _interleaved_settings(settings: dict) -> dict:
-    """The card's sample budget in twice as many, shorter repeats: the worker alternates candidate and
-    baseline every repeat, so a burst of load on the machine hits both alike."""
-    repeats = int(settings["repeats"])
-    samples = int(settings["samples"])
-    finer = max(2 * repeats, 10)
-    return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
-
-
-STATUS_CODES = {"COMPILE_ERROR": ExitCode.COMPILE, "COMPILE_TIMEOUT": ExitCode.COMPILE,
-                "INCORRECT": ExitCode.CORRECTNESS, "INVALID_CASE": ExitCode.CONFIG, "BENCHMARK_ERROR": ExitCode.BENCHMARK, "PASSED": ExitCode.OK}
-
-
-def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
-    root = Path(card.project_root)
-    artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
-    device = "cuda:0" if opts.gpu is not None else environment.pick_device(opts.device)
-    env = environment.collect(opts.gpu, opts.env_tag)
-    # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
-    child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
-    t0 = time.perf_counter()
-    salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
-    say = progress or (lambda msg, **_: None)
-    check_benchmark_options(card, opts, device)
-
-    say(f"compile {cand.id}")
-    compile_rec = _compile(card, cand, opts, device)
-    # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
-    bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
-    env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
-    sandbox = resolve_sandbox(opts.sandbox)
-    results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "sandbox": sandbox.to_dict()}
-    if compile_rec["status"] == BuildStatus.OK:
-        say(f"verify {cand.id} on {device}")
-        job = _job(card, cand, compile_rec["library"], device, opts, salt, peak_bw=env["copy_bandwidth_Bps"])
-        results = run_worker(job, case_timeout=opts.timeout or card.timeouts["case_s"],
-                             stage_timeout=card.timeouts["stage_s"], on_event=_progress(job, cand.id, say, line),
-                             env=child_env, sandbox=sandbox)
-    # the headline comes from the same function the index and the leaderboard recompute it with
-    head = card_headline(compile_rec["status"], results, results["bench"], opts.skip_benchmark, device)
-    correctness, bench, status = head.correctness, head.benchmark, head.status
-    summary = {
-        "status": status, "exit_code": int(STATUS_CODES[status]), "device": device, "correctness": correctness,
-        "benchmark": bench, "gpu": opts.gpu, "compile": {k: compile_rec.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
-        "duration_s": round(time.perf_counter() - t0, 3),
-    }
-    regression = _judge_regression(card, opts, env, results, summary, artifacts,
-                                   confirm_with=lambda: _confirmation_batch(job, opts, card, child_env, artifacts))
-    code = ExitCode(summary["exit_code"])
-    attempt_dir = _write_attempt(artifacts, card, cand, env, compile_rec, results, summary, salt, device,
-                                 regression)
-    from mini_kv.store.index import IndexUnusable, update_index
-
-    index_warning = None
-    try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
-        update_index(artifacts, attempt_dir)
-    except IndexUnusable as exc:
-        index_warning = str(exc)
-    return {"summary": summary, "results": results, "compile": compile_rec, "attempt": str(attempt_dir),
-            "exit_code": code, "regression": regression, "index_warning": index_warning}
-
-
-def _compile(card: TaskCard, cand: Candidate, opts: VerifyOptions, device: str) -> dict:
-    """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
-    if opts.prebuilt:
-        return {"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True,
-                "library": str(Path(opts.prebuilt).resolve()), "cache_hit": None, "duration_s": 0.0}
-    return compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
-                             with_cuda=None if device.startswith("cuda") else False)
-
-
-def _judge_regression(card: TaskCard, opts: VerifyOptions, env: dict, results: dict, summary: dict,
-                      artifacts: Path, confirm_with) -> dict | None:
-    """The verdict against the card's promoted baseline for a PASSED attempt with a benchmark; None
-    otherwise or without a baseline. Sets the summary's baseline notes, regression and exit code.
-    `confirm_with()` gives the same-run comparison of a suspected case."""
-    from mini_kv.judge.regression import check_card_baseline, exit_code_for, find_card_baseline
-
-    status = summary["status"]
-    judged = status == Status.PASSED and summary["benchmark"]["ran"]
-    baseline_path, _, notes = find_card_baseline(card)
-    if baseline_path is not None and not judged:
-        why = "--skip-benchmark" if opts.skip_benchmark else f"the attempt is {status}"
-        notes.append(f"baseline {baseline_path.relative_to(card.project_root)} not used: {why} (the regression "
-                     "check needs a PASSED attempt with a benchmark)")
-    if notes:
-        summary["baseline_notes"] = notes
-    if not judged:
-        return None
-    regression = check_card_baseline(card, env, results["bench"], summary["device"], confirm_with=confirm_with(),
-                                     artifacts=artifacts)
-    if regression is not None:
-        summary["regression"] = {"verdict": regression["verdict"], "reasons": regression["reasons"]}
-        summary["exit_code"] = int(exit_code_for(regression))
-    return regression
-
-
 def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
@@ -302,33 +496,3 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
         files.append({"path": entry["path"], "sha256": digest})
     return {"schema_version": 1, **cand.to_dict(), "build_key": compile_rec.get("key"), "files": files,
             "changed_since_build": changed}
-
-
-def _write_attempt(artifacts: Path, card: TaskCard, cand: Candidate, env: dict, compile_rec: dict,
-                   results: dict, summary: dict, salt: str, device: str, regression: dict | None = None) -> Path:
-    from mini_kv.store.records import CARD_FORMAT, benchmark_document, correctness_document
-
-    root = Path(card.project_root)
-    w = AttemptWriter(artifacts, card.id, cand.id)
-    w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
-    w.json("candidate_manifest.json", _copy_sources(w, root / cand.path, cand, compile_rec))
-    w.json("environment.json", env)
-    w.json("compile.json", compile_rec)
-    for name, path in (compile_rec.get("logs") or {}).items():
-        if os.path.isfile(path):
-            w.copy(f"logs/compile/{name}", Path(path))
-    if results.get("log") and os.path.isfile(results["log"]):
-        w.copy("logs/worker.log", Path(results["log"]))
-    w.json("correctness.json", correctness_document(CARD_FORMAT, device, salt, results, summary["correctness"]))
-    w.json("benchmark.json", benchmark_document(CARD_FORMAT, device, results["bench"], summary["benchmark"]))
-    if regression is not None:
-        w.json("regression.json", regression)
-    header = {
-        "task_id": card.id, "task_version": card.version,
-        "operator": {"name": card.operator["name"], "version": card.operator["version"]},
-        "candidate": cand.id, "op": cand.op,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "suite_hash": card.suite_hash(), "environment_key": env["key"],
-        "build_key": compile_rec.get("key"), **summary,
-    }
-    return w.commit(header)

@@ -6,7 +6,6 @@ trace status; only bad input files and arguments (ConfigError) and mini_kv's own
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import secrets
 import shutil
@@ -19,13 +18,16 @@ from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
 from mini_kv.model import safe_name as _safe
-from mini_kv.runner import ChildRun, run_worker
+from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
+from mini_kv.runner import ChildRun
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import Solution, load_solution
 from mini_kv.solexec.workload import Workload, load_workloads
+from mini_kv.status import BuildStatus, Status
+from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -172,38 +174,6 @@ def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str,
     )
 
 
-def _finished_line(rec: dict, done: int, total: int) -> str:
-    """One plain line per finished workload (the log when output is piped)."""
-    perf = rec.get("performance") or {}
-    extra = f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x" if perf.get("latency_ms") else ""
-    return f"workload {done}/{total} {rec.get('id', '?')}: {rec.get('status', '?')}{extra}"
-
-
-def _progress(total: int, say, phases: dict, started: float, line=None):
-    """Progress messages, and where the worker's time went: start-up until the solution is loaded,
-    then per workload the correctness rounds and the timing (as the worker measured them).
-    `line`, when given, gets one plain line per finished workload."""
-    seen = [0]
-    done = [0]
-
-    def on_event(ev: dict) -> None:
-        kind = ev.get("event")
-        if kind == "load":
-            phases["worker_ready_s"] = round(time.perf_counter() - started, 3)
-        elif kind == "begin" and ev.get("stage") == "correctness":
-            seen[0] += 1
-            say(f"workload {seen[0]}/{total}: {ev.get('case')}")
-        if kind == "case" and line is not None and isinstance(ev.get("record"), dict):
-            done[0] += 1
-            line(_finished_line(ev["record"], done[0], total))
-        if kind == "case" and isinstance(ev.get("phase_s"), dict):
-            for name, secs in ev["phase_s"].items():
-                if isinstance(secs, (int, float)):
-                    key = f"workload_{name}_s"
-                    phases[key] = round(phases.get(key, 0.0) + secs, 3)
-    return on_event
-
-
 def _failure_log(entry: dict) -> str:
     parts = [entry.get("reason") or ""]
     for key in ("traceback", "log_tail"):
@@ -216,10 +186,10 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
     """uuid -> {status, log, correctness, performance, bench, finished_at} from the runner's results."""
     load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
-        status = load.get("status") or ("TIMEOUT" if load.get("timed_out") else "RUNTIME_ERROR")
+        status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
         log = _failure_log(load)
         if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
-            status = "INVALID_REFERENCE"
+            status = Status.INVALID_REFERENCE
             log = ("the reference did not finish loading (it hangs at import)" if load.get("timed_out") else
                    "the reference ended the worker while loading") + f": {log}"
         return {wl.uuid: {"status": status, "log": log} for wl in workloads}
@@ -228,8 +198,8 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
     for wl in workloads:
         rec = by_id.get(wl.uuid)
         if rec is None:
-            spent = [i["reason"] for i in results["incidents"] if i.get("status") == "TIMEOUT"]
-            out[wl.uuid] = {"status": "TIMEOUT", "log": "not evaluated: " + (spent[0] if spent else "no result")}
+            spent = [i["reason"] for i in results["incidents"] if i.get("status") == Status.TIMEOUT]
+            out[wl.uuid] = {"status": Status.TIMEOUT, "log": "not evaluated: " + (spent[0] if spent else "no result")}
         elif "signature" in rec or "finished_at" in rec:  # the worker's own record
             out[wl.uuid] = rec
         else:  # the runner's record of a crash or hang while this workload ran
@@ -238,7 +208,7 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
             hit = [incident["case"]] if incident.get("case") in out else list(out)
             for uuid in hit:
-                out[uuid] = {"status": "REWARD_HACK", "log": incident["reason"]}
+                out[uuid] = {"status": Status.REWARD_HACK, "log": incident["reason"]}
     return out
 
 
@@ -262,15 +232,15 @@ def compile_problem(problem: Problem, staging: Path, opts: BenchOptions, say) ->
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
     flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
     if reason:
-        return None, _all(problem, "RUNTIME_ERROR", UNAVAILABLE + reason)
+        return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {problem.solution.name}")
     rec = compile_solution(bench_project_root(opts), problem.solution, staging / "solution", flags,
                            opts.compile_timeout)
-    if rec["status"] == "timeout":
-        return rec, _all(problem, "TIMEOUT", f"the build did not finish within --compile-timeout "
+    if rec["status"] == BuildStatus.TIMEOUT:
+        return rec, _all(problem, Status.TIMEOUT, f"the build did not finish within --compile-timeout "
                          f"{opts.compile_timeout:g} s\n{build_log(rec)}")
-    if rec["status"] != "ok":
-        return rec, _all(problem, "COMPILE_ERROR", build_log(rec) or "the build failed (no output)")
+    if rec["status"] != BuildStatus.OK:
+        return rec, _all(problem, Status.COMPILE_ERROR, build_log(rec) or "the build failed (no output)")
     return rec, None
 
 
@@ -282,82 +252,138 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
     return reason
 
 
-def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
-    from mini_kv.solexec.gate import sol_gate
+class SolDoor(FrontDoor):
+    """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
+    The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
+    same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
 
-    t0 = time.perf_counter()
-    phases: dict[str, float] = {}
+    FORMAT = SOL_FORMAT
 
-    def lap(name: str) -> None:  # seconds since the start of bench() at the end of each step
-        phases[name] = round(time.perf_counter() - t0, 3)
+    def __init__(self, problem: Problem, opts: BenchOptions):
+        self.problem, self.opts, self.staging, self.warm = problem, opts, None, None
+        self.evaluating = f"evaluate {problem.solution.name}"
 
-    say = progress or (lambda msg: None)
-    problem = load_problem(problem_dir, opts)
-    if problem.solution.group == "cpp" or not opts.artifacts:
-        bench_project_root(opts)  # before anything runs: where the build and the attempt will go
-    staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
-    # the worker loads torch and starts CUPTI while this process checks the device, the environment
-    # and the build (seconds each on a GPU machine)
-    warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-    sandbox = resolve_sandbox(opts.sandbox)
-    worker = ChildRun(None, str(staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox)
-    compile_rec, outcomes, unavailable, job = None, None, None, None
-    results: dict = {"load": None, "cases": [], "incidents": [], "log": None, "sandbox": sandbox.to_dict()}
-    try:
+    def prepare(self) -> Prepared:
+        opts, problem = self.opts, self.problem
+        if problem.solution.group == "cpp" or not opts.artifacts:
+            bench_project_root(opts)  # before anything runs: where the build and the attempt will go
+        self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
+        # the worker loads torch and starts CUPTI while this process checks the device, the environment
+        # and the build (seconds each on a GPU machine)
+        warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
+        sandbox = resolve_sandbox(opts.sandbox)
+        self.warm = ChildRun(None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox)
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
         check_memory(problem.workloads, device, opts)
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
-        stage_sources(problem.solution, staging / "solution")
-        lap("prepared_s")
-        if problem.solution.group == "cpp":
-            compile_rec, outcomes = compile_problem(problem, staging, opts, say)
-            unavailable = None if outcomes else _cpp_unavailable(compile_rec, device)
+        stage_sources(problem.solution, self.staging / "solution")
+        root = bench_project_root(opts, required=False)
+        return Prepared(device, env, salt, sandbox, settings, opts.timeout, opts.compile_timeout, root,
+                        Path(opts.artifacts) if opts.artifacts else root / "artifacts")
+
+    def build(self, prep: Prepared, say) -> Built:
+        compile_rec, outcomes = None, None
+        if self.problem.solution.group == "cpp":
+            compile_rec, outcomes = compile_problem(self.problem, self.staging, self.opts, say)
+            unavailable = None if outcomes else _cpp_unavailable(compile_rec, prep.device)
         else:
-            unavailable = languages.python_unavailable(problem.solution.languages, device, env)
-        lap("built_s")
+            unavailable = languages.python_unavailable(self.problem.solution.languages, prep.device, prep.env)
         if outcomes is None and unavailable:
-            outcomes = _all(problem, "RUNTIME_ERROR", UNAVAILABLE + unavailable)
-        if outcomes is None:
-            job = _job(problem, staging, compile_rec, device, salt, settings, opts)
-            say(f"evaluate {problem.solution.name} on {device}")
-            worker, first = None, worker
-            results = run_worker(job, case_timeout=opts.timeout, stage_timeout=opts.timeout * (len(job["cases"]) + 1),
-                                 log_path=str(staging / "worker.log"), first_child=first,
-                                 on_event=_progress(len(job["cases"]), say, phases, t0, line))
-            outcomes = outcomes_from_results(results, problem.workloads)
-        lap("evaluated_s")
-        trace_list = build_traces(problem, outcomes, env)
+            outcomes = _all(self.problem, Status.RUNTIME_ERROR, UNAVAILABLE + unavailable)
+        return Built(compile_rec, outcomes, unavailable)
+
+    def job(self, prep: Prepared, built: Built) -> SolJob | None:
+        if built.decided is not None:
+            return None
+        return _job(self.problem, self.staging, built.compile, prep.device, prep.salt, prep.settings, self.opts)
+
+    def first_child(self) -> ChildRun | None:
+        child, self.warm = self.warm, None
+        return child
+
+    def stage_timeout(self, job: SolJob) -> float:
+        return self.opts.timeout * (len(job["cases"]) + 1)
+
+    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+        outcomes = built.decided if built.decided is not None else outcomes_from_results(results, self.problem.workloads)
+        trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE):]
         code = exit_code(trace_list, unavailable)
-        regression, code = sol_gate(opts, bench_project_root(opts, required=False),
-                                    sol_identity(problem, settings, env, device), job, outcomes, code, staging)
-        attempt, index_warning = record_attempt(problem, opts, env, compile_rec, results, outcomes, trace_list,
-                                                settings, device, salt, code, regression)
-        lap("recorded_s")
-    finally:
-        if worker is not None:  # never sent a job (nothing to evaluate, or an error on the way)
-            worker.close(kill=True)
-        if not opts.keep_staging:
-            shutil.rmtree(staging, ignore_errors=True)
-    return {"traces": trace_list, "exit_code": code, "attempt": str(attempt), "index_warning": index_warning,
-            "compile": compile_rec, "device": device, "settings": settings, "unavailable": unavailable,
-            "staging": str(staging) if opts.keep_staging else None, "definition": problem.definition.name,
-            "solution": problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3), "phases": phases,
-            "regression": regression}
+        status, correctness, bench = _summaries(outcomes, code)
+        cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
+        return Outcome(status, code, correctness, bench, {**results, "cases": cases},
+                       [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")], prep.settings,
+                       {"traces": trace_list, "unavailable": unavailable})
+
+    def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
+        from mini_kv.judge.regression import find_baseline
+
+        path = find_baseline(prep.root, _safe(self.problem.definition.name))[0] if prep.root is not None else None
+        return path, "definition", []
+
+    def identity(self, prep: Prepared) -> dict:
+        return sol_identity(self.problem, prep.settings, prep.env, prep.device)
+
+    def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
+        from mini_kv.build.baseline import stage_sol_baseline
+
+        entry = stage_sol_baseline(baseline, prep.root, prep.artifacts, self.staging / "baseline",
+                                   job["definition_name"], prep.compile_timeout)
+        return entry, entry
+
+    def confirm_job(self, job: SolJob, case_id: str) -> SolJob:
+        return job.replace(cases=[c for c in job["cases"] if c["id"] == case_id],
+                           settings={**_interleaved_settings(job["settings"]), "rounds": 1})
+
+    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
+        rec = next((r for r in res["cases"] if r.get("id") == case_id), {})
+        why = rec.get("log") or rec.get("reason") or (res.get("load") or {}).get("reason")
+        return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
+
+    def header(self) -> dict:
+        sol = self.problem.solution
+        return {"format": SOL_FORMAT, "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"]}
+
+    def write_files(self, w, built: Built, out: Outcome) -> None:
+        d, sol = self.problem.definition, self.problem.solution
+        w.json("definition.json", d.raw)
+        w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in self.problem.workloads))
+        w.json("solution.json", sol.resolved())
+        for src in sol.sources:
+            w.text(f"sources/{src.path}", src.content)
+        w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in out.detail["traces"]))
+
+    def close(self) -> None:
+        if self.warm is not None:  # never sent a job (nothing to evaluate, or an error on the way)
+            self.warm.close(kill=True)
+        if self.staging is not None and not self.opts.keep_staging:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
+    t0 = time.perf_counter()
+    door = SolDoor(load_problem(problem_dir, opts), opts)
+    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line)
+    return {"traces": run.out.detail["traces"], "exit_code": run.code, "attempt": str(run.attempt),
+            "index_warning": run.index_warning, "compile": run.built.compile, "device": run.prep.device,
+            "settings": run.prep.settings, "unavailable": run.out.detail["unavailable"],
+            "staging": str(door.staging) if opts.keep_staging else None, "definition": door.problem.definition.name,
+            "solution": door.problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3),
+            "phases": run.phases, "regression": run.regression}
 
 
 def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
     """0 only when every workload passed; otherwise the worst kind of failure (highest code)."""
     statuses = {t["evaluation"]["status"] for t in trace_list}
-    if statuses == {"PASSED"}:
+    if statuses == {Status.PASSED}:
         return ExitCode.OK
     if unavailable:
         return ExitCode.CONFIG
-    codes = [ExitCode.COMPILE if s == "COMPILE_ERROR" else ExitCode.CONFIG if s == "INVALID_REFERENCE"
-             else ExitCode.CORRECTNESS for s in statuses - {"PASSED"}]
+    codes = [ExitCode.COMPILE if s == Status.COMPILE_ERROR else ExitCode.CONFIG if s == Status.INVALID_REFERENCE
+             else ExitCode.CORRECTNESS for s in statuses - {Status.PASSED}]
     return max(codes)
 
 
@@ -374,7 +400,7 @@ def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, di
 
     head = sol_headline([{"id": u, **o} for u, o in outcomes.items()],
                         [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
-                        "COMPILE_ERROR" if code == ExitCode.COMPILE else "FAILED")
+                        Status.COMPILE_ERROR if code == ExitCode.COMPILE else Status.FAILED)
     return head.status, head.correctness, head.benchmark
 
 
@@ -385,51 +411,6 @@ def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> di
     return {"task_id": _safe(d.name), "task_version": version,
             "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
             "suite_hash": suite_hash(problem, settings), "environment_key": env["key"], "device": device}
-
-
-def record_attempt(problem: Problem, opts: BenchOptions, env: dict, compile_rec: dict | None, results: dict,
-                   outcomes: dict[str, dict], trace_list: list[dict], settings: dict, device: str, salt: str,
-                   code: ExitCode, regression: dict | None = None) -> tuple[Path, str | None]:
-    from mini_kv.judge.regression import regression_summary
-    from mini_kv.store.attempts import AttemptWriter
-    from mini_kv.store.index import IndexUnusable, update_index
-    from mini_kv.store.records import SOL_FORMAT, benchmark_document, correctness_document
-
-    artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(opts) / "artifacts"
-    d, sol = problem.definition, problem.solution
-    w = AttemptWriter(artifacts, _safe(d.name), _safe(sol.name))
-    w.json("definition.json", d.raw)
-    w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in problem.workloads))
-    w.json("solution.json", sol.resolved())
-    for src in sol.sources:
-        w.text(f"sources/{src.path}", src.content)
-    w.json("environment.json", env)
-    if compile_rec is not None:
-        w.json("compile.json", compile_rec)
-        for name, path in (compile_rec.get("logs") or {}).items():
-            if Path(path).is_file():
-                w.copy(f"logs/compile/{name}", Path(path))
-    if results.get("log") and Path(results["log"]).is_file():
-        w.copy("logs/worker.log", Path(results["log"]))
-    w.text("traces.jsonl", "".join(traces.dumps(t) + "\n" for t in trace_list))
-    status, correctness, bench = _summaries(outcomes, code)
-    cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
-    w.json("correctness.json", correctness_document(SOL_FORMAT, device, salt, {**results, "cases": cases}, correctness))
-    w.json("benchmark.json", benchmark_document(SOL_FORMAT, device, [{"id": u, **o["bench"]} for u, o in
-                                                                     outcomes.items() if o.get("bench")], bench, settings))
-    if regression is not None:
-        w.json("regression.json", regression)
-    header = {**sol_identity(problem, settings, env, device), "format": SOL_FORMAT,
-              "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"],
-              "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "build_key": (compile_rec or {}).get("key"), "status": status, "exit_code": int(code),
-              "correctness": correctness, "benchmark": bench, **regression_summary(regression)}
-    attempt = w.commit(header)
-    try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
-        update_index(artifacts, attempt)
-    except IndexUnusable as exc:
-        return attempt, str(exc)
-    return attempt, None
 
 
 def bench_project_root(opts: BenchOptions, required: bool = True) -> Path | None:
