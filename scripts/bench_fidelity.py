@@ -58,21 +58,26 @@ def card_rows(device: str, salt: str, compile_timeout: float):
     cards = [load_task_card(p) for p in sorted((ROOT / "tasks").glob("*.yaml"))]
     jobs = [(card, cand) for card in cards for cand in card.candidates if cand.cuda_sources]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-        builds = list(pool.map(lambda cc: compile_candidate(ROOT, cc[1], timeout=compile_timeout, with_cuda=True),
-                               jobs))
+        builds = list(
+            pool.map(lambda cc: compile_candidate(ROOT, cc[1], timeout=compile_timeout, with_cuda=True), jobs)
+        )
     built = {(card.id, cand.id): rec for (card, cand), rec in zip(jobs, builds, strict=True)}
     for card in cards:
         reference = import_path(card.operator["reference"])
         factory = import_path(card.operator["inputs"])
         cases = [c for c in card.cases if c.kind == "bench" and c.runs_on(device)]
         for case in cases:
-            args = make_case_inputs(factory, case.params, case.dtype, device, case_seed(card.id, case.id, salt))
+            args = make_case_inputs(
+                factory, case.params, case.dtype, device, case_seed(card.id, case.id, salt)
+            )
             nbytes = tensor_nbytes(args)
             for cand in card.candidates:
                 rec = built.get((card.id, cand.id))
                 row = {"row": f"{card.id}/{cand.id} {case.id}", "kind": "candidate"}
                 if rec is None or rec["status"] != "ok":
-                    why = "no CUDA sources" if rec is None else f"build {rec['status']}: see {rec.get('logs')}"
+                    why = (
+                        "no CUDA sources" if rec is None else f"build {rec['status']}: see {rec.get('logs')}"
+                    )
                     yield {**row, "error": why}, None, None
                     continue
                 try:
@@ -85,8 +90,15 @@ def card_rows(device: str, salt: str, compile_timeout: float):
                 del out
             ref_args = clone_args(args)
             out = reference(*ref_args)
-            yield ({"row": f"{card.id}/reference {case.id}", "kind": "reference",
-                    "bytes": nbytes + out.numel() * out.element_size()}, list(ref_args), reference)
+            yield (
+                {
+                    "row": f"{card.id}/reference {case.id}",
+                    "kind": "reference",
+                    "bytes": nbytes + out.numel() * out.element_size(),
+                },
+                list(ref_args),
+                reference,
+            )
             del out
             torch.cuda.synchronize()
 
@@ -111,11 +123,16 @@ def measure_row(fn, args, device: str, flush, samples: int, launches: int) -> di
             res["cupti_kernel_us"] = statistics.median(m.kernel_us)
             res["cupti_notes"] = m.notes
     default, fallbacks = choose_method(list(AUTO_CHAIN), [calls], device, flush, launches)
-    res.update({
-        "events_p50_us": p50.get("events"), "graph_p50_us": p50.get("graph"),
-        "cupti_span_p50_us": p50.get("cupti"), "default_method": default, "default_fallbacks": fallbacks,
-        "default_p50_us": p50.get(default),
-    })
+    res.update(
+        {
+            "events_p50_us": p50.get("events"),
+            "graph_p50_us": p50.get("graph"),
+            "cupti_span_p50_us": p50.get("cupti"),
+            "default_method": default,
+            "default_fallbacks": fallbacks,
+            "default_p50_us": p50.get(default),
+        }
+    )
     if "cupti_kernel_us" in res:
         res["default_within"] = within(res["default_p50_us"], res["cupti_kernel_us"])
         res["tolerance_us"] = max(REL_TOL * res["cupti_kernel_us"], ABS_TOL_US)
@@ -136,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print(f"bench_fidelity needs a CUDA GPU: this torch ({torch.__version__}) sees none. "
-              "Run it on the GPU machine (see docs/benchmarking.md).", file=sys.stderr)
+        print(
+            f"bench_fidelity needs a CUDA GPU: this torch ({torch.__version__}) sees none. "
+            "Run it on the GPU machine (see docs/benchmarking.md).",
+            file=sys.stderr,
+        )
         return 2
     from rich.console import Console
     from rich.table import Table
@@ -152,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     flush = L2Flusher(device, ns.l2 == "cold")
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     rows = []
-    sources = [add_rows(device)] + ([] if ns.no_cards else [card_rows(device, "bench-fidelity", ns.compile_timeout)])
+    sources = [add_rows(device)] + (
+        [] if ns.no_cards else [card_rows(device, "bench-fidelity", ns.compile_timeout)]
+    )
     with console.status("timing") as status:
         for source in sources:
             for row, args, fn in source:
@@ -163,10 +185,20 @@ def main(argv: list[str] | None = None) -> int:
                 del args, fn
                 torch.cuda.empty_cache()
 
-    t = Table(title=f"timing fidelity ({ns.l2} L2, µs; default within max({REL_TOL:.0%}, {ABS_TOL_US} µs) "
-                    "of the CUPTI per-kernel duration)")
-    for col in ("row", "CUPTI kernel", "events P50", "graph P50", "cupti span P50", "default", "default P50",
-                "within"):
+    t = Table(
+        title=f"timing fidelity ({ns.l2} L2, µs; default within max({REL_TOL:.0%}, {ABS_TOL_US} µs) "
+        "of the CUPTI per-kernel duration)"
+    )
+    for col in (
+        "row",
+        "CUPTI kernel",
+        "events P50",
+        "graph P50",
+        "cupti span P50",
+        "default",
+        "default P50",
+        "within",
+    ):
         t.add_column(col)
 
     def f(x):
@@ -177,9 +209,16 @@ def main(argv: list[str] | None = None) -> int:
             t.add_row(r["row"], "-", "-", "-", "-", "-", "-", f"[red]{r['error'][:60]}[/]")
             continue
         ok = r.get("default_within")
-        t.add_row(r["row"], f(r.get("cupti_kernel_us")), f(r["events_p50_us"]), f(r["graph_p50_us"]),
-                  f(r["cupti_span_p50_us"]), r["default_method"] + ("*" if r["default_fallbacks"] else ""),
-                  f(r["default_p50_us"]), "-" if ok is None else ("yes" if ok else "[red]NO[/]"))
+        t.add_row(
+            r["row"],
+            f(r.get("cupti_kernel_us")),
+            f(r["events_p50_us"]),
+            f(r["graph_p50_us"]),
+            f(r["cupti_span_p50_us"]),
+            r["default_method"] + ("*" if r["default_fallbacks"] else ""),
+            f(r["default_p50_us"]),
+            "-" if ok is None else ("yes" if ok else "[red]NO[/]"),
+        )
     console.print(t)
     for r in rows:
         for fb in r.get("default_fallbacks") or []:
@@ -190,9 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"{len(rows)} rows in {elapsed:.1f} s")
 
     env = environment.collect()
-    doc = {"schema_version": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "environment": env, "l2": ns.l2, "samples": ns.samples, "launches": ns.launches,
-           "tolerance": {"relative": REL_TOL, "absolute_us": ABS_TOL_US}, "elapsed_s": elapsed, "rows": rows}
+    doc = {
+        "schema_version": 1,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": env,
+        "l2": ns.l2,
+        "samples": ns.samples,
+        "launches": ns.launches,
+        "tolerance": {"relative": REL_TOL, "absolute_us": ABS_TOL_US},
+        "elapsed_s": elapsed,
+        "rows": rows,
+    }
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -35,20 +35,27 @@ def main() -> int:
         checked += files
 
     for path in sorted((ROOT / "schemas").glob("*.json")):
-        check(f"{path.relative_to(ROOT)}: ",
-              lambda p=path: jsonschema.Draft202012Validator.check_schema(json.loads(p.read_text())),
-              (ValueError, jsonschema.SchemaError))
+        check(
+            f"{path.relative_to(ROOT)}: ",
+            lambda p=path: jsonschema.Draft202012Validator.check_schema(json.loads(p.read_text())),
+            (ValueError, jsonschema.SchemaError),
+        )
     for path in sorted((ROOT / "tasks").glob("*.yaml")):
         check("", lambda p=path: load_task_card(p))
     for path in sorted((ROOT / "baselines").glob("*.json")):
-        check(f"{path.relative_to(ROOT)}: ", lambda p=path: validate(json.loads(p.read_text()), "baseline", str(p)),
-              (ValueError, UserError))
+        check(
+            f"{path.relative_to(ROOT)}: ",
+            lambda p=path: validate(json.loads(p.read_text()), "baseline", str(p)),
+            (ValueError, UserError),
+        )
     for problem in sorted((ROOT / "problems" / "sol-execbench").glob("*/definition.json")):
         check("", lambda p=problem: load_workloads(p.parent / "workload.jsonl", load_definition(p)), files=2)
     for path in sorted([*ROOT.glob("solutions/*/*/solution.json"), *ROOT.glob("examples/*/*/solution.json")]):
         check("", lambda p=path: load_solution(p))
-    print(f"checked {checked} files under schemas/, tasks/, baselines/, problems/, solutions/, examples/: "
-          f"{failures} failed")
+    print(
+        f"checked {checked} files under schemas/, tasks/, baselines/, problems/, solutions/, examples/: "
+        f"{failures} failed"
+    )
     return 1 if failures else 0
 
 

@@ -31,7 +31,7 @@ def _imported(name: str, path: Path, node: ast.AST) -> list[str]:
     base = node.module or ""
     if node.level:
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+        base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
     return [base] + [f"{base}.{a.name}" for a in node.names]
 
 
@@ -43,8 +43,11 @@ def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             for target in _imported(name, path, node):
                 parts = target.split(".")
-                graph[name].update(p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1))
-                                   if p in mods and p != name and not name.startswith(p + "."))
+                graph[name].update(
+                    p
+                    for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                    if p in mods and p != name and not name.startswith(p + ".")
+                )
     return graph
 
 
@@ -65,8 +68,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = stack[stack.index(v):]
-            del stack[stack.index(v):]
+            comp = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
             if len(comp) > 1:
                 found.append(sorted(comp))
 

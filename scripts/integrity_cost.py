@@ -67,14 +67,18 @@ def prepare(dest: Path) -> None:
                 shutil.rmtree(work / rel)
             (shutil.copytree if (ROOT / rel).is_dir() else shutil.copy2)(ROOT / rel, work / rel)
         subprocess.run(["git", "-C", str(work), "add", "-A", *FROM_THIS_TREE], check=True)
-        files = subprocess.run(["git", "-C", str(work), "ls-files", "-z"], check=True, capture_output=True).stdout
+        files = subprocess.run(
+            ["git", "-C", str(work), "ls-files", "-z"], check=True, capture_output=True
+        ).stdout
         for rel in filter(None, files.decode().split("\0")):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(work / rel, dest / rel)
     finally:
         subprocess.run([*git, "worktree", "remove", "--force", str(work)], check=False)
-    print(f"{dest}: the project at {BEFORE_DEFENCES} + {', '.join(NOT_DEFENCES)} + this tree's "
-          f"{', '.join(FROM_THIS_TREE)}")
+    print(
+        f"{dest}: the project at {BEFORE_DEFENCES} + {', '.join(NOT_DEFENCES)} + this tree's "
+        f"{', '.join(FROM_THIS_TREE)}"
+    )
 
 
 def tree_env(tree: Path) -> dict:
@@ -84,13 +88,20 @@ def tree_env(tree: Path) -> dict:
 
 
 def prebuild(tree: Path, task: str) -> None:
-    subprocess.run([sys.executable, "-c", PREBUILD, str(tree), task], cwd=tree, env=tree_env(tree), check=True)
+    subprocess.run(
+        [sys.executable, "-c", PREBUILD, str(tree), task], cwd=tree, env=tree_env(tree), check=True
+    )
 
 
 def timed_verify(tree: Path, task: str, extra: list[str]) -> tuple[float, int, list[dict]]:
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "mini_kv", "verify", "--task", task, "--candidate", "*", "--json",
-                          *extra], cwd=tree, env=tree_env(tree), capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "verify", "--task", task, "--candidate", "*", "--json", *extra],
+        cwd=tree,
+        env=tree_env(tree),
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     lines = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     if res.returncode != 0:
@@ -128,11 +139,18 @@ def main() -> int:
             failed |= rc != 0
     med = {k: statistics.median(v) for k, v in walls.items()}
     ratio = med["with"] / med["without"]
-    print(f"median with {med['with']:.2f} s, without {med['without']:.2f} s: with/without = {ratio:.3f} "
-          f"({(ratio - 1) * 100:+.1f} %)")
+    print(
+        f"median with {med['with']:.2f} s, without {med['without']:.2f} s: with/without = {ratio:.3f} "
+        f"({(ratio - 1) * 100:+.1f} %)"
+    )
     if args.out:
-        args.out.write_text(json.dumps({"task": args.task, "extra": extra, "walls_s": walls, "medians_s": med,
-                                        "ratio": ratio}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {"task": args.task, "extra": extra, "walls_s": walls, "medians_s": med, "ratio": ratio},
+                indent=2,
+            )
+            + "\n"
+        )
     return 1 if failed else 0
 
 

@@ -43,8 +43,10 @@ def main() -> int:
     args = ap.parse_args()
     runs = [verify(args.task, args.extra), verify(args.task, args.extra)]
     rows, ok = [], True
-    print(f"{'candidate':18} {'case':26} {'P50 #1':>9} {'P50 #2':>9} {'diff':>7} {'speedup #1':>10} "
-          f"{'speedup #2':>10} {'diff':>7} stable")
+    print(
+        f"{'candidate':18} {'case':26} {'P50 #1':>9} {'P50 #2':>9} {'diff':>7} {'speedup #1':>10} "
+        f"{'speedup #2':>10} {'diff':>7} stable"
+    )
     for cand in sorted(runs[0]):
         for case_id, a in runs[0][cand].items():
             b = runs[1].get(cand, {}).get(case_id)
@@ -57,12 +59,28 @@ def main() -> int:
             dp, ds = abs(p[1] / p[0] - 1), abs(s[1] / s[0] - 1)
             good = dp <= MAX_P50_DIFF and ds <= MAX_SPEEDUP_DIFF and all(stable)
             ok &= good
-            rows.append({"candidate": cand, "case": case_id, "method": a["method"], "p50_us": p, "p50_diff": dp,
-                         "speedup": s, "speedup_diff": ds, "stable": stable, "ok": good})
-            print(f"{cand:18} {case_id:26} {p[0]:9.2f} {p[1]:9.2f} {dp * 100:6.2f}% {s[0]:10.3f} {s[1]:10.3f} "
-                  f"{ds * 100:6.2f}% {'yes' if all(stable) else 'NO'}")
-    print("repeatability " + ("passed" if ok else "FAILED")
-          + f" (limits: P50 {MAX_P50_DIFF:.0%}, speedup {MAX_SPEEDUP_DIFF:.0%}, stable in both runs)")
+            rows.append(
+                {
+                    "candidate": cand,
+                    "case": case_id,
+                    "method": a["method"],
+                    "p50_us": p,
+                    "p50_diff": dp,
+                    "speedup": s,
+                    "speedup_diff": ds,
+                    "stable": stable,
+                    "ok": good,
+                }
+            )
+            print(
+                f"{cand:18} {case_id:26} {p[0]:9.2f} {p[1]:9.2f} {dp * 100:6.2f}% {s[0]:10.3f} {s[1]:10.3f} "
+                f"{ds * 100:6.2f}% {'yes' if all(stable) else 'NO'}"
+            )
+    print(
+        "repeatability "
+        + ("passed" if ok else "FAILED")
+        + f" (limits: P50 {MAX_P50_DIFF:.0%}, speedup {MAX_SPEEDUP_DIFF:.0%}, stable in both runs)"
+    )
     if args.out:
         Path(args.out).write_text(json.dumps({"task": args.task, "ok": ok, "rows": rows}, indent=2))
     return 0 if ok else 1

@@ -21,10 +21,28 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-SECTIONS = ("top", "attempts", "latency", "roofline", "correctness", "history", "profiles", "environment",
-            "skipped", "about")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SECTIONS = (
+    "top",
+    "attempts",
+    "latency",
+    "roofline",
+    "correctness",
+    "history",
+    "profiles",
+    "environment",
+    "skipped",
+    "about",
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def underline_rows(img: np.ndarray) -> list[int]:
@@ -50,9 +68,19 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         shot = Path(tmp) / "page.png"
-        subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp}/profile", f"--screenshot={shot}",
-                        f"--window-size={args.width},{args.height}", Path(args.report).resolve().as_uri()],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                chromium,
+                *FLAGS,
+                f"--user-data-dir={tmp}/profile",
+                f"--screenshot={shot}",
+                f"--window-size={args.width},{args.height}",
+                Path(args.report).resolve().as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         img = np.asarray(Image.open(shot).convert("RGB"))
     # the page ends where the last non-white row is
     ink = np.flatnonzero((img < 245).any(axis=2).any(axis=1))
@@ -60,7 +88,7 @@ def main() -> int:
     lines = underline_rows(img[:end])
     starts = [0] + [max(0, y - 40) for y in lines[1:]]  # a section begins just above its heading
     for name, (a, b) in zip(SECTIONS, zip(starts, starts[1:] + [end], strict=True), strict=False):
-        piece = Image.fromarray(img[a:min(b, a + args.max_height)])
+        piece = Image.fromarray(img[a : min(b, a + args.max_height)])
         path = out / f"{args.prefix}{name}.png"
         piece.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
         print(f"{path}: {path.stat().st_size / 1024:.0f} KB, {piece.width}x{piece.height}")

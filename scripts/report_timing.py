@@ -38,28 +38,52 @@ def run_once(cmd: list[str]) -> dict:
     if res.returncode != 0:
         raise SystemExit(f"report failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     m = re.search(r"(\d+) attempt\(s\), (\d+) chart\(s\), ([\d,]+) KiB", res.stdout)
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "attempts": int(m.group(1)) if m else None, "charts": int(m.group(2)) if m else None,
-            "kib": int(m.group(3).replace(",", "")) if m else None}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "attempts": int(m.group(1)) if m else None,
+        "charts": int(m.group(2)) if m else None,
+        "kib": int(m.group(3).replace(",", "")) if m else None,
+    }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--artifacts", required=True, help="the attempt store to report on")
-    p.add_argument("--task", action="append", default=[], help="task or problem id (repeatable; default: all)")
+    p.add_argument(
+        "--task", action="append", default=[], help="task or problem id (repeatable; default: all)"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--png", action="store_true", help="also write PNGs (--png DIR)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "mini_kv", "report", "--artifacts", args.artifacts, "-o",
-               str(Path(tmp) / "report.html"), *[x for t in args.task for x in ("--task", t)]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mini_kv",
+            "report",
+            "--artifacts",
+            args.artifacts,
+            "-o",
+            str(Path(tmp) / "report.html"),
+            *[x for t in args.task for x in ("--task", t)],
+        ]
         if args.png:
             cmd += ["--png", str(Path(tmp) / "png")]
         runs = [run_once(cmd) for _ in range(args.repeats)]
-    print(json.dumps({"command": " ".join(cmd[1:]), "runs": runs,
-                      "median_wall_s": statistics.median(r["wall_s"] for r in runs),
-                      "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
-                      "loadavg_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}, indent=2))
+    print(
+        json.dumps(
+            {
+                "command": " ".join(cmd[1:]),
+                "runs": runs,
+                "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+                "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                "loadavg_1min": os.getloadavg()[0],
+                "cpu_count": os.cpu_count(),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

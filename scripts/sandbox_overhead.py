@@ -32,13 +32,17 @@ def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 9
     t0 = time.perf_counter()
     info = probe()
-    print(f"probe: {time.perf_counter() - t0:.3f} s; sandbox {'on (' + str(info.mechanism) + ')' if info.enabled else 'off: ' + info.reason}")
+    print(
+        f"probe: {time.perf_counter() - t0:.3f} s; sandbox {'on (' + str(info.mechanism) + ')' if info.enabled else 'off: ' + info.reason}"
+    )
     if not info.enabled:
         return 1
     for label, which in (("direct", disabled("baseline")), ("sandboxed", info)):
         times = start_times(which, runs)
-        print(f"{label:9s} median {statistics.median(times):.3f} s over {runs} starts "
-              f"(min {min(times):.3f}, max {max(times):.3f})")
+        print(
+            f"{label:9s} median {statistics.median(times):.3f} s over {runs} starts "
+            f"(min {min(times):.3f}, max {max(times):.3f})"
+        )
     return 0
 
 

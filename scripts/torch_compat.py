@@ -53,11 +53,16 @@ def main(argv: list[str]) -> int:
     check = rec.get("cuda_check") or _recorded_check(rec)
     what = "compile check" if rec.get("check_only") else "build"
     flags = " ".join(rec["flags"]["cflags"])
-    print(f"{solution_json}: {what} {rec['status']}" + (f" ({check['status']})" if check else "")
-          + f", cflags {flags}, cache hit {rec['cache_hit']}, {rec['duration_s']} s")
+    print(
+        f"{solution_json}: {what} {rec['status']}"
+        + (f" ({check['status']})" if check else "")
+        + f", cflags {flags}, cache hit {rec['cache_hit']}, {rec['duration_s']} s"
+    )
     if rec["status"] != "ok" or (rec.get("check_only") and check.get("status") != "ok"):
-        print(check.get("note") or build_log(rec) or f"no compile check recorded in {rec['build_dir']}",
-              file=sys.stderr)
+        print(
+            check.get("note") or build_log(rec) or f"no compile check recorded in {rec['build_dir']}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

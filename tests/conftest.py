@@ -29,8 +29,14 @@ def pytest_collection_modifyitems(config, items):
 def run_cli(*args, cwd=ROOT, timeout=900, env=None):
     """Run `python -m mini_kv ...` and return the CompletedProcess (text)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mini_kv", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
 
 
 @pytest.fixture

@@ -40,8 +40,11 @@ def write_card(project: Path, card, name: str = "card.yaml") -> Path:
     """`card` as YAML text (a str is written as is)."""
     path = project / "tasks" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(card if isinstance(card, str) else yaml.safe_dump(card, sort_keys=False, allow_unicode=True),
-                    encoding="utf-8", errors="surrogatepass")
+    path.write_text(
+        card if isinstance(card, str) else yaml.safe_dump(card, sort_keys=False, allow_unicode=True),
+        encoding="utf-8",
+        errors="surrogatepass",
+    )
     return path
 
 
@@ -56,7 +59,9 @@ def sol_problem(tmp: Path) -> tuple[Path, dict, list[dict], dict]:
 
 def write_json(path: Path, obj) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8", errors="surrogatepass")
+    path.write_text(
+        obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8", errors="surrogatepass"
+    )
     return path
 
 

@@ -12,8 +12,17 @@ def logs(result: dict) -> dict:
     return {t["workload"]["uuid"]: t["evaluation"]["log"] for t in result["traces"]}
 
 
-def write_solution(folder: Path, name: str, definition: str, source: str, code: str, entry: str = "run",
-                   languages=("pytorch",), hardware: str = "LOCAL", dps: bool | None = None) -> Path:
+def write_solution(
+    folder: Path,
+    name: str,
+    definition: str,
+    source: str,
+    code: str,
+    entry: str = "run",
+    languages=("pytorch",),
+    hardware: str = "LOCAL",
+    dps: bool | None = None,
+) -> Path:
     """A one-file solution in `folder`: `source` holding `code`, and its solution.json (returned)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / source).write_text(code)
@@ -21,6 +30,15 @@ def write_solution(folder: Path, name: str, definition: str, source: str, code: 
     if dps is not None:
         spec["destination_passing_style"] = dps
     path = folder / "solution.json"
-    path.write_text(json.dumps({"name": name, "definition": definition, "author": "tests", "spec": spec,
-                                "sources": [{"path": source}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "definition": definition,
+                "author": "tests",
+                "spec": spec,
+                "sources": [{"path": source}],
+            }
+        )
+    )
     return path

@@ -52,5 +52,7 @@ def test_bench_from_elsewhere_stores_in_the_solution_project(tmp_path, elsewhere
 
 def test_python_solution_with_artifacts_needs_no_project(tmp_path, elsewhere):
     sol = _solution(tmp_path / "loose" / "good_dps")
-    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "store"), **FAST))
+    result = bench(
+        str(SOLS / "problem"), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "store"), **FAST)
+    )
     assert result["exit_code"] == 0 and Path(result["attempt"]).is_relative_to(tmp_path / "store")

@@ -13,16 +13,30 @@ SALT = "broken-candidates-fixed-salt"  # fixed inputs, so the failing cases are 
 EXPECTED = {
     ("rmsnorm", "off_by_one"): (
         {"r4_h33-float32", "r7_h129-float32", "r4_h33-float16", "r1000_h4097-float32", "transposed-float32"},
-        {"r7_h129-float16", "r4_h33_bf16-bfloat16", "r7_h129_bf16-bfloat16"}),
+        {"r7_h129-float16", "r4_h33_bf16-bfloat16", "r7_h129_bf16-bfloat16"},
+    ),
     ("rmsnorm", "fp16_accum"): (
         {"large_values-float16", "r1000_h4097-float16", "r1000_h4097-bfloat16"},
-        {"r5_h127_bf16-bfloat16", "r7_h129_bf16-bfloat16", "r2_h128_bf16-bfloat16"}),
+        {"r5_h127_bf16-bfloat16", "r7_h129_bf16-bfloat16", "r2_h128_bf16-bfloat16"},
+    ),
 }
 
 
 def _run(cli, tmp_path, card, candidate):
-    res = cli("verify", "--task", f"tests/broken_candidates/{card}.yaml", "--candidate", candidate,
-              "--skip-benchmark", "--seed-salt", SALT, "--artifacts", str(tmp_path), "--json", timeout=900)
+    res = cli(
+        "verify",
+        "--task",
+        f"tests/broken_candidates/{card}.yaml",
+        "--candidate",
+        candidate,
+        "--skip-benchmark",
+        "--seed-salt",
+        SALT,
+        "--artifacts",
+        str(tmp_path),
+        "--json",
+        timeout=900,
+    )
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
     return res, summary, corr

@@ -36,8 +36,21 @@ def test_card_with_project_module_validates_from_elsewhere(cli, project):
 @pytest.mark.slow
 def test_card_with_project_module_verifies_from_elsewhere(cli, project):
     elsewhere = project.parent / "elsewhere"
-    res = cli("verify", "--task", str(project / "tasks" / "my.yaml"), "--candidate", "v0_naive", "--device", "cpu",
-              "--skip-benchmark", "--case", "n33", "--case", "shape_mismatch", cwd=elsewhere)
+    res = cli(
+        "verify",
+        "--task",
+        str(project / "tasks" / "my.yaml"),
+        "--candidate",
+        "v0_naive",
+        "--device",
+        "cpu",
+        "--skip-benchmark",
+        "--case",
+        "n33",
+        "--case",
+        "shape_mismatch",
+        cwd=elsewhere,
+    )
     assert res.returncode == ExitCode.OK, res.stdout + res.stderr
     assert (project / "artifacts" / "vector_add").is_dir() and (project / ".build").is_dir()
     assert list(elsewhere.iterdir()) == []

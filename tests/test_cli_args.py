@@ -22,8 +22,14 @@ SOL_SOLUTION = "solutions/triton_ref_vecadd/pytorch/solution.json"
 
 
 def _cli(*args, env=None, prefix=()):
-    return subprocess.run([*prefix, sys.executable, "-m", "mini_kv", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "mini_kv", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _without_write_permission() -> tuple[str, ...]:
@@ -55,13 +61,27 @@ def read_only_dir(tmp_path):
 
 # ------------------------------------------------------------------------------------------ device
 
+
 # (ids spelled out: an id "gpu" would be taken for the gpu marker and skipped without a GPU)
-@pytest.mark.parametrize("value", ["gpu", "CPU", "cuda:01", "cuda:x", "cpu:0"],
-                         ids=["word-gpu", "upper-CPU", "leading-zero", "bad-index", "cpu-index"])
+@pytest.mark.parametrize(
+    "value",
+    ["gpu", "CPU", "cuda:01", "cuda:x", "cpu:0"],
+    ids=["word-gpu", "upper-CPU", "leading-zero", "bad-index", "cpu-index"],
+)
 def test_verify_rejects_a_device_spelling_before_any_work(value, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["verify", "--task", "tasks/vector_add.yaml", "--device", value, "--skip-benchmark",
-              "--artifacts", str(tmp_path)])
+        main(
+            [
+                "verify",
+                "--task",
+                "tasks/vector_add.yaml",
+                "--device",
+                value,
+                "--skip-benchmark",
+                "--artifacts",
+                str(tmp_path),
+            ]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--device" in err and "cpu, cuda, cuda:N" in err and "Traceback" not in err
@@ -69,14 +89,24 @@ def test_verify_rejects_a_device_spelling_before_any_work(value, tmp_path, capsy
 
 
 def test_bench_rejects_a_device_spelling(tmp_path):
-    r = _cli("bench", SOL_PROBLEM, "--solution", SOL_SOLUTION, "--device", "gpu", "--artifacts", str(tmp_path))
+    r = _cli(
+        "bench", SOL_PROBLEM, "--solution", SOL_SOLUTION, "--device", "gpu", "--artifacts", str(tmp_path)
+    )
     assert r.returncode == 2, r.stderr
     assert "--device" in r.stderr and "cpu, cuda, cuda:N" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("option,value", [("--timeout", "-1"), ("--compile-timeout", "0"), ("--max-cv", "3"),
-                                          ("--memory-limit", "nan"), ("--timeout", "soon")])
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--timeout", "-1"),
+        ("--compile-timeout", "0"),
+        ("--max-cv", "3"),
+        ("--memory-limit", "nan"),
+        ("--timeout", "soon"),
+    ],
+)
 def test_verify_rejects_bad_numbers(option, value, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--task", "tasks/vector_add.yaml", option, value, "--artifacts", str(tmp_path)])
@@ -88,7 +118,10 @@ def test_verify_rejects_bad_numbers(option, value, tmp_path, capsys):
 def test_bench_rejects_bad_counts(option, value, tmp_path):
     from mini_kv.cli_bench import main as bench_main
 
-    assert bench_main([SOL_PROBLEM, "--solution", SOL_SOLUTION, option, value, "--artifacts", str(tmp_path)]) == 2
+    assert (
+        bench_main([SOL_PROBLEM, "--solution", SOL_SOLUTION, option, value, "--artifacts", str(tmp_path)])
+        == 2
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -100,9 +133,22 @@ def test_verify_prebuilt_must_exist(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------------- filters
 
+
 def test_a_case_filter_that_matches_no_case_is_an_error_listing_the_cases(tmp_path, capsys):
-    rc = main(["verify", "--task", "tasks/vector_add.yaml", "--case", "n99", "--device", "cpu", "--skip-benchmark",
-               "--artifacts", str(tmp_path)])
+    rc = main(
+        [
+            "verify",
+            "--task",
+            "tasks/vector_add.yaml",
+            "--case",
+            "n99",
+            "--device",
+            "cpu",
+            "--skip-benchmark",
+            "--artifacts",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2, err
     assert "n99" in err and "n31" in err and "bench_cpu_64k" in err
@@ -110,16 +156,39 @@ def test_a_case_filter_that_matches_no_case_is_an_error_listing_the_cases(tmp_pa
 
 
 def test_one_unknown_case_among_known_ones_is_an_error(tmp_path, capsys):
-    rc = main(["verify", "--task", "tasks/vector_add.yaml", "--case", "n31", "--case", "n3l", "--device", "cpu",
-               "--artifacts", str(tmp_path)])
+    rc = main(
+        [
+            "verify",
+            "--task",
+            "tasks/vector_add.yaml",
+            "--case",
+            "n31",
+            "--case",
+            "n3l",
+            "--device",
+            "cpu",
+            "--artifacts",
+            str(tmp_path),
+        ]
+    )
     assert rc == 2 and "n3l" in capsys.readouterr().err
 
 
 def test_a_case_filter_that_selects_nothing_on_this_device_is_an_error(tmp_path, capsys):
     # bench_16m is CUDA-only; with --skip-benchmark a bench case selects nothing either
     for extra in (["--case", "bench_16m"], ["--case", "bench_cpu_64k", "--skip-benchmark"]):
-        rc = main(["verify", "--task", "tasks/vector_add.yaml", "--device", "cpu", *extra,
-                   "--artifacts", str(tmp_path)])
+        rc = main(
+            [
+                "verify",
+                "--task",
+                "tasks/vector_add.yaml",
+                "--device",
+                "cpu",
+                *extra,
+                "--artifacts",
+                str(tmp_path),
+            ]
+        )
         err = capsys.readouterr().err
         assert rc == 2, err
         assert "cases that run on cpu" in err and "n31" in err
@@ -127,8 +196,19 @@ def test_a_case_filter_that_selects_nothing_on_this_device_is_an_error(tmp_path,
 
 
 def test_an_unknown_candidate_is_an_error_listing_the_candidates(tmp_path, capsys):
-    rc = main(["verify", "--task", "tasks/vector_add.yaml", "--candidate", "v9*", "--device", "cpu",
-               "--artifacts", str(tmp_path)])
+    rc = main(
+        [
+            "verify",
+            "--task",
+            "tasks/vector_add.yaml",
+            "--candidate",
+            "v9*",
+            "--device",
+            "cpu",
+            "--artifacts",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "v0_naive" in err and "v1_vectorized" in err
 
@@ -152,10 +232,13 @@ def test_leaderboard_of_a_missing_store_is_an_error(tmp_path, capsys):
 
 # --------------------------------------------------------------------------------- unwritable stores
 
+
 def test_verify_refuses_a_store_that_is_a_file_before_any_work(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    rc = main(["verify", "--task", "tasks/vector_add.yaml", "--device", "cpu", "--artifacts", str(blocker / "a")])
+    rc = main(
+        ["verify", "--task", "tasks/vector_add.yaml", "--device", "cpu", "--artifacts", str(blocker / "a")]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "not a directory" in err and "nothing was run" in err and "--artifacts" in err
 
@@ -167,8 +250,20 @@ def test_bench_refuses_unwritable_store_and_output_before_any_work(tmp_path, cap
     blocker.write_text("")
     assert bench_main([SOL_PROBLEM, "--solution", SOL_SOLUTION, "--artifacts", str(blocker)]) == 2
     assert "artifact store" in capsys.readouterr().err
-    assert bench_main([SOL_PROBLEM, "--solution", SOL_SOLUTION, "--artifacts", str(tmp_path / "a"),
-                       "-o", str(blocker / "traces.jsonl")]) == 2
+    assert (
+        bench_main(
+            [
+                SOL_PROBLEM,
+                "--solution",
+                SOL_SOLUTION,
+                "--artifacts",
+                str(tmp_path / "a"),
+                "-o",
+                str(blocker / "traces.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "-o" in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
 
@@ -176,13 +271,31 @@ def test_bench_refuses_unwritable_store_and_output_before_any_work(tmp_path, cap
 def test_verify_and_bench_refuse_a_read_only_store(read_only_dir):
     _read_only(read_only_dir)
     prefix = _without_write_permission()
-    r = _cli("verify", "--task", "tasks/vector_add.yaml", "--device", "cpu", "--skip-benchmark",
-             "--artifacts", str(read_only_dir), prefix=prefix)
+    r = _cli(
+        "verify",
+        "--task",
+        "tasks/vector_add.yaml",
+        "--device",
+        "cpu",
+        "--skip-benchmark",
+        "--artifacts",
+        str(read_only_dir),
+        prefix=prefix,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "not writable" in r.stderr and str(read_only_dir) in r.stderr and "Traceback" not in r.stderr
     assert "compile:" not in r.stdout  # refused before the build
-    r = _cli("bench", SOL_PROBLEM, "--solution", SOL_SOLUTION, "--device", "cpu", "--artifacts",
-             str(read_only_dir), prefix=prefix)
+    r = _cli(
+        "bench",
+        SOL_PROBLEM,
+        "--solution",
+        SOL_SOLUTION,
+        "--device",
+        "cpu",
+        "--artifacts",
+        str(read_only_dir),
+        prefix=prefix,
+    )
     assert r.returncode == 2 and "not writable" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -208,7 +321,6 @@ def test_leaderboard_on_a_read_only_store_without_index_says_it_cannot_build_one
     _read_only(read_only_dir)
     r = _cli("leaderboard", "--artifacts", str(art), prefix=_without_write_permission())
     assert r.returncode == 2 and "read-only" in r.stderr and "no index" in r.stderr
-
 
 
 def test_bench_paths_that_select_nothing_list_what_exists(capsys):

@@ -27,15 +27,29 @@ def _render(renderable, width: int = 80) -> str:
 
 
 def _case(cid: str, status: str = "PASSED", **extra) -> dict:
-    return {"id": cid, "kind": "core", "status": status, "max_abs_err": 0.000123456, "max_rel_err": 12.3456,
-            "reference_error": {"max_abs_err": 0.0009765625}, **extra}
+    return {
+        "id": cid,
+        "kind": "core",
+        "status": status,
+        "max_abs_err": 0.000123456,
+        "max_rel_err": 12.3456,
+        "reference_error": {"max_abs_err": 0.0009765625},
+        **extra,
+    }
 
 
 def _bench_rec(cid: str) -> dict:
     summary = {"overall": {"p50": 12345.678, "p95": 23456.789}, "p50_robust_cv": 0.0123}
-    return {"id": cid, "method": "wallclock", "l2": "n/a", "candidate": {"summary": summary},
-            "reference": {"summary": {"overall": {"p50": 10000.5, "p95": 1.0}}}, "speedup": 0.81234,
-            "roofline": {"gbps": 1234.5, "tflops": 12.25, "peak_share": 0.29}, "stability": {"stable": True}}
+    return {
+        "id": cid,
+        "method": "wallclock",
+        "l2": "n/a",
+        "candidate": {"summary": summary},
+        "reference": {"summary": {"overall": {"p50": 10000.5, "p95": 1.0}}},
+        "speedup": 0.81234,
+        "roofline": {"gbps": 1234.5, "tflops": 12.25, "peak_share": 0.29},
+        "stability": {"stable": True},
+    }
 
 
 def test_correctness_table_at_80_columns_keeps_ids_and_numbers_whole():
@@ -57,24 +71,55 @@ def test_bench_table_at_80_columns_is_split_with_the_id_repeated():
 
 
 def test_bench_trace_table_at_80_columns_keeps_statuses_whole():
-    traces = [{"evaluation": {"status": s, "performance": None, "correctness": None}}
-              for s in ("INCORRECT_NUMERICAL", "TIMEOUT", "RUNTIME_ERROR")]
-    traces.append({"evaluation": {"status": "PASSED", "correctness": {
-        "has_nan": False, "has_inf": False, "max_absolute_error": 1.5e-3, "max_relative_error": 2.5e-2},
-        "performance": {"latency_ms": 123.456, "reference_latency_ms": 234.567, "speedup_factor": 1.9}}})
+    traces = [
+        {"evaluation": {"status": s, "performance": None, "correctness": None}}
+        for s in ("INCORRECT_NUMERICAL", "TIMEOUT", "RUNTIME_ERROR")
+    ]
+    traces.append(
+        {
+            "evaluation": {
+                "status": "PASSED",
+                "correctness": {
+                    "has_nan": False,
+                    "has_inf": False,
+                    "max_absolute_error": 1.5e-3,
+                    "max_relative_error": 2.5e-2,
+                },
+                "performance": {
+                    "latency_ms": 123.456,
+                    "reference_latency_ms": 234.567,
+                    "speedup_factor": 1.9,
+                },
+            }
+        }
+    )
     text = _render(traces_table(traces, width=80))
     assert max(len(ln) for ln in text.splitlines()) <= 80 and "…" not in text
-    for cell in ("INCORRECT_NUMERICAL", "TIMEOUT", "RUNTIME_ERROR", "123.456", "234.567", "1.90x", "1.50e-03"):
+    for cell in (
+        "INCORRECT_NUMERICAL",
+        "TIMEOUT",
+        "RUNTIME_ERROR",
+        "123.456",
+        "234.567",
+        "1.90x",
+        "1.50e-03",
+    ):
         assert cell in text, cell
 
 
 def test_failed_case_details_go_on_their_own_line_with_scalars_by_value():
-    failed = _case("n1000-float16", "INCORRECT", reason="mismatch", first_mismatch={"index": 7, "got": 1.5, "expected": 2.0},
-                   inputs=[{"shape": [1000], "dtype": "float16", "device": "cpu", "contiguous": False},
-                           {"value": 0.5}])
+    failed = _case(
+        "n1000-float16",
+        "INCORRECT",
+        reason="mismatch",
+        first_mismatch={"index": 7, "got": 1.5, "expected": 2.0},
+        inputs=[{"shape": [1000], "dtype": "float16", "device": "cpu", "contiguous": False}, {"value": 0.5}],
+    )
     lines = report.case_details([failed, _case("n31-float32")])
-    assert lines == ["  n1000-float16: inputs (float16[1000] non-contiguous, 0.5); mismatch first at 7: got 1.5, "
-                     "expected 2"]
+    assert lines == [
+        "  n1000-float16: inputs (float16[1000] non-contiguous, 0.5); mismatch first at 7: got 1.5, "
+        "expected 2"
+    ]
     assert "None" not in lines[0]
 
 
@@ -109,22 +154,33 @@ def _failed_build(tmp_path) -> dict:
 def test_compile_error_shows_the_first_compiler_error_with_file_and_line_not_the_traceback(tmp_path):
     text = report.compile_error_excerpt(_failed_build(tmp_path))
     lines = text.splitlines()
-    assert lines[0] == "/proj/candidates/x/op.cpp:12:5: error: 'undefined_thing' was not declared in this scope"
+    assert (
+        lines[0] == "/proj/candidates/x/op.cpp:12:5: error: 'undefined_thing' was not declared in this scope"
+    )
     assert "undefined_thing(a);" in lines[1] and "^~~" in lines[2]
     assert "1 more error" in text and "-v" in text
-    assert "Traceback" not in text and "cpp_extension.py" not in text and "Error building extension" not in text
+    assert (
+        "Traceback" not in text and "cpp_extension.py" not in text and "Error building extension" not in text
+    )
     verbose = report.compile_error_excerpt(_failed_build(tmp_path), verbose=True)
     assert "op.cpp:20:1" in verbose and "Traceback" not in verbose
 
 
 def _result(status: str, compile_rec: dict, results: dict, correctness: dict | None = None) -> dict:
     summary = {"status": status, "correctness": correctness, "benchmark": None}
-    return {"summary": summary, "compile": compile_rec, "results": results, "attempt": "/a/b",
-            "candidate": "v0"}
+    return {
+        "summary": summary,
+        "compile": compile_rec,
+        "results": results,
+        "attempt": "/a/b",
+        "candidate": "v0",
+    }
 
 
 def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
-    res = _result("COMPILE_ERROR", _failed_build(tmp_path), {"load": None, "cases": [], "contract": {}, "bench": []})
+    res = _result(
+        "COMPILE_ERROR", _failed_build(tmp_path), {"load": None, "cases": [], "contract": {}, "bench": []}
+    )
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("COMPILE_ERROR")][0]
@@ -133,19 +189,36 @@ def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
 
 def test_the_summary_line_after_incorrect_names_what_failed():
     cases = [_case("n31-float32", "INCORRECT", reason="x"), _case("n33-float32")]
-    corr = {"ok": False, "counts": {"core": {"passed": 1, "total": 2, "skipped": 0}}, "contract": {},
-            "missing_kernels": [], "integrity_failures": []}
-    res = _result("INCORRECT", {"status": "ok", "cache_hit": True, "duration_s": 0.1},
-                  {"load": {"ok": True}, "cases": cases, "contract": {}, "bench": []}, corr)
+    corr = {
+        "ok": False,
+        "counts": {"core": {"passed": 1, "total": 2, "skipped": 0}},
+        "contract": {},
+        "missing_kernels": [],
+        "integrity_failures": [],
+    }
+    res = _result(
+        "INCORRECT",
+        {"status": "ok", "cache_hit": True, "duration_s": 0.1},
+        {"load": {"ok": True}, "cases": cases, "contract": {}, "bench": []},
+        corr,
+    )
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
     assert last == "INCORRECT v0: failed n31-float32, core 1/2"
     # a load failure without any case run still says what happened
-    res = _result("INCORRECT", {"status": "ok", "cache_hit": True, "duration_s": 0.1},
-                  {"load": {"ok": False, "reason": "LookupError: x"}, "cases": [], "contract": {}, "bench": []},
-                  {"ok": False, "counts": {}, "contract": {}, "missing_kernels": ["CPU", "Meta"],
-                   "integrity_failures": []})
+    res = _result(
+        "INCORRECT",
+        {"status": "ok", "cache_hit": True, "duration_s": 0.1},
+        {"load": {"ok": False, "reason": "LookupError: x"}, "cases": [], "contract": {}, "bench": []},
+        {
+            "ok": False,
+            "counts": {},
+            "contract": {},
+            "missing_kernels": ["CPU", "Meta"],
+            "integrity_failures": [],
+        },
+    )
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
@@ -197,17 +270,43 @@ def test_a_plain_line_per_finished_result():
     on_event({"event": "case", "record": {"id": "b", "status": "FAIL"}})
     on_event({"event": "contract", "name": "opcheck", "record": {"status": "PASS"}})
     on_event({"event": "bench", "record": _bench_rec("z")})
-    assert lines == ["v0 correctness 1/2 a: PASS", "v0 correctness 2/2 b: FAIL", "v0 contract 1/1 opcheck: PASS",
-                     "v0 benchmark 1/1 z: ok P50 12345.68 µs, speedup 0.812x"]
+    assert lines == [
+        "v0 correctness 1/2 a: PASS",
+        "v0 correctness 2/2 b: FAIL",
+        "v0 contract 1/1 opcheck: PASS",
+        "v0 benchmark 1/1 z: ok P50 12345.68 µs, speedup 0.812x",
+    ]
 
 
 @pytest.mark.slow
 def test_piped_verify_at_80_columns_prints_progress_and_whole_ids(tmp_path):
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT / "src")}
-    r = subprocess.run([sys.executable, "-m", "mini_kv", "verify", "--task", "tasks/vector_add.yaml", "--device",
-                        "cpu", "--case", "large_values", "--case", "n31", "--case", "bench_cpu_64k", "-v",
-                        "--artifacts", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env,
-                       timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mini_kv",
+            "verify",
+            "--task",
+            "tasks/vector_add.yaml",
+            "--device",
+            "cpu",
+            "--case",
+            "large_values",
+            "--case",
+            "n31",
+            "--case",
+            "bench_cpu_64k",
+            "-v",
+            "--artifacts",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode in (0, 5), r.stdout + r.stderr
     out = r.stdout
     for cid in ("large_values-float16", "large_values-float32", "n31-float32", "bench_cpu_64k-float32"):
@@ -216,8 +315,12 @@ def test_piped_verify_at_80_columns_prints_progress_and_whole_ids(tmp_path):
     table_lines = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
     assert table_lines and max(len(ln) for ln in table_lines) <= 80
     # one flushed line per finished case on stderr (not a terminal here)
-    assert "v0_naive correctness 4/4" in r.stderr and "v0_naive benchmark 1/1 bench_cpu_64k-float32" in r.stderr
-    assert any(ln.startswith("attempt: ") and ln.endswith(tuple("0123456789abcdef")) for ln in out.splitlines())
+    assert (
+        "v0_naive correctness 4/4" in r.stderr and "v0_naive benchmark 1/1 bench_cpu_64k-float32" in r.stderr
+    )
+    assert any(
+        ln.startswith("attempt: ") and ln.endswith(tuple("0123456789abcdef")) for ln in out.splitlines()
+    )
 
 
 def _tutorial_project(tmp_path: Path, op_cpp_edit) -> Path:
@@ -237,16 +340,34 @@ def _tutorial_project(tmp_path: Path, op_cpp_edit) -> Path:
 
 def _verify(project: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(project)])}
-    return subprocess.run([sys.executable, "-m", "mini_kv", "verify", "--task", "tasks/scaled_add.yaml", "--device",
-                           "cpu", "--skip-benchmark", *extra], cwd=project, capture_output=True, text=True, env=env,
-                          timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mini_kv",
+            "verify",
+            "--task",
+            "tasks/scaled_add.yaml",
+            "--device",
+            "cpu",
+            "--skip-benchmark",
+            *extra,
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow
 def test_kernels_registered_under_another_namespace_are_named(tmp_path):
     # the schema is defined where the card says, the kernels go to another namespace
-    project = _tutorial_project(tmp_path, lambda src: src.replace("TORCH_LIBRARY_IMPL(my_scaled_add_v0,",
-                                                                  "TORCH_LIBRARY_IMPL(my_scaled_add,"))
+    project = _tutorial_project(
+        tmp_path,
+        lambda src: src.replace("TORCH_LIBRARY_IMPL(my_scaled_add_v0,", "TORCH_LIBRARY_IMPL(my_scaled_add,"),
+    )
     r = _verify(project)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "namespace mismatch" in r.stdout and "my_scaled_add::scaled_add" in r.stdout
@@ -256,8 +377,12 @@ def test_kernels_registered_under_another_namespace_are_named(tmp_path):
 
 @pytest.mark.slow
 def test_a_real_compile_error_shows_file_and_line_and_a_summary(tmp_path):
-    project = _tutorial_project(tmp_path, lambda src: src.replace("check_inputs(a_in, b_in);",
-                                                                  "check_inputs(a_in, b_in)\n  undefined_call();", 1))
+    project = _tutorial_project(
+        tmp_path,
+        lambda src: src.replace(
+            "check_inputs(a_in, b_in);", "check_inputs(a_in, b_in)\n  undefined_call();", 1
+        ),
+    )
     r = _verify(project)
     assert r.returncode == 3, r.stdout + r.stderr
     out = r.stdout
@@ -268,16 +393,34 @@ def test_a_real_compile_error_shows_file_and_line_and_a_summary(tmp_path):
 
 
 def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
-    case = {"id": "bench_cpu_64k-float32", "verdict": "FAIL", "baseline": {"p50": 21.9412}, "candidate": {"p50": 32.4437},
-            "p50_ratio": 1.479, "p95_ratio": 3.229, "first_batch": {"p_value": 5.3e-66, "significant": True},
-            "confirmation": {"test": {"p_value": 4.3e-55, "significant": True, "ratio": 1.36},
-                             "summary": {"overall": {"p50": 29.7712}},
-                             "baseline": {"summary": {"overall": {"p50": 21.8906}}}}}
+    case = {
+        "id": "bench_cpu_64k-float32",
+        "verdict": "FAIL",
+        "baseline": {"p50": 21.9412},
+        "candidate": {"p50": 32.4437},
+        "p50_ratio": 1.479,
+        "p95_ratio": 3.229,
+        "first_batch": {"p_value": 5.3e-66, "significant": True},
+        "confirmation": {
+            "test": {"p_value": 4.3e-55, "significant": True, "ratio": 1.36},
+            "summary": {"overall": {"p50": 29.7712}},
+            "baseline": {"summary": {"overall": {"p50": 21.8906}}},
+        },
+    }
     reg = {"verdict": "FAIL", "baseline_file": {"path": "baselines/x.json"}, "cases": [case], "reasons": []}
     console = Console(width=80, record=True, file=io.StringIO())
     report.print_regression(reg, console)
     text = console.export_text()
     assert max(len(ln) for ln in text.splitlines()) <= 80 and "…" not in text
-    for cell in ("bench_cpu_64k-float32", "21.94", "32.44", "+47.9%", "+222.9%", "p=5.3e-66", "21.89 / 29.77",
-                 "+36.0%", "p=4.3e-55"):
+    for cell in (
+        "bench_cpu_64k-float32",
+        "21.94",
+        "32.44",
+        "+47.9%",
+        "+222.9%",
+        "p=5.3e-66",
+        "21.89 / 29.77",
+        "+36.0%",
+        "p=4.3e-55",
+    ):
         assert cell in text, cell

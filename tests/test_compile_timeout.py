@@ -21,8 +21,19 @@ def _compilers_alive(marker: str) -> list[str]:
 @pytest.mark.slow
 def test_compile_timeout_kills_the_build(cli, tmp_path):
     t0 = time.monotonic()
-    res = cli("verify", "--task", CARD, "--candidate", "slow_build", "--compile-timeout", "4",
-              "--artifacts", str(tmp_path), "--json", timeout=300)
+    res = cli(
+        "verify",
+        "--task",
+        CARD,
+        "--candidate",
+        "slow_build",
+        "--compile-timeout",
+        "4",
+        "--artifacts",
+        str(tmp_path),
+        "--json",
+        timeout=300,
+    )
     elapsed = time.monotonic() - t0
     assert res.returncode == ExitCode.COMPILE, res.stdout + res.stderr
     summary = json.loads(res.stdout.strip().splitlines()[-1])

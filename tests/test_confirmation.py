@@ -30,8 +30,17 @@ def test_namespace_rename_touches_whole_tokens_only():
 
 def _confirm(card, cand, opts, job, store):
     """The pipeline's same-run comparison for a card's job, as verify's regression gate runs it."""
-    prep = Prepared(job["device"], {}, "s", resolve_sandbox(opts.sandbox), job["benchmark"], card.timeouts["case_s"],
-                    card.timeouts["compile_s"], Path(card.project_root), store)
+    prep = Prepared(
+        job["device"],
+        {},
+        "s",
+        resolve_sandbox(opts.sandbox),
+        job["benchmark"],
+        card.timeouts["case_s"],
+        card.timeouts["compile_s"],
+        Path(card.project_root),
+        store,
+    )
     return _confirmation(CardDoor(card, cand, opts), job, prep)
 
 
@@ -41,8 +50,10 @@ def test_interleaved_settings_keep_the_sample_budget_in_more_repeats():
 
 
 def test_a_baseline_whose_attempt_is_gone_cannot_be_rebuilt(tmp_path):
-    baseline = {"task_id": "t", "source": {"attempt_id": "gone", "path": str(tmp_path / "nowhere"),
-                                           "attempt_json_sha256": "0" * 64}}
+    baseline = {
+        "task_id": "t",
+        "source": {"attempt_id": "gone", "path": str(tmp_path / "nowhere"), "attempt_json_sha256": "0" * 64},
+    }
     with pytest.raises(BaselineBuildError, match="not available"):
         build_baseline(baseline, tmp_path, tmp_path / "artifacts", with_cuda=False, timeout=10)
 
@@ -58,9 +69,15 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
     attempt = Path(verify(card, cand, opts)["attempt"])
     header = read_attempt(attempt)
-    baseline = {"task_id": card.id, "source": {"attempt_id": header["attempt_id"], "path": str(attempt),
-                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
-                "manifest": {"attempt_files": header["files"]}}
+    baseline = {
+        "task_id": card.id,
+        "source": {
+            "attempt_id": header["attempt_id"],
+            "path": str(attempt),
+            "attempt_json_sha256": _sha(attempt / "attempt.json"),
+        },
+        "manifest": {"attempt_files": header["files"]},
+    }
 
     comp = compile_candidate(Path(card.project_root), cand, with_cuda=False)
     assert comp["status"] == "ok"
@@ -95,12 +112,22 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     store = tmp_path / "store"
     opts = VerifyOptions(device="cuda", skip_benchmark=True, artifacts=str(store), case_filter=["r2_h128"])
     attempt = Path(verify(card, card.candidate("v1_block_reduce"), opts)["attempt"])
-    baseline = {"task_id": card.id, "source": {"attempt_id": attempt.name, "path": str(attempt),
-                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
-                "manifest": {"attempt_files": read_attempt(attempt)["files"]}}
+    baseline = {
+        "task_id": card.id,
+        "source": {
+            "attempt_id": attempt.name,
+            "path": str(attempt),
+            "attempt_json_sha256": _sha(attempt / "attempt.json"),
+        },
+        "manifest": {"attempt_files": read_attempt(attempt)["files"]},
+    }
     v1 = card.candidate("v1_block_reduce")
-    slowed = dataclasses.replace(v1, id="v1_slowed", path="tests/regression_demo/rmsnorm_v1_slowed",
-                                 op="mini_kv_rmsnorm_v1_slowed::rmsnorm")
+    slowed = dataclasses.replace(
+        v1,
+        id="v1_slowed",
+        path="tests/regression_demo/rmsnorm_v1_slowed",
+        op="mini_kv_rmsnorm_v1_slowed::rmsnorm",
+    )
     assert isinstance(slowed, Candidate)
     comp = compile_candidate(Path(card.project_root), slowed)
     assert comp["status"] == "ok"
@@ -120,9 +147,15 @@ def test_a_changed_source_attempt_is_refused_before_anything_is_built(tmp_path):
     store = tmp_path / "store"
     opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
     attempt = Path(verify(card, card.candidate("v0_naive"), opts)["attempt"])
-    baseline = {"task_id": card.id, "source": {"attempt_id": attempt.name, "path": str(attempt),
-                                               "attempt_json_sha256": _sha(attempt / "attempt.json")},
-                "manifest": {"attempt_files": read_attempt(attempt)["files"]}}
+    baseline = {
+        "task_id": card.id,
+        "source": {
+            "attempt_id": attempt.name,
+            "path": str(attempt),
+            "attempt_json_sha256": _sha(attempt / "attempt.json"),
+        },
+        "manifest": {"attempt_files": read_attempt(attempt)["files"]},
+    }
     src = next(p for p in (attempt / "sources").rglob("*.cpp"))
     src.write_text(src.read_text() + "\n// edited after promotion\n")
     with pytest.raises(BaselineTampered, match="does not match its recorded SHA-256"):
@@ -133,5 +166,3 @@ def _sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-

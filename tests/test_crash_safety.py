@@ -22,6 +22,7 @@ from mini_kv.store.index import rebuild_index, snapshot
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
+
 def _child_loop(art: str, name: str, seed: int, count: int, rebuild_p: float, ready, go) -> None:
     """Write attempts and index updates: forever (count < 0) or `count` times."""
     from test_index import attempt_records, write_attempt
@@ -51,15 +52,30 @@ def ctx():
     # forkserver: every child is a fresh process forked from a clean server that has the store modules
     # imported already (not from this pytest process), so starting one costs milliseconds, not an interpreter
     c = multiprocessing.get_context("forkserver")
-    c.set_forkserver_preload(["jsonschema", "filelock", "sqlite3", "numpy", "mini_kv.load.schema",
-                              "mini_kv.store.index", "mini_kv.store.headline", "mini_kv.environment",
-                              "mini_kv.worker.inputs", "test_index", "pytest", __name__])
+    c.set_forkserver_preload(
+        [
+            "jsonschema",
+            "filelock",
+            "sqlite3",
+            "numpy",
+            "mini_kv.load.schema",
+            "mini_kv.store.index",
+            "mini_kv.store.headline",
+            "mini_kv.environment",
+            "mini_kv.worker.inputs",
+            "test_index",
+            "pytest",
+            __name__,
+        ]
+    )
     return c
 
 
 def _start(ctx, art: Path, name: str, seed: int, count: int = -1, rebuild_p: float = 0.15):
     ready, go = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_child_loop, args=(str(art), name, seed, count, rebuild_p, ready, go), daemon=True)
+    proc = ctx.Process(
+        target=_child_loop, args=(str(art), name, seed, count, rebuild_p, ready, go), daemon=True
+    )
     proc.start()
     assert ready.wait(60), "child did not start"
     return proc, go

@@ -16,8 +16,13 @@ FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "
 REFERENCE = "import torch\n\n\ndef run(x, w, alpha):\n    y = x * w * alpha\n    return y, y.sum()\n"
 
 
-def _bench(tmp_path, definition: dict | None = None, workloads: list | None = None, solution_code: str | None = None,
-           **kw) -> dict:
+def _bench(
+    tmp_path,
+    definition: dict | None = None,
+    workloads: list | None = None,
+    solution_code: str | None = None,
+    **kw,
+) -> dict:
     d, default_def, default_wls, sol = sol_problem(tmp_path)
     if definition is not None:
         write_json(d / "definition.json", definition)
@@ -26,7 +31,9 @@ def _bench(tmp_path, definition: dict | None = None, workloads: list | None = No
     if solution_code is not None:
         sol["sources"][0]["content"] = solution_code
     path = write_json(tmp_path / "sol" / "solution.json", sol)
-    return bench(str(d), BenchOptions(solution=str(path), artifacts=str(tmp_path / "artifacts"), **{**FAST, **kw}))
+    return bench(
+        str(d), BenchOptions(solution=str(path), artifacts=str(tmp_path / "artifacts"), **{**FAST, **kw})
+    )
 
 
 def test_random_scalar_input_and_a_copy_of_the_reference_passes(tmp_path):
@@ -38,8 +45,14 @@ def test_random_scalar_input_and_a_copy_of_the_reference_passes(tmp_path):
     assert result["exit_code"] == ExitCode.OK
 
 
-@pytest.mark.parametrize("prelude, timeout", [("import sys\nsys.exit(3)\n", 60.0), ("import os\nos._exit(3)\n", 60.0),
-                                              ("import time\ntime.sleep(600)\n", 30.0)])
+@pytest.mark.parametrize(
+    "prelude, timeout",
+    [
+        ("import sys\nsys.exit(3)\n", 60.0),
+        ("import os\nos._exit(3)\n", 60.0),
+        ("import time\ntime.sleep(600)\n", 30.0),
+    ],
+)
 def test_a_reference_that_dies_or_hangs_at_import_is_invalid_reference(tmp_path, prelude, timeout):
     _, definition, _, _ = sol_problem(tmp_path / "src")
     definition["reference"] = prelude + REFERENCE
@@ -61,15 +74,39 @@ def test_a_card_factory_failure_is_the_cards_fault():
 
     case = {"id": "neg-float32", "kind": "core", "dtype": "float32", "params": {"n": -5}}
     made = []
-    rec = run_case(lambda a, b: a + b, lambda a, b: a + b, make_inputs, "vector_add", case, {"atol": 0, "rtol": 0},
-                   "cpu", "salt", on_inputs=lambda: made.append(1))
+    rec = run_case(
+        lambda a, b: a + b,
+        lambda a, b: a + b,
+        make_inputs,
+        "vector_add",
+        case,
+        {"atol": 0, "rtol": 0},
+        "cpu",
+        "salt",
+        on_inputs=lambda: made.append(1),
+    )
     assert rec["status"] == "INVALID_CASE" and "params {'n': -5}" in rec["reason"] and not made
-    ok = run_case(lambda a, b: a + b, lambda a, b: a + b, make_inputs, "vector_add",
-                  {**case, "id": "n8-float32", "params": {"n": 8}}, {"atol": 0, "rtol": 0}, "cpu", "salt",
-                  on_inputs=lambda: made.append(1))
+    ok = run_case(
+        lambda a, b: a + b,
+        lambda a, b: a + b,
+        make_inputs,
+        "vector_add",
+        {**case, "id": "n8-float32", "params": {"n": 8}},
+        {"atol": 0, "rtol": 0},
+        "cpu",
+        "salt",
+        on_inputs=lambda: made.append(1),
+    )
     assert ok["status"] == "PASSED" and made == [1]
-    summary = summarize_correctness({"load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
-                                     "cases": [rec, ok], "contract": {}, "incidents": []}, "cpu")
+    summary = summarize_correctness(
+        {
+            "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
+            "cases": [rec, ok],
+            "contract": {},
+            "incidents": [],
+        },
+        "cpu",
+    )
     assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
 
 
@@ -81,15 +118,32 @@ def test_verify_blames_the_card_for_params_its_factory_rejects(tmp_path):
 
     project = card_project(tmp_path)
     card = shipped_card()
-    card["cases"] = [{"id": "ok", "kind": "core", "params": {"n": 8}, "dtypes": ["float32"]},
-                     {"id": "negative", "kind": "core", "params": {"n": -5}, "dtypes": ["float32"]},
-                     {"id": "text", "kind": "core", "params": {"n": "abc"}, "dtypes": ["float32"]},
-                     {"id": "huge", "kind": "core", "params": {"n": 1e11}, "dtypes": ["float32"]}]
+    card["cases"] = [
+        {"id": "ok", "kind": "core", "params": {"n": 8}, "dtypes": ["float32"]},
+        {"id": "negative", "kind": "core", "params": {"n": -5}, "dtypes": ["float32"]},
+        {"id": "text", "kind": "core", "params": {"n": "abc"}, "dtypes": ["float32"]},
+        {"id": "huge", "kind": "core", "params": {"n": 1e11}, "dtypes": ["float32"]},
+    ]
     path = write_card(project, card, "params.yaml")
-    code, out = cli_main("verify", "--task", str(path), "--device", "cpu", "--skip-benchmark", "--memory-limit", "4",
-                         "--artifacts", str(tmp_path / "artifacts"), "--json")
+    code, out = cli_main(
+        "verify",
+        "--task",
+        str(path),
+        "--device",
+        "cpu",
+        "--skip-benchmark",
+        "--memory-limit",
+        "4",
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--json",
+    )
     # stdout's JSON line; stderr (progress lines, when not a terminal) follows it in `out`
     summary = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     assert code == ExitCode.CONFIG, out
     assert summary["status"] == "INVALID_CASE"
-    assert sorted(summary["correctness"]["invalid_cases"]) == ["huge-float32", "negative-float32", "text-float32"]
+    assert sorted(summary["correctness"]["invalid_cases"]) == [
+        "huge-float32",
+        "negative-float32",
+        "text-float32",
+    ]

@@ -46,6 +46,7 @@ def _rejected(path: Path, field: str | None = None, *words: str) -> ConfigError:
 
 # ------------------------------------------------------------------------------------ rich markup
 
+
 def _set(card: dict, dotted: str, value) -> dict:
     keys = dotted.split(".")
     target = card
@@ -59,8 +60,9 @@ def _set(card: dict, dotted: str, value) -> dict:
     return card
 
 
-@pytest.mark.parametrize("field, value", [("id", "[/x]"), ("cases.0.id", "[/red]"), ("[/x]", 1),
-                                          ("candidates.0.id", "[bold]x")])
+@pytest.mark.parametrize(
+    "field, value", [("id", "[/x]"), ("cases.0.id", "[/red]"), ("[/x]", 1), ("candidates.0.id", "[bold]x")]
+)
 def test_markup_in_a_card_is_printed_not_interpreted(project, field, value):
     card = _set(shipped_card(), field, value)
     code, out = cli_main("validate-task", str(write_card(project, card, "markup.yaml")))
@@ -83,11 +85,14 @@ def test_markup_in_a_workload_uuid(tmp_path):
     d, definition, wls, sol = sol_problem(tmp_path)
     write_workloads(d / "workload.jsonl", [{**wls[0], "uuid": "[/x]"}, {**wls[1], "uuid": "[/x]"}])
     write_json(tmp_path / "sol" / "solution.json", sol)
-    code, out = cli_main("bench", str(d), "--solution", str(tmp_path / "sol" / "solution.json"), "--device", "cpu")
+    code, out = cli_main(
+        "bench", str(d), "--solution", str(tmp_path / "sol" / "solution.json"), "--device", "cpu"
+    )
     assert code == ExitCode.CONFIG and "duplicate uuid '[/x]'" in out, out
 
 
 # ------------------------------------------------------------------------------------ YAML shape
+
 
 def test_deeply_nested_yaml_is_refused(project):
     path = write_card(project, "schema_version: 1\ndescription: " + "[" * 500 + "]" * 500 + "\n", "deep.yaml")
@@ -115,8 +120,9 @@ def test_non_string_key_under_tolerances(project):
     _rejected(write_card(project, card, "intkey.yaml"), "tolerances.1", "a key must be a string")
 
 
-@pytest.mark.parametrize("field", ["benchmark.max_cv", "timeouts.stage_s", "tolerances.float32.atol",
-                                   "tolerances.float32.rtol"])
+@pytest.mark.parametrize(
+    "field", ["benchmark.max_cv", "timeouts.stage_s", "tolerances.float32.atol", "tolerances.float32.rtol"]
+)
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_nan_and_inf_are_refused(project, field, value):
     card = shipped_card()
@@ -140,10 +146,17 @@ def test_unusable_characters_in_a_path_field(project, text):
     assert err.field == "candidates[0].path" or (text == "\ud800" and "Unicode" in err.expected), str(err)
 
 
-@pytest.mark.parametrize("field, value", [("id", "a" * 256), ("id", "vector_add\n"), ("version", "1.0.0\n"),
-                                          ("version", "1.0." + "9" * 40),
-                                          ("candidates.0.op", "mini_kv_vector_add_v0_naive::vector_add\n"),
-                                          ("cases.0.id", "n31\n")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("id", "a" * 256),
+        ("id", "vector_add\n"),
+        ("version", "1.0.0\n"),
+        ("version", "1.0." + "9" * 40),
+        ("candidates.0.op", "mini_kv_vector_add_v0_naive::vector_add\n"),
+        ("cases.0.id", "n31\n"),
+    ],
+)
 def test_ids_and_versions_are_bounded_and_end_at_the_end(project, field, value):
     card = _set(shipped_card(), field, value)
     err = _rejected(write_card(project, card, "ids.yaml"))
@@ -159,6 +172,7 @@ def test_bytes_expression_is_checked_at_load(project):
 
 
 # ------------------------------------------------------------------------------------ JSON files
+
 
 def test_deep_json_is_refused_in_every_file(tmp_path):
     d, definition, wls, sol = sol_problem(tmp_path)
@@ -177,8 +191,13 @@ def test_deep_json_is_refused_in_every_file(tmp_path):
 
 def test_json_number_beyond_float_is_refused(tmp_path):
     d, definition, wls, _ = sol_problem(tmp_path)
-    write_workloads(d / "workload.jsonl", ['{"uuid": "a", "axes": {"n": 3}, "inputs": {"x": {"type": "random"}, '
-                                           '"w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1e400}}}'])
+    write_workloads(
+        d / "workload.jsonl",
+        [
+            '{"uuid": "a", "axes": {"n": 3}, "inputs": {"x": {"type": "random"}, '
+            '"w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1e400}}}'
+        ],
+    )
     with pytest.raises(ConfigError, match=r"line 1: inputs\.alpha\.value: a finite number"):
         load_workloads(d / "workload.jsonl", load_definition(d / "definition.json"))
 
@@ -191,8 +210,21 @@ def test_superscript_digit_is_not_a_size(tmp_path):
         load_definition(d / "definition.json")
 
 
-@pytest.mark.parametrize("expression", ["9**9**9**9", "h**h**h**h", "1" + "0" * 4000, "h * 1e308 * 10", "min()",
-                                        "+".join(["h"] * 20000), "True", "h.real", "(h,)", "h if h else 1"])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "9**9**9**9",
+        "h**h**h**h",
+        "1" + "0" * 4000,
+        "h * 1e308 * 10",
+        "min()",
+        "+".join(["h"] * 20000),
+        "True",
+        "h.real",
+        "(h,)",
+        "h if h else 1",
+    ],
+)
 def test_axis_expressions_are_bounded(tmp_path, expression):
     d, definition, wls, _ = sol_problem(tmp_path)
     definition["axes"]["d"]["expression"] = expression
@@ -230,7 +262,9 @@ def test_sizes_beyond_the_device_are_refused_before_building(tmp_path):
     d, definition, wls, sol = sol_problem(tmp_path)
     write_workloads(d / "workload.jsonl", [wls[0], {**wls[1], "axes": {"n": 10**9}}])  # 32 GB for x
     sol_path = write_json(tmp_path / "sol" / "solution.json", sol)
-    opts = BenchOptions(solution=str(sol_path), device="cpu", memory_limit_gb=4, artifacts=str(tmp_path / "a"))
+    opts = BenchOptions(
+        solution=str(sol_path), device="cpu", memory_limit_gb=4, artifacts=str(tmp_path / "a")
+    )
     with pytest.raises(ConfigError) as info:
         bench(str(d), opts)
     assert info.value.field == "line 2: axes" and "cpu has 4 GiB" in str(info.value)
@@ -239,13 +273,24 @@ def test_sizes_beyond_the_device_are_refused_before_building(tmp_path):
 
 # ------------------------------------------------------------------------------------ solution sources
 
-@pytest.mark.parametrize("paths, index", [(["."], 0), (["./"], 0), (["main.py", "main.py/b.py"], 1),
-                                          (["a\0.py"], 0), (["a\ud800.py"], 0), (["x" * 300 + ".py"], 0),
-                                          (["a\n.py"], 0)])
+
+@pytest.mark.parametrize(
+    "paths, index",
+    [
+        (["."], 0),
+        (["./"], 0),
+        (["main.py", "main.py/b.py"], 1),
+        (["a\0.py"], 0),
+        (["a\ud800.py"], 0),
+        (["x" * 300 + ".py"], 0),
+        (["a\n.py"], 0),
+    ],
+)
 def test_unusable_source_paths(tmp_path, paths, index):
     _, _, _, sol = sol_problem(tmp_path)
-    sol["sources"] = [{"path": "main.py", "content": sol["sources"][0]["content"]}] + \
-        [{"path": p, "content": "x = 1\n"} for p in paths if p != "main.py"]
+    sol["sources"] = [{"path": "main.py", "content": sol["sources"][0]["content"]}] + [
+        {"path": p, "content": "x = 1\n"} for p in paths if p != "main.py"
+    ]
     if paths[0] != "main.py":
         sol["sources"] = sol["sources"][1:] + sol["sources"][:1]
     path = write_json(tmp_path / "s" / "solution.json", sol)
@@ -269,25 +314,36 @@ def test_empty_content_is_read_from_the_file_beside(tmp_path):
 
 # ------------------------------------------------------------------------------------ safetensors
 
+
 def _st_problem(tmp_path, header, data=b"", rel="x.safetensors"):
     d, definition, wls, _ = sol_problem(tmp_path)
     target = d / rel if not Path(rel).is_absolute() else Path(rel)
     if header is not None:
         target.write_bytes(safetensors_bytes(header, data))
-    wl = {**wls[0], "inputs": {**wls[0]["inputs"], "x": {"type": "safetensors", "path": rel, "tensor_key": "x"}}}
+    wl = {
+        **wls[0],
+        "inputs": {**wls[0]["inputs"], "x": {"type": "safetensors", "path": rel, "tensor_key": "x"}},
+    }
     write_workloads(d / "workload.jsonl", [wl])
     return d
 
 
-@pytest.mark.parametrize("header, data, words", [
-    ({"x": 5}, b"", "not an object"),
-    ({"x": {"dtype": "F32", "shape": ["3", 8], "data_offsets": [0, 96]}}, b"\0" * 96, "not a list of non-negative"),
-    ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [96, 0]}}, b"\0" * 96, "data_offsets"),
-    ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": "0-96"}}, b"\0" * 96, "data_offsets"),
-    ('{"x": {"dtype": "F32", "shape": [NaN, 8], "data_offsets": [0, 96]}}', b"", "not UTF-8 JSON"),
-    ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [0, 96]}}, b"\0" * 50, "truncated"),
-    ({"x": {"dtype": 7, "shape": [3, 8], "data_offsets": [0, 96]}}, b"\0" * 96, "dtype 7"),
-])
+@pytest.mark.parametrize(
+    "header, data, words",
+    [
+        ({"x": 5}, b"", "not an object"),
+        (
+            {"x": {"dtype": "F32", "shape": ["3", 8], "data_offsets": [0, 96]}},
+            b"\0" * 96,
+            "not a list of non-negative",
+        ),
+        ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [96, 0]}}, b"\0" * 96, "data_offsets"),
+        ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": "0-96"}}, b"\0" * 96, "data_offsets"),
+        ('{"x": {"dtype": "F32", "shape": [NaN, 8], "data_offsets": [0, 96]}}', b"", "not UTF-8 JSON"),
+        ({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [0, 96]}}, b"\0" * 50, "truncated"),
+        ({"x": {"dtype": 7, "shape": [3, 8], "data_offsets": [0, 96]}}, b"\0" * 96, "dtype 7"),
+    ],
+)
 def test_malformed_safetensors_headers(tmp_path, header, data, words):
     d = _st_problem(tmp_path, header, data)
     with pytest.raises(ConfigError, match=r"line 1: inputs\.x") as info:
@@ -298,8 +354,9 @@ def test_malformed_safetensors_headers(tmp_path, header, data, words):
 def test_safetensors_outside_the_problem_directory_is_refused(tmp_path, monkeypatch):
     outside = tmp_path / "elsewhere" / "x.safetensors"
     outside.parent.mkdir()
-    outside.write_bytes(safetensors_bytes({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [0, 96]}},
-                                          b"\0" * 96))
+    outside.write_bytes(
+        safetensors_bytes({"x": {"dtype": "F32", "shape": [3, 8], "data_offsets": [0, 96]}}, b"\0" * 96)
+    )
     monkeypatch.delenv("MINI_KV_DATA_ROOT", raising=False)
     d = _st_problem(tmp_path, None, rel=str(outside))
     definition = load_definition(d / "definition.json")

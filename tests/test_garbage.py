@@ -111,9 +111,19 @@ def test_future_attempt_schema_version_is_refused_with_what_to_do(tmp_path):
 def test_future_version_of_an_inner_file_is_refused(tmp_path):
     w = AttemptWriter(tmp_path, "vector_add", "v0")
     w.json("benchmark.json", {"schema_version": 3, "cases": []})
-    a = w.commit({"task_id": "vector_add", "task_version": "1.0.0", "operator": {"name": "x", "version": "1.0.0"},
-                  "candidate": "v0", "created_at": "2026-01-01T00:00:00+00:00", "suite_hash": "s",
-                  "environment_key": "e", "status": "PASSED", "device": "cpu"})
+    a = w.commit(
+        {
+            "task_id": "vector_add",
+            "task_version": "1.0.0",
+            "operator": {"name": "x", "version": "1.0.0"},
+            "candidate": "v0",
+            "created_at": "2026-01-01T00:00:00+00:00",
+            "suite_hash": "s",
+            "environment_key": "e",
+            "status": "PASSED",
+            "device": "cpu",
+        }
+    )
     read_attempt(a)  # the seal is intact ...
     result = rebuild_index(tmp_path)  # ... but the index cannot read benchmark.json version 3
     (p,) = result.problems
@@ -122,10 +132,12 @@ def test_future_version_of_an_inner_file_is_refused(tmp_path):
 
 
 def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
-    old = make_attempt(tmp_path, candidate="v0", seed=1, created_at="2026-01-01T00:00:00+00:00",
-                       speedups={"bench_a": 1.2})
-    new = make_attempt(tmp_path, candidate="v0", seed=2, created_at="2026-01-02T00:00:00+00:00",
-                       speedups={"bench_a": 2.0})
+    old = make_attempt(
+        tmp_path, candidate="v0", seed=1, created_at="2026-01-01T00:00:00+00:00", speedups={"bench_a": 1.2}
+    )
+    new = make_attempt(
+        tmp_path, candidate="v0", seed=2, created_at="2026-01-02T00:00:00+00:00", speedups={"bench_a": 2.0}
+    )
     rebuild_index(tmp_path)
     # a changed listed file breaks the seal; the leaderboard falls back to the previous valid attempt
     (new / "correctness.json").write_text("{}")
@@ -141,8 +153,10 @@ def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
     board = build_leaderboard(tmp_path)
     assert board["groups"] == []
     # the edited headline differs from the recomputation from the hashed records
-    assert any(p["kind"] == "tampered" and "attempt.json benchmark.geomean_speedup" in p["message"]
-               for p in board["problems"])
+    assert any(
+        p["kind"] == "tampered" and "attempt.json benchmark.geomean_speedup" in p["message"]
+        for p in board["problems"]
+    )
     # an edit outside the headline is still caught against the SHA-256 the index recorded
     header = json.loads((old / "attempt.json").read_text())
     header["benchmark"]["geomean_speedup"] = original

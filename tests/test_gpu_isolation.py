@@ -13,8 +13,24 @@ CARD = "tests/planted/planted_cuda.yaml"
 
 @pytest.mark.gpu
 def test_oob_device_write_is_a_runtime_error_and_the_run_goes_on(cli, tmp_path):
-    res = cli("verify", "--task", CARD, "--candidate", "oob_write", "--candidate", "honest", "--device", "cuda",
-              "--skip-benchmark", "--timeout", "60", "--artifacts", str(tmp_path), "--json", timeout=900)
+    res = cli(
+        "verify",
+        "--task",
+        CARD,
+        "--candidate",
+        "oob_write",
+        "--candidate",
+        "honest",
+        "--device",
+        "cuda",
+        "--skip-benchmark",
+        "--timeout",
+        "60",
+        "--artifacts",
+        str(tmp_path),
+        "--json",
+        timeout=900,
+    )
     lines = [json.loads(ln) for ln in res.stdout.strip().splitlines() if ln.startswith("{")]
     by_cand = {s["candidate"]: s for s in lines}
     assert set(by_cand) == {"oob_write", "honest"}, res.stdout + res.stderr
@@ -23,8 +39,10 @@ def test_oob_device_write_is_a_runtime_error_and_the_run_goes_on(cli, tmp_path):
     corr = json.loads((Path(by_cand["oob_write"]["attempt"]) / "correctness.json").read_text())
     cases = {c["id"]: c for c in corr["cases"]}
     assert cases["n33-float32"]["status"] == "RUNTIME_ERROR"
-    assert "illegal memory access" in cases["n33-float32"]["reason"].lower() or \
-        "an illegal" in cases["n33-float32"]["reason"].lower(), cases["n33-float32"]["reason"]
+    assert (
+        "illegal memory access" in cases["n33-float32"]["reason"].lower()
+        or "an illegal" in cases["n33-float32"]["reason"].lower()
+    ), cases["n33-float32"]["reason"]
     assert cases["n31-float32"]["status"] == "PASSED"  # before the fault: kept
     assert cases["n64-float32"]["status"] == "PASSED"  # after it: a fresh worker with a fresh context
     assert by_cand["oob_write"]["status"] == "INCORRECT"

@@ -29,8 +29,10 @@ DEV = "cuda"
 
 def _pair(n: int, dtype=torch.float16):
     g = torch.Generator(device=DEV).manual_seed(0)
-    return (torch.randn(n, device=DEV, dtype=dtype, generator=g),
-            torch.randn(n, device=DEV, dtype=dtype, generator=g))
+    return (
+        torch.randn(n, device=DEV, dtype=dtype, generator=g),
+        torch.randn(n, device=DEV, dtype=dtype, generator=g),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,9 @@ def test_each_method_times_torch_add(method, hot):
     assert m.method == method and len(m.samples) == 20
     assert all(x > 0 for x in m.samples)
     if method == "cupti":
-        assert m.kernel_us is not None and all(0 < k <= s * 1.001 + 0.01 for k, s in zip(m.kernel_us, m.samples,
-                                                                                         strict=True))
+        assert m.kernel_us is not None and all(
+            0 < k <= s * 1.001 + 0.01 for k, s in zip(m.kernel_us, m.samples, strict=True)
+        )
 
 
 def test_graph_and_cupti_agree_on_16m_add(hot):
@@ -73,11 +76,30 @@ def test_cold_mode_uses_distinct_buffers_per_call():
         seen.append(a.data_ptr())
         return torch.add(a, b)
 
-    settings = {"method": "events", "l2": "cold", "warmup": 2, "repeats": 2, "samples": 10, "graph_launches": 8,
-                "max_cv": 0.5, "max_p95_cv": 0.5}
+    settings = {
+        "method": "events",
+        "l2": "cold",
+        "warmup": 2,
+        "repeats": 2,
+        "samples": 10,
+        "graph_launches": 8,
+        "max_cv": 0.5,
+        "max_p95_cv": 0.5,
+    }
     case = {"id": "bench_1m-float16", "dtype": "float16", "params": {"n": 1 << 20}}
-    rec = benchmark.bench_case(recording, vector_add.reference, vector_add.make_inputs, "vector_add", case,
-                               settings, {"atol": 1e-3, "rtol": 1e-3}, DEV, "salt", None, {})
+    rec = benchmark.bench_case(
+        recording,
+        vector_add.reference,
+        vector_add.make_inputs,
+        "vector_add",
+        case,
+        settings,
+        {"atol": 1e-3, "rtol": 1e-3},
+        DEV,
+        "salt",
+        None,
+        {},
+    )
     assert rec["l2"] == "cold" and rec["method"] == "events"
     assert rec["input_sets"] == 8  # small inputs: as many sets as graph launches
     assert rec["l2_flush"]["flush_bytes"] >= 2 * (rec["l2_flush"]["l2_bytes"] or 0)
@@ -97,11 +119,30 @@ def test_cold_graph_captures_one_launch_per_input_set():
         seen.append(a.data_ptr())
         return torch.add(a, b)
 
-    settings = {"method": "graph", "l2": "cold", "warmup": 0, "repeats": 1, "samples": 5, "graph_launches": 6,
-                "max_cv": 0.5, "max_p95_cv": 0.5}
+    settings = {
+        "method": "graph",
+        "l2": "cold",
+        "warmup": 0,
+        "repeats": 1,
+        "samples": 5,
+        "graph_launches": 6,
+        "max_cv": 0.5,
+        "max_p95_cv": 0.5,
+    }
     case = {"id": "bench_1m-float16", "dtype": "float16", "params": {"n": 1 << 20}}
-    rec = benchmark.bench_case(recording, vector_add.reference, vector_add.make_inputs, "vector_add", case,
-                               settings, {"atol": 1e-3, "rtol": 1e-3}, DEV, "salt", None, {})
+    rec = benchmark.bench_case(
+        recording,
+        vector_add.reference,
+        vector_add.make_inputs,
+        "vector_add",
+        case,
+        settings,
+        {"atol": 1e-3, "rtol": 1e-3},
+        DEV,
+        "salt",
+        None,
+        {},
+    )
     assert rec["method"] == "graph" and rec["calls_per_sample"] == rec["input_sets"] == 6
     assert len(set(seen)) == 6
 
@@ -116,6 +157,7 @@ def _side_stream_op():
             for _ in range(20):
                 torch.add(a, b, out=out)
         return out
+
     return sneaky
 
 
@@ -153,7 +195,9 @@ def test_auto_falls_back_to_graph_when_the_profiler_is_busy(hot):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         with pytest.raises(CuptiUnavailableError):
             measure(lambda: torch.add(a, b), "cupti", 3, DEV, hot)
-        method, fallbacks = benchmark.choose_method(list(AUTO_CHAIN), [[lambda: torch.add(a, b)]], DEV, hot, 20)
+        method, fallbacks = benchmark.choose_method(
+            list(AUTO_CHAIN), [[lambda: torch.add(a, b)]], DEV, hot, 20
+        )
     assert method == "graph" and fallbacks[0]["method"] == "cupti"
 
 

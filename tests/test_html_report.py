@@ -27,12 +27,34 @@ from mini_kv.worker.inputs import case_seed
 
 SUITE = "b" * 64
 SALT = "report-test-salt"
-ENV = {"schema_version": 1, "key": "env-cpu-0001", "python": "3.11.7", "platform": "Linux-test", "cpu_count": 2,
-       "torch": "2.13.0+cpu", "torch_cuda": None, "device_kind": "cpu", "gpu": None, "driver": None,
-       "nvcc": "release 13.0", "cxx": "c++ 12.2.0", "tag": None, "copy_bandwidth_Bps": 20e9}
+ENV = {
+    "schema_version": 1,
+    "key": "env-cpu-0001",
+    "python": "3.11.7",
+    "platform": "Linux-test",
+    "cpu_count": 2,
+    "torch": "2.13.0+cpu",
+    "torch_cuda": None,
+    "device_kind": "cpu",
+    "gpu": None,
+    "driver": None,
+    "nvcc": "release 13.0",
+    "cxx": "c++ 12.2.0",
+    "tag": None,
+    "copy_bandwidth_Bps": 20e9,
+}
 ENV["key"] = environment_key(ENV)  # the store recomputes it: a made-up key reads as a forgery
-SECTIONS = ("leaderboard", "attempts", "latency", "roofline", "correctness", "history", "profiles", "environment",
-            "skipped")
+SECTIONS = (
+    "leaderboard",
+    "attempts",
+    "latency",
+    "roofline",
+    "correctness",
+    "history",
+    "profiles",
+    "environment",
+    "skipped",
+)
 
 
 def _samples(p50: float, seed: int, drift: float = 0.0) -> list[list[float]]:
@@ -48,14 +70,32 @@ def _bench_case(case_id: str, p50: float, ref_p50: float, seed: int, stable: boo
     cand, ref = _samples(p50, seed, drift=0.0 if stable else 0.2), _samples(ref_p50, seed + 1)
     cs, rs = stats.summarize_repeats(cand), stats.summarize_repeats(ref)
     nbytes, flops = 3 * 4 * 65536.0, 65536.0
-    return {"id": case_id, "dtype": "float32", "params": {"n": 65536}, "seed": 1, "method": "wallclock",
-            "timer": "host wall clock (perf_counter)", "l2": "n/a", "unit": "us",
-            "candidate": {"samples": cand, "summary": cs.to_dict()}, "reference": {"samples": ref, "summary": rs.to_dict()},
-            "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
-            "stability": {"stable": stable, "reasons": [] if stable else ["candidate p50_robust_cv 0.2 exceeds max_cv"]},
-            "post_check": {"ok": True, "reason": None}, "bytes": nbytes, "flops": flops,
-            "roofline": {"gbps": nbytes / (p50 * 1e-6) / 1e9, "tflops": flops / (p50 * 1e-6) / 1e12, "peak_share": None},
-            "peak_bw_Bps": 20e9}
+    return {
+        "id": case_id,
+        "dtype": "float32",
+        "params": {"n": 65536},
+        "seed": 1,
+        "method": "wallclock",
+        "timer": "host wall clock (perf_counter)",
+        "l2": "n/a",
+        "unit": "us",
+        "candidate": {"samples": cand, "summary": cs.to_dict()},
+        "reference": {"samples": ref, "summary": rs.to_dict()},
+        "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
+        "stability": {
+            "stable": stable,
+            "reasons": [] if stable else ["candidate p50_robust_cv 0.2 exceeds max_cv"],
+        },
+        "post_check": {"ok": True, "reason": None},
+        "bytes": nbytes,
+        "flops": flops,
+        "roofline": {
+            "gbps": nbytes / (p50 * 1e-6) / 1e9,
+            "tflops": flops / (p50 * 1e-6) / 1e12,
+            "peak_share": None,
+        },
+        "peak_bw_Bps": 20e9,
+    }
 
 
 def _corr_cases(fail: str | None) -> list[dict]:
@@ -64,48 +104,123 @@ def _corr_cases(fail: str | None) -> list[dict]:
         for dtype in ("float32", "float16"):
             cid = f"{base}-{dtype}"
             bad = cid == fail
-            out.append({"id": cid, "kind": "core", "dtype": dtype, "params": {}, "status": "INCORRECT" if bad else "PASSED",
-                        "max_abs_err": 0.5 if bad else 1e-7, "max_rel_err": 0.1 if bad else 1e-7,
-                        **({"reason": "3 of 31 elements outside atol"} if bad else {})})
-    out.append({"id": "dev-float32", "kind": "illegal", "dtype": "float32", "params": {}, "status": "SKIPPED",
-                "reason": "not applicable on device 'cpu'"})
+            out.append(
+                {
+                    "id": cid,
+                    "kind": "core",
+                    "dtype": dtype,
+                    "params": {},
+                    "status": "INCORRECT" if bad else "PASSED",
+                    "max_abs_err": 0.5 if bad else 1e-7,
+                    "max_rel_err": 0.1 if bad else 1e-7,
+                    **({"reason": "3 of 31 elements outside atol"} if bad else {}),
+                }
+            )
+    out.append(
+        {
+            "id": "dev-float32",
+            "kind": "illegal",
+            "dtype": "float32",
+            "params": {},
+            "status": "SKIPPED",
+            "reason": "not applicable on device 'cpu'",
+        }
+    )
     return out
 
 
-def make_task_attempt(art: Path, task: str, cand: str, when: int, p50: float, *, fail: str | None = None,
-                      stable: bool = True, verdict: str | None = None) -> Path:
+def make_task_attempt(
+    art: Path,
+    task: str,
+    cand: str,
+    when: int,
+    p50: float,
+    *,
+    fail: str | None = None,
+    stable: bool = True,
+    verdict: str | None = None,
+) -> Path:
     bench = [_bench_case("bench_64k-float32", p50, 20.0, when * 10 + len(cand), stable)]
     if cand == "r0":  # a bench case that timed out: a status and a reason, no samples
-        bench.append({"id": "bench_huge-float16", "status": "TIMEOUT", "reason": "no result within 120 s; process "
-                      "group killed", "log_tail": ""})
+        bench.append(
+            {
+                "id": "bench_huge-float16",
+                "status": "TIMEOUT",
+                "reason": "no result within 120 s; process group killed",
+                "log_tail": "",
+            }
+        )
     for c in bench:  # the store checks each timed case's seed against the run's salt
         if "candidate" in c:
             c["seed"] = case_seed(task, c["id"], SALT)
     # the summaries come from the records, as the writers derive them (the store recomputes them)
-    corr = {"schema_version": 2, "format": "task-card", "device": "cpu", "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
-            "cases": _corr_cases(fail), "contract": {}, "incidents": [], "seed_salt": SALT}
+    corr = {
+        "schema_version": 2,
+        "format": "task-card",
+        "device": "cpu",
+        "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
+        "cases": _corr_cases(fail),
+        "contract": {},
+        "incidents": [],
+        "seed_salt": SALT,
+    }
     head = card_headline("ok", corr, bench, False, "cpu")
     corr["summary"], bsum = head.correctness, head.benchmark
     w = AttemptWriter(art, task, cand)
-    card = {"id": task, "tolerances": {"float32": {"atol": 1e-6, "rtol": 1e-6}, "float16": {"atol": 1e-3, "rtol": 1e-3}}}
+    card = {
+        "id": task,
+        "tolerances": {"float32": {"atol": 1e-6, "rtol": 1e-6}, "float16": {"atol": 1e-3, "rtol": 1e-3}},
+    }
     w.json("task_card.json", {"path": f"tasks/{task}.yaml", "card": card, "suite_hash": SUITE})
     w.json("environment.json", ENV)
     w.json("correctness.json", corr)
-    w.json("benchmark.json", {"schema_version": 2, "format": "task-card", "device": "cpu", "settings": None,
-                              "cases": bench, "summary": bsum})
+    w.json(
+        "benchmark.json",
+        {
+            "schema_version": 2,
+            "format": "task-card",
+            "device": "cpu",
+            "settings": None,
+            "cases": bench,
+            "summary": bsum,
+        },
+    )
     if verdict:
-        w.json("regression.json", {"schema_version": 1, "verdict": verdict, "reasons": [],
-                                   "thresholds": {"p50_threshold": 0.05},
-                                   "baseline": {"attempt_id": "base-attempt"},
-                                   "cases": [{"id": "bench_64k-float32", "verdict": verdict,
-                                              "baseline": {"p50": 10.0, "p95": 11.0, "n": 300}}]})
+        w.json(
+            "regression.json",
+            {
+                "schema_version": 1,
+                "verdict": verdict,
+                "reasons": [],
+                "thresholds": {"p50_threshold": 0.05},
+                "baseline": {"attempt_id": "base-attempt"},
+                "cases": [
+                    {
+                        "id": "bench_64k-float32",
+                        "verdict": verdict,
+                        "baseline": {"p50": 10.0, "p95": 11.0, "n": 300},
+                    }
+                ],
+            },
+        )
     w.text("logs/worker.log", "synthetic\n")
-    header = {"task_id": task, "task_version": "1.0.0", "operator": {"name": task, "version": "1.0.0"},
-              "candidate": cand, "op": f"ns_{cand}::{task}",
-              "created_at": (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=when)).isoformat(),
-              "suite_hash": SUITE, "environment_key": ENV["key"], "build_key": None,
-              "status": head.status, "exit_code": 0 if head.status == "PASSED" else 4, "device": "cpu",
-              "correctness": head.correctness, "benchmark": bsum, "duration_s": 1.0}
+    header = {
+        "task_id": task,
+        "task_version": "1.0.0",
+        "operator": {"name": task, "version": "1.0.0"},
+        "candidate": cand,
+        "op": f"ns_{cand}::{task}",
+        "created_at": (dt.datetime(2026, 11, 1, tzinfo=dt.UTC) + dt.timedelta(days=when)).isoformat(),
+        "suite_hash": SUITE,
+        "environment_key": ENV["key"],
+        "build_key": None,
+        "status": head.status,
+        "exit_code": 0 if head.status == "PASSED" else 4,
+        "device": "cpu",
+        "correctness": head.correctness,
+        "benchmark": bsum,
+        "duration_s": 1.0,
+    }
     return w.commit(header)
 
 
@@ -129,11 +244,13 @@ def copy_sol_attempt(sol_attempt: Path, art: Path) -> Path:
 @pytest.fixture
 def store(tmp_path, sol_attempt) -> dict:
     art = tmp_path / "artifacts"
-    a = {"v0_old": make_task_attempt(art, "vector_add", "v0", 1, 11.0, verdict="PASS"),
-         "v0": make_task_attempt(art, "vector_add", "v0", 2, 13.0, verdict="FAIL"),
-         "v1": make_task_attempt(art, "vector_add", "v1", 2, 8.0, fail="n31-float16"),
-         "r0": make_task_attempt(art, "rmsnorm", "r0", 3, 30.0, stable=False),
-         "sol": copy_sol_attempt(sol_attempt, art)}
+    a = {
+        "v0_old": make_task_attempt(art, "vector_add", "v0", 1, 11.0, verdict="PASS"),
+        "v0": make_task_attempt(art, "vector_add", "v0", 2, 13.0, verdict="FAIL"),
+        "v1": make_task_attempt(art, "vector_add", "v1", 2, 8.0, fail="n31-float16"),
+        "r0": make_task_attempt(art, "rmsnorm", "r0", 3, 30.0, stable=False),
+        "sol": copy_sol_attempt(sol_attempt, art),
+    }
     # a corrupted attempt: benchmark.json edited after sealing (its SHA-256 no longer matches)
     bad = make_task_attempt(art, "vector_add", "v2", 4, 9.0)
     (bad / "benchmark.json").write_text("{}")
@@ -178,21 +295,34 @@ def _parse(text: str) -> _Dom:
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                              text=True, timeout=180)
+        return subprocess.run(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
 
 
 # ------------------------------------------------------------------------------------------ tests
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`apt-get install -y chromium`; "
-                    ".ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (`apt-get install -y chromium`; .ci/run installs it)"
+)
 def test_report_renders_in_headless_chromium(store, tmp_path):
     out = tmp_path / "pages" / "report.html"  # elsewhere than the store: links must be relative to here
     assert main(["report", "--artifacts", str(store["art"]), "-o", str(out)]) == 0
@@ -200,14 +330,24 @@ def test_report_renders_in_headless_chromium(store, tmp_path):
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     dom = _parse(dumped.stdout)
     assert [s for s in dom.sections if s in SECTIONS] == list(SECTIONS)
-    for cls in ("leaderboard", "attempts", "latency", "roofline", "correctness", "history", "environment",
-                "skipped"):
+    for cls in (
+        "leaderboard",
+        "attempts",
+        "latency",
+        "roofline",
+        "correctness",
+        "history",
+        "environment",
+        "skipped",
+    ):
         assert cls in dom.tables, f"no {cls} table in the rendered DOM"
     charts = [f for f in dom.figures if f]
     assert dom.svgs >= len(charts) >= 6
     assert any(f.startswith("latency") for f in charts) and any(f.startswith("history") for f in charts)
     text = " ".join(dom.text)
-    assert "UNSTABLE" in text and "not recorded" in text and "FAIL" in text and "no result within 120 s" in text
+    assert (
+        "UNSTABLE" in text and "not recorded" in text and "FAIL" in text and "no result within 120 s" in text
+    )
     assert store["bad"].name in text and "SHA-256" in text  # the corrupted attempt is listed as skipped
     for href in dom.hrefs:
         if not href.startswith("#"):
@@ -249,7 +389,9 @@ def test_store_without_a_writable_index_still_gets_a_page(store, tmp_path, monke
         raise PermissionError(13, "Permission denied", str(store["art"] / "index.sqlite"))
 
     monkeypatch.setattr(lb, "build_leaderboard", refuse)
-    res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("vector_add",)))
+    res = build_report(
+        ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("vector_add",))
+    )
     text = (tmp_path / "r.html").read_text()
     assert "leaderboard unavailable" in text and "Permission denied" in text
     assert res.charts >= 4 and 'class="attempts"' in text
@@ -258,8 +400,9 @@ def test_store_without_a_writable_index_still_gets_a_page(store, tmp_path, monke
 def test_png_dir_writes_every_chart(store, tmp_path):
     from PIL import Image
 
-    res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html",
-                                     png_dir=tmp_path / "png"))
+    res = build_report(
+        ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", png_dir=tmp_path / "png")
+    )
     assert len(res.pngs) == res.charts >= 6
     for p in res.pngs:
         img = np.asarray(Image.open(p).convert("RGB"))
@@ -284,7 +427,9 @@ def test_selection_by_task_problem_and_attempt(store, tmp_path, capsys):
 
 
 def test_selection_matching_nothing_exits_2_listing_what_exists(store, tmp_path, capsys):
-    code = main(["report", "--artifacts", str(store["art"]), "--task", "nope", "-o", str(tmp_path / "r.html")])
+    code = main(
+        ["report", "--artifacts", str(store["art"]), "--task", "nope", "-o", str(tmp_path / "r.html")]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "'nope'" in err and "rmsnorm" in err and "vector_add" in err and "scale_mul" in err
     assert "Traceback" not in err and not (tmp_path / "r.html").exists()
@@ -309,12 +454,28 @@ def test_empty_or_missing_store_is_a_clear_error(tmp_path, capsys, kind):
 def test_attempt_with_malformed_but_hashed_content_is_skipped(store, tmp_path):
     """Files that pass their hash check but hold the wrong shapes are skipped with the reason, not a crash."""
     w = AttemptWriter(store["art"], "vector_add", "v9")
-    w.json("benchmark.json", {"schema_version": 1, "device": "cpu", "summary": None,
-                              "cases": [{"id": "b", "candidate": {"samples": "oops"}}]})
+    w.json(
+        "benchmark.json",
+        {
+            "schema_version": 1,
+            "device": "cpu",
+            "summary": None,
+            "cases": [{"id": "b", "candidate": {"samples": "oops"}}],
+        },
+    )
     w.json("environment.json", ENV)
-    bad = w.commit({"task_id": "vector_add", "task_version": "1", "operator": {"name": "x", "version": "1"},
-                    "candidate": "v9", "created_at": "2026-11-30T00:00:00+00:00", "suite_hash": SUITE,
-                    "environment_key": ENV["key"], "status": "PASSED"})
+    bad = w.commit(
+        {
+            "task_id": "vector_add",
+            "task_version": "1",
+            "operator": {"name": "x", "version": "1"},
+            "candidate": "v9",
+            "created_at": "2026-11-30T00:00:00+00:00",
+            "suite_hash": SUITE,
+            "environment_key": ENV["key"],
+            "status": "PASSED",
+        }
+    )
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html"))
     why = {Path(s.path).name: s.reason for s in res.skipped}
     assert "benchmark.json" in why[bad.name] and "samples" in why[bad.name]
@@ -340,7 +501,7 @@ def test_profile_comparison_table_from_stored_profiles(store, tmp_path):
     with tarfile.open(Path(__file__).parent / "fixtures" / "ncu" / "profiles.tgz") as tar:
         members = [m for m in tar.getmembers() if m.name.startswith("artifacts/profiles/")]
         for m in members:
-            m.name = m.name[len("artifacts/"):]
+            m.name = m.name[len("artifacts/") :]
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4 / 3.10.12
         tar.extractall(store["art"], members=members, **safe)
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("rmsnorm",)))
@@ -358,17 +519,25 @@ def test_non_finite_numbers_in_a_record_do_not_break_the_charts(store, tmp_path)
     bench = json.loads((a / "benchmark.json").read_text())
     case = bench["cases"][0]
     # values the store does not recompute (it would call a changed P50 or speedup TAMPERED and skip it)
-    case["roofline"]["gbps"], case["roofline"]["tflops"], case["reference"]["summary"]["overall"]["p95"] = \
-        float("inf"), float("nan"), float("nan")
+    case["roofline"]["gbps"], case["roofline"]["tflops"], case["reference"]["summary"]["overall"]["p95"] = (
+        float("inf"),
+        float("nan"),
+        float("nan"),
+    )
     for rel in ("task_card.json", "environment.json", "correctness.json"):
         w.json(rel, json.loads((a / rel).read_text()))
     w.json("benchmark.json", bench)
-    header = {k: v for k, v in json.loads((a / "attempt.json").read_text()).items()
-              if k not in ("files", "attempt_id", "schema_version")}
+    header = {
+        k: v
+        for k, v in json.loads((a / "attempt.json").read_text()).items()
+        if k not in ("files", "attempt_id", "schema_version")
+    }
     w.commit({**header, "created_at": "2026-11-29T00:00:00+00:00"})
     res = build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("nan_task",)))
     assert res.attempts == 2 and not res.skipped
-    assert oct((tmp_path / "r.html").stat().st_mode & 0o044) == oct(0o044)  # readable by others: made to be shared
+    assert oct((tmp_path / "r.html").stat().st_mode & 0o044) == oct(
+        0o044
+    )  # readable by others: made to be shared
 
 
 def test_heat_map_uses_the_latest_attempt_that_checked_cases(store, tmp_path):
@@ -380,12 +549,15 @@ def test_heat_map_uses_the_latest_attempt_that_checked_cases(store, tmp_path):
     for rel in ("task_card.json", "environment.json", "benchmark.json"):
         w.json(rel, json.loads((newer / rel).read_text()))
     w.json("correctness.json", {**corr, "cases": []})
-    header = {k: v for k, v in json.loads((newer / "attempt.json").read_text()).items()
-              if k not in ("files", "attempt_id", "schema_version")}
+    header = {
+        k: v
+        for k, v in json.loads((newer / "attempt.json").read_text()).items()
+        if k not in ("files", "attempt_id", "schema_version")
+    }
     bench_only = w.commit({**header, "created_at": "2026-11-30T00:00:00+00:00"})
     build_report(ReportOptions(artifacts=store["art"], output=tmp_path / "r.html", tasks=("vector_add",)))
     text = (tmp_path / "r.html").read_text()
-    corr_html = text[text.index('id="correctness"'):text.index('id="history"')]
+    corr_html = text[text.index('id="correctness"') : text.index('id="history"')]
     assert newer.name in corr_html and bench_only.name not in corr_html
     assert "3 of 31 elements outside atol" in corr_html
 
@@ -394,7 +566,11 @@ def test_heat_map_uses_the_latest_attempt_that_checked_cases(store, tmp_path):
 def test_unwritable_output_is_a_clear_error(store, tmp_path, capsys, flag):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    args = ["-o", str(blocker / "r.html")] if flag == "-o" else ["-o", str(tmp_path / "r.html"), "--png", str(blocker)]
+    args = (
+        ["-o", str(blocker / "r.html")]
+        if flag == "-o"
+        else ["-o", str(tmp_path / "r.html"), "--png", str(blocker)]
+    )
     code = main(["report", "--artifacts", str(store["art"]), "--task", "rmsnorm", *args])
     err = capsys.readouterr().err
     assert code == 2 and str(blocker) in err and flag in err and "Traceback" not in err
@@ -407,8 +583,25 @@ def test_latency_axis_ends_near_the_p95_when_outliers_lie_far_beyond():
 
     body = tuple(float(x) for x in np.linspace(20.0, 40.0, 200))
     side = Side(body + (30_000.0,), 30.0, 39.0, 0.01)
-    case = BenchCase("b", "float32", "wallclock", "host wall clock", "n/a", side, side, 1.0, True, "", None, None,
-                     None, None, None, None, "")
+    case = BenchCase(
+        "b",
+        "float32",
+        "wallclock",
+        "host wall clock",
+        "n/a",
+        side,
+        side,
+        1.0,
+        True,
+        "",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "",
+    )
     svg = charts.latency("x", "b", [("v0", 0, case)], png=False).svg
     assert "slowest sample 30,000 µs" in svg and "1.5 × the largest P95" in svg
     calm = Side(body, 30.0, 39.0, 0.01)
@@ -429,8 +622,11 @@ def test_baseline_band_comes_from_the_newest_judged_attempt_of_any_candidate(tmp
     for rel in ("task_card.json", "environment.json", "correctness.json", "benchmark.json"):
         w.json(rel, json.loads((new / rel).read_text()))
     w.json("regression.json", reg)
-    header = {k: v for k, v in json.loads((new / "attempt.json").read_text()).items()
-              if k not in ("files", "attempt_id", "schema_version")}
+    header = {
+        k: v
+        for k, v in json.loads((new / "attempt.json").read_text()).items()
+        if k not in ("files", "attempt_id", "schema_version")
+    }
     newer = w.commit(header)
     attempts = [read_one(old), read_one(newer)]
     assert baseline_band(attempts, "bench_64k-float32") == pytest.approx((20.0, 21.0))

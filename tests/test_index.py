@@ -30,8 +30,16 @@ def fixture_env(tag: str = "cpu-env-0001") -> dict:
     """A synthetic environment.json whose `key` is really its environment key (the tag tells them apart)."""
     from mini_kv.environment import environment_key
 
-    env = {"schema_version": 1, "python": "3.11", "machine": "x86_64", "cpu_count": 2, "device_kind": "cpu",
-           "gpu": None, "torch": "2.13.0", "tag": tag}
+    env = {
+        "schema_version": 1,
+        "python": "3.11",
+        "machine": "x86_64",
+        "cpu_count": 2,
+        "device_kind": "cpu",
+        "gpu": None,
+        "torch": "2.13.0",
+        "tag": tag,
+    }
     return {**env, "key": environment_key(env)}
 
 
@@ -42,8 +50,9 @@ def env_key_of(tag: str) -> str:
     return fixture_env(tag)["key"]
 
 
-def synth_samples(p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01,
-                  drift: float = 0.0) -> list[list[float]]:
+def synth_samples(
+    p50: float, seed: int, repeats: int = 5, n: int = 100, noise: float = 0.01, drift: float = 0.0
+) -> list[list[float]]:
     """Timing-like samples: normal around p50 with a small relative spread, strictly positive; `drift`
     shifts each repeat by that fraction more than the previous one (an unstable measurement)."""
     rng = np.random.default_rng(seed)
@@ -59,57 +68,132 @@ def salt_of(seed: int) -> str:
 SALT = salt_of(0)
 
 
-def bench_case(case_id: str, samples: list[list[float]], ref_samples: list[list[float]],
-               method: str = "wallclock", task: str = "vector_add", salt: str = SALT) -> dict:
+def bench_case(
+    case_id: str,
+    samples: list[list[float]],
+    ref_samples: list[list[float]],
+    method: str = "wallclock",
+    task: str = "vector_add",
+    salt: str = SALT,
+) -> dict:
     """A benchmark.json case record as the worker writes it (summaries, speedup, stability from the samples)."""
     from mini_kv.judge import stats
     from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
     stab = {**stats.stability(cs, rs, 0.03, 0.15).to_dict(), "max_cv": 0.03, "max_p95_cv": 0.15}
-    return {"id": case_id, "dtype": "float32", "params": {"n": 1024},
-            "seed": case_seed(task, case_id, salt), "method": method, "l2": "n/a",
-            "timer": "host wall clock", "unit": "us", "order": [],
-            "candidate": {"samples": samples, "summary": cs.to_dict()},
-            "reference": {"samples": ref_samples, "summary": rs.to_dict()},
-            "speedup": stats.speedup(rs.overall.p50, cs.overall.p50), "stability": stab,
-            "post_check": {"ok": True, "reason": None}}
+    return {
+        "id": case_id,
+        "dtype": "float32",
+        "params": {"n": 1024},
+        "seed": case_seed(task, case_id, salt),
+        "method": method,
+        "l2": "n/a",
+        "timer": "host wall clock",
+        "unit": "us",
+        "order": [],
+        "candidate": {"samples": samples, "summary": cs.to_dict()},
+        "reference": {"samples": ref_samples, "summary": rs.to_dict()},
+        "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
+        "stability": stab,
+        "post_check": {"ok": True, "reason": None},
+    }
 
 
 def correctness_records(status: str = "PASSED", device: str = "cpu", salt: str = SALT) -> dict:
     """correctness.json's records (load, cases, contract, incidents) of a run that passed or was INCORRECT."""
     kernels = {"CPU": True, "Meta": True, "CUDA": device.startswith("cuda")}
-    cases = [{"id": "core_0", "kind": "core", "status": "PASSED"},
-             {"id": "edge_0", "kind": "edge", "status": "PASSED" if status == "PASSED" else "INCORRECT"}]
-    return {"schema_version": 2, "format": "task-card", "device": device, "seed_salt": salt,
-            "load": {"ok": True, "kernels": kernels}, "cases": cases, "contract": {"opcheck": {"status": "PASSED"}},
-            "incidents": []}
+    cases = [
+        {"id": "core_0", "kind": "core", "status": "PASSED"},
+        {"id": "edge_0", "kind": "edge", "status": "PASSED" if status == "PASSED" else "INCORRECT"},
+    ]
+    return {
+        "schema_version": 2,
+        "format": "task-card",
+        "device": device,
+        "seed_salt": salt,
+        "load": {"ok": True, "kernels": kernels},
+        "cases": cases,
+        "contract": {"opcheck": {"status": "PASSED"}},
+        "incidents": [],
+    }
 
 
-def make_attempt(artifacts: Path, task: str = "vector_add", candidate: str = "v0", *, status: str = "PASSED",
-                 stable: bool | None = True, speedups: dict[str, float] | None = None, p50: float = 10.0,
-                 seed: int = 0, suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
-                 task_version: str = "1.0.0", op_version: str = "1.0.0", created_at: str | None = None,
-                 repeats: int = 5, n: int = 100, slowdown: float = 1.0, bench: bool = True,
-                 extra_files: dict | None = None, log_text: str = "synthetic\n") -> Path:
+def make_attempt(
+    artifacts: Path,
+    task: str = "vector_add",
+    candidate: str = "v0",
+    *,
+    status: str = "PASSED",
+    stable: bool | None = True,
+    speedups: dict[str, float] | None = None,
+    p50: float = 10.0,
+    seed: int = 0,
+    suite_hash: str = SUITE,
+    env_key: str = ENV_KEY,
+    device: str = "cpu",
+    task_version: str = "1.0.0",
+    op_version: str = "1.0.0",
+    created_at: str | None = None,
+    repeats: int = 5,
+    n: int = 100,
+    slowdown: float = 1.0,
+    bench: bool = True,
+    extra_files: dict | None = None,
+    log_text: str = "synthetic\n",
+) -> Path:
     """A sealed attempt with synthetic data; `speedups` maps bench case id -> speedup over the reference.
 
     The header's status and benchmark summary come from the records through the same function `verify`
     uses (store.headline.card_headline). `stable=False` gives drifting (unstable) samples; `env_key` is
     the tag of the environment (see fixture_env) or ENV_KEY."""
-    files, header = attempt_records(task, status=status, stable=stable, speedups=speedups, p50=p50, seed=seed,
-                                    suite_hash=suite_hash, env_key=env_key, device=device,
-                                    task_version=task_version, op_version=op_version, repeats=repeats, n=n,
-                                    slowdown=slowdown, bench=bench)
-    return write_attempt(artifacts, task, candidate, files, header, created_at=created_at,
-                         extra_files=extra_files, log_text=log_text)
+    files, header = attempt_records(
+        task,
+        status=status,
+        stable=stable,
+        speedups=speedups,
+        p50=p50,
+        seed=seed,
+        suite_hash=suite_hash,
+        env_key=env_key,
+        device=device,
+        task_version=task_version,
+        op_version=op_version,
+        repeats=repeats,
+        n=n,
+        slowdown=slowdown,
+        bench=bench,
+    )
+    return write_attempt(
+        artifacts,
+        task,
+        candidate,
+        files,
+        header,
+        created_at=created_at,
+        extra_files=extra_files,
+        log_text=log_text,
+    )
 
 
-def attempt_records(task: str = "vector_add", *, status: str = "PASSED", stable: bool | None = True,
-                    speedups: dict[str, float] | None = None, p50: float = 10.0, seed: int = 0,
-                    suite_hash: str = SUITE, env_key: str = ENV_KEY, device: str = "cpu",
-                    task_version: str = "1.0.0", op_version: str = "1.0.0", repeats: int = 5, n: int = 100,
-                    slowdown: float = 1.0, bench: bool = True) -> tuple[dict, dict]:
+def attempt_records(
+    task: str = "vector_add",
+    *,
+    status: str = "PASSED",
+    stable: bool | None = True,
+    speedups: dict[str, float] | None = None,
+    p50: float = 10.0,
+    seed: int = 0,
+    suite_hash: str = SUITE,
+    env_key: str = ENV_KEY,
+    device: str = "cpu",
+    task_version: str = "1.0.0",
+    op_version: str = "1.0.0",
+    repeats: int = 5,
+    n: int = 100,
+    slowdown: float = 1.0,
+    bench: bool = True,
+) -> tuple[dict, dict]:
     """The JSON files of a synthetic attempt (by name) and its header without the candidate's fields."""
     from mini_kv.store.headline import card_headline
 
@@ -125,22 +209,47 @@ def attempt_records(task: str = "vector_add", *, status: str = "PASSED", stable:
     head = card_headline("ok", corr, cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
     corr["summary"] = head.correctness
-    files = {"task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
-             "environment.json": env, "correctness.json": corr,
-             "benchmark.json": {"schema_version": 2, "format": "task-card", "device": device, "settings": None,
-                                "cases": cases if bench else [], "summary": head.benchmark}}
+    files = {
+        "task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
+        "environment.json": env,
+        "correctness.json": corr,
+        "benchmark.json": {
+            "schema_version": 2,
+            "format": "task-card",
+            "device": device,
+            "settings": None,
+            "cases": cases if bench else [],
+            "summary": head.benchmark,
+        },
+    }
     header = {
-        "task_id": task, "task_version": task_version, "operator": {"name": task, "version": op_version},
-        "suite_hash": suite_hash, "environment_key": env["key"], "build_key": None,
-        "status": status, "exit_code": 0 if status == "PASSED" else 4, "device": device,
-        "correctness": head.correctness, "benchmark": head.benchmark, "duration_s": 0.1,
+        "task_id": task,
+        "task_version": task_version,
+        "operator": {"name": task, "version": op_version},
+        "suite_hash": suite_hash,
+        "environment_key": env["key"],
+        "build_key": None,
+        "status": status,
+        "exit_code": 0 if status == "PASSED" else 4,
+        "device": device,
+        "correctness": head.correctness,
+        "benchmark": head.benchmark,
+        "duration_s": 0.1,
     }
     return files, header
 
 
-def write_attempt(artifacts: Path, task: str, candidate: str, files: dict, header: dict, *,
-                  created_at: str | None = None, extra_files: dict | None = None,
-                  log_text: str = "synthetic\n") -> Path:
+def write_attempt(
+    artifacts: Path,
+    task: str,
+    candidate: str,
+    files: dict,
+    header: dict,
+    *,
+    created_at: str | None = None,
+    extra_files: dict | None = None,
+    log_text: str = "synthetic\n",
+) -> Path:
     """Seal `files` (from attempt_records) as an attempt of `candidate` through AttemptWriter."""
     w = AttemptWriter(artifacts, task, candidate)
     for rel, obj in files.items():
@@ -148,8 +257,14 @@ def write_attempt(artifacts: Path, task: str, candidate: str, files: dict, heade
     w.text("logs/worker.log", log_text)
     for rel, obj in (extra_files or {}).items():
         w.json(rel, obj)
-    return w.commit({**header, "candidate": candidate, "op": f"ns_{candidate}::{task}",
-                     "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    return w.commit(
+        {
+            **header,
+            "candidate": candidate,
+            "op": f"ns_{candidate}::{task}",
+            "created_at": created_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+    )
 
 
 def valid_attempt_ids(artifacts: Path) -> set[str]:
@@ -230,7 +345,9 @@ def test_future_index_version_is_refused_with_what_to_do(tmp_path):
     assert len(snapshot(tmp_path)) == 2
 
 
-@pytest.mark.parametrize("content", [b"", b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\x00" * 200])
+@pytest.mark.parametrize(
+    "content", [b"", b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\x00" * 200]
+)
 def test_corrupt_or_foreign_index_is_reported_and_rebuilt(tmp_path, content):
     a = make_attempt(tmp_path)
     (tmp_path / INDEX_NAME).write_bytes(content)

@@ -20,8 +20,22 @@ EXPECTED = {
 
 
 def _verify(cli, tmp_path, candidate):
-    res = cli("verify", "--task", CARD, "--candidate", candidate, "--skip-benchmark", "--timeout", "15", "--memory-limit", "3",
-              "--artifacts", str(tmp_path), "--json", timeout=600)
+    res = cli(
+        "verify",
+        "--task",
+        CARD,
+        "--candidate",
+        candidate,
+        "--skip-benchmark",
+        "--timeout",
+        "15",
+        "--memory-limit",
+        "3",
+        "--artifacts",
+        str(tmp_path),
+        "--json",
+        timeout=600,
+    )
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
     return res, summary, corr

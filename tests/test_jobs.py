@@ -82,21 +82,34 @@ def test_bandwidth_kind_runs_in_the_child():
 
 def _build_job(tmp_path, source: str) -> BuildJob:
     (tmp_path / "op.cpp").write_text(source)
-    return BuildJob(name="mkv_test_build", build_dir=str(tmp_path / "out"), sources=[str(tmp_path / "op.cpp")],
-                    include_dirs=[], flags={"cflags": ["-O0"], "cuda_cflags": []}, arch_list=[],
-                    python_module=False, with_cuda=False)
+    return BuildJob(
+        name="mkv_test_build",
+        build_dir=str(tmp_path / "out"),
+        sources=[str(tmp_path / "op.cpp")],
+        include_dirs=[],
+        flags={"cflags": ["-O0"], "cuda_cflags": []},
+        arch_list=[],
+        python_module=False,
+        with_cuda=False,
+    )
 
 
 def test_build_kind_builds_in_the_child_and_keeps_the_compiler_output(tmp_path):
     log = tmp_path / "stdout.log"
-    ev = run_one(_build_job(tmp_path, "extern \"C\" int mini_kv_answer() { return 42; }\n"), timeout=300,
-                 sandbox=NO_SANDBOX, log_path=str(log))
+    ev = run_one(
+        _build_job(tmp_path, 'extern "C" int mini_kv_answer() { return 42; }\n'),
+        timeout=300,
+        sandbox=NO_SANDBOX,
+        log_path=str(log),
+    )
     assert ev["event"] == Event.RESULT, ev
     assert ev["result"] == {"built": "mkv_test_build"} and list((tmp_path / "out").glob("*.so"))
     assert "op.cpp" in log.read_text()  # the compiler's command lines, as torch's builder prints them
     bad = tmp_path / "bad"
     bad.mkdir()
-    ev = run_one(_build_job(bad, "int broken( {\n"), timeout=300, sandbox=NO_SANDBOX, log_path=str(bad / "log"))
+    ev = run_one(
+        _build_job(bad, "int broken( {\n"), timeout=300, sandbox=NO_SANDBOX, log_path=str(bad / "log")
+    )
     assert ev["event"] == Event.FATAL and "Error building extension" in ev["reason"]
     assert "error" in (bad / "log").read_text() + ev["reason"]
 
@@ -127,10 +140,21 @@ def test_ab_kind_reports_a_tampering_candidate_as_its_result():
     cand = card.candidate("set_env")
     comp = compile_candidate(ROOT, cand, with_cuda=False)
     assert comp["status"] == "ok", comp
-    job = ABJob(device="cpu", inputs=card.operator["inputs"], params={"n": 1000}, dtype="float32", seed=3,
-                repeats=2, samples=3, warmup=1, method="auto",
-                candidates=[{"label": label, "id": "set_env", "op": cand.op, "library": comp["library"]}
-                            for label in ("A", "B")])
+    job = ABJob(
+        device="cpu",
+        inputs=card.operator["inputs"],
+        params={"n": 1000},
+        dtype="float32",
+        seed=3,
+        repeats=2,
+        samples=3,
+        warmup=1,
+        method="auto",
+        candidates=[
+            {"label": label, "id": "set_env", "op": cand.op, "library": comp["library"]}
+            for label in ("A", "B")
+        ],
+    )
     ev = run_one(job, timeout=300)
     assert ev["event"] == Event.RESULT, ev
     res = ev["result"]

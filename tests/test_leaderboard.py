@@ -28,7 +28,9 @@ def store(tmp_path) -> tuple[Path, dict[str, Path]]:
     # vector_add on env A: v0 (1.5x, older 3.0x attempt superseded), v1 (2.0x), v2 (1.0x)
     a["v0_old"] = make_attempt(art, candidate="v0", seed=1, speedups={"bench_a": 3.0}, created_at=_day(1))
     a["v0"] = make_attempt(art, candidate="v0", seed=2, speedups={"bench_a": 1.5}, created_at=_day(2))
-    a["v1"] = make_attempt(art, candidate="v1", seed=3, speedups={"bench_a": 2.0, "bench_b": 2.0}, created_at=_day(2))
+    a["v1"] = make_attempt(
+        art, candidate="v1", seed=3, speedups={"bench_a": 2.0, "bench_b": 2.0}, created_at=_day(2)
+    )
     a["v2"] = make_attempt(art, candidate="v2", seed=4, speedups={"bench_a": 1.0}, created_at=_day(3))
     # v3: its newest attempt is incorrect, the newer-still one unstable: the older valid one is shown
     a["v3"] = make_attempt(art, candidate="v3", seed=5, speedups={"bench_a": 1.2}, created_at=_day(1))
@@ -38,16 +40,27 @@ def store(tmp_path) -> tuple[Path, dict[str, Path]]:
     a["v4"] = make_attempt(art, candidate="v4", seed=8, stable=False, created_at=_day(1))
     a["v5"] = make_attempt(art, candidate="v5", seed=9, bench=False, stable=None, created_at=_day(1))
     # another environment and another device: separate groups
-    a["v6"] = make_attempt(art, candidate="v6", seed=10, env_key="gpu-env-0002", device="cuda:0",
-                           speedups={"bench_a": 5.0}, created_at=_day(2))
+    a["v6"] = make_attempt(
+        art,
+        candidate="v6",
+        seed=10,
+        env_key="gpu-env-0002",
+        device="cuda:0",
+        speedups={"bench_a": 5.0},
+        created_at=_day(2),
+    )
     # another task
-    a["r0"] = make_attempt(art, task="rmsnorm", candidate="r0", seed=11, speedups={"bench_a": 1.1}, created_at=_day(1))
+    a["r0"] = make_attempt(
+        art, task="rmsnorm", candidate="r0", seed=11, speedups={"bench_a": 1.1}, created_at=_day(1)
+    )
     return art, a
 
 
 def _entries(board) -> dict[tuple, list[tuple[int, str]]]:
-    return {(g["task_id"], g["environment_key"], g["device"]): [(e["rank"], e["candidate"]) for e in g["entries"]]
-            for g in board["groups"]}
+    return {
+        (g["task_id"], g["environment_key"], g["device"]): [(e["rank"], e["candidate"]) for e in g["entries"]]
+        for g in board["groups"]
+    }
 
 
 def test_latest_valid_attempt_per_candidate_grouped_and_ranked(store):
@@ -86,8 +99,10 @@ def test_json_and_csv_export(store, tmp_path):
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [(r["task_id"], r["device"], r["rank"], r["candidate"]) for r in rows] == [
         ("rmsnorm", "cpu", "1", "r0"),
-        ("vector_add", "cpu", "1", "v1"), ("vector_add", "cpu", "2", "v0"),
-        ("vector_add", "cpu", "3", "v3"), ("vector_add", "cpu", "4", "v2"),
+        ("vector_add", "cpu", "1", "v1"),
+        ("vector_add", "cpu", "2", "v0"),
+        ("vector_add", "cpu", "3", "v3"),
+        ("vector_add", "cpu", "4", "v2"),
         ("vector_add", "cuda:0", "1", "v6"),
     ]
     assert all(r["schema_version"] == "1" for r in rows)
@@ -100,8 +115,19 @@ def test_cli_leaderboard_exports(store, tmp_path, capsys):
     from mini_kv.cli import main
 
     art, _ = store
-    rc = main(["leaderboard", "--artifacts", str(art), "--task", "vector_add", "--json", str(tmp_path / "l.json"),
-               "--csv", str(tmp_path / "l.csv")])
+    rc = main(
+        [
+            "leaderboard",
+            "--artifacts",
+            str(art),
+            "--task",
+            "vector_add",
+            "--json",
+            str(tmp_path / "l.json"),
+            "--csv",
+            str(tmp_path / "l.csv"),
+        ]
+    )
     assert rc == 0
     board = json.loads((tmp_path / "l.json").read_text())
     assert {g["task_id"] for g in board["groups"]} == {"vector_add"}
@@ -124,12 +150,20 @@ def test_new_attempts_reach_the_leaderboard_through_update_index(store):
 
 
 def _cli(*args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mini_kv", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler")
+@pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler"
+)
 def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     art = tmp_path / "artifacts"
     v = _cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(art), "--json")
@@ -144,8 +178,15 @@ def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     out = json.loads(r.stdout)
     assert out["attempts"] == 1 and out["problems"] == []
 
-    r = _cli("leaderboard", "--artifacts", str(art), "--json", str(tmp_path / "lb.json"), "--csv",
-             str(tmp_path / "lb.csv"))
+    r = _cli(
+        "leaderboard",
+        "--artifacts",
+        str(art),
+        "--json",
+        str(tmp_path / "lb.json"),
+        "--csv",
+        str(tmp_path / "lb.csv"),
+    )
     assert r.returncode == 0, r.stderr
     board = json.loads((tmp_path / "lb.json").read_text())
     stable = summary["benchmark"]["stable"] is True

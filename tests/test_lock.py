@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_uv_lock_matches_pyproject():
     from uv import find_uv_bin
 
-    res = subprocess.run([find_uv_bin(), "lock", "--check", "--offline"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [find_uv_bin(), "lock", "--check", "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stdout + res.stderr

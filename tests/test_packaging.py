@@ -31,8 +31,23 @@ def wheel(tmp_path_factory) -> Path:
         else:
             shutil.copy2(src, tree / name)
     out = tmp_path_factory.mktemp("dist")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(out), str(tree)], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     (found,) = out.glob("mini_kv-*.whl")
     return found
@@ -48,19 +63,35 @@ def test_wheel_carries_every_schema(wheel):
 @pytest.mark.slow
 def test_installed_wheel_validates_a_card_from_another_directory(wheel, tmp_path):
     site = tmp_path / "site"
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # only the installed package: not the checkout's src/ (PYTHONPATH) nor, first on the path, an editable install
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import mini_kv; print(mini_kv.__file__)"], cwd=elsewhere,
-                           env=env, capture_output=True, text=True, timeout=300)
+    where = subprocess.run(
+        [sys.executable, "-c", "import mini_kv; print(mini_kv.__file__)"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
     card = ROOT / "tasks" / "vector_add.yaml"
-    res = subprocess.run([sys.executable, "-m", "mini_kv", "validate-task", str(card)], cwd=elsewhere, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "validate-task", str(card)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == ExitCode.OK, res.stdout + res.stderr
     assert f"{card}: ok" in res.stdout.replace("\n", "")
 

@@ -34,7 +34,7 @@ def fake_ncu(tmp_path, monkeypatch):
     """An executable `ncu` that runs fake_ncu.py; its argv log; CUDA reported as present."""
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir()
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FIX / 'fake_ncu.py'} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FIX / "fake_ncu.py"} "$@"\n')
     exe.chmod(0o755)
     log = tmp_path / "ncu-argv.jsonl"
     monkeypatch.setenv("MINI_KV_NCU", str(exe))
@@ -50,7 +50,9 @@ def run_profile(fake, monkeypatch, cand="v0_naive", mode="ok", csv=None, card_pa
     monkeypatch.setenv("FAKE_NCU_CSV", str(csv or FIX / f"rmsnorm-{cand}.raw.csv"))
     card = load_task_card(card_path)
     kw.setdefault("prebuilt", str(fake["lib"]))
-    return profile_candidate(card, card.candidate(cand), ProfileOptions(artifacts=str(fake["artifacts"]), **kw))
+    return profile_candidate(
+        card, card.candidate(cand), ProfileOptions(artifacts=str(fake["artifacts"]), **kw)
+    )
 
 
 def argv_log(fake) -> list[list[str]]:
@@ -59,14 +61,25 @@ def argv_log(fake) -> list[list[str]]:
 
 # ---------------------------------------------------------------------------- success
 
+
 def test_successful_profile_binds_everything_and_reads_back(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch)
     assert res["status"] == "ok" and res["exit_code"] == 0 and res["reason"] is None
     path = Path(res["path"])
     assert path.parent == fake_ncu["artifacts"] / "profiles" and not path.name.endswith(".partial")
-    for f in ("profile.json", "task_card.json", "candidate_manifest.json", "environment.json", "job.json",
-              "target.json", "report.ncu-rep", "raw.csv", "metrics.json", "logs/ncu-profile.log",
-              "logs/ncu-import.log"):
+    for f in (
+        "profile.json",
+        "task_card.json",
+        "candidate_manifest.json",
+        "environment.json",
+        "job.json",
+        "target.json",
+        "report.ncu-rep",
+        "raw.csv",
+        "metrics.json",
+        "logs/ncu-profile.log",
+        "logs/ncu-import.log",
+    ):
         assert (path / f).is_file(), f
     doc = read_profile(path)
     assert doc["summary"]["grid_size"] == 32 and doc["summary"]["block_size"] == 128
@@ -87,19 +100,26 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
     doc = read_profile(Path(res["path"]))
     pairs = list(zip(profile_argv, profile_argv[1:], strict=False))
     assert ("--clock-control", "none") in pairs
-    assert {b for a, b in pairs if a == "--section"} == {"SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy",
-                                                         "WarpStateStats", "LaunchStats"}
+    assert {b for a, b in pairs if a == "--section"} == {
+        "SpeedOfLight",
+        "MemoryWorkloadAnalysis",
+        "Occupancy",
+        "WarpStateStats",
+        "LaunchStats",
+    }
     assert ("--kernel-name", f"regex:{doc['ncu']['kernel_filter']}") in pairs
     assert "rmsnorm_row_kernel" in doc["ncu"]["kernel_filter"]
     assert ("--launch-skip", "7") in pairs and ("--launch-count", "1") in pairs
     assert "--force-overwrite" in profile_argv
     export = profile_argv[profile_argv.index("--export") + 1]
     assert Path(export).name == "report" and export.endswith(".partial/report")
-    tail = profile_argv[profile_argv.index("--force-overwrite") + 1:]
+    tail = profile_argv[profile_argv.index("--force-overwrite") + 1 :]
     assert tail[:3] == [sys.executable, "-m", "mini_kv.worker.child"] and tail[3] == "--job"
     assert tail[5] == "--result-file"
-    assert import_argv[:2] == ["--import", str(Path(res["path"]) / "report.ncu-rep").replace(
-        str(res["path"]), export.rsplit("/", 1)[0])]
+    assert import_argv[:2] == [
+        "--import",
+        str(Path(res["path"]) / "report.ncu-rep").replace(str(res["path"]), export.rsplit("/", 1)[0]),
+    ]
     assert ("--page", "raw") in zip(import_argv, import_argv[1:], strict=False) and "--csv" in import_argv
     job = json.loads((Path(res["path"]) / "job.json").read_text())
     assert job["warmup"] == 7 and job["calls"] == 1 and job["seed"] == doc["case"]["seed"]
@@ -114,15 +134,19 @@ def test_seed_is_fixed_by_default_and_salt_changes_it(fake_ncu, monkeypatch):
 
 # ----------------------------------------------------------------------- failure reasons
 
-@pytest.mark.parametrize("mode,code", [
-    ("perm", "PERMISSION_DENIED"),
-    ("crash", "NCU_FAILED"),
-    ("target_fail", "TARGET_FAILED"),
-    ("wrong_output", "WRONG_OUTPUT"),
-    ("no_kernel", "NO_MATCHING_KERNEL"),
-    ("import_fail", "REIMPORT_FAILED"),
-    ("import_empty", "REIMPORT_FAILED"),
-])
+
+@pytest.mark.parametrize(
+    "mode,code",
+    [
+        ("perm", "PERMISSION_DENIED"),
+        ("crash", "NCU_FAILED"),
+        ("target_fail", "TARGET_FAILED"),
+        ("wrong_output", "WRONG_OUTPUT"),
+        ("no_kernel", "NO_MATCHING_KERNEL"),
+        ("import_fail", "REIMPORT_FAILED"),
+        ("import_empty", "REIMPORT_FAILED"),
+    ],
+)
 def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode, code):
     res = run_profile(fake_ncu, monkeypatch, mode=mode)
     assert res["status"] == "failed" and res["reason"]["code"] == code
@@ -131,7 +155,10 @@ def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode
     assert doc["reason"]["code"] == code and doc["summary"] is None
     assert (Path(res["path"]) / "logs" / "ncu-profile.log").is_file()
     if mode == "crash":
-        assert doc["reason"]["details"]["returncode"] == 9 and "error occurred" in doc["reason"]["details"]["log_tail"]
+        assert (
+            doc["reason"]["details"]["returncode"] == 9
+            and "error occurred" in doc["reason"]["details"]["log_tail"]
+        )
 
 
 def test_ncu_timeout_is_ncu_failed(fake_ncu, monkeypatch):
@@ -146,13 +173,18 @@ def edited_csv(tmp_path, cand, fn) -> Path:
     return out
 
 
-@pytest.mark.parametrize("edit,code", [
-    (lambda ls: ls + ['"1"' + ls[2][3:]], "MULTIPLE_MATCHING_KERNELS"),
-    (lambda ls: ls[:2], "NO_MATCHING_KERNEL"),
-    (lambda ls: [ls[0].replace("dram__bytes.sum.per_second", "dram__bytes.sum.per_minute")] + ls[1:],
-     "MISSING_METRICS"),
-    (lambda ls: ["this is not", "a CSV export"], "CSV_UNPARSABLE"),
-])
+@pytest.mark.parametrize(
+    "edit,code",
+    [
+        (lambda ls: ls + ['"1"' + ls[2][3:]], "MULTIPLE_MATCHING_KERNELS"),
+        (lambda ls: ls[:2], "NO_MATCHING_KERNEL"),
+        (
+            lambda ls: [ls[0].replace("dram__bytes.sum.per_second", "dram__bytes.sum.per_minute")] + ls[1:],
+            "MISSING_METRICS",
+        ),
+        (lambda ls: ["this is not", "a CSV export"], "CSV_UNPARSABLE"),
+    ],
+)
 def test_csv_failures_keep_the_csv(fake_ncu, monkeypatch, tmp_path, edit, code):
     res = run_profile(fake_ncu, monkeypatch, csv=edited_csv(tmp_path, "v0_naive", edit))
     assert res["reason"]["code"] == code
@@ -162,8 +194,10 @@ def test_csv_failures_keep_the_csv(fake_ncu, monkeypatch, tmp_path, edit, code):
 def test_other_candidates_kernel_is_no_matching_kernel(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, cand="v0_naive", csv=FIX / "rmsnorm-v1_block_reduce.raw.csv")
     assert res["reason"]["code"] == "NO_MATCHING_KERNEL"
-    assert res["reason"]["details"]["kernels"] == ["rmsnorm_block_kernel"] or \
-        "rmsnorm_block_kernel" in res["reason"]["details"]["kernels"][0]
+    assert (
+        res["reason"]["details"]["kernels"] == ["rmsnorm_block_kernel"]
+        or "rmsnorm_block_kernel" in res["reason"]["details"]["kernels"][0]
+    )
 
 
 def tmp_project(tmp_path) -> Path:
@@ -200,17 +234,34 @@ def test_unknown_kernel_and_case_are_config_errors(fake_ncu, monkeypatch):
         run_profile(fake_ncu, monkeypatch, kernel="no_such_kernel")
     with pytest.raises(ConfigError, match="not a CUDA case"):
         run_profile(fake_ncu, monkeypatch, case="weight_wrong_length-float32")  # illegal cases raise
-    assert not (fake_ncu["artifacts"] / "profiles").exists() or not list((fake_ncu["artifacts"] / "profiles").iterdir())
+    assert not (fake_ncu["artifacts"] / "profiles").exists() or not list(
+        (fake_ncu["artifacts"] / "profiles").iterdir()
+    )
 
 
 def cli(*args, env=None, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "mini_kv", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_cli_ncu_not_found(tmp_path):
     env = {"PATH": str(tmp_path), "MINI_KV_NCU": "", "CUDA_HOME": str(tmp_path)}
-    r = cli("profile", "--task", str(RMSNORM), "--candidate", "v0_naive", "--artifacts", str(tmp_path / "a"), env=env)
+    r = cli(
+        "profile",
+        "--task",
+        str(RMSNORM),
+        "--candidate",
+        "v0_naive",
+        "--artifacts",
+        str(tmp_path / "a"),
+        env=env,
+    )
     assert r.returncode == 2, r.stderr
     assert "NCU_NOT_FOUND" in r.stderr
     (path,) = (tmp_path / "a" / "profiles").iterdir()
@@ -219,14 +270,24 @@ def test_cli_ncu_not_found(tmp_path):
 
 @pytest.mark.skipif(capture.cuda_available(), reason="needs a machine where torch sees no GPU")
 def test_cli_no_cuda(fake_ncu, tmp_path):
-    r = cli("profile", "--task", str(RMSNORM), "--candidate", "v1_block_reduce", "--artifacts",
-            str(tmp_path / "a"), "--json", env={"MINI_KV_NCU": str(fake_ncu["exe"])})
+    r = cli(
+        "profile",
+        "--task",
+        str(RMSNORM),
+        "--candidate",
+        "v1_block_reduce",
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--json",
+        env={"MINI_KV_NCU": str(fake_ncu["exe"])},
+    )
     assert r.returncode == 2, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["reason"]["code"] == "NO_CUDA" and out["candidate"] == "v1_block_reduce"
 
 
 # ---------------------------------------------------------------------- store integrity
+
 
 @pytest.fixture
 def good_profile(fake_ncu, monkeypatch) -> Path:
@@ -258,12 +319,15 @@ def test_edited_summary_in_profile_json_is_tampered(good_profile):
     assert unusable(good_profile) == "PROFILE_TAMPERED"
 
 
-@pytest.mark.parametrize("damage", [
-    lambda d: "not json{",
-    lambda d: json.dumps({**d, "schema_version": 2}),
-    lambda d: json.dumps({**d, "status": "great"}),
-    lambda d: json.dumps({k: v for k, v in d.items() if k != "case"}),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: "not json{",
+        lambda d: json.dumps({**d, "schema_version": 2}),
+        lambda d: json.dumps({**d, "status": "great"}),
+        lambda d: json.dumps({k: v for k, v in d.items() if k != "case"}),
+    ],
+)
 def test_invalid_profile_json(good_profile, damage):
     meta = good_profile / "profile.json"
     meta.write_text(damage(json.loads(meta.read_text())))
@@ -279,6 +343,7 @@ def test_partial_and_missing_are_invalid(good_profile, tmp_path):
 
 # ---------------------------------------------------------------------------- the target
 
+
 def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     """The profiled process builds the same inputs as `verify` and checks the output."""
     import torch
@@ -292,14 +357,26 @@ def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     comp = compile_candidate(ROOT, cand, with_cuda=False)
     assert comp["status"] == "ok", comp
     params, seed = {"rows": 7, "hidden": 129}, 12345
-    job = ProfileTargetJob(library=comp["library"], op=cand.op, inputs=card.operator["inputs"],
-                           reference=card.operator["reference"], params=params, dtype="float32", device="cpu",
-                           seed=seed, warmup=3, calls=1, tolerance=card.tolerances["float32"])
+    job = ProfileTargetJob(
+        library=comp["library"],
+        op=cand.op,
+        inputs=card.operator["inputs"],
+        reference=card.operator["reference"],
+        params=params,
+        dtype="float32",
+        device="cpu",
+        seed=seed,
+        warmup=3,
+        calls=1,
+        tolerance=card.tolerances["float32"],
+    )
     r, events = run_target(job, tmp_path)
     assert r.returncode == 0, r.stderr
     assert [e["event"] for e in events] == ["result"]
     res = events[0]["result"]
-    expected = input_digest(make_case_inputs(import_path(card.operator["inputs"]), params, "float32", "cpu", seed))
+    expected = input_digest(
+        make_case_inputs(import_path(card.operator["inputs"]), params, "float32", "cpu", seed)
+    )
     assert res["ok"] and res["calls"] == 4 and res["output_check"]["ok"]
     assert res["input_sha256"] == expected
     other = make_case_inputs(import_path(card.operator["inputs"]), params, "float32", "cpu", seed + 1)
@@ -312,15 +389,39 @@ def run_target(job, tmp_path):
     key = os.urandom(32)
     (tmp_path / "job.json").write_text(json.dumps(job.to_dict()))
     events = tmp_path / "target.events"
-    r = subprocess.run([sys.executable, "-m", "mini_kv.worker.child", "--job", str(tmp_path / "job.json"),
-                        "--result-file", str(events)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                       env={**os.environ, KEY_ENV: key.hex()})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mini_kv.worker.child",
+            "--job",
+            str(tmp_path / "job.json"),
+            "--result-file",
+            str(events),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, KEY_ENV: key.hex()},
+    )
     return r, read_file(events, key)
 
 
 def test_target_failure_is_reported_not_raised(tmp_path):
-    job = ProfileTargetJob(library=str(tmp_path / "missing.so"), op="x::y", inputs="", reference="", params={},
-                           dtype="float32", device="cpu", seed=1, warmup=1, calls=1, tolerance={})
+    job = ProfileTargetJob(
+        library=str(tmp_path / "missing.so"),
+        op="x::y",
+        inputs="",
+        reference="",
+        params={},
+        dtype="float32",
+        device="cpu",
+        seed=1,
+        warmup=1,
+        calls=1,
+        tolerance={},
+    )
     r, events = run_target(job, tmp_path)
     assert r.returncode == 3
     assert [e["event"] for e in events] == ["fatal"] and events[0]["reason"]
@@ -328,6 +429,7 @@ def test_target_failure_is_reported_not_raised(tmp_path):
 
 
 # --------------------------------------------------------------------------------- doctor
+
 
 def rows_by_name(rows):
     return {r["name"]: r for r in rows}
@@ -348,13 +450,17 @@ def test_doctor_without_gpu_does_not_probe(fake_ncu):
     rows = rows_by_name(doctor_rows(gpu_visible=False))
     assert rows["ncu"]["ok"] and "2099.1.0.0" in rows["ncu"]["value"]
     assert rows["ncu counters"]["ok"] is False
-    assert rows["ncu counters"]["value"] in ("not checked: no GPU visible",
-                                             "no: the driver restricts counters to admin users (RmProfilingAdminOnly=1)")
+    assert rows["ncu counters"]["value"] in (
+        "not checked: no GPU visible",
+        "no: the driver restricts counters to admin users (RmProfilingAdminOnly=1)",
+    )
     assert all("--metrics" not in a for a in argv_log(fake_ncu))  # no probe was run
 
 
-@pytest.mark.parametrize("mode,ok,words", [("ok", True, "yes"), ("perm", False, "ERR_NVGPUCTRPERM"),
-                                           ("crash", False, "probe exited")])
+@pytest.mark.parametrize(
+    "mode,ok,words",
+    [("ok", True, "yes"), ("perm", False, "ERR_NVGPUCTRPERM"), ("crash", False, "probe exited")],
+)
 def test_doctor_counter_probe(fake_ncu, monkeypatch, mode, ok, words):
     from mini_kv.profile.ncu import probe_counters
 

@@ -55,7 +55,9 @@ def test_profile_ids_resolve_under_artifacts(pair):
 
 def test_task_mismatch(fake_ncu, monkeypatch, tmp_path, pair):  # noqa: F811
     csv = tmp_path / "va.csv"
-    csv.write_text((FIX / "rmsnorm-v0_naive.raw.csv").read_text().replace("rmsnorm_row_kernel", "vector_add_kernel"))
+    csv.write_text(
+        (FIX / "rmsnorm-v0_naive.raw.csv").read_text().replace("rmsnorm_row_kernel", "vector_add_kernel")
+    )
     other = run_profile(fake_ncu, monkeypatch, cand="v0_naive", csv=csv, card_path=VECTOR_ADD)
     assert other["status"] == "ok"
     codes = refused(pair[0], other["path"])
@@ -122,6 +124,7 @@ def test_deltas_handle_missing_optional_metrics(pair):
 
 # ----------------------------------------------------------------------------------- CLI
 
+
 def test_cli_compare_prints_deltas_and_why_no_timing(pair, tmp_path):
     out = tmp_path / "cmp.json"
     r = cli("compare-profiles", str(pair[0]), str(pair[1]), "--json", str(out))
@@ -141,6 +144,7 @@ def test_cli_compare_refusal_exit_code(fake_ncu, monkeypatch, pair):  # noqa: F8
 
 # ------------------------------------------------------------------------------ A/B timing
 
+
 def test_ab_timing_process_alternates_on_the_same_inputs():
     """The timing job in the worker child, on CPU builds of both candidates (wallclock there, as in the benchmark)."""
     from mini_kv.build.compiler import compile_candidate
@@ -153,8 +157,13 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
         cand = card.candidate(cid)
         comp = compile_candidate(ROOT, cand, with_cuda=False)
         assert comp["status"] == "ok"
-        docs.append({"candidate": {"id": cid, "op": cand.op}, "task": {"operator": card.operator},
-                     "case": {"params": {"rows": 64, "hidden": 256}, "dtype": "float32", "seed": 7}})
+        docs.append(
+            {
+                "candidate": {"id": cid, "op": cand.op},
+                "task": {"operator": card.operator},
+                "case": {"params": {"rows": 64, "hidden": 256}, "dtype": "float32", "seed": 7},
+            }
+        )
         docs[-1]["candidate"]["library"] = comp["library"]
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
     for entry, doc in zip(job["candidates"], docs, strict=True):

@@ -46,7 +46,7 @@ def edit_metric(text: str, metric: str, value: str | None = None, unit: str | No
     rows = table(text)
     i = rows[0].index(metric)
     if drop:
-        return render([r[:i] + r[i + 1:] for r in rows])
+        return render([r[:i] + r[i + 1 :] for r in rows])
     if unit is not None:
         rows[1][i] = unit
     if value is not None:
@@ -81,8 +81,9 @@ def test_one_candidates_filter_does_not_match_the_other():
     with pytest.raises(ProfileFailure) as exc:
         m.analyze(fixture("v1_block_reduce"), candidate_filter("v0_naive"))
     assert exc.value.code == "NO_MATCHING_KERNEL"
-    assert exc.value.details["kernels"] == [m.analyze(fixture("v1_block_reduce"),
-                                                      candidate_filter("v1_block_reduce"))["summary"]["kernel_name"]]
+    assert exc.value.details["kernels"] == [
+        m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce"))["summary"]["kernel_name"]
+    ]
 
 
 @pytest.mark.parametrize("cand", ["v0_naive", "v1_block_reduce"])
@@ -102,39 +103,58 @@ def test_real_profile_json_fixture_matches_its_csv(cand):
 
 # ------------------------------------------------------------------------- kernel filter
 
+
 def test_kernel_names_come_from_the_candidates_cuda_sources():
     c = card()
-    assert kernel_names(ROOT / c.candidate("v0_naive").path, ["kernel.cu", "op_cuda.cpp"]) == ["rmsnorm_row_kernel"]
+    assert kernel_names(ROOT / c.candidate("v0_naive").path, ["kernel.cu", "op_cuda.cpp"]) == [
+        "rmsnorm_row_kernel"
+    ]
     assert kernel_names(ROOT / c.candidate("v1_block_reduce").path, ["kernel.cu"]) == ["rmsnorm_block_kernel"]
 
 
 def test_kernel_names_ignore_comments_and_read_launch_bounds(tmp_path):
-    (tmp_path / "k.cu").write_text("// __global__ void commented_out(int* p)\n/* __global__ void also_not(int) */\n"
-                                   "template <int N>\n__global__ __launch_bounds__(256, 2) void real_kernel(float* x) {}\n"
-                                   "extern \"C\" __global__ void other_kernel (int n) {}\n")
+    (tmp_path / "k.cu").write_text(
+        "// __global__ void commented_out(int* p)\n/* __global__ void also_not(int) */\n"
+        "template <int N>\n__global__ __launch_bounds__(256, 2) void real_kernel(float* x) {}\n"
+        'extern "C" __global__ void other_kernel (int n) {}\n'
+    )
     assert kernel_names(tmp_path, ["k.cu"]) == ["real_kernel", "other_kernel"]
 
 
 def test_kernel_names_of_the_roofline_candidates_skip_launch_bounds_after_void():
     # `__global__ void __launch_bounds__(256) name(`: the bounds must not be taken for the name
-    found = {t: kernel_names(ROOT / "candidates" / t / v, ["kernel.cu"])
-             for t, v in (("vector_add", "v1_vectorized"), ("fused_bias_relu", "v1_vectorized"),
-                          ("rmsnorm", "v2_vectorized"))}
+    found = {
+        t: kernel_names(ROOT / "candidates" / t / v, ["kernel.cu"])
+        for t, v in (
+            ("vector_add", "v1_vectorized"),
+            ("fused_bias_relu", "v1_vectorized"),
+            ("rmsnorm", "v2_vectorized"),
+        )
+    }
     assert "vector_add_vec_kernel" in found["vector_add"]
     assert "bias_relu_rows_kernel" in found["fused_bias_relu"]
     assert "rmsnorm_reg_kernel" in found["rmsnorm"]
     assert not any("__launch_bounds__" in n for names in found.values() for n in names)
 
 
-@pytest.mark.parametrize("name,hit", [
-    ("rmsnorm_row_kernel", True),
-    ("(anonymous namespace)::rmsnorm_row_kernel", True),
-    ("void (anonymous namespace)::rmsnorm_row_kernel<__half>(const T1 *, const T1 *, T1 *, long, long, float)", True),
-    ("rmsnorm_row_kernel2", False),
-    ("my_rmsnorm_row_kernel", False),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>(int, T2, T3)", False),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(T3)", False),
-])
+@pytest.mark.parametrize(
+    "name,hit",
+    [
+        ("rmsnorm_row_kernel", True),
+        ("(anonymous namespace)::rmsnorm_row_kernel", True),
+        (
+            "void (anonymous namespace)::rmsnorm_row_kernel<__half>(const T1 *, const T1 *, T1 *, long, long, float)",
+            True,
+        ),
+        ("rmsnorm_row_kernel2", False),
+        ("my_rmsnorm_row_kernel", False),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>(int, T2, T3)",
+            False,
+        ),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(T3)", False),
+    ],
+)
 def test_kernel_regex_is_bounded(name, hit):
     import re
 
@@ -142,6 +162,7 @@ def test_kernel_regex_is_bounded(name, hit):
 
 
 # ----------------------------------------------------------------------- failure reasons
+
 
 def code_of(text: str, pattern: str | None = None) -> str:
     with pytest.raises(ProfileFailure) as exc:
@@ -169,14 +190,20 @@ def test_other_kernels_rows_do_not_count():
     assert res["rows"] == 2 and res["kernel"]["ID"] == "0"
 
 
-@pytest.mark.parametrize("metric,concept", [
-    ("dram__bytes.sum.per_second", "dram_bandwidth_Bps"),
-    ("launch__waves_per_multiprocessor", "waves_per_sm"),
-    ("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy_pct"),
-    ("gpu__time_duration.sum", "duration_ns"),
-])
+@pytest.mark.parametrize(
+    "metric,concept",
+    [
+        ("dram__bytes.sum.per_second", "dram_bandwidth_Bps"),
+        ("launch__waves_per_multiprocessor", "waves_per_sm"),
+        ("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy_pct"),
+        ("gpu__time_duration.sum", "duration_ns"),
+    ],
+)
 def test_missing_or_na_required_metric_is_named(metric, concept):
-    for text in (edit_metric(fixture("v0_naive"), metric, drop=True), edit_metric(fixture("v0_naive"), metric, "n/a")):
+    for text in (
+        edit_metric(fixture("v0_naive"), metric, drop=True),
+        edit_metric(fixture("v0_naive"), metric, "n/a"),
+    ):
         with pytest.raises(ProfileFailure) as exc:
             m.analyze(text, candidate_filter("v0_naive"))
         assert exc.value.code == "MISSING_METRICS"
@@ -193,51 +220,77 @@ def test_missing_stall_metrics_are_named():
 
 
 def test_alternative_metric_name_is_used_and_recorded():
-    text = fixture("v0_naive").replace("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                                       "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
+    text = fixture("v0_naive").replace(
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    )
     s = m.analyze(text, candidate_filter("v0_naive"))["summary"]
     assert s["sources"]["dram_throughput_pct"] == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "not,a,profile\n1,2,3\n",
-    '"ID","Process ID","Block Size"\n"","",""\n"0","1","(1, 1, 1)"\n',  # no Kernel Name column
-    '"ID","Kernel Name","launch__grid_size"\n"","",""\n"0","k"\n',  # a short row
-    '"ID","Kernel Name","Kernel Name"\n"0","a","b"\n',  # a repeated column
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not,a,profile\n1,2,3\n",
+        '"ID","Process ID","Block Size"\n"","",""\n"0","1","(1, 1, 1)"\n',  # no Kernel Name column
+        '"ID","Kernel Name","launch__grid_size"\n"","",""\n"0","k"\n',  # a short row
+        '"ID","Kernel Name","Kernel Name"\n"0","a","b"\n',  # a repeated column
+    ],
+)
 def test_unparsable_csv(text):
     assert code_of(text) == "CSV_UNPARSABLE"
 
 
 def test_unknown_unit_is_unparsable():
-    assert code_of(edit_metric(fixture("v0_naive"), "gpu__time_duration.sum", unit="fortnight")) == "CSV_UNPARSABLE"
+    assert (
+        code_of(edit_metric(fixture("v0_naive"), "gpu__time_duration.sum", unit="fortnight"))
+        == "CSV_UNPARSABLE"
+    )
 
 
 # ------------------------------------------------------------------------------ numbers
 
-@pytest.mark.parametrize("text,value", [("1,234,567", 1234567.0), ("1,598,000.25", 1598000.25), ("0.50", 0.5),
-                                        ("n/a", None), ("", None), ("(128, 1, 1)", None), ("12,34", None)])
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("1,234,567", 1234567.0),
+        ("1,598,000.25", 1598000.25),
+        ("0.50", 0.5),
+        ("n/a", None),
+        ("", None),
+        ("(128, 1, 1)", None),
+        ("12,34", None),
+    ],
+)
 def test_parse_number(text, value):
     assert m.parse_number(text) == value
 
 
-@pytest.mark.parametrize("value,unit,concept,expected", [
-    (1.5, "Tbyte/second", "dram_bandwidth_Bps", 1.5e12),
-    (800.0, "Gbyte/second", "dram_bandwidth_Bps", 8e11),
-    (3.0, "byte/nsecond", "dram_bandwidth_Bps", 3e9),
-    (2.5, "usecond", "duration_ns", 2500.0),
-    (2.5, "msecond", "duration_ns", 2.5e6),
-    (42.0, "%", "achieved_occupancy_pct", 42.0),
-])
+@pytest.mark.parametrize(
+    "value,unit,concept,expected",
+    [
+        (1.5, "Tbyte/second", "dram_bandwidth_Bps", 1.5e12),
+        (800.0, "Gbyte/second", "dram_bandwidth_Bps", 8e11),
+        (3.0, "byte/nsecond", "dram_bandwidth_Bps", 3e9),
+        (2.5, "usecond", "duration_ns", 2500.0),
+        (2.5, "msecond", "duration_ns", 2.5e6),
+        (42.0, "%", "achieved_occupancy_pct", 42.0),
+    ],
+)
 def test_units_are_converted_to_base(value, unit, concept, expected):
     assert m.to_base(value, unit, concept) == pytest.approx(expected)
 
 
 def test_scaled_units_give_the_same_summary_as_base_units():
     base = m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce"))["summary"]
-    scaled = edit_metric(fixture("v1_block_reduce"), "dram__bytes.sum.per_second",
-                         f"{base['dram_bandwidth_Bps'] / 1e9:.6f}", "Gbyte/second")
+    scaled = edit_metric(
+        fixture("v1_block_reduce"),
+        "dram__bytes.sum.per_second",
+        f"{base['dram_bandwidth_Bps'] / 1e9:.6f}",
+        "Gbyte/second",
+    )
     scaled = edit_metric(scaled, "gpu__time_duration.sum", f"{base['duration_ns'] / 1e3:.6f}", "usecond")
     s = m.analyze(scaled, candidate_filter("v1_block_reduce"))["summary"]
     assert s["dram_bandwidth_Bps"] == pytest.approx(base["dram_bandwidth_Bps"])
@@ -245,7 +298,9 @@ def test_scaled_units_give_the_same_summary_as_base_units():
 
 
 def test_prof_lines_around_the_table_are_ignored():
-    text = "==PROF== Connected to process 1\n" + fixture("v0_naive") + "==PROF== Disconnected from process 1\n"
+    text = (
+        "==PROF== Connected to process 1\n" + fixture("v0_naive") + "==PROF== Disconnected from process 1\n"
+    )
     assert m.analyze(text, candidate_filter("v0_naive"))["summary"]["grid_size"] == LAUNCH["v0_naive"][0]
 
 

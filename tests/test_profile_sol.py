@@ -53,22 +53,39 @@ def test_selection_and_validation_before_anything_runs(tmp_path):
         sol.plan(prob, ProfileOptions(kernel="other"))
     with pytest.raises(ConfigError, match="warm-up"):
         sol.plan(prob, ProfileOptions(warmup=0))
-    tri = write_solution(tmp_path / "tri", "scale_mul_triton", "scale_mul", "main.py", TRITON, languages=("triton",))
-    assert sol.kernel_names(load_problem(str(PROBLEM), BenchOptions(str(tri))).solution) == ["scale_mul_kernel", "total_kernel"]
+    tri = write_solution(
+        tmp_path / "tri", "scale_mul_triton", "scale_mul", "main.py", TRITON, languages=("triton",)
+    )
+    assert sol.kernel_names(load_problem(str(PROBLEM), BenchOptions(str(tri))).solution) == [
+        "scale_mul_kernel",
+        "total_kernel",
+    ]
     # a PyTorch solution defines no kernel: any --kernel names the one to profile
     torch_only = load_problem(str(PROBLEM), BenchOptions(str(SOLS / "good_return" / "solution.json")))
     assert sol.plan(torch_only, ProfileOptions())["kernel_names"] == []
-    assert sol.plan(torch_only, ProfileOptions(kernel="vectorized_elementwise_kernel"))["kernel_names"] == \
-        ["vectorized_elementwise_kernel"]
+    assert sol.plan(torch_only, ProfileOptions(kernel="vectorized_elementwise_kernel"))["kernel_names"] == [
+        "vectorized_elementwise_kernel"
+    ]
 
 
 def test_the_cli_refuses_ambiguous_or_unknown_targets(tmp_path, cli):
-    both = cli("profile", "--task", "tasks/rmsnorm.yaml", "--solution", str(SOLS / "good_return" / "solution.json"))
+    both = cli(
+        "profile", "--task", "tasks/rmsnorm.yaml", "--solution", str(SOLS / "good_return" / "solution.json")
+    )
     assert both.returncode == 2 and "not both or neither" in both.stderr
     neither = cli("profile")
     assert neither.returncode == 2 and "not both or neither" in neither.stderr
-    bad = cli("profile", "--solution", str(SOLS / "good_return" / "solution.json"), "--problem", str(PROBLEM),
-              "--case", "wide", "--artifacts", str(tmp_path / "a"))
+    bad = cli(
+        "profile",
+        "--solution",
+        str(SOLS / "good_return" / "solution.json"),
+        "--problem",
+        str(PROBLEM),
+        "--case",
+        "wide",
+        "--artifacts",
+        str(tmp_path / "a"),
+    )
     assert bad.returncode == 2 and "is not a workload of scale_mul" in bad.stderr
     assert not (tmp_path / "a").exists()  # refused before anything was written
 
@@ -83,13 +100,29 @@ def _profile(fake, monkeypatch, solution, **kw):
 def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypatch, tmp_path):  # noqa: F811
     from mini_kv.solexec.run import bench
 
-    attempt = Path(bench(str(PROBLEM), BenchOptions(solution=str(SOLS / "good_return" / "solution.json"),
-                                                    artifacts=str(tmp_path / "store"), device="cpu", rounds=1,
-                                                    warmup=1, samples=3))["attempt"])
+    attempt = Path(
+        bench(
+            str(PROBLEM),
+            BenchOptions(
+                solution=str(SOLS / "good_return" / "solution.json"),
+                artifacts=str(tmp_path / "store"),
+                device="cpu",
+                rounds=1,
+                warmup=1,
+                samples=3,
+            ),
+        )["attempt"]
+    )
     # the attempt's solution.json (every source inlined); its definition.json is stored with sorted keys,
     # which loses the order of the inputs, so the problem comes from the problem directory
-    res = _profile(fake_ncu, monkeypatch, attempt / "solution.json", problem=str(PROBLEM), case="tall",
-                   kernel="rmsnorm_row_kernel")
+    res = _profile(
+        fake_ncu,
+        monkeypatch,
+        attempt / "solution.json",
+        problem=str(PROBLEM),
+        case="tall",
+        kernel="rmsnorm_row_kernel",
+    )
     assert res["status"] == "ok", res["reason"]
     doc = read_profile(Path(res["path"]))  # schema-valid, every file hashed, summary re-derived
     assert doc["task"]["id"] == "scale_mul" and doc["task"]["version"].startswith("sol-")
@@ -105,13 +138,28 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
     assert {"definition.json", "solution.json", "environment.json"} <= {f["path"] for f in doc["files"]}
 
 
-def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(fake_ncu, monkeypatch, tmp_path, capsys):  # noqa: F811
+def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(
+    fake_ncu,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+    capsys,
+):
     from mini_kv.cli import main
 
-    a = _profile(fake_ncu, monkeypatch, SOLS / "good_return" / "solution.json", problem=str(PROBLEM),
-                 kernel="rmsnorm_row_kernel")
-    b = _profile(fake_ncu, monkeypatch, SOLS / "good_dps" / "solution.json", problem=str(PROBLEM),
-                 kernel="rmsnorm_row_kernel")
+    a = _profile(
+        fake_ncu,
+        monkeypatch,
+        SOLS / "good_return" / "solution.json",
+        problem=str(PROBLEM),
+        kernel="rmsnorm_row_kernel",
+    )
+    b = _profile(
+        fake_ncu,
+        monkeypatch,
+        SOLS / "good_dps" / "solution.json",
+        problem=str(PROBLEM),
+        kernel="rmsnorm_row_kernel",
+    )
     assert main(["compare-profiles", a["path"], b["path"], "--json", str(tmp_path / "c.json")]) == 0
     out = json.loads((tmp_path / "c.json").read_text())
     assert out["timing"]["ran"] is False and "`bench`" in out["timing"]["reason"]

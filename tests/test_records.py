@@ -36,7 +36,10 @@ def _v1_card(doc: dict) -> dict:
     out["cases"] = [{**c, "status": words.get(c.get("status"), c.get("status"))} for c in doc["cases"]]
     if "contract" in doc:
         out["contract"] = {k: {**v, "status": words[v["status"]]} for k, v in doc["contract"].items()}
-        out["summary"] = {**doc["summary"], "contract": {k: words[v] for k, v in doc["summary"]["contract"].items()}}
+        out["summary"] = {
+            **doc["summary"],
+            "contract": {k: words[v] for k, v in doc["summary"]["contract"].items()},
+        }
     return out
 
 
@@ -54,12 +57,19 @@ def test_card_writer_documents_validate_and_name_their_format(tmp_path):
     errored = [*bench["cases"], {"id": "b2", "status": Status.BENCHMARK_ERROR, "reason": "x"}]
     assert is_valid(json.loads(json.dumps(benchmark_document(CARD_FORMAT, "cpu", errored, {}))), "benchmark")
     with pytest.raises(Exception, match="status"):  # a v1 word is refused on write
-        correctness_document(CARD_FORMAT, "cpu", "s", {**results, "cases": [{"id": "c", "status": "PASS"}]}, {})
+        correctness_document(
+            CARD_FORMAT, "cpu", "s", {**results, "cases": [{"id": "c", "status": "PASS"}]}, {}
+        )
 
 
 def test_sol_writer_documents_validate():
-    wl = {"id": "0b7d-uuid", "status": Status.INCORRECT_NUMERICAL, "log": "3 elements off",
-          "correctness": {"max_absolute_error": 0.5, "max_relative_error": 0.1}, "performance": None}
+    wl = {
+        "id": "0b7d-uuid",
+        "status": Status.INCORRECT_NUMERICAL,
+        "log": "3 elements off",
+        "correctness": {"max_absolute_error": 0.5, "max_relative_error": 0.1},
+        "performance": None,
+    }
     doc = correctness_document(SOL_FORMAT, "cpu", "salt", {"load": None, "cases": [wl]}, {"ok": False})
     assert is_valid(json.loads(json.dumps(doc)), "correctness") and doc["contract"] == {}
     bench = benchmark_document(SOL_FORMAT, "cpu", [], {"ran": False}, {"warmup": 1})
@@ -72,8 +82,14 @@ def test_v1_card_records_migrate_and_the_index_reads_them_as_before(tmp_path):
     rebuild_index(art)
     before = snapshot(art)
     _rewrite(a, "correctness.json", _v1_card)
-    _rewrite(a, "benchmark.json", lambda b: {**_v1_card(b), "cases": b["cases"] + [
-        {"id": "bench_z", "status": "ERROR", "reason": "boom"}]})
+    _rewrite(
+        a,
+        "benchmark.json",
+        lambda b: {
+            **_v1_card(b),
+            "cases": b["cases"] + [{"id": "bench_z", "status": "ERROR", "reason": "boom"}],
+        },
+    )
     _reseal(a)
     corr = json.loads((a / "correctness.json").read_text())
     assert corr["schema_version"] == 1 and {c["status"] for c in corr["cases"]} == {"PASS", "FAIL"}
@@ -86,7 +102,7 @@ def test_v1_card_records_migrate_and_the_index_reads_them_as_before(tmp_path):
     (art / INDEX_NAME).unlink()
     result = rebuild_index(art)
     assert result.problems == [] and result.attempts == 1
-    (row, cases), = snapshot(art).values()
+    ((row, cases),) = snapshot(art).values()
     assert row[6] == "INCORRECT" and cases == before[a.name][1]
 
 
@@ -118,15 +134,25 @@ def test_sol_attempt_records_validate_and_its_v1_layout_still_reads(tmp_path_fac
     art = tmp_path_factory.mktemp("v1") / "artifacts"
     a = art / src.parent.name / src.name
     shutil.copytree(src, a)
-    _rewrite(a, "correctness.json", lambda c: {**{k: v for k, v in c.items() if k not in ("format", "cases",
-                                                                                          "contract")},
-                                               "schema_version": 1, "workloads": c["cases"]})
-    _rewrite(a, "benchmark.json", lambda b: {**{k: v for k, v in b.items() if k != "format"}, "schema_version": 1})
+    _rewrite(
+        a,
+        "correctness.json",
+        lambda c: {
+            **{k: v for k, v in c.items() if k not in ("format", "cases", "contract")},
+            "schema_version": 1,
+            "workloads": c["cases"],
+        },
+    )
+    _rewrite(
+        a, "benchmark.json", lambda b: {**{k: v for k, v in b.items() if k != "format"}, "schema_version": 1}
+    )
     _reseal(a)
     rebuilt = rebuild_index(art)
     assert rebuilt.problems == [] and rebuilt.attempts == 1
     migrated = read_record(a / "correctness.json")
-    assert migrated["format"] == SOL_FORMAT and [c["id"] for c in migrated["cases"]] == [c["id"] for c in corr["cases"]]
+    assert migrated["format"] == SOL_FORMAT and [c["id"] for c in migrated["cases"]] == [
+        c["id"] for c in corr["cases"]
+    ]
 
 
 def test_the_h200_evidence_attempts_written_as_version_1_still_read(tmp_path):

@@ -22,15 +22,22 @@ from mini_kv.load.schema import validate
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
 
-FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (Verdict.FAIL, Verdict.INCOMPARABLE, Verdict.PASS, Verdict.UNCONFIRMED,
-                                               Verdict.WARN)
+FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
+    Verdict.FAIL,
+    Verdict.INCOMPARABLE,
+    Verdict.PASS,
+    Verdict.UNCONFIRMED,
+    Verdict.WARN,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def baseline(tmp_path) -> dict:
-    src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1, speedups={"bench_a": 1.5, "bench_b": 2.0})
+    src = make_attempt(
+        tmp_path / "artifacts", candidate="v0", seed=1, speedups={"bench_a": 1.5, "bench_b": 2.0}
+    )
     return promote_baseline(src, tmp_path / "baselines" / "vector_add.json")
 
 
@@ -50,8 +57,12 @@ class Confirm:
     def __call__(self, case_id: str):
         self.calls.append(case_id)
         k = self.seed + 2 * len(self.calls)
-        return {"candidate": synth_samples(self.p50, k), "baseline": synth_samples(self.base_p50, k + 1),
-                "order": [["candidate", "reference"], ["reference", "candidate"]], "build": None}
+        return {
+            "candidate": synth_samples(self.p50, k),
+            "baseline": synth_samples(self.base_p50, k + 1),
+            "order": [["candidate", "reference"], ["reference", "candidate"]],
+            "build": None,
+        }
 
 
 def test_identical_distributions_pass(tmp_path, baseline):
@@ -175,20 +186,27 @@ def test_thresholds_are_configurable(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     loose = Thresholds(p50_threshold=0.25, p95_threshold=0.3)
     assert compare_to_baseline(baseline, header, bench, Confirm(12.0), loose)["verdict"] == PASS
-    assert compare_to_baseline(baseline, header, bench, Confirm(12.0),
-                               {"p50_threshold": 0.25, "p95_threshold": 0.3})["thresholds"]["p50_threshold"] == 0.25
+    assert (
+        compare_to_baseline(
+            baseline, header, bench, Confirm(12.0), {"p50_threshold": 0.25, "p95_threshold": 0.3}
+        )["thresholds"]["p50_threshold"]
+        == 0.25
+    )
     with pytest.raises(ValueError, match="unknown"):
         Thresholds.of({"p99_threshold": 1})
 
 
-@pytest.mark.parametrize("field, change", [
-    ("task_id", {"task_id": "other_task"}),
-    ("task_version", {"task_version": "2.0.0"}),
-    ("operator_version", {"operator": {"name": "vector_add", "version": "1.1.0"}}),
-    ("suite_hash", {"suite_hash": "b" * 64}),
-    ("environment_key", {"environment_key": "another-gpu"}),
-    ("device", {"device": "cuda:0"}),
-])
+@pytest.mark.parametrize(
+    "field, change",
+    [
+        ("task_id", {"task_id": "other_task"}),
+        ("task_version", {"task_version": "2.0.0"}),
+        ("operator_version", {"operator": {"name": "vector_add", "version": "1.1.0"}}),
+        ("suite_hash", {"suite_hash": "b" * 64}),
+        ("environment_key", {"environment_key": "another-gpu"}),
+        ("device", {"device": "cuda:0"}),
+    ],
+)
 def test_each_mismatched_key_is_incomparable(tmp_path, baseline, field, change):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.5)  # even a big slowdown is not judged
     header.update(change)
@@ -237,7 +255,10 @@ def test_promoted_baseline_content(tmp_path):
     import hashlib
 
     assert base["source"]["attempt_id"] == src.name
-    assert base["source"]["attempt_json_sha256"] == hashlib.sha256((src / "attempt.json").read_bytes()).hexdigest()
+    assert (
+        base["source"]["attempt_json_sha256"]
+        == hashlib.sha256((src / "attempt.json").read_bytes()).hexdigest()
+    )
     bench = json.loads((src / "benchmark.json").read_text())
     assert base["cases"][0]["samples"] == bench["cases"][0]["candidate"]["samples"]
     assert base["cases"][0]["summary"] == bench["cases"][0]["candidate"]["summary"]
@@ -256,13 +277,16 @@ def test_promotion_refuses_to_overwrite_unless_forced(tmp_path):
     assert promote_baseline(b, out, force=True)["source"]["attempt_id"] == b.name
 
 
-@pytest.mark.parametrize("kw, damage, message", [
-    ({"status": "INCORRECT"}, None, "status is INCORRECT"),
-    ({"stable": False}, None, "not stable"),
-    ({"bench": False, "stable": None}, None, "no benchmark data"),
-    ({}, "tamper", "SHA-256"),
-    ({}, "partial", "still .partial"),
-])
+@pytest.mark.parametrize(
+    "kw, damage, message",
+    [
+        ({"status": "INCORRECT"}, None, "status is INCORRECT"),
+        ({"stable": False}, None, "not stable"),
+        ({"bench": False, "stable": None}, None, "no benchmark data"),
+        ({}, "tamper", "SHA-256"),
+        ({}, "partial", "still .partial"),
+    ],
+)
 def test_promotion_refuses_unfit_attempts(tmp_path, kw, damage, message):
     a = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1, **kw)
     if damage == "tamper":
@@ -296,9 +320,14 @@ def test_malformed_baseline_names_the_field(tmp_path, baseline):
 
 
 def _card(tmp_path, baseline_rel):
-    return types.SimpleNamespace(project_root=str(tmp_path), baseline=baseline_rel, id="vector_add",
-                                 version="1.0.0", operator={"name": "vector_add", "version": "1.0.0"},
-                                 suite_hash=lambda: SUITE)
+    return types.SimpleNamespace(
+        project_root=str(tmp_path),
+        baseline=baseline_rel,
+        id="vector_add",
+        version="1.0.0",
+        operator={"name": "vector_add", "version": "1.0.0"},
+        suite_hash=lambda: SUITE,
+    )
 
 
 def test_card_hook(tmp_path, baseline):
@@ -322,16 +351,20 @@ def test_baseline_found_by_convention_and_unused_ones_are_named(tmp_path, baseli
     env = {"key": ENV_KEY}
     v = check_card_baseline(_card(tmp_path, None), env, bench["cases"], "cpu")
     assert v is not None and v["verdict"] == PASS
-    assert v["baseline_file"] == {"path": "baselines/vector_add.json", "found_by": "convention",
-                                  "sha256": v["baseline_file"]["sha256"]}
+    assert v["baseline_file"] == {
+        "path": "baselines/vector_add.json",
+        "found_by": "convention",
+        "sha256": v["baseline_file"]["sha256"],
+    }
     path, how, notes = find_card_baseline(_card(tmp_path, "baselines/other.json"))
     assert path is None and how is None
     assert "baselines/other.json, which does not exist" in notes[0]
     assert "baselines/vector_add.json exists but is not used" in notes[1]
     (tmp_path / "baselines" / "other.json").write_text("{}")
     path, how, notes = find_card_baseline(_card(tmp_path, "baselines/other.json"))
-    assert how == "card" and notes == ["baselines/vector_add.json exists but is not used: the card's `baseline:` "
-                                       "names baselines/other.json"]
+    assert how == "card" and notes == [
+        "baselines/vector_add.json exists but is not used: the card's `baseline:` names baselines/other.json"
+    ]
     (tmp_path / "baselines" / "vector_add.json").unlink()
     assert find_card_baseline(_card(tmp_path, None)) == (None, None, [])
 
@@ -363,13 +396,24 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     corr = correctness_records("PASSED", "cpu", salt_of(2))
     results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "bench": bench["cases"]}
     head = card_headline("ok", results, bench["cases"], False, "cpu")  # what verify() computes
-    summary = {"status": head.status, "exit_code": 0, "device": "cpu", "correctness": head.correctness,
-               "benchmark": head.benchmark, "compile": {}, "duration_s": 0.0,
-               "regression": {"verdict": verdict["verdict"], "reasons": []}}
+    summary = {
+        "status": head.status,
+        "exit_code": 0,
+        "device": "cpu",
+        "correctness": head.correctness,
+        "benchmark": head.benchmark,
+        "compile": {},
+        "duration_s": 0.0,
+        "regression": {"verdict": verdict["verdict"], "reasons": []},
+    }
     store = tmp_path / "store"
-    prep = Prepared("cpu", fixture_env(), salt_of(2), resolve_sandbox(False), {}, 1.0, 1.0, Path(card.project_root), store)
+    prep = Prepared(
+        "cpu", fixture_env(), salt_of(2), resolve_sandbox(False), {}, 1.0, 1.0, Path(card.project_root), store
+    )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
-    a = _write_attempt(CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict)
+    a = _write_attempt(
+        CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict
+    )
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}
     assert json.loads((a / "regression.json").read_text()) == verdict
@@ -382,8 +426,12 @@ def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):
     """regression.json is a contract: PASS, confirmed FAIL, WARN, UNCONFIRMED, INCOMPARABLE and a
     baseline that cannot be read all validate against schemas/regression.schema.json."""
     verdicts = []
-    for kw, confirm in (({"seed": 2}, Confirm(10.0)), ({"seed": 3, "slowdown": 1.2}, Confirm(12.0)),
-                        ({"seed": 4, "slowdown": 1.2}, Confirm(10.0)), ({"seed": 5, "slowdown": 1.2}, None)):
+    for kw, confirm in (
+        ({"seed": 2}, Confirm(10.0)),
+        ({"seed": 3, "slowdown": 1.2}, Confirm(12.0)),
+        ({"seed": 4, "slowdown": 1.2}, Confirm(10.0)),
+        ({"seed": 5, "slowdown": 1.2}, None),
+    ):
         header, bench = _attempt(tmp_path / str(kw["seed"]), **kw)
         verdicts.append(compare_to_baseline(baseline, header, bench, confirm))
     header, bench = _attempt(tmp_path / "6", seed=6)
@@ -394,9 +442,14 @@ def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):
     bad = tmp_path / "card"
     (bad / "baselines").mkdir(parents=True)
     (bad / "baselines" / "vector_add.json").write_text("{")
-    card = types.SimpleNamespace(baseline="baselines/vector_add.json", project_root=str(bad), id="vector_add",
-                                 version="1.0.0", operator={"name": "vector_add", "version": "1.0.0"},
-                                 suite_hash=lambda: "x")
+    card = types.SimpleNamespace(
+        baseline="baselines/vector_add.json",
+        project_root=str(bad),
+        id="vector_add",
+        version="1.0.0",
+        operator={"name": "vector_add", "version": "1.0.0"},
+        suite_hash=lambda: "x",
+    )
     v = check_card_baseline(card, {"key": "k"}, [], "cpu")
     assert v["verdict"] == INCOMPARABLE and v["baseline_error"]
     validate(v, "regression", "regression.json")
@@ -422,30 +475,51 @@ def _forge(path: Path, edit) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("what, edit", [
-    ("samples", lambda d: [rep.__setitem__(slice(None), [x / 2 for x in rep]) for rep in d["cases"][0]["samples"]]),
-    ("summary", lambda d: d["cases"][0]["summary"]["overall"].__setitem__("p50", 1.0)),
-    ("environment key", lambda d: d.update(environment_key="forged")),
-    ("attempt file list", lambda d: d["manifest"]["attempt_files"].pop()),
-])
+@pytest.mark.parametrize(
+    "what, edit",
+    [
+        (
+            "samples",
+            lambda d: [
+                rep.__setitem__(slice(None), [x / 2 for x in rep]) for rep in d["cases"][0]["samples"]
+            ],
+        ),
+        ("summary", lambda d: d["cases"][0]["summary"]["overall"].__setitem__("p50", 1.0)),
+        ("environment key", lambda d: d.update(environment_key="forged")),
+        ("attempt file list", lambda d: d["manifest"]["attempt_files"].pop()),
+    ],
+)
 def test_an_edited_baseline_is_tampered_never_a_candidate_fail(tmp_path, baseline, what, edit):
     """Halving the stored samples made the unchanged candidate a 'confirmed' regression (exit 6)."""
     path = tmp_path / "baselines" / "vector_add.json"
     _forge(path, edit)
     _, bench = _attempt(tmp_path, seed=2)
     confirm_calls = []
-    v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu",
-                            confirm_with=lambda b, c: confirm_calls.append(c))
+    v = check_card_baseline(
+        _card(tmp_path, "baselines/vector_add.json"),
+        {"key": ENV_KEY},
+        bench["cases"],
+        "cpu",
+        confirm_with=lambda b, c: confirm_calls.append(c),
+    )
     assert v["verdict"] == "TAMPERED", v["reasons"]
     assert v["tampered_file"] == str(path) and str(path) in v["reasons"][0] and "TAMPERED" in v["reasons"][0]
     assert confirm_calls == [] and v["cases"] == []
     assert exit_code_for(v) == ExitCode.CONFIG
     validate(json.loads(json.dumps(v)), "regression", "regression.json")
     # the attempt that carries this verdict is still a valid, indexable attempt
-    a = make_attempt(tmp_path / "store", candidate="v1", seed=3,
-                     extra_files={"regression.json": {**v, "schema_version": 1}})
+    a = make_attempt(
+        tmp_path / "store",
+        candidate="v1",
+        seed=3,
+        extra_files={"regression.json": {**v, "schema_version": 1}},
+    )
     header = json.loads((a / "attempt.json").read_text())
-    validate({**header, "regression": {"verdict": v["verdict"], "reasons": v["reasons"]}}, "attempt", "attempt.json")
+    validate(
+        {**header, "regression": {"verdict": v["verdict"], "reasons": v["reasons"]}},
+        "attempt",
+        "attempt.json",
+    )
 
 
 def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
@@ -456,7 +530,9 @@ def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
     header["created_at"] = "2001-01-01T00:00:00+00:00"
     (src / "attempt.json").write_text(json.dumps(header))
     _, bench = _attempt(tmp_path, seed=2)
-    v = check_card_baseline(_card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu")
+    v = check_card_baseline(
+        _card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu"
+    )
     assert v["verdict"] == "TAMPERED" and v["tampered_file"] == str(src / "attempt.json")
     assert exit_code_for(v) == ExitCode.CONFIG
 
@@ -500,8 +576,13 @@ def test_promotion_refuses_a_manifest_that_points_outside_the_attempt(tmp_path):
         target.write_text("outside")
     rel = "../" * len(a.resolve().parts) + str(target.resolve()).lstrip("/")
     header = json.loads((a / "attempt.json").read_text())
-    header["files"].append({"path": rel, "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
-                            "size": target.stat().st_size})
+    header["files"].append(
+        {
+            "path": rel,
+            "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+            "size": target.stat().st_size,
+        }
+    )
     (a / "attempt.json").write_text(json.dumps(header))
     with pytest.raises(UserError, match="files") as exc:
         promote_baseline(a, tmp_path / "b.json")
@@ -519,8 +600,13 @@ def test_promotion_refuses_a_file_listed_through_a_link_out_of_the_attempt(tmp_p
     secret.write_text("not part of any attempt")
     (a / "logs" / "link").symlink_to(secret)
     header = json.loads((a / "attempt.json").read_text())
-    header["files"].append({"path": "logs/link", "sha256": hashlib.sha256(secret.read_bytes()).hexdigest(),
-                            "size": secret.stat().st_size})
+    header["files"].append(
+        {
+            "path": "logs/link",
+            "sha256": hashlib.sha256(secret.read_bytes()).hexdigest(),
+            "size": secret.stat().st_size,
+        }
+    )
     (a / "attempt.json").write_text(json.dumps(header))
     with pytest.raises(AttemptInvalid, match="is a symbolic link"):
         read_attempt(a)
@@ -544,14 +630,18 @@ def test_promotion_refuses_a_moved_attempt_as_rebuild_index_does(tmp_path, move)
     assert not (tmp_path / "b.json").exists()
 
 
-@pytest.mark.parametrize("card_baseline, output, used", [
-    (None, "baselines/vector_add.json", True),  # promote-baseline's default: found by convention
-    (None, "elsewhere/b.json", False),
-    ("gate/vector_add.json", "gate/vector_add.json", True),
-    ("gate/vector_add.json", "baselines/vector_add.json", False),
-])
-def test_promote_baseline_says_whether_verify_will_use_it(tmp_path, monkeypatch, capsys, card_baseline, output,
-                                                          used):
+@pytest.mark.parametrize(
+    "card_baseline, output, used",
+    [
+        (None, "baselines/vector_add.json", True),  # promote-baseline's default: found by convention
+        (None, "elsewhere/b.json", False),
+        ("gate/vector_add.json", "gate/vector_add.json", True),
+        ("gate/vector_add.json", "baselines/vector_add.json", False),
+    ],
+)
+def test_promote_baseline_says_whether_verify_will_use_it(
+    tmp_path, monkeypatch, capsys, card_baseline, output, used
+):
     import yaml
 
     from mini_kv.cli import main

@@ -10,25 +10,51 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+NVCC = shutil.which("nvcc") or (
+    "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.cu")))
 def test_cuda_script_compiles(tmp_path, script):
-    res = subprocess.run([NVCC, "-c", "-O3", "-arch=sm_90", "-std=c++17", str(ROOT / "scripts" / script),
-                          "-o", str(tmp_path / "x.o")], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            NVCC,
+            "-c",
+            "-O3",
+            "-arch=sm_90",
+            "-std=c++17",
+            str(ROOT / "scripts" / script),
+            "-o",
+            str(tmp_path / "x.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_prebuild_solutions_builds_cpp_and_reports_failures_with_their_log():
     sols, problem = ROOT / "tests" / "sol_solutions", ROOT / "tests" / "sol_solutions" / "problem"
-    res = subprocess.run([sys.executable, "scripts/prebuild_solutions.py",
-                          str(problem), str(sols / "cuda_good" / "solution.json"),
-                          str(problem), str(sols / "cuda_syntax_error" / "solution.json"),
-                          str(problem), str(sols / "wrong_values" / "solution.json")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "scripts/prebuild_solutions.py",
+            str(problem),
+            str(sols / "cuda_good" / "solution.json"),
+            str(problem),
+            str(sols / "cuda_syntax_error" / "solution.json"),
+            str(problem),
+            str(sols / "wrong_values" / "solution.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert any(ln.startswith(str(sols / "cuda_good" / "solution.json") + ": ok") for ln in lines), res.stdout

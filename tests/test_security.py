@@ -38,9 +38,16 @@ def make_project(tmp_path: Path, card_extra: dict | None = None, cand_extra: dic
     (tmp_path / ".mini-kv-project").write_text("")
     shutil.copytree(V0, tmp_path / "cand")
     card = yaml.safe_load((ROOT / "tasks" / "vector_add.yaml").read_text())
-    card["candidates"] = [{"id": "v0", "path": "cand", "op": "mini_kv_sec_v0::vector_add",
-                           "sources": {"cpu": ["op.cpp"], "cuda": ["kernel.cu", "op_cuda.cpp"]},
-                           "cflags": ["-DNS=mini_kv_sec_v0"], **(cand_extra or {})}]
+    card["candidates"] = [
+        {
+            "id": "v0",
+            "path": "cand",
+            "op": "mini_kv_sec_v0::vector_add",
+            "sources": {"cpu": ["op.cpp"], "cuda": ["kernel.cu", "op_cuda.cpp"]},
+            "cflags": ["-DNS=mini_kv_sec_v0"],
+            **(cand_extra or {}),
+        }
+    ]
     card["default_candidate"] = "v0"
     card["cases"] = [{"id": "n31", "kind": "core", "params": {"n": 31}, "dtypes": ["float32"]}]
     card.pop("baseline", None)
@@ -54,8 +61,11 @@ def make_project(tmp_path: Path, card_extra: dict | None = None, cand_extra: dic
 # compile and link flags never reach a shell
 
 
-@pytest.mark.parametrize("which,field", [(0, "cflags"), (1, "cuda_cflags"), (2, "cflags")],
-                         ids=["semicolon", "backquote", "dollar-paren"])
+@pytest.mark.parametrize(
+    "which,field",
+    [(0, "cflags"), (1, "cuda_cflags"), (2, "cflags")],
+    ids=["semicolon", "backquote", "dollar-paren"],
+)
 def test_card_flag_with_shell_syntax_is_refused_before_any_build(tmp_path, which, field):
     marker = tmp_path / "pwned"
     card = make_project(tmp_path, cand_extra={field: [shell_payloads(marker)[which]]})
@@ -77,16 +87,29 @@ def test_compiler_refuses_unsafe_flags_of_any_candidate(tmp_path):
     """The compiler checks too, whatever built the Candidate record: a result, not an exception."""
     marker = tmp_path / "pwned"
     shutil.copytree(V0, tmp_path / "cand")
-    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_c::vector_add", cpu_sources=("op.cpp",),
-                     cuda_sources=(), cflags=(f"-DX=`touch {marker}`",))
+    cand = Candidate(
+        id="v0",
+        path="cand",
+        op="mini_kv_sec_c::vector_add",
+        cpu_sources=("op.cpp",),
+        cuda_sources=(),
+        cflags=(f"-DX=`touch {marker}`",),
+    )
     rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
     assert rec["status"] == "error" and "cflags[0]" in rec["refused"] and "touch" in rec["refused"]
     assert rec["library"] is None
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("field,flag", [("cuda_cflags", "-DX=`touch {m}`"), ("cflags", "-DX=1;touch {m}"),
-                                        ("ld_flags", "-Wl,-rpath,/tmp"), ("ld_flags", "-L/usr/lib")])
+@pytest.mark.parametrize(
+    "field,flag",
+    [
+        ("cuda_cflags", "-DX=`touch {m}`"),
+        ("cflags", "-DX=1;touch {m}"),
+        ("ld_flags", "-Wl,-rpath,/tmp"),
+        ("ld_flags", "-L/usr/lib"),
+    ],
+)
 def test_solution_flag_outside_the_allow_list_is_a_compile_error_trace(tmp_path, field, flag):
     marker = tmp_path / "pwned"
     sol_dir = tmp_path / "sol"
@@ -94,8 +117,10 @@ def test_solution_flag_outside_the_allow_list_is_a_compile_error_trace(tmp_path,
     sol = json.loads((sol_dir / "solution.json").read_text())
     sol["spec"]["compile_options"] = {field: [flag.format(m=marker)]}
     (sol_dir / "solution.json").write_text(json.dumps(sol))
-    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol_dir / "solution.json"),
-                                                       artifacts=str(tmp_path / "a"), **FAST))
+    result = bench(
+        str(SOLS / "problem"),
+        BenchOptions(solution=str(sol_dir / "solution.json"), artifacts=str(tmp_path / "a"), **FAST),
+    )
     assert set(statuses(result).values()) == {"COMPILE_ERROR"}, logs(result)
     log = next(iter(logs(result).values()))
     assert f"{field}[0]" in log and flag.format(m=marker) in log and "refused" in log
@@ -140,14 +165,14 @@ def test_allow_list_names_the_flag_and_the_reason():
 # ---------------------------------------------------------------------------------------------
 # validate-task reads the card's modules, it does not run them
 
-REF_SOURCE = '''import pathlib
+REF_SOURCE = """import pathlib
 pathlib.Path({marker!r}).write_text("module code ran")
 from mini_kv.references.vector_add import make_inputs
 
 
 def reference(a, b):
     return a + b
-'''
+"""
 
 
 @pytest.mark.parametrize("module", ["refmod", "refpkg.ref"])
@@ -165,8 +190,10 @@ def test_validate_task_does_not_execute_the_reference_module(tmp_path, module):
     assert not marker.exists(), marker.read_text()
 
 
-@pytest.mark.parametrize("name,needle", [("import_path_missing_function", "no_such_reference"),
-                                         ("import_path_missing_module", "no_such_module")])
+@pytest.mark.parametrize(
+    "name,needle",
+    [("import_path_missing_function", "no_such_reference"), ("import_path_missing_module", "no_such_module")],
+)
 def test_static_module_check_rejects_what_the_import_check_rejects(name, needle):
     from mini_kv.errors import ConfigError
     from mini_kv.load.task_card import load_task_card
@@ -201,7 +228,9 @@ def test_candidate_symlink_leaving_the_project_is_refused(tmp_path, link):
 def test_compiler_refuses_a_candidate_with_a_symlink_leaving_the_project(tmp_path):
     shutil.copytree(V0, tmp_path / "cand")
     (tmp_path / "cand" / "leak.h").symlink_to("/etc/hostname")
-    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_l::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+    cand = Candidate(
+        id="v0", path="cand", op="mini_kv_sec_l::vector_add", cpu_sources=("op.cpp",), cuda_sources=()
+    )
     rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
     assert rec["status"] == "error" and "leak.h" in rec["refused"] and "symlink" in rec["refused"]
     assert not (tmp_path / ".build").exists() or not any((tmp_path / ".build").glob("*/build.json"))
@@ -216,12 +245,16 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
     shutil.copytree(V0, tmp_path / "cand")
     (tmp_path / "cand" / "notes.txt").write_text("not a source: not built, not kept\n")
     (tmp_path / "cand" / "alias.h").symlink_to("checks.h")  # inside the project: allowed
-    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_a::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+    cand = Candidate(
+        id="v0", path="cand", op="mini_kv_sec_a::vector_add", cpu_sources=("op.cpp",), cuda_sources=()
+    )
     plan = build_plan(tmp_path, cand, with_cuda=False)
     (tmp_path / "cand" / "op.cpp").write_text("// edited after the build read it\n")
     w = AttemptWriter(tmp_path / "artifacts", "t", "v0")
     manifest = _copy_sources(w, tmp_path / "cand", cand, {"key": plan["key"], "files": plan["files"]})
-    kept = sorted(str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file())
+    kept = sorted(
+        str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file()
+    )
     assert kept == sorted(f["path"] for f in plan["files"]) == [f["path"] for f in manifest["files"]]
     assert "notes.txt" not in kept and "alias.h" in kept
     for f in plan["files"]:
@@ -233,7 +266,7 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the OS sandbox around the worker child
 
-ESCAPE_SOLUTION = '''import os
+ESCAPE_SOLUTION = """import os
 import socket
 
 import torch
@@ -274,7 +307,7 @@ def run(x, w, alpha, y, total):
     # a right answer only while every escape failed: the verdict says whether one worked
     y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
     total.copy_(y.sum())
-'''
+"""
 
 
 @pytest.fixture
@@ -310,21 +343,46 @@ def escape_setup(tmp_path, monkeypatch):
     marker.parent.mkdir()
     sol_dir = tmp_path / "sol"
     sol_dir.mkdir()
-    (sol_dir / "escape.py").write_text(ESCAPE_SOLUTION.format(port=server.getsockname()[1], marker=str(marker)))
-    (sol_dir / "solution.json").write_text(json.dumps({
-        "name": "escape", "definition": "scale_mul", "author": "tests",
-        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "escape.py::run"},
-        "sources": [{"path": "escape.py"}]}))
-    yield {"solution": sol_dir / "solution.json", "marker": marker, "connected": connected, "tmp": tmp_path,
-           "port": server.getsockname()[1]}
+    (sol_dir / "escape.py").write_text(
+        ESCAPE_SOLUTION.format(port=server.getsockname()[1], marker=str(marker))
+    )
+    (sol_dir / "solution.json").write_text(
+        json.dumps(
+            {
+                "name": "escape",
+                "definition": "scale_mul",
+                "author": "tests",
+                "spec": {
+                    "languages": ["pytorch"],
+                    "target_hardware": ["LOCAL"],
+                    "entry_point": "escape.py::run",
+                },
+                "sources": [{"path": "escape.py"}],
+            }
+        )
+    )
+    yield {
+        "solution": sol_dir / "solution.json",
+        "marker": marker,
+        "connected": connected,
+        "tmp": tmp_path,
+        "port": server.getsockname()[1],
+    }
     stop.set()
     thread.join(timeout=5)
     server.close()
 
 
 def _bench_escape(setup: dict, sandbox: bool) -> dict:
-    return bench(str(SOLS / "problem"), BenchOptions(solution=str(setup["solution"]), sandbox=sandbox,
-                                                     artifacts=str(setup["tmp"] / "artifacts"), **FAST))
+    return bench(
+        str(SOLS / "problem"),
+        BenchOptions(
+            solution=str(setup["solution"]),
+            sandbox=sandbox,
+            artifacts=str(setup["tmp"] / "artifacts"),
+            **FAST,
+        ),
+    )
 
 
 def test_sandboxed_worker_cannot_reach_network_files_or_secrets(escape_setup):
@@ -346,11 +404,15 @@ def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
     assert set(statuses(result).values()) == {"INCORRECT_NUMERICAL"}, logs(result)
     assert escape_setup["marker"].exists()
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
-    assert corr["sandbox"] == {"enabled": False, "mechanism": None, "reason": "turned off (--no-sandbox)",
-                               "network": True}
+    assert corr["sandbox"] == {
+        "enabled": False,
+        "mechanism": None,
+        "reason": "turned off (--no-sandbox)",
+        "network": True,
+    }
 
 
-ESCAPE_BINDING = r'''#include <torch/extension.h>
+ESCAPE_BINDING = r"""#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -389,7 +451,7 @@ void run(torch::Tensor x, torch::Tensor w, double alpha, torch::Tensor y, torch:
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -405,11 +467,24 @@ def test_sandboxed_cuda_solution_runs_and_cannot_escape(escape_setup):
     shutil.copytree(SOLS / "cuda_good", sol_dir)
     port = escape_setup["port"]
     key = Path(os.environ["HOME"]) / ".ssh" / "id_rsa"
-    (sol_dir / "binding.cpp").write_text(ESCAPE_BINDING.replace("PORT", str(port))
-                                         .replace("MARKER", str(escape_setup["marker"])).replace("KEY", str(key)))
-    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol_dir / "solution.json"), device="cuda",
-                                                       artifacts=str(tmp / "artifacts"), rounds=2, warmup=1,
-                                                       repeats=1, samples=3, timeout=300.0))
+    (sol_dir / "binding.cpp").write_text(
+        ESCAPE_BINDING.replace("PORT", str(port))
+        .replace("MARKER", str(escape_setup["marker"]))
+        .replace("KEY", str(key))
+    )
+    result = bench(
+        str(SOLS / "problem"),
+        BenchOptions(
+            solution=str(sol_dir / "solution.json"),
+            device="cuda",
+            artifacts=str(tmp / "artifacts"),
+            rounds=2,
+            warmup=1,
+            repeats=1,
+            samples=3,
+            timeout=300.0,
+        ),
+    )
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
     assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
@@ -422,9 +497,19 @@ def test_sandboxed_python_solution_on_cuda_cannot_escape(escape_setup):
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
-    result = bench(str(SOLS / "problem"), BenchOptions(solution=str(escape_setup["solution"]), device="cuda",
-                                                       artifacts=str(escape_setup["tmp"] / "artifacts"), rounds=2,
-                                                       warmup=1, repeats=1, samples=3, timeout=300.0))
+    result = bench(
+        str(SOLS / "problem"),
+        BenchOptions(
+            solution=str(escape_setup["solution"]),
+            device="cuda",
+            artifacts=str(escape_setup["tmp"] / "artifacts"),
+            rounds=2,
+            warmup=1,
+            repeats=1,
+            samples=3,
+            timeout=300.0,
+        ),
+    )
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
     assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
 
@@ -439,8 +524,20 @@ def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
     card = ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml"
     before = card.stat().st_mtime_ns
-    res = run_cli("verify", "--task", str(card.relative_to(ROOT)), "--candidate", "touch_card", "--device", "cpu",
-                  "--skip-benchmark", "--artifacts", str(tmp_path), "--json", timeout=1500)
+    res = run_cli(
+        "verify",
+        "--task",
+        str(card.relative_to(ROOT)),
+        "--candidate",
+        "touch_card",
+        "--device",
+        "cpu",
+        "--skip-benchmark",
+        "--artifacts",
+        str(tmp_path),
+        "--json",
+        timeout=1500,
+    )
     assert card.stat().st_mtime_ns == before
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["status"] == "PASSED", res.stdout + res.stderr
@@ -448,7 +545,7 @@ def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
     assert corr["sandbox"]["enabled"] is True and not corr["incidents"]
 
 
-SANDBOX_PROBE = '''import os, socket, sys
+SANDBOX_PROBE = """import os, socket, sys
 fd = int(sys.argv[1])
 out = []
 for name, fn in [("write_outside", lambda: open(sys.argv[2], "w")),
@@ -462,7 +559,7 @@ for name, fn in [("write_outside", lambda: open(sys.argv[2], "w")),
     except OSError as exc:
         out.append(name + "=" + type(exc).__name__)
 os.write(fd, (" ".join(out) + "\\n").encode())
-'''
+"""
 
 
 def test_sandbox_passes_pipes_and_confines_a_plain_process(escape_setup):
@@ -478,10 +575,22 @@ def test_sandbox_passes_pipes_and_confines_a_plain_process(escape_setup):
     box = Sandbox(probe())
     read_fd, write_fd = os.pipe()
     try:
-        cmd = [sys.executable, "-c", SANDBOX_PROBE, str(write_fd), str(escape_setup["marker"]),
-               str(escape_setup["port"])]
-        proc = subprocess.run(box.argv(cmd), env=box.env(None), pass_fds=(write_fd,), capture_output=True,
-                              text=True, timeout=120)
+        cmd = [
+            sys.executable,
+            "-c",
+            SANDBOX_PROBE,
+            str(write_fd),
+            str(escape_setup["marker"]),
+            str(escape_setup["port"]),
+        ]
+        proc = subprocess.run(
+            box.argv(cmd),
+            env=box.env(None),
+            pass_fds=(write_fd,),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         os.close(write_fd)
         line = os.read(read_fd, 4096).decode()
     finally:
@@ -517,7 +626,9 @@ def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypa
     from mini_kv.build import compiler
 
     shutil.copytree(V0, tmp_path / "cand")
-    cand = Candidate(id="v0", path="cand", op="mini_kv_sec_t::vector_add", cpu_sources=("op.cpp",), cuda_sources=())
+    cand = Candidate(
+        id="v0", path="cand", op="mini_kv_sec_t::vector_add", cpu_sources=("op.cpp",), cuda_sources=()
+    )
 
     def racing_build(plan, tmp, timeout, record):
         (tmp_path / "cand" / "checks.h").write_text("// swapped during the build\n")

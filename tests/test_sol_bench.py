@@ -20,14 +20,19 @@ from mini_kv.store.index import read_index
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 PROBLEM = SOLS / "problem"
-UPSTREAM_EXAMPLE = ROOT / "tests" / "fixtures" / "sol" / "upstream-trace-example.jsonl"  # written by upstream on an H200
+UPSTREAM_EXAMPLE = (
+    ROOT / "tests" / "fixtures" / "sol" / "upstream-trace-example.jsonl"
+)  # written by upstream on an H200
 # small and quick: the statuses do not depend on how long timing runs
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 120.0}
 
 
 def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> dict:
-    opts = BenchOptions(solution=str(SOLS / solution / "solution.json"), artifacts=str(tmp_path / "artifacts"),
-                        **{**FAST, **kw})
+    opts = BenchOptions(
+        solution=str(SOLS / solution / "solution.json"),
+        artifacts=str(tmp_path / "artifacts"),
+        **{**FAST, **kw},
+    )
     return bench(str(problem), opts)
 
 
@@ -55,8 +60,9 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     header = read_attempt(attempt)  # every listed file re-hashed
     assert header["task_id"] == "scale_mul" and header["status"] == "PASSED"
     assert header["benchmark"]["geomean_speedup"] > 0
-    assert {"traces.jsonl", "solution.json", "definition.json", "benchmark.json", "correctness.json"} <= \
-        {p.name for p in attempt.iterdir()}
+    assert {"traces.jsonl", "solution.json", "definition.json", "benchmark.json", "correctness.json"} <= {
+        p.name for p in attempt.iterdir()
+    }
     bench_rec = json.loads((attempt / "benchmark.json").read_text())
     assert {c["id"] for c in bench_rec["cases"]} == {"small", "tall"}
     assert all(c["method"] == "wallclock" for c in bench_rec["cases"])
@@ -72,14 +78,18 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
 def _layout(trace: dict):
     """Keys in order at every level, with value types; problem data and tool-specific detail blanked
     (inputs and axes are the problem's; `extra` holds tool-specific detail, upstream: null)."""
+
     def shape(obj):
         if isinstance(obj, dict):
             return [(k, shape(v)) for k, v in obj.items()]
         return type(obj).__name__ if obj is not None else None
 
     t = {**trace, "workload": {**trace["workload"], "axes": {}, "inputs": {}}}
-    t["evaluation"] = {**t["evaluation"], "correctness": {**t["evaluation"]["correctness"], "extra": None},
-                       "environment": {**t["evaluation"]["environment"], "libs": {}}}
+    t["evaluation"] = {
+        **t["evaluation"],
+        "correctness": {**t["evaluation"]["correctness"], "extra": None},
+        "environment": {**t["evaluation"]["environment"], "libs": {}},
+    }
     return shape(t)
 
 
@@ -102,19 +112,61 @@ def test_traces_captured_on_the_h200_have_the_upstream_layout():
             assert _layout(trace) == _layout(upstream), f
 
 
-@pytest.mark.parametrize("solution, expected, code, needle", [
-    ("wrong_values", {"small": "INCORRECT_NUMERICAL", "tall": "INCORRECT_NUMERICAL"}, ExitCode.CORRECTNESS,
-     "outside atol"),
-    ("wrong_shape", {"small": "INCORRECT_SHAPE", "tall": "INCORRECT_SHAPE"}, ExitCode.CORRECTNESS, "has shape"),
-    ("wrong_dtype", {"small": "INCORRECT_DTYPE", "tall": "INCORRECT_DTYPE"}, ExitCode.CORRECTNESS, "float64"),
-    ("raises", {"small": "PASSED", "tall": "RUNTIME_ERROR"}, ExitCode.CORRECTNESS, "planted failure"),
-    ("syntax_error", {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, ExitCode.COMPILE, "SyntaxError"),
-    ("no_entry", {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, ExitCode.COMPILE, "no function 'run'"),
-    ("lazy_output", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "not exactly a torch.Tensor"),
-    ("mutates_input", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "modified its inputs"),
-    ("patches_timer", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "time.perf_counter"),
-    ("replays", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "after timing"),
-])
+@pytest.mark.parametrize(
+    "solution, expected, code, needle",
+    [
+        (
+            "wrong_values",
+            {"small": "INCORRECT_NUMERICAL", "tall": "INCORRECT_NUMERICAL"},
+            ExitCode.CORRECTNESS,
+            "outside atol",
+        ),
+        (
+            "wrong_shape",
+            {"small": "INCORRECT_SHAPE", "tall": "INCORRECT_SHAPE"},
+            ExitCode.CORRECTNESS,
+            "has shape",
+        ),
+        (
+            "wrong_dtype",
+            {"small": "INCORRECT_DTYPE", "tall": "INCORRECT_DTYPE"},
+            ExitCode.CORRECTNESS,
+            "float64",
+        ),
+        ("raises", {"small": "PASSED", "tall": "RUNTIME_ERROR"}, ExitCode.CORRECTNESS, "planted failure"),
+        (
+            "syntax_error",
+            {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"},
+            ExitCode.COMPILE,
+            "SyntaxError",
+        ),
+        (
+            "no_entry",
+            {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"},
+            ExitCode.COMPILE,
+            "no function 'run'",
+        ),
+        (
+            "lazy_output",
+            {"small": "REWARD_HACK", "tall": "REWARD_HACK"},
+            ExitCode.CORRECTNESS,
+            "not exactly a torch.Tensor",
+        ),
+        (
+            "mutates_input",
+            {"small": "REWARD_HACK", "tall": "REWARD_HACK"},
+            ExitCode.CORRECTNESS,
+            "modified its inputs",
+        ),
+        (
+            "patches_timer",
+            {"small": "REWARD_HACK", "tall": "REWARD_HACK"},
+            ExitCode.CORRECTNESS,
+            "time.perf_counter",
+        ),
+        ("replays", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "after timing"),
+    ],
+)
 def test_planted_solutions_get_their_status(tmp_path, solution, expected, code, needle):
     result = run_bench(tmp_path, solution)
     assert statuses(result) == expected, logs(result)
@@ -146,8 +198,10 @@ def test_a_hang_becomes_timeout_on_its_workload(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                    reason="needs nvcc for the compile check")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+    reason="needs nvcc for the compile check",
+)
 def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
     result = run_bench(tmp_path, "cuda_syntax_error", compile_timeout=600.0)
     assert statuses(result) == {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, logs(result)
@@ -159,20 +213,35 @@ def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
 
 def test_custom_inputs_problem_runs_on_cpu(tmp_path):
     """Inputs made by the reference's custom_inputs_entrypoint, a non-DPS solution beside its solution.json."""
-    sol = write_solution(tmp_path / "sol", "custom_mm", "custom_matmul", "mm.py",
-                         "import torch\n\ndef run(A, B):\n    return A @ B\n", dps=False)
-    result = bench(str(ROOT / "problems" / "sol-execbench" / "custom_inputs_matmul"),
-                   BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
+    sol = write_solution(
+        tmp_path / "sol",
+        "custom_mm",
+        "custom_matmul",
+        "mm.py",
+        "import torch\n\ndef run(A, B):\n    return A @ B\n",
+        dps=False,
+    )
+    result = bench(
+        str(ROOT / "problems" / "sol-execbench" / "custom_inputs_matmul"),
+        BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST),
+    )
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
 
 
 def test_triton_reference_without_triton_is_invalid_reference(tmp_path):
     if _has("triton"):
         pytest.skip("triton is installed here: the reference may run")
-    sol = write_solution(tmp_path / "sol", "vecadd_torch", "triton_ref_vecadd", "add.py",
-                         "def run(x, y, z):\n    z.copy_(x + y)\n")
-    result = bench(str(ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd"),
-                   BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
+    sol = write_solution(
+        tmp_path / "sol",
+        "vecadd_torch",
+        "triton_ref_vecadd",
+        "add.py",
+        "def run(x, y, z):\n    z.copy_(x + y)\n",
+    )
+    result = bench(
+        str(ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd"),
+        BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST),
+    )
     assert set(statuses(result).values()) == {"INVALID_REFERENCE"}
     assert "triton" in result["traces"][0]["evaluation"]["log"]
     assert result["exit_code"] == ExitCode.CONFIG
@@ -185,9 +254,16 @@ def _has(module: str) -> bool:
 
 
 def test_unavailable_language_is_reported_not_crashed(tmp_path):
-    sol = write_solution(tmp_path / "sol", "scale_mul_cutile", "scale_mul", "k.py",
-                         "def run(x, w, alpha):\n    raise AssertionError('never imported')\n",
-                         languages=("cutile",), hardware="B200", dps=False)
+    sol = write_solution(
+        tmp_path / "sol",
+        "scale_mul_cutile",
+        "scale_mul",
+        "k.py",
+        "def run(x, w, alpha):\n    raise AssertionError('never imported')\n",
+        languages=("cutile",),
+        hardware="B200",
+        dps=False,
+    )
     result = bench(str(PROBLEM), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
     assert set(statuses(result).values()) == {"RUNTIME_ERROR"}
     assert result["unavailable"] and "cutile" in result["unavailable"]
@@ -197,12 +273,34 @@ def test_unavailable_language_is_reported_not_crashed(tmp_path):
 
 def test_cli_table_output_and_json(tmp_path):
     out = tmp_path / "traces.jsonl"
-    args = [str(PROBLEM), "--solution", str(SOLS / "wrong_values" / "solution.json"), "--device", "cpu",
-            "--rounds", "2", "--warmup", "1", "--repeats", "1", "--samples", "3",
-            "--artifacts", str(tmp_path / "a"), "-o", str(out), "-v"]
-    res = subprocess.run([sys.executable, "-c", "import sys; from mini_kv.cli_bench import main; sys.exit(main())",
-                          *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "COLUMNS": "200"})  # wide enough for whole headers
+    args = [
+        str(PROBLEM),
+        "--solution",
+        str(SOLS / "wrong_values" / "solution.json"),
+        "--device",
+        "cpu",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--repeats",
+        "1",
+        "--samples",
+        "3",
+        "--artifacts",
+        str(tmp_path / "a"),
+        "-o",
+        str(out),
+        "-v",
+    ]
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys; from mini_kv.cli_bench import main; sys.exit(main())", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # wide enough for whole headers
     assert res.returncode == ExitCode.CORRECTNESS, res.stdout + res.stderr
     for col in ("#", "Status", "Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
         assert col in res.stdout
@@ -211,20 +309,37 @@ def test_cli_table_output_and_json(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [t["evaluation"]["status"] for t in lines] == ["INCORRECT_NUMERICAL"] * 2
 
-    res = subprocess.run([sys.executable, "-m", "mini_kv", "bench", *args[:-3], "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "bench", *args[:-3], "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     printed = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     assert [t["workload"]["uuid"] for t in printed] == ["small", "tall"], res.stderr
 
 
 def test_bad_solution_file_is_a_config_error_naming_the_field(tmp_path):
     sol = tmp_path / "solution.json"
-    sol.write_text(json.dumps({"name": "x", "definition": "scale_mul", "author": "a",
-                               "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"],
-                                        "entry_point": "k.py::run"},
-                               "sources": [{"path": "../k.py"}]}))
-    res = subprocess.run([sys.executable, "-m", "mini_kv", "bench", str(PROBLEM), "--solution", str(sol)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    sol.write_text(
+        json.dumps(
+            {
+                "name": "x",
+                "definition": "scale_mul",
+                "author": "a",
+                "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
+                "sources": [{"path": "../k.py"}],
+            }
+        )
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "bench", str(PROBLEM), "--solution", str(sol)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == ExitCode.CONFIG
     assert "sources[0].path" in res.stderr and str(sol) in res.stderr
 
@@ -240,6 +355,7 @@ def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, mo
     def spy(self, *a, **kw):
         real(self, *a, **kw)
         started.append(self)
+
     monkeypatch.setattr(runner.ChildRun, "__init__", spy)
     test_unavailable_language_is_reported_not_crashed(tmp_path)
     assert len(started) == 1

@@ -90,10 +90,18 @@ def test_low_precision_and_integer_dtypes():
 
 def _trace(status, **kw):
     env = {"hardware": "cpu", "libs": {"torch": "x"}}
-    return traces.make_trace("d", {"axes": {}, "inputs": {}, "uuid": "u", "tolerance": TOL}, "s", status, env, **kw)
+    return traces.make_trace(
+        "d", {"axes": {}, "inputs": {}, "uuid": "u", "tolerance": TOL}, "s", status, env, **kw
+    )
 
 
-CORR = {"max_relative_error": 0.0, "max_absolute_error": 0.0, "has_nan": False, "has_inf": False, "extra": None}
+CORR = {
+    "max_relative_error": 0.0,
+    "max_absolute_error": 0.0,
+    "has_nan": False,
+    "has_inf": False,
+    "extra": None,
+}
 PERF = {"latency_ms": 1.0, "reference_latency_ms": 2.0, "speedup_factor": 2.0}
 
 
@@ -113,15 +121,33 @@ def test_trace_invariants_live_where_traces_are_built():
         _trace("PASSED", correctness={**CORR, "max_absolute_error": float("nan")}, performance=PERF)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2",
-                                   "int8", "int16", "int32", "int64", "uint8", "bool", "float64", "float16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "float32",
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float4_e2m1fn_x2",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+        "float64",
+        "float16",
+    ],
+)
 def test_random_inputs_for_every_listed_dtype(dtype):
     gen = torch.Generator().manual_seed(1)
     t = inputs.random_tensor((4, 6), dtype, "cpu", gen)
     assert t.dtype == getattr(torch, dtype) and tuple(t.shape) == (4, 6)
     again = inputs.random_tensor((4, 6), dtype, "cpu", torch.Generator().manual_seed(1))
-    assert torch.equal(t.view(torch.uint8) if dtype == "float4_e2m1fn_x2" else t,
-                       again.view(torch.uint8) if dtype == "float4_e2m1fn_x2" else again)
+    assert torch.equal(
+        t.view(torch.uint8) if dtype == "float4_e2m1fn_x2" else t,
+        again.view(torch.uint8) if dtype == "float4_e2m1fn_x2" else again,
+    )
     if dtype in inputs.INT_RANGES:
         low, high = inputs.INT_RANGES[dtype]
         assert low <= int(t.min()) and int(t.max()) < high
@@ -143,8 +169,12 @@ def test_inputs_follow_the_workload_and_differ_per_seed():
 
 
 def test_normalize_outputs_accepts_upstream_forms():
-    sig = {"outputs": [{"name": "y", "shape": [2], "dtype": "float32"},
-                       {"name": "total", "shape": [], "dtype": "float32"}]}
+    sig = {
+        "outputs": [
+            {"name": "y", "shape": [2], "dtype": "float32"},
+            {"name": "total", "shape": [], "dtype": "float32"},
+        ]
+    }
     y = torch.ones(2)
     assert inputs.normalize_outputs((y, 2.0), sig, "cpu")[1].item() == 2.0
     assert inputs.normalize_outputs({"total": 1.0, "y": y}, sig, "cpu")[0] is y
@@ -161,26 +191,59 @@ def _problem():
 
 def test_runner_results_map_to_statuses():
     wls = _problem().workloads
-    crashed = {"load": {"ok": True}, "incidents": [],
-               "cases": [{"id": "small", "status": "RUNTIME_ERROR", "reason": "worker killed by signal SIGSEGV",
-                          "log_tail": "Fatal Python error", "kind": "workload", "dtype": None, "params": {}},
-                         {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"}]}
+    crashed = {
+        "load": {"ok": True},
+        "incidents": [],
+        "cases": [
+            {
+                "id": "small",
+                "status": "RUNTIME_ERROR",
+                "reason": "worker killed by signal SIGSEGV",
+                "log_tail": "Fatal Python error",
+                "kind": "workload",
+                "dtype": None,
+                "params": {},
+            },
+            {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
+        ],
+    }
     out = outcomes_from_results(crashed, wls)
     assert out["small"]["status"] == "RUNTIME_ERROR" and "SIGSEGV" in out["small"]["log"]
     assert "Fatal Python error" in out["small"]["log"] and out["tall"]["status"] == "PASSED"
 
-    hung_at_load = {"load": {"ok": False, "reason": "worker killed by signal SIGKILL before loading the op",
-                             "timed_out": True}, "cases": [], "incidents": []}
+    hung_at_load = {
+        "load": {
+            "ok": False,
+            "reason": "worker killed by signal SIGKILL before loading the op",
+            "timed_out": True,
+        },
+        "cases": [],
+        "incidents": [],
+    }
     assert {o["status"] for o in outcomes_from_results(hung_at_load, wls).values()} == {"TIMEOUT"}
 
-    bad_import = {"load": {"ok": False, "status": "COMPILE_ERROR", "reason": "SyntaxError"}, "cases": [],
-                  "incidents": []}
+    bad_import = {
+        "load": {"ok": False, "status": "COMPILE_ERROR", "reason": "SyntaxError"},
+        "cases": [],
+        "incidents": [],
+    }
     assert {o["status"] for o in outcomes_from_results(bad_import, wls).values()} == {"COMPILE_ERROR"}
 
-    forged = {"load": {"ok": True}, "cases": [{"id": "small", "status": "PASSED", "log": "", "finished_at": "t"},
-                                              {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"}],
-              "incidents": [{"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL", "case": "tall",
-                             "reason": "unsigned data on the result channel"}]}
+    forged = {
+        "load": {"ok": True},
+        "cases": [
+            {"id": "small", "status": "PASSED", "log": "", "finished_at": "t"},
+            {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
+        ],
+        "incidents": [
+            {
+                "stage": "channel",
+                "integrity": "FORGED_RESULT_CHANNEL",
+                "case": "tall",
+                "reason": "unsigned data on the result channel",
+            }
+        ],
+    }
     out = outcomes_from_results(forged, wls)
     assert out["small"]["status"] == "PASSED" and out["tall"]["status"] == "REWARD_HACK"
 
@@ -188,6 +251,7 @@ def test_runner_results_map_to_statuses():
 def test_exit_codes():
     def t(status):
         return {"evaluation": {"status": status}}
+
     assert exit_code([t("PASSED")], None) == ExitCode.OK
     assert exit_code([t("PASSED"), t("COMPILE_ERROR")], None) == ExitCode.COMPILE
     assert exit_code([t("INVALID_REFERENCE")], None) == ExitCode.CONFIG

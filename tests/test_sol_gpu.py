@@ -20,8 +20,10 @@ pytestmark = pytest.mark.gpu
 
 
 def run_bench(tmp_path, solution: Path, problem: Path = PROBLEM, **kw) -> dict:
-    return bench(str(problem), BenchOptions(solution=str(solution), artifacts=str(tmp_path / "artifacts"),
-                                            **{**FAST, **kw}))
+    return bench(
+        str(problem),
+        BenchOptions(solution=str(solution), artifacts=str(tmp_path / "artifacts"), **{**FAST, **kw}),
+    )
 
 
 def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
@@ -37,12 +39,15 @@ def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
     assert hw["hardware"].startswith("NVIDIA") and "cuda" in hw["libs"]
 
 
-@pytest.mark.parametrize("solution, expected", [
-    ("cuda_good", "PASSED"),
-    ("cuda_syntax_error", "COMPILE_ERROR"),
-    ("wrong_values", "INCORRECT_NUMERICAL"),
-    ("replays", "REWARD_HACK"),
-])
+@pytest.mark.parametrize(
+    "solution, expected",
+    [
+        ("cuda_good", "PASSED"),
+        ("cuda_syntax_error", "COMPILE_ERROR"),
+        ("wrong_values", "INCORRECT_NUMERICAL"),
+        ("replays", "REWARD_HACK"),
+    ],
+)
 def test_planted_solutions_on_cuda(tmp_path, solution, expected):
     kw = {"rounds": 2} if solution == "replays" else {}
     result = run_bench(tmp_path, SOLS / solution / "solution.json", **kw)
@@ -51,8 +56,13 @@ def test_planted_solutions_on_cuda(tmp_path, solution, expected):
 
 def test_triton_reference_runs_on_cuda(tmp_path):
     pytest.importorskip("triton")
-    sol = write_solution(tmp_path / "sol", "vecadd_torch", "triton_ref_vecadd", "add.py",
-                         "import torch\n\n\ndef run(x, y, z):\n    torch.add(x, y, out=z)\n")
+    sol = write_solution(
+        tmp_path / "sol",
+        "vecadd_torch",
+        "triton_ref_vecadd",
+        "add.py",
+        "import torch\n\n\ndef run(x, y, z):\n    torch.add(x, y, out=z)\n",
+    )
     result = run_bench(tmp_path, sol, ROOT / "problems" / "sol-execbench" / "triton_ref_vecadd")
     assert set(statuses(result).values()) == {"PASSED"}
 
@@ -63,8 +73,18 @@ def test_cuda_cpp_second_run_hits_the_build_cache(tmp_path):
     solution = ROOT / "solutions" / "rmsnorm" / "cuda_cpp" / "solution.json"
     if not solution.is_file():
         pytest.skip("solutions/rmsnorm/cuda_cpp is not in this tree")
-    cmd = [sys.executable, "-m", "mini_kv", "bench", "problems/sol-execbench/rmsnorm", "--solution", str(solution),
-           "--artifacts", str(tmp_path / "a"), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mini_kv",
+        "bench",
+        "problems/sol-execbench/rmsnorm",
+        "--solution",
+        str(solution),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--json",
+    ]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == ExitCode.OK, first.stderr[-3000:]
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)

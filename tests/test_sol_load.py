@@ -55,19 +55,22 @@ def _mutate(path: str, value):
     return d
 
 
-@pytest.mark.parametrize("path, value, field, words", [
-    ("name", KeyError, "name", "required"),
-    ("surprise", 1, "surprise", "unknown field"),
-    ("inputs.x.dtype", "float128", "inputs.x.dtype", "float128"),
-    ("inputs.x.shape", ["n", "q"], "inputs.x.shape[1]", "not an axis"),
-    ("axes.d.expression", "h * z", "axes.d.expression", "not an axis"),
-    ("axes.d.expression", "__import__('os')", "axes.d.expression", "arithmetic"),
-    ("reference", "def run(x, w):\n    return x\n", "reference", "run(x, w, alpha)"),
-    ("reference", "def nope(:\n", "reference", "not valid Python"),
-    ("reference", "import torch\n", "reference", "top-level function run"),
-    ("custom_inputs_entrypoint", "make", "custom_inputs_entrypoint", "not a top-level function"),
-    ("outputs.x", {"shape": ["n"], "dtype": "float32"}, "outputs.x", "share its name"),
-])
+@pytest.mark.parametrize(
+    "path, value, field, words",
+    [
+        ("name", KeyError, "name", "required"),
+        ("surprise", 1, "surprise", "unknown field"),
+        ("inputs.x.dtype", "float128", "inputs.x.dtype", "float128"),
+        ("inputs.x.shape", ["n", "q"], "inputs.x.shape[1]", "not an axis"),
+        ("axes.d.expression", "h * z", "axes.d.expression", "not an axis"),
+        ("axes.d.expression", "__import__('os')", "axes.d.expression", "arithmetic"),
+        ("reference", "def run(x, w):\n    return x\n", "reference", "run(x, w, alpha)"),
+        ("reference", "def nope(:\n", "reference", "not valid Python"),
+        ("reference", "import torch\n", "reference", "top-level function run"),
+        ("custom_inputs_entrypoint", "make", "custom_inputs_entrypoint", "not a top-level function"),
+        ("outputs.x", {"shape": ["n"], "dtype": "float32"}, "outputs.x", "share its name"),
+    ],
+)
 def test_bad_definition_names_the_field(tmp_path, path, value, field, words):
     f = write(tmp_path / "definition.json", _mutate(path, value))
     with pytest.raises(ConfigError) as err:
@@ -84,26 +87,49 @@ def test_duplicate_keys_are_rejected(tmp_path):
 
 
 def _workloads(tmp_path, *lines) -> Path:
-    return write(tmp_path / "workload.jsonl", "\n".join(json.dumps(x) if not isinstance(x, str) else x
-                                                         for x in lines))
+    return write(
+        tmp_path / "workload.jsonl", "\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines)
+    )
 
 
-GOOD = {"uuid": "u", "axes": {"n": 2}, "inputs": {"x": {"type": "random"}, "w": {"type": "random"},
-                                                    "alpha": {"type": "scalar", "value": 1.0}}}
+GOOD = {
+    "uuid": "u",
+    "axes": {"n": 2},
+    "inputs": {"x": {"type": "random"}, "w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1.0}},
+}
 
 
-@pytest.mark.parametrize("change, field, words", [
-    ({"axes": {}}, "line 2: axes.n", "required var axis"),
-    ({"axes": {"n": 2, "h": 4}}, "line 2: axes.h", "only var axes"),
-    ({"axes": {"n": -1}}, "axes.n", "minimum"),
-    ({"inputs": {"x": {"type": "random"}, "w": {"type": "random"}}}, "line 2: inputs.alpha", "missing"),
-    ({"inputs": {**GOOD["inputs"], "x": {"type": "scalar", "value": 1}}}, "line 2: inputs.x.type", "Python scalar"),
-    ({"inputs": {**GOOD["inputs"], "x": {"type": "custom"}}}, "line 2: inputs", "every input is `custom`"),
-    ({"inputs": {**GOOD["inputs"], "x": {"type": "safetensors", "path": "none.safetensors", "tensor_key": "x"}}},
-     "line 2: inputs.x.path", "does not exist"),
-    ({"tolerance": {"max_atol": 0.1, "atol": 1}}, "tolerance.atol", "unknown field"),
-    ({"uuid": "first"}, "line 2: uuid", "duplicate uuid"),
-])
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"axes": {}}, "line 2: axes.n", "required var axis"),
+        ({"axes": {"n": 2, "h": 4}}, "line 2: axes.h", "only var axes"),
+        ({"axes": {"n": -1}}, "axes.n", "minimum"),
+        ({"inputs": {"x": {"type": "random"}, "w": {"type": "random"}}}, "line 2: inputs.alpha", "missing"),
+        (
+            {"inputs": {**GOOD["inputs"], "x": {"type": "scalar", "value": 1}}},
+            "line 2: inputs.x.type",
+            "Python scalar",
+        ),
+        (
+            {"inputs": {**GOOD["inputs"], "x": {"type": "custom"}}},
+            "line 2: inputs",
+            "every input is `custom`",
+        ),
+        (
+            {
+                "inputs": {
+                    **GOOD["inputs"],
+                    "x": {"type": "safetensors", "path": "none.safetensors", "tensor_key": "x"},
+                }
+            },
+            "line 2: inputs.x.path",
+            "does not exist",
+        ),
+        ({"tolerance": {"max_atol": 0.1, "atol": 1}}, "tolerance.atol", "unknown field"),
+        ({"uuid": "first"}, "line 2: uuid", "duplicate uuid"),
+    ],
+)
 def test_bad_workload_names_line_and_field(tmp_path, change, field, words):
     d = load_definition(TEST_PROBLEM / "definition.json")
     f = _workloads(tmp_path, {**GOOD, "uuid": "first"}, {**GOOD, **change})
@@ -136,11 +162,21 @@ def test_safetensors_inputs_are_checked_at_load_and_read_exactly(tmp_path):
     from mini_kv.solexec.safetensors_file import load_tensor
 
     w = torch.arange(8, dtype=torch.float32)
-    _safetensors(tmp_path / "w.safetensors", {"weight": ("F32", [8], w.numpy().tobytes()),
-                                              "bad": ("F16", [8], torch.zeros(8, dtype=torch.float16).numpy().tobytes())})
+    _safetensors(
+        tmp_path / "w.safetensors",
+        {
+            "weight": ("F32", [8], w.numpy().tobytes()),
+            "bad": ("F16", [8], torch.zeros(8, dtype=torch.float16).numpy().tobytes()),
+        },
+    )
     d = load_definition(TEST_PROBLEM / "definition.json")
-    good = {**GOOD, "inputs": {**GOOD["inputs"], "w": {"type": "safetensors", "path": "w.safetensors",
-                                                          "tensor_key": "weight"}}}
+    good = {
+        **GOOD,
+        "inputs": {
+            **GOOD["inputs"],
+            "w": {"type": "safetensors", "path": "w.safetensors", "tensor_key": "weight"},
+        },
+    }
     (wl,) = load_workloads(_workloads(tmp_path, good), d)
     assert wl.safetensors == {"w": str((tmp_path / "w.safetensors").resolve())}
     assert torch.equal(load_tensor(Path(wl.safetensors["w"]), "weight"), w)
@@ -153,9 +189,13 @@ def test_safetensors_inputs_are_checked_at_load_and_read_exactly(tmp_path):
         load_workloads(_workloads(tmp_path, wrong), d)
 
 
-SOLUTION = {"name": "s", "definition": "scale_mul", "author": "t",
-            "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
-            "sources": [{"path": "k.py", "content": "def run(x, w, alpha, y, total):\n    pass\n"}]}
+SOLUTION = {
+    "name": "s",
+    "definition": "scale_mul",
+    "author": "t",
+    "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
+    "sources": [{"path": "k.py", "content": "def run(x, w, alpha, y, total):\n    pass\n"}],
+}
 
 
 def _solution(tmp_path, **changes) -> Path:
@@ -176,20 +216,26 @@ def test_solution_defaults_and_sources_beside_the_file(tmp_path):
     assert s.resolved()["sources"][0]["content"] == s.sources[0].content
 
 
-@pytest.mark.parametrize("changes, field, words", [
-    ({"definition": "other"}, "definition", "not the problem's definition"),
-    ({"sources": [{"path": "/etc/passwd"}]}, "sources[0].path", "relative path"),
-    ({"sources": [{"path": "../k.py"}]}, "sources[0].path", "relative path"),
-    ({"sources": [{"path": "k.py"}]}, "sources[0].path", "no `content` given"),
-    ({"sources": [{"path": "k.py", "content": "a"}, {"path": "./k.py", "content": "b"}]}, "sources[1].path",
-     "duplicate source"),
-    ({"entry_point": "main.py::run"}, "spec.entry_point", "not among the sources"),
-    ({"entry_point": "k.py"}, "spec.entry_point", "<source path>::<function name>"),
-    ({"languages": ["pytorch", "cuda_cpp"]}, "spec.languages", "cannot be mixed"),
-    ({"languages": ["cuda_cpp"]}, "spec.entry_point", "C++/CUDA entry file"),
-    ({"languages": ["fortran"]}, "spec.languages[0]", "fortran"),
-    ({"compile_options": {"cflags": ["-O2"], "nvcc": []}}, "spec.compile_options.nvcc", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "changes, field, words",
+    [
+        ({"definition": "other"}, "definition", "not the problem's definition"),
+        ({"sources": [{"path": "/etc/passwd"}]}, "sources[0].path", "relative path"),
+        ({"sources": [{"path": "../k.py"}]}, "sources[0].path", "relative path"),
+        ({"sources": [{"path": "k.py"}]}, "sources[0].path", "no `content` given"),
+        (
+            {"sources": [{"path": "k.py", "content": "a"}, {"path": "./k.py", "content": "b"}]},
+            "sources[1].path",
+            "duplicate source",
+        ),
+        ({"entry_point": "main.py::run"}, "spec.entry_point", "not among the sources"),
+        ({"entry_point": "k.py"}, "spec.entry_point", "<source path>::<function name>"),
+        ({"languages": ["pytorch", "cuda_cpp"]}, "spec.languages", "cannot be mixed"),
+        ({"languages": ["cuda_cpp"]}, "spec.entry_point", "C++/CUDA entry file"),
+        ({"languages": ["fortran"]}, "spec.languages[0]", "fortran"),
+        ({"compile_options": {"cflags": ["-O2"], "nvcc": []}}, "spec.compile_options.nvcc", "unknown field"),
+    ],
+)
 def test_bad_solution_names_the_field(tmp_path, changes, field, words):
     f = _solution(tmp_path, **changes)
     with pytest.raises(ConfigError) as err:
@@ -209,7 +255,9 @@ def test_source_symlink_out_of_the_solution_dir_is_refused(tmp_path):
 
 
 def test_shipped_solutions_load():
-    found = sorted(ROOT.glob("solutions/*/*/solution.json")) + sorted(ROOT.glob("examples/rmsnorm/*/solution.json"))
+    found = sorted(ROOT.glob("solutions/*/*/solution.json")) + sorted(
+        ROOT.glob("examples/rmsnorm/*/solution.json")
+    )
     for path in found:
         s = load_solution(path)
         assert s.entry_file in {src.path for src in s.sources}

@@ -18,8 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 PROBLEM = SOLS / "problem"
 # enough samples for a median; stability limits a loaded 2-core CPU can meet (promotion needs stable)
-SETTINGS = {"device": "cpu", "rounds": 1, "warmup": 2, "repeats": 1, "samples": 40, "timeout": 300.0,
-            "max_cv": 0.9, "max_p95_cv": 0.9}
+SETTINGS = {
+    "device": "cpu",
+    "rounds": 1,
+    "warmup": 2,
+    "repeats": 1,
+    "samples": 40,
+    "timeout": 300.0,
+    "max_cv": 0.9,
+    "max_p95_cv": 0.9,
+}
 SLOWED = """import time
 
 import torch
@@ -46,7 +54,9 @@ def _bench(solution: Path) -> dict:
     return bench(str(PROBLEM), BenchOptions(solution=str(solution), **SETTINGS))
 
 
-def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_same_solution(project, capsys):
+def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_same_solution(
+    project, capsys
+):
     from mini_kv.cli import main
 
     good = SOLS / "good_return" / "solution.json"
@@ -56,16 +66,25 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     out = " ".join(capsys.readouterr().out.split())
     assert "`mini-kv bench` of scale_mul will use it (found by convention at baselines/scale_mul.json)" in out
     base = load_baseline(project / "baselines" / "scale_mul.json")  # the task cards' schema and hash manifest
-    assert base["source"]["candidate"] == "scale_mul_good_return" and {c["id"] for c in base["cases"]} == {"small", "tall"}
+    assert base["source"]["candidate"] == "scale_mul_good_return" and {c["id"] for c in base["cases"]} == {
+        "small",
+        "tall",
+    }
 
-    slowed = write_solution(project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward",
-                            dps=False)
+    slowed = write_solution(
+        project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
+    )
     res = _bench(slowed)
     assert statuses(res) == {"small": "PASSED", "tall": "PASSED"}
     reg = res["regression"]
     assert reg["verdict"] == FAIL and res["exit_code"] == ExitCode.REGRESSION, reg["reasons"]
-    assert reg["baseline_file"]["path"] == "baselines/scale_mul.json" and reg["baseline_file"]["found_by"] == "definition"
-    for case in reg["cases"]:  # decided in the same run: the baseline's own solution timed beside the candidate
+    assert (
+        reg["baseline_file"]["path"] == "baselines/scale_mul.json"
+        and reg["baseline_file"]["found_by"] == "definition"
+    )
+    for case in reg[
+        "cases"
+    ]:  # decided in the same run: the baseline's own solution timed beside the candidate
         conf = case["confirmation"]
         assert case["verdict"] == FAIL and conf["test"]["slower"], case["reasons"]
         assert conf["build"]["group"] == "python" and conf["build"]["dir"].endswith("baseline")
@@ -81,30 +100,68 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     assert {r["candidate"]: r["regression"] for r in rows}["scale_mul_slowed"] == FAIL
 
     again = _bench(good)  # unchanged code: never a FAIL (a stored-timing gap on a loaded CPU is only a WARN)
-    assert again["exit_code"] == ExitCode.OK and again["regression"]["verdict"] in (PASS, WARN), \
-        again["regression"]["reasons"]
+    assert again["exit_code"] == ExitCode.OK and again["regression"]["verdict"] in (PASS, WARN), again[
+        "regression"
+    ]["reasons"]
 
 
 def test_the_cli_prints_the_regression_table_and_exits_6(project):
     from conftest import run_cli
 
-    base = promote_baseline(Path(_bench(SOLS / "good_return" / "solution.json")["attempt"]),
-                            project / "baselines" / "scale_mul.json")
+    base = promote_baseline(
+        Path(_bench(SOLS / "good_return" / "solution.json")["attempt"]),
+        project / "baselines" / "scale_mul.json",
+    )
     assert base["task_id"] == "scale_mul"
-    slowed = write_solution(project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward",
-                            dps=False)
+    slowed = write_solution(
+        project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
+    )
     env = {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
-    proc = run_cli("bench", str(PROBLEM), "--solution", str(slowed), "--rounds", "1", "--warmup", "2", "--samples",
-                   "40", "--device", "cpu", "--max-cv", "0.9", "--max-p95-cv", "0.9", cwd=project, env=env)
+    proc = run_cli(
+        "bench",
+        str(PROBLEM),
+        "--solution",
+        str(slowed),
+        "--rounds",
+        "1",
+        "--warmup",
+        "2",
+        "--samples",
+        "40",
+        "--device",
+        "cpu",
+        "--max-cv",
+        "0.9",
+        "--max-p95-cv",
+        "0.9",
+        cwd=project,
+        env=env,
+    )
     text = " ".join(proc.stdout.split())
     assert proc.returncode == ExitCode.REGRESSION, proc.stdout + proc.stderr
     assert "regression vs baselines/scale_mul.json: FAIL" in text and "regression (times in µs)" in text
     assert "confirmed in the same run, interleaved" in text
     # another suite (the settings are part of it): no verdict at all, never a FAIL
-    proc = run_cli("bench", str(PROBLEM), "--solution", str(slowed), "--rounds", "1", "--samples", "40",
-                   "--device", "cpu", "--max-cv", "0.9", cwd=project, env=env)
+    proc = run_cli(
+        "bench",
+        str(PROBLEM),
+        "--solution",
+        str(slowed),
+        "--rounds",
+        "1",
+        "--samples",
+        "40",
+        "--device",
+        "cpu",
+        "--max-cv",
+        "0.9",
+        cwd=project,
+        env=env,
+    )
     text = " ".join(proc.stdout.split())
-    assert "regression vs baselines/scale_mul.json: INCOMPARABLE" in text and "suite_hash differs" in text, text
+    assert "regression vs baselines/scale_mul.json: INCOMPARABLE" in text and "suite_hash differs" in text, (
+        text
+    )
     assert proc.returncode == 0
 
 
@@ -121,17 +178,29 @@ def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project):
 
     for name in ("good_return", "good_dps"):
         assert _bench(SOLS / name / "solution.json")["exit_code"] == ExitCode.OK
-    slowed = write_solution(project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward",
-                            dps=False)
+    slowed = write_solution(
+        project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
+    )
     assert _bench(slowed)["exit_code"] == ExitCode.OK
-    proc = run_cli("leaderboard", "--task", "scale_mul", "--json", str(project / "lb.json"), cwd=project,
-                   env={"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "250"})
+    proc = run_cli(
+        "leaderboard",
+        "--task",
+        "scale_mul",
+        "--json",
+        str(project / "lb.json"),
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "250"},
+    )
     assert proc.returncode == 0, proc.stderr
     board = json.loads((project / "lb.json").read_text())
     [group] = board["groups"]  # one suite, one environment, one device
     entries = group["entries"]
     assert [e["rank"] for e in entries] == [1, 2, 3]
-    assert {e["candidate"] for e in entries} == {"scale_mul_good_return", "scale_mul_good_dps", "scale_mul_slowed"}
+    assert {e["candidate"] for e in entries} == {
+        "scale_mul_good_return",
+        "scale_mul_good_dps",
+        "scale_mul_slowed",
+    }
     assert entries[-1]["candidate"] == "scale_mul_slowed"  # 2 ms per call: last
     speedups = [e["geomean_speedup"] for e in entries]
     assert speedups == sorted(speedups, reverse=True)

@@ -360,7 +360,15 @@ def test_is_slower_detects_20_percent_slowdown():
     assert out.exceeds is True
     assert out.slower is True
     assert out.baseline_ci[1] < out.candidate_ci[0]
-    assert set(out.to_dict()) == {"ratio", "p_value", "significant", "exceeds", "slower", "baseline_ci", "candidate_ci"}
+    assert set(out.to_dict()) == {
+        "ratio",
+        "p_value",
+        "significant",
+        "exceeds",
+        "slower",
+        "baseline_ci",
+        "candidate_ci",
+    }
 
 
 def test_is_slower_identical_distributions_not_flagged():

@@ -24,6 +24,7 @@ from mini_kv.store.index import INDEX_NAME, IndexUnusable, read_index, rebuild_i
 
 # ------------------------------------------------------------------------------------------- tools
 
+
 def _reseal(attempt: Path, header_changes: dict | None = None, drop: tuple = ()) -> None:
     """The attacker's fix-up: list every file's real SHA-256 and size in attempt.json (plus header edits)."""
     meta = attempt / "attempt.json"
@@ -53,8 +54,11 @@ def _edit_json(path: Path, fn) -> None:
 
 
 def _problem(problems, attempt: Path | str) -> dict:
-    found = [p if isinstance(p, dict) else p.to_dict() for p in problems
-             if (p if isinstance(p, dict) else p.to_dict())["path"] == str(attempt)]
+    found = [
+        p if isinstance(p, dict) else p.to_dict()
+        for p in problems
+        if (p if isinstance(p, dict) else p.to_dict())["path"] == str(attempt)
+    ]
     assert found, f"{attempt} not reported; problems: {problems}"
     return found[0]
 
@@ -67,7 +71,9 @@ def _caught(problems, attempt: Path | str, file: str, kinds=("tampered",)) -> di
 
 
 def _ranked(board) -> dict[str, tuple[str, float]]:
-    return {e["candidate"]: (e["attempt_id"], e["geomean_speedup"]) for g in board["groups"] for e in g["entries"]}
+    return {
+        e["candidate"]: (e["attempt_id"], e["geomean_speedup"]) for g in board["groups"] for e in g["entries"]
+    }
 
 
 def _sql(art: Path, stmt: str, params: tuple = ()) -> None:
@@ -80,16 +86,22 @@ def _sql(art: Path, stmt: str, params: tuple = ()) -> None:
 @pytest.fixture
 def store(tmp_path):
     art = tmp_path / "artifacts"
-    slow = make_attempt(art, candidate="v0", seed=1, speedups={"bench_a": 1.5}, created_at="2026-01-01T00:00:00+00:00")
-    fast = make_attempt(art, candidate="v1", seed=2, speedups={"bench_a": 3.0}, created_at="2026-01-01T00:00:00+00:00")
-    skipped = make_attempt(art, candidate="v2", seed=3, bench=False, stable=None,
-                           created_at="2026-01-01T00:00:00+00:00")
+    slow = make_attempt(
+        art, candidate="v0", seed=1, speedups={"bench_a": 1.5}, created_at="2026-01-01T00:00:00+00:00"
+    )
+    fast = make_attempt(
+        art, candidate="v1", seed=2, speedups={"bench_a": 3.0}, created_at="2026-01-01T00:00:00+00:00"
+    )
+    skipped = make_attempt(
+        art, candidate="v2", seed=3, bench=False, stable=None, created_at="2026-01-01T00:00:00+00:00"
+    )
     rebuild_index(art)
     assert set(_ranked(build_leaderboard(art))) == {"v0", "v1"}
     return art, slow, fast, skipped
 
 
 # ------------------------------------------------------------------------------ the measured findings
+
 
 def test_index_row_edited_to_speedup_99_is_tampered_not_ranked(store):
     art, slow, _, _ = store
@@ -121,10 +133,14 @@ def test_headline_geomean_42_in_attempt_json_is_tampered_even_after_rebuild(stor
 
 def test_skip_benchmark_attempt_given_a_stable_benchmark_is_tampered_even_after_rebuild(store):
     art, _, _, skipped = store
-    _edit_json(skipped / "attempt.json",
-               lambda h: h["benchmark"].update(ran=True, stable=True, ok=True, geomean_speedup=77.0))
-    _edit_json(skipped / "benchmark.json",
-               lambda b: b["summary"].update(ran=True, stable=True, ok=True, geomean_speedup=77.0))
+    _edit_json(
+        skipped / "attempt.json",
+        lambda h: h["benchmark"].update(ran=True, stable=True, ok=True, geomean_speedup=77.0),
+    )
+    _edit_json(
+        skipped / "benchmark.json",
+        lambda b: b["summary"].update(ran=True, stable=True, ok=True, geomean_speedup=77.0),
+    )
     _reseal(skipped)
     result = rebuild_index(art)
     _caught(result.problems, skipped, "benchmark.json")
@@ -150,8 +166,17 @@ RESEALED_EDITS = {  # (file, edit) made by an attacker who then fixes up the SHA
 }
 
 
-@pytest.mark.parametrize("name", [*CORRUPT_HEADERS, *RESEALED_EDITS, "deep_attempt_json", "deep_benchmark_json",
-                                  "benchmark_cases_garbage", "correctness_cases_garbage"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *CORRUPT_HEADERS,
+        *RESEALED_EDITS,
+        "deep_attempt_json",
+        "deep_benchmark_json",
+        "benchmark_cases_garbage",
+        "correctness_cases_garbage",
+    ],
+)
 def test_one_corrupt_attempt_never_blocks_the_store(store, name, capsys):
     """rebuild-index, leaderboard and promote-baseline report the bad attempt (file and reason) and go on."""
     art, slow, fast, _ = store
@@ -179,7 +204,9 @@ def test_one_corrupt_attempt_never_blocks_the_store(store, name, capsys):
     assert main(["leaderboard", "--artifacts", str(art)]) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "v0" in out and "v1" in out
-    assert {"v0", "v1"} <= set(_ranked(build_leaderboard(art))) and "v9" not in _ranked(build_leaderboard(art))
+    assert {"v0", "v1"} <= set(_ranked(build_leaderboard(art))) and "v9" not in _ranked(
+        build_leaderboard(art)
+    )
     rc = main(["promote-baseline", "--attempt", str(bad), "--output", str(art.parent / "b.json")])
     assert rc == 2 and "Traceback" not in capsys.readouterr().err
     assert main(["promote-baseline", "--attempt", str(fast), "--output", str(art.parent / "b.json")]) == 0
@@ -226,6 +253,7 @@ def test_an_index_missing_columns_is_a_clear_error(store):
 
 # ------------------------------------------------------------------------------- red team: new
 
+
 def test_swapped_benchmark_json_with_fixed_up_hashes_and_headline(store):
     """The fast candidate's measurements moved into the slow one's attempt, attempt.json made consistent."""
     art, slow, fast, _ = store
@@ -235,7 +263,9 @@ def test_swapped_benchmark_json_with_fixed_up_hashes_and_headline(store):
     result = rebuild_index(art)
     p = _caught(result.problems, slow, "benchmark.json")
     assert "seed_salt" in p["message"]
-    assert _ranked(build_leaderboard(art))["v1"][0] == fast.name and "v0" not in _ranked(build_leaderboard(art))
+    assert _ranked(build_leaderboard(art))["v1"][0] == fast.name and "v0" not in _ranked(
+        build_leaderboard(art)
+    )
 
 
 def test_candidate_relabelled_in_a_consistent_attempt_json(store):
@@ -307,11 +337,14 @@ def test_listed_directory_that_is_a_symlink(store, tmp_path):
     assert "symbolic link" in p["message"]
 
 
-@pytest.mark.parametrize("name", ["../v1/benchmark.json", "/etc/passwd", "./benchmark.json", "logs//worker.log",
-                                  "attempt.json"])
+@pytest.mark.parametrize(
+    "name", ["../v1/benchmark.json", "/etc/passwd", "./benchmark.json", "logs//worker.log", "attempt.json"]
+)
 def test_dotdot_absolute_and_unnormalised_manifest_names(store, name):
     art, slow, _, _ = store
-    _edit_json(slow / "attempt.json", lambda h: h["files"].append({"path": name, "sha256": "0" * 64, "size": 0}))
+    _edit_json(
+        slow / "attempt.json", lambda h: h["files"].append({"path": name, "sha256": "0" * 64, "size": 0})
+    )
     p = _caught(rebuild_index(art).problems, slow, "attempt.json", kinds=("tampered", "invalid"))
     assert "files[" in p["message"]
 
@@ -331,8 +364,12 @@ def test_unlisted_fifo_is_reported_without_hanging(store):
 
 def test_index_row_pointing_to_a_missing_attempt(store):
     art, slow, _, _ = store
-    _sql(art, "UPDATE attempts SET attempt_id='20260101T000000000000Z-v0-ffffff', "
-              "path='vector_add/20260101T000000000000Z-v0-ffffff', created_at='2099' WHERE attempt_id=?", (slow.name,))
+    _sql(
+        art,
+        "UPDATE attempts SET attempt_id='20260101T000000000000Z-v0-ffffff', "
+        "path='vector_add/20260101T000000000000Z-v0-ffffff', created_at='2099' WHERE attempt_id=?",
+        (slow.name,),
+    )
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
     _caught(board["problems"], art / "vector_add" / "20260101T000000000000Z-v0-ffffff", INDEX_NAME)
@@ -367,8 +404,12 @@ def test_case_changed_manifest_names(store):
     art, slow, _, _ = store
     # a second listing of the same name in another case: one file on a case-insensitive file system
     shutil.copyfile(slow / "benchmark.json", slow / "Benchmark.json")
-    _edit_json(slow / "attempt.json", lambda h: h["files"].append({**next(
-        f for f in h["files"] if f["path"] == "benchmark.json"), "path": "Benchmark.json"}))
+    _edit_json(
+        slow / "attempt.json",
+        lambda h: h["files"].append(
+            {**next(f for f in h["files"] if f["path"] == "benchmark.json"), "path": "Benchmark.json"}
+        ),
+    )
     p = _caught(rebuild_index(art).problems, slow, "attempt.json")
     assert "listed twice" in p["message"]
 
@@ -379,8 +420,10 @@ def test_case_changed_name_replacing_the_listed_record(store):
     forged = json.loads((slow / "benchmark.json").read_text())
     forged["summary"]["geomean_speedup"] = 9.0
     (slow / "Benchmark.json").write_text(json.dumps(forged))
-    _edit_json(slow / "attempt.json", lambda h: [f.update(path="Benchmark.json") for f in h["files"]
-                                                 if f["path"] == "benchmark.json"])
+    _edit_json(
+        slow / "attempt.json",
+        lambda h: [f.update(path="Benchmark.json") for f in h["files"] if f["path"] == "benchmark.json"],
+    )
     _reseal(slow)
     _caught(rebuild_index(art).problems, slow, "benchmark.json")
 
@@ -403,8 +446,10 @@ def test_environment_key_in_header_only(store):
 @pytest.mark.parametrize("size", [10**15, 2**63 - 1])
 def test_huge_declared_size_is_tampered_without_reading(store, size):
     art, slow, _, _ = store
-    _edit_json(slow / "attempt.json", lambda h: [f.update(size=size) for f in h["files"]
-                                                 if f["path"] == "benchmark.json"])
+    _edit_json(
+        slow / "attempt.json",
+        lambda h: [f.update(size=size) for f in h["files"] if f["path"] == "benchmark.json"],
+    )
     p = _caught(rebuild_index(art).problems, slow, "benchmark.json")
     assert "SHA-256 and size" in p["message"]
 
@@ -420,8 +465,13 @@ def test_per_case_speedup_forged_in_benchmark_json(store):
 def test_unstable_measurement_relabelled_stable(tmp_path):
     art = tmp_path / "artifacts"
     shaky = make_attempt(art, candidate="v0", seed=4, stable=False)
-    _edit_json(shaky / "benchmark.json", lambda b: (b["cases"][0]["stability"].update(stable=True, reasons=[]),
-                                                    b["summary"].update(stable=True)))
+    _edit_json(
+        shaky / "benchmark.json",
+        lambda b: (
+            b["cases"][0]["stability"].update(stable=True, reasons=[]),
+            b["summary"].update(stable=True),
+        ),
+    )
     _reseal(shaky, {"benchmark": {"stable": True}})
     p = _caught(rebuild_index(art).problems, shaky, "benchmark.json")
     assert "stability.stable" in p["message"] or "summary.stable" in p["message"]
@@ -473,6 +523,7 @@ def test_index_is_the_same_after_every_forgery_is_removed(store):
 
 
 # ------------------------------------------------------------------------ SOL-ExecBench attempts
+
 
 @pytest.fixture(scope="module")
 def sol_attempt(tmp_path_factory) -> Path:

@@ -92,7 +92,13 @@ def test_bad_card_is_rejected_naming_file_and_field(path: Path, header: dict[str
 def test_base_template_of_bad_cards_is_valid():
     """Every bad card is good/base.yaml plus one defect, so the error can only come from that defect."""
     card = load_task_card(CARDS / "good" / "base.yaml")
-    assert [c.id for c in card.cases] == ["n31-float32", "n31-float16", "n32-float32", "n32-float16", "n33-float32"]
+    assert [c.id for c in card.cases] == [
+        "n31-float32",
+        "n31-float16",
+        "n32-float32",
+        "n32-float16",
+        "n33-float32",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,8 +230,14 @@ def test_real_vector_add_card_loads():
 
     ids = [c.id for c in card.cases]
     assert len(ids) == len(set(ids)) == sum(len(entry["dtypes"]) for entry in raw["cases"])
-    for expected in ("n31-float32", "n31-float16", "n1025-bfloat16", "n129_bf16-bfloat16",
-                     "shape_mismatch-float32", "bench_16m-float16"):
+    for expected in (
+        "n31-float32",
+        "n31-float16",
+        "n1025-bfloat16",
+        "n129_bf16-bfloat16",
+        "shape_mismatch-float32",
+        "bench_16m-float16",
+    ):
         assert expected in ids
     assert "n31-bfloat16" not in ids
     by_id = {c.id: c for c in card.cases}
@@ -278,8 +290,9 @@ CLI_BAD = ["duplicate_case_id", "unknown_field_in_benchmark", "source_path_escap
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mini_kv", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 @functools.cache
@@ -289,8 +302,10 @@ def _validate_task_missing() -> str | None:
         return "src/mini_kv/cli.py does not exist yet, so `python -m mini_kv validate-task` cannot run"
     proc = _run_cli("validate-task", "--help")
     if proc.returncode != 0:
-        return (f"`python -m mini_kv validate-task --help` exits {proc.returncode}: the validate-task "
-                f"command does not exist yet ({(proc.stderr or proc.stdout).strip()[-200:]})")
+        return (
+            f"`python -m mini_kv validate-task --help` exits {proc.returncode}: the validate-task "
+            f"command does not exist yet ({(proc.stderr or proc.stdout).strip()[-200:]})"
+        )
     return None
 
 

@@ -36,6 +36,7 @@ CARD = REPO / "tasks" / "vector_add.yaml"
 
 # ------------------------------------------------------------------ option validation
 
+
 @pytest.mark.parametrize("method", ["events", "graph", "cupti"])
 def test_cuda_methods_refused_on_cpu(method):
     with pytest.raises(ValueError, match="needs a CUDA device"):
@@ -86,20 +87,24 @@ def test_flusher_is_inert_on_cpu():
 
 # ------------------------------------------------------------- pipeline / CLI validation
 
+
 @pytest.fixture(scope="module")
 def card():
     return load_task_card(CARD)
 
 
-@pytest.mark.parametrize("opts,needle", [
-    (dict(method="cupti"), "--method"),
-    (dict(method="graph"), "--method"),
-    (dict(method="events"), "--method"),
-    (dict(l2="cold"), "--l2"),
-    (dict(max_cv=0.0), "--max-cv"),
-    (dict(max_p95_cv=-1.0), "--max-p95-cv"),
-    (dict(max_cv=float("nan")), "--max-cv"),
-])
+@pytest.mark.parametrize(
+    "opts,needle",
+    [
+        (dict(method="cupti"), "--method"),
+        (dict(method="graph"), "--method"),
+        (dict(method="events"), "--method"),
+        (dict(l2="cold"), "--l2"),
+        (dict(max_cv=0.0), "--max-cv"),
+        (dict(max_p95_cv=-1.0), "--max-p95-cv"),
+        (dict(max_cv=float("nan")), "--max-cv"),
+    ],
+)
 def test_pipeline_rejects_bad_options_with_config_exit(card, opts, needle):
     with pytest.raises(UserError) as info:
         pipeline.check_benchmark_options(card, pipeline.VerifyOptions(device="cpu", **opts), "cpu")
@@ -139,12 +144,34 @@ def test_cli_rejects_cupti_on_cpu_before_compiling(tmp_path, monkeypatch):
         raise AssertionError("compiled although the options were invalid")
 
     monkeypatch.setattr(pipeline, "compile_candidate", no_compile)
-    code = cli.main(["verify", "--task", str(CARD), "--device", "cpu", "--method", "cupti",
-                     "--artifacts", str(tmp_path / "artifacts")])
+    code = cli.main(
+        [
+            "verify",
+            "--task",
+            str(CARD),
+            "--device",
+            "cpu",
+            "--method",
+            "cupti",
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+        ]
+    )
     assert code == ExitCode.CONFIG
     assert not (tmp_path / "artifacts").exists()
-    code = cli.main(["verify", "--task", str(CARD), "--device", "cpu", "--l2", "cold",
-                     "--artifacts", str(tmp_path / "artifacts")])
+    code = cli.main(
+        [
+            "verify",
+            "--task",
+            str(CARD),
+            "--device",
+            "cpu",
+            "--l2",
+            "cold",
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+        ]
+    )
     assert code == ExitCode.CONFIG
 
 
@@ -152,14 +179,28 @@ def test_cli_method_choices():
     from mini_kv import cli
 
     parser = cli.build_parser()
-    ns = parser.parse_args(["verify", "--task", "t.yaml", "--method", "cupti", "--l2", "cold",
-                            "--max-cv", "0.02", "--max-p95-cv", "0.1"])
+    ns = parser.parse_args(
+        [
+            "verify",
+            "--task",
+            "t.yaml",
+            "--method",
+            "cupti",
+            "--l2",
+            "cold",
+            "--max-cv",
+            "0.02",
+            "--max-p95-cv",
+            "0.1",
+        ]
+    )
     assert (ns.method, ns.l2, ns.max_cv, ns.max_p95_cv) == ("cupti", "cold", 0.02, 0.1)
     with pytest.raises(SystemExit):
         parser.parse_args(["verify", "--task", "t.yaml", "--method", "nvbench"])
 
 
 # ------------------------------------------------------------------------ input sets
+
 
 def test_input_set_count():
     assert benchmark.input_set_count(10**6, cold=False) == 1
@@ -182,6 +223,7 @@ def test_set_seeds_are_distinct_and_set0_is_the_case_seed():
 
 # -------------------------------------------------------------------- method fallback
 
+
 def _fake_measure(failing: dict):
     calls = []
 
@@ -190,6 +232,7 @@ def _fake_measure(failing: dict):
         if method in failing:
             raise failing[method]
         return Measurement(method, [1.0] * samples)
+
     return fake, calls
 
 
@@ -233,15 +276,34 @@ def test_candidate_errors_are_not_fallbacks(monkeypatch):
 
 # ---------------------------------------------------------------- bench_case on CPU
 
-SETTINGS = {"method": "auto", "l2": "hot", "warmup": 2, "repeats": 3, "samples": 5, "graph_launches": 20,
-            "max_cv": 0.03, "max_p95_cv": 0.15}
+SETTINGS = {
+    "method": "auto",
+    "l2": "hot",
+    "warmup": 2,
+    "repeats": 3,
+    "samples": 5,
+    "graph_launches": 20,
+    "max_cv": 0.03,
+    "max_p95_cv": 0.15,
+}
 TOL = {"atol": 1e-6, "rtol": 1e-6}
 CASE = {"id": "bench-float32", "dtype": "float32", "params": {"n": 4096}}
 
 
 def _bench(settings, op=vector_add.reference):
-    return benchmark.bench_case(op, vector_add.reference, vector_add.make_inputs, "vector_add", CASE, settings,
-                                TOL, "cpu", "salt", None, {"flops": "numel"})
+    return benchmark.bench_case(
+        op,
+        vector_add.reference,
+        vector_add.make_inputs,
+        "vector_add",
+        CASE,
+        settings,
+        TOL,
+        "cpu",
+        "salt",
+        None,
+        {"flops": "numel"},
+    )
 
 
 def test_bench_case_cpu_record():
@@ -251,7 +313,11 @@ def test_bench_case_cpu_record():
     assert rec["timer"] == timing.TIMER_LABELS["wallclock"]
     assert len(rec["candidate"]["samples"]) == 3 and all(len(r) == 5 for r in rec["candidate"]["samples"])
     assert all(x > 0 for r in rec["candidate"]["samples"] for x in r)
-    assert rec["order"] == [["candidate", "reference"], ["reference", "candidate"], ["candidate", "reference"]]
+    assert rec["order"] == [
+        ["candidate", "reference"],
+        ["reference", "candidate"],
+        ["candidate", "reference"],
+    ]
     assert rec["post_check"]["ok"]
     assert rec["bytes"] == 3 * 4096 * 4 and rec["flops"] == 4096
     assert rec["roofline"]["gbps"] > 0 and rec["roofline"]["peak_share"] is None
@@ -272,6 +338,7 @@ def _scripted_measure(samples_by_call):
         if samples == benchmark.PROBE_SAMPLES:
             return Measurement(method, [1.0] * samples)
         return Measurement(method, next(it))
+
     return fake
 
 
@@ -314,9 +381,15 @@ CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
 
 def ev(name, device, start, dur, corr=0, activity=None):
-    return SimpleNamespace(name=lambda: name, device_type=lambda: device, start_ns=lambda: start,
-                           end_ns=lambda: start + dur, duration_ns=lambda: dur, correlation_id=lambda: corr,
-                           activity_type=(lambda: activity) if activity is not None else None)
+    return SimpleNamespace(
+        name=lambda: name,
+        device_type=lambda: device,
+        start_ns=lambda: start,
+        end_ns=lambda: start + dur,
+        duration_ns=lambda: dur,
+        correlation_id=lambda: corr,
+        activity_type=(lambda: activity) if activity is not None else None,
+    )
 
 
 def _trace(with_activity: bool):
@@ -357,13 +430,18 @@ def test_iteration_activity_groups_by_launch(with_activity):
 
 
 def test_iteration_without_work_is_empty():
-    events = [ev(ITERATION_MARK + "0", CPU, 0, 100), ev(ITERATION_MARK + "1", CPU, 200, 100),
-              ev("cudaLaunchKernel", CPU, 210, 5, corr=1), ev("k", CUDA, 220, 10, corr=1)]
+    events = [
+        ev(ITERATION_MARK + "0", CPU, 0, 100),
+        ev(ITERATION_MARK + "1", CPU, 200, 100),
+        ev("cudaLaunchKernel", CPU, 210, 5, corr=1),
+        ev("k", CUDA, 220, 10, corr=1),
+    ]
     per = iteration_activity(events, 2)
     assert per[0]["count"] == 0 and per[1]["count"] == 1 and per[1]["span_ns"] == 10
 
 
 # ----------------------------------------------------------------------- bandwidth
+
 
 def test_bandwidth_is_none_on_cpu(tmp_path):
     assert bandwidth.ensure(tmp_path, "k", "cpu") is None
@@ -384,6 +462,7 @@ def test_bandwidth_cache_is_used_and_validated(tmp_path):
 
 # ------------------------------------------------------------------ progress, report
 
+
 def test_progress_counts_stages():
     msgs, counts = [], []
     job = {"cases": [{"id": "a"}, {"id": "b"}], "contract": ["opcheck"], "bench_cases": [{"id": "z"}]}
@@ -393,9 +472,12 @@ def test_progress_counts_stages():
         counts.append((completed, total))
 
     on_event = pipeline._progress(job, "v0", say)
-    for e in ({"event": "begin", "stage": "correctness", "case": "a"}, {"event": "case"},
-              {"event": "begin", "stage": "correctness", "case": "b"},
-              {"event": "begin", "stage": "benchmark", "case": "z"}):
+    for e in (
+        {"event": "begin", "stage": "correctness", "case": "a"},
+        {"event": "case"},
+        {"event": "begin", "stage": "correctness", "case": "b"},
+        {"event": "begin", "stage": "benchmark", "case": "z"},
+    ):
         on_event(e)
     assert msgs == ["v0: correctness 1/2: a", "v0: correctness 2/2: b", "v0: benchmark 1/1: z"]
     assert counts == [(0, 4), (1, 4), (2, 4)]  # done before each case begins, of all stages' work

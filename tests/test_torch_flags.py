@@ -12,17 +12,30 @@ from mini_kv.model import Candidate
 ROOT = Path(__file__).resolve().parents[1]
 
 # the guards as torch 2.13 and torch 2.15 ship them in ATen/ATen.h
-ATEN_2_13 = ("#pragma once\n\n#if !defined(_MSC_VER) && __cplusplus < 201703L\n"
-             "#error C++17 or later compatible compiler is required to use ATen.\n#endif\n")
-ATEN_2_15 = ("#pragma once\n#if (defined(_MSVC_LANG) && _MSVC_LANG < 202002L) || \\\n"
-             "    (!defined(_MSVC_LANG) && __cplusplus < 202002L)\n"
-             "#error C++20 or later compatible compiler is required to use ATen.\n#endif\n")
+ATEN_2_13 = (
+    "#pragma once\n\n#if !defined(_MSC_VER) && __cplusplus < 201703L\n"
+    "#error C++17 or later compatible compiler is required to use ATen.\n#endif\n"
+)
+ATEN_2_15 = (
+    "#pragma once\n#if (defined(_MSVC_LANG) && _MSVC_LANG < 202002L) || \\\n"
+    "    (!defined(_MSVC_LANG) && __cplusplus < 202002L)\n"
+    "#error C++20 or later compatible compiler is required to use ATen.\n#endif\n"
+)
 
 
-@pytest.mark.parametrize(("version", "standard"), [
-    ("2.4.0", 17), ("2.11.0+cu130", 17), ("2.13.0+cpu", 17), ("2.14.1", 17),
-    ("2.15.0", 20), ("2.15.0+cu132", 20), ("2.16.0.dev20270101", 20), ("3.0", 20),
-])
+@pytest.mark.parametrize(
+    ("version", "standard"),
+    [
+        ("2.4.0", 17),
+        ("2.11.0+cu130", 17),
+        ("2.13.0+cpu", 17),
+        ("2.14.1", 17),
+        ("2.15.0", 20),
+        ("2.15.0+cu132", 20),
+        ("2.16.0.dev20270101", 20),
+        ("3.0", 20),
+    ],
+)
 def test_version_to_standard(version, standard):
     assert torch_flags.version_standard(version) == standard
     assert torch_flags.std_flag(standard) == f"-std=c++{standard}"
@@ -64,8 +77,13 @@ def test_installed_torch_standard_is_what_its_headers_need():
 
 
 def _candidate() -> Candidate:
-    return Candidate(id="v0_naive", path="candidates/vector_add/v0_naive", op="ns::vector_add",
-                     cpu_sources=("op.cpp",), cuda_sources=("kernel.cu", "op_cuda.cpp"))
+    return Candidate(
+        id="v0_naive",
+        path="candidates/vector_add/v0_naive",
+        op="ns::vector_add",
+        cpu_sources=("op.cpp",),
+        cuda_sources=("kernel.cu", "op_cuda.cpp"),
+    )
 
 
 def test_build_flags_and_key_follow_the_standard(monkeypatch):
@@ -122,5 +140,12 @@ def test_cuda_torch_without_a_gpu_compile_checks_instead_of_building(monkeypatch
 def _candidate_module():
     from types import SimpleNamespace
 
-    return SimpleNamespace(id="sol", path="candidates/vector_add/v0_naive", cpu_sources=(), cuda_sources=("kernel.cu",),
-                           cflags=(), cuda_cflags=(), python_module=True)
+    return SimpleNamespace(
+        id="sol",
+        path="candidates/vector_add/v0_naive",
+        cpu_sources=(),
+        cuda_sources=("kernel.cu",),
+        cflags=(),
+        cuda_cflags=(),
+        python_module=True,
+    )

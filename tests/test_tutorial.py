@@ -22,16 +22,19 @@ def tutorial_steps(text: str) -> list[tuple[str, str]]:
     """("file", path + body) and ("bash", command) steps, in the order of the page."""
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
-    section = text[start:end if end != -1 else len(text)]
+    section = text[start : end if end != -1 else len(text)]
     steps: list[tuple[str, str]] = []
     for m in BLOCK.finditer(section):
         info = m.group("info").split()
-        target = next((w[len("file="):] for w in info if w.startswith("file=")), None)
+        target = next((w[len("file=") :] for w in info if w.startswith("file=")), None)
         if target:
             steps.append(("file", target + "\n" + m.group("body")))
         elif info and info[0] == "bash":
-            steps.extend(("bash", ln.strip()) for ln in m.group("body").splitlines()
-                         if ln.strip() and not ln.strip().startswith("#"))
+            steps.extend(
+                ("bash", ln.strip())
+                for ln in m.group("body").splitlines()
+                if ln.strip() and not ln.strip().startswith("#")
+            )
     return steps
 
 
@@ -46,8 +49,10 @@ def test_the_tutorial_has_the_steps_it_promises():
 
 @pytest.mark.slow
 def test_the_tutorial_runs_as_written(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p),
+    }
     outputs = []
     for kind, payload in tutorial_steps(DOC.read_text()):
         if kind == "file":
@@ -55,8 +60,14 @@ def test_the_tutorial_runs_as_written(tmp_path):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(body)
             continue
-        cmd = payload.replace("python -m", f"{sys.executable} -m", 1) if payload.startswith("python ") else payload
-        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        cmd = (
+            payload.replace("python -m", f"{sys.executable} -m", 1)
+            if payload.startswith("python ")
+            else payload
+        )
+        r = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        )
         assert r.returncode == 0, f"{payload}\nexit {r.returncode}\n{r.stdout}\n{r.stderr}"
         outputs.append((payload, r.stdout))
     verify_1, verify_2 = [out for cmd, out in outputs if " verify " in cmd]

@@ -7,8 +7,15 @@ import pytest
 
 from mini_kv.store.attempts import read_attempt
 
-EXPECTED_FILES = {"attempt.json", "task_card.json", "candidate_manifest.json", "environment.json", "compile.json",
-                  "correctness.json", "benchmark.json"}
+EXPECTED_FILES = {
+    "attempt.json",
+    "task_card.json",
+    "candidate_manifest.json",
+    "environment.json",
+    "compile.json",
+    "correctness.json",
+    "benchmark.json",
+}
 
 
 def _attempt(stdout: str) -> Path:
@@ -42,7 +49,9 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     assert case["method"] == "wallclock"
     assert len(case["candidate"]["samples"]) == 5 and all(len(r) == 100 for r in case["candidate"]["samples"])
 
-    second = cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark")
+    second = cli(
+        "verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark"
+    )
     assert second.returncode == 0, second.stdout + second.stderr
     comp = json.loads((_attempt(second.stdout) / "compile.json").read_text())
     assert comp["cache_hit"] is True

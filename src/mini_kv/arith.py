@@ -18,12 +18,26 @@ MAX_CHARS = 256
 MAX_NODES = 100
 MAX_MAGNITUDE = 2**63
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
-_FUNCS = {"min": (min, None), "max": (max, None), "ceil": (math.ceil, 1), "floor": (math.floor, 1),
-          "log2": (math.log2, 1)}  # name -> (function, exact argument count or None for one or more)
-GRAMMAR = ("numbers, axis names, + - * / // % **, unary minus, and min(...), max(...), ceil(x), floor(x), "
-           f"log2(x); at most {MAX_CHARS} characters")
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
+}
+_FUNCS = {
+    "min": (min, None),
+    "max": (max, None),
+    "ceil": (math.ceil, 1),
+    "floor": (math.floor, 1),
+    "log2": (math.log2, 1),
+}  # name -> (function, exact argument count or None for one or more)
+GRAMMAR = (
+    "numbers, axis names, + - * / // % **, unary minus, and min(...), max(...), ceil(x), floor(x), "
+    f"log2(x); at most {MAX_CHARS} characters"
+)
 
 
 class ExpressionError(ValueError):
@@ -39,7 +53,9 @@ def parse(expr: str) -> ast.Expression:
     try:
         tree = ast.parse(expr, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise ExpressionError(f"not an expression ({type(exc).__name__}: {getattr(exc, 'msg', exc)})") from None
+        raise ExpressionError(
+            f"not an expression ({type(exc).__name__}: {getattr(exc, 'msg', exc)})"
+        ) from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
         raise ExpressionError(f"more than {MAX_NODES} terms")
@@ -55,20 +71,32 @@ def _check_node(node: ast.AST) -> None:
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExpressionError(f"{node.value!r} is not a number")
         _bounded(node.value)
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
-            and not node.keywords:
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCS
+        and not node.keywords
+    ):
         _check_call(node)
-    elif not (isinstance(node, ast.BinOp) and type(node.op) in _BINOPS
-              or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))):
+    elif not (
+        isinstance(node, ast.BinOp)
+        and type(node.op) in _BINOPS
+        or isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, (ast.USub, ast.UAdd))
+    ):
         raise ExpressionError(f"unsupported element {type(node).__name__} (allowed: {GRAMMAR})")
 
 
 def _check_call(node: ast.Call) -> None:
     arity = _FUNCS[node.func.id][1]
-    if (arity is None and not node.args) or (arity is not None and len(node.args) != arity) \
-            or any(isinstance(a, ast.Starred) for a in node.args):
-        raise ExpressionError(f"{node.func.id}() takes {arity or 'one or more'} argument(s), "
-                              f"got {len(node.args)}")
+    if (
+        (arity is None and not node.args)
+        or (arity is not None and len(node.args) != arity)
+        or any(isinstance(a, ast.Starred) for a in node.args)
+    ):
+        raise ExpressionError(
+            f"{node.func.id}() takes {arity or 'one or more'} argument(s), got {len(node.args)}"
+        )
 
 
 def _bounded(value):
@@ -86,7 +114,7 @@ def _power(base, exp):
         raise ExpressionError(f"{base}**{exp} exceeds 2**63")
     if base == 0 and exp < 0:
         raise ZeroDivisionError("0 to a negative power")
-    result = base ** exp
+    result = base**exp
     if isinstance(result, complex):
         raise ExpressionError(f"{base}**{exp} is not a real number")
     return result
@@ -107,7 +135,9 @@ def evaluate(expr: str, names: dict) -> int | float:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in names:
-                raise ExpressionError(f"unknown name {node.id!r}; known: {', '.join(sorted(names)) or '(none)'}")
+                raise ExpressionError(
+                    f"unknown name {node.id!r}; known: {', '.join(sorted(names)) or '(none)'}"
+                )
             return names[node.id]
         if isinstance(node, ast.BinOp):
             left, right = ev(node.left), ev(node.right)
@@ -123,6 +153,7 @@ def evaluate(expr: str, names: dict) -> int | float:
             return _bounded(fn(*args) if len(args) == 1 and fn not in (min, max) else fn(args))
         except (ValueError, OverflowError) as exc:  # log2 of a non-positive number
             raise ExpressionError(f"{node.func.id}{tuple(args)}: {exc}") from None
+
     try:
         return ev(parse(expr))
     except RecursionError:  # cannot happen within MAX_NODES; kept so no caller ever sees one

@@ -32,8 +32,13 @@ def cmd_doctor(args) -> int:
         for col in ("check", "found", "ok", "blocks", "fix"):
             t.add_column(col)
         for r in rows:
-            t.add_row(r["name"], str(r["value"]), "[green]yes[/]" if r["ok"] else "[red]no[/]",
-                      "" if r["ok"] else r["blocks"], "" if r["ok"] else r["fix"])
+            t.add_row(
+                r["name"],
+                str(r["value"]),
+                "[green]yes[/]" if r["ok"] else "[red]no[/]",
+                "" if r["ok"] else r["blocks"],
+                "" if r["ok"] else r["fix"],
+            )
         console.print(t)
     # doctor informs; only a missing piece that blocks everything is an error
     fatal = [r for r in rows if not r["ok"] and r["blocks"] in ("everything", "every build")]
@@ -48,9 +53,11 @@ def cmd_validate_task(args) -> int:
         kinds: dict[str, int] = {}
         for c in card.cases:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1
-        console.print(f"{path}: ok (task {card.id} {card.version}, {len(card.candidates)} candidate(s), "
-                      f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")",
-                      markup=False)
+        console.print(
+            f"{path}: ok (task {card.id} {card.version}, {len(card.candidates)} candidate(s), "
+            f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")",
+            markup=False,
+        )
     return ExitCode.OK
 
 
@@ -66,19 +73,31 @@ def _check_case_names(card, requested: list[str]) -> None:
     known = {c.base_id for c in card.cases} | {c.id for c in card.cases}
     unknown = [r for r in requested if r not in known]
     if unknown:
-        raise ConfigError(card.path, "cases", f"--case {', '.join(unknown)}: no such case; known: "
-                          + ", ".join(sorted({c.base_id for c in card.cases})) + " (or an expanded id such as "
-                          + f"{card.cases[0].id})")
+        raise ConfigError(
+            card.path,
+            "cases",
+            f"--case {', '.join(unknown)}: no such case; known: "
+            + ", ".join(sorted({c.base_id for c in card.cases}))
+            + " (or an expanded id such as "
+            + f"{card.cases[0].id})",
+        )
 
 
 def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
     picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
     if any(c.runs_on(device) and not (skip_benchmark and c.kind == "bench") for c in picked):
         return
-    why = ("only bench cases, and --skip-benchmark is set" if skip_benchmark and
-           all(c.kind == "bench" for c in picked) else f"no case that runs on {device}")
-    raise ConfigError(card.path, "cases", f"--case {', '.join(requested)} selects {why}; cases that run on "
-                      f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})))
+    why = (
+        "only bench cases, and --skip-benchmark is set"
+        if skip_benchmark and all(c.kind == "bench" for c in picked)
+        else f"no case that runs on {device}"
+    )
+    raise ConfigError(
+        card.path,
+        "cases",
+        f"--case {', '.join(requested)} selects {why}; cases that run on "
+        f"{device}: " + ", ".join(sorted({c.base_id for c in card.cases if c.runs_on(device)})),
+    )
 
 
 def cmd_verify(args) -> int:
@@ -92,11 +111,24 @@ def cmd_verify(args) -> int:
     device = "cuda:0" if gpus else pick_device(args.device)
     _check_case_filter(card, args.case or [], device, args.skip_benchmark)
     check_store_writable(artifacts_dir(args, Path(card.project_root)))
-    opts = VerifyOptions(device=args.device, skip_benchmark=args.skip_benchmark, method=args.method, l2=args.l2,
-                         compile_timeout=args.compile_timeout, timeout=args.timeout, prebuilt=args.prebuilt,
-                         seed_salt=args.seed_salt, artifacts=args.artifacts, case_filter=args.case or [],
-                         bench_all=args.bench_all, memory_limit_gb=args.memory_limit, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv,
-                         env_tag=args.env_tag, sandbox=not args.no_sandbox)
+    opts = VerifyOptions(
+        device=args.device,
+        skip_benchmark=args.skip_benchmark,
+        method=args.method,
+        l2=args.l2,
+        compile_timeout=args.compile_timeout,
+        timeout=args.timeout,
+        prebuilt=args.prebuilt,
+        seed_salt=args.seed_salt,
+        artifacts=args.artifacts,
+        case_filter=args.case or [],
+        bench_all=args.bench_all,
+        memory_limit_gb=args.memory_limit,
+        max_cv=args.max_cv,
+        max_p95_cv=args.max_p95_cv,
+        env_tag=args.env_tag,
+        sandbox=not args.no_sandbox,
+    )
     cands = selected_candidates(card, args.candidate)
     if gpus and len(gpus) > 1:
         results = _verify_parallel(card, cands, opts, gpus)
@@ -106,8 +138,15 @@ def cmd_verify(args) -> int:
         results = []
         for cand in cands:
             with _progress_display() as prog:
-                results.append(verify(card, cand, opts, progress=_progress_row(prog, f"{card.id}/{cand.id}"),
-                                      line=progress_line))
+                results.append(
+                    verify(
+                        card,
+                        cand,
+                        opts,
+                        progress=_progress_row(prog, f"{card.id}/{cand.id}"),
+                        line=progress_line,
+                    )
+                )
             results[-1]["candidate"] = cand.id
             _print_result(results[-1], args)
     if gpus and len(gpus) > 1:
@@ -117,9 +156,14 @@ def cmd_verify(args) -> int:
     for result in results:
         worst = max(worst, result["exit_code"], key=lambda c: (c != 0, c))
     if len(results) > 1 and not args.json:
-        console.print("summary: " + ", ".join(f"{r['candidate']} {r['summary']['status']}"
-                                              + (f" (GPU {r['summary']['gpu']})" if r["summary"].get("gpu") is not None
-                                                 else "") for r in results))
+        console.print(
+            "summary: "
+            + ", ".join(
+                f"{r['candidate']} {r['summary']['status']}"
+                + (f" (GPU {r['summary']['gpu']})" if r["summary"].get("gpu") is not None else "")
+                for r in results
+            )
+        )
     return worst
 
 
@@ -127,7 +171,9 @@ def _print_result(result: dict, args) -> None:
     from mini_kv import report
 
     if args.json:
-        print(json.dumps({"candidate": result["candidate"], "attempt": result["attempt"], **result["summary"]}))
+        print(
+            json.dumps({"candidate": result["candidate"], "attempt": result["attempt"], **result["summary"]})
+        )
     else:
         report.print_verify(result, console, verbose=args.verbose)
 
@@ -163,8 +209,15 @@ def _progress_display():
         TimeElapsedColumn,
     )
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
 
 
 def _progress_row(prog, label: str):
@@ -173,6 +226,7 @@ def _progress_row(prog, label: str):
 
     def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
         prog.update(row, description=msg, completed=completed, total=total)
+
     return update
 
 
@@ -198,8 +252,13 @@ def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
                 return
             gpu_opts = copy.copy(opts)
             gpu_opts.gpu = gpu
-            result = verify(card, cand, gpu_opts, progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"),
-                            line=lambda text, gpu=gpu: progress_line(f"GPU {gpu}: {text}"))
+            result = verify(
+                card,
+                cand,
+                gpu_opts,
+                progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"),
+                line=lambda text, gpu=gpu: progress_line(f"GPU {gpu}: {text}"),
+            )
             result["candidate"] = cand.id
             results[i] = result
             prog.console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
@@ -224,33 +283,65 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_doctor)
 
     v = sub.add_parser("validate-task", help="check task cards without compiling anything")
-    v.add_argument("cards", nargs="+", metavar="CARD", help="task card YAML file(s) to check (schema, fields, "
-                   "import paths, candidate paths, case ids)")
+    v.add_argument(
+        "cards",
+        nargs="+",
+        metavar="CARD",
+        help="task card YAML file(s) to check (schema, fields, import paths, candidate paths, case ids)",
+    )
     v.set_defaults(func=cmd_validate_task)
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
-    vr.add_argument("--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default")
+    vr.add_argument(
+        "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
+    )
     vr.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
-    vr.add_argument("--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck")
-    vr.add_argument("--method", choices=["auto", "events", "graph", "cupti", "wallclock"],
-                    help="timing method (default: the card's; auto = cupti on CUDA, falling back to graph, events)")
-    vr.add_argument("--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)")
-    vr.add_argument("--max-cv", type=checks.fraction, help="stability gate: max robust CV of the P50s (fraction, default 0.03)")
-    vr.add_argument("--max-p95-cv", type=checks.fraction, help="stability gate: max robust CV of the candidate's P95s "
-                    "(fraction, default 0.15)")
+    vr.add_argument(
+        "--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck"
+    )
+    vr.add_argument(
+        "--method",
+        choices=["auto", "events", "graph", "cupti", "wallclock"],
+        help="timing method (default: the card's; auto = cupti on CUDA, falling back to graph, events)",
+    )
+    vr.add_argument(
+        "--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)"
+    )
+    vr.add_argument(
+        "--max-cv",
+        type=checks.fraction,
+        help="stability gate: max robust CV of the P50s (fraction, default 0.03)",
+    )
+    vr.add_argument(
+        "--max-p95-cv",
+        type=checks.fraction,
+        help="stability gate: max robust CV of the candidate's P95s (fraction, default 0.15)",
+    )
     vr.add_argument("--bench-all", action="store_true", help="also time every core case")
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
     vr.add_argument("--compile-timeout", type=checks.positive_float, help="seconds for the build")
     vr.add_argument("--timeout", type=checks.positive_float, help="seconds per case")
     vr.add_argument("--gpus", help="'all' or '0,1,...': one worker per GPU, candidates queued across them")
-    vr.add_argument("--memory-limit", type=checks.positive_float, metavar="GB",
-                    help="address-space cap of a CPU worker (default: half the machine's memory)")
-    vr.add_argument("--env-tag", help="label what mini_kv cannot detect but that changes timings (power cap, "
-                    "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)")
-    vr.add_argument("--no-sandbox", action="store_true",
-                    help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md")
-    vr.add_argument("--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build")
+    vr.add_argument(
+        "--memory-limit",
+        type=checks.positive_float,
+        metavar="GB",
+        help="address-space cap of a CPU worker (default: half the machine's memory)",
+    )
+    vr.add_argument(
+        "--env-tag",
+        help="label what mini_kv cannot detect but that changes timings (power cap, "
+        "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
+    )
+    vr.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+    )
+    vr.add_argument(
+        "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
+    )
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")

@@ -20,28 +20,68 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
     p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
-    p.add_argument("-v", "--verbose", action="store_true", help="settings, build details and every failure log")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="settings, build details and every failure log"
+    )
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
-    p.add_argument("--compile-timeout", type=checks.positive_float, default=600.0, help="seconds for a C++ build (default 600)")
-    p.add_argument("--timeout", type=checks.positive_float, default=600.0,
-                   help="seconds per workload, correctness rounds and timing together (default 600)")
+    p.add_argument(
+        "--compile-timeout",
+        type=checks.positive_float,
+        default=600.0,
+        help="seconds for a C++ build (default 600)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=checks.positive_float,
+        default=600.0,
+        help="seconds per workload, correctness rounds and timing together (default 600)",
+    )
     p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument("--rounds", type=checks.positive_int, default=10, help="correctness rounds with fresh inputs (default 10)")
-    p.add_argument("--warmup", type=checks.nonnegative_int, default=10, help="untimed calls before timing (default 10)")
-    p.add_argument("--repeats", type=checks.positive_int, default=1, help="timed repeats, candidate and reference alternating "
-                   "first (default 1; with one, the first side alternates across workloads)")
-    p.add_argument("--samples", type=checks.positive_int, default=50, help="timed calls per repeat (default 50)")
-    p.add_argument("--method", default="auto", choices=["auto", "cupti", "graph", "events", "wallclock"],
-                   help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)")
+    p.add_argument(
+        "--rounds",
+        type=checks.positive_int,
+        default=10,
+        help="correctness rounds with fresh inputs (default 10)",
+    )
+    p.add_argument(
+        "--warmup", type=checks.nonnegative_int, default=10, help="untimed calls before timing (default 10)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=checks.positive_int,
+        default=1,
+        help="timed repeats, candidate and reference alternating "
+        "first (default 1; with one, the first side alternates across workloads)",
+    )
+    p.add_argument(
+        "--samples", type=checks.positive_int, default=50, help="timed calls per repeat (default 50)"
+    )
+    p.add_argument(
+        "--method",
+        default="auto",
+        choices=["auto", "cupti", "graph", "events", "wallclock"],
+        help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)",
+    )
     p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")
-    p.add_argument("--max-cv", type=checks.fraction, default=0.03, help="stability gate: max robust CV of the P50s "
-                   "(fraction, default 0.03; a baseline must be stable)")
-    p.add_argument("--max-p95-cv", type=checks.fraction, default=0.15, help="stability gate on the P95s (default 0.15)")
+    p.add_argument(
+        "--max-cv",
+        type=checks.fraction,
+        default=0.03,
+        help="stability gate: max robust CV of the P50s (fraction, default 0.03; a baseline must be stable)",
+    )
+    p.add_argument(
+        "--max-p95-cv", type=checks.fraction, default=0.15, help="stability gate on the P95s (default 0.15)"
+    )
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
-    p.add_argument("--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md")
+    p.add_argument(
+        "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
+    )
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+    )
 
 
 def cmd_bench(args) -> int:
@@ -49,11 +89,27 @@ def cmd_bench(args) -> int:
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
 
-    opts = BenchOptions(solution=args.solution, definition=args.definition, workload=args.workload,
-                        device=args.device, compile_timeout=args.compile_timeout, timeout=args.timeout,
-                        rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, samples=args.samples,
-                        method=args.method, l2=args.l2, max_cv=args.max_cv, max_p95_cv=args.max_p95_cv, artifacts=args.artifacts, keep_staging=args.keep_staging,
-                        seed_salt=args.seed_salt, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
+    opts = BenchOptions(
+        solution=args.solution,
+        definition=args.definition,
+        workload=args.workload,
+        device=args.device,
+        compile_timeout=args.compile_timeout,
+        timeout=args.timeout,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        samples=args.samples,
+        method=args.method,
+        l2=args.l2,
+        max_cv=args.max_cv,
+        max_p95_cv=args.max_p95_cv,
+        artifacts=args.artifacts,
+        keep_staging=args.keep_staging,
+        seed_salt=args.seed_salt,
+        memory_limit_gb=args.memory_limit,
+        sandbox=not args.no_sandbox,
+    )
     _check_outputs(args, opts)
     if args.json:
         result = bench(args.problem_dir, opts, line=progress_line)

@@ -23,7 +23,9 @@ def device(value: str) -> str:
     """`cpu`, `cuda` or `cuda:N`, spelled exactly so (torch accepts others, e.g. `CPU`, that the case
     filters and records would then treat as a different device)."""
     if not DEVICE_RE.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a device; allowed: cpu, cuda, cuda:N (N = 0, 1, ...)")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a device; allowed: cpu, cuda, cuda:N (N = 0, 1, ...)"
+        )
     return value
 
 
@@ -54,6 +56,7 @@ def _int_at_least(lowest: int):
         if x < lowest:
             raise argparse.ArgumentTypeError(f"{value!r}: expected at least {lowest}")
         return x
+
     parse.__name__ = "int"  # argparse names the type in its messages
     return parse
 
@@ -96,5 +99,7 @@ def check_store_writable(store: Path, option: str = "--artifacts") -> None:
     """Exit CONFIG before any work when attempts could not be archived under `store`."""
     problem = store_write_problem(store)
     if problem:
-        raise UserError(f"artifact store {store}: {problem}; nothing was run. Make it a writable directory, or pass "
-                        f"{option} DIR with a directory this user can write")
+        raise UserError(
+            f"artifact store {store}: {problem}; nothing was run. Make it a writable directory, or pass "
+            f"{option} DIR with a directory this user can write"
+        )

@@ -42,8 +42,11 @@ def selected_candidates(card, requested: list[str]) -> list:
     for pattern in requested:
         matched = [c for c in card.candidates if fnmatch.fnmatchcase(c.id, pattern)]
         if not matched:
-            raise ConfigError(card.path, "candidates", f"no candidate matches {pattern!r}; known: "
-                              + ", ".join(c.id for c in card.candidates))
+            raise ConfigError(
+                card.path,
+                "candidates",
+                f"no candidate matches {pattern!r}; known: " + ", ".join(c.id for c in card.candidates),
+            )
         out.extend(c for c in matched if c not in out)
     return out
 

@@ -13,10 +13,12 @@ def _fmt_summary(s: dict) -> str:
     from mini_kv.profile.compare import fmt
 
     stalls = ", ".join(f"{t['reason']} {t['value']:.2f}" for t in s["top_stalls"][:3])
-    return (f"grid {fmt(s['grid_size'], 'int')} x block {fmt(s['block_size'], 'int')}, waves/SM "
-            f"{fmt(s['waves_per_sm'], 'float')}, achieved occupancy {fmt(s['achieved_occupancy_pct'], 'pct')}%, "
-            f"DRAM {fmt(s['dram_throughput_pct'], 'pct')}% ({fmt(s['dram_bandwidth_Bps'], 'GBps')} GB/s), "
-            f"top stalls: {stalls}; ncu replay duration {fmt(s['duration_ns'], 'us')} µs (not a latency)")
+    return (
+        f"grid {fmt(s['grid_size'], 'int')} x block {fmt(s['block_size'], 'int')}, waves/SM "
+        f"{fmt(s['waves_per_sm'], 'float')}, achieved occupancy {fmt(s['achieved_occupancy_pct'], 'pct')}%, "
+        f"DRAM {fmt(s['dram_throughput_pct'], 'pct')}% ({fmt(s['dram_bandwidth_Bps'], 'GBps')} GB/s), "
+        f"top stalls: {stalls}; ncu replay duration {fmt(s['duration_ns'], 'us')} µs (not a latency)"
+    )
 
 
 def cmd_profile(args) -> int:
@@ -26,10 +28,20 @@ def cmd_profile(args) -> int:
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
     if bool(args.task) == bool(args.solution):
-        raise UserError("profile: give --task (a task card's candidate) or --solution (a SOL-ExecBench solution.json "
-                        "or bench attempt), not both or neither")
-    opts = ProfileOptions(case=args.case, warmup=args.warmup, kernel=args.kernel, seed_salt=args.seed_salt,
-                          artifacts=args.artifacts, timeout=args.timeout, prebuilt=args.prebuilt, ncu=args.ncu)
+        raise UserError(
+            "profile: give --task (a task card's candidate) or --solution (a SOL-ExecBench solution.json "
+            "or bench attempt), not both or neither"
+        )
+    opts = ProfileOptions(
+        case=args.case,
+        warmup=args.warmup,
+        kernel=args.kernel,
+        seed_salt=args.seed_salt,
+        artifacts=args.artifacts,
+        timeout=args.timeout,
+        prebuilt=args.prebuilt,
+        ncu=args.ncu,
+    )
     if args.solution:
         from mini_kv.profile import sol
 
@@ -46,18 +58,25 @@ def cmd_profile(args) -> int:
         card = load_task_card(args.task)
         cands = selected_candidates(card, [args.candidate] if args.candidate else [])
         if len(cands) != 1:
-            raise UserError(f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time")
+            raise UserError(
+                f"--candidate {args.candidate!r} matches {len(cands)} candidates; profile one at a time"
+            )
         check_store_writable(artifacts_dir(args, Path(card.project_root)))  # the profile is archived there
         with console.status(f"profiling {card.id}/{cands[0].id}") as status:
             res = profile_candidate(card, cands[0], opts, progress=status.update)
     if args.json:
         print(json.dumps(res))
     elif res["status"] == "ok":
-        console.print(f"profile {res['path']}\n  OK {res['candidate']} on {res['case']}: "
-                      + _fmt_summary(res["summary"]), soft_wrap=True)
+        console.print(
+            f"profile {res['path']}\n  OK {res['candidate']} on {res['case']}: "
+            + _fmt_summary(res["summary"]),
+            soft_wrap=True,
+        )
     else:
         r = res["reason"]
-        err_console.print(f"profile {res['path']}\n  [red]FAILED[/] {r['code']}: {r['message']}", soft_wrap=True)
+        err_console.print(
+            f"profile {res['path']}\n  [red]FAILED[/] {r['code']}: {r['message']}", soft_wrap=True
+        )
         tail = (r.get("details") or {}).get("log_tail")
         if tail:
             err_console.print(tail[-1500:], markup=False, soft_wrap=True)
@@ -70,31 +89,44 @@ def _print_comparison(result: dict, timing: dict, console) -> None:
     from mini_kv.profile.compare import fmt
 
     a, b = result["A"], result["B"]
-    console.print(f"A: {a['candidate']} ({a['profile_id']})\nB: {b['candidate']} ({b['profile_id']})\n"
-                  f"task {a['task']}, case {a['case']}: same environment, same inputs", soft_wrap=True)
+    console.print(
+        f"A: {a['candidate']} ({a['profile_id']})\nB: {b['candidate']} ({b['profile_id']})\n"
+        f"task {a['task']}, case {a['case']}: same environment, same inputs",
+        soft_wrap=True,
+    )
     t = Table(title="Nsight Compute: what explains the difference")
     for col in ("metric", "A", "B", "B/A"):
         t.add_column(col)
     for r in result["rows"]:
-        t.add_row(r["label"], fmt(r["A"], r["kind"]), fmt(r["B"], r["kind"]),
-                  "" if r["ratio"] is None else f"{r['ratio']:.3g}x")
+        t.add_row(
+            r["label"],
+            fmt(r["A"], r["kind"]),
+            fmt(r["B"], r["kind"]),
+            "" if r["ratio"] is None else f"{r['ratio']:.3g}x",
+        )
     console.print(t)
     s = Table(title="top warp stall reasons (warps stalled per issue-active cycle)")
     for col in ("stall reason", "A", "B"):
         s.add_column(col)
     for r in result["stalls"]:
-        s.add_row(r["reason"], "-" if r["A"] is None else f"{r['A']:.2f}", "-" if r["B"] is None else f"{r['B']:.2f}")
+        s.add_row(
+            r["reason"],
+            "-" if r["A"] is None else f"{r['A']:.2f}",
+            "-" if r["B"] is None else f"{r['B']:.2f}",
+        )
     console.print(s)
     if not timing.get("ran"):
         console.print(f"A/B timing: not run: {timing['reason']}", soft_wrap=True)
         return
     p50, p95 = timing["p50_us"], timing["p95_us"]
-    console.print(f"A/B timing (one process, same inputs, order alternating over {timing['repeats']} repeats x "
-                  f"{timing['samples_per_repeat']} samples; {timing['method']}: {timing['timer']}):\n"
-                  f"  A {a['candidate']}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
-                  f"  B {b['candidate']}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"
-                  f"  B/A latency {timing['b_over_a']:.3f}x (speedup of B over A {1 / timing['b_over_a']:.2f}x)",
-                  soft_wrap=True)
+    console.print(
+        f"A/B timing (one process, same inputs, order alternating over {timing['repeats']} repeats x "
+        f"{timing['samples_per_repeat']} samples; {timing['method']}: {timing['timer']}):\n"
+        f"  A {a['candidate']}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
+        f"  B {b['candidate']}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"
+        f"  B/A latency {timing['b_over_a']:.3f}x (speedup of B over A {1 / timing['b_over_a']:.2f}x)",
+        soft_wrap=True,
+    )
 
 
 def cmd_compare_profiles(args) -> int:
@@ -105,9 +137,18 @@ def cmd_compare_profiles(args) -> int:
     result = compare(args.a, args.b, artifacts_dir(args))
     a, b = result.pop("profiles")
     sol = "workload" in (a["case"]["kind"], b["case"]["kind"])
-    timing = {"ran": False, "reason": "--no-timing"} if args.no_timing else {"ran": False, "reason": "SOL-ExecBench "
-              "profiles: their latency is `bench` (against the reference, or a promoted baseline's own solution in "
-              "the same run)"} if sol else run_ab(a, b, repeats=args.repeats, samples=args.samples)
+    timing = (
+        {"ran": False, "reason": "--no-timing"}
+        if args.no_timing
+        else {
+            "ran": False,
+            "reason": "SOL-ExecBench "
+            "profiles: their latency is `bench` (against the reference, or a promoted baseline's own solution in "
+            "the same run)",
+        }
+        if sol
+        else run_ab(a, b, repeats=args.repeats, samples=args.samples)
+    )
     _print_comparison(result, timing, console)
     if args.json:
         write_json(Path(args.json), {"schema_version": 1, **result, "timing": timing})
@@ -120,31 +161,50 @@ def register(sub) -> None:
     from mini_kv.profile.ab import DEFAULT_REPEATS, DEFAULT_SAMPLES
     from mini_kv.profile.capture import DEFAULT_SALT, DEFAULT_WARMUP
 
-    p = sub.add_parser("profile", help="Nsight Compute profile of one candidate on one case (artifacts/profiles/)")
+    p = sub.add_parser(
+        "profile", help="Nsight Compute profile of one candidate on one case (artifacts/profiles/)"
+    )
     p.add_argument("--task", help="task card YAML")
     p.add_argument("--solution", help="or a SOL-ExecBench solution.json")
     p.add_argument("--problem", help="with --solution: the problem directory (default: the solution's own)")
     p.add_argument("--candidate", help="candidate id (default: the card's default)")
-    p.add_argument("--case", help="case id or base id (default: the card's first bench case); a workload uuid")
-    p.add_argument("--warmup", type=checks.nonnegative_int, default=DEFAULT_WARMUP,
-                   help=f"candidate launches skipped before the profiled one (default {DEFAULT_WARMUP})")
+    p.add_argument(
+        "--case", help="case id or base id (default: the card's first bench case); a workload uuid"
+    )
+    p.add_argument(
+        "--warmup",
+        type=checks.nonnegative_int,
+        default=DEFAULT_WARMUP,
+        help=f"candidate launches skipped before the profiled one (default {DEFAULT_WARMUP})",
+    )
     p.add_argument("--kernel", help="profile only this one of the candidate's __global__ kernels")
-    p.add_argument("--seed-salt", default=DEFAULT_SALT, help="salt of the input seed (default: the fixed "
-                   "profile salt, so every candidate's profile sees the same inputs)")
+    p.add_argument(
+        "--seed-salt",
+        default=DEFAULT_SALT,
+        help="salt of the input seed (default: the fixed "
+        "profile salt, so every candidate's profile sees the same inputs)",
+    )
     p.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
     p.add_argument("--ncu", help="path of ncu (default: $MINI_KV_NCU, then PATH, then $CUDA_HOME/bin)")
-    p.add_argument("--timeout", type=checks.positive_float, default=600.0,
-                   help="seconds for the ncu run (default 600)")
+    p.add_argument(
+        "--timeout", type=checks.positive_float, default=600.0, help="seconds for the ncu run (default 600)"
+    )
     p.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.set_defaults(func=cmd_profile)
 
-    c = sub.add_parser("compare-profiles", help="refuse incomparable profiles; show metric deltas beside an A/B timing")
+    c = sub.add_parser(
+        "compare-profiles", help="refuse incomparable profiles; show metric deltas beside an A/B timing"
+    )
     c.add_argument("a", help="profile directory or id under artifacts/profiles/ (A, the baseline)")
     c.add_argument("b", help="profile directory or id (B)")
     c.add_argument("--no-timing", action="store_true", help="skip the A/B timing")
-    c.add_argument("--repeats", type=checks.positive_int, default=DEFAULT_REPEATS, help="A/B repeats, order alternating")
-    c.add_argument("--samples", type=checks.positive_int, default=DEFAULT_SAMPLES, help="A/B samples per repeat")
+    c.add_argument(
+        "--repeats", type=checks.positive_int, default=DEFAULT_REPEATS, help="A/B repeats, order alternating"
+    )
+    c.add_argument(
+        "--samples", type=checks.positive_int, default=DEFAULT_SAMPLES, help="A/B samples per repeat"
+    )
     c.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     c.add_argument("--json", metavar="FILE", help="also write the comparison and timing as JSON")
     c.set_defaults(func=cmd_compare_profiles)

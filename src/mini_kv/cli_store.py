@@ -14,7 +14,11 @@ def print_problems(problems, err_console) -> None:
 
     for p in problems:
         d = p if isinstance(p, dict) else p.to_dict()
-        label = "[red]skipped (TAMPERED)[/]" if d["kind"] == "tampered" else f"[yellow]skipped[/] ({escape(d['kind'])})"
+        label = (
+            "[red]skipped (TAMPERED)[/]"
+            if d["kind"] == "tampered"
+            else f"[yellow]skipped[/] ({escape(d['kind'])})"
+        )
         err_console.print(f"{label} {escape(d['path'])}: {escape(d['message'])}", soft_wrap=True)
 
 
@@ -26,9 +30,11 @@ def cmd_promote_baseline(args) -> int:
     # default: the card's declared baseline path, else baselines/<task>.json (a SOL problem: always), under the project
     output = Path(args.output) if args.output else default_baseline_output(attempt, root)
     base = promote_baseline(attempt, output, force=args.force)
-    console.print(f"baseline {output}: {base['task_id']} {base['task_version']}, candidate "
-                  f"{base['source']['candidate']}, {len(base['cases'])} bench case(s), from attempt "
-                  f"{base['source']['attempt_id']}")
+    console.print(
+        f"baseline {output}: {base['task_id']} {base['task_version']}, candidate "
+        f"{base['source']['candidate']}, {len(base['cases'])} bench case(s), from attempt "
+        f"{base['source']['attempt_id']}"
+    )
     used, note = promoted_baseline_use(attempt, output, root)
     console.print(note if used else f"[yellow]note:[/] {note}", soft_wrap=True)
     return ExitCode.OK
@@ -41,8 +47,10 @@ def _check_rebuildable(artifacts: Path, what: str) -> None:
 
     problem = store_write_problem(artifacts)
     if problem:
-        raise UserError(f"{what}: cannot write the index in the artifact store {artifacts}: {problem}. "
-                        "Run it where the store is writable (or make it so)")
+        raise UserError(
+            f"{what}: cannot write the index in the artifact store {artifacts}: {problem}. "
+            "Run it where the store is writable (or make it so)"
+        )
 
 
 def cmd_rebuild_index(args) -> int:
@@ -51,8 +59,16 @@ def cmd_rebuild_index(args) -> int:
     _check_rebuildable(artifacts_dir(args), "rebuild-index")
     result = rebuild_index(artifacts_dir(args))
     if args.json:
-        print(json.dumps({"index": str(result.index), "attempts": result.attempts,
-                          "problems": [p.to_dict() for p in result.problems]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "index": str(result.index),
+                    "attempts": result.attempts,
+                    "problems": [p.to_dict() for p in result.problems],
+                },
+                indent=2,
+            )
+        )
     else:
         print_problems(result.problems, err_console)
         console.print(f"index {result.index}: {result.attempts} attempt(s), {len(result.problems)} skipped")
@@ -77,9 +93,11 @@ def _check_leaderboard_args(args, artifacts: Path) -> None:
         raise UserError(f"artifact store {artifacts}: no such directory (pass --artifacts DIR)")
     if store_read_only(artifacts) and (args.rebuild or not index_path(artifacts).exists()):
         why = "--rebuild was asked for" if args.rebuild else "it has no index yet"
-        raise UserError(f"leaderboard: the artifact store {artifacts} is read-only and {why}; the index "
-                        "cannot be (re)built there. Run `mini-kv rebuild-index` where the store is writable, "
-                        "or leave out --rebuild to read the existing index")
+        raise UserError(
+            f"leaderboard: the artifact store {artifacts} is read-only and {why}; the index "
+            "cannot be (re)built there. Run `mini-kv rebuild-index` where the store is writable, "
+            "or leave out --rebuild to read the existing index"
+        )
     for option in ("json", "csv"):
         target = getattr(args, option)
         problem = target and store_write_problem(Path(target).parent)
@@ -94,16 +112,22 @@ def cmd_leaderboard(args) -> int:
     artifacts = artifacts_dir(args)
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):
-        err_console.print(f"note: the artifact store {artifacts} is read-only: reading its existing index "
-                          "without the lock (nothing is rebuilt)", markup=False, soft_wrap=True)
+        err_console.print(
+            f"note: the artifact store {artifacts} is read-only: reading its existing index "
+            "without the lock (nothing is rebuilt)",
+            markup=False,
+            soft_wrap=True,
+        )
     board = lb.build_leaderboard(artifacts, task=args.task, rebuild=args.rebuild)
     print_problems(board["problems"], err_console)
     if args.task and not board["groups"] and args.task not in _known_tasks(artifacts):
         from mini_kv.errors import UserError
 
         known = _known_tasks(artifacts)
-        raise UserError(f"--task {args.task}: no attempt of this task in {artifacts}; tasks with attempts: "
-                        + (", ".join(known) or "none"))
+        raise UserError(
+            f"--task {args.task}: no attempt of this task in {artifacts}; tasks with attempts: "
+            + (", ".join(known) or "none")
+        )
     if args.json:
         lb.export_json(board, Path(args.json))
     if args.csv:
@@ -112,16 +136,23 @@ def cmd_leaderboard(args) -> int:
     for t in tables:
         console.print(t)
     if not tables:
-        console.print("no complete, correct and stable attempts" + (f" for task {args.task}" if args.task else ""))
+        console.print(
+            "no complete, correct and stable attempts" + (f" for task {args.task}" if args.task else "")
+        )
     return ExitCode.OK
 
 
 def register(sub) -> None:
     """Add the store subcommands to `sub` (the argparse subparsers of cli.build_parser)."""
-    pb = sub.add_parser("promote-baseline",
-                        help="make a complete, PASSED, stable attempt (task card or SOL problem) its regression baseline")
+    pb = sub.add_parser(
+        "promote-baseline",
+        help="make a complete, PASSED, stable attempt (task card or SOL problem) its regression baseline",
+    )
     pb.add_argument("--attempt", required=True, help="attempt directory artifacts/<task>/<attempt_id>")
-    pb.add_argument("--output", help="baseline file (default: the card's `baseline`, else baselines/<task or definition>.json)")
+    pb.add_argument(
+        "--output",
+        help="baseline file (default: the card's `baseline`, else baselines/<task or definition>.json)",
+    )
     pb.add_argument("--force", action="store_true", help="replace an existing baseline file")
     pb.set_defaults(func=cmd_promote_baseline)
 

@@ -16,32 +16,65 @@ def checks(build_dir: Path) -> list[dict]:
     def row(name, value, ok, blocks="", fix=""):
         rows.append({"name": name, "value": value, "ok": ok, "blocks": blocks, "fix": fix})
 
-    row("python", f"{platform.python_version()} ({sys.executable})", sys.version_info >= (3, 10),
-        "everything", "install Python >= 3.10")
+    row(
+        "python",
+        f"{platform.python_version()} ({sys.executable})",
+        sys.version_info >= (3, 10),
+        "everything",
+        "install Python >= 3.10",
+    )
     try:
         t = environment.torch_info()
         row("torch", t["version"], True)
-        row("torch CUDA", t["cuda"] or "none (CPU build)", t["cuda"] is not None,
+        row(
+            "torch CUDA",
+            t["cuda"] or "none (CPU build)",
+            t["cuda"] is not None,
             "CUDA kernels (CPU kernels still verify)",
-            "install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu130)")
+            "install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu130)",
+        )
         if t["devices"]:
             for d in t["devices"]:
-                row(f"GPU {d['index']}", f"{d['name']} (compute capability {d['capability']}, "
-                    f"{d['sm_count']} SMs, {d['memory_bytes'] / 2**30:.0f} GiB)", True)
+                row(
+                    f"GPU {d['index']}",
+                    f"{d['name']} (compute capability {d['capability']}, "
+                    f"{d['sm_count']} SMs, {d['memory_bytes'] / 2**30:.0f} GiB)",
+                    True,
+                )
         else:
-            row("GPU", "none visible", False, "CUDA correctness and GPU timing",
-                "run on a machine with an NVIDIA GPU and driver; check CUDA_VISIBLE_DEVICES")
+            row(
+                "GPU",
+                "none visible",
+                False,
+                "CUDA correctness and GPU timing",
+                "run on a machine with an NVIDIA GPU and driver; check CUDA_VISIBLE_DEVICES",
+            )
     except ImportError:
         row("torch", "not installed", False, "everything", "pip install torch")
     nv = environment.nvcc_info()
-    row("nvcc", f"{nv['path']} ({nv['version']})" if nv["path"] else "not found", nv["path"] is not None,
-        "CUDA compile and the .cu compile check", "install the CUDA toolkit and put nvcc on PATH")
+    row(
+        "nvcc",
+        f"{nv['path']} ({nv['version']})" if nv["path"] else "not found",
+        nv["path"] is not None,
+        "CUDA compile and the .cu compile check",
+        "install the CUDA toolkit and put nvcc on PATH",
+    )
     home = environment.cuda_home_dir()
-    row("CUDA_HOME", home or "unset", home is not None, "CUDA extension builds",
-        "export CUDA_HOME=/usr/local/cuda (the toolkit root holding bin/nvcc)")
+    row(
+        "CUDA_HOME",
+        home or "unset",
+        home is not None,
+        "CUDA extension builds",
+        "export CUDA_HOME=/usr/local/cuda (the toolkit root holding bin/nvcc)",
+    )
     cxx = environment.cxx_info()
-    row("host compiler", cxx["version"] or "not found", cxx["path"] is not None, "every build",
-        "install g++ (apt-get install g++)")
+    row(
+        "host compiler",
+        cxx["version"] or "not found",
+        cxx["path"] is not None,
+        "every build",
+        "install g++ (apt-get install g++)",
+    )
     nj = environment.ninja_info()
     row("ninja", nj["version"] or "not found", nj["path"] is not None, "every build", "pip install ninja")
     build_dir.mkdir(parents=True, exist_ok=True) if build_dir.parent.exists() else None

@@ -33,7 +33,9 @@ def nvcc_info() -> dict:
     if path is None:
         return {"path": None, "version": None}
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     release = next((ln.strip() for ln in out.splitlines() if "release" in ln), None)
@@ -73,11 +75,16 @@ def torch_info() -> dict:
     if info["cuda_available"]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            info["devices"].append({
-                "index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                "sm_count": p.multi_processor_count, "memory_bytes": p.total_memory,
-                "l2_bytes": getattr(p, "L2_cache_size", None),
-            })
+            info["devices"].append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "capability": f"{p.major}.{p.minor}",
+                    "sm_count": p.multi_processor_count,
+                    "memory_bytes": p.total_memory,
+                    "l2_bytes": getattr(p, "L2_cache_size", None),
+                }
+            )
     return info
 
 
@@ -110,8 +117,10 @@ def pick_device(requested: str | None) -> str:
             raise UserError(f"--device {requested}: this torch ({torch.__version__}) sees no CUDA device")
         index = int(requested.partition(":")[2] or 0)
         if requested.startswith("cuda") and index >= torch.cuda.device_count():
-            raise UserError(f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
-                            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+            raise UserError(
+                f"--device {requested}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
         return "cuda:0" if requested == "cuda" else requested
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -129,8 +138,11 @@ ENV_TAG_VAR = "MINI_KV_ENV_TAG"
 
 def build_flags(devices: list[dict]) -> dict:
     """The flags every candidate build starts from: a change to them changes every binary."""
-    return {"cflags": list(torch_flags.base_cflags()), "cuda_cflags": list(torch_flags.base_cuda_cflags()),
-            "arch_list": cuda_arch_list(devices) if devices else []}
+    return {
+        "cflags": list(torch_flags.base_cflags()),
+        "cuda_cflags": list(torch_flags.base_cuda_cflags()),
+        "arch_list": cuda_arch_list(devices) if devices else [],
+    }
 
 
 def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:

@@ -47,8 +47,16 @@ def safe_name(name: str) -> str:
 
 def sol_suite_hash(definition: dict, workloads: list[dict], settings: dict) -> str:
     """A SOL suite_hash from the stored records (definition.json, workload.jsonl, benchmark.json's settings)."""
-    return sha256_text(canonical_json({"format": "sol-execbench", "definition": definition,
-                                       "workloads": workloads, "settings": settings}))
+    return sha256_text(
+        canonical_json(
+            {
+                "format": "sol-execbench",
+                "definition": definition,
+                "workloads": workloads,
+                "settings": settings,
+            }
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -116,8 +124,12 @@ class TaskCard:
 
     def suite_hash(self) -> str:
         """Identity of what is measured: the cases and the benchmark settings."""
-        return sha256_text(canonical_json({
-            "cases": [c.to_dict() for c in self.cases],
-            "benchmark": self.benchmark,
-            "tolerances": self.tolerances,
-        }))
+        return sha256_text(
+            canonical_json(
+                {
+                    "cases": [c.to_dict() for c in self.cases],
+                    "benchmark": self.benchmark,
+                    "tolerances": self.tolerances,
+                }
+            )
+        )

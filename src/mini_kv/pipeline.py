@@ -70,7 +70,11 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
     settings = benchmark_settings(card, opts)
 
     def where(key: str) -> str:
-        return f"--{key.replace('_', '-')}" if getattr(opts, key) is not None else f"{card.path}: benchmark.{key}"
+        return (
+            f"--{key.replace('_', '-')}"
+            if getattr(opts, key) is not None
+            else f"{card.path}: benchmark.{key}"
+        )
 
     for key, method, l2 in (("method", settings["method"], "hot"), ("l2", "auto", settings["l2"])):
         try:
@@ -84,6 +88,7 @@ def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) ->
 
 
 # ---------------------------------------------------------------- the records the stages hand on
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -152,21 +157,29 @@ class FrontDoor(Protocol):
     def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
-    def first_child(self) -> ChildRun | None: return None  # a worker started early to run the job
+    def first_child(self) -> ChildRun | None:
+        return None  # a worker started early to run the job
+
     def stage_timeout(self, job: Job) -> float: ...
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
     def identity(self, prep: Prepared) -> dict: ...  # the ids a baseline must match
-    def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]: ...  # (entry, record)
+    def build_baseline(
+        self, baseline: dict, prep: Prepared, job: Job
+    ) -> tuple[dict, dict]: ...  # (entry, record)
     def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]: ...  # (timing, why none)
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict: return {}  # its header keys
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
+        return {}  # its header keys
+
     def header(self) -> dict: ...  # candidate, op (format)
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
-    def close(self) -> None: return None
+    def close(self) -> None:
+        return None
 
 
 # ---------------------------------------------------------------------------------- the stages
+
 
 def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
@@ -186,21 +199,41 @@ def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
-        results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [], "log": None,
-                   "sandbox": prep.sandbox.to_dict()}
+        results = {
+            "load": None,
+            "cases": [],
+            "contract": {},
+            "bench": [],
+            "incidents": [],
+            "log": None,
+            "sandbox": prep.sandbox.to_dict(),
+        }
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
-            results = run_worker(job, case_timeout=prep.case_timeout, stage_timeout=door.stage_timeout(job),
-                                 env=prep.child_env, on_event=_progress(job, door.label, say, line, phases, t0),
-                                 first_child=door.first_child(), sandbox=prep.sandbox)
+            results = run_worker(
+                job,
+                case_timeout=prep.case_timeout,
+                stage_timeout=door.stage_timeout(job),
+                env=prep.child_env,
+                on_event=_progress(job, door.label, say, line, phases, t0),
+                first_child=door.first_child(),
+                sandbox=prep.sandbox,
+            )
         # the headline comes from the same function the index and the leaderboard recompute it with
         out = door.outcome(prep, built, results)
         lap("evaluated_s")
         duration = round(time.perf_counter() - t0, 3)
         regression, notes = _judge_regression(door, prep, out, lambda: _confirmation(door, job, prep))
         code = out.code if regression is None else exit_code_for(regression)
-        summary = {"status": out.status, "exit_code": int(code), "device": prep.device, "correctness": out.correctness,
-                   "benchmark": out.benchmark, **door.summary(built, duration, notes), **regression_summary(regression)}
+        summary = {
+            "status": out.status,
+            "exit_code": int(code),
+            "device": prep.device,
+            "correctness": out.correctness,
+            "benchmark": out.benchmark,
+            **door.summary(built, duration, notes),
+            **regression_summary(regression),
+        }
         attempt = _write_attempt(door, prep, built, out, summary, regression)
         index_warning = None
         try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
@@ -223,13 +256,18 @@ def _finished_line(ev: dict, done: int, total: int, label: str | None) -> str:
     status = rec.get("status") or ("ok" if "candidate" in rec else "?")
     perf = rec.get("performance") or {}
     if label is None:
-        extra = f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x" if perf.get("latency_ms") else ""
+        extra = (
+            f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x"
+            if perf.get("latency_ms")
+            else ""
+        )
         return f"workload {done}/{total} {name}: {status}{extra}"
     extra = ""
     if "candidate" in rec:  # a timed case: its P50 and speedup
         p50 = ((rec["candidate"].get("summary") or {}).get("overall") or {}).get("p50")
         extra = (f" P50 {p50:.2f} µs" if p50 is not None else "") + (
-            f", speedup {rec['speedup']:.3f}x" if rec.get("speedup") else "")
+            f", speedup {rec['speedup']:.3f}x" if rec.get("speedup") else ""
+        )
     return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
 
 
@@ -238,8 +276,11 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
     with overall done/total counts; `line`, when given, gets one plain line per finished result (a log when
     output is piped); `phases` where the worker's time went: start-up until the code loaded, then the
     per-case phases the worker measured."""
-    totals = {"correctness": len(job["cases"]), "contract": len(job.get("contract", [])),
-              "benchmark": len(job.get("bench_cases", []))}
+    totals = {
+        "correctness": len(job["cases"]),
+        "contract": len(job.get("contract", [])),
+        "benchmark": len(job.get("bench_cases", [])),
+    }
     seen = dict.fromkeys(totals, 0)
     finished = dict.fromkeys(totals, 0)
     phases = {} if phases is None else phases
@@ -251,19 +292,27 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
         elif kind == "begin" and totals.get(stage):
             seen[stage] = min(seen[stage] + 1, totals[stage])
             where = "workload" if label is None else f"{label}: {stage}"
-            say(f"{where} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
-                completed=sum(seen.values()) - 1, total=sum(totals.values()))
+            say(
+                f"{where} {seen[stage]}/{totals[stage]}: {ev.get('case')}",
+                completed=sum(seen.values()) - 1,
+                total=sum(totals.values()),
+            )
         elif kind in FINISHED_EVENTS and line is not None:
             stage = FINISHED_EVENTS[kind]
             finished[stage] = min(finished[stage] + 1, totals[stage])
             line(_finished_line(ev, finished[stage], totals[stage], label))
-        for name, secs in (ev.get("phase_s") if kind == "case" and isinstance(ev.get("phase_s"), dict) else {}).items():
+        for name, secs in (
+            ev.get("phase_s") if kind == "case" and isinstance(ev.get("phase_s"), dict) else {}
+        ).items():
             if isinstance(secs, (int, float)):
                 phases[f"workload_{name}_s"] = round(phases.get(f"workload_{name}_s", 0.0) + secs, 3)
+
     return on_event
 
 
-def _judge_regression(door: FrontDoor, prep: Prepared, out: Outcome, confirm_with) -> tuple[dict | None, list[str]]:
+def _judge_regression(
+    door: FrontDoor, prep: Prepared, out: Outcome, confirm_with
+) -> tuple[dict | None, list[str]]:
     """The verdict against the promoted baseline for a PASSED attempt with a benchmark (None otherwise or
     without a baseline), and notes on a baseline not used. `confirm_with()` gives the same-run comparison."""
     from mini_kv.judge.regression import check_baseline
@@ -272,12 +321,21 @@ def _judge_regression(door: FrontDoor, prep: Prepared, out: Outcome, confirm_wit
     judged = out.status == Status.PASSED and (out.benchmark or {}).get("ran")
     if path is not None and not judged:
         why = "--skip-benchmark" if door.skipped_benchmark else f"the attempt is {out.status}"
-        notes.append(f"baseline {path.relative_to(prep.root)} not used: {why} (the regression "
-                     "check needs a PASSED attempt with a benchmark)")
+        notes.append(
+            f"baseline {path.relative_to(prep.root)} not used: {why} (the regression "
+            "check needs a PASSED attempt with a benchmark)"
+        )
     if path is None or not judged:
         return None, notes
-    return check_baseline(path, found_by, prep.root, door.identity(prep), out.bench_cases, confirm_with(),
-                          artifacts=prep.artifacts), notes
+    return check_baseline(
+        path,
+        found_by,
+        prep.root,
+        door.identity(prep),
+        out.bench_cases,
+        confirm_with(),
+        artifacts=prep.artifacts,
+    ), notes
 
 
 def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
@@ -291,13 +349,25 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
-        res = run_worker(rerun, case_timeout=prep.case_timeout, stage_timeout=door.stage_timeout(rerun),
-                         env=prep.child_env, sandbox=prep.sandbox)
+        res = run_worker(
+            rerun,
+            case_timeout=prep.case_timeout,
+            stage_timeout=door.stage_timeout(rerun),
+            env=prep.child_env,
+            sandbox=prep.sandbox,
+        )
         rec, why = door.timed(res, case_id)
         if rec is None:
-            raise RuntimeError(f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""))
-        return {"candidate": rec["candidate"]["samples"], "baseline": rec["reference"]["samples"],
-                "order": rec.get("order"), "build": built["record"]}
+            raise RuntimeError(
+                f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else "")
+            )
+        return {
+            "candidate": rec["candidate"]["samples"],
+            "baseline": rec["reference"]["samples"],
+            "order": rec.get("order"),
+            "build": built["record"],
+        }
+
     return confirm
 
 
@@ -310,8 +380,9 @@ def _interleaved_settings(settings: dict) -> dict:
     return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
 
 
-def _write_attempt(door: FrontDoor, prep: Prepared, built: Built, out: Outcome, summary: dict,
-                   regression: dict | None) -> Path:
+def _write_attempt(
+    door: FrontDoor, prep: Prepared, built: Built, out: Outcome, summary: dict, regression: dict | None
+) -> Path:
     """The attempt: the door's own files, environment.json, compile.json and its logs, the worker's log,
     correctness.json, benchmark.json, regression.json and the header, committed."""
     ident, extra = door.identity(prep), door.header()
@@ -325,19 +396,37 @@ def _write_attempt(door: FrontDoor, prep: Prepared, built: Built, out: Outcome, 
                 w.copy(f"logs/compile/{name}", Path(path))
     if out.results.get("log") and os.path.isfile(out.results["log"]):
         w.copy("logs/worker.log", Path(out.results["log"]))
-    w.json("correctness.json", correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness))
-    w.json("benchmark.json", benchmark_document(door.FORMAT, prep.device, out.bench_cases, out.benchmark, out.bench_settings))
+    w.json(
+        "correctness.json",
+        correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness),
+    )
+    w.json(
+        "benchmark.json",
+        benchmark_document(door.FORMAT, prep.device, out.bench_cases, out.benchmark, out.bench_settings),
+    )
     if regression is not None:
         w.json("regression.json", regression)
-    return w.commit({**ident, **extra, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                     "build_key": (built.compile or {}).get("key"), **summary})
+    return w.commit(
+        {
+            **ident,
+            **extra,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "build_key": (built.compile or {}).get("key"),
+            **summary,
+        }
+    )
 
 
 # --------------------------------------------------------------------------- verify's front door
 
-STATUS_CODES = {Status.COMPILE_ERROR: ExitCode.COMPILE, Status.COMPILE_TIMEOUT: ExitCode.COMPILE,
-                Status.INCORRECT: ExitCode.CORRECTNESS, Status.INVALID_CASE: ExitCode.CONFIG,
-                Status.BENCHMARK_ERROR: ExitCode.BENCHMARK, Status.PASSED: ExitCode.OK}
+STATUS_CODES = {
+    Status.COMPILE_ERROR: ExitCode.COMPILE,
+    Status.COMPILE_TIMEOUT: ExitCode.COMPILE,
+    Status.INCORRECT: ExitCode.CORRECTNESS,
+    Status.INVALID_CASE: ExitCode.CONFIG,
+    Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
+    Status.PASSED: ExitCode.OK,
+}
 
 
 class CardDoor(FrontDoor):
@@ -347,7 +436,11 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
-        self.label, self.evaluating, self.skipped_benchmark = cand.id, f"verify {cand.id}", opts.skip_benchmark
+        self.label, self.evaluating, self.skipped_benchmark = (
+            cand.id,
+            f"verify {cand.id}",
+            opts.skip_benchmark,
+        )
 
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
@@ -360,32 +453,70 @@ class CardDoor(FrontDoor):
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
         env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
-        return Prepared(device, env, opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
-                        resolve_sandbox(opts.sandbox), benchmark_settings(card, opts),
-                        opts.timeout or card.timeouts["case_s"], opts.compile_timeout or card.timeouts["compile_s"],
-                        root, Path(opts.artifacts) if opts.artifacts else root / "artifacts", child_env)
+        return Prepared(
+            device,
+            env,
+            opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
+            resolve_sandbox(opts.sandbox),
+            benchmark_settings(card, opts),
+            opts.timeout or card.timeouts["case_s"],
+            opts.compile_timeout or card.timeouts["compile_s"],
+            root,
+            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            child_env,
+        )
 
     def build(self, prep: Prepared, say) -> Built:
         """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
         say(f"compile {self.cand.id}")
         if self.opts.prebuilt:
-            return Built({"schema_version": 1, "status": BuildStatus.OK, "prebuilt": True, "cache_hit": None,
-                          "library": str(Path(self.opts.prebuilt).resolve()), "duration_s": 0.0})
-        return Built(compile_candidate(prep.root, self.cand, timeout=prep.compile_timeout,
-                                       with_cuda=None if prep.device.startswith("cuda") else False))
+            return Built(
+                {
+                    "schema_version": 1,
+                    "status": BuildStatus.OK,
+                    "prebuilt": True,
+                    "cache_hit": None,
+                    "library": str(Path(self.opts.prebuilt).resolve()),
+                    "duration_s": 0.0,
+                }
+            )
+        return Built(
+            compile_candidate(
+                prep.root,
+                self.cand,
+                timeout=prep.compile_timeout,
+                with_cuda=None if prep.device.startswith("cuda") else False,
+            )
+        )
 
     def job(self, prep: Prepared, built: Built) -> CardJob | None:
         if built.compile["status"] != BuildStatus.OK:
             return None
-        return _job(self.card, self.cand, built.compile["library"], prep.device, self.opts, prep.salt,
-                    peak_bw=prep.env["copy_bandwidth_Bps"])
+        return _job(
+            self.card,
+            self.cand,
+            built.compile["library"],
+            prep.device,
+            self.opts,
+            prep.salt,
+            peak_bw=prep.env["copy_bandwidth_Bps"],
+        )
 
     def stage_timeout(self, job: Job) -> float:
         return self.card.timeouts["stage_s"]
 
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
-        head = card_headline(built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device)
-        return Outcome(head.status, STATUS_CODES[head.status], head.correctness, head.benchmark, results, results["bench"])
+        head = card_headline(
+            built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device
+        )
+        return Outcome(
+            head.status,
+            STATUS_CODES[head.status],
+            head.correctness,
+            head.benchmark,
+            results,
+            results["bench"],
+        )
 
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
         from mini_kv.judge.regression import find_card_baseline
@@ -394,31 +525,48 @@ class CardDoor(FrontDoor):
 
     def identity(self, prep: Prepared) -> dict:
         card = self.card
-        return {"task_id": card.id, "task_version": card.version,
-                "operator": {"name": card.operator["name"], "version": card.operator["version"]},
-                "suite_hash": card.suite_hash(), "environment_key": prep.env["key"], "device": prep.device}
+        return {
+            "task_id": card.id,
+            "task_version": card.version,
+            "operator": {"name": card.operator["name"], "version": card.operator["version"]},
+            "suite_hash": card.suite_hash(),
+            "environment_key": prep.env["key"],
+            "device": prep.device,
+        }
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
         from mini_kv.build.baseline import build_baseline
 
-        b = build_baseline(baseline, prep.root, prep.artifacts, timeout=prep.compile_timeout,
-                           with_cuda=None if job["device"].startswith("cuda") else False)
+        b = build_baseline(
+            baseline,
+            prep.root,
+            prep.artifacts,
+            timeout=prep.compile_timeout,
+            with_cuda=None if job["device"].startswith("cuda") else False,
+        )
         return {"library": b.library, "op": b.op}, b.to_dict()
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
         case = next(c for c in job["bench_cases"] if c["id"] == case_id)
-        return job.replace(cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job["benchmark"]))
+        return job.replace(
+            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job["benchmark"])
+        )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
         recs = [r for r in res["bench"] if r.get("id") == case_id]
-        return next((r for r in recs if "candidate" in r), None), (res.get("load") or {}).get("reason") or next(
-            (r.get("reason") for r in recs), None)
+        return next((r for r in recs if "candidate" in r), None), (res.get("load") or {}).get(
+            "reason"
+        ) or next((r.get("reason") for r in recs), None)
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         comp = {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")}
-        return {"gpu": self.opts.gpu, "compile": comp, "duration_s": duration_s,
-                **({"baseline_notes": notes} if notes else {})}
+        return {
+            "gpu": self.opts.gpu,
+            "compile": comp,
+            "duration_s": duration_s,
+            **({"baseline_notes": notes} if notes else {}),
+        }
 
     def header(self) -> dict:
         return {"candidate": self.cand.id, "op": self.cand.op}
@@ -426,38 +574,65 @@ class CardDoor(FrontDoor):
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None:
         card = self.card
         w.json("task_card.json", {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()})
-        w.json("candidate_manifest.json", _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand,
-                                                        built.compile))
+        w.json(
+            "candidate_manifest.json",
+            _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand, built.compile),
+        )
 
 
 def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
     run = run_stages(CardDoor(card, cand, opts), progress, line)
-    return {"summary": run.summary, "results": run.out.results, "compile": run.built.compile,
-            "attempt": str(run.attempt), "exit_code": run.code, "regression": run.regression,
-            "index_warning": run.index_warning}
+    return {
+        "summary": run.summary,
+        "results": run.out.results,
+        "compile": run.built.compile,
+        "attempt": str(run.attempt),
+        "exit_code": run.code,
+        "regression": run.regression,
+        "index_warning": run.index_warning,
+    }
 
 
-def _job(card: TaskCard, cand: Candidate, library: str, device: str, opts: VerifyOptions, salt: str,
-         peak_bw: float | None = None) -> CardJob:
+def _job(
+    card: TaskCard,
+    cand: Candidate,
+    library: str,
+    device: str,
+    opts: VerifyOptions,
+    salt: str,
+    peak_bw: float | None = None,
+) -> CardJob:
     wanted = set(opts.case_filter or ())
-    chosen = [c.to_dict() for c in card.cases if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)]
+    chosen = [
+        c.to_dict() for c in card.cases if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)
+    ]
     cases = [c for c in chosen if c["kind"] != "bench"]
     bench_kinds = {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
     bench = [] if opts.skip_benchmark else [c for c in chosen if c["kind"] in bench_kinds]
     settings = benchmark_settings(card, opts)
     return CardJob(
-        task_id=card.id, op=cand.op, library=library, device=device, salt=salt,
+        task_id=card.id,
+        op=cand.op,
+        library=library,
+        device=device,
+        salt=salt,
         project_root=card.project_root,  # where the card's reference and input modules import from
-        reference=card.operator["reference"], inputs=card.operator["inputs"],
-        tolerances=card.tolerances, cases=cases, all_cases=[c.to_dict() for c in card.cases],
-        bench_cases=bench, benchmark=settings,
+        reference=card.operator["reference"],
+        inputs=card.operator["inputs"],
+        tolerances=card.tolerances,
+        cases=cases,
+        all_cases=[c.to_dict() for c in card.cases],
+        bench_cases=bench,
+        benchmark=settings,
         contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
         backward=cand.backward,
         exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
         peak_bw=peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
         watch_paths=_watch_paths(card),
-        memory_limit_bytes=int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
+        memory_limit_bytes=int(opts.memory_limit_gb * 2**30)
+        if opts.memory_limit_gb
+        else environment.cpu_memory_limit(),
     )
 
 
@@ -494,5 +669,10 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
         if entry["sha256"] is not None and digest != entry["sha256"]:
             changed.append(entry["path"])
         files.append({"path": entry["path"], "sha256": digest})
-    return {"schema_version": 1, **cand.to_dict(), "build_key": compile_rec.get("key"), "files": files,
-            "changed_since_build": changed}
+    return {
+        "schema_version": 1,
+        **cand.to_dict(),
+        "build_key": compile_rec.get("key"),
+        "files": files,
+        "changed_since_build": changed,
+    }

@@ -20,9 +20,19 @@ class ProcResult:
         return self.stdout + self.stderr
 
 
-def run_with_timeout(cmd: list[str], timeout: float, env: dict | None = None, cwd: str | None = None) -> ProcResult:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
-                            text=True, env=env, cwd=cwd, start_new_session=True)
+def run_with_timeout(
+    cmd: list[str], timeout: float, env: dict | None = None, cwd: str | None = None
+) -> ProcResult:
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         return ProcResult(proc.returncode, out, err, False)

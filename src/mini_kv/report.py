@@ -47,27 +47,58 @@ def _group(tables: list[Table]):
 def case_table(cases: list[dict], width: int = 200):
     """The correctness table; case ids and numbers are never cut (see mini_kv.tables). Details go on
     their own lines below it (case_details)."""
-    cols = [Column("case"), Column("kind"), Column("status"), Column("max abs err", "right"),
-            Column("max rel err", "right"), Column("ref err (vs fp64)", "right")]
+    cols = [
+        Column("case"),
+        Column("kind"),
+        Column("status"),
+        Column("max abs err", "right"),
+        Column("max rel err", "right"),
+        Column("ref err (vs fp64)", "right"),
+    ]
     rows = []
     for r in cases:
         ref = r.get("reference_error") or {}
         style = {Status.PASSED: "green", Status.SKIPPED: "yellow"}.get(r["status"], "red")
-        rows.append([escape(r["id"]), r["kind"], f"[{style}]{escape(r['status'])}[/]", _fmt(r.get("max_abs_err")),
-                     _fmt(r.get("max_rel_err")), _fmt(ref.get("max_abs_err"))])
+        rows.append(
+            [
+                escape(r["id"]),
+                r["kind"],
+                f"[{style}]{escape(r['status'])}[/]",
+                _fmt(r.get("max_abs_err")),
+                _fmt(r.get("max_rel_err")),
+                _fmt(ref.get("max_abs_err")),
+            ]
+        )
     return _group(fitted_tables("correctness", cols, rows, width))
 
 
 def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
     """`case: detail` for every failed case (every case with a detail, with -v)."""
-    return [f"  {r['id']}: {case_detail(r)}" for r in cases
-            if case_detail(r) and (verbose or r["status"] not in _FINE)]
+    return [
+        f"  {r['id']}: {case_detail(r)}"
+        for r in cases
+        if case_detail(r) and (verbose or r["status"] not in _FINE)
+    ]
 
 
 def bench_table(cases: list[dict], width: int = 200):
-    cols = [Column(c, "left" if c in ("case", "method", "L2", "stable") else "right")
-            for c in ("case", "method", "L2", "cand P50", "cand P95", "CV", "ref P50", "speedup", "GB/s",
-                      "TFLOP/s", "% peak", "stable")]
+    cols = [
+        Column(c, "left" if c in ("case", "method", "L2", "stable") else "right")
+        for c in (
+            "case",
+            "method",
+            "L2",
+            "cand P50",
+            "cand P95",
+            "CV",
+            "ref P50",
+            "speedup",
+            "GB/s",
+            "TFLOP/s",
+            "% peak",
+            "stable",
+        )
+    ]
     rows = []
     for r in cases:
         if not timed(r):
@@ -77,11 +108,22 @@ def bench_table(cases: list[dict], width: int = 200):
         c, ref = {**cs["overall"], "p50_robust_cv": cs["p50_robust_cv"]}, rs["overall"]
         roof = r.get("roofline") or {}
         share = roof.get("peak_share")
-        rows.append([escape(r["id"]), r["method"] + ("*" if r.get("fallbacks") else ""), r["l2"],
-                     _fmt(c["p50"], ".2f"), _fmt(c["p95"], ".2f"), f"{c['p50_robust_cv'] * 100:.1f}%",
-                     _fmt(ref["p50"], ".2f"), _fmt(r["speedup"], ".3f"), _fmt(roof.get("gbps"), ".1f"),
-                     _fmt(roof.get("tflops"), ".2f"), "-" if share is None else f"{share * 100:.0f}%",
-                     "yes" if r["stability"]["stable"] else "[red]no[/]"])
+        rows.append(
+            [
+                escape(r["id"]),
+                r["method"] + ("*" if r.get("fallbacks") else ""),
+                r["l2"],
+                _fmt(c["p50"], ".2f"),
+                _fmt(c["p95"], ".2f"),
+                f"{c['p50_robust_cv'] * 100:.1f}%",
+                _fmt(ref["p50"], ".2f"),
+                _fmt(r["speedup"], ".3f"),
+                _fmt(roof.get("gbps"), ".1f"),
+                _fmt(roof.get("tflops"), ".2f"),
+                "-" if share is None else f"{share * 100:.0f}%",
+                "yes" if r["stability"]["stable"] else "[red]no[/]",
+            ]
+        )
     return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
@@ -92,7 +134,9 @@ def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
     for group in ("core", "extra", "edge/illegal"):
         c = corr.get("counts", {}).get(group)
         if c:
-            parts.append(f"{group} {c['passed']}/{c['total']}" + (f" ({c['skipped']} skipped)" if c["skipped"] else ""))
+            parts.append(
+                f"{group} {c['passed']}/{c['total']}" + (f" ({c['skipped']} skipped)" if c["skipped"] else "")
+            )
     if corr.get("invalid_cases"):
         parts.append(f"invalid case params (the card's fault): {', '.join(corr['invalid_cases'])}")
     contract = corr.get("contract", {})
@@ -129,7 +173,9 @@ def _problems(result: dict) -> list[str]:
         out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
     failed = [r["id"] for r in res.get("cases", []) if r["status"] not in _FINE]
     if failed:
-        out.append(f"failed {', '.join(failed[:3])}" + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))
+        out.append(
+            f"failed {', '.join(failed[:3])}" + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else "")
+        )
     return out
 
 
@@ -152,7 +198,9 @@ def compile_log(comp: dict) -> str:
 
 
 # gcc/clang `file:line:col: error: msg`, nvcc `file(line): error: msg`, also `fatal error:`
-COMPILER_ERROR = re.compile(r"^(?P<loc>[^\s:()]+(?::\d+(?::\d+)?|\(\d+\))):\s*(?:fatal\s+)?error\b:?\s*(?P<msg>.*)$")
+COMPILER_ERROR = re.compile(
+    r"^(?P<loc>[^\s:()]+(?::\d+(?::\d+)?|\(\d+\))):\s*(?:fatal\s+)?error\b:?\s*(?P<msg>.*)$"
+)
 
 
 def first_compiler_error(text: str) -> tuple[str, list[str]] | None:
@@ -162,7 +210,7 @@ def first_compiler_error(text: str) -> tuple[str, list[str]] | None:
         m = COMPILER_ERROR.match(ln.strip())
         if m:
             context = []
-            for nxt in lines[i + 1:i + 4]:  # the source line and the caret, as the compiler prints them
+            for nxt in lines[i + 1 : i + 4]:  # the source line and the caret, as the compiler prints them
                 if COMPILER_ERROR.match(nxt.strip()) or not nxt.startswith(" "):
                     break
                 context.append(nxt)
@@ -201,9 +249,13 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
 
 def _print_compile(comp: dict, console: Console, verbose: bool) -> None:
     hit = comp.get("cache_hit")
-    console.print(f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
-                  f"{comp.get('duration_s', 0):.2f} s)" + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
+        f"{comp.get('duration_s', 0):.2f} s)"
+        + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
+        markup=False,
+        soft_wrap=True,
+    )
     if comp["status"] != BuildStatus.OK:
         console.print(f"[red]compile {comp['status']}[/]:")
         console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
@@ -223,8 +275,10 @@ def _print_checks(res: dict, summary: dict, console: Console, verbose: bool) -> 
         for line in case_details(res["cases"], verbose):
             console.print(line, markup=False, soft_wrap=True)
     for name, rec in res.get("contract", {}).items():
-        console.print(f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
-                      markup=False)
+        console.print(
+            f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
+            markup=False,
+        )
     if summary.get("correctness") and summary["correctness"].get("missing_kernels"):
         console.print(f"[red]missing kernels:[/] {', '.join(summary['correctness']['missing_kernels'])}")
 
@@ -236,8 +290,9 @@ def _print_bench(bench: list[dict], console: Console) -> None:
         if timed(r) and not r["stability"]["stable"]:
             console.print(f"  {r['id']} unstable: {'; '.join(r['stability']['reasons'])}", markup=False)
         for fb in r.get("fallbacks") or []:
-            console.print(f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}",
-                          markup=False)
+            console.print(
+                f"  {r['id']} method {r['method']}*: {fb['method']} not used: {fb['reason']}", markup=False
+            )
         if r.get("status") and r.get("reason"):
             console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
 
@@ -257,11 +312,15 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
         print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
-    console.print(f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
-                  soft_wrap=True)
+    console.print(
+        f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
+        soft_wrap=True,
+    )
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
-        console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)")
+        console.print(
+            f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)"
+        )
 
 
 def _batch(b: dict | None) -> str:
@@ -272,14 +331,27 @@ def _batch(b: dict | None) -> str:
 
 def print_regression(reg: dict, console: Console) -> None:
     """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
-    style = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.INCOMPARABLE: "yellow"}.get(reg["verdict"], "red")
+    style = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.INCOMPARABLE: "yellow"}.get(
+        reg["verdict"], "red"
+    )
     ref = reg.get("baseline_file") or {}
-    how = " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
+    how = (
+        " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
+    )
     console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
-        heads = ("case", "verdict", "stored P50", "cand P50", "P50 Δ", "P95 Δ", "vs stored",
-                 "same run: base / cand P50", "same-run Δ")
+        heads = (
+            "case",
+            "verdict",
+            "stored P50",
+            "cand P50",
+            "P50 Δ",
+            "P95 Δ",
+            "vs stored",
+            "same run: base / cand P50",
+            "same-run Δ",
+        )
         numeric = {"stored P50", "cand P50", "P50 Δ", "P95 Δ", "same-run Δ"}
         cols = [Column(c, "right" if c in numeric else "left") for c in heads]
         rows = []
@@ -288,14 +360,28 @@ def print_regression(reg: dict, console: Console) -> None:
             p50 = lambda d: ((d.get("summary") or {}).get("overall") or {}).get("p50")  # noqa: E731
             same = f"{p50(conf['baseline']):.2f} / {p50(conf):.2f}" if conf.get("baseline") else "-"
             test = conf.get("test")
-            rows.append([escape(c["id"]), c["verdict"], _fmt(c["baseline"]["p50"], ".2f"),
-                         _fmt(c["candidate"]["p50"], ".2f"), f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
-                         f"{(c['p95_ratio'] - 1) * 100:+.1f}%", _batch(c.get("first_batch")),
-                         same, f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test) if test and "ratio" in test else "-"])
+            rows.append(
+                [
+                    escape(c["id"]),
+                    c["verdict"],
+                    _fmt(c["baseline"]["p50"], ".2f"),
+                    _fmt(c["candidate"]["p50"], ".2f"),
+                    f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
+                    f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
+                    _batch(c.get("first_batch")),
+                    same,
+                    f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test)
+                    if test and "ratio" in test
+                    else "-",
+                ]
+            )
         console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
         if any(c.get("first_batch") for c in cases):
-            console.print("  vs stored: the candidate against the baseline's stored timings, only a screen; same "
-                          "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
-                          "same run can FAIL.", markup=False)
+            console.print(
+                "  vs stored: the candidate against the baseline's stored timings, only a screen; same "
+                "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
+                "same run can FAIL.",
+                markup=False,
+            )
     for reason in reg.get("reasons", []):
         console.print(f"  {reason}", markup=False)

@@ -19,5 +19,8 @@ def case_names(params: dict, itemsize: int, numel: int) -> dict:
 def achieved(bytes_moved: float | None, flops: float | None, seconds: float, peak_bw: float | None) -> dict:
     gbps = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
     tflops = flops / seconds / 1e12 if flops and seconds > 0 else None
-    return {"gbps": gbps, "tflops": tflops,
-            "peak_share": (gbps * 1e9 / peak_bw) if gbps and peak_bw else None}
+    return {
+        "gbps": gbps,
+        "tflops": tflops,
+        "peak_share": (gbps * 1e9 / peak_bw) if gbps and peak_bw else None,
+    }

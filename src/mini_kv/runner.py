@@ -44,8 +44,10 @@ def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code == SANDBOX_ENTER_FAILED:
-        return (f"exited with status {code}: the OS sandbox could not be set up (the worker log says why; "
-                "--no-sandbox runs without it)")
+        return (
+            f"exited with status {code}: the OS sandbox could not be set up (the worker log says why; "
+            "--no-sandbox runs without it)"
+        )
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"
@@ -61,8 +63,14 @@ class ChildRun:
     then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
     `warm_profiler` has it pay CUPTI's start-up then too."""
 
-    def __init__(self, job: Job | None, log_path: str, env: dict | None, warm_profiler: bool = False,
-                 sandbox: SandboxInfo | None = None):
+    def __init__(
+        self,
+        job: Job | None,
+        log_path: str,
+        env: dict | None,
+        warm_profiler: bool = False,
+        sandbox: SandboxInfo | None = None,
+    ):
         self.key = secrets.token_bytes(32)
         self.verifier = Verifier(self.key)
         read_fd, write_fd = os.pipe()
@@ -70,11 +78,23 @@ class ChildRun:
         # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
         self.sandbox_info = sandbox if sandbox is not None else resolve_sandbox(True)
         self.sandbox = Sandbox(self.sandbox_info)
-        cmd = [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd),
-               *(["--warm-profiler"] if warm_profiler else [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mini_kv.worker.child",
+            "--result-fd",
+            str(write_fd),
+            *(["--warm-profiler"] if warm_profiler else []),
+        ]
         self.proc = subprocess.Popen(
-            self.sandbox.argv(cmd), stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,), start_new_session=True, env=self.sandbox.env(env))
+            self.sandbox.argv(cmd),
+            stdin=subprocess.PIPE,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=self.sandbox.env(env),
+        )
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
@@ -84,7 +104,9 @@ class ChildRun:
 
     def send(self, job: Job) -> None:
         try:
-            self.proc.stdin.write(json.dumps({**as_job(job).to_dict(), "channel_key": self.key.hex()}).encode())
+            self.proc.stdin.write(
+                json.dumps({**as_job(job).to_dict(), "channel_key": self.key.hex()}).encode()
+            )
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
@@ -122,8 +144,13 @@ class ChildRun:
         return code
 
 
-def run_one(job: Job, timeout: float, env: dict | None = None, sandbox: SandboxInfo | None = None,
-            log_path: str | None = None) -> dict:
+def run_one(
+    job: Job,
+    timeout: float,
+    env: dict | None = None,
+    sandbox: SandboxInfo | None = None,
+    log_path: str | None = None,
+) -> dict:
     """A one-shot job kind in a fresh child: its `result` event, else a `fatal` one saying why there is
     none (`timed_out`, a crash, unsigned data), with the tail of the child's output. Both carry the
     `sandbox` the child ran in. `log_path` keeps the child's output (default: a temp file, removed)."""
@@ -134,8 +161,13 @@ def run_one(job: Job, timeout: float, env: dict | None = None, sandbox: SandboxI
     kind = ev.get("event") if isinstance(ev, dict) else None
     code = child.close(kill=kind != Event.RESULT)
     if kind not in (Event.RESULT, Event.FATAL):  # forged, another event, none, or none in time
-        why = (f"no result within {timeout:.0f} s; process group killed" if ev == "timeout" else
-               f"worker {_describe_exit(code)} without a result" if ev is None else f"unexpected event {ev!r}"[:500])
+        why = (
+            f"no result within {timeout:.0f} s; process group killed"
+            if ev == "timeout"
+            else f"worker {_describe_exit(code)} without a result"
+            if ev is None
+            else f"unexpected event {ev!r}"[:500]
+        )
         ev = {"event": Event.FATAL, "reason": why, "timed_out": ev == "timeout"}
     ev = {**ev, "log_tail": _tail(log_path), "sandbox": child.sandbox_info.to_dict()}
     if own_log:
@@ -143,9 +175,16 @@ def run_one(job: Job, timeout: float, env: dict | None = None, sandbox: SandboxI
     return ev
 
 
-def run_worker(job: Job, case_timeout: float, stage_timeout: float, log_path: str | None = None,
-               env: dict | None = None, on_event=None, first_child: ChildRun | None = None,
-               sandbox: SandboxInfo | None = None) -> dict:
+def run_worker(
+    job: Job,
+    case_timeout: float,
+    stage_timeout: float,
+    log_path: str | None = None,
+    env: dict | None = None,
+    on_event=None,
+    first_child: ChildRun | None = None,
+    sandbox: SandboxInfo | None = None,
+) -> dict:
     """Run every stage of `job` (kind card or sol, or its dict) in child processes; returns plain-data results.
 
     `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
@@ -153,30 +192,58 @@ def run_worker(job: Job, case_timeout: float, stage_timeout: float, log_path: st
     `sandbox`: how children are sandboxed (default: mini_kv.sandbox's choice for this machine);
     recorded in the results.
     """
-    log_path = log_path or (first_child.log_path if first_child else
-                            tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1])
+    log_path = log_path or (
+        first_child.log_path if first_child else tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
+    )
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    return _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox).run(first_child)
+    return _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox).run(
+        first_child
+    )
 
 
 class _WorkerRun:
     """One `run_worker` call: what is still pending, the results so far, the case the child is on.
     A child that crashes or hangs gets the case it was on recorded, and a fresh child the rest."""
 
-    def __init__(self, job: Job, case_timeout: float, stage_timeout: float, log_path: str, env: dict | None,
-                 on_event, sandbox: SandboxInfo):
+    def __init__(
+        self,
+        job: Job,
+        case_timeout: float,
+        stage_timeout: float,
+        log_path: str,
+        env: dict | None,
+        on_event,
+        sandbox: SandboxInfo,
+    ):
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
-        self.results = {"load": None, "cases": [], "contract": {}, "bench": [], "incidents": [],
-                        "log": log_path, "sandbox": sandbox.to_dict()}
-        self.pending = {"cases": list(job["cases"]), "bench_cases": list(job.get("bench_cases", [])),
-                        "contract": list(job.get("contract", []))}
+        self.results = {
+            "load": None,
+            "cases": [],
+            "contract": {},
+            "bench": [],
+            "incidents": [],
+            "log": log_path,
+            "sandbox": sandbox.to_dict(),
+        }
+        self.pending = {
+            "cases": list(job["cases"]),
+            "bench_cases": list(job.get("bench_cases", [])),
+            "contract": list(job.get("contract", [])),
+        }
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
-        self.handlers = {Event.BEGIN: self._begin, Event.LOAD: self._load, Event.CASE: self._record,
-                         Event.CONTRACT: self._record, Event.BENCH: self._record, Event.FATAL: self._fatal,
-                         Event.DONE: self._done, Event.FORGED: self._forged}
+        self.handlers = {
+            Event.BEGIN: self._begin,
+            Event.LOAD: self._load,
+            Event.CASE: self._record,
+            Event.CONTRACT: self._record,
+            Event.BENCH: self._record,
+            Event.FATAL: self._fatal,
+            Event.DONE: self._done,
+            Event.FORGED: self._forged,
+        }
 
     def run(self, first_child: ChildRun | None) -> dict:
         from mini_kv.worker.integrity import files_changed, harness_files
@@ -197,9 +264,15 @@ class _WorkerRun:
                 break
         touched = files_changed(files_before, harness_files(watch))
         if touched:
-            self.results["incidents"].append({"stage": "worker", "integrity": "HARNESS_TAMPERED", "case": None,
-                                              "reason": "files of the verifier changed while the worker ran: "
-                                                        + ", ".join(touched[:10])})
+            self.results["incidents"].append(
+                {
+                    "stage": "worker",
+                    "integrity": "HARNESS_TAMPERED",
+                    "case": None,
+                    "reason": "files of the verifier changed while the worker ran: "
+                    + ", ".join(touched[:10]),
+                }
+            )
         return self.results
 
     def _left(self) -> int:
@@ -223,7 +296,9 @@ class _WorkerRun:
             kind = ev.get("event")
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
-                self.results["incidents"].append({"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]})
+                self.results["incidents"].append(
+                    {"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]}
+                )
             elif handler(ev):
                 return ("done" if kind == Event.DONE else "eof"), budget
 
@@ -240,8 +315,11 @@ class _WorkerRun:
         kind, rec = ev["event"], ev["record"]
         name = ev["name"] if kind == Event.CONTRACT else rec.get("id")
         if kind == Event.CASE and name not in {c["id"] for c in self.pending["cases"]}:
-            self.results["incidents"].append(_forged(self.current, f"a result for {name!r}, "
-                                                     "which was not pending (a second or unknown record)"))
+            self.results["incidents"].append(
+                _forged(
+                    self.current, f"a result for {name!r}, which was not pending (a second or unknown record)"
+                )
+            )
             return
         if kind == Event.CONTRACT:
             self.results["contract"][name] = rec
@@ -257,13 +335,20 @@ class _WorkerRun:
 
     def _done(self, ev: dict) -> bool:
         if self._left():  # signed with the key (read from this process's memory) but not the harness's
-            self.results["incidents"].append(_forged(self.current, f"'done' with {self._left()} result(s) still pending"))
+            self.results["incidents"].append(
+                _forged(self.current, f"'done' with {self._left()} result(s) still pending")
+            )
         return True
 
     def _forged(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign
-        self.results["incidents"].append({"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL",
-                                          "case": self.current[1] if self.current else None,
-                                          "reason": f"unsigned data on the result channel: {ev['line']}"})
+        self.results["incidents"].append(
+            {
+                "stage": "channel",
+                "integrity": "FORGED_RESULT_CHANNEL",
+                "case": self.current[1] if self.current else None,
+                "reason": f"unsigned data on the result channel: {ev['line']}",
+            }
+        )
 
     def _carry_on(self, outcome: str, code: int | None, budget: float) -> bool:
         """After a child ended: record what its end means; whether a fresh child continues."""
@@ -271,21 +356,34 @@ class _WorkerRun:
         if outcome == "done" or (load is not None and not load["ok"]):
             return False
         if load is None:
-            self.results["load"] = {"ok": False, "reason": f"worker {_describe_exit(code)} before loading the op",
-                                    "timed_out": outcome == "timeout", "log_tail": _tail(self.log_path),
-                                    "stage": self.current[0] if self.current else None}  # what it was loading
+            self.results["load"] = {
+                "ok": False,
+                "reason": f"worker {_describe_exit(code)} before loading the op",
+                "timed_out": outcome == "timeout",
+                "log_tail": _tail(self.log_path),
+                "stage": self.current[0] if self.current else None,
+            }  # what it was loading
             return False
         status = Status.TIMEOUT if outcome == "timeout" else Status.RUNTIME_ERROR
-        reason = (f"no result within {budget:.0f} s; process group killed" if outcome == "timeout"
-                  else f"worker {_describe_exit(code)}")
+        reason = (
+            f"no result within {budget:.0f} s; process group killed"
+            if outcome == "timeout"
+            else f"worker {_describe_exit(code)}"
+        )
         if self.current is None:
-            self.results["incidents"].append({"stage": "worker", "status": status, "reason": reason,
-                                              "log_tail": _tail(self.log_path)})
+            self.results["incidents"].append(
+                {"stage": "worker", "status": status, "reason": reason, "log_tail": _tail(self.log_path)}
+            )
             return self._left() > 0
         self._fail_current(status, reason)
         if time.monotonic() - self.started >= self.stage_timeout:
-            self.results["incidents"].append({"stage": "worker", "status": Status.TIMEOUT,
-                                              "reason": f"stage budget of {self.stage_timeout:.0f} s spent"})
+            self.results["incidents"].append(
+                {
+                    "stage": "worker",
+                    "status": Status.TIMEOUT,
+                    "reason": f"stage budget of {self.stage_timeout:.0f} s spent",
+                }
+            )
             return False
         return self._left() > 0
 
@@ -296,10 +394,14 @@ class _WorkerRun:
         if stage in ("correctness", "inputs"):
             case = next(c for c in self.pending["cases"] if c["id"] == case_id)
             if stage == "inputs":  # the card's input factory, before any candidate call: the card's fault
-                failure.update(status=Status.INVALID_CASE, reason=f"{reason} while the card's input factory made "
-                               f"the inputs for params {case['params']}")
-            self.results["cases"].append({**failure, "kind": case["kind"], "dtype": case["dtype"],
-                                          "params": case["params"]})
+                failure.update(
+                    status=Status.INVALID_CASE,
+                    reason=f"{reason} while the card's input factory made "
+                    f"the inputs for params {case['params']}",
+                )
+            self.results["cases"].append(
+                {**failure, "kind": case["kind"], "dtype": case["dtype"], "params": case["params"]}
+            )
             self._drop("cases", case_id)
         elif stage == "contract":
             self.results["contract"][case_id] = failure
@@ -310,5 +412,9 @@ class _WorkerRun:
 
 
 def _forged(current, what: str) -> dict:
-    return {"stage": "channel", "integrity": "FORGED_RESULT_CHANNEL", "case": current[1] if current else None,
-            "reason": f"the result channel carried {what}"}
+    return {
+        "stage": "channel",
+        "integrity": "FORGED_RESULT_CHANNEL",
+        "case": current[1] if current else None,
+        "reason": f"the result channel carried {what}",
+    }

@@ -31,19 +31,49 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # files and dirs under $HOME that hold credentials; each one that exists is hidden from the child
-SECRET_PATHS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".git-credentials",
-                ".pypirc", ".npmrc", ".config/gcloud", ".config/gh", ".config/git/credentials",
-                ".cache/huggingface", ".huggingface")
+SECRET_PATHS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/git/credentials",
+    ".cache/huggingface",
+    ".huggingface",
+)
 # where a process writes caches and temp files: pointed at the scratch dir, which alone is writable
-SCRATCH_ENV = ("TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
-               "CUDA_CACHE_PATH", "TORCH_EXTENSIONS_DIR", "CUTE_DSL_CACHE_DIR")
+SCRATCH_ENV = (
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "XDG_CACHE_HOME",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+    "TORCH_EXTENSIONS_DIR",
+    "CUTE_DSL_CACHE_DIR",
+)
 ENTER_FAILED = 121  # the sandbox could not be set up inside the namespaces: nothing of the job ran
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
-_KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-               "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+_KEPT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
 
 
 @dataclass(frozen=True)
@@ -83,8 +113,13 @@ def _secret_paths() -> list[str]:
         homes.add(pwd.getpwuid(os.getuid()).pw_dir)
     except (ImportError, KeyError):
         pass
-    return sorted(str(Path(h) / p) for h in homes if h and h != "/" for p in SECRET_PATHS
-                  if os.path.lexists(Path(h) / p))
+    return sorted(
+        str(Path(h) / p)
+        for h in homes
+        if h and h != "/"
+        for p in SECRET_PATHS
+        if os.path.lexists(Path(h) / p)
+    )
 
 
 @functools.cache
@@ -96,11 +131,18 @@ def probe() -> SandboxInfo:
     if shutil.which("unshare") is None:
         return disabled("`unshare` (util-linux) not found: install util-linux for the sandbox")
     reasons = []
-    for user_ns in ([False, True] if os.geteuid() == 0 else [True]):
+    for user_ns in [False, True] if os.geteuid() == 0 else [True]:
         scratch = tempfile.mkdtemp(prefix="mini-kv-sandbox-probe-")
         try:
-            cmd = [*_unshare_argv(user_ns), *_enter_argv(scratch, []), sys.executable, "-m",
-                   "mini_kv.sandbox", "check", scratch]
+            cmd = [
+                *_unshare_argv(user_ns),
+                *_enter_argv(scratch, []),
+                sys.executable,
+                "-m",
+                "mini_kv.sandbox",
+                "check",
+                scratch,
+            ]
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             reasons.append(f"{'unshare -r' if user_ns else 'unshare'}: {exc}")
@@ -108,11 +150,17 @@ def probe() -> SandboxInfo:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if res.returncode == 0:
-            return SandboxInfo(enabled=True, mechanism="unshare -r" if user_ns else "unshare",
-                               reason="mount and network namespaces: file system read-only except the scratch "
-                                      "dir, credential files of $HOME hidden, no network", network=False)
-        reasons.append(f"{'unshare -r' if user_ns else 'unshare'}: "
-                       + ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.returncode}"])[-1])
+            return SandboxInfo(
+                enabled=True,
+                mechanism="unshare -r" if user_ns else "unshare",
+                reason="mount and network namespaces: file system read-only except the scratch "
+                "dir, credential files of $HOME hidden, no network",
+                network=False,
+            )
+        reasons.append(
+            f"{'unshare -r' if user_ns else 'unshare'}: "
+            + ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        )
     return disabled("namespaces unavailable here (" + "; ".join(reasons) + "); children run unsandboxed")
 
 
@@ -126,8 +174,11 @@ class Sandbox:
     def argv(self, cmd: list[str]) -> list[str]:
         if not self.info.enabled:
             return cmd
-        return [*_unshare_argv(self.info.mechanism == "unshare -r"), *_enter_argv(self.scratch, _secret_paths()),
-                *cmd]
+        return [
+            *_unshare_argv(self.info.mechanism == "unshare -r"),
+            *_enter_argv(self.scratch, _secret_paths()),
+            *cmd,
+        ]
 
     def env(self, base: dict | None) -> dict | None:
         if not self.info.enabled:
@@ -271,10 +322,12 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         return check(argv[1])
     if argv[:1] != ["enter"] or "--" not in argv:
-        print("usage: python -m mini_kv.sandbox enter [--rw DIR]... [--mask PATH]... -- CMD...", file=sys.stderr)
+        print(
+            "usage: python -m mini_kv.sandbox enter [--rw DIR]... [--mask PATH]... -- CMD...", file=sys.stderr
+        )
         return 2
     sep = argv.index("--")
-    opts, cmd = argv[1:sep], argv[sep + 1:]
+    opts, cmd = argv[1:sep], argv[sep + 1 :]
     rw = [opts[i + 1] for i in range(len(opts) - 1) if opts[i] == "--rw"]
     masks = [opts[i + 1] for i in range(len(opts) - 1) if opts[i] == "--mask"]
     return enter(rw, masks, cmd)

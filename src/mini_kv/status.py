@@ -33,8 +33,9 @@ class Status(StrEnum):
 
 
 # what a task-card attempt's status means for the exit code's severity (see errors.ExitCode)
-INCORRECT_STATUSES = frozenset({Status.INCORRECT, Status.INCORRECT_SHAPE, Status.INCORRECT_NUMERICAL,
-                                Status.INCORRECT_DTYPE})
+INCORRECT_STATUSES = frozenset(
+    {Status.INCORRECT, Status.INCORRECT_SHAPE, Status.INCORRECT_NUMERICAL, Status.INCORRECT_DTYPE}
+)
 
 
 # the words of records written before schema_version 2 (store.records migrates them on read)

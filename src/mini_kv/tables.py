@@ -61,8 +61,9 @@ def _groups(widths: list[int], keys: int, width: int) -> list[list[int]]:
     return [list(range(keys)) + g for g in groups]
 
 
-def fitted_tables(title: str, columns: list[Column], rows: list[list[str]], width: int, keys: int = 1,
-                  **table_options) -> list[Table]:
+def fitted_tables(
+    title: str, columns: list[Column], rows: list[list[str]], width: int, keys: int = 1, **table_options
+) -> list[Table]:
     """One table when it fits `width`, else several with the first `keys` columns repeated."""
     widths = _widths(columns, rows, whole_headers=True)
     if _table_width(widths) > width:  # narrow: headers wrap before anything is split

@@ -10,15 +10,105 @@ import re
 from hypothesis import strategies as st
 
 NASTY_STRINGS = [
-    "", " ", "[/x]", "[red]x[/red]", "[/]", "[bold", "a\n", "\n", "\0", "a\0b", "\ud800", "\udfff", "é", "²", "٣",
-    "𝟘", "a" * 300, "x" * 5000, "../../etc/passwd", "/etc/passwd", ".", "..", "./", "a/", "a//b", "~", "${HOME}",
-    "%s%n", "::", "a::b\n", "1.0.0\n", "NaN", "Infinity", "-inf", "*r", "&a", "!!python/object:os.system",
-    "{}", "[]", "\u202e", "\ufeff", "a b", "a:b", "-1", "1e400", "0x10", "9**9**9**9", "min()", "True",
-    "h * 1e308 * 10", "__import__('os')", "nul\x00", "tab\t", "\r\n", "'", '"', "\\", "C:\\x",
+    "",
+    " ",
+    "[/x]",
+    "[red]x[/red]",
+    "[/]",
+    "[bold",
+    "a\n",
+    "\n",
+    "\0",
+    "a\0b",
+    "\ud800",
+    "\udfff",
+    "é",
+    "²",
+    "٣",
+    "𝟘",
+    "a" * 300,
+    "x" * 5000,
+    "../../etc/passwd",
+    "/etc/passwd",
+    ".",
+    "..",
+    "./",
+    "a/",
+    "a//b",
+    "~",
+    "${HOME}",
+    "%s%n",
+    "::",
+    "a::b\n",
+    "1.0.0\n",
+    "NaN",
+    "Infinity",
+    "-inf",
+    "*r",
+    "&a",
+    "!!python/object:os.system",
+    "{}",
+    "[]",
+    "\u202e",
+    "\ufeff",
+    "a b",
+    "a:b",
+    "-1",
+    "1e400",
+    "0x10",
+    "9**9**9**9",
+    "min()",
+    "True",
+    "h * 1e308 * 10",
+    "__import__('os')",
+    "nul\x00",
+    "tab\t",
+    "\r\n",
+    "'",
+    '"',
+    "\\",
+    "C:\\x",
 ]
-NASTY_NUMBERS = [0, -1, -5, 1, 2, 2**31, 2**62, 2**63, 2**64, 10**30, 10**400, 1e11, 1e308, -1e308, 0.5, 1e-320,
-                 float("nan"), float("inf"), -float("inf"), True, False]
-NASTY_KEYS = [1, 0, -1, 1.5, True, False, None, "", "[/x]", "a\n", "\0", "\ud800", "é", "x" * 300, "__proto__"]
+NASTY_NUMBERS = [
+    0,
+    -1,
+    -5,
+    1,
+    2,
+    2**31,
+    2**62,
+    2**63,
+    2**64,
+    10**30,
+    10**400,
+    1e11,
+    1e308,
+    -1e308,
+    0.5,
+    1e-320,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    True,
+    False,
+]
+NASTY_KEYS = [
+    1,
+    0,
+    -1,
+    1.5,
+    True,
+    False,
+    None,
+    "",
+    "[/x]",
+    "a\n",
+    "\0",
+    "\ud800",
+    "é",
+    "x" * 300,
+    "__proto__",
+]
 
 
 def deep(depth: int, kind: str = "list"):
@@ -30,8 +120,13 @@ def deep(depth: int, kind: str = "list"):
 
 def values() -> st.SearchStrategy:
     leaf = st.one_of(
-        st.sampled_from(NASTY_STRINGS), st.sampled_from(NASTY_NUMBERS), st.text(max_size=12), st.integers(),
-        st.floats(allow_nan=True, allow_infinity=True), st.none(), st.booleans(),
+        st.sampled_from(NASTY_STRINGS),
+        st.sampled_from(NASTY_NUMBERS),
+        st.text(max_size=12),
+        st.integers(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.none(),
+        st.booleans(),
     )
     nested = st.builds(deep, st.integers(1, 400), st.sampled_from(["list", "dict"]))
     containers = st.one_of(st.lists(leaf, max_size=3), st.dictionaries(st.text(max_size=6), leaf, max_size=3))
@@ -90,11 +185,19 @@ def mutated(draw, original: dict, max_mutations: int = 3):
 
 
 FIELD_SUFFIXES = ["\n", "[/x]", " ", "\0", "é", "\ud800", "x" * 300, "/", ":"]  # each breaks an identifier
-TEXT_SUFFIXES = ["\n", "\0", "\x1f", "\ud800", "x" * 300]  # each breaks a free-text name (no control chars, bounded)
+TEXT_SUFFIXES = [
+    "\n",
+    "\0",
+    "\x1f",
+    "\ud800",
+    "x" * 300,
+]  # each breaks a free-text name (no control chars, bounded)
 
 
 @st.composite
-def invalid(draw, original: dict, identifiers: list[tuple], required: list[str], suffixes: list[str] = FIELD_SUFFIXES):
+def invalid(
+    draw, original: dict, identifiers: list[tuple], required: list[str], suffixes: list[str] = FIELD_SUFFIXES
+):
     """`original` with one mutation that no valid document has: an unknown top-level field, a required
     field deleted, NaN or infinity somewhere, a suffix that breaks an identifier, nesting past 64
     levels, or a non-string key. Returns (document, what was done)."""
@@ -105,7 +208,9 @@ def invalid(draw, original: dict, identifiers: list[tuple], required: list[str],
     elif kind == "required":
         del doc[draw(st.sampled_from(required))]
     elif kind == "nonfinite":
-        locs = [p for p in locations(doc) if not isinstance(get(doc, p), (dict, list))] or [(next(iter(doc)),)]
+        locs = [p for p in locations(doc) if not isinstance(get(doc, p), (dict, list))] or [
+            (next(iter(doc)),)
+        ]
         path = draw(st.sampled_from(locs))
         get(doc, path[:-1])[path[-1]] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
     elif kind == "identifier":
@@ -115,7 +220,9 @@ def invalid(draw, original: dict, identifiers: list[tuple], required: list[str],
     elif kind == "deep":
         locs = locations(doc)
         path = draw(st.sampled_from(locs))
-        get(doc, path[:-1])[path[-1]] = deep(draw(st.integers(66, 2000)), draw(st.sampled_from(["list", "dict"])))
+        get(doc, path[:-1])[path[-1]] = deep(
+            draw(st.integers(66, 2000)), draw(st.sampled_from(["list", "dict"]))
+        )
     else:
         maps = [()] + [p for p in locations(doc) if isinstance(get(doc, p), dict)]
         target = get(doc, draw(st.sampled_from(maps)))
@@ -142,8 +249,8 @@ YAML_SNIPPETS = [
     "1: one",
     "null: x",
     "id: dup\nid: dup",
-    "x: \"\\ud800\"",
-    "x: \"\\0\"",
+    'x: "\\ud800"',
+    'x: "\\0"',
     "x: 1e400",
     "x: 0x7fffffffffffffffffffffff",
     "%YAML 1.1\n---",
@@ -161,21 +268,65 @@ def yaml_text(draw, original: str):
     op = draw(st.sampled_from(["insert", "replace", "cut", "flip"]))
     i = draw(st.integers(0, len(lines)))
     if op in ("insert", "replace"):
-        snippet = draw(st.one_of(st.sampled_from(YAML_SNIPPETS), st.sampled_from(NASTY_STRINGS).map(lambda s: f"x: {s}")))
-        lines[i:i + (op == "replace")] = snippet.splitlines()
+        snippet = draw(
+            st.one_of(st.sampled_from(YAML_SNIPPETS), st.sampled_from(NASTY_STRINGS).map(lambda s: f"x: {s}"))
+        )
+        lines[i : i + (op == "replace")] = snippet.splitlines()
     elif op == "cut":
         lines = lines[:i]
     else:
         text = "\n".join(lines)
         j = draw(st.integers(0, max(0, len(text) - 1)))
-        text = text[:j] + draw(st.sampled_from(["[", "]", "{", "}", ":", "&", "*", "!", "|", ">", "%", "@", "`",
-                                                "\t", "\0", "\ud800", "\x85", "\u2028"])) + text[j + 1:]
+        text = (
+            text[:j]
+            + draw(
+                st.sampled_from(
+                    [
+                        "[",
+                        "]",
+                        "{",
+                        "}",
+                        ":",
+                        "&",
+                        "*",
+                        "!",
+                        "|",
+                        ">",
+                        "%",
+                        "@",
+                        "`",
+                        "\t",
+                        "\0",
+                        "\ud800",
+                        "\x85",
+                        "\u2028",
+                    ]
+                )
+            )
+            + text[j + 1 :]
+        )
         return text
     return "\n".join(lines) + "\n"
 
 
-JSON_SNIPPETS = ["NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 5000, "[" * 3000 + "]" * 3000,
-                 '"\\ud800"', '"\\u0000"', "null", "true", "{}", "[]", '"[/x]"', "-0", "1e-400", '{"a": 1, "a": 2}']
+JSON_SNIPPETS = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "1" + "0" * 5000,
+    "[" * 3000 + "]" * 3000,
+    '"\\ud800"',
+    '"\\u0000"',
+    "null",
+    "true",
+    "{}",
+    "[]",
+    '"[/x]"',
+    "-0",
+    "1e-400",
+    '{"a": 1, "a": 2}',
+]
 
 
 @st.composite
@@ -192,4 +343,4 @@ def json_text(draw, original: str):
     j = draw(st.integers(0, max(0, len(original) - 1)))
     if op == "cut":
         return original[:j]
-    return original[:j] + draw(st.sampled_from(list('[]{}:,"\\0-e') + ["\0", "\ud800"])) + original[j + 1:]
+    return original[:j] + draw(st.sampled_from(list('[]{}:,"\\0-e') + ["\0", "\ud800"])) + original[j + 1 :]

@@ -34,8 +34,12 @@ settings.register_profile(
     derandomize=EXAMPLES == DEFAULT_EXAMPLES,  # CI: the same examples every run; long hunts explore
     database=None,  # no .hypothesis/ directory in the repository
     print_blob=True,  # a failure prints the @reproduce_failure line
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-                           HealthCheck.function_scoped_fixture],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 settings.load_profile("mini_kv_fuzz")
 
@@ -54,6 +58,7 @@ class Hang(Exception):
 @contextlib.contextmanager
 def within(seconds: float = HANG_S, what: str = "the call"):
     """Fail with Hang when the block runs past `seconds` (SIGALRM; main thread only)."""
+
     def on_alarm(signum, frame):
         raise Hang(f"{what} ran past {seconds:g} s (a hang)")
 

@@ -89,12 +89,15 @@ def test_mutated_cards_load_or_are_config_errors(fuzz_project, name, data):
 @given(name=st.sampled_from(sorted(CARDS)), data=st.data())
 def test_cards_invalid_by_construction_are_rejected(fuzz_project, name, data):
     original = CARDS[name]
-    identifiers = [("id",), ("version",), ("operator", "name"), ("operator", "version")] + \
-        [("candidates", i, "id") for i in range(len(original["candidates"]))] + \
-        [("candidates", i, "op") for i in range(len(original["candidates"]))] + \
-        [("cases", i, "id") for i in range(len(original["cases"]))]
-    card, kind = data.draw(invalid(original, identifiers, ["id", "version", "operator", "candidates", "cases",
-                                                            "tolerances"]))
+    identifiers = (
+        [("id",), ("version",), ("operator", "name"), ("operator", "version")]
+        + [("candidates", i, "id") for i in range(len(original["candidates"]))]
+        + [("candidates", i, "op") for i in range(len(original["candidates"]))]
+        + [("cases", i, "id") for i in range(len(original["cases"]))]
+    )
+    card, kind = data.draw(
+        invalid(original, identifiers, ["id", "version", "operator", "candidates", "cases", "tolerances"])
+    )
     try:
         path = _write(fuzz_project, card)
     except (yaml.YAMLError, UnicodeEncodeError, RecursionError):
@@ -137,8 +140,13 @@ def test_validate_task_cli_exits_2_on_invalid_cards(fuzz_project, name, data):
         path = _write(fuzz_project, card)
     except (yaml.YAMLError, UnicodeEncodeError, RecursionError):
         return
-    proc = subprocess.run([sys.executable, "-m", "mini_kv", "validate-task", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "validate-task", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == ExitCode.CONFIG, (kind, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and path.name in proc.stderr
 

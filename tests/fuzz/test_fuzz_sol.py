@@ -137,8 +137,11 @@ def test_invalid_by_construction_is_rejected(tmp_path_factory, which, data):
     d = _fresh(tmp_path_factory)
     sol = write_json(d.parent / "sol" / "solution.json", SOLUTION)
     if which == "definition":
-        doc, kind = data.draw(invalid(DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"],
-                                      TEXT_SUFFIXES))
+        doc, kind = data.draw(
+            invalid(
+                DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"], TEXT_SUFFIXES
+            )
+        )
         text = _dump(doc)
         target = d / "definition.json"
     elif which == "workload":
@@ -146,8 +149,14 @@ def test_invalid_by_construction_is_rejected(tmp_path_factory, which, data):
         text = _dump(doc)
         target = d / "workload.jsonl"
     else:
-        doc, kind = data.draw(invalid(SOLUTION, [("spec", "entry_point")], ["name", "definition", "spec", "sources"],
-                                      ["\n", "/", ":", " ", "é", "[/x]", "\0"]))
+        doc, kind = data.draw(
+            invalid(
+                SOLUTION,
+                [("spec", "entry_point")],
+                ["name", "definition", "spec", "sources"],
+                ["\n", "/", ":", " ", "é", "[/x]", "\0"],
+            )
+        )
         text = _dump(doc)
         target = sol
     if text is None:
@@ -157,20 +166,31 @@ def test_invalid_by_construction_is_rejected(tmp_path_factory, which, data):
 
 
 def expressions() -> st.SearchStrategy:
-    atom = st.one_of(st.sampled_from(["h", "n", "d"]), st.integers(-10, 10**20).map(str),
-                     st.sampled_from(["1e308", "0.5", "True", "None", "'s'", "2**64", "-0"]))
+    atom = st.one_of(
+        st.sampled_from(["h", "n", "d"]),
+        st.integers(-10, 10**20).map(str),
+        st.sampled_from(["1e308", "0.5", "True", "None", "'s'", "2**64", "-0"]),
+    )
     ops = ["+", "-", "*", "/", "//", "%", "**"]
-    return st.recursive(atom, lambda inner: st.one_of(
-        st.tuples(inner, st.sampled_from(ops), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
-        st.tuples(st.sampled_from(["min", "max", "ceil", "floor", "log2", "abs", "eval"]),
-                  st.lists(inner, max_size=3)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
-        inner.map(lambda e: f"-{e}"),
-    ), max_leaves=30)
+    return st.recursive(
+        atom,
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(ops), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+            st.tuples(
+                st.sampled_from(["min", "max", "ceil", "floor", "log2", "abs", "eval"]),
+                st.lists(inner, max_size=3),
+            ).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+            inner.map(lambda e: f"-{e}"),
+        ),
+        max_leaves=30,
+    )
 
 
 @examples(4.0)
-@given(expr=st.one_of(expressions(), st.text(max_size=40), st.sampled_from(NASTY_STRINGS)),
-       h=st.sampled_from([0, 1, 4, 2**31, 2**62] + [n for n in NASTY_NUMBERS if isinstance(n, int)]))
+@given(
+    expr=st.one_of(expressions(), st.text(max_size=40), st.sampled_from(NASTY_STRINGS)),
+    h=st.sampled_from([0, 1, 4, 2**31, 2**62] + [n for n in NASTY_NUMBERS if isinstance(n, int)]),
+)
 def test_axis_expressions_are_bounded(expr, h):
     try:
         with within(5, what=f"evaluating {expr[:60]!r}"):
@@ -182,12 +202,17 @@ def test_axis_expressions_are_bounded(expr, h):
 
 
 def headers() -> st.SearchStrategy:
-    entry = st.fixed_dictionaries({}, optional={
-        "dtype": st.one_of(st.sampled_from(["F32", "F16", "I64", "BOOL", "X"]), values()),
-        "shape": st.one_of(st.lists(st.integers(-2, 2**64), max_size=3), values()),
-        "data_offsets": st.one_of(st.lists(st.integers(-2, 2**64), max_size=3), values()),
-    })
-    return st.dictionaries(st.sampled_from(["x", "__metadata__", "y"]), st.one_of(entry, values()), max_size=3)
+    entry = st.fixed_dictionaries(
+        {},
+        optional={
+            "dtype": st.one_of(st.sampled_from(["F32", "F16", "I64", "BOOL", "X"]), values()),
+            "shape": st.one_of(st.lists(st.integers(-2, 2**64), max_size=3), values()),
+            "data_offsets": st.one_of(st.lists(st.integers(-2, 2**64), max_size=3), values()),
+        },
+    )
+    return st.dictionaries(
+        st.sampled_from(["x", "__metadata__", "y"]), st.one_of(entry, values()), max_size=3
+    )
 
 
 @examples(2.0)
@@ -210,8 +235,11 @@ def test_bench_cli_exits_2_on_invalid_problems(tmp_path_factory, which, data):
     d = _fresh(tmp_path_factory)
     sol = write_json(d.parent / "sol" / "solution.json", SOLUTION)
     if which == "definition":
-        doc, _ = data.draw(invalid(DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"],
-                                   TEXT_SUFFIXES))
+        doc, _ = data.draw(
+            invalid(
+                DEFINITION, [("name",)], ["name", "axes", "inputs", "outputs", "reference"], TEXT_SUFFIXES
+            )
+        )
         target = d / "definition.json"
     else:
         doc, _ = data.draw(invalid(WORKLOADS[0], [("uuid",)], ["uuid", "axes", "inputs"], TEXT_SUFFIXES))
@@ -220,8 +248,24 @@ def test_bench_cli_exits_2_on_invalid_problems(tmp_path_factory, which, data):
     if text is None:
         return
     target.write_text(text + "\n")
-    proc = subprocess.run([sys.executable, "-m", "mini_kv", "bench", str(d), "--solution", str(sol), "--device", "cpu",
-                           "--artifacts", str(d.parent / "artifacts")], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mini_kv",
+            "bench",
+            str(d),
+            "--solution",
+            str(sol),
+            "--device",
+            "cpu",
+            "--artifacts",
+            str(d.parent / "artifacts"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == ExitCode.CONFIG, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and target.name in proc.stderr

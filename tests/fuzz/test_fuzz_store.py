@@ -33,15 +33,27 @@ from mini_kv.errors import UserError
 from mini_kv.judge.leaderboard import build_leaderboard
 from mini_kv.store.index import INDEX_NAME, rebuild_index
 
-FUZZ = settings(max_examples=int(os.environ.get("MINI_KV_FUZZ_EXAMPLES", "30")), deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("MINI_KV_FUZZ_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 HANG_S = 120
 
-JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                             st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                          max_leaves=8)
+JSON_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+JSON_VALUE = st.recursive(
+    JSON_LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +67,11 @@ def pristine(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _ranked(board: dict) -> dict[str, tuple]:
-    return {e["candidate"]: (e["attempt_id"], e["geomean_speedup"], tuple(sorted(e["cases"].items())))
-            for g in board["groups"] for e in g["entries"]}
+    return {
+        e["candidate"]: (e["attempt_id"], e["geomean_speedup"], tuple(sorted(e["cases"].items())))
+        for g in board["groups"]
+        for e in g["entries"]
+    }
 
 
 @contextlib.contextmanager
@@ -95,8 +110,26 @@ def _paths(obj, prefix=()):
 
 
 # keys the store reads somewhere: an "add" edit puts one of them into an object that lacks it
-KEYS = ("format", "files", "status", "benchmark", "cases", "summary", "seed_salt", "stability", "samples",
-        "candidate", "speedup", "id", "key", "schema_version", "device", "workloads", "path", "size")
+KEYS = (
+    "format",
+    "files",
+    "status",
+    "benchmark",
+    "cases",
+    "summary",
+    "seed_salt",
+    "stability",
+    "samples",
+    "candidate",
+    "speedup",
+    "id",
+    "key",
+    "schema_version",
+    "device",
+    "workloads",
+    "path",
+    "size",
+)
 
 
 def _mutate(obj, path, action: str, value, key: str):
@@ -147,7 +180,9 @@ def _check(art: Path, pristine_ranked: dict, mutated: str = "v0") -> None:
     except UserError:  # an index it cannot use: said clearly (exit 2), nothing ranked
         return
     for cand, entry in ranked.items():
-        assert entry == pristine_ranked.get(cand), f"{cand} ranked with {entry}, originally {pristine_ranked.get(cand)}"
+        assert entry == pristine_ranked.get(cand), (
+            f"{cand} ranked with {entry}, originally {pristine_ranked.get(cand)}"
+        )
     if mutated != "v1":
         assert ranked.get("v1") == pristine_ranked["v1"]
 
@@ -156,10 +191,18 @@ FILES = ("attempt.json", "benchmark.json", "correctness.json", "environment.json
 
 
 @FUZZ
-@given(data=st.data(), file=st.sampled_from(FILES), action=st.sampled_from(["set", "delete", "add"]),
-       value=JSON_VALUE, key=st.sampled_from(KEYS), reseal=st.booleans(), candidate=st.sampled_from(["v0", "v2"]))
-def test_json_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_path_factory, data, file, action,
-                                                                value, key, reseal, candidate):
+@given(
+    data=st.data(),
+    file=st.sampled_from(FILES),
+    action=st.sampled_from(["set", "delete", "add"]),
+    value=JSON_VALUE,
+    key=st.sampled_from(KEYS),
+    reseal=st.booleans(),
+    candidate=st.sampled_from(["v0", "v2"]),
+)
+def test_json_edits_never_crash_and_never_rank_a_mutated_value(
+    pristine, tmp_path_factory, data, file, action, value, key, reseal, candidate
+):
     art = _fresh(pristine, tmp_path_factory)
     a = _attempt(art, candidate)
     obj = json.loads((a / file).read_text())
@@ -180,24 +223,35 @@ def test_json_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_pat
 
 
 @FUZZ
-@given(file=st.sampled_from(FILES), cut=st.integers(min_value=0, max_value=4000),
-       junk=st.binary(max_size=40), reseal=st.booleans())
-def test_byte_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_path_factory, file, cut, junk, reseal):
+@given(
+    file=st.sampled_from(FILES),
+    cut=st.integers(min_value=0, max_value=4000),
+    junk=st.binary(max_size=40),
+    reseal=st.booleans(),
+)
+def test_byte_edits_never_crash_and_never_rank_a_mutated_value(
+    pristine, tmp_path_factory, file, cut, junk, reseal
+):
     art = _fresh(pristine, tmp_path_factory)
     a = _attempt(art, "v0")
     raw = (a / file).read_bytes()
     cut = min(cut, len(raw))
-    (a / file).write_bytes(raw[:cut] + junk + raw[cut + len(junk):])
+    (a / file).write_bytes(raw[:cut] + junk + raw[cut + len(junk) :])
     if reseal:
         _reseal(a)
     _check(art, pristine[1])
 
 
 @FUZZ
-@given(table=st.sampled_from(["attempts", "bench_cases", "meta"]), column=st.integers(min_value=0, max_value=15),
-       value=st.one_of(JSON_LEAF, st.binary(max_size=8)), row=st.integers(min_value=0, max_value=5))
-def test_index_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_path_factory, table, column, value,
-                                                                 row):
+@given(
+    table=st.sampled_from(["attempts", "bench_cases", "meta"]),
+    column=st.integers(min_value=0, max_value=15),
+    value=st.one_of(JSON_LEAF, st.binary(max_size=8)),
+    row=st.integers(min_value=0, max_value=5),
+)
+def test_index_edits_never_crash_and_never_rank_a_mutated_value(
+    pristine, tmp_path_factory, table, column, value, row
+):
     art = _fresh(pristine, tmp_path_factory)
     con = sqlite3.connect(str(art / INDEX_NAME))
     with con:
@@ -206,8 +260,10 @@ def test_index_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_pa
         if isinstance(value, float) and value != value:
             value = None  # SQLite stores NaN as NULL anyway
         with contextlib.suppress(sqlite3.IntegrityError, OverflowError):
-            con.execute(f"UPDATE {table} SET {cols[column % len(cols)]}=? WHERE rowid=?",
-                        (value, rowids[row % len(rowids)]))
+            con.execute(
+                f"UPDATE {table} SET {cols[column % len(cols)]}=? WHERE rowid=?",
+                (value, rowids[row % len(rowids)]),
+            )
     con.close()
     with _no_hang():
         rc = main(["leaderboard", "--artifacts", str(art)])
@@ -217,4 +273,6 @@ def test_index_edits_never_crash_and_never_rank_a_mutated_value(pristine, tmp_pa
         except UserError:
             return
     for cand, entry in ranked.items():
-        assert entry == pristine[1].get(cand), f"{cand} ranked with {entry}, originally {pristine[1].get(cand)}"
+        assert entry == pristine[1].get(cand), (
+            f"{cand} ranked with {entry}, originally {pristine[1].get(cand)}"
+        )

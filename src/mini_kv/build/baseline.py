@@ -58,16 +58,23 @@ def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
         raise BaselineBuildError(f"{attempt_dir}: no candidate_manifest.json (not a candidate's attempt)")
     manifest = json.loads((attempt_dir / "candidate_manifest.json").read_text())
     try:
-        return Candidate(id=manifest["id"], path=str(attempt_dir / "sources"), op=manifest["op"],
-                         cpu_sources=tuple(manifest["cpu_sources"]), cuda_sources=tuple(manifest["cuda_sources"]),
-                         cflags=tuple(manifest.get("cflags", ())), cuda_cflags=tuple(manifest.get("cuda_cflags", ())),
-                         backward=bool(manifest.get("backward", False)))
+        return Candidate(
+            id=manifest["id"],
+            path=str(attempt_dir / "sources"),
+            op=manifest["op"],
+            cpu_sources=tuple(manifest["cpu_sources"]),
+            cuda_sources=tuple(manifest["cuda_sources"]),
+            cflags=tuple(manifest.get("cflags", ())),
+            cuda_cflags=tuple(manifest.get("cuda_cflags", ())),
+            backward=bool(manifest.get("backward", False)),
+        )
     except (KeyError, TypeError) as exc:
         raise BaselineBuildError(f"{attempt_dir / 'candidate_manifest.json'}: missing field {exc}") from None
 
 
-def build_baseline(baseline: dict, project_root: Path, artifacts: Path, with_cuda: bool | None,
-                   timeout: float) -> BaselineBuild:
+def build_baseline(
+    baseline: dict, project_root: Path, artifacts: Path, with_cuda: bool | None, timeout: float
+) -> BaselineBuild:
     """Build the baseline's sources under a namespace of their own; raises BaselineBuildError or
     BaselineTampered."""
     attempt_dir = find_source_attempt(baseline, artifacts)
@@ -87,25 +94,40 @@ def build_baseline(baseline: dict, project_root: Path, artifacts: Path, with_cud
             dest = Path(tmp) / f.relative_to(src_root)
             dest.parent.mkdir(parents=True, exist_ok=True)
             if f.suffix in SOURCE_SUFFIXES:
-                text, n = rename_namespace(f.read_text(encoding="utf-8", errors="surrogateescape"), old_ns, new_ns)
+                text, n = rename_namespace(
+                    f.read_text(encoding="utf-8", errors="surrogateescape"), old_ns, new_ns
+                )
                 dest.write_text(text, encoding="utf-8", errors="surrogateescape")
                 renamed += n
             else:
                 shutil.copyfile(f, dest)
         if renamed == 0:
-            raise BaselineBuildError(f"the baseline's sources never spell the namespace {old_ns!r} as a token, "
-                                     "so they cannot be rebuilt under a namespace of their own")
-        renamed_cand = dataclasses.replace(cand, id=f"{cand.id}__baseline", path=tmp, op=f"{new_ns}::{op_name}")
+            raise BaselineBuildError(
+                f"the baseline's sources never spell the namespace {old_ns!r} as a token, "
+                "so they cannot be rebuilt under a namespace of their own"
+            )
+        renamed_cand = dataclasses.replace(
+            cand, id=f"{cand.id}__baseline", path=tmp, op=f"{new_ns}::{op_name}"
+        )
         rec = compile_candidate(Path(project_root), renamed_cand, timeout=timeout, with_cuda=with_cuda)
     if rec["status"] != "ok" or not rec.get("library"):
-        raise BaselineBuildError(f"the baseline's sources did not build ({rec['status']}); see "
-                                 f"{rec.get('failed_build_dir') or rec.get('build_dir')}")
-    return BaselineBuild(library=rec["library"], op=renamed_cand.op, namespace=new_ns, attempt=str(attempt_dir),
-                         build_key=rec["key"], cache_hit=bool(rec["cache_hit"]))
+        raise BaselineBuildError(
+            f"the baseline's sources did not build ({rec['status']}); see "
+            f"{rec.get('failed_build_dir') or rec.get('build_dir')}"
+        )
+    return BaselineBuild(
+        library=rec["library"],
+        op=renamed_cand.op,
+        namespace=new_ns,
+        attempt=str(attempt_dir),
+        build_key=rec["key"],
+        cache_hit=bool(rec["cache_hit"]),
+    )
 
 
-def stage_sol_baseline(baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str,
-                       timeout: float) -> dict:
+def stage_sol_baseline(
+    baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str, timeout: float
+) -> dict:
     """The baseline's own SOL-ExecBench solution, ready to load beside the candidate (the SOL job's
     `baseline` entry): the solution.json (every source inlined, as in its sources/) of the attempt it was
     promoted from, checked like a card's, staged under `dest` and built when it is C++ (a Python module

@@ -31,11 +31,28 @@ from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
-NO_CUDA_BUILD = "torch has no CUDA (or CUDA_HOME is missing, or no GPU and no TORCH_CUDA_ARCH_LIST to build for)"
+NO_CUDA_BUILD = (
+    "torch has no CUDA (or CUDA_HOME is missing, or no GPU and no TORCH_CUDA_ARCH_LIST to build for)"
+)
 # what the key hashes and the attempt keeps; a file of another suffix that a source #includes is read
 # by the compiler but not keyed (docs/security.md, limits)
-SOURCE_SUFFIXES = {".c", ".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inc", ".hh", ".hxx", ".inl", ".ipp",
-                   ".tpp", ".tcc"}
+SOURCE_SUFFIXES = {
+    ".c",
+    ".cpp",
+    ".cc",
+    ".cxx",
+    ".cu",
+    ".cuh",
+    ".h",
+    ".hpp",
+    ".inc",
+    ".hh",
+    ".hxx",
+    ".inl",
+    ".ipp",
+    ".tpp",
+    ".tcc",
+}
 
 
 def candidate_files(cdir: Path) -> list[Path]:
@@ -65,8 +82,14 @@ def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
 def refused_input(project_root: Path, cand: Candidate) -> str | None:
     """Why the candidate's flags or files must not be built at all, or None."""
     try:
-        check_flags({"cflags": cand.cflags, "cuda_cflags": cand.cuda_cflags,
-                     "ld_flags": getattr(cand, "ldflags", ())}, FlagRules(project_root / cand.path))
+        check_flags(
+            {
+                "cflags": cand.cflags,
+                "cuda_cflags": cand.cuda_cflags,
+                "ld_flags": getattr(cand, "ldflags", ()),
+            },
+            FlagRules(project_root / cand.path),
+        )
     except UnsafeFlag as exc:
         return f"{cand.id}: {exc}"
     leaving = links_leaving(project_root / cand.path, project_root)
@@ -103,8 +126,11 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     if with_cuda is None:
         # a CUDA torch without a GPU to build for (no TORCH_CUDA_ARCH_LIST): nothing to target, so the
         # CUDA sources are compile-checked as where torch has no CUDA (the PyPI torch is a CUDA build)
-        with_cuda = (environment.torch_has_cuda_build() and (bool(cand.cuda_sources) or python_module)
-                     and bool(environment.cuda_arch_list()))
+        with_cuda = (
+            environment.torch_has_cuda_build()
+            and (bool(cand.cuda_sources) or python_module)
+            and bool(environment.cuda_arch_list())
+        )
     check_only = python_module and not with_cuda
     cdir = project_root / cand.path
     all_sources = list(cand.cpu_sources) + list(cand.cuda_sources)
@@ -128,10 +154,20 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
         keyed.update(python_module=True, check_only=check_only)
     key = sha256_text(canonical_json(keyed))
-    return {"candidate": cand.id, "candidate_dir": str(cdir), "sources": sources, "files": files,
-            "flags": flags, "toolchain": tc, "key": key, "with_cuda": with_cuda,
-            "cuda_sources_skipped": skipped, "python_module": python_module, "check_only": check_only,
-            "module": f"mkv_{key[:16]}"}
+    return {
+        "candidate": cand.id,
+        "candidate_dir": str(cdir),
+        "sources": sources,
+        "files": files,
+        "flags": flags,
+        "toolchain": tc,
+        "key": key,
+        "with_cuda": with_cuda,
+        "cuda_sources_skipped": skipped,
+        "python_module": python_module,
+        "check_only": check_only,
+        "module": f"mkv_{key[:16]}",
+    }
 
 
 def _library_in(d: Path) -> Path | None:
@@ -145,14 +181,18 @@ def _torch_extension_includes(plan: dict) -> list[str]:
 
     from torch.utils.cpp_extension import include_paths
 
-    return ([f"-DTORCH_EXTENSION_NAME={plan['module']}"]
-            + [f"-I{d}" for d in (*include_paths(), sysconfig.get_paths()["include"])])
+    return [f"-DTORCH_EXTENSION_NAME={plan['module']}"] + [
+        f"-I{d}" for d in (*include_paths(), sysconfig.get_paths()["include"])
+    ]
 
 
 # gcc: "<file>:9:10: fatal error: <header>: No such file or directory"; nvcc's EDG front end:
 # "<file>(9): catastrophic error: cannot open source file \"<header>\""
-_MISSING_HEADER = re.compile(r'^(?P<file>[^\s:(]+)(?::\d+:\d+: fatal error: (?P<h1>[^:\s]+): No such file or directory'
-                             r'|\(\d+\): catastrophic error: cannot open source file "(?P<h2>[^"]+)")', re.M)
+_MISSING_HEADER = re.compile(
+    r"^(?P<file>[^\s:(]+)(?::\d+:\d+: fatal error: (?P<h1>[^:\s]+): No such file or directory"
+    r'|\(\d+\): catastrophic error: cannot open source file "(?P<h2>[^"]+)")',
+    re.M,
+)
 _TOOLKIT_HEADER_PREFIXES = ("c10/", "ATen/", "torch/", "cu", "nv", "thrust/", "cooperative_groups", "mma")
 
 
@@ -186,41 +226,76 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
     results = []
     for src in cu:
         obj = out_dir / (Path(src).stem + ".o")
-        cmd = [nvcc, "-c", "-arch=sm_90", torch_flags.installed_std_flag(), "-O3", *torch_flags.nvcc_defines(),
-               *[a for d in include_dirs for a in ("-I", d)], *extra,
-               str(Path(plan["candidate_dir"]) / src), "-o", str(obj)]
+        cmd = [
+            nvcc,
+            "-c",
+            "-arch=sm_90",
+            torch_flags.installed_std_flag(),
+            "-O3",
+            *torch_flags.nvcc_defines(),
+            *[a for d in include_dirs for a in ("-I", d)],
+            *extra,
+            str(Path(plan["candidate_dir"]) / src),
+            "-o",
+            str(obj),
+        ]
         res = run_with_timeout(cmd, timeout=timeout)
-        results.append({"source": src, "command": cmd, "returncode": res.returncode,
-                        "timed_out": res.timed_out, "output": res.output[-4000:]})
+        results.append(
+            {
+                "source": src,
+                "command": cmd,
+                "returncode": res.returncode,
+                "timed_out": res.timed_out,
+                "output": res.output[-4000:],
+            }
+        )
         if res.returncode != 0:
-            missing = None if res.timed_out or not check_all else \
-                _missing_environment_header(res.output, plan["candidate_dir"])
+            missing = (
+                None
+                if res.timed_out or not check_all
+                else _missing_environment_header(res.output, plan["candidate_dir"])
+            )
             if missing is not None:
-                return {"status": BuildStatus.INCONCLUSIVE, "checks": results,
-                        "note": f"this machine lacks {missing} (needed by {src}): not fully compile-checked"}
+                return {
+                    "status": BuildStatus.INCONCLUSIVE,
+                    "checks": results,
+                    "note": f"this machine lacks {missing} (needed by {src}): not fully compile-checked",
+                }
             return {"status": BuildStatus.TIMEOUT if res.timed_out else BuildStatus.ERROR, "checks": results}
     return {"status": BuildStatus.OK, "checks": results}
 
 
-def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.0,
-                      with_cuda: bool | None = None) -> dict:
+def compile_candidate(
+    project_root: Path, cand: Candidate, timeout: float = 600.0, with_cuda: bool | None = None
+) -> dict:
     """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors."""
     t0 = time.perf_counter()
     plan = build_plan(project_root, cand, with_cuda)
     build_root = project_root / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
     final = build_root / plan["key"][:32]
-    record = {"schema_version": 1, "key": plan["key"], "candidate": cand.id, "build_dir": str(final),
-              "with_cuda": plan["with_cuda"], "sources": plan["sources"], "files": plan["files"],
-              "flags": plan["flags"], "toolchain": plan["toolchain"]}
+    record = {
+        "schema_version": 1,
+        "key": plan["key"],
+        "candidate": cand.id,
+        "build_dir": str(final),
+        "with_cuda": plan["with_cuda"],
+        "sources": plan["sources"],
+        "files": plan["files"],
+        "flags": plan["flags"],
+        "toolchain": plan["toolchain"],
+    }
     if plan["python_module"]:
         record.update(module=plan["module"], check_only=plan["check_only"])
     if plan["check_only"]:
-        record["cuda_note"] = (f"{NO_CUDA_BUILD}: the extension module was not built; "
-                               "every source was compile-checked with nvcc against torch's headers")
+        record["cuda_note"] = (
+            f"{NO_CUDA_BUILD}: the extension module was not built; "
+            "every source was compile-checked with nvcc against torch's headers"
+        )
     elif not plan["with_cuda"] and cand.cuda_sources:
-        record["cuda_note"] = (f"{NO_CUDA_BUILD}: the CUDA kernel was not built; "
-                               ".cu files were compile-checked with plain nvcc")
+        record["cuda_note"] = (
+            f"{NO_CUDA_BUILD}: the CUDA kernel was not built; .cu files were compile-checked with plain nvcc"
+        )
     refused = refused_input(project_root, cand)  # the loaders refuse these first; this guards every other way
     if refused is not None:
         record["refused"] = f"{refused} (nothing was compiled)"
@@ -240,8 +315,10 @@ def compile_candidate(project_root: Path, cand: Candidate, timeout: float = 600.
             status = _build_into(plan, tmp, timeout, record)
             if status == BuildStatus.OK and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
                 # the compiler may have read other bytes than the key names: never cache that library
-                record["refused"] = (f"{cand.id}: the candidate's files changed while it was built; the "
-                                     "library was discarded (build again once they stay put)")
+                record["refused"] = (
+                    f"{cand.id}: the candidate's files changed while it was built; the "
+                    "library was discarded (build again once they stay put)"
+                )
                 status = BuildStatus.ERROR
             if status != BuildStatus.OK:
                 record["failed_build_dir"] = str(tmp)
@@ -264,15 +341,24 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
             return BuildStatus.ERROR if check["status"] == BuildStatus.ERROR else BuildStatus.TIMEOUT
     if plan["check_only"]:
         return BuildStatus.OK
-    job = BuildJob(name=plan["module"], build_dir=str(tmp / "out"),
-                   sources=[str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
-                   include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
-                   flags=plan["flags"], arch_list=plan["toolchain"]["arch_list"],
-                   python_module=plan["python_module"], with_cuda=True if plan["python_module"] else None)
+    job = BuildJob(
+        name=plan["module"],
+        build_dir=str(tmp / "out"),
+        sources=[str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
+        include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
+        flags=plan["flags"],
+        arch_list=plan["toolchain"]["arch_list"],
+        python_module=plan["python_module"],
+        with_cuda=True if plan["python_module"] else None,
+    )
     record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`
     # the compiler's output is the child's: stdout.log; why the build failed (torch's exception): stderr.log
-    ev = run_one(job, timeout, sandbox=disabled("a build runs the compiler, not candidate code"),
-                 log_path=str(tmp / "stdout.log"))
+    ev = run_one(
+        job,
+        timeout,
+        sandbox=disabled("a build runs the compiler, not candidate code"),
+        log_path=str(tmp / "stdout.log"),
+    )
     if ev.get("timed_out"):
         return BuildStatus.TIMEOUT
     if ev["event"] != Event.RESULT:
@@ -291,12 +377,18 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
 
 def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> dict:
     lib = _library_in(d)
-    record.update({
-        "status": status,
-        "cache_hit": cache_hit,
-        "duration_s": round(time.perf_counter() - t0, 4),
-        "library": str(lib) if lib else None,
-        "library_sha256": sha256_file(lib) if lib else None,
-        "logs": {name: str(d / name) for name in ("stdout.log", "stderr.log", "build.ninja") if (d / name).is_file()},
-    })
+    record.update(
+        {
+            "status": status,
+            "cache_hit": cache_hit,
+            "duration_s": round(time.perf_counter() - t0, 4),
+            "library": str(lib) if lib else None,
+            "library_sha256": sha256_file(lib) if lib else None,
+            "logs": {
+                name: str(d / name)
+                for name in ("stdout.log", "stderr.log", "build.ninja")
+                if (d / name).is_file()
+            },
+        }
+    )
     return record

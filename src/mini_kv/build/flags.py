@@ -23,37 +23,65 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _VALUE = r"[A-Za-z0-9_.+-]*"
 
 # one-token compile options, for gcc/clang (cflags) and nvcc (cuda_cflags) alike
-_COMPILE_PATTERNS = tuple(re.compile(p) for p in (
-    rf"-D{_NAME}(={_VALUE})?",
-    rf"-U{_NAME}",
-    r"-O[0-3sgz]?|-Ofast",
-    r"-g[0-3]?|-G|-lineinfo|--generate-line-info|-w|-pedantic|-pthread|-DNDEBUG",
-    r"-std=(c|gnu)\+\+(11|14|17|20|23|2a|2b|2c|26|1z)",
-    r"-W(no-)?(error=)?[A-Za-z0-9_+=-]+",  # warnings; no comma: -Wl,/-Wp,/-Wa, pass options on
-    r"-f(no-)?[a-z0-9+-]+(=[A-Za-z0-9_.+-]+)?",  # value without `/`: nothing outside the build dir
-    r"-m(no-)?[a-z0-9.+-]+(=[A-Za-z0-9_.+-]+)?",
-    r"-{1,2}use_fast_math|--expt-relaxed-constexpr|--expt-extended-lambda|--extended-lambda",
-    r"-{1,2}(ftz|prec-div|prec-sqrt|fmad|restrict|relocatable-device-code|rdc)(=(true|false))?",
-    r"-{1,2}(maxrregcount|threads|t)=[0-9]+",
-    r"-{1,2}(default-stream)=(legacy|per-thread|null)",
-    r"-{1,2}(diag-suppress|diag_suppress|diag-warn|diag-error)=[A-Za-z0-9_,-]+",
-    r"--resource-usage|--display-error-number|-Xptxas=-v|--ptxas-options=-v",
-    r"-arch=(sm|compute|native|all|all-major)(_[0-9]+[af]?)?",
-    r"-code=(sm|compute)_[0-9]+[af]?(,(sm|compute)_[0-9]+[af]?)*",
-    r"-{1,2}gencode=arch=compute_[0-9]+[af]?,code=\[?(sm|compute)_[0-9]+[af]?(,(sm|compute)_[0-9]+[af]?)*\]?",
-))
+_COMPILE_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        rf"-D{_NAME}(={_VALUE})?",
+        rf"-U{_NAME}",
+        r"-O[0-3sgz]?|-Ofast",
+        r"-g[0-3]?|-G|-lineinfo|--generate-line-info|-w|-pedantic|-pthread|-DNDEBUG",
+        r"-std=(c|gnu)\+\+(11|14|17|20|23|2a|2b|2c|26|1z)",
+        r"-W(no-)?(error=)?[A-Za-z0-9_+=-]+",  # warnings; no comma: -Wl,/-Wp,/-Wa, pass options on
+        r"-f(no-)?[a-z0-9+-]+(=[A-Za-z0-9_.+-]+)?",  # value without `/`: nothing outside the build dir
+        r"-m(no-)?[a-z0-9.+-]+(=[A-Za-z0-9_.+-]+)?",
+        r"-{1,2}use_fast_math|--expt-relaxed-constexpr|--expt-extended-lambda|--extended-lambda",
+        r"-{1,2}(ftz|prec-div|prec-sqrt|fmad|restrict|relocatable-device-code|rdc)(=(true|false))?",
+        r"-{1,2}(maxrregcount|threads|t)=[0-9]+",
+        r"-{1,2}(default-stream)=(legacy|per-thread|null)",
+        r"-{1,2}(diag-suppress|diag_suppress|diag-warn|diag-error)=[A-Za-z0-9_,-]+",
+        r"--resource-usage|--display-error-number|-Xptxas=-v|--ptxas-options=-v",
+        r"-arch=(sm|compute|native|all|all-major)(_[0-9]+[af]?)?",
+        r"-code=(sm|compute)_[0-9]+[af]?(,(sm|compute)_[0-9]+[af]?)*",
+        r"-{1,2}gencode=arch=compute_[0-9]+[af]?,code=\[?(sm|compute)_[0-9]+[af]?(,(sm|compute)_[0-9]+[af]?)*\]?",
+    )
+)
 # options that write or load files of the attacker's choosing, or hand options to another tool
-_COMPILE_DENY = re.compile(r"-f(no-)?(plugin|profile|auto-profile|dump|save|coverage|opt-info|record|"
-                           r"stack-usage|callgraph-info|debug-prefix-map|file-prefix-map|macro-prefix-map|"
-                           r"spec|diagnostics-format|lto)|-Werror=.*/")
-_LINK_PATTERNS = tuple(re.compile(p) for p in (
-    r"-l:?[A-Za-z0-9_.+-]+",
-    r"-pthread|-s|-O[0-3]|-static-libstdc\+\+|-static-libgcc|-shared",
-))
+_COMPILE_DENY = re.compile(
+    r"-f(no-)?(plugin|profile|auto-profile|dump|save|coverage|opt-info|record|"
+    r"stack-usage|callgraph-info|debug-prefix-map|file-prefix-map|macro-prefix-map|"
+    r"spec|diagnostics-format|lto)|-Werror=.*/"
+)
+_LINK_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        r"-l:?[A-Za-z0-9_.+-]+",
+        r"-pthread|-s|-O[0-3]|-static-libstdc\+\+|-static-libgcc|-shared",
+    )
+)
 # -Wl, items a solution may pass to the linker (no -rpath, --script, --wrap, --plugin, ...)
-_LINKER_ITEMS = {"--exclude-libs", "ALL", "--as-needed", "--no-as-needed", "--gc-sections", "--no-gc-sections",
-                 "-O1", "-O2", "--strip-all", "--strip-debug", "-s", "--no-undefined", "-z", "now", "relro",
-                 "defs", "noexecstack", "--hash-style=gnu", "--build-id", "--start-group", "--end-group"}
+_LINKER_ITEMS = {
+    "--exclude-libs",
+    "ALL",
+    "--as-needed",
+    "--no-as-needed",
+    "--gc-sections",
+    "--no-gc-sections",
+    "-O1",
+    "-O2",
+    "--strip-all",
+    "--strip-debug",
+    "-s",
+    "--no-undefined",
+    "-z",
+    "now",
+    "relro",
+    "defs",
+    "noexecstack",
+    "--hash-style=gnu",
+    "--build-id",
+    "--start-group",
+    "--end-group",
+}
 _LIB_NAME = re.compile(r"lib[A-Za-z0-9_.+-]+\.(a|so)(\.[0-9]+)*")
 
 
@@ -80,7 +108,7 @@ def _inside(path: str, rules: FlagRules) -> bool:
 
 def _why_compile(flag: str, rules: FlagRules) -> str | None:
     if flag.startswith(("-I", "-isystem")):
-        path = flag[2:] if flag.startswith("-I") else flag[len("-isystem"):]
+        path = flag[2:] if flag.startswith("-I") else flag[len("-isystem") :]
         if not path:
             return "give the include dir in the same token (-Idir)"
         return None if _inside(path, rules) else f"include dir outside {rules.inside}"
@@ -94,15 +122,17 @@ def _why_compile(flag: str, rules: FlagRules) -> str | None:
         return "this option makes the compiler read or write files of the flag's choosing"
     if any(p.fullmatch(flag) for p in _COMPILE_PATTERNS):
         return None
-    return ("not an allowed compile option (allowed: -D/-U with a plain name and value, -O, -g, -std=, -W..., "
-            "-f..., -m..., -I inside the sources' dir, -arch=/-gencode=, nvcc's --use_fast_math and kin)")
+    return (
+        "not an allowed compile option (allowed: -D/-U with a plain name and value, -O, -g, -std=, -W..., "
+        "-f..., -m..., -I inside the sources' dir, -arch=/-gencode=, nvcc's --use_fast_math and kin)"
+    )
 
 
 def _why_link(flag: str, rules: FlagRules) -> str | None:
     if flag.startswith("-L"):
         return None if flag[2:] and _inside(flag[2:], rules) else f"library dir outside {rules.inside}"
     if flag.startswith("-Wl,"):
-        items = flag[len("-Wl,"):].split(",")
+        items = flag[len("-Wl,") :].split(",")
         for i, item in enumerate(items):
             after_exclude = i > 0 and items[i - 1] == "--exclude-libs" and _LIB_NAME.fullmatch(item)
             if item not in _LINKER_ITEMS and not after_exclude:
@@ -119,8 +149,10 @@ def why_refused(flag: object, kind: str, rules: FlagRules) -> str | None:
         return f"a flag is a string, not {type(flag).__name__}"
     if not _SAFE.fullmatch(flag):
         bad = sorted({c for c in flag if not _SAFE.fullmatch(c)})
-        return ("contains " + " ".join(repr(c) for c in bad) + ": build lines run through a shell, "
-                "so a flag is one token of letters, digits and _.,+=:/@%-")
+        return (
+            "contains " + " ".join(repr(c) for c in bad) + ": build lines run through a shell, "
+            "so a flag is one token of letters, digits and _.,+=:/@%-"
+        )
     if not flag.startswith("-"):
         return "not an option (does not start with '-')"
     return _why_compile(flag, rules) if kind == "compile" else _why_link(flag, rules)

@@ -20,9 +20,13 @@ STANDARD_SINCE = ((2, 15), 20)
 OLDEST_STANDARD = 17
 GUARD_HEADERS = ("ATen/ATen.h", "torch/csrc/api/include/torch/all.h")
 # torch.utils.cpp_extension.COMMON_NVCC_FLAGS of torch 2.4 to 2.15, for a torch that lacks the name
-DEFAULT_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                        "--expt-relaxed-constexpr")
+DEFAULT_NVCC_DEFINES = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+)
 
 # the non-MSVC branch of the guard: `__cplusplus < 202002L`
 _GUARD = re.compile(r"__cplusplus\s*<\s*(\d{6})L")

@@ -36,8 +36,10 @@ def _need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UserError("mini-kv report draws its charts with matplotlib, which is not installed: "
-                        "`python -m pip install matplotlib` (or install mini-kv again)") from None
+        raise UserError(
+            "mini-kv report draws its charts with matplotlib, which is not installed: "
+            "`python -m pip install matplotlib` (or install mini-kv again)"
+        ) from None
 
 
 def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
@@ -47,12 +49,18 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
     known = store.tasks()
     missing = [t for t in wanted if t not in known]
     if missing:
-        raise ConfigError(str(artifacts), "--task/--problem",
-                          f"no readable attempt of {', '.join(map(repr, missing))}; tasks and problems with "
-                          f"attempts here: {', '.join(known) or 'none'}")
+        raise ConfigError(
+            str(artifacts),
+            "--task/--problem",
+            f"no readable attempt of {', '.join(map(repr, missing))}; tasks and problems with "
+            f"attempts here: {', '.join(known) or 'none'}",
+        )
     keep = set(wanted)
-    return Store(store.artifacts, [a for a in store.attempts if a.task_id in keep],
-                 [s for s in store.skipped if Path(s.path).parent.name in keep])
+    return Store(
+        store.artifacts,
+        [a for a in store.attempts if a.task_id in keep],
+        [s for s in store.skipped if Path(s.path).parent.name in keep],
+    )
 
 
 def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
@@ -95,12 +103,19 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
         group.sort(key=lambda d: (d["candidate"]["id"], d.get("created_at", "")))
         a = group[0]
         for b in group[1:]:
-            ident = [{"task": x["task"]["id"], "case": x["case"]["id"], "candidate": x["candidate"]["id"]}
-                     for x in (a, b)]
+            ident = [
+                {"task": x["task"]["id"], "case": x["case"]["id"], "candidate": x["candidate"]["id"]}
+                for x in (a, b)
+            ]
             why = refusals(a, b)
-            out.append({"A": ident[0], "B": ident[1], "refused": "; ".join(f"{r['code']} ({r['message']})"
-                                                                            for r in why),
-                        **({} if why else deltas(a, b))})
+            out.append(
+                {
+                    "A": ident[0],
+                    "B": ident[1],
+                    "refused": "; ".join(f"{r['code']} ({r['message']})" for r in why),
+                    **({} if why else deltas(a, b)),
+                }
+            )
     return out, skipped
 
 
@@ -135,12 +150,19 @@ def _build(opts: ReportOptions) -> ReportResult:
         store = load_store(artifacts, list(opts.attempts))
     else:
         if not artifacts.is_dir():
-            raise ConfigError(str(artifacts), "--artifacts", "no artifact store here (no such directory); run "
-                              "`mini-kv verify` or `mini-kv bench` first, or pass --artifacts DIR")
+            raise ConfigError(
+                str(artifacts),
+                "--artifacts",
+                "no artifact store here (no such directory); run "
+                "`mini-kv verify` or `mini-kv bench` first, or pass --artifacts DIR",
+            )
         store = load_store(artifacts)
     if not store.attempts and not store.skipped:
-        raise ConfigError(str(artifacts), "--artifacts", "the store holds no attempt yet; run `mini-kv verify` "
-                          "or `mini-kv bench` first")
+        raise ConfigError(
+            str(artifacts),
+            "--artifacts",
+            "the store holds no attempt yet; run `mini-kv verify` or `mini-kv bench` first",
+        )
     store = _select(store, opts.tasks, artifacts)
     tasks = store.tasks()
     out = Path(opts.output)
@@ -151,7 +173,9 @@ def _build(opts: ReportOptions) -> ReportResult:
     comparisons, prof_skipped = _profiles(artifacts, set(tasks))
     skipped = list(store.skipped) + prof_skipped
     listed = {s.path for s in skipped}
-    for p in (board or {}).get("problems", []):  # the leaderboard's own refusals (tampered after indexing, ...)
+    for p in (board or {}).get(
+        "problems", []
+    ):  # the leaderboard's own refusals (tampered after indexing, ...)
         path = str(p.get("path"))
         if path not in listed and Path(path).parent.name in set(tasks):
             skipped.append(Skipped(path, str(p.get("message"))))
@@ -162,19 +186,31 @@ def _build(opts: ReportOptions) -> ReportResult:
     by_task = {t: [a for a in store.attempts if a.task_id == t] for t in tasks}
 
     def per_task(fn) -> str:
-        return "".join(f'<div class="task" data-task="{pg.esc(t)}"><h3>{pg.esc(t)}</h3>{fn(t, by_task[t])}</div>'
-                       for t in tasks) or '<p class="note">no readable attempt.</p>'
+        return (
+            "".join(
+                f'<div class="task" data-task="{pg.esc(t)}"><h3>{pg.esc(t)}</h3>{fn(t, by_task[t])}</div>'
+                for t in tasks
+            )
+            or '<p class="note">no readable attempt.</p>'
+        )
 
-    page.sections.append(("leaderboard", "Leaderboard",
-                          pg.leaderboard_section(board, board_error, store, links, selected_ids)))
+    page.sections.append(
+        ("leaderboard", "Leaderboard", pg.leaderboard_section(board, board_error, store, links, selected_ids))
+    )
     page.sections.append(("attempts", "Attempts", pg.attempts_section(store, links)))
-    page.sections.append(("latency", "Latency distributions",
-                          per_task(lambda t, a: pg.latency_section(page, t, a, png))))
-    page.sections.append(("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, t, a, png))))
-    page.sections.append(("correctness", "Correctness",
-                          per_task(lambda t, a: pg.correctness_section(page, t, a, png, links))))
+    page.sections.append(
+        ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png)))
+    )
+    page.sections.append(
+        ("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, t, a, png)))
+    )
+    page.sections.append(
+        ("correctness", "Correctness", per_task(lambda t, a: pg.correctness_section(page, t, a, png, links)))
+    )
     page.sections.append(("history", "History", per_task(lambda t, a: pg.history_section(page, t, a, png))))
-    page.sections.append(("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons, prof_skipped)))
+    page.sections.append(
+        ("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons, prof_skipped))
+    )
     page.sections.append(("environment", "Environment", pg.environment_section(store.attempts)))
     page.sections.append(("skipped", f"Skipped ({len(skipped)})", pg.skipped_section(skipped)))
     page.sections.append(("about", "About this report", pg.footer(store, pg.now())))
@@ -185,5 +221,6 @@ def _build(opts: ReportOptions) -> ReportResult:
     for c in page.charts if opts.png_dir is not None else []:
         if c.png is not None:
             pngs.append(_write(opts.png_dir / f"{c.chart_id}.png", c.png, "--png"))
-    return ReportResult(out, len(data), len(store.attempts), len(page.charts), skipped, pngs,
-                        time.perf_counter() - t0)
+    return ReportResult(
+        out, len(data), len(store.attempts), len(page.charts), skipped, pngs, time.perf_counter() - t0
+    )

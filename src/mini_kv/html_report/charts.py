@@ -22,11 +22,25 @@ from mini_kv.status import INCORRECT_STATUSES, Status, Verdict
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
-STATUS_COLOURS = {"pass": "#009E73", "fail": "#D55E00", "error": "#CC79A7", "skip": "#BBBBBB", "none": "#FFFFFF"}
+STATUS_COLOURS = {
+    "pass": "#009E73",
+    "fail": "#D55E00",
+    "error": "#CC79A7",
+    "skip": "#BBBBBB",
+    "none": "#FFFFFF",
+}
 ECDF_POINTS = 120
 TAIL_SPAN = 1.5  # the latency axis ends at this multiple of the largest P95 when slower samples lie far beyond  # an ECDF drawn through this many quantiles looks the same and keeps the SVG small
-RC = {"svg.fonttype": "none", "svg.hashsalt": "mini_kv", "font.size": 9, "axes.titlesize": 10,
-      "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
+RC = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "mini_kv",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ def _render(fig, chart_id: str, title: str, png: bool) -> Chart:
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
         svg = buf.getvalue()
-        svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
+        svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
         raw = None
         if png:
             pbuf = io.BytesIO()
@@ -78,7 +92,9 @@ def _render(fig, chart_id: str, title: str, png: bool) -> Chart:
     return Chart(chart_id, title, svg, raw)
 
 
-def _figure(w: float, h: float, left: float = 0.75, right: float = 2.3, bottom: float = 0.55, top: float = 0.3):
+def _figure(
+    w: float, h: float, left: float = 0.75, right: float = 2.3, bottom: float = 0.55, top: float = 0.3
+):
     """A figure with fixed margins in inches (room for the legend on the right). Fixed margins instead of
     a layout engine or a tight bounding box: those measure every text twice and doubled the build time."""
     from matplotlib.figure import Figure
@@ -114,11 +130,26 @@ def _ecdf(samples: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
 def _ecdf_curve(ax, side, idx: int, dash: str, label: str) -> tuple[float, float, float]:
     """One side's ECDF with its P50 (●) and P95 (▲); returns (fastest, TAIL_SPAN × P95, slowest sample)."""
     x, y = _ecdf(side.samples)
-    ax.step(x, y, where="post", color=colour(idx), linestyle=dash, linewidth=1.4 if dash == "-" else 1, label=label)
+    ax.step(
+        x,
+        y,
+        where="post",
+        color=colour(idx),
+        linestyle=dash,
+        linewidth=1.4 if dash == "-" else 1,
+        label=label,
+    )
     for q, mk in ((side.p50, "o"), (side.p95, "^")):
         if q is not None:
-            ax.plot([q], [0.5 if mk == "o" else 0.95], marker=mk, color=colour(idx), markersize=5,
-                    markerfacecolor="white" if dash == "--" else colour(idx), linestyle="none")
+            ax.plot(
+                [q],
+                [0.5 if mk == "o" else 0.95],
+                marker=mk,
+                color=colour(idx),
+                markersize=5,
+                markerfacecolor="white" if dash == "--" else colour(idx),
+                linestyle="none",
+            )
     return float(x[0]), TAIL_SPAN * float(np.quantile(side.samples, 0.95)), float(x[-1])
 
 
@@ -130,10 +161,11 @@ def _latency_xaxis(ax, first: BenchCase, lo: float, hi: float, top: float) -> No
     elif hi > 0 and lo > 0 and top / lo > 20:
         ax.set_xscale("log")
         _plain_log(ax.xaxis)
-    ax.set_xlabel(f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
-                  f"L2: {first.l2 or 'not recorded'}"
-                  + (f"\naxis ends at {TAIL_SPAN:g} × the largest P95; slowest sample {top:,.0f} µs"
-                     if clipped else ""))
+    ax.set_xlabel(
+        f"latency per call (µs), timer: {first.timer or first.method or 'not recorded'}, "
+        f"L2: {first.l2 or 'not recorded'}"
+        + (f"\naxis ends at {TAIL_SPAN:g} × the largest P95; slowest sample {top:,.0f} µs" if clipped else "")
+    )
 
 
 def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]], png: bool) -> Chart:
@@ -141,15 +173,19 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
     P50 and P95 marked on every curve."""
 
     with style():
-        room = legend_room([f"reference ({label})" for label, _, _ in rows]
-                           + [f"{label}  [UNSTABLE]" for label, _, _ in rows])
+        room = legend_room(
+            [f"reference ({label})" for label, _, _ in rows]
+            + [f"{label}  [UNSTABLE]" for label, _, _ in rows]
+        )
         fig = _figure(4.9 + room, 3.2, right=room, bottom=0.75)  # room for a second x-label line
         ax = fig.add_subplot()
         lo, hi, top = np.inf, 0.0, 0.0
         for label, idx, c in rows:
             unstable_mark = "" if c.stable is not False else "  [UNSTABLE]"
-            for side, dash, who in ((c.candidate, "-", label + unstable_mark),
-                                    (c.reference, "--", f"reference ({label})")):
+            for side, dash, who in (
+                (c.candidate, "-", label + unstable_mark),
+                (c.reference, "--", f"reference ({label})"),
+            ):
                 if side is not None and side.samples:
                     first, tail, last = _ecdf_curve(ax, side, idx, dash, who)
                     lo, hi, top = min(lo, first), max(hi, tail), max(top, last)
@@ -159,14 +195,18 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
         ax.axhline(0.5, color="#777777", linewidth=0.6, linestyle=":")
         ax.axhline(0.95, color="#777777", linewidth=0.6, linestyle=":")
         unstable = [label for label, _, c in rows if c.stable is False]
-        ax.set_title(f"{case_id}: ● P50  ▲ P95" + (f"   UNSTABLE: {', '.join(unstable)}" if unstable else ""),
-                     color="#D55E00" if unstable else "black", loc="left")
+        ax.set_title(
+            f"{case_id}: ● P50  ▲ P95" + (f"   UNSTABLE: {', '.join(unstable)}" if unstable else ""),
+            color="#D55E00" if unstable else "black",
+            loc="left",
+        )
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
         return _render(fig, chart_id, f"latency {case_id}", png)
 
 
-def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float]], ceiling: float | None,
-              png: bool) -> Chart:
+def bandwidth(
+    chart_id: str, title: str, points: list[tuple[str, int, str, float]], ceiling: float | None, png: bool
+) -> Chart:
     """Achieved GB/s per bench case (x) and candidate (marker/colour) under the measured copy bandwidth."""
 
     with style():
@@ -178,12 +218,24 @@ def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float
         cases = sorted({p[2] for p in points})
         seen = set()
         for label, idx, case, gbps in points:
-            ax.plot([cases.index(case)], [gbps], marker=MARKERS[idx % len(MARKERS)], color=colour(idx),
-                    linestyle="none", markersize=7, label=None if label in seen else label)
+            ax.plot(
+                [cases.index(case)],
+                [gbps],
+                marker=MARKERS[idx % len(MARKERS)],
+                color=colour(idx),
+                linestyle="none",
+                markersize=7,
+                label=None if label in seen else label,
+            )
             seen.add(label)
         if ceiling:
-            ax.axhline(ceiling / 1e9, color="black", linestyle="--", linewidth=1,
-                       label=f"measured copy bandwidth {ceiling / 1e9:,.1f} GB/s")
+            ax.axhline(
+                ceiling / 1e9,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=f"measured copy bandwidth {ceiling / 1e9:,.1f} GB/s",
+            )
         else:
             ax.text(0.01, 0.97, "copy bandwidth: not recorded", transform=ax.transAxes, va="top", fontsize=8)
         ax.set_xticks(range(len(cases)), cases, rotation=20, ha="right")
@@ -195,8 +247,13 @@ def bandwidth(chart_id: str, title: str, points: list[tuple[str, int, str, float
         return _render(fig, chart_id, title, png)
 
 
-def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float, float]], ceiling: float | None,
-             png: bool) -> Chart:
+def roofline(
+    chart_id: str,
+    title: str,
+    points: list[tuple[str, int, str, float, float]],
+    ceiling: float | None,
+    png: bool,
+) -> Chart:
     """Classic roofline: arithmetic intensity (FLOP/byte) against achieved FLOP/s, with the memory roof
     from the measured copy bandwidth. The compute roof is drawn only when recorded (it is not, today)."""
 
@@ -206,8 +263,15 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
         ax = fig.add_subplot()
         seen = set()
         for label, idx, _case, ai, gflops in points:
-            ax.plot([ai], [gflops], marker=MARKERS[idx % len(MARKERS)], color=colour(idx), linestyle="none",
-                    markersize=7, label=None if label in seen else label)
+            ax.plot(
+                [ai],
+                [gflops],
+                marker=MARKERS[idx % len(MARKERS)],
+                color=colour(idx),
+                linestyle="none",
+                markersize=7,
+                label=None if label in seen else label,
+            )
             seen.add(label)
         for case in sorted({p[2] for p in points}):  # one label per case, above its highest point
             ai, top = max(((p[3], p[4]) for p in points if p[2] == case), key=lambda t: t[1])
@@ -215,13 +279,27 @@ def roofline(chart_id: str, title: str, points: list[tuple[str, int, str, float,
         ais = [p[3] for p in points]
         xs = np.geomspace(min(ais) / 4, max(ais) * 4, 20)
         if ceiling:
-            ax.plot(xs, xs * ceiling / 1e9, color="black", linestyle="--", linewidth=1,
-                    label=f"memory roof {ceiling / 1e9:,.1f} GB/s × FLOP/byte")
-        ax.text(0.01, 0.97, "compute peak: not recorded" + ("" if ceiling else "; copy bandwidth: not recorded"),
-                transform=ax.transAxes, va="top", fontsize=8)
+            ax.plot(
+                xs,
+                xs * ceiling / 1e9,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=f"memory roof {ceiling / 1e9:,.1f} GB/s × FLOP/byte",
+            )
+        ax.text(
+            0.01,
+            0.97,
+            "compute peak: not recorded" + ("" if ceiling else "; copy bandwidth: not recorded"),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=8,
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ys = [p[4] for p in points] + ([min(ais) * ceiling / 1e9, max(ais) * ceiling / 1e9] if ceiling else [])
+        ys = [p[4] for p in points] + (
+            [min(ais) * ceiling / 1e9, max(ais) * ceiling / 1e9] if ceiling else []
+        )
         ax.set_xlim(min(ais) / 4, max(ais) * 4)  # at least a decade each way: readable log ticks
         ax.set_ylim(min(ys) / 4, max(ys) * 4)
         _plain_log(ax.xaxis)
@@ -263,18 +341,37 @@ def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -
         left = 0.3 + 0.065 * max(len(r) for r in rows)
         bottom = 0.35 + 0.07 * max(len(f"{a.candidate} {d}") for a, d in cols)
         width = max(left + 0.2 + 0.55 * len(cols), 0.3 + 0.075 * len(title))  # the title must fit too
-        fig = _figure(width, bottom + 0.4 + 0.2 * len(rows), left=left, right=width - left - 0.55 * len(cols),
-                      bottom=bottom, top=0.4)
+        fig = _figure(
+            width,
+            bottom + 0.4 + 0.2 * len(rows),
+            left=left,
+            right=width - left - 0.55 * len(cols),
+            bottom=bottom,
+            top=0.4,
+        )
         ax = fig.add_subplot()
-        ax.imshow(grid, cmap=ListedColormap([STATUS_COLOURS[k] for k in keys]), vmin=0, vmax=len(keys) - 1,
-                  aspect="auto", interpolation="nearest")
+        ax.imshow(
+            grid,
+            cmap=ListedColormap([STATUS_COLOURS[k] for k in keys]),
+            vmin=0,
+            vmax=len(keys) - 1,
+            aspect="auto",
+            interpolation="nearest",
+        )
         for i in range(len(rows)):
             for j in range(len(cols)):
                 k = keys[grid[i, j]]
                 if not _SHORT[k]:
                     continue
-                ax.text(j, i, _SHORT[k], ha="center", va="center", fontsize=6.5,
-                        color="white" if k in ("fail", "error", "pass") else "black")
+                ax.text(
+                    j,
+                    i,
+                    _SHORT[k],
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="white" if k in ("fail", "error", "pass") else "black",
+                )
         ax.set_xticks(range(len(cols)), [f"{a.candidate} {d}" for a, d in cols], fontsize=7, rotation=90)
         ax.set_yticks(range(len(rows)), rows, fontsize=7)
         ax.tick_params(length=0)
@@ -293,12 +390,23 @@ def _when(created_at: str) -> dt.datetime | None:
         return None
 
 
-VERDICT_MARKERS = {Verdict.PASS: "o", Verdict.WARN: "s", Verdict.UNCONFIRMED: "s", Verdict.FAIL: "X",
-                   Verdict.INCOMPARABLE: "d", Verdict.MISSING: "d"}
+VERDICT_MARKERS = {
+    Verdict.PASS: "o",
+    Verdict.WARN: "s",
+    Verdict.UNCONFIRMED: "s",
+    Verdict.FAIL: "X",
+    Verdict.INCOMPARABLE: "d",
+    Verdict.MISSING: "d",
+}
 
 
-def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple[Attempt, float]]]],
-            band: tuple[float, float] | None, png: bool) -> Chart:
+def history(
+    chart_id: str,
+    case_id: str,
+    series: list[tuple[str, int, list[tuple[Attempt, float]]]],
+    band: tuple[float, float] | None,
+    png: bool,
+) -> Chart:
     """P50 of one bench case over each candidate's attempts; the baseline band (baseline P50 up to the
     regression threshold) shaded; the marker shape is the attempt's regression verdict."""
 
@@ -314,14 +422,30 @@ def history(chart_id: str, case_id: str, series: list[tuple[str, int, list[tuple
             pts = [(a, t, p) for a, t, p in pts if t is not None]
             if not pts:
                 continue
-            ax.plot([t for _, t, _ in pts], [p for _, _, p in pts], color=colour(idx), linewidth=1.2, label=label)
+            ax.plot(
+                [t for _, t, _ in pts], [p for _, _, p in pts], color=colour(idx), linewidth=1.2, label=label
+            )
             for a, t, p in pts:
                 v = a.regression.verdict if a.regression else "none"
-                ax.plot([t], [p], marker=VERDICT_MARKERS.get(v, "."), color=colour(idx), linestyle="none",
-                        markersize=7 if v != "none" else 4, markeredgecolor="black" if v == Verdict.FAIL else colour(idx))
+                ax.plot(
+                    [t],
+                    [p],
+                    marker=VERDICT_MARKERS.get(v, "."),
+                    color=colour(idx),
+                    linestyle="none",
+                    markersize=7 if v != "none" else 4,
+                    markeredgecolor="black" if v == Verdict.FAIL else colour(idx),
+                )
                 used.add(v)
         for v in sorted(used - {"none"}):
-            ax.plot([], [], marker=VERDICT_MARKERS.get(v, "."), color="#555555", linestyle="none", label=f"verdict {v}")
+            ax.plot(
+                [],
+                [],
+                marker=VERDICT_MARKERS.get(v, "."),
+                color="#555555",
+                linestyle="none",
+                label=f"verdict {v}",
+            )
         ax.set_ylabel("candidate P50 (µs)")
         ax.set_title(f"{case_id}: P50 per attempt", loc="left")
         from matplotlib.dates import DateFormatter

@@ -44,17 +44,27 @@ def _artifacts(args) -> Path:
 def cmd_report(args) -> int:
     from mini_kv.html_report.build import ReportOptions, build_report
 
-    tasks = tuple(dict.fromkeys([_task_id(t, "--task") for t in args.task or []]
-                                + [_task_id(p, "--problem") for p in args.problem or []]))
-    opts = ReportOptions(artifacts=_artifacts(args), output=Path(args.output), tasks=tasks,
-                         attempts=tuple(Path(a) for a in args.attempt or []),
-                         png_dir=Path(args.png) if args.png else None)
+    tasks = tuple(
+        dict.fromkeys(
+            [_task_id(t, "--task") for t in args.task or []]
+            + [_task_id(p, "--problem") for p in args.problem or []]
+        )
+    )
+    opts = ReportOptions(
+        artifacts=_artifacts(args),
+        output=Path(args.output),
+        tasks=tasks,
+        attempts=tuple(Path(a) for a in args.attempt or []),
+        png_dir=Path(args.png) if args.png else None,
+    )
     res = build_report(opts)
     for s in res.skipped:
         err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", soft_wrap=True, markup=True)
-    console.print(f"report {res.output}: {res.attempts} attempt(s), {res.charts} chart(s), "
-                  f"{res.size / 1024:,.0f} KiB, {len(res.skipped)} skipped, {res.seconds:.1f} s"
-                  + (f"; {len(res.pngs)} PNG(s) in {opts.png_dir}" if opts.png_dir else ""))
+    console.print(
+        f"report {res.output}: {res.attempts} attempt(s), {res.charts} chart(s), "
+        f"{res.size / 1024:,.0f} KiB, {len(res.skipped)} skipped, {res.seconds:.1f} s"
+        + (f"; {len(res.pngs)} PNG(s) in {opts.png_dir}" if opts.png_dir else "")
+    )
     return ExitCode.OK
 
 
@@ -62,7 +72,9 @@ def register(sub) -> None:
     r = sub.add_parser("report", help="one self-contained HTML page with plots of the stored attempts")
     r.add_argument("--task", action="append", help="task id or task card (repeatable; default: every task)")
     r.add_argument("--problem", action="append", help="SOL problem name or directory (repeatable)")
-    r.add_argument("--attempt", action="append", metavar="DIR", help="only this attempt directory (repeatable)")
+    r.add_argument(
+        "--attempt", action="append", metavar="DIR", help="only this attempt directory (repeatable)"
+    )
     r.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     r.add_argument("--png", metavar="DIR", help="also write every chart as a PNG into DIR")
     r.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")

@@ -136,7 +136,7 @@ def _flat(samples) -> tuple[float, ...]:
         raise MalformedAttempt("samples is not a list")
     out: list[float] = []
     for s in samples:
-        for x in (s if isinstance(s, list) else [s]):
+        for x in s if isinstance(s, list) else [s]:
             v = _num(x)
             if v is None:
                 raise MalformedAttempt(f"sample {x!r} is not a number")
@@ -149,8 +149,12 @@ def _side(rec) -> Side | None:
         return None
     summary = rec.get("summary") or {}
     overall = summary.get("overall") or {}
-    return Side(_flat(rec.get("samples", [])), _num(overall.get("p50")), _num(overall.get("p95")),
-                _num(summary.get("p50_robust_cv")))
+    return Side(
+        _flat(rec.get("samples", [])),
+        _num(overall.get("p50")),
+        _num(overall.get("p95")),
+        _num(summary.get("p50_robust_cv")),
+    )
 
 
 def _bench_case(c: dict) -> BenchCase:
@@ -158,13 +162,24 @@ def _bench_case(c: dict) -> BenchCase:
     roof = c.get("roofline") or {}
     why = stab.get("reasons") or stab.get("reason") or ""
     return BenchCase(
-        id=str(c.get("id")), dtype=c.get("dtype"), method=c.get("method"), timer=c.get("timer"), l2=c.get("l2"),
-        candidate=_side(c.get("candidate")), reference=_side(c.get("reference")), speedup=_num(c.get("speedup")),
+        id=str(c.get("id")),
+        dtype=c.get("dtype"),
+        method=c.get("method"),
+        timer=c.get("timer"),
+        l2=c.get("l2"),
+        candidate=_side(c.get("candidate")),
+        reference=_side(c.get("reference")),
+        speedup=_num(c.get("speedup")),
         stable=stab.get("stable") if isinstance(stab.get("stable"), bool) else None,
         unstable_why="; ".join(map(str, why)) if isinstance(why, list) else str(why),
-        bytes=_num(c.get("bytes")), flops=_num(c.get("flops")), gbps=_num(roof.get("gbps")),
-        tflops=_num(roof.get("tflops")), peak_bw=_num(c.get("peak_bw_Bps")), status=c.get("status"),
-        reason=str(c.get("reason") or c.get("integrity") or ""))
+        bytes=_num(c.get("bytes")),
+        flops=_num(c.get("flops")),
+        gbps=_num(roof.get("gbps")),
+        tflops=_num(roof.get("tflops")),
+        peak_bw=_num(c.get("peak_bw_Bps")),
+        status=c.get("status"),
+        reason=str(c.get("reason") or c.get("integrity") or ""),
+    )
 
 
 def _strip_dtype(case_id: str, dtype: str) -> str:
@@ -177,10 +192,20 @@ def _task_corr(correctness: dict, card: dict) -> tuple[CorrCase, ...]:
     for r in correctness.get("cases") or []:
         dtype = str(r.get("dtype") or "-")
         tol = tols.get(dtype) or {}
-        out.append(CorrCase(str(r["id"]), _strip_dtype(str(r["id"]), dtype), dtype, str(r.get("kind", "")),
-                            str(r.get("status")), _num(r.get("max_abs_err")), _num(r.get("max_rel_err")),
-                            _num(tol.get("atol")), _num(tol.get("rtol")),
-                            str(r.get("reason") or r.get("integrity") or "")))
+        out.append(
+            CorrCase(
+                str(r["id"]),
+                _strip_dtype(str(r["id"]), dtype),
+                dtype,
+                str(r.get("kind", "")),
+                str(r.get("status")),
+                _num(r.get("max_abs_err")),
+                _num(r.get("max_rel_err")),
+                _num(tol.get("atol")),
+                _num(tol.get("rtol")),
+                str(r.get("reason") or r.get("integrity") or ""),
+            )
+        )
     return tuple(out)
 
 
@@ -192,10 +217,20 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
         c = r.get("correctness") or {}
         tol = workloads.get(str(r.get("id")), {}).get("tolerance") or {}
         status = str(r.get("status"))
-        out.append(CorrCase(str(r["id"]), str(r["id"]), dtype, "workload", status,
-                            _num(c.get("max_absolute_error")), _num(c.get("max_relative_error")),
-                            _num(tol.get("max_atol", 1e-2)), _num(tol.get("max_rtol", 1e-2)),
-                            "" if status == Status.PASSED else str(r.get("log") or "")[:300]))
+        out.append(
+            CorrCase(
+                str(r["id"]),
+                str(r["id"]),
+                dtype,
+                "workload",
+                status,
+                _num(c.get("max_absolute_error")),
+                _num(c.get("max_relative_error")),
+                _num(tol.get("max_atol", 1e-2)),
+                _num(tol.get("max_rtol", 1e-2)),
+                "" if status == Status.PASSED else str(r.get("log") or "")[:300],
+            )
+        )
     return tuple(out)
 
 
@@ -204,7 +239,9 @@ def _contract(header: dict, correctness: dict) -> tuple[tuple[str, str], ...]:
     checks = [(k, str(v)) for k, v in sorted((summ.get("contract") or {}).items())]
     bench = header.get("benchmark") or {}
     integrity = list(summ.get("integrity_failures") or []) + list(bench.get("integrity_failures") or [])
-    checks.append(("integrity", f"{Status.FAILED}: " + ", ".join(map(str, integrity)) if integrity else Status.PASSED))
+    checks.append(
+        ("integrity", f"{Status.FAILED}: " + ", ".join(map(str, integrity)) if integrity else Status.PASSED)
+    )
     missing = summ.get("missing_kernels")
     if missing:
         checks.append(("kernels", f"{Status.FAILED}: missing " + ", ".join(map(str, missing))))
@@ -214,10 +251,17 @@ def _contract(header: dict, correctness: dict) -> tuple[tuple[str, str], ...]:
 def _verdict(reg: dict | None) -> Verdict | None:
     if not isinstance(reg, dict) or "verdict" not in reg:
         return None
-    cases = tuple((str(c.get("id")), str(c.get("verdict")), _num((c.get("baseline") or {}).get("p50")))
-                  for c in reg.get("cases") or [] if isinstance(c, dict))
-    return Verdict(str(reg["verdict"]), (reg.get("baseline") or {}).get("attempt_id"),
-                   _num((reg.get("thresholds") or {}).get("p50_threshold")), cases)
+    cases = tuple(
+        (str(c.get("id")), str(c.get("verdict")), _num((c.get("baseline") or {}).get("p50")))
+        for c in reg.get("cases") or []
+        if isinstance(c, dict)
+    )
+    return Verdict(
+        str(reg["verdict"]),
+        (reg.get("baseline") or {}).get("attempt_id"),
+        _num((reg.get("thresholds") or {}).get("p50_threshold")),
+        cases,
+    )
 
 
 def _json(header: dict, rel: str, listed: set[str]) -> dict:
@@ -250,16 +294,25 @@ def read_one(path: Path) -> Attempt:
             cases = _task_corr(corr, _json(header, "task_card.json", listed).get("card") or {})
         bsum = header.get("benchmark") or {}
         return Attempt(
-            task_id=str(header["task_id"]), candidate=str(header["candidate"]),
-            attempt_id=str(header["attempt_id"]), created_at=str(header.get("created_at") or ""),
-            status=str(header.get("status")), device=str(header.get("device")),
-            environment_key=str(header.get("environment_key")), suite_hash=str(header.get("suite_hash")),
-            fmt="sol-execbench" if sol else "task", path=Path(path), files=tuple(sorted(listed)),
-            environment=env, geomean=_num(bsum.get("geomean_speedup")),
+            task_id=str(header["task_id"]),
+            candidate=str(header["candidate"]),
+            attempt_id=str(header["attempt_id"]),
+            created_at=str(header.get("created_at") or ""),
+            status=str(header.get("status")),
+            device=str(header.get("device")),
+            environment_key=str(header.get("environment_key")),
+            suite_hash=str(header.get("suite_hash")),
+            fmt="sol-execbench" if sol else "task",
+            path=Path(path),
+            files=tuple(sorted(listed)),
+            environment=env,
+            geomean=_num(bsum.get("geomean_speedup")),
             stable=bsum.get("stable") if isinstance(bsum.get("stable"), bool) else None,
             bench=tuple(_bench_case(c) for c in bench.get("cases") or [] if isinstance(c, dict)),
-            correctness=cases, contract=_contract(header, corr),
-            regression=_verdict(_json(header, "regression.json", listed)))
+            correctness=cases,
+            contract=_contract(header, corr),
+            regression=_verdict(_json(header, "regression.json", listed)),
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedAttempt(f"unexpected content ({type(exc).__name__}: {exc})") from None
 
@@ -269,8 +322,11 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
     from mini_kv.errors import UserError
 
     store = Store(Path(artifacts))
-    dirs = list(explicit) if explicit else [d for d in iter_attempt_dirs(artifacts)
-                                            if d.parent.name != PROFILES_DIR]
+    dirs = (
+        list(explicit)
+        if explicit
+        else [d for d in iter_attempt_dirs(artifacts) if d.parent.name != PROFILES_DIR]
+    )
     for d in dirs:
         if not d.is_dir():
             store.skipped.append(Skipped(str(d), "not a directory"))
@@ -279,7 +335,7 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
             store.attempts.append(read_one(d))
         except (AttemptInvalid, MalformedAttempt, OSError) as exc:
             msg = str(exc)
-            store.skipped.append(Skipped(str(d), msg[len(str(d)) + 2:] if msg.startswith(f"{d}: ") else msg))
+            store.skipped.append(Skipped(str(d), msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg))
         except UserError as exc:  # load_attempt_file's ConfigError: an unreadable JSON file
             store.skipped.append(Skipped(str(d), str(exc)))
     store.attempts.sort(key=lambda a: (a.task_id, a.candidate, a.created_at, a.attempt_id))

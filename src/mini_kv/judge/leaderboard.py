@@ -31,8 +31,20 @@ from mini_kv.store.index import (
 
 LEADERBOARD_SCHEMA_VERSION = 1
 GROUP_KEYS = ("task_id", "suite_hash", "environment_key", "device")
-CSV_COLUMNS = ("schema_version", "task_id", "suite_hash", "environment_key", "device", "rank", "candidate",
-               "geomean_speedup", "attempt_id", "created_at", "regression", "case_speedups")
+CSV_COLUMNS = (
+    "schema_version",
+    "task_id",
+    "suite_hash",
+    "environment_key",
+    "device",
+    "rank",
+    "candidate",
+    "geomean_speedup",
+    "attempt_id",
+    "created_at",
+    "regression",
+    "case_speedups",
+)
 
 
 def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = False) -> dict:
@@ -62,7 +74,7 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
         except AttemptInvalid as exc:
             path = artifacts / str(row["path"])
             msg = str(exc)
-            msg = msg[len(str(path)) + 2:] if msg.startswith(f"{path}: ") else msg
+            msg = msg[len(str(path)) + 2 :] if msg.startswith(f"{path}: ") else msg
             problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
     groups: dict[tuple, list[dict]] = {}
     cases = {row["attempt_id"]: rcases for row, rcases in latest.values()}
@@ -73,16 +85,22 @@ def build_leaderboard(artifacts: Path, task: str | None = None, rebuild: bool = 
         members = sorted(groups[gkey], key=lambda r: (-r["geomean_speedup"], r["candidate"]))
         entries = []
         for rank, r in enumerate(members, start=1):
-            entries.append({
-                "rank": rank, "candidate": r["candidate"], "geomean_speedup": r["geomean_speedup"],
-                "attempt_id": r["attempt_id"], "created_at": r["created_at"], "path": r["path"],
-                "regression": r["regression"],
-                "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
-            })
+            entries.append(
+                {
+                    "rank": rank,
+                    "candidate": r["candidate"],
+                    "geomean_speedup": r["geomean_speedup"],
+                    "attempt_id": r["attempt_id"],
+                    "created_at": r["created_at"],
+                    "path": r["path"],
+                    "regression": r["regression"],
+                    "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
+                }
+            )
         out_groups.append({**dict(zip(GROUP_KEYS, gkey, strict=True)), "entries": entries})
     return {
         "schema_version": LEADERBOARD_SCHEMA_VERSION,
-        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "artifacts": str(artifacts),
         "task": task,
         "groups": out_groups,
@@ -97,32 +115,48 @@ def checked_row(artifacts: Path, row: dict, cases: list[dict]) -> tuple[dict, li
     AttemptTampered naming index.sqlite when the row was edited, otherwise."""
     db = index_path(artifacts)
     task, attempt = row.get("task_id"), row.get("attempt_id")
-    if not (isinstance(task, str) and isinstance(attempt, str) and row.get("path") == f"{task}/{attempt}"
-            and _plain_name(task) and _plain_name(attempt)):
-        raise AttemptTampered(f"{artifacts / str(row.get('path'))}: TAMPERED {db.name}: the row of attempt "
-                              f"{attempt!r} (task {task!r}) cites {row.get('path')!r}, not <task>/<attempt id>; "
-                              "run `mini-kv rebuild-index`")
+    if not (
+        isinstance(task, str)
+        and isinstance(attempt, str)
+        and row.get("path") == f"{task}/{attempt}"
+        and _plain_name(task)
+        and _plain_name(attempt)
+    ):
+        raise AttemptTampered(
+            f"{artifacts / str(row.get('path'))}: TAMPERED {db.name}: the row of attempt "
+            f"{attempt!r} (task {task!r}) cites {row.get('path')!r}, not <task>/<attempt id>; "
+            "run `mini-kv rebuild-index`"
+        )
     path = artifacts / task / attempt
     if not path.is_dir() or path.is_symlink():
-        raise AttemptTampered(f"{path}: TAMPERED {db.name}: the row cites an attempt directory that does not "
-                              "exist; run `mini-kv rebuild-index`")
+        raise AttemptTampered(
+            f"{path}: TAMPERED {db.name}: the row cites an attempt directory that does not "
+            "exist; run `mini-kv rebuild-index`"
+        )
     try:
         real_row, real_cases = record_for_attempt(path)
     except OSError as exc:
         raise AttemptInvalid(f"{path}: could not be read ({exc})") from None
     if real_row["attempt_sha256"] != row.get("attempt_sha256"):
-        raise AttemptTampered(f"{path}: TAMPERED attempt.json: changed after it was indexed (its SHA-256 is not "
-                              f"the one {db.name} recorded); inspect it, then run `mini-kv rebuild-index`")
+        raise AttemptTampered(
+            f"{path}: TAMPERED attempt.json: changed after it was indexed (its SHA-256 is not "
+            f"the one {db.name} recorded); inspect it, then run `mini-kv rebuild-index`"
+        )
     wrong = [c for c in ATTEMPT_COLUMNS if not _same(row.get(c), real_row[c])]
     key = lambda c: str(c.get("case_id"))  # noqa: E731
     mine = sorted(cases, key=key)
-    if len(mine) != len(real_cases) or any(not _same(a.get(k), b[k]) for a, b in
-                                            zip(mine, sorted(real_cases, key=key), strict=False) for k in CASE_COLUMNS):
+    if len(mine) != len(real_cases) or any(
+        not _same(a.get(k), b[k])
+        for a, b in zip(mine, sorted(real_cases, key=key), strict=False)
+        for k in CASE_COLUMNS
+    ):
         wrong.append("bench_cases")
     if wrong:
-        raise AttemptTampered(f"{path}: TAMPERED {db.name}: its row differs from the attempt it cites in "
-                              f"{', '.join(wrong)} (e.g. {wrong[0]}: index {row.get(wrong[0])!r}, attempt "
-                              f"{real_row.get(wrong[0])!r}); never ranked. Run `mini-kv rebuild-index`")
+        raise AttemptTampered(
+            f"{path}: TAMPERED {db.name}: its row differs from the attempt it cites in "
+            f"{', '.join(wrong)} (e.g. {wrong[0]}: index {row.get(wrong[0])!r}, attempt "
+            f"{real_row.get(wrong[0])!r}); never ranked. Run `mini-kv rebuild-index`"
+        )
     return real_row, real_cases
 
 
@@ -131,8 +165,12 @@ def _plain_name(name: str) -> bool:
 
 
 def _same(a, b) -> bool:
-    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                                       and not isinstance(a, bool) and not isinstance(b, bool)):
+    if type(a) is not type(b) and not (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         return False
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -145,10 +183,22 @@ def to_csv(board: dict) -> str:
     w.writerow(CSV_COLUMNS)
     for g in board["groups"]:
         for e in g["entries"]:
-            w.writerow([board["schema_version"], g["task_id"], g["suite_hash"], g["environment_key"], g["device"],
-                        e["rank"], e["candidate"], repr(e["geomean_speedup"]), e["attempt_id"], e["created_at"],
-                        e["regression"] or "",
-                        ";".join(f"{k}={v!r}" for k, v in sorted(e["cases"].items()))])
+            w.writerow(
+                [
+                    board["schema_version"],
+                    g["task_id"],
+                    g["suite_hash"],
+                    g["environment_key"],
+                    g["device"],
+                    e["rank"],
+                    e["candidate"],
+                    repr(e["geomean_speedup"]),
+                    e["attempt_id"],
+                    e["created_at"],
+                    e["regression"] or "",
+                    ";".join(f"{k}={v!r}" for k, v in sorted(e["cases"].items())),
+                ]
+            )
     return buf.getvalue()
 
 
@@ -165,13 +215,22 @@ def rich_tables(board: dict) -> list:
 
     tables = []
     for g in board["groups"]:
-        t = Table(title=f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  "
-                        f"device {g['device']}")
+        t = Table(
+            title=f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  "
+            f"device {g['device']}"
+        )
         for col in ("rank", "candidate", "geomean speedup", "per case", "regression", "attempt", "created"):
             t.add_column(col)
         for e in g["entries"]:
             per_case = ", ".join(f"{k} {v:.3f}x" for k, v in sorted(e["cases"].items()) if v is not None)
-            t.add_row(str(e["rank"]), e["candidate"], f"{e['geomean_speedup']:.3f}x", per_case,
-                      e["regression"] or "-", e["attempt_id"], e["created_at"])
+            t.add_row(
+                str(e["rank"]),
+                e["candidate"],
+                f"{e['geomean_speedup']:.3f}x",
+                per_case,
+                e["regression"] or "-",
+                e["attempt_id"],
+                e["created_at"],
+            )
         tables.append(t)
     return tables

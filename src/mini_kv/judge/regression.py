@@ -42,7 +42,6 @@ REGRESSION_SCHEMA_VERSION = 1
 BASELINE_KIND = "mini_kv.baseline"
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
     p50_threshold: float = 0.05  # candidate P50 more than 5 % slower: ask for a confirmation batch
@@ -94,33 +93,49 @@ def _pct(ratio: float) -> str:
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
     from mini_kv.judge import stats
 
-    rec: dict = {"id": case_id, "verdict": Verdict.PASS, "reasons": [], "first_batch": None, "confirmation": None}
+    rec: dict = {
+        "id": case_id,
+        "verdict": Verdict.PASS,
+        "reasons": [],
+        "first_batch": None,
+        "confirmation": None,
+    }
     for key in ("method", "l2", "unit"):
         if key in base and base.get(key) != cand.get(key):
             rec.update(verdict=Verdict.INCOMPARABLE)
-            rec["reasons"].append(f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}")
+            rec["reasons"].append(
+                f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}"
+            )
     if rec["verdict"] == Verdict.INCOMPARABLE:
         return rec
     base_flat = _flat(_as_repeats(base["samples"]))
     cand_flat = _flat(_as_repeats(cand["candidate"]["samples"]))
     bs, cs = stats.summarize(base_flat), stats.summarize(cand_flat)
     p50_ratio, p95_ratio = cs.p50 / bs.p50, cs.p95 / bs.p95
-    rec.update(baseline={"p50": bs.p50, "p95": bs.p95, "n": bs.n}, candidate={"p50": cs.p50, "p95": cs.p95, "n": cs.n},
-               p50_ratio=p50_ratio, p95_ratio=p95_ratio)
+    rec.update(
+        baseline={"p50": bs.p50, "p95": bs.p95, "n": bs.n},
+        candidate={"p50": cs.p50, "p95": cs.p95, "n": cs.n},
+        p50_ratio=p50_ratio,
+        p95_ratio=p95_ratio,
+    )
     reasons = rec["reasons"]
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
         rec["first_batch"] = first.to_dict()
-        what = (f"{case_id}: P50 {cs.p50:.4g} us vs baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
-                f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})")
+        what = (
+            f"{case_id}: P50 {cs.p50:.4g} us vs baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
+            f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})"
+        )
         if confirm is None:
             rec["verdict"] = Verdict.UNCONFIRMED
             reasons.append(what + "; no same-run comparison was run, so this is a warning, not a failure")
         else:
             _confirm_same_run(rec, what, confirm, th)
     if p95_ratio > 1 + th.p95_threshold:
-        reasons.append(f"{case_id}: P95 {cs.p95:.4g} us vs baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
-                       f"warning above {th.p95_threshold:.0%})")
+        reasons.append(
+            f"{case_id}: P95 {cs.p95:.4g} us vs baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
+            f"warning above {th.p95_threshold:.0%})"
+        )
         if rec["verdict"] == Verdict.PASS:
             rec["verdict"] = Verdict.WARN
     if rec["verdict"] == Verdict.PASS and (cand.get("stability") or {}).get("stable") is False:
@@ -142,30 +157,46 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
         raise
     except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
         rec["verdict"] = Verdict.WARN
-        rec["reasons"].append(what + f"; the same-run comparison with the baseline's own code could not run "
-                              f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
-                              "is a warning, not a failure")
+        rec["reasons"].append(
+            what + f"; the same-run comparison with the baseline's own code could not run "
+            f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
+            "is a warning, not a failure"
+        )
         return
     cand_s, base_s = stats.summarize_repeats(cand), stats.summarize_repeats(base)
-    rec["confirmation"] = {"method": "same-run, interleaved with the baseline's own build",
-                           "samples": cand, "summary": cand_s.to_dict(),
-                           "baseline": {"samples": base, "summary": base_s.to_dict()},
-                           "test": test.to_dict(), "order": run.get("order"), "build": run.get("build")}
-    same = (f"in the same run, interleaved, candidate P50 {cand_s.overall.p50:.4g} us vs the baseline's own build "
-            f"{base_s.overall.p50:.4g} us ({_pct(test.ratio)}, p={test.p_value:.2g}, "
-            + ("significant" if test.significant else "not significant") + ")")
+    rec["confirmation"] = {
+        "method": "same-run, interleaved with the baseline's own build",
+        "samples": cand,
+        "summary": cand_s.to_dict(),
+        "baseline": {"samples": base, "summary": base_s.to_dict()},
+        "test": test.to_dict(),
+        "order": run.get("order"),
+        "build": run.get("build"),
+    }
+    same = (
+        f"in the same run, interleaved, candidate P50 {cand_s.overall.p50:.4g} us vs the baseline's own build "
+        f"{base_s.overall.p50:.4g} us ({_pct(test.ratio)}, p={test.p_value:.2g}, "
+        + ("significant" if test.significant else "not significant")
+        + ")"
+    )
     if test.slower:
         rec["verdict"] = Verdict.FAIL
         rec["reasons"].append(what + "; confirmed " + same)
     else:
         rec["verdict"] = Verdict.WARN
-        rec["reasons"].append(what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
-                              "not the code's")
+        rec["reasons"].append(
+            what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
+            "not the code's"
+        )
 
 
-def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: dict,
-                        confirm: Callable[[str], dict] | None = None,
-                        thresholds: Thresholds | dict | None = None) -> dict:
+def compare_to_baseline(
+    baseline: dict,
+    attempt_header: dict,
+    benchmark_json: dict,
+    confirm: Callable[[str], dict] | None = None,
+    thresholds: Thresholds | dict | None = None,
+) -> dict:
     """The regression verdict of one attempt against a baseline (both already validated).
 
     `attempt_header` needs task_id, task_version, operator.version, suite_hash, environment_key, device;
@@ -190,14 +221,19 @@ def compare_to_baseline(baseline: dict, attempt_header: dict, benchmark_json: di
     }
     mismatched = [k for k in keys if not k["match"]]
     if mismatched:
-        out["reasons"] = [f"{k['key']} differs: attempt {k['attempt']!r}, baseline {k['baseline']!r}"
-                          for k in mismatched]
-        out["reasons"].append("not comparable with this baseline; promote a baseline measured under the same "
-                              "task, suite and environment")
+        out["reasons"] = [
+            f"{k['key']} differs: attempt {k['attempt']!r}, baseline {k['baseline']!r}" for k in mismatched
+        ]
+        out["reasons"].append(
+            "not comparable with this baseline; promote a baseline measured under the same "
+            "task, suite and environment"
+        )
         return out
     measured = {c.get("id"): c for c in benchmark_json.get("cases", []) if isinstance(c, dict)}
     try:
-        out["cases"] = [_case_verdict(base, measured.get(base["id"]), confirm, th) for base in baseline["cases"]]
+        out["cases"] = [
+            _case_verdict(base, measured.get(base["id"]), confirm, th) for base in baseline["cases"]
+        ]
     except BaselineTampered as exc:
         return tampered_verdict(exc, th)
     out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
@@ -212,13 +248,23 @@ def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dic
     case_id = base["id"]
     if cand is None or not timed(cand):
         why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-        return {"id": case_id, "verdict": Verdict.MISSING, "reasons": [f"{case_id}: {why}"], "first_batch": None,
-                "confirmation": None}
+        return {
+            "id": case_id,
+            "verdict": Verdict.MISSING,
+            "reasons": [f"{case_id}: {why}"],
+            "first_batch": None,
+            "confirmation": None,
+        }
     try:
         return _compare_case(case_id, base, cand, confirm, th)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
-        return {"id": case_id, "verdict": Verdict.INCOMPARABLE, "first_batch": None, "confirmation": None,
-                "reasons": [f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"]}
+        return {
+            "id": case_id,
+            "verdict": Verdict.INCOMPARABLE,
+            "first_batch": None,
+            "confirmation": None,
+            "reasons": [f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"],
+        }
 
 
 def _overall(verdicts: list[Verdict]) -> Verdict:
@@ -231,11 +277,21 @@ def _overall(verdicts: list[Verdict]) -> Verdict:
 
 def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
-    why = (f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
-           "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`")
-    return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.TAMPERED, "reasons": [why],
-            "baseline_error": why, "tampered_file": exc.path,
-            "thresholds": dataclasses.asdict(Thresholds.of(thresholds)), "keys": [], "baseline": {}, "cases": []}
+    why = (
+        f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
+        "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`"
+    )
+    return {
+        "schema_version": REGRESSION_SCHEMA_VERSION,
+        "verdict": Verdict.TAMPERED,
+        "reasons": [why],
+        "baseline_error": why,
+        "tampered_file": exc.path,
+        "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
+        "keys": [],
+        "baseline": {},
+        "cases": [],
+    }
 
 
 def exit_code_for(verdict: dict | None) -> ExitCode:
@@ -252,24 +308,38 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
 
 def regression_summary(verdict: dict | None) -> dict:
     """The `regression` entry of an attempt's header ({} without a verdict)."""
-    return {} if verdict is None else {"regression": {"verdict": verdict["verdict"], "reasons": verdict["reasons"]}}
+    return (
+        {}
+        if verdict is None
+        else {"regression": {"verdict": verdict["verdict"], "reasons": verdict["reasons"]}}
+    )
 
 
 # ---------------------------------------------------------------------------------------------- baselines
+
 
 def load_baseline(path: Path) -> dict:
     """A baseline file, schema-checked; ConfigError (naming file and field) otherwise."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(str(path), "", "baseline file does not exist; create it with "
-                          "`mini-kv promote-baseline --attempt <attempt dir>`")
+        raise ConfigError(
+            str(path),
+            "",
+            "baseline file does not exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`",
+        )
     try:
-        data = read_versioned(path, BASELINE_SCHEMA_VERSION, "baseline", hint=(
-            "use the mini_kv version that wrote it, or promote a new baseline with this one "
-            "(`mini-kv promote-baseline --attempt <dir> --force`)"))
+        data = read_versioned(
+            path,
+            BASELINE_SCHEMA_VERSION,
+            "baseline",
+            hint=(
+                "use the mini_kv version that wrote it, or promote a new baseline with this one "
+                "(`mini-kv promote-baseline --attempt <dir> --force`)"
+            ),
+        )
     except RecordUnusable as exc:
         what = "unreadable baseline: " if exc.reason == "unreadable" else ""
-        raise ConfigError(str(path), "", f"{what}{str(exc)[len(exc.file) + 2:]}") from None
+        raise ConfigError(str(path), "", f"{what}{str(exc)[len(exc.file) + 2 :]}") from None
     check_manifest(data, path)
     return data
 
@@ -278,8 +348,9 @@ def content_sha256(baseline: dict) -> str:
     """SHA-256 of the baseline's canonical JSON, all but the hash itself: what the manifest vouches for
     (the source attempt's file list included)."""
     manifest = {k: v for k, v in (baseline.get("manifest") or {}).items() if k != "content_sha256"}
-    return sha256_text(canonical_json({**{k: v for k, v in baseline.items() if k != "manifest"},
-                                       "manifest": manifest}))
+    return sha256_text(
+        canonical_json({**{k: v for k, v in baseline.items() if k != "manifest"}, "manifest": manifest})
+    )
 
 
 def check_manifest(baseline: dict, path: Path) -> None:
@@ -291,8 +362,11 @@ def check_manifest(baseline: dict, path: Path) -> None:
     recorded = baseline["manifest"]["content_sha256"]
     actual = content_sha256(baseline)
     if actual != recorded:
-        raise BaselineTampered(str(path), f"content SHA-256 {actual} differs from its manifest's {recorded}: the "
-                               "file was edited after `mini-kv promote-baseline` (samples, keys or source)")
+        raise BaselineTampered(
+            str(path),
+            f"content SHA-256 {actual} differs from its manifest's {recorded}: the "
+            "file was edited after `mini-kv promote-baseline` (samples, keys or source)",
+        )
     source_files = {f["path"]: f for f in baseline["manifest"]["attempt_files"]}
     if len(source_files) != len(baseline["manifest"]["attempt_files"]):
         raise BaselineTampered(str(path), "manifest.attempt_files lists a path twice")
@@ -312,17 +386,26 @@ def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
     except (OSError, RecursionError) as exc:
         raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
     if header.get("status") != Status.PASSED:
-        raise UserError(f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
-                        "can become a baseline")
+        raise UserError(
+            f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
+            "can become a baseline"
+        )
     bsum, listed = header.get("benchmark") or {}, {f["path"] for f in header.get("files", [])}
     if not bsum.get("ran") or "benchmark.json" not in listed:
-        raise UserError(f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
-                        "with the benchmark")
+        raise UserError(
+            f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
+            "with the benchmark"
+        )
     if bsum.get("stable") is not True:
-        raise UserError(f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
-                        "reproducible: verify again on a quiet machine and promote a stable attempt")
+        raise UserError(
+            f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
+            "reproducible: verify again on a quiet machine and promote a stable attempt"
+        )
     # both listed (the index requires them of every format), so read_checked_attempt hashed them
-    bench, env = read_record(attempt_dir / "benchmark.json"), read_versioned(attempt_dir / "environment.json", 1)
+    bench, env = (
+        read_record(attempt_dir / "benchmark.json"),
+        read_versioned(attempt_dir / "environment.json", 1),
+    )
     return header, bench, env
 
 
@@ -333,10 +416,19 @@ def _baseline_cases(bench: dict, where: str) -> list[dict]:
             raise UserError(f"{where}: bench case {c.get('id')} has no timings ({c.get('status')})")
         if not (c.get("stability") or {}).get("stable"):
             raise UserError(f"{where}: bench case {c.get('id')} was not stable")
-        cases.append({"id": c["id"], "dtype": c.get("dtype"), "params": c.get("params", {}),
-                      "method": c.get("method"), "l2": c.get("l2"), "unit": c.get("unit", "us"),
-                      "samples": c["candidate"]["samples"], "summary": c["candidate"]["summary"],
-                      "stability": c.get("stability")})
+        cases.append(
+            {
+                "id": c["id"],
+                "dtype": c.get("dtype"),
+                "params": c.get("params", {}),
+                "method": c.get("method"),
+                "l2": c.get("l2"),
+                "unit": c.get("unit", "us"),
+                "samples": c["candidate"]["samples"],
+                "summary": c["candidate"]["summary"],
+                "stability": c.get("stability"),
+            }
+        )
     if not cases:
         raise UserError(f"{where}: its benchmark has no cases")
     if any(not math.isfinite(x) for c in cases for rep in c["samples"] for x in rep):
@@ -356,29 +448,38 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     baseline = {
         "schema_version": BASELINE_SCHEMA_VERSION,
         "kind": BASELINE_KIND,
-        "task_id": header["task_id"], "task_version": header["task_version"],
+        "task_id": header["task_id"],
+        "task_version": header["task_version"],
         "operator": {"name": header["operator"]["name"], "version": header["operator"]["version"]},
-        "suite_hash": header["suite_hash"], "environment_key": header["environment_key"],
+        "suite_hash": header["suite_hash"],
+        "environment_key": header["environment_key"],
         "device": header.get("device"),
         "environment": env,
-        "source": {"attempt_id": header["attempt_id"],
-                   "attempt_json_sha256": sha256_file(attempt_dir / "attempt.json"),
-                   "candidate": header["candidate"], "created_at": header["created_at"],
-                   "path": str(attempt_dir.resolve())},
-        "promoted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": {
+            "attempt_id": header["attempt_id"],
+            "attempt_json_sha256": sha256_file(attempt_dir / "attempt.json"),
+            "candidate": header["candidate"],
+            "created_at": header["created_at"],
+            "path": str(attempt_dir.resolve()),
+        },
+        "promoted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cases": _baseline_cases(bench, where),
     }
     baseline["manifest"] = {"algorithm": "sha256", "attempt_files": header["files"]}
     baseline["manifest"]["content_sha256"] = content_sha256(baseline)
     validate(baseline, "baseline", str(output))
     if output.exists() and not force:
-        raise UserError(f"{output} already exists; baselines never change by themselves: pass --force to "
-                        "replace it with this attempt")
+        raise UserError(
+            f"{output} already exists; baselines never change by themselves: pass --force to "
+            "replace it with this attempt"
+        )
     write_json(output, baseline)
     return baseline
 
 
-def find_baseline(root: Path, task_id: str, declared: str | None = None) -> tuple[Path | None, str | None, list[str]]:
+def find_baseline(
+    root: Path, task_id: str, declared: str | None = None
+) -> tuple[Path | None, str | None, list[str]]:
     """The baseline file of a task: `declared` (a card's `baseline:`), else baselines/<task>.json under the
     project by convention (promote-baseline's default output; the only place for a SOL problem).
     Returns (path or None, "card" | "convention" | None, notes that tell the user about a baseline that
@@ -392,11 +493,22 @@ def find_baseline(root: Path, task_id: str, declared: str | None = None) -> tupl
     if declared:
         path = root / declared
         other = has_conventional and Path(declared) != Path(conventional)
-        notes = [f"{conventional} exists but is not used: the card's `baseline:` names {declared}"] if other else []
+        notes = (
+            [f"{conventional} exists but is not used: the card's `baseline:` names {declared}"]
+            if other
+            else []
+        )
         if path.exists():
             return path, "card", notes
-        return None, None, [f"no regression check: the card's `baseline:` names {declared}, which does not "
-                            "exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`", *notes]
+        return (
+            None,
+            None,
+            [
+                f"no regression check: the card's `baseline:` names {declared}, which does not "
+                "exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`",
+                *notes,
+            ],
+        )
     if has_conventional:
         return root / conventional, "convention", []
     return None, None, []
@@ -414,7 +526,11 @@ def _baseline_target(attempt_dir: Path, project_root: Path) -> tuple[Path, str |
 
     header = json.loads((attempt_dir / "attempt.json").read_text())
     if header.get("format") == "sol-execbench":
-        return project_root / f"baselines/{header['task_id']}.json", None, f"`mini-kv bench` of {header['task_id']}"
+        return (
+            project_root / f"baselines/{header['task_id']}.json",
+            None,
+            f"`mini-kv bench` of {header['task_id']}",
+        )
     doc = json.loads((attempt_dir / "task_card.json").read_text())
     card_path, card = doc.get("path") or "<card>", doc.get("card") or {}
     try:
@@ -422,7 +538,11 @@ def _baseline_target(attempt_dir: Path, project_root: Path) -> tuple[Path, str |
     except (OSError, yaml.YAMLError):
         pass
     declared = card.get("baseline") if isinstance(card, dict) else None
-    return project_root / (declared or f"baselines/{card.get('id')}.json"), declared, f"`mini-kv verify --task {card_path}`"
+    return (
+        project_root / (declared or f"baselines/{card.get('id')}.json"),
+        declared,
+        f"`mini-kv verify --task {card_path}`",
+    )
 
 
 def default_baseline_output(attempt_dir: Path, project_root: Path) -> Path:
@@ -446,16 +566,28 @@ def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -
         how = "the card's `baseline:`" if declared else f"found by convention at {conventional}"
         return True, f"{command} will use it ({how})"
     if declared:
-        return False, (f"{command} will NOT use this file: the card's `baseline:` names "
-                       f"{declared}. Point `baseline:` at {rel}, or promote with `--output {declared}`")
-    fix = "promote without --output" if command.startswith("`mini-kv bench") else \
-        f"Add `baseline: {rel}` to the card, or promote without --output"
+        return False, (
+            f"{command} will NOT use this file: the card's `baseline:` names "
+            f"{declared}. Point `baseline:` at {rel}, or promote with `--output {declared}`"
+        )
+    fix = (
+        "promote without --output"
+        if command.startswith("`mini-kv bench")
+        else f"Add `baseline: {rel}` to the card, or promote without --output"
+    )
     return False, f"{command} will NOT use this file: it looks for {conventional} in this project. {fix}"
 
 
-def check_baseline(path: Path, found_by: str, root: Path, header: dict, bench_cases: list[dict],
-                   confirm_with: Callable[[dict, str], dict] | None = None,
-                   thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict:
+def check_baseline(
+    path: Path,
+    found_by: str,
+    root: Path,
+    header: dict,
+    bench_cases: list[dict],
+    confirm_with: Callable[[dict, str], dict] | None = None,
+    thresholds: Thresholds | dict | None = None,
+    artifacts: Path | None = None,
+) -> dict:
     """The verdict of an attempt (`header`: the ids compare_to_baseline reads; its bench cases) against
     the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
     set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
@@ -470,31 +602,52 @@ def check_baseline(path: Path, found_by: str, root: Path, header: dict, bench_ca
     except BaselineTampered as exc:
         return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
     except (UserError, OSError) as exc:
-        return {"schema_version": REGRESSION_SCHEMA_VERSION, "verdict": Verdict.INCOMPARABLE, "reasons": [str(exc)],
-                "baseline_error": str(exc), "baseline_file": ref, "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
-                "keys": [], "baseline": {}, "cases": []}
+        return {
+            "schema_version": REGRESSION_SCHEMA_VERSION,
+            "verdict": Verdict.INCOMPARABLE,
+            "reasons": [str(exc)],
+            "baseline_error": str(exc),
+            "baseline_file": ref,
+            "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
+            "keys": [],
+            "baseline": {},
+            "cases": [],
+        }
     confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
     verdict = compare_to_baseline(baseline, header, {"cases": bench_cases}, confirm, thresholds)
     verdict["baseline_file"] = ref
     return verdict
 
 
-def check_card_baseline(card, env: dict, bench_cases: list[dict], device: str,
-                        confirm_with: Callable[[dict, str], dict] | None = None,
-                        thresholds: Thresholds | dict | None = None, artifacts: Path | None = None) -> dict | None:
+def check_card_baseline(
+    card,
+    env: dict,
+    bench_cases: list[dict],
+    device: str,
+    confirm_with: Callable[[dict, str], dict] | None = None,
+    thresholds: Thresholds | dict | None = None,
+    artifacts: Path | None = None,
+) -> dict | None:
     """The pipeline's hook: the verdict against the card's baseline (see find_card_baseline and
     check_baseline), or None when there is none."""
     path, found_by, _ = find_card_baseline(card)
     if path is None:
         return None
-    header = {"task_id": card.id, "task_version": card.version,
-              "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
-              "suite_hash": card.suite_hash(), "environment_key": env.get("key"), "device": device}
-    return check_baseline(path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds,
-                          artifacts)
+    header = {
+        "task_id": card.id,
+        "task_version": card.version,
+        "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
+        "suite_hash": card.suite_hash(),
+        "environment_key": env.get("key"),
+        "device": device,
+    }
+    return check_baseline(
+        path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+    )
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from
+
 
 class BaselineBuildError(Exception):
     """The baseline's code cannot be built or found; the message says why (no same-run comparison)."""
@@ -505,14 +658,20 @@ def find_source_attempt(baseline: dict, artifacts: Path) -> Path:
     (a baseline committed to the repository, verified on another machine with its own store)."""
     source = baseline.get("source") or {}
     tried = []
-    for cand in (source.get("path"), Path(artifacts) / str(baseline.get("task_id")) / str(source.get("attempt_id"))):
+    for cand in (
+        source.get("path"),
+        Path(artifacts) / str(baseline.get("task_id")) / str(source.get("attempt_id")),
+    ):
         if cand and Path(cand).is_dir():
             return Path(cand)
         if cand:
             tried.append(str(cand))
-    raise BaselineBuildError("the attempt the baseline was promoted from is not available (looked in "
-                             + ", ".join(tried) + "); its sources are needed to time the baseline beside "
-                             "the candidate")
+    raise BaselineBuildError(
+        "the attempt the baseline was promoted from is not available (looked in "
+        + ", ".join(tried)
+        + "); its sources are needed to time the baseline beside "
+        "the candidate"
+    )
 
 
 def checked_source_attempt(attempt_dir: Path, baseline: dict) -> dict:
@@ -524,17 +683,21 @@ def checked_source_attempt(attempt_dir: Path, baseline: dict) -> dict:
     recorded = (baseline.get("source") or {}).get("attempt_json_sha256")
     actual = sha256_file(attempt_dir / "attempt.json") if (attempt_dir / "attempt.json").is_file() else None
     if actual != recorded:
-        raise BaselineTampered(str(attempt_dir / "attempt.json"),
-                               f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
-                               "the baseline was promoted from has changed since")
+        raise BaselineTampered(
+            str(attempt_dir / "attempt.json"),
+            f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
+            "the baseline was promoted from has changed since",
+        )
     try:
         header = read_checked_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise BaselineTampered(str(attempt_dir), str(exc)) from None
     recorded_files = (baseline.get("manifest") or {}).get("attempt_files")
     if recorded_files is not None and header["files"] != recorded_files:
-        raise BaselineTampered(str(attempt_dir / "attempt.json"), "its file list differs from the one the "
-                               "baseline's manifest recorded at promotion")
+        raise BaselineTampered(
+            str(attempt_dir / "attempt.json"),
+            "its file list differs from the one the baseline's manifest recorded at promotion",
+        )
     return header
 
 

@@ -124,8 +124,18 @@ def summarize(samples: Sequence[float]) -> Summary:
     # ddof=1 is undefined for a single sample; 0 says "no observed spread".
     std = float(np.std(arr, ddof=1)) if n >= 2 else 0.0
     p25, p50, p75, p95 = (float(v) for v in np.percentile(arr, [25, 50, 75, 95]))
-    return Summary(n, float(arr.min()), float(arr.max()), float(arr.mean()), std, p50, p95, _mad(arr),
-                   _robust_cv(arr), p75 - p25)
+    return Summary(
+        n,
+        float(arr.min()),
+        float(arr.max()),
+        float(arr.mean()),
+        std,
+        p50,
+        p95,
+        _mad(arr),
+        _robust_cv(arr),
+        p75 - p25,
+    )
 
 
 def summarize_repeats(repeats: Sequence[Sequence[float]]) -> RepeatSummary:
@@ -166,9 +176,14 @@ def summarize_repeats(repeats: Sequence[Sequence[float]]) -> RepeatSummary:
 
     p50s = np.array([np.percentile(g, 50) for g in groups])
     p95s = np.array([np.percentile(g, 95) for g in groups])
-    return RepeatSummary(summarize(pooled),
-                         tuple(Percentiles(float(a), float(b)) for a, b in zip(p50s, p95s, strict=True)),
-                         _robust_cv(p50s), _robust_cv(p95s), len(arrays), basis)
+    return RepeatSummary(
+        summarize(pooled),
+        tuple(Percentiles(float(a), float(b)) for a, b in zip(p50s, p95s, strict=True)),
+        _robust_cv(p50s),
+        _robust_cv(p95s),
+        len(arrays),
+        basis,
+    )
 
 
 def stability(

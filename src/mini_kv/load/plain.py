@@ -32,6 +32,7 @@ def _describe_type(value) -> str:
 def check_plain(data, file: str, prefix: str = "") -> None:
     """ConfigError naming the first value that is not plain JSON-shaped data (walked without recursion).
     `prefix` goes before every field path (e.g. `line 3: ` for a line of a JSONL file)."""
+
     def where(path: str) -> str:
         return prefix + (path or "(top level)")
 
@@ -47,14 +48,22 @@ def check_plain(data, file: str, prefix: str = "") -> None:
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise ConfigError(file, where(join(path, repr(key))), f"a key must be a string, got "
-                                      f"{_describe_type(key)} {key!r} (quote it)")
+                    raise ConfigError(
+                        file,
+                        where(join(path, repr(key))),
+                        f"a key must be a string, got {_describe_type(key)} {key!r} (quote it)",
+                    )
                 stack.append((item, join(path, key), depth + 1))
         elif isinstance(value, list):
             stack.extend((item, join(path, i), depth + 1) for i, item in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(file, where(path), f"a finite number, got {value!r} "
-                              "(NaN and infinity are not allowed)")
+            raise ConfigError(
+                file, where(path), f"a finite number, got {value!r} (NaN and infinity are not allowed)"
+            )
         elif not isinstance(value, _LEAVES):
-            raise ConfigError(file, where(path), f"a string, number, boolean, null, list or mapping; "
-                              f"got a {_describe_type(value)} (quote the value to make it a string)")
+            raise ConfigError(
+                file,
+                where(path),
+                f"a string, number, boolean, null, list or mapping; "
+                f"got a {_describe_type(value)} (quote the value to make it a string)",
+            )

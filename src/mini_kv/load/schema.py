@@ -41,10 +41,12 @@ def load_schema(name: str) -> dict:
     locations = schema_locations(name)
     found = next((p for p in locations if p.is_file()), None)
     if found is None:
-        raise UserError(f"mini_kv's schema {name}.schema.json is missing: looked in "
-                        + " and ".join(str(p) for p in locations)
-                        + "; this mini_kv is installed without its data files (reinstall it from a wheel, "
-                        "or run it from a source checkout)")
+        raise UserError(
+            f"mini_kv's schema {name}.schema.json is missing: looked in "
+            + " and ".join(str(p) for p in locations)
+            + "; this mini_kv is installed without its data files (reinstall it from a wheel, "
+            "or run it from a source checkout)"
+        )
     schema = json.loads(found.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return schema
@@ -66,15 +68,19 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
         for key in extra:
             if not any(re.fullmatch(p, key) for p in error.schema.get("patternProperties", {})):
                 where = f"{path}.{key}" if path != "(top level)" else key
-                allowed_text = ", ".join(allowed) or "names matching " + " or ".join(error.schema.get("patternProperties", {}))
+                allowed_text = ", ".join(allowed) or "names matching " + " or ".join(
+                    error.schema.get("patternProperties", {})
+                )
                 return where, f"unknown field; allowed fields here are {allowed_text}"
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         where = f"{path}.{missing}" if path != "(top level)" else missing
         return where, "required field is missing"
     if error.validator == "const" and error.absolute_path and error.absolute_path[-1] == "schema_version":
-        return path, (f"unsupported schema_version {error.instance!r}; this mini_kv reads version "
-                      f"{error.validator_value!r} (upgrade mini_kv or migrate the file)")
+        return path, (
+            f"unsupported schema_version {error.instance!r}; this mini_kv reads version "
+            f"{error.validator_value!r} (upgrade mini_kv or migrate the file)"
+        )
     expected = error.schema.get("description") if error.validator in ("pattern", "format") else None
     return path, f"{error.message}" + (f" (expected {expected})" if expected else "")
 

@@ -30,8 +30,11 @@ def _check_shape(text: str, file: str) -> None:
         line = f"line {ev.start_mark.line + 1}" if ev.start_mark else ""
         if isinstance(ev, yaml.AliasEvent):
             if ev.anchor not in sizes:
-                what = "refers to a node that contains it" if any(f[0] == ev.anchor for f in open_) \
+                what = (
+                    "refers to a node that contains it"
+                    if any(f[0] == ev.anchor for f in open_)
                     else "names no anchor defined before it"
+                )
                 raise ConfigError(file, line, f"alias *{ev.anchor} {what}")
             weight = sizes[ev.anchor]
         elif isinstance(ev, yaml.ScalarEvent):
@@ -53,8 +56,9 @@ def _check_shape(text: str, file: str) -> None:
             open_[-1][1] += weight
         total += weight
         if total > MAX_NODES or (open_ and open_[-1][1] > MAX_NODES):
-            raise ConfigError(file, line, f"more than {MAX_NODES} values once its aliases are expanded "
-                              "(an alias bomb?)")
+            raise ConfigError(
+                file, line, f"more than {MAX_NODES} values once its aliases are expanded (an alias bomb?)"
+            )
 
 
 def _check_duplicates(node: yaml.Node, path: str, file: str) -> None:
@@ -64,8 +68,12 @@ def _check_duplicates(node: yaml.Node, path: str, file: str) -> None:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
             where = join(path, key)
             if key in seen:
-                raise ConfigError(file, where, f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                                  f"(first defined at line {seen[key].start_mark.line + 1}); every key may appear once")
+                raise ConfigError(
+                    file,
+                    where,
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                    f"(first defined at line {seen[key].start_mark.line + 1}); every key may appear once",
+                )
             seen[key] = key_node
             _check_duplicates(value_node, where, file)
     elif isinstance(node, yaml.SequenceNode):

@@ -32,10 +32,17 @@ def find_project_root(start: Path) -> Path:
     return project_root_of(start) or start.resolve()
 
 
-def resolve_inside(root: Path, rel: str, file: str, fieldname: str, base: Path | None = None,
-                   must_exist: bool = True, kind: str = "file") -> Path:
+def resolve_inside(
+    root: Path,
+    rel: str,
+    file: str,
+    fieldname: str,
+    base: Path | None = None,
+    must_exist: bool = True,
+    kind: str = "file",
+) -> Path:
     """Resolve `rel` (following symlinks) and insist the result stays inside `root`."""
-    target = ((base or root) / rel)
+    target = (base or root) / rel
     try:  # a NUL, a lone surrogate or an over-long name cannot name a file at all
         os.fsencode(rel)
         if "\0" in rel:
@@ -65,7 +72,9 @@ def check_import_path(spec: str, file: str, fieldname: str) -> None:
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any import failure is a config error here
-        raise ConfigError(file, fieldname, f"cannot import module {module!r} ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            file, fieldname, f"cannot import module {module!r} ({type(exc).__name__}: {exc})"
+        ) from None
     if not callable(getattr(mod, attr, None)):
         raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
 
@@ -80,8 +89,16 @@ def _find_spec_without_import(module: str) -> importlib.machinery.ModuleSpec | N
         if name in sys.modules and getattr(sys.modules[name], "__spec__", None) is not None:
             spec = sys.modules[name].__spec__  # already imported (mini_kv's own references): nothing new runs
         else:
-            spec = next((s for f in sys.meta_path if hasattr(f, "find_spec")
-                         for s in [f.find_spec(name, path)] if s is not None), None)
+            spec = next(
+                (
+                    s
+                    for f in sys.meta_path
+                    if hasattr(f, "find_spec")
+                    for s in [f.find_spec(name, path)]
+                    if s is not None
+                ),
+                None,
+            )
         if spec is None:
             return None
         path = spec.submodule_search_locations
@@ -117,7 +134,9 @@ def check_definition_path(spec: str, file: str, fieldname: str) -> None:
     try:
         found = _find_spec_without_import(module)
     except (ImportError, ValueError, AttributeError) as exc:
-        raise ConfigError(file, fieldname, f"cannot locate module {module!r} ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            file, fieldname, f"cannot locate module {module!r} ({type(exc).__name__}: {exc})"
+        ) from None
     if found is None:
         raise ConfigError(file, fieldname, f"module {module!r} not found on the Python path")
     origin = found.origin if found.has_location else None
@@ -129,7 +148,9 @@ def check_definition_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"module {module!r} ({origin}) cannot be parsed: {exc}") from None
     names, open_ended = _top_level_names(tree)
     if attr not in names and not open_ended:
-        raise ConfigError(file, fieldname, f"module {module!r} ({origin}) defines no {attr!r} at its top level")
+        raise ConfigError(
+            file, fieldname, f"module {module!r} ({origin}) defines no {attr!r} at its top level"
+        )
 
 
 def _check_expressions(op: dict, file: str) -> None:
@@ -153,15 +174,27 @@ def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
     for i, entry in enumerate(raw_cases):
         base = entry["id"]
         if base in seen_base:
-            raise ConfigError(file, f"cases[{i}].id", f"duplicate case id {base!r} (first used at cases[{seen_base[base]}])")
+            raise ConfigError(
+                file, f"cases[{i}].id", f"duplicate case id {base!r} (first used at cases[{seen_base[base]}])"
+            )
         seen_base[base] = i
         for dtype in entry["dtypes"]:
             cid = f"{base}-{dtype}"
             if cid in seen:
-                raise ConfigError(file, f"cases[{i}].id", f"expanded case id {cid!r} collides with cases[{seen[cid]}]")
+                raise ConfigError(
+                    file, f"cases[{i}].id", f"expanded case id {cid!r} collides with cases[{seen[cid]}]"
+                )
             seen[cid] = i
-            out.append(Case(id=cid, base_id=base, kind=entry["kind"], params=dict(entry["params"]), dtype=dtype,
-                            devices=tuple(entry.get("devices", ("cpu", "cuda")))))
+            out.append(
+                Case(
+                    id=cid,
+                    base_id=base,
+                    kind=entry["kind"],
+                    params=dict(entry["params"]),
+                    dtype=dtype,
+                    devices=tuple(entry.get("devices", ("cpu", "cuda"))),
+                )
+            )
     return tuple(out)
 
 
@@ -172,11 +205,19 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
     for i, c in enumerate(raw):
         where = f"candidates[{i}]"
         if c["id"] in seen_ids:
-            raise ConfigError(file, f"{where}.id", f"duplicate candidate id {c['id']!r} (first at candidates[{seen_ids[c['id']]}])")
+            raise ConfigError(
+                file,
+                f"{where}.id",
+                f"duplicate candidate id {c['id']!r} (first at candidates[{seen_ids[c['id']]}])",
+            )
         seen_ids[c["id"]] = i
         if c["op"] in seen_ops:
-            raise ConfigError(file, f"{where}.op", f"op {c['op']!r} is already used by candidates[{seen_ops[c['op']]}]; "
-                              "each candidate needs a dispatcher namespace of its own")
+            raise ConfigError(
+                file,
+                f"{where}.op",
+                f"op {c['op']!r} is already used by candidates[{seen_ops[c['op']]}]; "
+                "each candidate needs a dispatcher namespace of its own",
+            )
         seen_ops[c["op"]] = i
         cdir = resolve_inside(root, c["path"], file, f"{where}.path", kind="dir")
         try:  # flags reach a shell inside the build (build.ninja): only allow-listed options
@@ -187,18 +228,30 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
             for j, src in enumerate(c["sources"].get(group, [])):
                 resolve_inside(root, src, file, f"{where}.sources.{group}[{j}]", base=cdir)
         for link, target in links_leaving(cdir, root):  # listed as a source or not: the build reads them all
-            raise ConfigError(file, f"{where}.path", f"symlink {link} points to {target}, outside the project "
-                              f"{root} (or nowhere); copy the file into the candidate dir instead")
-        out.append(Candidate(
-            id=c["id"], path=os.path.relpath(cdir, root), op=c["op"],
-            cpu_sources=tuple(c["sources"]["cpu"]), cuda_sources=tuple(c["sources"].get("cuda", [])),
-            cflags=tuple(c.get("cflags", [])), cuda_cflags=tuple(c.get("cuda_cflags", [])),
-            backward=bool(c.get("backward", False)),
-        ))
+            raise ConfigError(
+                file,
+                f"{where}.path",
+                f"symlink {link} points to {target}, outside the project "
+                f"{root} (or nowhere); copy the file into the candidate dir instead",
+            )
+        out.append(
+            Candidate(
+                id=c["id"],
+                path=os.path.relpath(cdir, root),
+                op=c["op"],
+                cpu_sources=tuple(c["sources"]["cpu"]),
+                cuda_sources=tuple(c["sources"].get("cuda", [])),
+                cflags=tuple(c.get("cflags", [])),
+                cuda_cflags=tuple(c.get("cuda_cflags", [])),
+                backward=bool(c.get("backward", False)),
+            )
+        )
     return tuple(out)
 
 
-def load_task_card(path: str | Path, project_root: Path | None = None, import_modules: bool = True) -> TaskCard:
+def load_task_card(
+    path: str | Path, project_root: Path | None = None, import_modules: bool = True
+) -> TaskCard:
     """`import_modules=False` (validate-task) checks the reference and input modules without running them."""
     path = Path(path)
     file = str(path)
@@ -207,8 +260,12 @@ def load_task_card(path: str | Path, project_root: Path | None = None, import_mo
         raise ConfigError(file, "(top level)", "a mapping of task card fields")
     version = data.get("schema_version")
     if version != CARD_SCHEMA_VERSION:  # checked first: a newer card's new fields would hide the real cause
-        raise ConfigError(file, "schema_version", f"unsupported schema_version {version!r}; this mini_kv reads task "
-                          f"cards of version {CARD_SCHEMA_VERSION} (upgrade mini_kv, or rewrite the card for v1)")
+        raise ConfigError(
+            file,
+            "schema_version",
+            f"unsupported schema_version {version!r}; this mini_kv reads task "
+            f"cards of version {CARD_SCHEMA_VERSION} (upgrade mini_kv, or rewrite the card for v1)",
+        )
     validate(data, "task_card", file)
     root = (project_root or find_project_root(path.parent)).resolve()
     resolve_inside(root, str(path.resolve()), file, "(file)")  # the card itself must live in the project
@@ -225,7 +282,9 @@ def load_task_card(path: str | Path, project_root: Path | None = None, import_mo
     dtypes_used = {c.dtype for c in cases if c.kind != "illegal"}
     missing = sorted(dtypes_used - set(data["tolerances"]))
     if missing:
-        raise ConfigError(file, "tolerances", f"no tolerance for dtype(s) {', '.join(missing)} used by the cases")
+        raise ConfigError(
+            file, "tolerances", f"no tolerance for dtype(s) {', '.join(missing)} used by the cases"
+        )
 
     default = data.get("default_candidate", candidates[0].id)
     if default not in {c.id for c in candidates}:
@@ -236,9 +295,17 @@ def load_task_card(path: str | Path, project_root: Path | None = None, import_mo
         resolve_inside(root, baseline, file, "baseline", must_exist=False)
 
     return TaskCard(
-        path=os.path.relpath(path.resolve(), root), project_root=str(root), raw=data,
-        id=data["id"], version=data["version"], operator=dict(op), candidates=candidates,
-        default_candidate=default, tolerances=data["tolerances"], cases=cases,
+        path=os.path.relpath(path.resolve(), root),
+        project_root=str(root),
+        raw=data,
+        id=data["id"],
+        version=data["version"],
+        operator=dict(op),
+        candidates=candidates,
+        default_candidate=default,
+        tolerances=data["tolerances"],
+        cases=cases,
         benchmark={**DEFAULT_BENCHMARK, **data.get("benchmark", {})},
-        timeouts={**DEFAULT_TIMEOUTS, **data.get("timeouts", {})}, baseline=baseline,
+        timeouts={**DEFAULT_TIMEOUTS, **data.get("timeouts", {})},
+        baseline=baseline,
     )

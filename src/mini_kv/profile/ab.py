@@ -34,14 +34,31 @@ def _library(doc: dict) -> tuple[str | None, str | None]:
 def job_for(a: dict, b: dict, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> ABJob:
     """The timing job; each candidate's `library` is filled in by the caller."""
     case = a["case"]  # compare() has checked that both profiles have the same case and inputs
-    return ABJob(device=device, inputs=a["task"]["operator"]["inputs"], params=case["params"],
-                 dtype=case["dtype"], seed=case["seed"], repeats=repeats, samples=samples, warmup=warmup,
-                 method="auto", candidates=[{"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
-                                            {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]}])
+    return ABJob(
+        device=device,
+        inputs=a["task"]["operator"]["inputs"],
+        params=case["params"],
+        dtype=case["dtype"],
+        seed=case["seed"],
+        repeats=repeats,
+        samples=samples,
+        warmup=warmup,
+        method="auto",
+        candidates=[
+            {"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
+            {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]},
+        ],
+    )
 
 
-def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFAULT_SAMPLES,
-           warmup: int = DEFAULT_WARMUP, timeout: float = 600.0) -> dict:
+def run_ab(
+    a: dict,
+    b: dict,
+    repeats: int = DEFAULT_REPEATS,
+    samples: int = DEFAULT_SAMPLES,
+    warmup: int = DEFAULT_WARMUP,
+    timeout: float = 600.0,
+) -> dict:
     """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
     import torch
 
@@ -49,8 +66,11 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
     from mini_kv.sandbox import resolve
 
     if not torch.cuda.is_available():
-        return {"ran": False, "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
-                                        "profiles were taken on (the profiler's replay durations are not latencies)"}
+        return {
+            "ran": False,
+            "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
+            "profiles were taken on (the profiler's replay durations are not latencies)",
+        }
     job = job_for(a, b, repeats, samples, warmup)
     for entry, doc in zip(job["candidates"], (a, b), strict=True):
         lib, why = _library(doc)
@@ -60,8 +80,13 @@ def run_ab(a: dict, b: dict, repeats: int = DEFAULT_REPEATS, samples: int = DEFA
     # both candidates' code runs in this child: sandboxed as the worker is (mini_kv.sandbox)
     ev = run_one(job, timeout, sandbox=resolve(True))
     if ev["event"] != Event.RESULT:
-        return {"ran": False, "error": True, "reason": f"the timing process failed: {ev['reason']}: "
-                f"{ev.get('traceback') or ev['log_tail'][-1500:]}", "sandbox": ev["sandbox"]}
+        return {
+            "ran": False,
+            "error": True,
+            "reason": f"the timing process failed: {ev['reason']}: "
+            f"{ev.get('traceback') or ev['log_tail'][-1500:]}",
+            "sandbox": ev["sandbox"],
+        }
     return {**ev["result"], "sandbox": ev["sandbox"]}
 
 
@@ -100,22 +125,33 @@ def _time(job: ABJob, calls: dict) -> dict:
     for _ in range(job["warmup"]):
         for w in calls.values():
             w.next()()
-    method, fallbacks = timed(lambda: choose_method(method_chain(job["method"], device), list(calls.values()), device,
-                                                    flush, 20))
+    method, fallbacks = timed(
+        lambda: choose_method(method_chain(job["method"], device), list(calls.values()), device, flush, 20)
+    )
     samples: dict[str, list] = {label: [] for label in calls}
     order_log = []
     for r in range(job["repeats"]):
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         order_log.append(list(order))
         for label in order:
-            samples[label].append(timed(lambda w=calls[label]: measure(w, method, job["samples"], device, flush,
-                                                                       20)).samples)
+            samples[label].append(
+                timed(lambda w=calls[label]: measure(w, method, job["samples"], device, flush, 20)).samples
+            )
     summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
     p50 = {label: summary[label].overall.p50 for label in calls}
-    return {"ran": True, "method": method, "timer": TIMER_LABELS[method], "fallbacks": fallbacks, "unit": "us",
-            "order": order_log, "repeats": job["repeats"], "samples_per_repeat": job["samples"],
-            "candidates": {c["label"]: c["id"] for c in job["candidates"]},
-            "p50_us": p50, "p95_us": {label: summary[label].overall.p95 for label in calls},
-            "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},
-            "b_over_a": p50["B"] / p50["A"], "samples": samples}
-
+    return {
+        "ran": True,
+        "method": method,
+        "timer": TIMER_LABELS[method],
+        "fallbacks": fallbacks,
+        "unit": "us",
+        "order": order_log,
+        "repeats": job["repeats"],
+        "samples_per_repeat": job["samples"],
+        "candidates": {c["label"]: c["id"] for c in job["candidates"]},
+        "p50_us": p50,
+        "p95_us": {label: summary[label].overall.p95 for label in calls},
+        "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},
+        "b_over_a": p50["B"] / p50["A"],
+        "samples": samples,
+    }

@@ -82,13 +82,19 @@ def plan(card: TaskCard, cand: Candidate, opts: ProfileOptions) -> dict:
     cdir = Path(card.project_root) / cand.path
     found = ncu_mod.kernel_names(cdir, list(cand.cuda_sources))
     if opts.kernel is not None and opts.kernel not in found:
-        raise ConfigError("--kernel", "", f"{opts.kernel!r} is not a __global__ kernel of {cand.id} "
-                          f"(found: {', '.join(found) or 'none'})")
+        raise ConfigError(
+            "--kernel",
+            "",
+            f"{opts.kernel!r} is not a __global__ kernel of {cand.id} (found: {', '.join(found) or 'none'})",
+        )
     names = [opts.kernel] if opts.kernel else found
     return {
-        "case": case, "seed": case_seed(card.id, case.id, opts.seed_salt), "kernel_names": names,
+        "case": case,
+        "seed": case_seed(card.id, case.id, opts.seed_salt),
+        "kernel_names": names,
         "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
-        "launch_skip": opts.warmup, "warmup": opts.warmup,
+        "launch_skip": opts.warmup,
+        "warmup": opts.warmup,
     }
 
 
@@ -99,27 +105,61 @@ def _binding(card: TaskCard, cand: Candidate, p: dict, opts: ProfileOptions, env
     cdir = Path(card.project_root) / cand.path
     case: Case = p["case"]
     return {
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "task": {"id": card.id, "version": card.version, "card_path": card.path, "suite_hash": card.suite_hash(),
-                 "operator": {k: card.operator[k] for k in ("name", "version", "reference", "inputs")}},
-        "candidate": {"id": cand.id, "op": cand.op, "path": cand.path,
-                      "sources": [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)}
-                                  for f in candidate_files(cdir)],
-                      "library": None, "library_sha256": None, "build_key": None, "prebuilt": bool(opts.prebuilt)},
-        "case": {"id": case.id, "base_id": case.base_id, "kind": case.kind, "dtype": case.dtype,
-                 "params": case.params, "seed": p["seed"], "seed_salt": opts.seed_salt, "input_sha256": None,
-                 "tolerance": card.tolerances[case.dtype]},
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "task": {
+            "id": card.id,
+            "version": card.version,
+            "card_path": card.path,
+            "suite_hash": card.suite_hash(),
+            "operator": {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
+        },
+        "candidate": {
+            "id": cand.id,
+            "op": cand.op,
+            "path": cand.path,
+            "sources": [
+                {"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)
+            ],
+            "library": None,
+            "library_sha256": None,
+            "build_key": None,
+            "prebuilt": bool(opts.prebuilt),
+        },
+        "case": {
+            "id": case.id,
+            "base_id": case.base_id,
+            "kind": case.kind,
+            "dtype": case.dtype,
+            "params": case.params,
+            "seed": p["seed"],
+            "seed_salt": opts.seed_salt,
+            "input_sha256": None,
+            "tolerance": card.tolerances[case.dtype],
+        },
         **unprofiled(p, env),
     }
 
 
 def unprofiled(p: dict, env: dict) -> dict:
     """The parts of profile.json that ncu and the target fill in."""
-    return {"environment_key": env["key"], "device": None,
-            "ncu": {"path": None, "version": None, "kernel_names": p["kernel_names"], "kernel_filter": p["kernel_filter"],
-                    "launch_skip": p["launch_skip"], "launch_count": 1, "clock_control": "none",
-                    "sections": list(ncu_mod.SECTIONS), "commands": []},
-            "target": None, "kernel": None, "summary": None}
+    return {
+        "environment_key": env["key"],
+        "device": None,
+        "ncu": {
+            "path": None,
+            "version": None,
+            "kernel_names": p["kernel_names"],
+            "kernel_filter": p["kernel_filter"],
+            "launch_skip": p["launch_skip"],
+            "launch_count": 1,
+            "clock_control": "none",
+            "sections": list(ncu_mod.SECTIONS),
+            "commands": [],
+        },
+        "target": None,
+        "kernel": None,
+        "summary": None,
+    }
 
 
 def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
@@ -130,8 +170,12 @@ def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWrit
         lib = Path(opts.prebuilt).resolve()
         rec["candidate"].update(library=str(lib), library_sha256=sha256_file(lib))
         return str(lib)
-    comp = compile_candidate(Path(card.project_root), cand, timeout=opts.compile_timeout or card.timeouts["compile_s"],
-                             with_cuda=True)
+    comp = compile_candidate(
+        Path(card.project_root),
+        cand,
+        timeout=opts.compile_timeout or card.timeouts["compile_s"],
+        with_cuda=True,
+    )
     return built(comp, w, rec)
 
 
@@ -142,8 +186,12 @@ def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
         if Path(path).is_file():
             w.copy(f"logs/compile/{name}", Path(path))
     if comp["status"] != "ok":
-        raise ProfileFailure("COMPILE_FAILED", f"build {comp['status']}; see logs/compile/", build_key=comp["key"])
-    rec["candidate"].update(library=comp["library"], library_sha256=comp["library_sha256"], build_key=comp["key"])
+        raise ProfileFailure(
+            "COMPILE_FAILED", f"build {comp['status']}; see logs/compile/", build_key=comp["key"]
+        )
+    rec["candidate"].update(
+        library=comp["library"], library_sha256=comp["library_sha256"], build_key=comp["key"]
+    )
     return comp["library"]
 
 
@@ -162,10 +210,19 @@ def _public(cmd: dict) -> dict:
 
 def _card_job(card: TaskCard, cand: Candidate, p: dict, library: str) -> ProfileTargetJob:
     case: Case = p["case"]
-    return ProfileTargetJob(library=library, op=cand.op, inputs=card.operator["inputs"],
-                            reference=card.operator["reference"], params=case.params, dtype=case.dtype,
-                            device="cuda:0", seed=p["seed"], warmup=p["warmup"], calls=1,
-                            tolerance=card.tolerances[case.dtype])
+    return ProfileTargetJob(
+        library=library,
+        op=cand.op,
+        inputs=card.operator["inputs"],
+        reference=card.operator["reference"],
+        params=case.params,
+        dtype=case.dtype,
+        device="cuda:0",
+        seed=p["seed"],
+        warmup=p["warmup"],
+        calls=1,
+        tolerance=card.tolerances[case.dtype],
+    )
 
 
 def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: float, cwd: str) -> None:
@@ -174,26 +231,49 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
     w.json("job.json", job.to_dict())
     # the worker child, with its signed events in a file: ncu stands between it and this process
     key = secrets.token_bytes(32)
-    target = [sys.executable, "-m", "mini_kv.worker.child", "--job", str(w.path("job.json")),
-              "--result-file", str(w.path("target.events"))]
+    target = [
+        sys.executable,
+        "-m",
+        "mini_kv.worker.child",
+        "--job",
+        str(w.path("job.json")),
+        "--result-file",
+        str(w.path("target.events")),
+    ]
     report_base = w.path(REPORT[: -len(".ncu-rep")])
     cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-    run = ncu_mod.run_logged("profile", cmd, w.path("logs/ncu-profile.log"), timeout,
-                             env={**_target_env(), channel.KEY_ENV: key.hex()}, cwd=cwd)
+    run = ncu_mod.run_logged(
+        "profile",
+        cmd,
+        w.path("logs/ncu-profile.log"),
+        timeout,
+        env={**_target_env(), channel.KEY_ENV: key.hex()},
+        cwd=cwd,
+    )
     rec["ncu"]["commands"].append(_public(run))
     _target_result(w, key)
     _judge_profile_run(run, w, rec)
-    imp = ncu_mod.run_logged("import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"),
-                             timeout)
+    imp = ncu_mod.run_logged(
+        "import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"), timeout
+    )
     rec["ncu"]["commands"].append(_public(imp))
     if imp["timed_out"] or imp["returncode"] != 0 or not imp["_stdout"].strip():
-        raise ProfileFailure("REIMPORT_FAILED", f"`ncu --import` exited {imp['returncode']}"
-                             + (" (timed out)" if imp["timed_out"] else ""),
-                             log_tail=ncu_mod.tail(imp["_stdout"] + imp["_stderr"]))
+        raise ProfileFailure(
+            "REIMPORT_FAILED",
+            f"`ncu --import` exited {imp['returncode']}" + (" (timed out)" if imp["timed_out"] else ""),
+            log_tail=ncu_mod.tail(imp["_stdout"] + imp["_stderr"]),
+        )
     w.text("raw.csv", imp["_stdout"])
     result = metrics_mod.analyze(imp["_stdout"], p["kernel_filter"])
-    w.json("metrics.json", {"schema_version": 1, "kernel": result["kernel"], "metrics": result["metrics"],
-                            "rows": result["rows"]})
+    w.json(
+        "metrics.json",
+        {
+            "schema_version": 1,
+            "kernel": result["kernel"],
+            "metrics": result["metrics"],
+            "rows": result["rows"],
+        },
+    )
     rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
 
 
@@ -202,8 +282,16 @@ def _target_result(w: ProfileWriter, key: bytes) -> None:
     path = w.partial / "target.events"
     if path.is_file():  # else the target never started: judged below
         ev = (channel.read_file(path, key) or [{"reason": "the target sent no result"}])[0]
-        w.json("target.json", ev["result"] if ev.get("event") == Event.RESULT else {
-            "ok": False, "error": ev.get("reason") or f"unsigned data: {ev.get('line')}", "traceback": ev.get("traceback")})
+        w.json(
+            "target.json",
+            ev["result"]
+            if ev.get("event") == Event.RESULT
+            else {
+                "ok": False,
+                "error": ev.get("reason") or f"unsigned data: {ev.get('line')}",
+                "traceback": ev.get("traceback"),
+            },
+        )
 
 
 def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
@@ -211,8 +299,9 @@ def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
     out = run["_stdout"] + run["_stderr"]
     log_tail = ncu_mod.tail(out)
     if ncu_mod.PERMISSION_MARK in out:
-        raise ProfileFailure("PERMISSION_DENIED", "ncu may not read the performance counters here",
-                             log_tail=log_tail)
+        raise ProfileFailure(
+            "PERMISSION_DENIED", "ncu may not read the performance counters here", log_tail=log_tail
+        )
     result_file = w.partial / "target.json"
     target = None
     if result_file.is_file():
@@ -222,23 +311,31 @@ def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
             target = {"ok": False, "error": "target.json is not JSON"}
     rec["target"] = target
     if run["timed_out"]:
-        raise ProfileFailure("NCU_FAILED", f"ncu did not finish within {run['duration_s']:.0f} s", log_tail=log_tail)
+        raise ProfileFailure(
+            "NCU_FAILED", f"ncu did not finish within {run['duration_s']:.0f} s", log_tail=log_tail
+        )
     if target is not None and not target.get("ok"):
         raise ProfileFailure("TARGET_FAILED", target.get("error", "the target failed"), log_tail=log_tail)
     if run["returncode"] != 0:
-        raise ProfileFailure("NCU_FAILED", f"ncu exited {run['returncode']}", returncode=run["returncode"],
-                             log_tail=log_tail)
+        raise ProfileFailure(
+            "NCU_FAILED", f"ncu exited {run['returncode']}", returncode=run["returncode"], log_tail=log_tail
+        )
     if target is None:
-        raise ProfileFailure("TARGET_FAILED", "the target wrote no result (did ncu run it?)", log_tail=log_tail)
+        raise ProfileFailure(
+            "TARGET_FAILED", "the target wrote no result (did ncu run it?)", log_tail=log_tail
+        )
     rec["case"]["input_sha256"] = target.get("input_sha256")
     rec["device"] = target.get("device_name")
     check = target.get("output_check") or {}
     if not check.get("ok"):
         raise ProfileFailure("WRONG_OUTPUT", check.get("reason") or "output check failed", check=check)
     if ncu_mod.NO_KERNELS_MARK in out or not (w.partial / REPORT).is_file():
-        raise ProfileFailure("NO_MATCHING_KERNEL", "ncu profiled no kernel: nothing matched "
-                             f"{rec['ncu']['kernel_filter']} after {rec['ncu']['launch_skip']} skipped launches",
-                             log_tail=log_tail)
+        raise ProfileFailure(
+            "NO_MATCHING_KERNEL",
+            "ncu profiled no kernel: nothing matched "
+            f"{rec['ncu']['kernel_filter']} after {rec['ncu']['launch_skip']} skipped launches",
+            log_tail=log_tail,
+        )
 
 
 @dataclass
@@ -250,7 +347,9 @@ class Target:
     plan: dict
     rec: dict  # profile.json's binding (_binding)
     records: dict  # the JSON files written beside it
-    build: Callable[[ProfileWriter, dict], Job]  # builds (ProfileFailure if it cannot), returns the target's job
+    build: Callable[
+        [ProfileWriter, dict], Job
+    ]  # builds (ProfileFailure if it cannot), returns the target's job
     cwd: str
 
 
@@ -259,15 +358,32 @@ def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, pro
     p = plan(card, cand, opts)
     env = environment.collect()
     rec = _binding(card, cand, p, opts, env)
-    records = {"task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
-               "candidate_manifest.json": {"schema_version": 1, **cand.to_dict(), "files": rec["candidate"]["sources"]},
-               "environment.json": env}
+    records = {
+        "task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
+        "candidate_manifest.json": {
+            "schema_version": 1,
+            **cand.to_dict(),
+            "files": rec["candidate"]["sources"],
+        },
+        "environment.json": env,
+    }
     if not p["kernel_names"]:
         p["no_kernels"] = f"no __global__ function in {list(cand.cuda_sources)}"
-    target = Target(card.id, cand.id, p, rec, records, lambda w, r: _card_job(card, cand, p, _build(card, cand, opts, w, r)),
-                    card.project_root)
-    return run_profile(target, Path(opts.artifacts) if opts.artifacts else Path(card.project_root) / "artifacts",
-                       opts, progress)
+    target = Target(
+        card.id,
+        cand.id,
+        p,
+        rec,
+        records,
+        lambda w, r: _card_job(card, cand, p, _build(card, cand, opts, w, r)),
+        card.project_root,
+    )
+    return run_profile(
+        target,
+        Path(opts.artifacts) if opts.artifacts else Path(card.project_root) / "artifacts",
+        opts,
+        progress,
+    )
 
 
 def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None) -> dict:
@@ -294,6 +410,14 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
     except ProfileFailure as exc:
         rec.update(status="failed", reason=exc.to_dict(), exit_code=int(exc.exit_code))
     path = w.commit(rec)
-    return {"status": rec["status"], "exit_code": rec["exit_code"], "reason": rec["reason"], "path": str(path),
-            "profile_id": w.profile_id, "summary": rec["summary"], "kernel": rec["kernel"], "case": rec["case"]["id"],
-            "candidate": t.candidate}
+    return {
+        "status": rec["status"],
+        "exit_code": rec["exit_code"],
+        "reason": rec["reason"],
+        "path": str(path),
+        "profile_id": w.profile_id,
+        "summary": rec["summary"],
+        "kernel": rec["kernel"],
+        "case": rec["case"]["id"],
+        "candidate": t.candidate,
+    }

@@ -42,8 +42,13 @@ def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
             continue
         if doc["status"] != "ok":
             r = doc["reason"] or {}
-            problems.append({"code": "PROFILE_FAILED", "profile": label,
-                             "message": f"{label} ({doc['profile_id']}) failed: {r.get('code')}: {r.get('message')}"})
+            problems.append(
+                {
+                    "code": "PROFILE_FAILED",
+                    "profile": label,
+                    "message": f"{label} ({doc['profile_id']}) failed: {r.get('code')}: {r.get('message')}",
+                }
+            )
         docs.append(doc)
     if problems:
         raise CompareRefused(problems)
@@ -69,8 +74,12 @@ def _input_key(d: dict) -> dict:
     return {"seed": c["seed"], "input_sha256": c["input_sha256"]}
 
 
-CHECKS = (("TASK_MISMATCH", _task_key), ("CASE_MISMATCH", _case_key),
-          ("ENVIRONMENT_MISMATCH", _env_key), ("INPUT_MISMATCH", _input_key))
+CHECKS = (
+    ("TASK_MISMATCH", _task_key),
+    ("CASE_MISMATCH", _case_key),
+    ("ENVIRONMENT_MISMATCH", _env_key),
+    ("INPUT_MISMATCH", _input_key),
+)
 
 
 def refusals(a: dict, b: dict) -> list[dict]:
@@ -101,8 +110,11 @@ def deltas(a: dict, b: dict) -> dict:
     rows = []
     for label, key, kind in ROWS:
         va, vb = sa.get(key), sb.get(key)
-        ratio = vb / va if kind != "text" and isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va \
+        ratio = (
+            vb / va
+            if kind != "text" and isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
             else None
+        )
         rows.append({"label": label, "key": key, "kind": kind, "A": va, "B": vb, "ratio": ratio})
     return {"rows": rows, "stalls": _stall_rows(sa, sb)}
 
@@ -117,8 +129,14 @@ def compare(a_spec: str, b_spec: str, artifacts: Path) -> dict:
 
 
 def _ident(d: dict) -> dict:
-    return {"profile_id": d["profile_id"], "path": d["path"], "candidate": d["candidate"]["id"],
-            "task": d["task"]["id"], "case": d["case"]["id"], "kernel": d["summary"]["kernel_name"]}
+    return {
+        "profile_id": d["profile_id"],
+        "path": d["path"],
+        "candidate": d["candidate"]["id"],
+        "task": d["task"]["id"],
+        "case": d["case"]["id"],
+        "kernel": d["summary"]["kernel_name"],
+    }
 
 
 def fmt(value, kind: str) -> str:

@@ -22,8 +22,10 @@ REQUIRED = {
     "block_size": ("launch__block_size",),
     "waves_per_sm": ("launch__waves_per_multiprocessor",),
     "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
-    "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    "dram_throughput_pct": (
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    ),
     "dram_bandwidth_Bps": ("dram__bytes.sum.per_second",),
     "duration_ns": ("gpu__time_duration.sum",),
 }
@@ -43,7 +45,16 @@ TOP_STALLS = 5
 
 _GROUPED = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_TIME = {"second": 1e9, "msecond": 1e6, "usecond": 1e3, "nsecond": 1.0, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
+_TIME = {
+    "second": 1e9,
+    "msecond": 1e6,
+    "usecond": 1e3,
+    "nsecond": 1.0,
+    "s": 1e9,
+    "ms": 1e6,
+    "us": 1e3,
+    "ns": 1.0,
+}
 
 
 def parse_number(text: str) -> float | None:
@@ -99,14 +110,17 @@ def parse_raw_csv(text: str) -> dict:
         raise ProfileFailure("CSV_UNPARSABLE", f"not CSV: {exc}") from None
     start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
     if start is None:
-        raise ProfileFailure("CSV_UNPARSABLE", "no header row starting with \"ID\" (is this `--page raw` output?)",
-                             head=text[:400])
+        raise ProfileFailure(
+            "CSV_UNPARSABLE",
+            'no header row starting with "ID" (is this `--page raw` output?)',
+            head=text[:400],
+        )
     header = rows[start]
     if "Kernel Name" not in header:
-        raise ProfileFailure("CSV_UNPARSABLE", "the header has no \"Kernel Name\" column", header=header[:20])
+        raise ProfileFailure("CSV_UNPARSABLE", 'the header has no "Kernel Name" column', header=header[:20])
     if len(set(header)) != len(header):
         raise ProfileFailure("CSV_UNPARSABLE", "the header repeats a column name")
-    body = rows[start + 1:]
+    body = rows[start + 1 :]
     units = {}
     if body and body[0] and body[0][0] == "":  # the units row: no launch ID
         units = dict(zip(header, body[0], strict=False))
@@ -137,19 +151,29 @@ def select_row(parsed: dict, pattern: str) -> dict:
     names = [r["Kernel Name"] for r in parsed["rows"]]
     hits = [r for r in parsed["rows"] if rx.search(r["Kernel Name"])]
     if not hits:
-        raise ProfileFailure("NO_MATCHING_KERNEL", f"none of the {len(names)} profiled row(s) matches {pattern}",
-                             kernels=names[:20], filter=pattern)
+        raise ProfileFailure(
+            "NO_MATCHING_KERNEL",
+            f"none of the {len(names)} profiled row(s) matches {pattern}",
+            kernels=names[:20],
+            filter=pattern,
+        )
     if len(hits) > 1:
-        raise ProfileFailure("MULTIPLE_MATCHING_KERNELS", f"{len(hits)} profiled rows match {pattern}",
-                             kernels=[r["Kernel Name"] for r in hits][:20], ids=[r.get("ID") for r in hits][:20],
-                             filter=pattern)
+        raise ProfileFailure(
+            "MULTIPLE_MATCHING_KERNELS",
+            f"{len(hits)} profiled rows match {pattern}",
+            kernels=[r["Kernel Name"] for r in hits][:20],
+            ids=[r.get("ID") for r in hits][:20],
+            filter=pattern,
+        )
     return hits[0]
 
 
 def row_metrics(parsed: dict, row: dict) -> dict:
     """{metric: {"raw", "unit", "value"}} for every metric column of the row."""
-    return {m: {"raw": row[m], "unit": parsed["units"].get(m, ""), "value": parse_number(row[m])}
-            for m in parsed["metric_columns"]}
+    return {
+        m: {"raw": row[m], "unit": parsed["units"].get(m, ""), "value": parse_number(row[m])}
+        for m in parsed["metric_columns"]
+    }
 
 
 def _pick(metrics: dict, names: tuple[str, ...]) -> str | None:
@@ -158,7 +182,9 @@ def _pick(metrics: dict, names: tuple[str, ...]) -> str | None:
 
 def summarize(metrics: dict, kernel_name: str) -> dict:
     """The comparison's view of one kernel; MISSING_METRICS names every absent concept."""
-    missing = [f"{c} ({' or '.join(names)})" for c, names in REQUIRED.items() if _pick(metrics, names) is None]
+    missing = [
+        f"{c} ({' or '.join(names)})" for c, names in REQUIRED.items() if _pick(metrics, names) is None
+    ]
     stalls = []
     for name, m in metrics.items():
         hit = STALL.match(name)
@@ -193,5 +219,9 @@ def analyze(text: str, pattern: str) -> dict:
     row = select_row(parsed, pattern)
     metrics = row_metrics(parsed, row)
     identity = {h: row[h] for h in parsed["header"] if h not in parsed["metric_columns"]}
-    return {"kernel": identity, "metrics": metrics, "summary": summarize(metrics, row["Kernel Name"]),
-            "rows": len(parsed["rows"])}
+    return {
+        "kernel": identity,
+        "metrics": metrics,
+        "summary": summarize(metrics, row["Kernel Name"]),
+        "rows": len(parsed["rows"]),
+    }

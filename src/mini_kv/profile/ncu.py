@@ -60,8 +60,9 @@ def kernel_names(candidate_dir: Path, cuda_sources: list[str]) -> list[str]:
     return names
 
 
-def profile_command(ncu: str, report_base: Path, kernel_filter: str, launch_skip: int,
-                    target: list[str]) -> list[str]:
+def profile_command(
+    ncu: str, report_base: Path, kernel_filter: str, launch_skip: int, target: list[str]
+) -> list[str]:
     """ncu around the target: one launch of the filtered kernel after `launch_skip` matching ones.
 
     --launch-skip counts only launches that pass the kernel filter, so the warm-up calls of the
@@ -70,9 +71,20 @@ def profile_command(ncu: str, report_base: Path, kernel_filter: str, launch_skip
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all"]
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:{kernel_filter}",
-            "--launch-skip", str(launch_skip), "--launch-count", "1",
-            "--export", str(report_base), "--force-overwrite", *target]
+    cmd += [
+        "--kernel-name-base",
+        "function",
+        "--kernel-name",
+        f"regex:{kernel_filter}",
+        "--launch-skip",
+        str(launch_skip),
+        "--launch-count",
+        "1",
+        "--export",
+        str(report_base),
+        "--force-overwrite",
+        *target,
+    ]
     return cmd
 
 
@@ -81,17 +93,27 @@ def import_command(ncu: str, report: Path) -> list[str]:
     return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
-def run_logged(name: str, cmd: list[str], log: Path, timeout: float, env: dict | None = None,
-               cwd: str | None = None) -> dict:
+def run_logged(
+    name: str, cmd: list[str], log: Path, timeout: float, env: dict | None = None, cwd: str | None = None
+) -> dict:
     """Run `cmd`, keep stdout+stderr in `log`; the record goes into profile.json."""
     t0 = time.perf_counter()
     res = run_with_timeout(cmd, timeout=timeout, env=env, cwd=cwd)
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}\n"
-                   f"--- exit {res.returncode}{' (timed out)' if res.timed_out else ''}\n")
-    return {"name": name, "argv": cmd, "returncode": res.returncode, "timed_out": res.timed_out,
-            "duration_s": round(time.perf_counter() - t0, 3), "log": log.name,
-            "_stdout": res.stdout, "_stderr": res.stderr}
+    log.write_text(
+        f"$ {' '.join(cmd)}\n--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}\n"
+        f"--- exit {res.returncode}{' (timed out)' if res.timed_out else ''}\n"
+    )
+    return {
+        "name": name,
+        "argv": cmd,
+        "returncode": res.returncode,
+        "timed_out": res.timed_out,
+        "duration_s": round(time.perf_counter() - t0, 3),
+        "log": log.name,
+        "_stdout": res.stdout,
+        "_stderr": res.stderr,
+    }
 
 
 def tail(text: str, n: int = 3000) -> str:
@@ -99,6 +121,7 @@ def tail(text: str, n: int = 3000) -> str:
 
 
 # ------------------------------------------------------------------------------- doctor
+
 
 def _admin_only() -> bool | None:
     """The driver's RmProfilingAdminOnly setting (True: only root may read counters), if readable."""
@@ -117,8 +140,21 @@ def probe_counters(ncu: str, timeout: float = 180.0) -> tuple[bool, str]:
     """Profile one tiny torch kernel: can this user read the counters here? (ok, what was seen)."""
     import sys
 
-    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--launch-count", "1",
-           "--csv", "--page", "raw", sys.executable, "-c", PROBE]
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--launch-count",
+        "1",
+        "--csv",
+        "--page",
+        "raw",
+        sys.executable,
+        "-c",
+        PROBE,
+    ]
     res = run_with_timeout(cmd, timeout=timeout)
     out = res.stdout + res.stderr
     if PERMISSION_MARK in out:
@@ -133,15 +169,31 @@ def probe_counters(ncu: str, timeout: float = 180.0) -> tuple[bool, str]:
 
 def doctor_rows(gpu_visible: bool, probe: bool = True) -> list[dict]:
     """Rows for `doctor`: is ncu there, which version, and can it read the counters."""
-    fix_perm = ("run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
-                "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+    fix_perm = (
+        "run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
+        "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)"
+    )
     ncu = find_ncu()
-    rows = [{"name": "ncu", "value": f"{ncu} ({ncu_version(ncu)})" if ncu else "not found", "ok": ncu is not None,
-             "blocks": "profile (optional)", "fix": "install Nsight Compute (ships with the CUDA toolkit) and put "
-                                                   "ncu on PATH, or set MINI_KV_NCU"}]
+    rows = [
+        {
+            "name": "ncu",
+            "value": f"{ncu} ({ncu_version(ncu)})" if ncu else "not found",
+            "ok": ncu is not None,
+            "blocks": "profile (optional)",
+            "fix": "install Nsight Compute (ships with the CUDA toolkit) and put "
+            "ncu on PATH, or set MINI_KV_NCU",
+        }
+    ]
     if ncu is None:
-        rows.append({"name": "ncu counters", "value": "not checked: ncu not found", "ok": False,
-                     "blocks": "profile (optional)", "fix": "install Nsight Compute first"})
+        rows.append(
+            {
+                "name": "ncu counters",
+                "value": "not checked: ncu not found",
+                "ok": False,
+                "blocks": "profile (optional)",
+                "fix": "install Nsight Compute first",
+            }
+        )
         return rows
     admin = _admin_only()
     if admin and os.geteuid() != 0:
@@ -152,7 +204,15 @@ def doctor_rows(gpu_visible: bool, probe: bool = True) -> list[dict]:
         value, ok = "not checked", False
     else:
         ok, value = probe_counters(ncu)
-    rows.append({"name": "ncu counters", "value": value, "ok": ok, "blocks": "profile (optional)",
-                 "fix": fix_perm if "permission" in value or "admin" in value else
-                 "run on a machine with a GPU; see the probe's message"})
+    rows.append(
+        {
+            "name": "ncu counters",
+            "value": value,
+            "ok": ok,
+            "blocks": "profile (optional)",
+            "fix": fix_perm
+            if "permission" in value or "admin" in value
+            else "run on a machine with a GPU; see the probe's message",
+        }
+    )
     return rows

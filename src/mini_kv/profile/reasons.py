@@ -10,14 +10,26 @@ from mini_kv.errors import ExitCode, UserError
 
 # code -> (exit code, what it means)
 PROFILE_REASONS: dict[str, tuple[ExitCode, str]] = {
-    "NCU_NOT_FOUND": (ExitCode.CONFIG, "Nsight Compute (ncu) was not found on PATH (or at $MINI_KV_NCU / --ncu)"),
+    "NCU_NOT_FOUND": (
+        ExitCode.CONFIG,
+        "Nsight Compute (ncu) was not found on PATH (or at $MINI_KV_NCU / --ncu)",
+    ),
     "NO_CUDA": (ExitCode.CONFIG, "torch sees no CUDA device: there is no GPU kernel to profile"),
-    "PERMISSION_DENIED": (ExitCode.CONFIG, "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM)"),
+    "PERMISSION_DENIED": (
+        ExitCode.CONFIG,
+        "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM)",
+    ),
     "NO_KERNEL_NAMES": (ExitCode.CONFIG, "no __global__ kernel was found in the candidate's CUDA sources"),
     "COMPILE_FAILED": (ExitCode.COMPILE, "the candidate did not build"),
     "NCU_FAILED": (ExitCode.BENCHMARK, "ncu exited with an error or timed out while profiling"),
-    "TARGET_FAILED": (ExitCode.BENCHMARK, "the profiled process failed before or while calling the candidate"),
-    "WRONG_OUTPUT": (ExitCode.CORRECTNESS, "the candidate's output in the profiled run differs from the reference"),
+    "TARGET_FAILED": (
+        ExitCode.BENCHMARK,
+        "the profiled process failed before or while calling the candidate",
+    ),
+    "WRONG_OUTPUT": (
+        ExitCode.CORRECTNESS,
+        "the candidate's output in the profiled run differs from the reference",
+    ),
     "NO_MATCHING_KERNEL": (ExitCode.BENCHMARK, "no profiled kernel matches the candidate's kernel filter"),
     "MULTIPLE_MATCHING_KERNELS": (ExitCode.BENCHMARK, "more than one profiled row matches the kernel filter"),
     "REIMPORT_FAILED": (ExitCode.BENCHMARK, "the saved .ncu-rep report could not be re-imported"),

@@ -25,7 +25,11 @@ def kernel_names(sol) -> list[str]:
     names: list[str] = []
     for src in sol.sources:
         if PurePosixPath(src.path).suffix in suffixes:
-            text = re.sub(r"//[^\n]*|/\*.*?\*/", "", src.content, flags=re.S) if sol.group == "cpp" else src.content
+            text = (
+                re.sub(r"//[^\n]*|/\*.*?\*/", "", src.content, flags=re.S)
+                if sol.group == "cpp"
+                else src.content
+            )
             names += [n for n in pattern.findall(text) if n not in names]
     return names
 
@@ -39,18 +43,30 @@ def plan(prob, opts: capture.ProfileOptions) -> dict:
     wls = prob.workloads
     hits = wls[:1] if opts.case is None else [w for w in wls if w.uuid == opts.case]
     if not hits:
-        raise ConfigError("--case", "", f"{opts.case!r} is not a workload of {prob.definition.name}; choose one of "
-                          + ", ".join(w.uuid for w in wls))
+        raise ConfigError(
+            "--case",
+            "",
+            f"{opts.case!r} is not a workload of {prob.definition.name}; choose one of "
+            + ", ".join(w.uuid for w in wls),
+        )
     found = kernel_names(prob.solution)
     if opts.kernel is not None and found and opts.kernel not in found:
-        raise ConfigError("--kernel", "", f"{opts.kernel!r} is not a kernel of {prob.solution.name} (found: "
-                          f"{', '.join(found)})")
+        raise ConfigError(
+            "--kernel",
+            "",
+            f"{opts.kernel!r} is not a kernel of {prob.solution.name} (found: {', '.join(found)})",
+        )
     names = [opts.kernel] if opts.kernel else found
-    return {"case": hits[0], "seed": case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt),
-            "kernel_names": names, "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
-            "launch_skip": opts.warmup, "warmup": opts.warmup,
-            "no_kernels": f"no __global__ or @triton.jit function in {prob.solution.name}'s sources: name the "
-                          "kernel to profile with --kernel"}
+    return {
+        "case": hits[0],
+        "seed": case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt),
+        "kernel_names": names,
+        "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
+        "launch_skip": opts.warmup,
+        "warmup": opts.warmup,
+        "no_kernels": f"no __global__ or @triton.jit function in {prob.solution.name}'s sources: name the "
+        "kernel to profile with --kernel",
+    }
 
 
 def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capture.Target:
@@ -60,17 +76,38 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
 
     p, d, sol = plan(prob, opts), prob.definition, prob.solution
     wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
-    rec = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "task": {"id": ident["task_id"], "version": ident["task_version"], "card_path": str(Path(d.path).parent),
-                    "suite_hash": ident["suite_hash"], "operator": {**ident["operator"], "reference": "definition.json",
-                                                                      "inputs": "workload.jsonl"}},
-           "candidate": {"id": _safe(sol.name), "op": sol.raw["spec"]["entry_point"], "path": sol.path,
-                         "sources": [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
-                         "library": None, "library_sha256": None, "build_key": None, "prebuilt": False},
-           "case": {"id": wl.uuid, "base_id": wl.uuid, "kind": "workload", "dtype": "", "params": dict(wl.axes),
-                    "seed": p["seed"], "seed_salt": opts.seed_salt, "input_sha256": None,
-                    "tolerance": {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]}},
-           **capture.unprofiled(p, env)}
+    rec = {
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "task": {
+            "id": ident["task_id"],
+            "version": ident["task_version"],
+            "card_path": str(Path(d.path).parent),
+            "suite_hash": ident["suite_hash"],
+            "operator": {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
+        },
+        "candidate": {
+            "id": _safe(sol.name),
+            "op": sol.raw["spec"]["entry_point"],
+            "path": sol.path,
+            "sources": [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
+            "library": None,
+            "library_sha256": None,
+            "build_key": None,
+            "prebuilt": False,
+        },
+        "case": {
+            "id": wl.uuid,
+            "base_id": wl.uuid,
+            "kind": "workload",
+            "dtype": "",
+            "params": dict(wl.axes),
+            "seed": p["seed"],
+            "seed_salt": opts.seed_salt,
+            "input_sha256": None,
+            "tolerance": {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]},
+        },
+        **capture.unprofiled(p, env),
+    }
     ref_file = staging / "reference.py"
 
     def build(w, r) -> dict:
@@ -80,11 +117,23 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
         if sol.group == "cpp":
             from mini_kv.solexec.run import BenchOptions, compile_problem
 
-            comp, _ = compile_problem(prob, staging, BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout
-                                                                  or 600.0), lambda msg: None)
+            comp, _ = compile_problem(
+                prob,
+                staging,
+                BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout or 600.0),
+                lambda msg: None,
+            )
             capture.built(comp or {"status": "unavailable", "key": None}, w, r)
-        return SolProfileTargetJob(device="cuda:0", reference_file=str(ref_file), seed=p["seed"], warmup=p["warmup"],
-                                   calls=1, solution=job_entry(sol, staging / "solution", comp), case=_case(d, wl, 0))
+        return SolProfileTargetJob(
+            device="cuda:0",
+            reference_file=str(ref_file),
+            seed=p["seed"],
+            warmup=p["warmup"],
+            calls=1,
+            solution=job_entry(sol, staging / "solution", comp),
+            case=_case(d, wl, 0),
+        )
+
     records = {"definition.json": d.raw, "solution.json": sol.resolved(), "environment.json": env}
     return capture.Target(ident["task_id"], _safe(sol.name), p, rec, records, build, str(Path.cwd()))
 
@@ -95,9 +144,15 @@ def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
     from mini_kv import environment
     from mini_kv.solexec.run import BenchOptions, bench_project_root
 
-    artifacts = Path(opts.artifacts) if opts.artifacts else bench_project_root(BenchOptions(prob.solution.path)) / "artifacts"
+    artifacts = (
+        Path(opts.artifacts)
+        if opts.artifacts
+        else bench_project_root(BenchOptions(prob.solution.path)) / "artifacts"
+    )
     with tempfile.TemporaryDirectory(prefix="mini-kv-sol-profile-") as staging:
-        return capture.run_profile(target(prob, opts, Path(staging), environment.collect()), artifacts, opts, progress)
+        return capture.run_profile(
+            target(prob, opts, Path(staging), environment.collect()), artifacts, opts, progress
+        )
 
 
 def run_target(job: dict) -> dict:
@@ -121,10 +176,15 @@ def run_target(job: dict) -> dict:
         res = fn(*args, *outs)
     torch.cuda.synchronize()
     outs = outs if sol["dps"] else normalize_outputs(res, sig, device)
-    checks = [check.compare(o, r, wl["tolerance"]) for o, r in
-              zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)]
+    checks = [
+        check.compare(o, r, wl["tolerance"])
+        for o, r in zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)
+    ]
     bad = next((c for c in checks if not c["ok"]), None)
-    return {"ok": True, "input_sha256": input_digest(pristine), "calls": int(job["warmup"]) + int(job["calls"]),
-            "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
-            "device_name": torch.cuda.get_device_name(torch.device(device))}
-
+    return {
+        "ok": True,
+        "input_sha256": input_digest(pristine),
+        "calls": int(job["warmup"]) + int(job["calls"]),
+        "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
+        "device_name": torch.cuda.get_device_name(torch.device(device)),
+    }

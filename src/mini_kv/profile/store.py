@@ -31,7 +31,7 @@ class ProfileUnusable(Exception):
 
 
 def new_profile_id(task_id: str, candidate: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{stamp}-{task_id}-{candidate}-{secrets.token_hex(3)}"
 
 
@@ -47,8 +47,13 @@ class ProfileWriter(StagedDir):
         """Hash every file, write profile.json (validated) last, rename the directory into place."""
         from mini_kv.load.schema import validate
 
-        doc = {**header, "schema_version": PROFILE_SCHEMA_VERSION, "kind": "mini_kv.profile",
-               "profile_id": self.profile_id, "files": self.manifest()}
+        doc = {
+            **header,
+            "schema_version": PROFILE_SCHEMA_VERSION,
+            "kind": "mini_kv.profile",
+            "profile_id": self.profile_id,
+            "files": self.manifest(),
+        }
         validate(json.loads(json.dumps(doc, default=str)), "profile", str(self.partial / "profile.json"))
         return self.publish("profile.json", doc)
 
@@ -80,7 +85,9 @@ def read_profile(path: Path) -> dict:
         if not f.is_file():
             raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: listed file {entry['path']} is missing")
         if f.stat().st_size != entry["size"] or sha256_file(f) != entry["sha256"]:
-            raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: {entry['path']} does not match its recorded SHA-256")
+            raise ProfileUnusable(
+                "PROFILE_TAMPERED", f"{path}: {entry['path']} does not match its recorded SHA-256"
+            )
     if doc["status"] == "ok":
         _check_summary(path, doc, listed)
     doc["path"] = str(path)
@@ -109,6 +116,8 @@ def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
     try:
         again = analyze((path / "raw.csv").read_text(), doc["ncu"]["kernel_filter"])["summary"]
     except ProfileFailure as exc:
-        raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})") from None
+        raise ProfileUnusable(
+            "PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})"
+        ) from None
     if not same_values(again, doc["summary"]):
         raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: profile.json's summary differs from its raw.csv")

@@ -53,7 +53,10 @@ def run(job: dict) -> dict:
     reference = import_path(job["reference"])
     tol = job["tolerance"]
     check = compare(out, reference(*pristine), tol["atol"], tol["rtol"])
-    return {"ok": True, "input_sha256": digest, "calls": int(job["warmup"]) + int(job["calls"]),
-            "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
-            "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu"}
-
+    return {
+        "ok": True,
+        "input_sha256": digest,
+        "calls": int(job["warmup"]) + int(job["calls"]),
+        "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
+        "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
+    }

@@ -40,14 +40,21 @@ def stage_sources(solution: Solution, dest: Path) -> Path:
 def solution_build(solution: Solution, staged: Path, extra: CppFlags) -> SolutionBuild:
     compiled = [s.path for s in solution.sources if PurePosixPath(s.path).suffix in CPP_SUFFIXES]
     return SolutionBuild(
-        id=solution.name, path=str(staged.resolve()),
+        id=solution.name,
+        path=str(staged.resolve()),
         cpu_sources=tuple(p for p in compiled if not p.endswith(".cu")),
         cuda_sources=tuple(p for p in compiled if p.endswith(".cu")),
-        cflags=solution.cflags, cuda_cflags=solution.cuda_cflags,
-        ldflags=solution.ldflags, extra_ldflags=extra.ldflags, include_dirs=extra.include_dirs)
+        cflags=solution.cflags,
+        cuda_cflags=solution.cuda_cflags,
+        ldflags=solution.ldflags,
+        extra_ldflags=extra.ldflags,
+        include_dirs=extra.include_dirs,
+    )
 
 
-def compile_solution(project_root: Path, solution: Solution, staged: Path, extra: CppFlags, timeout: float) -> dict:
+def compile_solution(
+    project_root: Path, solution: Solution, staged: Path, extra: CppFlags, timeout: float
+) -> dict:
     """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs."""
     return compile_candidate(project_root, solution_build(solution, staged, extra), timeout=timeout)
 
@@ -56,9 +63,15 @@ def job_entry(solution: Solution, staged: Path, compile_rec: dict | None) -> dic
     """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
     regression gate's same-run comparison)."""
     rec = compile_rec or {}
-    return {"group": solution.group, "dir": str(staged), "entry_file": solution.entry_file,
-            "entry_function": solution.entry_function, "dps": solution.dps, "module": rec.get("module"),
-            "library": rec.get("library")}
+    return {
+        "group": solution.group,
+        "dir": str(staged),
+        "entry_file": solution.entry_file,
+        "entry_function": solution.entry_function,
+        "dps": solution.dps,
+        "module": rec.get("module"),
+        "library": rec.get("library"),
+    }
 
 
 def build_log(record: dict, limit: int = 8000) -> str:

@@ -13,10 +13,18 @@ from __future__ import annotations
 import torch
 
 
-def _stats(ok: bool, max_abs: float, max_rel: float, has_nan: bool, has_inf: bool, matched: float,
-           reason: str | None) -> dict:
-    return {"ok": ok, "max_absolute_error": max_abs, "max_relative_error": max_rel, "has_nan": has_nan,
-            "has_inf": has_inf, "matched_ratio": matched, "reason": reason}
+def _stats(
+    ok: bool, max_abs: float, max_rel: float, has_nan: bool, has_inf: bool, matched: float, reason: str | None
+) -> dict:
+    return {
+        "ok": ok,
+        "max_absolute_error": max_abs,
+        "max_relative_error": max_rel,
+        "has_nan": has_nan,
+        "has_inf": has_inf,
+        "matched_ratio": matched,
+        "reason": reason,
+    }
 
 
 def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
@@ -25,8 +33,15 @@ def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     matched = float(same.float().mean()) if same.numel() else 1.0
     ok = matched >= tol["required_matched_ratio"]
     # no value errors to report (the bytes are compared, not decoded): the matched share says it all
-    return _stats(ok, 0.0, 0.0, False, False, matched,
-                  None if ok else f"{1 - matched:.2%} of packed float4 bytes differ")
+    return _stats(
+        ok,
+        0.0,
+        0.0,
+        False,
+        False,
+        matched,
+        None if ok else f"{1 - matched:.2%} of packed float4 bytes differ",
+    )
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
@@ -38,8 +53,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     x = out.detach().to(torch.float32)
     y = ref.detach().to(device=x.device, dtype=torch.float32)
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
-    neg_inf_ok = (x == float("-inf")) & (y == float("-inf")) if tol["allow_negative_inf"] \
+    neg_inf_ok = (
+        (x == float("-inf")) & (y == float("-inf"))
+        if tol["allow_negative_inf"]
         else torch.zeros_like(x, dtype=torch.bool)
+    )
     nonfinite = (~torch.isfinite(x) | ~torch.isfinite(y)) & ~neg_inf_ok
     diff = torch.where(neg_inf_ok | nonfinite, torch.zeros_like(x), (x - y).abs())
     bad = ((diff > atol + rtol * y.abs()) | nonfinite) & ~neg_inf_ok
@@ -53,8 +71,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
         side = "output" if bool((~torch.isfinite(x) & ~neg_inf_ok).any()) else "reference"
         reason = f"the {side} holds NaN or Inf at {int(nonfinite.sum())} element(s)"
     elif matched < tol["required_matched_ratio"]:
-        reason = (f"{int(bad.sum())} of {bad.numel()} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
-                  f"(matched {matched:.4%} < required {tol['required_matched_ratio']:.2%})")
+        reason = (
+            f"{int(bad.sum())} of {bad.numel()} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
+            f"(matched {matched:.4%} < required {tol['required_matched_ratio']:.2%})"
+        )
     elif tol["max_error_cap"] is not None and max_abs > tol["max_error_cap"]:
         reason = f"max absolute error {max_abs:.3g} above max_error_cap {tol['max_error_cap']:g}"
     elif not bool(x.any()) and bool(y.any()):

@@ -53,8 +53,10 @@ class Definition:
         while pending:  # expressions may use other expressions: resolve in dependency order
             ready = {n: e for n, e in pending.items() if _names(e) <= set(values)}
             if not ready:
-                raise ValueError(f"axis {sorted(pending)[0]!r}: its expression uses an axis that is never sized "
-                                 "(unbound var axis or a cycle)")
+                raise ValueError(
+                    f"axis {sorted(pending)[0]!r}: its expression uses an axis that is never sized "
+                    "(unbound var axis or a cycle)"
+                )
             for n, e in ready.items():
                 values[n] = _axis_value(n, e, values)
                 del pending[n]
@@ -72,8 +74,21 @@ class Definition:
 
 
 # bytes per element; float4_e2m1fn_x2 packs two values in one byte, which torch counts as one element
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-            "float4_e2m1fn_x2": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float4_e2m1fn_x2": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 MAX_LITERAL_DIGITS = 18  # a literal size stays below 2**63
 
 
@@ -101,12 +116,16 @@ def _check_axes(axes: dict, file: str) -> None:
         try:
             used = _names(axis["expression"])
         except arith.ExpressionError as exc:
-            raise ConfigError(file, where, f"not an arithmetic expression over axis names ({exc}); "
-                              f"the grammar: {arith.GRAMMAR}") from None
+            raise ConfigError(
+                file,
+                where,
+                f"not an arithmetic expression over axis names ({exc}); the grammar: {arith.GRAMMAR}",
+            ) from None
         unknown = sorted(used - set(axes))
         if unknown:
-            raise ConfigError(file, where, f"uses {', '.join(unknown)}, which is not an axis; "
-                              f"known axes: {', '.join(axes)}")
+            raise ConfigError(
+                file, where, f"uses {', '.join(unknown)}, which is not an axis; known axes: {', '.join(axes)}"
+            )
 
 
 def _tensors(raw: dict, group: str, axes: dict, file: str) -> tuple[TensorSpec, ...]:
@@ -115,9 +134,12 @@ def _tensors(raw: dict, group: str, axes: dict, file: str) -> tuple[TensorSpec, 
         shape = spec["shape"]
         for i, dim in enumerate(shape or []):
             if not is_literal_size(dim) and dim not in axes:
-                raise ConfigError(file, f"{group}.{name}.shape[{i}]",
-                                  f"{dim!r} is not an axis or a size (ASCII digits, at most "
-                                  f"{MAX_LITERAL_DIGITS}); known axes: {', '.join(axes) or '(none)'}")
+                raise ConfigError(
+                    file,
+                    f"{group}.{name}.shape[{i}]",
+                    f"{dim!r} is not an axis or a size (ASCII digits, at most "
+                    f"{MAX_LITERAL_DIGITS}); known axes: {', '.join(axes) or '(none)'}",
+                )
         out.append(TensorSpec(name, None if shape is None else tuple(shape), spec["dtype"]))
     return tuple(out)
 
@@ -140,12 +162,16 @@ def _check_reference(raw: dict, inputs: tuple[TensorSpec, ...], file: str) -> No
     params = [a.arg for a in (*run.args.posonlyargs, *run.args.args)]
     names = [t.name for t in inputs]
     if params != names:
-        raise ConfigError(file, "reference", f"run{tuple(params)} must take exactly the inputs, in order: "
-                          f"run({', '.join(names)})")
+        raise ConfigError(
+            file,
+            "reference",
+            f"run{tuple(params)} must take exactly the inputs, in order: run({', '.join(names)})",
+        )
     entry = raw.get("custom_inputs_entrypoint")
     if entry and entry not in funcs:
-        raise ConfigError(file, "custom_inputs_entrypoint",
-                          f"{entry!r} is not a top-level function of the reference source")
+        raise ConfigError(
+            file, "custom_inputs_entrypoint", f"{entry!r} is not a top-level function of the reference source"
+        )
 
 
 def load_definition(path: str | Path) -> Definition:
@@ -163,6 +189,13 @@ def load_definition(path: str | Path) -> Definition:
     inputs = _tensors(raw["inputs"], "inputs", raw["axes"], file)
     outputs = _tensors(raw["outputs"], "outputs", raw["axes"], file)
     _check_reference(raw, inputs, file)
-    return Definition(path=file, raw=raw, name=raw["name"], axes=dict(raw["axes"]), inputs=inputs,
-                      outputs=outputs, reference=raw["reference"],
-                      custom_inputs_entrypoint=raw.get("custom_inputs_entrypoint"))
+    return Definition(
+        path=file,
+        raw=raw,
+        name=raw["name"],
+        axes=dict(raw["axes"]),
+        inputs=inputs,
+        outputs=outputs,
+        reference=raw["reference"],
+        custom_inputs_entrypoint=raw.get("custom_inputs_entrypoint"),
+    )

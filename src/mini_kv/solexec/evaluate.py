@@ -114,12 +114,17 @@ def run_reference(ctx: Context, sig: dict, inputs: list) -> list:
         refs = normalize_outputs(ctx.reference_fn(*clone_inputs(inputs)), sig, ctx.device)
         _sync(ctx.device)
     except Exception as exc:  # noqa: BLE001
-        raise Verdict(Status.INVALID_REFERENCE, f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(
+            Status.INVALID_REFERENCE, f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}"
+        ) from None
     for spec, ref in zip(sig["outputs"], refs, strict=True):
         want = tuple(spec["shape"] or ())
         if tuple(ref.shape) != want or ref.dtype != getattr(torch, spec["dtype"]):
-            raise Verdict(Status.INVALID_REFERENCE, f"reference output {spec['name']!r} is {list(ref.shape)} "
-                          f"{str(ref.dtype).replace('torch.', '')}, the definition says {list(want)} {spec['dtype']}")
+            raise Verdict(
+                Status.INVALID_REFERENCE,
+                f"reference output {spec['name']!r} is {list(ref.shape)} "
+                f"{str(ref.dtype).replace('torch.', '')}, the definition says {list(want)} {spec['dtype']}",
+            )
     return refs
 
 
@@ -129,23 +134,35 @@ def _inputs(ctx: Context, sig: dict, workload: dict, seed: int) -> list:
     except ReferenceInputError as exc:
         raise Verdict(Status.INVALID_REFERENCE, f"custom input generation failed: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - e.g. out of memory, unreadable safetensors data
-        raise Verdict(Status.RUNTIME_ERROR, f"input generation failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(
+            Status.RUNTIME_ERROR, f"input generation failed: {type(exc).__name__}: {exc}\n{_tb()}"
+        ) from None
 
 
 def _structure(sig: dict, outs: list, refs: list) -> None:
     """Exact tensor type (a subclass could compute lazily on read), then shape, then dtype."""
     for spec, out, ref in zip(sig["outputs"], outs, refs, strict=True):
         if type(out) is not torch.Tensor:
-            raise _hack("OUTPUT_NOT_PLAIN_TENSOR", f"output {spec['name']!r} is a {type(out).__name__}, not exactly "
-                        "a torch.Tensor (a subclass can compute or change its values when read)")
+            raise _hack(
+                "OUTPUT_NOT_PLAIN_TENSOR",
+                f"output {spec['name']!r} is a {type(out).__name__}, not exactly "
+                "a torch.Tensor (a subclass can compute or change its values when read)",
+            )
         if tuple(out.shape) != tuple(ref.shape):
-            raise Verdict(Status.INCORRECT_SHAPE, f"output {spec['name']!r} has shape {list(out.shape)}, expected "
-                          f"{list(ref.shape)}")
+            raise Verdict(
+                Status.INCORRECT_SHAPE,
+                f"output {spec['name']!r} has shape {list(out.shape)}, expected {list(ref.shape)}",
+            )
         if out.dtype != ref.dtype:
-            raise Verdict(Status.INCORRECT_DTYPE, f"output {spec['name']!r} has dtype {str(out.dtype).replace('torch.', '')}"
-                          f", expected {str(ref.dtype).replace('torch.', '')}")
+            raise Verdict(
+                Status.INCORRECT_DTYPE,
+                f"output {spec['name']!r} has dtype {str(out.dtype).replace('torch.', '')}"
+                f", expected {str(ref.dtype).replace('torch.', '')}",
+            )
         if out.device != ref.device:
-            raise Verdict(Status.RUNTIME_ERROR, f"output {spec['name']!r} is on {out.device}, expected {ref.device}")
+            raise Verdict(
+                Status.RUNTIME_ERROR, f"output {spec['name']!r} is on {out.device}, expected {ref.device}"
+            )
 
 
 def _worst(current: dict | None, new: dict) -> dict:
@@ -162,7 +179,9 @@ def _solve(ctx: Context, sig: dict, inputs: list, r: int) -> list:
     except Verdict:
         raise
     except Exception as exc:  # noqa: BLE001 - the solution raising is a result
-        raise Verdict(Status.RUNTIME_ERROR, f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}") from None
+        raise Verdict(
+            Status.RUNTIME_ERROR, f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}"
+        ) from None
 
 
 def _first_wrong(sig: dict, outs: list, refs: list, tol: dict) -> tuple[str, str] | None:
@@ -212,7 +231,9 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
             worst = _worst(worst, res)
             if not res["ok"]:
                 _explain_wrong_round(ctx, sig, r, first, pristine, outs, refs, prev, tol)
-                raise Verdict(Status.INCORRECT_NUMERICAL, f"round {r}, output {spec['name']!r}: {res['reason']}", worst)
+                raise Verdict(
+                    Status.INCORRECT_NUMERICAL, f"round {r}, output {spec['name']!r}: {res['reason']}", worst
+                )
             why = degenerate(out, ref, float(tol["max_atol"]))
             if why:
                 raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
@@ -220,27 +241,42 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     return worst
 
 
-def _explain_wrong_round(ctx: Context, sig: dict, r: int, first: bool, pristine: list, outs: list, refs: list,
-                         prev, tol: dict) -> None:
+def _explain_wrong_round(
+    ctx: Context, sig: dict, r: int, first: bool, pristine: list, outs: list, refs: list, prev, tol: dict
+) -> None:
     """A wrong round: a replayed result, or right when called after the reference, is a REWARD_HACK."""
-    if prev is not None and all(same_bytes(o, p) for o, p in zip(outs, prev[1], strict=True)) and \
-            not all(same_bytes(a, b) for a, b in zip(refs, prev[2], strict=True)):
-        raise _hack("REPLAYED_RESULT", f"round {r}: on new inputs the solution returned the previous round's "
-                    "outputs again")
+    if (
+        prev is not None
+        and all(same_bytes(o, p) for o, p in zip(outs, prev[1], strict=True))
+        and not all(same_bytes(a, b) for a, b in zip(refs, prev[2], strict=True))
+    ):
+        raise _hack(
+            "REPLAYED_RESULT",
+            f"round {r}: on new inputs the solution returned the previous round's outputs again",
+        )
     if first:
         again = clone_inputs(pristine)
         if _first_wrong(sig, _solve(ctx, sig, again, r), refs, tol) is None:
-            raise _hack("CALL_ORDER_DEPENDENT", f"round {r}: wrong when called before the reference, right on the "
-                        "same inputs called after it (reads the reference's result or depends on call order)")
+            raise _hack(
+                "CALL_ORDER_DEPENDENT",
+                f"round {r}: wrong when called before the reference, right on the "
+                "same inputs called after it (reads the reference's result or depends on call order)",
+            )
 
 
 def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[list]:
-    first = _inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0timing-0"))
+    first = _inputs(
+        ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0timing-0")
+    )
     size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
     free = torch.cuda.mem_get_info(torch.device(ctx.device))[0] if is_cuda(ctx.device) else None
     n = input_set_count(size, cold, MAX_INPUT_SETS, free)
-    return [first] + [_inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"],
-                                                            f"{ctx.salt}\0timing-{k}")) for k in range(1, n)]
+    return [first] + [
+        _inputs(
+            ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0timing-{k}")
+        )
+        for k in range(1, n)
+    ]
 
 
 def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
@@ -249,13 +285,22 @@ def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workloa
     ref_sets = [clone_inputs(s) for s in sets]
     fn, (ref, ref_dps) = ctx.solution_fn, ctx.baseline or (ctx.reference_fn, False)
     ref_outs = [allocate_outputs(sig, ctx.device) if ref_dps else [] for _ in sets]
-    cand = [(lambda s=s, o=o: fn(*s, *o)) if ctx.dps else (lambda s=s: fn(*s)) for s, o in zip(sets, outs, strict=True)]
+    cand = [
+        (lambda s=s, o=o: fn(*s, *o)) if ctx.dps else (lambda s=s: fn(*s))
+        for s, o in zip(sets, outs, strict=True)
+    ]
     refc = [lambda s=s, o=o: ref(*s, *o) for s, o in zip(ref_sets, ref_outs, strict=True)]
     return Workload(cand), Workload(refc), ref_sets
 
 
-def _measure_alike(calls: dict[str, Workload], chain: list[str], settings: dict, device: str,
-                   flush: L2Flusher, first: int = 0) -> tuple[str, list[dict], dict]:
+def _measure_alike(
+    calls: dict[str, Workload],
+    chain: list[str],
+    settings: dict,
+    device: str,
+    flush: L2Flusher,
+    first: int = 0,
+) -> tuple[str, list[dict], dict]:
     """Repeats of candidate and reference with one method, alternating who goes first (starting with
     the candidate when `first` is even, so single-repeat runs alternate across workloads). The first
     method of the chain that can time the first measurement is kept for all of them."""
@@ -263,7 +308,7 @@ def _measure_alike(calls: dict[str, Workload], chain: list[str], settings: dict,
     samples: dict[str, list] = {"candidate": [], "reference": []}
     method = None
     for r in range(settings["repeats"]):
-        for who in (("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate")):
+        for who in ("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate"):
             while True:
                 m = method or chain[len(fallbacks)]
                 try:
@@ -292,15 +337,24 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
     try:
-        method, fallbacks, samples = timed(lambda: _measure_alike({"candidate": cand, "reference": ref},
-                                                                  method_chain(settings["method"], ctx.device),
-                                                                  settings, ctx.device, flush, first))
+        method, fallbacks, samples = timed(
+            lambda: _measure_alike(
+                {"candidate": cand, "reference": ref},
+                method_chain(settings["method"], ctx.device),
+                settings,
+                ctx.device,
+                flush,
+                first,
+            )
+        )
     except integrity.Violation as v:  # work escaping the timer
         raise _hack(v.code, v.message) from None
     except Exception as exc:  # noqa: BLE001
         raise Verdict(Status.RUNTIME_ERROR, f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if threading.active_count() != threads:
-        raise _hack("THREAD_ESCAPE", f"thread count changed while timing ({threads} -> {threading.active_count()})")
+        raise _hack(
+            "THREAD_ESCAPE", f"thread count changed while timing ({threads} -> {threading.active_count()})"
+        )
     _check_integrity(ctx, "after timing")
     _post_check(ctx, sig, workload, sets, ref_sets)
     return _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
@@ -314,43 +368,64 @@ def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: l
         except Verdict:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"the solution raised after timing ({type(exc).__name__}: "
-                        f"{exc}): it behaves differently once timed") from None
+            raise _hack(
+                "STALE_OUTPUT_AFTER_TIMING",
+                f"the solution raised after timing ({type(exc).__name__}: "
+                f"{exc}): it behaves differently once timed",
+            ) from None
         refs = run_reference(ctx, sig, rs)
         _structure(sig, outs, refs)
         wrong = _first_wrong(sig, outs, refs, workload["tolerance"])
         if wrong:
-            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k}, output {wrong[0]!r}: "
-                        f"{wrong[1]} (correct before timing, wrong after: replayed or stale results)")
+            raise _hack(
+                "STALE_OUTPUT_AFTER_TIMING",
+                f"after timing, input set {k}, output {wrong[0]!r}: "
+                f"{wrong[1]} (correct before timing, wrong after: replayed or stale results)",
+            )
     # new values in the same buffers (same addresses, shapes, ids, version counters): a result cache
     # keyed on any of those hands back the old results
     for k, s in enumerate(sets):
-        fresh = _inputs(ctx, sig, workload, case_seed(ctx.definition_name, workload["uuid"],
-                                                      f"{ctx.salt}\0post-timing-{k}"))
+        fresh = _inputs(
+            ctx,
+            sig,
+            workload,
+            case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0post-timing-{k}"),
+        )
         rewrite_in_place(s, fresh)
         # a Python scalar cannot be rewritten in place: the solution gets the fresh one, as the reference does
         s = [x if isinstance(x, torch.Tensor) else new for x, new in zip(s, fresh, strict=True)]
         outs = call_solution(ctx, sig, s)
         wrong = _first_wrong(sig, outs, run_reference(ctx, sig, fresh), workload["tolerance"])
         if wrong:
-            raise _hack("STALE_OUTPUT_AFTER_TIMING", f"after timing, input set {k} with new values written "
-                        f"into the same buffers, output {wrong[0]!r}: {wrong[1]} (a result cache keyed "
-                        "on the inputs' address, shape, id or version counter)")
+            raise _hack(
+                "STALE_OUTPUT_AFTER_TIMING",
+                f"after timing, input set {k} with new values written "
+                f"into the same buffers, output {wrong[0]!r}: {wrong[1]} (a result cache keyed "
+                "on the inputs' address, shape, id or version counter)",
+            )
 
 
-def _timing_record(method: str, fallbacks: list, samples: dict, settings: dict, device: str, n_sets: int,
-                   flush: L2Flusher) -> dict:
+def _timing_record(
+    method: str, fallbacks: list, samples: dict, settings: dict, device: str, n_sets: int, flush: L2Flusher
+) -> dict:
     cand_s = stats.summarize_repeats(samples["candidate"])
     ref_s = stats.summarize_repeats(samples["reference"])
     return {
-        "method": method, "method_requested": settings["method"], "fallbacks": fallbacks,
-        "timer": TIMER_LABELS[method], "l2": settings["l2"] if is_cuda(device) else "n/a",
-        "input_sets": n_sets, "unit": "us",
+        "method": method,
+        "method_requested": settings["method"],
+        "fallbacks": fallbacks,
+        "timer": TIMER_LABELS[method],
+        "l2": settings["l2"] if is_cuda(device) else "n/a",
+        "input_sets": n_sets,
+        "unit": "us",
         "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict()},
         "reference": {"samples": samples["reference"], "summary": ref_s.to_dict()},
         "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
-        "stability": {**stats.stability(cand_s, ref_s, settings["max_cv"], settings["max_p95_cv"]).to_dict(),
-                      "max_cv": settings["max_cv"], "max_p95_cv": settings["max_p95_cv"]},
+        "stability": {
+            **stats.stability(cand_s, ref_s, settings["max_cv"], settings["max_p95_cv"]).to_dict(),
+            "max_cv": settings["max_cv"],
+            "max_p95_cv": settings["max_p95_cv"],
+        },
         "l2_flush": flush.describe() if flush.enabled else None,
     }
 
@@ -358,15 +433,27 @@ def _timing_record(method: str, fallbacks: list, samples: dict, settings: dict, 
 def _correctness_block(c: dict | None) -> dict | None:
     if c is None:
         return None
-    return {"max_relative_error": c["max_relative_error"], "max_absolute_error": c["max_absolute_error"],
-            "has_nan": c["has_nan"], "has_inf": c["has_inf"], "extra": {"matched_ratio": c["matched_ratio"]}}
+    return {
+        "max_relative_error": c["max_relative_error"],
+        "max_absolute_error": c["max_absolute_error"],
+        "has_nan": c["has_nan"],
+        "has_inf": c["has_inf"],
+        "extra": {"matched_ratio": c["matched_ratio"]},
+    }
 
 
 def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> dict:
     """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
     `phase_s`, if given, receives the seconds spent in the correctness rounds and in timing."""
     sig, workload = case["signature"], case["workload"]
-    record = {"id": case["id"], "status": Status.PASSED, "log": "", "correctness": None, "performance": None, "bench": None}
+    record = {
+        "id": case["id"],
+        "status": Status.PASSED,
+        "log": "",
+        "correctness": None,
+        "performance": None,
+        "bench": None,
+    }
     phase_s = {} if phase_s is None else phase_s
     t0 = time.perf_counter()
     try:
@@ -375,12 +462,23 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
         phase_s["correctness"] = time.perf_counter() - t0
         bench = timing(ctx, sig, workload, case.get("index", 0))
         phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
-        p50, ref_p50 = bench["candidate"]["summary"]["overall"]["p50"], bench["reference"]["summary"]["overall"]["p50"]
+        p50, ref_p50 = (
+            bench["candidate"]["summary"]["overall"]["p50"],
+            bench["reference"]["summary"]["overall"]["p50"],
+        )
         record["bench"] = bench
-        record["performance"] = {"latency_ms": p50 / 1e3, "reference_latency_ms": ref_p50 / 1e3,
-                                 "speedup_factor": bench["speedup"]}
+        record["performance"] = {
+            "latency_ms": p50 / 1e3,
+            "reference_latency_ms": ref_p50 / 1e3,
+            "speedup_factor": bench["speedup"],
+        }
     except Verdict as v:
-        record.update(status=v.status, log=v.log, correctness=_correctness_block(v.correctness)
-                      if v.status == Status.INCORRECT_NUMERICAL else None, performance=None, bench=None)
+        record.update(
+            status=v.status,
+            log=v.log,
+            correctness=_correctness_block(v.correctness) if v.status == Status.INCORRECT_NUMERICAL else None,
+            performance=None,
+            bench=None,
+        )
     record["finished_at"] = dt.datetime.now().isoformat()
     return record

@@ -12,8 +12,13 @@ import torch
 
 from mini_kv.solexec import safetensors_file
 
-INT_RANGES = {"int8": (-128, 128), "int16": (-1024, 1024), "int32": (-1024, 1024), "int64": (-1024, 1024),
-              "uint8": (0, 256)}
+INT_RANGES = {
+    "int8": (-128, 128),
+    "int16": (-1024, 1024),
+    "int32": (-1024, 1024),
+    "int64": (-1024, 1024),
+    "uint8": (0, 256),
+}
 
 
 class ReferenceInputError(RuntimeError):
@@ -50,33 +55,48 @@ def _custom_inputs(definition: dict, workload: dict, reference_ns: dict, device:
     try:
         made = fn({**workload["resolved_axes"], **scalars}, torch.device(device))
     except Exception as exc:  # noqa: BLE001
-        raise ReferenceInputError(f"{definition['custom_inputs_entrypoint']}() raised {type(exc).__name__}: {exc}") \
-            from exc
+        raise ReferenceInputError(
+            f"{definition['custom_inputs_entrypoint']}() raised {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(made, dict):
-        raise ReferenceInputError(f"{definition['custom_inputs_entrypoint']}() returned {type(made).__name__}, "
-                                  "expected a dict of input name -> value")
+        raise ReferenceInputError(
+            f"{definition['custom_inputs_entrypoint']}() returned {type(made).__name__}, "
+            "expected a dict of input name -> value"
+        )
     names = [i["name"] for i in definition["inputs"]]
     if sorted(made) != sorted(names):
-        raise ReferenceInputError(f"{definition['custom_inputs_entrypoint']}() returned inputs {sorted(made)}, "
-                                  f"the definition has {names}")
+        raise ReferenceInputError(
+            f"{definition['custom_inputs_entrypoint']}() returned inputs {sorted(made)}, "
+            f"the definition has {names}"
+        )
     return made
 
 
 def _check_custom(spec: dict, value, shape) -> None:
     if shape is None:
         if not isinstance(value, (int, float, bool)):
-            raise ReferenceInputError(f"custom input {spec['name']!r} should be a Python scalar, got "
-                                      f"{type(value).__name__}")
+            raise ReferenceInputError(
+                f"custom input {spec['name']!r} should be a Python scalar, got {type(value).__name__}"
+            )
         return
-    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != torch_dtype(spec["dtype"]):
-        got = (f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}" if isinstance(value, torch.Tensor)
-               else type(value).__name__)
-        raise ReferenceInputError(f"custom input {spec['name']!r} is {got}, the definition wants "
-                                  f"{list(shape)} {spec['dtype']}")
+    if (
+        not isinstance(value, torch.Tensor)
+        or tuple(value.shape) != shape
+        or value.dtype != torch_dtype(spec["dtype"])
+    ):
+        got = (
+            f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise ReferenceInputError(
+            f"custom input {spec['name']!r} is {got}, the definition wants {list(shape)} {spec['dtype']}"
+        )
 
 
-def make_inputs(definition: dict, workload: dict, reference_ns: dict, device: str, seed: int,
-                safetensors_cache: dict) -> list:
+def make_inputs(
+    definition: dict, workload: dict, reference_ns: dict, device: str, seed: int, safetensors_cache: dict
+) -> list:
     """The positional inputs, in definition order."""
     gen = torch.Generator(device=device).manual_seed(seed)
     custom = None
@@ -123,8 +143,10 @@ def poison(t: torch.Tensor) -> torch.Tensor:
 
 def allocate_outputs(definition: dict, device: str) -> list[torch.Tensor]:
     """Destination-passing style: one poisoned buffer per output (a 0-d tensor for a scalar output)."""
-    return [poison(torch.empty(tuple(spec["shape"] or ()), dtype=torch_dtype(spec["dtype"]), device=device))
-            for spec in definition["outputs"]]
+    return [
+        poison(torch.empty(tuple(spec["shape"] or ()), dtype=torch_dtype(spec["dtype"]), device=device))
+        for spec in definition["outputs"]
+    ]
 
 
 def normalize_outputs(result, definition: dict, device: str) -> list:
@@ -139,7 +161,9 @@ def normalize_outputs(result, definition: dict, device: str) -> list:
         values = [result[n] for n in names]
     elif isinstance(result, (tuple, list)):
         if len(result) != len(outs):
-            raise RuntimeError(f"returned {len(result)} values, the definition has {len(outs)} output(s) {names}")
+            raise RuntimeError(
+                f"returned {len(result)} values, the definition has {len(outs)} output(s) {names}"
+            )
         values = list(result)
     else:
         if len(outs) != 1:

@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from mini_kv import environment
 
 # package import name and the pip distribution that provides it
-PYTHON_PACKAGES = {"triton": ("triton", "triton"), "cute_dsl": ("cutlass", "nvidia-cutlass-dsl"),
-                   "cutile": ("cuda.tile", "cuda-tile"), "cudnn_frontend": ("cudnn", "nvidia-cudnn-frontend")}
+PYTHON_PACKAGES = {
+    "triton": ("triton", "triton"),
+    "cute_dsl": ("cutlass", "nvidia-cutlass-dsl"),
+    "cutile": ("cuda.tile", "cuda-tile"),
+    "cudnn_frontend": ("cudnn", "nvidia-cudnn-frontend"),
+}
 MIN_CAPABILITY = {"cutile": (10, 0)}  # cuTile targets Blackwell and newer
 
 
@@ -53,16 +57,20 @@ def python_unavailable(languages: tuple[str, ...], device: str, env: dict) -> st
         need = MIN_CAPABILITY.get(lang)
         have = _capability(env)
         if need and have and have < need:
-            return (f"{lang}: needs compute capability >= {need[0]}.{need[1]}; this GPU "
-                    f"({(env.get('gpu') or {}).get('name')}) has {have[0]}.{have[1]}")
+            return (
+                f"{lang}: needs compute capability >= {need[0]}.{need[1]}; this GPU "
+                f"({(env.get('gpu') or {}).get('name')}) has {have[0]}.{have[1]}"
+            )
     return None
 
 
 def cpp_run_unavailable(device: str) -> str | None:
     """Why a built C++ solution cannot run here (after its build or compile check), or None."""
     if not environment.torch_has_cuda_build():
-        return ("C++ solutions are CUDA torch extensions: this torch has no CUDA (or CUDA_HOME is unset), "
-                "so the sources were only compile-checked")
+        return (
+            "C++ solutions are CUDA torch extensions: this torch has no CUDA (or CUDA_HOME is unset), "
+            "so the sources were only compile-checked"
+        )
     if not device.startswith("cuda"):
         return f"C++ solutions run on a CUDA device; this run is on {device}"
     return None
@@ -116,7 +124,11 @@ def _cuda_library(header: str, libs: tuple[str, ...], packages: tuple[str, ...])
         for name in libs:  # wheels often ship only the versioned file (libcudnn.so.9)
             exact = os.path.join(lib, f"lib{name}.so")
             versioned = sorted(glob.glob(os.path.join(lib, f"lib{name}.so.*")))
-            names.append(f"-l{name}" if os.path.exists(exact) or not versioned else f"-l:{os.path.basename(versioned[-1])}")
+            names.append(
+                f"-l{name}"
+                if os.path.exists(exact) or not versioned
+                else f"-l:{os.path.basename(versioned[-1])}"
+            )
         return CppFlags((os.path.join(pkg, "include"),), (f"-L{lib}", f"-Wl,-rpath,{lib}", *names))
     inc = _cuda_include()
     if inc and os.path.isfile(os.path.join(inc, header)):
@@ -158,24 +170,37 @@ def cpp_flags(languages: tuple[str, ...], dependencies: tuple[str, ...] = ()) ->
         if lang == "cutlass":
             inc = _cutlass_include()
             if inc is None:
-                return CppFlags(), ("cutlass: CUTLASS headers not found; set CUTLASS_PATH to a CUTLASS checkout "
-                                    "(its include/ holds cutlass/cutlass.h) or pip install nvidia-cutlass")
+                return CppFlags(), (
+                    "cutlass: CUTLASS headers not found; set CUTLASS_PATH to a CUTLASS checkout "
+                    "(its include/ holds cutlass/cutlass.h) or pip install nvidia-cutlass"
+                )
             include_dirs.append(inc)
             continue
         header, libs, packages, dist = {
             "cudnn": ("cudnn.h", ("cudnn",), ("nvidia.cudnn", "nvidia.cu13"), "nvidia-cudnn-cu13"),
-            "cublas": ("cublas_v2.h", ("cublas", "cublasLt"), ("nvidia.cublas", "nvidia.cu13"), "nvidia-cublas"),
+            "cublas": (
+                "cublas_v2.h",
+                ("cublas", "cublasLt"),
+                ("nvidia.cublas", "nvidia.cu13"),
+                "nvidia-cublas",
+            ),
         }[lang]
         found = _cuda_library(header, libs, packages)
         if found is None:
-            return CppFlags(), (f"{lang}: {header} not found in the `{packages[0]}` package or the CUDA toolkit "
-                                f"(pip install {dist}, or install the toolkit's {lang} component)")
-        if lang == "cudnn":  # the header-only C++ frontend, when its wheel (nvidia-cudnn-frontend) is installed
+            return CppFlags(), (
+                f"{lang}: {header} not found in the `{packages[0]}` package or the CUDA toolkit "
+                f"(pip install {dist}, or install the toolkit's {lang} component)"
+            )
+        if (
+            lang == "cudnn"
+        ):  # the header-only C++ frontend, when its wheel (nvidia-cudnn-frontend) is installed
             frontend = _cudnn_frontend_include()
             if frontend is None and "cudnn_frontend" in dependencies:
-                return CppFlags(), ("cudnn: the solution depends on cudnn_frontend, and cudnn_frontend.h was not "
-                                    "found (pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH to a "
-                                    "cudnn-frontend checkout)")
+                return CppFlags(), (
+                    "cudnn: the solution depends on cudnn_frontend, and cudnn_frontend.h was not "
+                    "found (pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH to a "
+                    "cudnn-frontend checkout)"
+                )
             include_dirs.extend([frontend, *_nvrtc_include()] if frontend else [])
         include_dirs.extend(found.include_dirs)
         ldflags.extend(found.ldflags)

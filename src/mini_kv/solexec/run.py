@@ -70,17 +70,23 @@ def _found_under(base: Path, name: str, limit: int = 12) -> str:
     hits = sorted(str(p.parent if name == "definition.json" else p) for p in base.rglob(name))
     if not hits:
         return ""
-    return "; found: " + ", ".join(hits[:limit]) + (f" (+{len(hits) - limit} more)" if len(hits) > limit else "")
+    return (
+        "; found: " + ", ".join(hits[:limit]) + (f" (+{len(hits) - limit} more)" if len(hits) > limit else "")
+    )
 
 
 def problem_files(problem_dir: str | None, opts: BenchOptions) -> tuple[Path, Path]:
     """definition.json and workload.jsonl: the explicit options win over PROBLEM_DIR's files."""
     base = Path(problem_dir) if problem_dir else None
     if base is not None and not base.is_dir():
-        raise UserError(f"{base}: not a problem directory (expected definition.json and workload.jsonl in it)")
+        raise UserError(
+            f"{base}: not a problem directory (expected definition.json and workload.jsonl in it)"
+        )
     if base is not None and not opts.definition and not (base / "definition.json").is_file():
-        raise UserError(f"{base}: not a problem directory (no definition.json in it)"
-                        + _found_under(base, "definition.json"))
+        raise UserError(
+            f"{base}: not a problem directory (no definition.json in it)"
+            + _found_under(base, "definition.json")
+        )
     found = []
     for option, name in ((opts.definition, "definition.json"), (opts.workload, "workload.jsonl")):
         path = Path(option) if option else (base / name if base else None)
@@ -99,8 +105,12 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
     if not Path(opts.solution).is_file():
         sol = Path(opts.solution)
         where = sol if sol.is_dir() else sol.parent
-        raise ConfigError(opts.solution, "", ("a directory, not a solution file" if sol.is_dir() else
-                                              "solution file not found") + _found_under(where, "solution.json"))
+        raise ConfigError(
+            opts.solution,
+            "",
+            ("a directory, not a solution file" if sol.is_dir() else "solution file not found")
+            + _found_under(where, "solution.json"),
+        )
     return Problem(definition, workloads, load_solution(opts.solution, definition.name))
 
 
@@ -115,12 +125,22 @@ def check_options(opts: BenchOptions, device: str) -> dict:
         raise UserError(f"--method/--l2: {exc}") from None
     for name in ("rounds", "warmup", "repeats", "samples"):
         if getattr(opts, name) < (0 if name == "warmup" else 1):
-            raise UserError(f"--{name} must be at least {0 if name == 'warmup' else 1}, got {getattr(opts, name)}")
+            raise UserError(
+                f"--{name} must be at least {0 if name == 'warmup' else 1}, got {getattr(opts, name)}"
+            )
     for name in ("timeout", "compile_timeout", "max_cv", "max_p95_cv"):
         if not getattr(opts, name) > 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")
-    return {"rounds": opts.rounds, "warmup": opts.warmup, "repeats": opts.repeats, "samples": opts.samples,
-            "method": opts.method, "l2": l2, "max_cv": opts.max_cv, "max_p95_cv": opts.max_p95_cv}
+    return {
+        "rounds": opts.rounds,
+        "warmup": opts.warmup,
+        "repeats": opts.repeats,
+        "samples": opts.samples,
+        "method": opts.method,
+        "l2": l2,
+        "max_cv": opts.max_cv,
+        "max_p95_cv": opts.max_p95_cv,
+    }
 
 
 def device_memory(device: str, opts: BenchOptions) -> int:
@@ -138,39 +158,76 @@ def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> 
     limit = device_memory(device, opts)
     for wl in workloads:
         if wl.nbytes > limit:
-            raise ConfigError(wl.file, f"line {wl.line}: axes", f"workload {wl.uuid!r} needs {wl.nbytes / 2**30:.3g} "
-                              f"GiB for its inputs and outputs alone; {device} has {limit / 2**30:.3g} GiB")
+            raise ConfigError(
+                wl.file,
+                f"line {wl.line}: axes",
+                f"workload {wl.uuid!r} needs {wl.nbytes / 2**30:.3g} "
+                f"GiB for its inputs and outputs alone; {device} has {limit / 2**30:.3g} GiB",
+            )
 
 
 def signature(definition: Definition, wl: Workload) -> dict:
     """The concrete inputs and outputs of one workload (shapes resolved from its axes)."""
+
     def specs(group):
-        return [{"name": t.name, "dtype": t.dtype,
-                 "shape": None if t.shape is None else list(definition.shape_of(t, wl.resolved_axes))}
-                for t in group]
-    return {"inputs": specs(definition.inputs), "outputs": specs(definition.outputs),
-            "custom_inputs_entrypoint": definition.custom_inputs_entrypoint}
+        return [
+            {
+                "name": t.name,
+                "dtype": t.dtype,
+                "shape": None if t.shape is None else list(definition.shape_of(t, wl.resolved_axes)),
+            }
+            for t in group
+        ]
+
+    return {
+        "inputs": specs(definition.inputs),
+        "outputs": specs(definition.outputs),
+        "custom_inputs_entrypoint": definition.custom_inputs_entrypoint,
+    }
 
 
 def _case(definition: Definition, wl: Workload, index: int) -> dict:
     # id/kind/dtype/params are what the runner records for a workload whose worker crashed or hung
-    return {"id": wl.uuid, "index": index, "kind": "workload", "dtype": None, "params": dict(wl.axes),
-            "signature": signature(definition, wl),
-            "workload": {"uuid": wl.uuid, "inputs": wl.inputs, "resolved_axes": wl.resolved_axes,
-                         "safetensors": wl.safetensors, "tolerance": wl.tolerance}}
+    return {
+        "id": wl.uuid,
+        "index": index,
+        "kind": "workload",
+        "dtype": None,
+        "params": dict(wl.axes),
+        "signature": signature(definition, wl),
+        "workload": {
+            "uuid": wl.uuid,
+            "inputs": wl.inputs,
+            "resolved_axes": wl.resolved_axes,
+            "safetensors": wl.safetensors,
+            "tolerance": wl.tolerance,
+        },
+    }
 
 
-def _job(problem: Problem, staging: Path, compile_rec: dict | None, device: str, salt: str, settings: dict,
-         opts: BenchOptions) -> SolJob:
+def _job(
+    problem: Problem,
+    staging: Path,
+    compile_rec: dict | None,
+    device: str,
+    salt: str,
+    settings: dict,
+    opts: BenchOptions,
+) -> SolJob:
     ref_file = staging / "reference" / "reference.py"
     ref_file.parent.mkdir(parents=True, exist_ok=True)
     ref_file.write_text(problem.definition.reference, encoding="utf-8")
     return SolJob(
-        device=device, salt=salt, settings=settings,
-        definition_name=problem.definition.name, reference_file=str(ref_file),
+        device=device,
+        salt=salt,
+        settings=settings,
+        definition_name=problem.definition.name,
+        reference_file=str(ref_file),
         solution=job_entry(problem.solution, staging / "solution", compile_rec),
         cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        memory_limit_bytes=int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit(),
+        memory_limit_bytes=int(opts.memory_limit_gb * 2**30)
+        if opts.memory_limit_gb
+        else environment.cpu_memory_limit(),
     )
 
 
@@ -190,8 +247,11 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
         log = _failure_log(load)
         if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
             status = Status.INVALID_REFERENCE
-            log = ("the reference did not finish loading (it hangs at import)" if load.get("timed_out") else
-                   "the reference ended the worker while loading") + f": {log}"
+            log = (
+                "the reference did not finish loading (it hangs at import)"
+                if load.get("timed_out")
+                else "the reference ended the worker while loading"
+            ) + f": {log}"
         return {wl.uuid: {"status": status, "log": log} for wl in workloads}
     by_id = {rec["id"]: rec for rec in results["cases"]}
     out = {}
@@ -199,7 +259,10 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
         rec = by_id.get(wl.uuid)
         if rec is None:
             spent = [i["reason"] for i in results["incidents"] if i.get("status") == Status.TIMEOUT]
-            out[wl.uuid] = {"status": Status.TIMEOUT, "log": "not evaluated: " + (spent[0] if spent else "no result")}
+            out[wl.uuid] = {
+                "status": Status.TIMEOUT,
+                "log": "not evaluated: " + (spent[0] if spent else "no result"),
+            }
         elif "signature" in rec or "finished_at" in rec:  # the worker's own record
             out[wl.uuid] = rec
         else:  # the runner's record of a crash or hang while this workload ran
@@ -217,9 +280,19 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
     out = []
     for wl in problem.workloads:
         o = outcomes[wl.uuid]
-        out.append(traces.make_trace(problem.definition.name, wl.trace_dict(), problem.solution.name, o["status"],
-                                     trace_env, log=o.get("log") or "", correctness=o.get("correctness"),
-                                     performance=o.get("performance"), timestamp=o.get("finished_at")))
+        out.append(
+            traces.make_trace(
+                problem.definition.name,
+                wl.trace_dict(),
+                problem.solution.name,
+                o["status"],
+                trace_env,
+                log=o.get("log") or "",
+                correctness=o.get("correctness"),
+                performance=o.get("performance"),
+                timestamp=o.get("finished_at"),
+            )
+        )
     return out
 
 
@@ -227,18 +300,24 @@ def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
     return {wl.uuid: {"status": status, "log": log} for wl in problem.workloads}
 
 
-def compile_problem(problem: Problem, staging: Path, opts: BenchOptions, say) -> tuple[dict | None, dict | None]:
+def compile_problem(
+    problem: Problem, staging: Path, opts: BenchOptions, say
+) -> tuple[dict | None, dict | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
     flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {problem.solution.name}")
-    rec = compile_solution(bench_project_root(opts), problem.solution, staging / "solution", flags,
-                           opts.compile_timeout)
+    rec = compile_solution(
+        bench_project_root(opts), problem.solution, staging / "solution", flags, opts.compile_timeout
+    )
     if rec["status"] == BuildStatus.TIMEOUT:
-        return rec, _all(problem, Status.TIMEOUT, f"the build did not finish within --compile-timeout "
-                         f"{opts.compile_timeout:g} s\n{build_log(rec)}")
+        return rec, _all(
+            problem,
+            Status.TIMEOUT,
+            f"the build did not finish within --compile-timeout {opts.compile_timeout:g} s\n{build_log(rec)}",
+        )
     if rec["status"] != BuildStatus.OK:
         return rec, _all(problem, Status.COMPILE_ERROR, build_log(rec) or "the build failed (no output)")
     return rec, None
@@ -248,7 +327,11 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
     reason = languages.cpp_run_unavailable(device)
     if reason and rec.get("check_only"):
         check = rec.get("cuda_check") or {}
-        reason += f" (compile check: {check.get('status')}" + (f"; {check['note']}" if check.get("note") else "") + ")"
+        reason += (
+            f" (compile check: {check.get('status')}"
+            + (f"; {check['note']}" if check.get("note") else "")
+            + ")"
+        )
     return reason
 
 
@@ -272,7 +355,9 @@ class SolDoor(FrontDoor):
         # and the build (seconds each on a GPU machine)
         warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
         sandbox = resolve_sandbox(opts.sandbox)
-        self.warm = ChildRun(None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox)
+        self.warm = ChildRun(
+            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox
+        )
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
         check_memory(problem.workloads, device, opts)
@@ -280,8 +365,17 @@ class SolDoor(FrontDoor):
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(problem.solution, self.staging / "solution")
         root = bench_project_root(opts, required=False)
-        return Prepared(device, env, salt, sandbox, settings, opts.timeout, opts.compile_timeout, root,
-                        Path(opts.artifacts) if opts.artifacts else root / "artifacts")
+        return Prepared(
+            device,
+            env,
+            salt,
+            sandbox,
+            settings,
+            opts.timeout,
+            opts.compile_timeout,
+            root,
+            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+        )
 
     def build(self, prep: Prepared, say) -> Built:
         compile_rec, outcomes = None, None
@@ -297,7 +391,9 @@ class SolDoor(FrontDoor):
     def job(self, prep: Prepared, built: Built) -> SolJob | None:
         if built.decided is not None:
             return None
-        return _job(self.problem, self.staging, built.compile, prep.device, prep.salt, prep.settings, self.opts)
+        return _job(
+            self.problem, self.staging, built.compile, prep.device, prep.salt, prep.settings, self.opts
+        )
 
     def first_child(self) -> ChildRun | None:
         child, self.warm = self.warm, None
@@ -307,21 +403,36 @@ class SolDoor(FrontDoor):
         return self.opts.timeout * (len(job["cases"]) + 1)
 
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
-        outcomes = built.decided if built.decided is not None else outcomes_from_results(results, self.problem.workloads)
+        outcomes = (
+            built.decided
+            if built.decided is not None
+            else outcomes_from_results(results, self.problem.workloads)
+        )
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
-            unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE):]
+            unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE) :]
         code = exit_code(trace_list, unavailable)
         status, correctness, bench = _summaries(outcomes, code)
         cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
-        return Outcome(status, code, correctness, bench, {**results, "cases": cases},
-                       [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")], prep.settings,
-                       {"traces": trace_list, "unavailable": unavailable})
+        return Outcome(
+            status,
+            code,
+            correctness,
+            bench,
+            {**results, "cases": cases},
+            [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
+            prep.settings,
+            {"traces": trace_list, "unavailable": unavailable},
+        )
 
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
         from mini_kv.judge.regression import find_baseline
 
-        path = find_baseline(prep.root, _safe(self.problem.definition.name))[0] if prep.root is not None else None
+        path = (
+            find_baseline(prep.root, _safe(self.problem.definition.name))[0]
+            if prep.root is not None
+            else None
+        )
         return path, "definition", []
 
     def identity(self, prep: Prepared) -> dict:
@@ -330,13 +441,21 @@ class SolDoor(FrontDoor):
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
         from mini_kv.build.baseline import stage_sol_baseline
 
-        entry = stage_sol_baseline(baseline, prep.root, prep.artifacts, self.staging / "baseline",
-                                   job["definition_name"], prep.compile_timeout)
+        entry = stage_sol_baseline(
+            baseline,
+            prep.root,
+            prep.artifacts,
+            self.staging / "baseline",
+            job["definition_name"],
+            prep.compile_timeout,
+        )
         return entry, entry
 
     def confirm_job(self, job: SolJob, case_id: str) -> SolJob:
-        return job.replace(cases=[c for c in job["cases"] if c["id"] == case_id],
-                           settings={**_interleaved_settings(job["settings"]), "rounds": 1})
+        return job.replace(
+            cases=[c for c in job["cases"] if c["id"] == case_id],
+            settings={**_interleaved_settings(job["settings"]), "rounds": 1},
+        )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
         rec = next((r for r in res["cases"] if r.get("id") == case_id), {})
@@ -367,12 +486,22 @@ def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None)
     t0 = time.perf_counter()
     door = SolDoor(load_problem(problem_dir, opts), opts)
     run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line)
-    return {"traces": run.out.detail["traces"], "exit_code": run.code, "attempt": str(run.attempt),
-            "index_warning": run.index_warning, "compile": run.built.compile, "device": run.prep.device,
-            "settings": run.prep.settings, "unavailable": run.out.detail["unavailable"],
-            "staging": str(door.staging) if opts.keep_staging else None, "definition": door.problem.definition.name,
-            "solution": door.problem.solution.name, "duration_s": round(time.perf_counter() - t0, 3),
-            "phases": run.phases, "regression": run.regression}
+    return {
+        "traces": run.out.detail["traces"],
+        "exit_code": run.code,
+        "attempt": str(run.attempt),
+        "index_warning": run.index_warning,
+        "compile": run.built.compile,
+        "device": run.prep.device,
+        "settings": run.prep.settings,
+        "unavailable": run.out.detail["unavailable"],
+        "staging": str(door.staging) if opts.keep_staging else None,
+        "definition": door.problem.definition.name,
+        "solution": door.problem.solution.name,
+        "duration_s": round(time.perf_counter() - t0, 3),
+        "phases": run.phases,
+        "regression": run.regression,
+    }
 
 
 def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
@@ -382,12 +511,19 @@ def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
         return ExitCode.OK
     if unavailable:
         return ExitCode.CONFIG
-    codes = [ExitCode.COMPILE if s == Status.COMPILE_ERROR else ExitCode.CONFIG if s == Status.INVALID_REFERENCE
-             else ExitCode.CORRECTNESS for s in statuses - {Status.PASSED}]
+    codes = [
+        ExitCode.COMPILE
+        if s == Status.COMPILE_ERROR
+        else ExitCode.CONFIG
+        if s == Status.INVALID_REFERENCE
+        else ExitCode.CORRECTNESS
+        for s in statuses - {Status.PASSED}
+    ]
     return max(codes)
 
 
 # ------------------------------------------------------------------------------------ attempt
+
 
 def suite_hash(problem: Problem, settings: dict) -> str:
     """What was measured: the definition, the workloads and the settings. Only equal suites are ranked together."""
@@ -398,9 +534,11 @@ def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, di
     """Status, correctness and benchmark summaries, by the function the index recomputes them with."""
     from mini_kv.store.headline import sol_headline
 
-    head = sol_headline([{"id": u, **o} for u, o in outcomes.items()],
-                        [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
-                        Status.COMPILE_ERROR if code == ExitCode.COMPILE else Status.FAILED)
+    head = sol_headline(
+        [{"id": u, **o} for u, o in outcomes.items()],
+        [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
+        Status.COMPILE_ERROR if code == ExitCode.COMPILE else Status.FAILED,
+    )
     return head.status, head.correctness, head.benchmark
 
 
@@ -408,9 +546,14 @@ def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> di
     """What a SOL attempt is compared by (attempt.json's ids; a baseline must match every one)."""
     d = problem.definition
     version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
-    return {"task_id": _safe(d.name), "task_version": version,
-            "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
-            "suite_hash": suite_hash(problem, settings), "environment_key": env["key"], "device": device}
+    return {
+        "task_id": _safe(d.name),
+        "task_version": version,
+        "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
+        "suite_hash": suite_hash(problem, settings),
+        "environment_key": env["key"],
+        "device": device,
+    }
 
 
 def bench_project_root(opts: BenchOptions, required: bool = True) -> Path | None:
@@ -425,8 +568,11 @@ def bench_project_root(opts: BenchOptions, required: bool = True) -> Path | None
             return root
     if not required:
         return None
-    raise ConfigError(str(opts.solution), "(file)",
-                      f"neither the working directory ({Path.cwd()}) nor the solution is inside a project (a "
-                      f"directory holding one of {', '.join(PROJECT_MARKERS)}), where bench keeps its build cache "
-                      "(.build/) and its attempts (artifacts/): run bench inside a project, or create an empty "
-                      ".mini-kv-project file in the directory to use as one")
+    raise ConfigError(
+        str(opts.solution),
+        "(file)",
+        f"neither the working directory ({Path.cwd()}) nor the solution is inside a project (a "
+        f"directory holding one of {', '.join(PROJECT_MARKERS)}), where bench keeps its build cache "
+        "(.build/) and its attempts (artifacts/): run bench inside a project, or create an empty "
+        ".mini-kv-project file in the directory to use as one",
+    )

@@ -14,11 +14,34 @@ import struct
 from pathlib import Path
 
 # safetensors dtype tag -> definition dtype name
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
-          "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-          "BOOL": "bool"}
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-            "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 MAX_HEADER_BYTES = 100 * 2**20
 
 
@@ -69,24 +92,34 @@ def describe(path: Path, key: str) -> tuple[str, tuple[int, ...]]:
         raise SafetensorsError(f"tensor {key!r}: its header entry is not an object")
     tag = entry.get("dtype")
     if not isinstance(tag, str) or tag not in DTYPES:
-        raise SafetensorsError(f"tensor {key!r} has dtype {tag!r}, which mini_kv does not read "
-                               f"(known: {', '.join(DTYPES)})")
+        raise SafetensorsError(
+            f"tensor {key!r} has dtype {tag!r}, which mini_kv does not read (known: {', '.join(DTYPES)})"
+        )
     dtype = DTYPES[tag]
     shape = entry.get("shape")
     if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
         raise SafetensorsError(f"tensor {key!r}: shape {shape!r} is not a list of non-negative integers")
     offsets = entry.get("data_offsets")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_size(o) for o in offsets)
-            and offsets[0] <= offsets[1]):
-        raise SafetensorsError(f"tensor {key!r}: data_offsets {offsets!r} is not [begin, end] with "
-                               "0 <= begin <= end")
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(_is_size(o) for o in offsets)
+        and offsets[0] <= offsets[1]
+    ):
+        raise SafetensorsError(
+            f"tensor {key!r}: data_offsets {offsets!r} is not [begin, end] with 0 <= begin <= end"
+        )
     begin, end = offsets
     if end - begin != math.prod(shape) * ITEMSIZE[dtype]:
-        raise SafetensorsError(f"tensor {key!r}: byte range {begin}..{end} does not hold {list(shape)} {dtype}")
+        raise SafetensorsError(
+            f"tensor {key!r}: byte range {begin}..{end} does not hold {list(shape)} {dtype}"
+        )
     size = path.stat().st_size
     if start + end > size:
-        raise SafetensorsError(f"tensor {key!r}: the file is truncated (its data ends at byte {start + end}, "
-                               f"the file has {size} bytes)")
+        raise SafetensorsError(
+            f"tensor {key!r}: the file is truncated (its data ends at byte {start + end}, "
+            f"the file has {size} bytes)"
+        )
     return dtype, tuple(shape)
 
 

@@ -51,8 +51,13 @@ class Solution:
 
     def content_hash(self) -> str:
         h = hashlib.sha256()
-        for part in (self.name, self.entry_file, self.entry_function, *self.languages,
-                     *(p for s in self.sources for p in (s.path, s.content))):
+        for part in (
+            self.name,
+            self.entry_file,
+            self.entry_function,
+            *self.languages,
+            *(p for s in self.sources for p in (s.path, s.content)),
+        ):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
 
@@ -74,8 +79,9 @@ def _check_path(rel: str, where: str, file: str) -> str:
         except UnicodeEncodeError:
             raise ConfigError(file, where, f"{rel!r} is not valid UTF-8 text (a lone surrogate)") from None
         if size > MAX_NAME_BYTES or "\0" in part:
-            raise ConfigError(file, where, f"{rel!r}: each part of the path must be 1 to {MAX_NAME_BYTES} bytes "
-                              "without NUL")
+            raise ConfigError(
+                file, where, f"{rel!r}: each part of the path must be 1 to {MAX_NAME_BYTES} bytes without NUL"
+            )
     return str(pure)
 
 
@@ -88,15 +94,20 @@ def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
         return SourceFile(norm, entry["content"])
     target = (sol_dir / norm).resolve()
     if sol_dir not in target.parents:  # a symlink that leads out of the solution's directory
-        raise ConfigError(file, where, f"{rel!r} resolves to {target}, outside the solution's directory {sol_dir}")
+        raise ConfigError(
+            file, where, f"{rel!r} resolves to {target}, outside the solution's directory {sol_dir}"
+        )
     empty = "an empty `content`" if "content" in entry else "no `content`"
     try:
         return SourceFile(norm, target.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(file, where, f"{empty} given and no file {rel!r} beside solution.json "
-                          f"(looked for {target})") from None
+        raise ConfigError(
+            file, where, f"{empty} given and no file {rel!r} beside solution.json (looked for {target})"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or type(exc).__name__)
+        why = (
+            "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or type(exc).__name__)
+        )
         raise ConfigError(file, where, f"{empty} given and the file {target} is unreadable ({why})") from None
 
 
@@ -105,26 +116,39 @@ def _check_layout(sources: list[SourceFile], file: str) -> None:
     seen: dict[str, int] = {}
     for i, s in enumerate(sources):
         if s.path in seen:
-            raise ConfigError(file, f"sources[{i}].path", f"duplicate source {s.path!r} (also sources[{seen[s.path]}])")
+            raise ConfigError(
+                file, f"sources[{i}].path", f"duplicate source {s.path!r} (also sources[{seen[s.path]}])"
+            )
         seen[s.path] = i
     for i, s in enumerate(sources):
         for parent in PurePosixPath(s.path).parents:
             if str(parent) in seen:
-                raise ConfigError(file, f"sources[{i}].path", f"{s.path!r} puts a file inside "
-                                  f"sources[{seen[str(parent)]}] {str(parent)!r}, which is a file")
+                raise ConfigError(
+                    file,
+                    f"sources[{i}].path",
+                    f"{s.path!r} puts a file inside "
+                    f"sources[{seen[str(parent)]}] {str(parent)!r}, which is a file",
+                )
 
 
 def _check_languages(languages: list[str], entry_file: str, file: str) -> None:
     py = [lang for lang in languages if lang in PYTHON_LANGUAGES]
     cpp = [lang for lang in languages if lang in CPP_LANGUAGES]
     if py and cpp:
-        raise ConfigError(file, "spec.languages", f"Python languages {py} and C++ languages {cpp} cannot be mixed")
+        raise ConfigError(
+            file, "spec.languages", f"Python languages {py} and C++ languages {cpp} cannot be mixed"
+        )
     suffix = PurePosixPath(entry_file).suffix
     if py and suffix != ".py":
-        raise ConfigError(file, "spec.entry_point", f"Python languages need a .py entry file, got {entry_file!r}")
+        raise ConfigError(
+            file, "spec.entry_point", f"Python languages need a .py entry file, got {entry_file!r}"
+        )
     if cpp and suffix not in CPP_ENTRY_SUFFIXES:
-        raise ConfigError(file, "spec.entry_point", f"C++ languages need a C++/CUDA entry file "
-                          f"({', '.join(CPP_ENTRY_SUFFIXES)}), got {entry_file!r}")
+        raise ConfigError(
+            file,
+            "spec.entry_point",
+            f"C++ languages need a C++/CUDA entry file ({', '.join(CPP_ENTRY_SUFFIXES)}), got {entry_file!r}",
+        )
 
 
 def load_solution(path: str | Path, definition_name: str | None = None) -> Solution:
@@ -134,19 +158,33 @@ def load_solution(path: str | Path, definition_name: str | None = None) -> Solut
     validate(raw, "sol_solution", file)
     spec = raw["spec"]
     if definition_name is not None and raw["definition"] != definition_name:
-        raise ConfigError(file, "definition", f"{raw['definition']!r} is not the problem's definition "
-                          f"{definition_name!r}")
+        raise ConfigError(
+            file, "definition", f"{raw['definition']!r} is not the problem's definition {definition_name!r}"
+        )
     sol_dir = path.parent.resolve()
     sources = [_source(e, i, sol_dir, file) for i, e in enumerate(raw["sources"])]
     _check_layout(sources, file)
     entry_file, _, entry_function = spec["entry_point"].rpartition("::")
     if str(PurePosixPath(entry_file)) not in {s.path for s in sources}:
-        raise ConfigError(file, "spec.entry_point", f"entry file {entry_file!r} is not among the sources "
-                          f"({', '.join(s.path for s in sources)})")
+        raise ConfigError(
+            file,
+            "spec.entry_point",
+            f"entry file {entry_file!r} is not among the sources ({', '.join(s.path for s in sources)})",
+        )
     _check_languages(spec["languages"], entry_file, file)
     opts = spec.get("compile_options") or {}
-    return Solution(path=file, raw=raw, name=raw["name"], definition=raw["definition"],
-                    languages=tuple(spec["languages"]), entry_file=entry_file, entry_function=entry_function,
-                    dps=spec.get("destination_passing_style", True), dependencies=tuple(spec.get("dependencies", [])),
-                    cflags=tuple(opts.get("cflags", [])), cuda_cflags=tuple(opts.get("cuda_cflags", [])),
-                    ldflags=tuple(opts.get("ld_flags", [])), sources=tuple(sources))
+    return Solution(
+        path=file,
+        raw=raw,
+        name=raw["name"],
+        definition=raw["definition"],
+        languages=tuple(spec["languages"]),
+        entry_file=entry_file,
+        entry_function=entry_function,
+        dps=spec.get("destination_passing_style", True),
+        dependencies=tuple(spec.get("dependencies", [])),
+        cflags=tuple(opts.get("cflags", [])),
+        cuda_cflags=tuple(opts.get("cuda_cflags", [])),
+        ldflags=tuple(opts.get("ld_flags", [])),
+        sources=tuple(sources),
+    )

@@ -25,14 +25,24 @@ def _errors(corr: dict | None) -> tuple[str, str]:
 
 def traces_table(trace_list: list[dict], width: int = 200):
     """Upstream's columns; statuses and numbers never cut (split over two tables in a narrow console)."""
-    cols = [Column("#", style="dim"), Column("Status"), *(Column(c, "right") for c in
-            ("Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"))]
+    cols = [
+        Column("#", style="dim"),
+        Column("Status"),
+        *(Column(c, "right") for c in ("Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err")),
+    ]
     rows = []
     for i, tr in enumerate(trace_list):
         ev = tr["evaluation"]
         perf = ev["performance"]
-        lat, ref, speed = ("", "", "") if perf is None else (
-            f"{perf['latency_ms']:.3f}", f"{perf['reference_latency_ms']:.3f}", f"{perf['speedup_factor']:.2f}x")
+        lat, ref, speed = (
+            ("", "", "")
+            if perf is None
+            else (
+                f"{perf['latency_ms']:.3f}",
+                f"{perf['reference_latency_ms']:.3f}",
+                f"{perf['speedup_factor']:.2f}x",
+            )
+        )
         style = STATUS_STYLE.get(ev["status"], "red")
         rows.append([str(i), f"[{style}]{ev['status']}[/]", lat, ref, speed, *_errors(ev["correctness"])])
     tables = fitted_tables("Evaluation Results", cols, rows, width, show_lines=True)
@@ -51,8 +61,11 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
     if result.get("unavailable"):
         console.print(f"[red]unavailable here:[/] {escape(result['unavailable'])}")
-    failed = [(i, t["evaluation"]) for i, t in enumerate(trace_list)
-              if t["evaluation"]["status"] not in (Status.PASSED,) and t["evaluation"]["log"]]
+    failed = [
+        (i, t["evaluation"])
+        for i, t in enumerate(trace_list)
+        if t["evaluation"]["status"] not in (Status.PASSED,) and t["evaluation"]["log"]
+    ]
     if failed and not result.get("unavailable"):
         shown = failed if verbose else failed[:3]
         console.print(f"\n[bold red]Logs ({len(failed)}):[/]")
@@ -70,19 +83,28 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
 
 def _print_details(result: dict, console: Console) -> None:
     s = result["settings"]
-    console.print(f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples, "
-                  f"method {s['method']}, L2 {s['l2']}[/]")
+    console.print(
+        f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples, "
+        f"method {s['method']}, L2 {s['l2']}[/]"
+    )
     comp = result.get("compile")
     if comp:
         note = " (compile check only)" if comp.get("check_only") else ""
-        console.print(f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
-                      f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]")
+        console.print(
+            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
+            f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]"
+        )
     ph = result.get("phases") or {}
     if ph:
         # cumulative marks since the start; the worker's own split of the evaluation in parentheses
-        marks = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_"))
+        marks = ", ".join(
+            f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_")
+        )
         inner = ", ".join(f"{k[9:-2]} {v:.2f}" for k, v in ph.items() if k.startswith("workload_"))
-        console.print(f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
-                      + (f" (in the worker, summed over workloads: {inner})" if inner else "") + "[/]")
+        console.print(
+            f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
+            + (f" (in the worker, summed over workloads: {inner})" if inner else "")
+            + "[/]"
+        )
     if result.get("staging"):
         console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")

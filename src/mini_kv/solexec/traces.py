@@ -15,8 +15,17 @@ import platform
 
 from mini_kv.status import Status
 
-STATUSES = (Status.PASSED, Status.INVALID_REFERENCE, Status.INCORRECT_SHAPE, Status.INCORRECT_NUMERICAL, Status.INCORRECT_DTYPE,
-            Status.RUNTIME_ERROR, Status.COMPILE_ERROR, Status.TIMEOUT, Status.REWARD_HACK)
+STATUSES = (
+    Status.PASSED,
+    Status.INVALID_REFERENCE,
+    Status.INCORRECT_SHAPE,
+    Status.INCORRECT_NUMERICAL,
+    Status.INCORRECT_DTYPE,
+    Status.RUNTIME_ERROR,
+    Status.COMPILE_ERROR,
+    Status.TIMEOUT,
+    Status.REWARD_HACK,
+)
 CORRECTNESS_KEYS = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf", "extra")
 PERFORMANCE_KEYS = ("latency_ms", "reference_latency_ms", "speedup_factor")
 
@@ -41,8 +50,17 @@ def _finite(value: float, name: str) -> float:
     return float(value)
 
 
-def make_trace(definition: str, workload: dict, solution: str, status: str, environment: dict, log: str = "",
-               correctness: dict | None = None, performance: dict | None = None, timestamp: str | None = None) -> dict:
+def make_trace(
+    definition: str,
+    workload: dict,
+    solution: str,
+    status: str,
+    environment: dict,
+    log: str = "",
+    correctness: dict | None = None,
+    performance: dict | None = None,
+    timestamp: str | None = None,
+) -> dict:
     """One trace; raises ValueError when the status and the blocks it carries disagree."""
     if status not in STATUSES:
         raise ValueError(f"unknown trace status {status!r}")
@@ -50,13 +68,21 @@ def make_trace(definition: str, workload: dict, solution: str, status: str, envi
         raise ValueError("a PASSED trace carries correctness and performance")
     if status == Status.INCORRECT_NUMERICAL and (correctness is None or performance is not None):
         raise ValueError("an INCORRECT_NUMERICAL trace carries correctness only")
-    if status not in (Status.PASSED, Status.INCORRECT_NUMERICAL) and (correctness is not None or performance is not None):
+    if status not in (Status.PASSED, Status.INCORRECT_NUMERICAL) and (
+        correctness is not None or performance is not None
+    ):
         raise ValueError(f"a {status} trace carries neither correctness nor performance")
-    corr = None if correctness is None else {
-        "max_relative_error": _finite(correctness["max_relative_error"], "max_relative_error"),
-        "max_absolute_error": _finite(correctness["max_absolute_error"], "max_absolute_error"),
-        "has_nan": bool(correctness["has_nan"]), "has_inf": bool(correctness["has_inf"]),
-        "extra": correctness.get("extra")}
+    corr = (
+        None
+        if correctness is None
+        else {
+            "max_relative_error": _finite(correctness["max_relative_error"], "max_relative_error"),
+            "max_absolute_error": _finite(correctness["max_absolute_error"], "max_absolute_error"),
+            "has_nan": bool(correctness["has_nan"]),
+            "has_inf": bool(correctness["has_inf"]),
+            "extra": correctness.get("extra"),
+        }
+    )
     perf = None if performance is None else {k: _finite(performance[k], k) for k in PERFORMANCE_KEYS}
     return {
         "definition": definition,

@@ -16,8 +16,13 @@ DATA_ROOT_VAR = "MINI_KV_DATA_ROOT"  # a directory outside the problem that safe
 MAX_TENSOR_BYTES = 2**40  # 1 TiB: no device holds one tensor larger; a bigger size is a typo or an attack
 
 # upstream's defaults, in upstream's field order (the trace repeats them in this order)
-DEFAULT_TOLERANCE = {"max_atol": 1e-2, "max_rtol": 1e-2, "required_matched_ratio": 0.99, "max_error_cap": None,
-                     "allow_negative_inf": False}
+DEFAULT_TOLERANCE = {
+    "max_atol": 1e-2,
+    "max_rtol": 1e-2,
+    "required_matched_ratio": 0.99,
+    "max_error_cap": None,
+    "allow_negative_inf": False,
+}
 
 
 @dataclass(frozen=True)
@@ -34,18 +39,29 @@ class Workload:
 
     def trace_dict(self) -> dict:
         """The workload as upstream's trace writes it: axes, inputs, uuid, tolerance."""
-        return {"axes": dict(self.axes), "inputs": {k: dict(v) for k, v in self.inputs.items()}, "uuid": self.uuid,
-                "tolerance": dict(self.tolerance)}
+        return {
+            "axes": dict(self.axes),
+            "inputs": {k: dict(v) for k, v in self.inputs.items()},
+            "uuid": self.uuid,
+            "tolerance": dict(self.tolerance),
+        }
 
 
 def _check_axes(raw: dict, definition: Definition, file: str, at: str) -> dict:
     for name in raw["axes"]:
         if name not in definition.axes:
-            raise ConfigError(file, f"{at}axes.{name}", f"not an axis of {definition.name}; its var axes: "
-                              f"{', '.join(definition.var_axes) or '(none)'}")
+            raise ConfigError(
+                file,
+                f"{at}axes.{name}",
+                f"not an axis of {definition.name}; its var axes: "
+                f"{', '.join(definition.var_axes) or '(none)'}",
+            )
         if definition.axes[name]["type"] != "var":
-            raise ConfigError(file, f"{at}axes.{name}", f"axis {name!r} is {definition.axes[name]['type']}, "
-                              "only var axes are set by a workload")
+            raise ConfigError(
+                file,
+                f"{at}axes.{name}",
+                f"axis {name!r} is {definition.axes[name]['type']}, only var axes are set by a workload",
+            )
     missing = [n for n in definition.var_axes if n not in raw["axes"]]
     if missing:
         raise ConfigError(file, f"{at}axes.{missing[0]}", "required var axis is missing")
@@ -59,24 +75,34 @@ def _check_inputs(raw: dict, definition: Definition, file: str, at: str) -> None
     specs = {t.name: t for t in definition.inputs}
     for name in raw["inputs"]:
         if name not in specs:
-            raise ConfigError(file, f"{at}inputs.{name}", f"not an input of {definition.name}; its inputs: "
-                              f"{', '.join(specs)}")
+            raise ConfigError(
+                file,
+                f"{at}inputs.{name}",
+                f"not an input of {definition.name}; its inputs: {', '.join(specs)}",
+            )
     for name, spec in specs.items():
         desc = raw["inputs"].get(name)
         if desc is None:
             raise ConfigError(file, f"{at}inputs.{name}", "required input descriptor is missing")
         kind = desc["type"]
         if kind == "scalar" and not spec.is_scalar:
-            raise ConfigError(file, f"{at}inputs.{name}.type", "`scalar` is only for inputs whose shape is null "
-                              f"(a Python scalar); {name} is a tensor")
+            raise ConfigError(
+                file,
+                f"{at}inputs.{name}.type",
+                f"`scalar` is only for inputs whose shape is null (a Python scalar); {name} is a tensor",
+            )
         if kind == "safetensors" and spec.is_scalar:
             raise ConfigError(file, f"{at}inputs.{name}.type", f"{name} is a Python scalar; use `scalar`")
     kinds = {d["type"] == "custom" for d in raw["inputs"].values()}
     if kinds == {True, False}:
         raise ConfigError(file, f"{at}inputs", "either every input is `custom` or none is")
     if True in kinds and not definition.custom_inputs_entrypoint:
-        raise ConfigError(file, f"{at}inputs", f"`custom` inputs need the definition's custom_inputs_entrypoint, "
-                          f"which {definition.path} does not set")
+        raise ConfigError(
+            file,
+            f"{at}inputs",
+            f"`custom` inputs need the definition's custom_inputs_entrypoint, "
+            f"which {definition.path} does not set",
+        )
 
 
 def _check_sizes(definition: Definition, axes: dict, file: str, at: str) -> int:
@@ -85,8 +111,12 @@ def _check_sizes(definition: Definition, axes: dict, file: str, at: str) -> int:
     for spec in (*definition.inputs, *definition.outputs):
         n = definition.nbytes(spec, axes)
         if n > MAX_TENSOR_BYTES:
-            raise ConfigError(file, f"{at}axes", f"{spec.name} would be {list(definition.shape_of(spec, axes))} "
-                              f"{spec.dtype}, {n:.3g} bytes; at most {MAX_TENSOR_BYTES} bytes (1 TiB) per tensor")
+            raise ConfigError(
+                file,
+                f"{at}axes",
+                f"{spec.name} would be {list(definition.shape_of(spec, axes))} "
+                f"{spec.dtype}, {n:.3g} bytes; at most {MAX_TENSOR_BYTES} bytes (1 TiB) per tensor",
+            )
         total += n
     return total
 
@@ -107,8 +137,12 @@ def _contained(rel: str, base: Path, file: str, where: str) -> Path:
         raise ConfigError(file, where, f"{rel!r} is not a usable path ({type(exc).__name__})") from None
     roots = data_roots(base)
     if not any(path == r or r in path.parents for r in roots):
-        raise ConfigError(file, where, f"{rel!r} resolves to {path}, outside the problem directory {roots[0]}; "
-                          f"safetensors inputs must live there (or under ${DATA_ROOT_VAR})")
+        raise ConfigError(
+            file,
+            where,
+            f"{rel!r} resolves to {path}, outside the problem directory {roots[0]}; "
+            f"safetensors inputs must live there (or under ${DATA_ROOT_VAR})",
+        )
     return path
 
 
@@ -123,15 +157,21 @@ def _check_safetensors(raw: dict, definition: Definition, axes: dict, base: Path
         where = f"{at}inputs.{name}"
         path = _contained(desc["path"], base, file, f"{where}.path")
         if not path.is_file():
-            raise ConfigError(file, f"{where}.path", f"file {desc['path']!r} does not exist (looked for {path})")
+            raise ConfigError(
+                file, f"{where}.path", f"file {desc['path']!r} does not exist (looked for {path})"
+            )
         try:
             dtype, shape = safetensors_file.describe(path, desc["tensor_key"])
         except safetensors_file.SafetensorsError as exc:
             raise ConfigError(file, f"{where}.tensor_key", f"{path}: {exc}") from None
         want = definition.shape_of(specs[name], axes)
         if dtype != specs[name].dtype or shape != want:
-            raise ConfigError(file, where, f"{path}[{desc['tensor_key']!r}] is {list(shape)} {dtype}, the definition "
-                              f"wants {list(want)} {specs[name].dtype} for these axes")
+            raise ConfigError(
+                file,
+                where,
+                f"{path}[{desc['tensor_key']!r}] is {list(shape)} {dtype}, the definition "
+                f"wants {list(want)} {specs[name].dtype} for these axes",
+            )
         found[name] = str(path)
     return found
 
@@ -143,9 +183,17 @@ def parse_workload(raw, definition: Definition, file: str, line: int, base: Path
     nbytes = _check_sizes(definition, axes, file, at)
     _check_inputs(raw, definition, file, at)
     st = _check_safetensors(raw, definition, axes, base, file, at)
-    return Workload(uuid=raw["uuid"], line=line, axes=dict(raw["axes"]), inputs=dict(raw["inputs"]),
-                    tolerance={**DEFAULT_TOLERANCE, **raw.get("tolerance", {})}, resolved_axes=axes, safetensors=st,
-                    nbytes=nbytes, file=file)
+    return Workload(
+        uuid=raw["uuid"],
+        line=line,
+        axes=dict(raw["axes"]),
+        inputs=dict(raw["inputs"]),
+        tolerance={**DEFAULT_TOLERANCE, **raw.get("tolerance", {})},
+        resolved_axes=axes,
+        safetensors=st,
+        nbytes=nbytes,
+        file=file,
+    )
 
 
 def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
@@ -159,7 +207,9 @@ def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
             continue
         wl = parse_workload(parse_json(text, file, f"line {i}"), definition, file, i, path.parent.resolve())
         if wl.uuid in seen:
-            raise ConfigError(file, f"line {i}: uuid", f"duplicate uuid {wl.uuid!r} (first used on line {seen[wl.uuid]})")
+            raise ConfigError(
+                file, f"line {i}: uuid", f"duplicate uuid {wl.uuid!r} (first used on line {seen[wl.uuid]})"
+            )
         seen[wl.uuid] = i
         out.append(wl)
     if not out:

@@ -34,7 +34,9 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_default, allow_nan=True) + "\n").encode())
+    write_bytes(
+        path, (json.dumps(obj, indent=2, sort_keys=True, default=_default, allow_nan=True) + "\n").encode()
+    )
 
 
 def _default(o):
@@ -85,8 +87,13 @@ class StagedDir:
             if p.is_file():
                 with open(p, "rb+") as f:
                     os.fsync(f.fileno())
-                files.append({"path": str(p.relative_to(self.partial)), "sha256": sha256_file(p),
-                              "size": p.stat().st_size})
+                files.append(
+                    {
+                        "path": str(p.relative_to(self.partial)),
+                        "sha256": sha256_file(p),
+                        "size": p.stat().st_size,
+                    }
+                )
         for d in {p.parent for p in self.partial.rglob("*")} | {self.partial}:
             fsync_dir(d)
         return files

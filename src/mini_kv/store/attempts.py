@@ -22,7 +22,7 @@ PARTIAL = ".partial"
 
 
 def new_attempt_id(candidate: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{stamp}-{candidate}-{secrets.token_hex(3)}"
 
 
@@ -35,12 +35,21 @@ class AttemptWriter(StagedDir):
         try:
             super().__init__(self.task_dir / self.attempt_id)
         except FileExistsError:
-            raise FileExistsError(f"attempt directory {self.task_dir / self.attempt_id} already exists") from None
+            raise FileExistsError(
+                f"attempt directory {self.task_dir / self.attempt_id} already exists"
+            ) from None
 
     def commit(self, header: dict) -> Path:
         files = self.manifest()
-        return self.publish("attempt.json", {**header, "schema_version": ATTEMPT_SCHEMA_VERSION,
-                                             "attempt_id": self.attempt_id, "files": files})
+        return self.publish(
+            "attempt.json",
+            {
+                **header,
+                "schema_version": ATTEMPT_SCHEMA_VERSION,
+                "attempt_id": self.attempt_id,
+                "files": files,
+            },
+        )
 
 
 class AttemptInvalid(Exception):
@@ -85,23 +94,42 @@ def _manifest(path: Path, files) -> list[tuple[str, str, int]]:
     """attempt.json's `files` as (path, sha256, size), after checking its shape and every name."""
     meta = path / "attempt.json"
     if not isinstance(files, list):
-        raise AttemptInvalid(f"{meta}: `files` is {type(files).__name__}, expected a list of "
-                             "{path, sha256, size} objects")
+        raise AttemptInvalid(
+            f"{meta}: `files` is {type(files).__name__}, expected a list of {{path, sha256, size}} objects"
+        )
     out, seen = [], {}
     for i, e in enumerate(files):
-        ok = (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str)
-              and _SHA256.fullmatch(e["sha256"]) is not None and type(e.get("size")) is int and e["size"] >= 0)
+        ok = (
+            isinstance(e, dict)
+            and isinstance(e.get("path"), str)
+            and isinstance(e.get("sha256"), str)
+            and _SHA256.fullmatch(e["sha256"]) is not None
+            and type(e.get("size")) is int
+            and e["size"] >= 0
+        )
         if not ok:
-            raise AttemptInvalid(f"{meta}: files[{i}] is not a {{path, sha256 (64 lowercase hex), size (int >= 0)}} "
-                                 "object")
+            raise AttemptInvalid(
+                f"{meta}: files[{i}] is not a {{path, sha256 (64 lowercase hex), size (int >= 0)}} object"
+            )
         rel = e["path"]
         parts = PurePosixPath(rel).parts
-        if not rel or rel.startswith("/") or "\\" in rel or "\0" in rel or any(p in ("..", ".") for p in parts) \
-                or rel != str(PurePosixPath(rel)) or rel == "attempt.json":
-            raise AttemptTampered(f"{meta}: files[{i}] path {rel!r} is not a plain relative path inside the attempt")
+        if (
+            not rel
+            or rel.startswith("/")
+            or "\\" in rel
+            or "\0" in rel
+            or any(p in ("..", ".") for p in parts)
+            or rel != str(PurePosixPath(rel))
+            or rel == "attempt.json"
+        ):
+            raise AttemptTampered(
+                f"{meta}: files[{i}] path {rel!r} is not a plain relative path inside the attempt"
+            )
         # names that differ only in case would be one file on a case-insensitive file system
         if rel.casefold() in seen:
-            raise AttemptTampered(f"{meta}: files[{i}] path {rel!r} is listed twice (as {seen[rel.casefold()]!r})")
+            raise AttemptTampered(
+                f"{meta}: files[{i}] path {rel!r} is listed twice (as {seen[rel.casefold()]!r})"
+            )
         seen[rel.casefold()] = rel
         out.append((rel, e["sha256"], e["size"]))
     return out
@@ -123,13 +151,17 @@ def verify_files(path: Path, files) -> None:
         if not f.is_file():
             raise AttemptTampered(f"{path}: listed file {rel} is not a regular file")
         if f.stat().st_size != size or sha256_file(f) != digest:
-            raise AttemptTampered(f"{path}: {rel} does not match its recorded SHA-256 and size in attempt.json "
-                                  "(tampered or truncated)")
+            raise AttemptTampered(
+                f"{path}: {rel} does not match its recorded SHA-256 and size in attempt.json "
+                "(tampered or truncated)"
+            )
     names = {rel for rel, _, _ in listed} | {"attempt.json"}
     for p in sorted(path.rglob("*")):
         if (p.is_symlink() or not p.is_dir()) and str(p.relative_to(path)) not in names:
-            raise AttemptTampered(f"{path}: {p.relative_to(path)} is not listed in attempt.json (added after "
-                                  "the attempt was sealed)")
+            raise AttemptTampered(
+                f"{path}: {p.relative_to(path)} is not listed in attempt.json (added after "
+                "the attempt was sealed)"
+            )
 
 
 def load_attempt_file(attempt: dict, rel: str):

@@ -64,9 +64,16 @@ def _samples(rec: dict, who: str, where: str) -> list[list[float]]:
     side = rec.get(who)
     _need(isinstance(side, dict), "benchmark.json", f"{where}: `{who}` is not an object")
     samples = side.get("samples")
-    ok = (isinstance(samples, list) and samples and all(isinstance(r, list) and r for r in samples)
-          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                  for r in samples for x in r))
+    ok = (
+        isinstance(samples, list)
+        and samples
+        and all(isinstance(r, list) and r for r in samples)
+        and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            for r in samples
+            for x in r
+        )
+    )
     # exactly what the worker's statistics accept (stats._as_array); the speedup then needs positive P50s
     _need(bool(ok), "benchmark.json", f"{where}: `{who}.samples` must be non-empty lists of finite times")
     return samples
@@ -74,8 +81,11 @@ def _samples(rec: dict, who: str, where: str) -> list[list[float]]:
 
 def _limit(stab: dict, key: str, default: float, where: str) -> float:
     value = stab.get(key, default)
-    _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0, "benchmark.json",
-          f"{where}: `stability.{key}` must be a number >= 0")
+    _need(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0,
+        "benchmark.json",
+        f"{where}: `stability.{key}` must be a number >= 0",
+    )
     return float(value)
 
 
@@ -90,10 +100,15 @@ def case_headline(rec: dict) -> CaseHeadline:
     cs = stats.summarize_repeats(_samples(rec, "candidate", where))
     rs = stats.summarize_repeats(_samples(rec, "reference", where))
     stab = rec.get("stability") if isinstance(rec.get("stability"), dict) else {}
-    stable = stats.stability(cs, rs, _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
-                             _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where)).stable
-    return CaseHeadline(cid, cs.overall.p50, cs.overall.p95, stats.speedup(rs.overall.p50, cs.overall.p50),
-                        bool(stable))
+    stable = stats.stability(
+        cs,
+        rs,
+        _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
+        _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where),
+    ).stable
+    return CaseHeadline(
+        cid, cs.overall.p50, cs.overall.p95, stats.speedup(rs.overall.p50, cs.overall.p50), bool(stable)
+    )
 
 
 def _geomean(cases: list[CaseHeadline]) -> float | None:
@@ -104,11 +119,14 @@ def _geomean(cases: list[CaseHeadline]) -> float | None:
 
 # --------------------------------------------------------------------------------- task-card format
 
+
 def summarize_correctness(results: dict, device: str) -> dict:
     """correctness.json's summary from its records: load, cases, contract checks, incidents."""
     counts: dict[str, dict[str, int]] = {}
     for rec in results["cases"]:
-        group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[rec["kind"]]
+        group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[
+            rec["kind"]
+        ]
         c = counts.setdefault(group, {"passed": 0, "total": 0, "skipped": 0})
         if rec["status"] == Status.SKIPPED:
             c["skipped"] += 1
@@ -122,15 +140,24 @@ def summarize_correctness(results: dict, device: str) -> dict:
     contract = results["contract"]
     contract_ok = all(r.get("status") == Status.PASSED for r in contract.values())
     # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
-    integrity = [r["integrity"] for r in [*results["incidents"], load, *results["cases"], *contract.values()]
-                 if r.get("integrity")]
+    integrity = [
+        r["integrity"]
+        for r in [*results["incidents"], load, *results["cases"], *contract.values()]
+        if r.get("integrity")
+    ]
     cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results["cases"])
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     # cases whose params broke the card's own input factory: the card's fault, not the candidate's
     invalid = [r["id"] for r in results["cases"] if r["status"] == Status.INVALID_CASE]
-    return {"ok": ok, "counts": counts, "kernels": kernels, "missing_kernels": missing, "invalid_cases": invalid,
-            "integrity_failures": integrity,
-            "contract": {k: v.get("status") for k, v in contract.items()}}
+    return {
+        "ok": ok,
+        "counts": counts,
+        "kernels": kernels,
+        "missing_kernels": missing,
+        "invalid_cases": invalid,
+        "integrity_failures": integrity,
+        "contract": {k: v.get("status") for k, v in contract.items()},
+    }
 
 
 def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHeadline]]:
@@ -142,15 +169,26 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
     post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
     cases = [case_headline(r) for r in good]
     stable = all(c.stable for c in cases) if cases else None
-    integrity = [r["integrity"] for r in records if r.get("integrity")] + \
-        [r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")]
-    return ({"ran": True, "ok": not failed and not post_bad, "stable": stable, "failed": failed,
-             "post_check_failed": post_bad, "integrity_failures": integrity, "geomean_speedup": _geomean(cases)},
-            cases)
+    integrity = [r["integrity"] for r in records if r.get("integrity")] + [
+        r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")
+    ]
+    return (
+        {
+            "ran": True,
+            "ok": not failed and not post_bad,
+            "stable": stable,
+            "failed": failed,
+            "post_check_failed": post_bad,
+            "integrity_failures": integrity,
+            "geomean_speedup": _geomean(cases),
+        },
+        cases,
+    )
 
 
-def card_headline(compile_status: str, correctness: dict | None, bench_records: list, skipped: bool,
-                  device: str) -> Headline:
+def card_headline(
+    compile_status: str, correctness: dict | None, bench_records: list, skipped: bool, device: str
+) -> Headline:
     """The headline of a task-card attempt. `correctness` holds load/cases/contract/incidents
     (correctness.json, or the worker's results); `bench_records` benchmark.json's `cases`."""
     if compile_status != BuildStatus.OK:
@@ -177,6 +215,7 @@ def card_headline(compile_status: str, correctness: dict | None, bench_records: 
 
 # ---------------------------------------------------------------------------------- SOL format
 
+
 def sol_headline(workloads: list, bench_records: list, failed_status: str = Status.FAILED) -> Headline:
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
@@ -184,10 +223,15 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     passed = bool(workloads) and counts.get(Status.PASSED, 0) == len(workloads)
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
-    bench = {"ran": bool(records), "ok": passed,
-             "stable": all(c.stable for c in cases) if passed and cases else None,
-             "geomean_speedup": _geomean(cases) if passed else None}
-    return Headline(Status.PASSED if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases))
+    bench = {
+        "ran": bool(records),
+        "ok": passed,
+        "stable": all(c.stable for c in cases) if passed and cases else None,
+        "geomean_speedup": _geomean(cases) if passed else None,
+    }
+    return Headline(
+        Status.PASSED if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases)
+    )
 
 
 # ------------------------------------------------------------------------------ claims vs derived
@@ -204,17 +248,25 @@ def _same(a, b) -> bool:
 
 
 def _benchmark_claims(head: Headline, header: dict, benchmark: dict, check, out: list[str]) -> None:
-    for file, block in (("attempt.json", header.get("benchmark")), ("benchmark.json", benchmark.get("summary"))):
+    for file, block in (
+        ("attempt.json", header.get("benchmark")),
+        ("benchmark.json", benchmark.get("summary")),
+    ):
         if head.benchmark is None:
-            if isinstance(block, dict) and (block.get("ran") or block.get("stable")
-                                            or block.get("geomean_speedup") is not None):
+            if isinstance(block, dict) and (
+                block.get("ran") or block.get("stable") or block.get("geomean_speedup") is not None
+            ):
                 out.append(f"{file} benchmark: claims a benchmark, but nothing ran ({head.status})")
         elif not isinstance(block, dict):
             out.append(f"{file} benchmark: {block!r} is not the summary its records give")
         else:
             for key in HEADLINE_FIELDS:
-                check(file, f"benchmark.{key}" if file == "attempt.json" else f"summary.{key}", block.get(key),
-                      head.benchmark.get(key))
+                check(
+                    file,
+                    f"benchmark.{key}" if file == "attempt.json" else f"summary.{key}",
+                    block.get(key),
+                    head.benchmark.get(key),
+                )
 
 
 def _case_claims(head: Headline, records: list, check) -> None:
@@ -226,9 +278,13 @@ def _case_claims(head: Headline, records: list, check) -> None:
         where = f"case {c.id}"
         check("benchmark.json", f"{where} speedup", rec.get("speedup"), c.speedup)
         stab = rec.get("stability")
-        check("benchmark.json", f"{where} stability.stable", stab.get("stable") if isinstance(stab, dict) else None,
-              c.stable)
-        overall = ((rec.get("candidate") or {}).get("summary") or {})
+        check(
+            "benchmark.json",
+            f"{where} stability.stable",
+            stab.get("stable") if isinstance(stab, dict) else None,
+            c.stable,
+        )
+        overall = (rec.get("candidate") or {}).get("summary") or {}
         overall = overall.get("overall") if isinstance(overall, dict) else None
         overall = overall if isinstance(overall, dict) else {}
         check("benchmark.json", f"{where} candidate p50", overall.get("p50"), c.p50_us)
@@ -246,7 +302,10 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
     check("attempt.json", "status", header.get("status"), head.status)
     _benchmark_claims(head, header, benchmark, check, out)
     derived_ok = None if head.correctness is None else head.correctness["ok"]
-    for file, block in (("attempt.json", header.get("correctness")), ("correctness.json", correctness.get("summary"))):
+    for file, block in (
+        ("attempt.json", header.get("correctness")),
+        ("correctness.json", correctness.get("summary")),
+    ):
         said = block.get("ok") if isinstance(block, dict) else None
         if said is not None or derived_ok:
             check(file, "correctness.ok" if file == "attempt.json" else "summary.ok", said, derived_ok)

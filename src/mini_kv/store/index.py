@@ -50,8 +50,16 @@ BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
 KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
-KNOWN_JSON_FILES = ("benchmark.json", "correctness.json", "environment.json", "regression.json", "compile.json",
-                    "task_card.json", "definition.json", "solution.json")
+KNOWN_JSON_FILES = (
+    "benchmark.json",
+    "correctness.json",
+    "environment.json",
+    "regression.json",
+    "compile.json",
+    "task_card.json",
+    "definition.json",
+    "solution.json",
+)
 
 _DDL = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -85,9 +93,24 @@ CREATE TABLE bench_cases (
 CREATE INDEX attempts_by_candidate ON attempts (task_id, candidate, created_at);
 """
 
-ATTEMPT_COLUMNS = ("attempt_id", "task_id", "task_version", "operator_name", "operator_version", "candidate",
-                   "status", "device", "suite_hash", "environment_key", "created_at", "stable",
-                   "geomean_speedup", "regression", "path", "attempt_sha256")
+ATTEMPT_COLUMNS = (
+    "attempt_id",
+    "task_id",
+    "task_version",
+    "operator_name",
+    "operator_version",
+    "candidate",
+    "status",
+    "device",
+    "suite_hash",
+    "environment_key",
+    "created_at",
+    "stable",
+    "geomean_speedup",
+    "regression",
+    "path",
+    "attempt_sha256",
+)
 CASE_COLUMNS = ("attempt_id", "case_id", "p50_us", "p95_us", "speedup", "stable")
 
 
@@ -127,11 +150,15 @@ def index_lock(artifacts: Path, timeout: float = LOCK_TIMEOUT_S):
     try:
         lock.acquire()
     except LockTimeout:
-        raise IndexUnusable(f"{artifacts / LOCK_NAME}: another mini_kv process has held the index lock for "
-                            f"{timeout:.0f} s; wait for it to finish (or end it) and retry") from None
+        raise IndexUnusable(
+            f"{artifacts / LOCK_NAME}: another mini_kv process has held the index lock for "
+            f"{timeout:.0f} s; wait for it to finish (or end it) and retry"
+        ) from None
     except OSError as exc:  # e.g. the lock path is a directory, or the store is read-only
-        raise IndexUnusable(f"{artifacts / LOCK_NAME}: cannot take the index lock ({exc}); it must be a "
-                            "writable file (remove whatever else is there)") from None
+        raise IndexUnusable(
+            f"{artifacts / LOCK_NAME}: cannot take the index lock ({exc}); it must be a "
+            "writable file (remove whatever else is there)"
+        ) from None
     try:
         yield
     finally:
@@ -147,7 +174,7 @@ def _attempt_json_file(path: Path, rel: str) -> dict:
         return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel))
     except RecordUnusable as exc:
         if exc.reason == "schema":  # its hash matched: rewritten, and the file list fixed up
-            raise _tampered(path, rel, str(exc)[len(exc.file) + 2:]) from None
+            raise _tampered(path, rel, str(exc)[len(exc.file) + 2 :]) from None
         raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
 
 
@@ -169,34 +196,64 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
     attempt_dir = Path(attempt_dir)
     header = read_attempt(attempt_dir)  # valid against its schema, then every listed size and SHA-256
     if header["attempt_id"] != attempt_dir.name:
-        raise AttemptInvalid(f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
-                             "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>", "misplaced")
+        raise AttemptInvalid(
+            f"{attempt_dir}: directory name differs from its attempt_id {header['attempt_id']!r} "
+            "(renamed or copied by hand); move it back to artifacts/<task>/<attempt_id>",
+            "misplaced",
+        )
     if header["task_id"] != attempt_dir.parent.name:
-        raise AttemptInvalid(f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
-                             f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/", "misplaced")
+        raise AttemptInvalid(
+            f"{attempt_dir}: lies under {attempt_dir.parent.name!r} but belongs to task "
+            f"{header['task_id']!r}; move it to artifacts/{header['task_id']}/",
+            "misplaced",
+        )
     head, files = derive(attempt_dir, header)
     row = {
-        "attempt_id": header["attempt_id"], "task_id": header["task_id"], "task_version": header["task_version"],
-        "operator_name": header["operator"]["name"], "operator_version": header["operator"]["version"],
-        "candidate": header["candidate"], "status": str(head.status), "device": header.get("device"),
-        "suite_hash": header["suite_hash"], "environment_key": header["environment_key"],
+        "attempt_id": header["attempt_id"],
+        "task_id": header["task_id"],
+        "task_version": header["task_version"],
+        "operator_name": header["operator"]["name"],
+        "operator_version": header["operator"]["version"],
+        "candidate": header["candidate"],
+        "status": str(head.status),
+        "device": header.get("device"),
+        "suite_hash": header["suite_hash"],
+        "environment_key": header["environment_key"],
         "created_at": header["created_at"],
-        "stable": None if head.benchmark is None or head.benchmark["stable"] is None
+        "stable": None
+        if head.benchmark is None or head.benchmark["stable"] is None
         else int(bool(head.benchmark["stable"])),
         "geomean_speedup": None if head.benchmark is None else head.benchmark.get("geomean_speedup"),
         "regression": (files.get("regression.json") or {}).get("verdict"),
         "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
         "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
     }
-    cases = [{"attempt_id": row["attempt_id"], "case_id": c.id, "p50_us": c.p50_us, "p95_us": c.p95_us,
-              "speedup": c.speedup, "stable": int(c.stable)} for c in head.cases]
+    cases = [
+        {
+            "attempt_id": row["attempt_id"],
+            "case_id": c.id,
+            "p50_us": c.p50_us,
+            "p95_us": c.p95_us,
+            "speedup": c.speedup,
+            "stable": int(c.stable),
+        }
+        for c in head.cases
+    ]
     return row, cases
 
 
 _ATTEMPT_ID = re.compile(r"\d{8}T\d{12}Z-(?P<candidate>.+)-[0-9a-f]{6}")
-REQUIRED_FILES = {CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
-                  SOL_FORMAT: ("definition.json", "workload.jsonl", "solution.json", "environment.json",
-                                        "correctness.json", "benchmark.json")}
+REQUIRED_FILES = {
+    CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
+    SOL_FORMAT: (
+        "definition.json",
+        "workload.jsonl",
+        "solution.json",
+        "environment.json",
+        "correctness.json",
+        "benchmark.json",
+    ),
+}
 
 
 def _tampered(attempt_dir: Path, file: str, message: str) -> AttemptTampered:
@@ -208,34 +265,47 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
     agree with the files they describe. Returns it with the JSON files read (by name)."""
     fmt = header.get("format") or CARD_FORMAT
     if not isinstance(fmt, str) or fmt not in REQUIRED_FILES:
-        raise AttemptInvalid(f"{attempt_dir / 'attempt.json'}: format {fmt!r} is not one of "
-                             f"{', '.join(sorted(REQUIRED_FILES))}")
+        raise AttemptInvalid(
+            f"{attempt_dir / 'attempt.json'}: format {fmt!r} is not one of "
+            f"{', '.join(sorted(REQUIRED_FILES))}"
+        )
     listed = {f["path"] for f in header["files"]}
     files = {rel: _attempt_json_file(attempt_dir, rel) for rel in sorted(listed) if rel in KNOWN_JSON_FILES}
     for rel in REQUIRED_FILES[fmt]:
         if rel not in listed:
-            raise _tampered(attempt_dir, rel, f"missing: a {fmt} attempt always has it (attempt.json does not list it)")
+            raise _tampered(
+                attempt_dir, rel, f"missing: a {fmt} attempt always has it (attempt.json does not list it)"
+            )
     m = _ATTEMPT_ID.fullmatch(header["attempt_id"])
     if m is None or m["candidate"] != header["candidate"]:
-        raise _tampered(attempt_dir, "attempt.json", f"attempt_id {header['attempt_id']!r} is not "
-                        f"<UTC time>-{header['candidate']}-<6 hex>, for its candidate {header['candidate']!r}")
+        raise _tampered(
+            attempt_dir,
+            "attempt.json",
+            f"attempt_id {header['attempt_id']!r} is not "
+            f"<UTC time>-{header['candidate']}-<6 hex>, for its candidate {header['candidate']!r}",
+        )
     _check_environment(attempt_dir, header, files["environment.json"])
     for rel in ("correctness.json", "benchmark.json"):
         for key, want in (("device", header.get("device")), ("format", fmt)):
             if files[rel].get(key) != want:
-                raise _tampered(attempt_dir, rel, f"{key} {files[rel].get(key)!r} differs from attempt.json's {want!r}")
+                raise _tampered(
+                    attempt_dir, rel, f"{key} {files[rel].get(key)!r} differs from attempt.json's {want!r}"
+                )
     corr, bench = files["correctness.json"], files["benchmark.json"]
     try:
         head = (_sol_headline if fmt == SOL_FORMAT else _card_headline)(attempt_dir, header, files)
     except headline.RecordError as exc:
-        raise _tampered(attempt_dir, exc.file, str(exc)[len(exc.file) + 2:]) from None
+        raise _tampered(attempt_dir, exc.file, str(exc)[len(exc.file) + 2 :]) from None
     except ValueError as exc:  # stats refusing the samples (empty, non-positive, NaN)
         raise _tampered(attempt_dir, "benchmark.json", f"timing samples unusable ({exc})") from None
     wrong = headline.claims_mismatch(head, header, corr, bench)
     if wrong:
         file = wrong[0].split(" ", 1)[0]
-        raise _tampered(attempt_dir, file, "a headline differs from the recomputation from the hashed "
-                        "per-case records: " + "; ".join(wrong))
+        raise _tampered(
+            attempt_dir,
+            file,
+            "a headline differs from the recomputation from the hashed per-case records: " + "; ".join(wrong),
+        )
     return head, files
 
 
@@ -251,33 +321,51 @@ def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> h
     _check_card_seeds(attempt_dir, header, corr, bench)
     compile_status = files["compile.json"].get("status") if "compile.json" in files else BuildStatus.OK
     summary = bench.get("summary")
-    skipped = isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
-    return headline.card_headline(compile_status, corr, bench["cases"], skipped, str(header.get("device") or ""))
+    skipped = (
+        isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
+    )
+    return headline.card_headline(
+        compile_status, corr, bench["cases"], skipped, str(header.get("device") or "")
+    )
 
 
 def _check_environment(attempt_dir: Path, header: dict, env: dict) -> None:
     from mini_kv.environment import environment_key
 
     if env.get("key") != header["environment_key"]:
-        raise _tampered(attempt_dir, "environment.json", f"key {env.get('key')!r} differs from attempt.json's "
-                        f"environment_key {header['environment_key']!r}")
+        raise _tampered(
+            attempt_dir,
+            "environment.json",
+            f"key {env.get('key')!r} differs from attempt.json's "
+            f"environment_key {header['environment_key']!r}",
+        )
     try:
         key = environment_key(env)
     except (AttributeError, TypeError, ValueError) as exc:
         raise _tampered(attempt_dir, "environment.json", f"fields malformed ({exc})") from None
     if key != env["key"]:
-        raise _tampered(attempt_dir, "environment.json", f"key {env['key']!r} is not the key of the environment "
-                        f"it describes ({key!r}): relabelled to be ranked with another environment")
+        raise _tampered(
+            attempt_dir,
+            "environment.json",
+            f"key {env['key']!r} is not the key of the environment "
+            f"it describes ({key!r}): relabelled to be ranked with another environment",
+        )
 
 
 def _check_card_ids(attempt_dir: Path, header: dict, card_rec: dict) -> None:
     card = card_rec.get("card")
     if isinstance(card, dict) and card.get("id") != header["task_id"]:
-        raise _tampered(attempt_dir, "task_card.json", f"card id {card.get('id')!r} differs from attempt.json's "
-                        f"task_id {header['task_id']!r}")
+        raise _tampered(
+            attempt_dir,
+            "task_card.json",
+            f"card id {card.get('id')!r} differs from attempt.json's task_id {header['task_id']!r}",
+        )
     if card_rec.get("suite_hash") != header["suite_hash"]:
-        raise _tampered(attempt_dir, "task_card.json", f"suite_hash {card_rec.get('suite_hash')!r} differs from "
-                        f"attempt.json's {header['suite_hash']!r}")
+        raise _tampered(
+            attempt_dir,
+            "task_card.json",
+            f"suite_hash {card_rec.get('suite_hash')!r} differs from attempt.json's {header['suite_hash']!r}",
+        )
 
 
 def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) -> None:
@@ -292,17 +380,22 @@ def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) 
     salt = corr.get("seed_salt")
     for c in timed_cases:
         if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):
-            raise _tampered(attempt_dir, "benchmark.json", f"case {c.get('id')!r}: seed {c.get('seed')!r} was not "
-                            "derived from this attempt's seed_salt (correctness.json): its records come from "
-                            "another run")
+            raise _tampered(
+                attempt_dir,
+                "benchmark.json",
+                f"case {c.get('id')!r}: seed {c.get('seed')!r} was not "
+                "derived from this attempt's seed_salt (correctness.json): its records come from "
+                "another run",
+            )
 
 
 def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
     for rel, field in (("definition.json", "task_id"), ("solution.json", "candidate")):
         name = files[rel].get("name")
         if not isinstance(name, str) or safe_name(name) != header[field]:
-            raise _tampered(attempt_dir, rel, f"name {name!r} does not match attempt.json's {field} "
-                            f"{header[field]!r}")
+            raise _tampered(
+                attempt_dir, rel, f"name {name!r} does not match attempt.json's {field} {header[field]!r}"
+            )
     try:
         lines = (attempt_dir / "workload.jsonl").read_text().splitlines()
         workloads = [json.loads(line) for line in lines if line.strip()]
@@ -310,8 +403,12 @@ def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
     except (OSError, ValueError, RecursionError, TypeError) as exc:
         raise _tampered(attempt_dir, "workload.jsonl", f"unreadable ({type(exc).__name__}: {exc})") from None
     if suite != header["suite_hash"]:
-        raise _tampered(attempt_dir, "attempt.json", f"suite_hash {header['suite_hash']!r} is not the hash of the "
-                        "definition, workloads and settings it records")
+        raise _tampered(
+            attempt_dir,
+            "attempt.json",
+            f"suite_hash {header['suite_hash']!r} is not the hash of the "
+            "definition, workloads and settings it records",
+        )
 
 
 def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]:
@@ -335,20 +432,30 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
             continue
         for d in children:
             if d.is_symlink() or not d.is_dir():
-                problems.append(Problem(str(d), "stray", "not an attempt directory (stray file or link); remove it"))
+                problems.append(
+                    Problem(str(d), "stray", "not an attempt directory (stray file or link); remove it")
+                )
             elif d.name.endswith(PARTIAL):
-                problems.append(Problem(str(d), "partial", "incomplete attempt (.partial): still being written, "
-                                        "or its writer died; never used. Remove it once no verify is running"))
+                problems.append(
+                    Problem(
+                        str(d),
+                        "partial",
+                        "incomplete attempt (.partial): still being written, "
+                        "or its writer died; never used. Remove it once no verify is running",
+                    )
+                )
             else:
                 try:
                     records.append(record_for_attempt(d))
                 except AttemptInvalid as exc:
                     msg = str(exc)
-                    msg = msg[len(str(d)) + 2:] if msg.startswith(f"{d}: ") else msg
+                    msg = msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg
                     problems.append(Problem(str(d), exc.kind, msg))
                 except (OSError, RecursionError, MemoryError) as exc:
                     # unreadable in a way no check foresaw: this attempt is skipped, the others still count
-                    problems.append(Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})"))
+                    problems.append(
+                        Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})")
+                    )
     return _drop_duplicates(records, problems)
 
 
@@ -365,17 +472,27 @@ def _drop_duplicates(records: list, problems: list[Problem]) -> tuple[list, list
             kept.append((row, cases))
             continue
         others = ", ".join(p for p in paths if p != row["path"])
-        problems.append(Problem(row["path"], "tampered", f"TAMPERED attempt.json: attempt_id {row['attempt_id']!r} "
-                                f"is also claimed by {others}; attempt ids are unique, so one is a copy"))
+        problems.append(
+            Problem(
+                row["path"],
+                "tampered",
+                f"TAMPERED attempt.json: attempt_id {row['attempt_id']!r} "
+                f"is also claimed by {others}; attempt ids are unique, so one is a copy",
+            )
+        )
     return kept, problems
 
 
 def _check_index_file(db: Path) -> None:
     """Something other than a regular file where the index belongs is never replaced or removed by us."""
     if db.is_symlink() or (db.exists() and not db.is_file()):
-        what = "a symbolic link" if db.is_symlink() else "a directory" if db.is_dir() else "not a regular file"
-        raise IndexUnusable(f"{db}: is {what}, not an index file; move it out of the way (it is never "
-                            f"deleted for you), then run `mini-kv rebuild-index --artifacts {db.parent}`")
+        what = (
+            "a symbolic link" if db.is_symlink() else "a directory" if db.is_dir() else "not a regular file"
+        )
+        raise IndexUnusable(
+            f"{db}: is {what}, not an index file; move it out of the way (it is never "
+            f"deleted for you), then run `mini-kv rebuild-index --artifacts {db.parent}`"
+        )
 
 
 def store_read_only(artifacts: Path) -> bool:
@@ -389,7 +506,9 @@ def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
     """An open connection to an existing, current-version index; IndexUnusable otherwise."""
     _check_index_file(db)
     if not db.is_file():
-        raise IndexUnusable(f"{db}: no index yet; create it with `mini-kv rebuild-index --artifacts {db.parent}`")
+        raise IndexUnusable(
+            f"{db}: no index yet; create it with `mini-kv rebuild-index --artifacts {db.parent}`"
+        )
     if read_only:  # immutable unless a WAL file is left over, whose pages only a WAL-aware read sees
         wal = Path(f"{db}-wal").exists()
         uri = f"{db.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
@@ -407,17 +526,22 @@ def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
         except sqlite3.OperationalError:
             row = None
         if row is None:
-            raise IndexUnusable(f"{db}: not a mini_kv index (no schema_version); rebuild it from the attempt "
-                                f"directories with `mini-kv rebuild-index --artifacts {db.parent}`")
+            raise IndexUnusable(
+                f"{db}: not a mini_kv index (no schema_version); rebuild it from the attempt "
+                f"directories with `mini-kv rebuild-index --artifacts {db.parent}`"
+            )
         if row[0] != str(INDEX_SCHEMA_VERSION):
-            raise IndexUnusable(f"{db}: index schema_version {row[0]} is not {INDEX_SCHEMA_VERSION}, the one this "
-                                "mini_kv reads; it was written by another mini_kv version. The index is derived "
-                                "data: rebuild it for this version with "
-                                f"`mini-kv rebuild-index --artifacts {db.parent}`, or use the mini_kv that wrote it")
+            raise IndexUnusable(
+                f"{db}: index schema_version {row[0]} is not {INDEX_SCHEMA_VERSION}, the one this "
+                "mini_kv reads; it was written by another mini_kv version. The index is derived "
+                "data: rebuild it for this version with "
+                f"`mini-kv rebuild-index --artifacts {db.parent}`, or use the mini_kv that wrote it"
+            )
     except sqlite3.DatabaseError as exc:
         con.close()
-        raise IndexUnusable(f"{db}: unreadable ({exc}); rebuild it with "
-                            f"`mini-kv rebuild-index --artifacts {db.parent}`") from None
+        raise IndexUnusable(
+            f"{db}: unreadable ({exc}); rebuild it with `mini-kv rebuild-index --artifacts {db.parent}`"
+        ) from None
     except BaseException:
         con.close()
         raise
@@ -426,10 +550,16 @@ def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
 
 def _insert(con: sqlite3.Connection, row: dict, cases: list[dict]) -> None:
     con.execute("DELETE FROM bench_cases WHERE attempt_id=?", (row["attempt_id"],))
-    con.execute(f"INSERT OR REPLACE INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})", [row[c] for c in ATTEMPT_COLUMNS])
-    con.executemany(f"INSERT OR REPLACE INTO bench_cases ({', '.join(CASE_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * len(CASE_COLUMNS))})", [[c[k] for k in CASE_COLUMNS] for c in cases])
+    con.execute(
+        f"INSERT OR REPLACE INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})",
+        [row[c] for c in ATTEMPT_COLUMNS],
+    )
+    con.executemany(
+        f"INSERT OR REPLACE INTO bench_cases ({', '.join(CASE_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(CASE_COLUMNS))})",
+        [[c[k] for k in CASE_COLUMNS] for c in cases],
+    )
 
 
 def _fsync_file(path: Path) -> None:
@@ -500,8 +630,10 @@ def rebuild_index(artifacts: Path) -> RebuildResult:
     """
     artifacts = Path(artifacts)
     if not artifacts.is_dir():
-        raise UserError(f"{artifacts}: no artifact store here (no such directory); run `mini-kv verify` first "
-                        "or pass --artifacts")
+        raise UserError(
+            f"{artifacts}: no artifact store here (no such directory); run `mini-kv verify` first "
+            "or pass --artifacts"
+        )
     with index_lock(artifacts):
         try:
             return _rebuild_locked(artifacts)
@@ -540,12 +672,16 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
             finally:
                 con.close()
         except (sqlite3.Error, OSError) as exc:
-            raise IndexUnusable(f"{db}: update failed ({exc}); rebuild it with "
-                                f"`mini-kv rebuild-index --artifacts {artifacts}`") from None
+            raise IndexUnusable(
+                f"{db}: update failed ({exc}); rebuild it with "
+                f"`mini-kv rebuild-index --artifacts {artifacts}`"
+            ) from None
     return []
 
 
-def read_index(artifacts: Path, where: str = "", params: tuple = ()) -> tuple[list[dict], dict[str, list[dict]]]:
+def read_index(
+    artifacts: Path, where: str = "", params: tuple = ()
+) -> tuple[list[dict], dict[str, list[dict]]]:
     """Attempt rows (optionally filtered by an SQL `where` over `attempts`) and their bench cases, by attempt id."""
     db = index_path(artifacts)
     read_only = store_read_only(artifacts)
@@ -557,25 +693,40 @@ def read_index(artifacts: Path, where: str = "", params: tuple = ()) -> tuple[li
             have = {r[1] for r in con.execute("PRAGMA table_info(attempts)")}
             have_cases = {r[1] for r in con.execute("PRAGMA table_info(bench_cases)")}
             if not set(ATTEMPT_COLUMNS) <= have or not set(CASE_COLUMNS) <= have_cases:
-                raise IndexUnusable(f"{db}: its tables lack columns of a mini_kv index (edited by hand?); "
-                                    f"rebuild it with `mini-kv rebuild-index --artifacts {Path(artifacts)}`")
-            rows = [dict(r) for r in con.execute(
-                f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
-                "ORDER BY task_id, candidate, created_at, attempt_id", params)]
+                raise IndexUnusable(
+                    f"{db}: its tables lack columns of a mini_kv index (edited by hand?); "
+                    f"rebuild it with `mini-kv rebuild-index --artifacts {Path(artifacts)}`"
+                )
+            rows = [
+                dict(r)
+                for r in con.execute(
+                    f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
+                    "ORDER BY task_id, candidate, created_at, attempt_id",
+                    params,
+                )
+            ]
             cases: dict[str, list[dict]] = {}
             for r in con.execute("SELECT * FROM bench_cases ORDER BY attempt_id, case_id"):
                 cases.setdefault(r["attempt_id"], []).append(dict(r))
         except sqlite3.DatabaseError as exc:
-            raise IndexUnusable(f"{db}: unreadable ({exc}); rebuild it with "
-                                f"`mini-kv rebuild-index --artifacts {Path(artifacts)}`") from None
+            raise IndexUnusable(
+                f"{db}: unreadable ({exc}); rebuild it with "
+                f"`mini-kv rebuild-index --artifacts {Path(artifacts)}`"
+            ) from None
         finally:
             con.close()
-    return rows, {r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows if isinstance(r["attempt_id"], str)}
+    return rows, {
+        r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows if isinstance(r["attempt_id"], str)
+    }
 
 
 def snapshot(artifacts: Path) -> dict[str, tuple]:
     """The index content as comparable plain data: attempt id -> (row values, bench-case values)."""
     rows, cases = read_index(artifacts)
-    return {r["attempt_id"]: (tuple(r[c] for c in ATTEMPT_COLUMNS),
-                              tuple(tuple(c[k] for k in CASE_COLUMNS) for c in cases[r["attempt_id"]]))
-            for r in rows}
+    return {
+        r["attempt_id"]: (
+            tuple(r[c] for c in ATTEMPT_COLUMNS),
+            tuple(tuple(c[k] for k in CASE_COLUMNS) for c in cases[r["attempt_id"]]),
+        )
+        for r in rows
+    }

@@ -18,16 +18,24 @@ class RecordUnusable(UserError):
         self.file, self.reason = file, reason
 
 
-def read_versioned(path: Path, version: int | None, schema: str | None = None,
-                   hint: str = "it was written by another mini_kv version: read it with that version",
-                   migrations: dict[int, Callable[[dict], dict]] | None = None) -> dict:
+def read_versioned(
+    path: Path,
+    version: int | None,
+    schema: str | None = None,
+    hint: str = "it was written by another mini_kv version: read it with that version",
+    migrations: dict[int, Callable[[dict], dict]] | None = None,
+) -> dict:
     """The JSON object in `path` at schema_version `version` (None: any): `migrations[v]` turns a version v
     object into version v + 1. RecordUnusable (naming the file, what was found and what to do) otherwise."""
     file = str(path)
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as exc:
-        why = "nested too deeply to be a real file" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+        why = (
+            "nested too deeply to be a real file"
+            if isinstance(exc, RecursionError)
+            else f"{type(exc).__name__}: {exc}"
+        )
         raise RecordUnusable(file, "unreadable", f"unreadable ({why})") from None
     if not isinstance(data, dict):
         raise RecordUnusable(file, "unreadable", "not a JSON object")
@@ -38,15 +46,18 @@ def read_versioned(path: Path, version: int | None, schema: str | None = None,
         found = data["schema_version"]
     if version is not None and not (type(found) is int and found == version):
         known = " or ".join(map(str, [*sorted(migrations), version]))
-        raise RecordUnusable(file, "version", f"schema_version {found!r} is not one this "
-                             f"mini_kv reads: it reads version {known}; {hint}")
+        raise RecordUnusable(
+            file,
+            "version",
+            f"schema_version {found!r} is not one this mini_kv reads: it reads version {known}; {hint}",
+        )
     if schema is not None:
         from mini_kv.load.schema import validate
 
         try:
             validate(data, schema, file)
         except ConfigError as exc:
-            raise RecordUnusable(file, "schema", str(exc)[len(file) + 2:]) from None
+            raise RecordUnusable(file, "schema", str(exc)[len(file) + 2 :]) from None
         except RecursionError:
             raise RecordUnusable(file, "schema", "nested too deeply to check") from None
     return data

@@ -28,32 +28,50 @@ def _word(status, words: dict):
 def _renamed(records, words: dict):
     if not isinstance(records, list):
         return records
-    return [{**r, "status": _word(r["status"], words)} if isinstance(r, dict) and "status" in r else r
-            for r in records]
+    return [
+        {**r, "status": _word(r["status"], words)} if isinstance(r, dict) and "status" in r else r
+        for r in records
+    ]
 
 
 def correctness_v1_to_v2(doc: dict) -> dict:
     """Version 1 (task card: `cases`; SOL: `workloads`; PASS/FAIL) as version 2."""
     sol = "workloads" in doc
     out = {k: v for k, v in doc.items() if k != "workloads"}
-    out.update(schema_version=2, format=SOL_FORMAT if sol else CARD_FORMAT,
-               cases=_renamed(doc.get("workloads") if sol else doc.get("cases"), _CASE_V1))
+    out.update(
+        schema_version=2,
+        format=SOL_FORMAT if sol else CARD_FORMAT,
+        cases=_renamed(doc.get("workloads") if sol else doc.get("cases"), _CASE_V1),
+    )
     if isinstance(doc.get("contract"), dict):
-        out["contract"] = {k: {**v, "status": _word(v.get("status"), _CHECK_V1)} if isinstance(v, dict) else v
-                           for k, v in doc["contract"].items()}
+        out["contract"] = {
+            k: {**v, "status": _word(v.get("status"), _CHECK_V1)} if isinstance(v, dict) else v
+            for k, v in doc["contract"].items()
+        }
     summary = doc.get("summary")
     if isinstance(summary, dict) and isinstance(summary.get("contract"), dict):
-        out["summary"] = {**summary, "contract": {k: _word(v, _CHECK_V1) for k, v in summary["contract"].items()}}
+        out["summary"] = {
+            **summary,
+            "contract": {k: _word(v, _CHECK_V1) for k, v in summary["contract"].items()},
+        }
     return out
 
 
 def benchmark_v1_to_v2(doc: dict) -> dict:
     """Version 1 (SOL with `settings`, task card without; ERROR) as version 2."""
-    return {"settings": None, **doc, "schema_version": 2, "format": SOL_FORMAT if "settings" in doc else CARD_FORMAT,
-            "cases": _renamed(doc.get("cases"), _BENCH_V1)}
+    return {
+        "settings": None,
+        **doc,
+        "schema_version": 2,
+        "format": SOL_FORMAT if "settings" in doc else CARD_FORMAT,
+        "cases": _renamed(doc.get("cases"), _BENCH_V1),
+    }
 
 
-_KINDS = {"correctness.json": ("correctness", correctness_v1_to_v2), "benchmark.json": ("benchmark", benchmark_v1_to_v2)}
+_KINDS = {
+    "correctness.json": ("correctness", correctness_v1_to_v2),
+    "benchmark.json": ("benchmark", benchmark_v1_to_v2),
+}
 
 
 def read_record(path: Path) -> dict:
@@ -73,13 +91,35 @@ def _checked(schema: str, doc: dict) -> dict:  # validated on write as on read
 
 def correctness_document(fmt: str, device: str, salt: str, results: dict, summary: dict | None) -> dict:
     """correctness.json: `results` holds load, cases (a SOL workload is a case), contract, incidents, sandbox."""
-    return _checked("correctness", {
-        "schema_version": RECORD_VERSION, "format": fmt, "device": device, "seed_salt": salt,
-        "load": results.get("load"), "cases": results["cases"], "contract": results.get("contract") or {},
-        "incidents": results.get("incidents") or [], "sandbox": results.get("sandbox"), "summary": summary})
+    return _checked(
+        "correctness",
+        {
+            "schema_version": RECORD_VERSION,
+            "format": fmt,
+            "device": device,
+            "seed_salt": salt,
+            "load": results.get("load"),
+            "cases": results["cases"],
+            "contract": results.get("contract") or {},
+            "incidents": results.get("incidents") or [],
+            "sandbox": results.get("sandbox"),
+            "summary": summary,
+        },
+    )
 
 
-def benchmark_document(fmt: str, device: str, cases: list, summary: dict | None, settings: dict | None = None) -> dict:
+def benchmark_document(
+    fmt: str, device: str, cases: list, summary: dict | None, settings: dict | None = None
+) -> dict:
     """benchmark.json: one record per bench case; `settings` are SOL's (a card's are in task_card.json)."""
-    return _checked("benchmark", {"schema_version": RECORD_VERSION, "format": fmt, "device": device,
-                                  "settings": settings, "cases": cases, "summary": summary})
+    return _checked(
+        "benchmark",
+        {
+            "schema_version": RECORD_VERSION,
+            "format": fmt,
+            "device": device,
+            "settings": settings,
+            "cases": cases,
+            "summary": summary,
+        },
+    )

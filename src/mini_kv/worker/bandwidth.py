@@ -17,8 +17,10 @@ COPY_BYTES = 2 * 2**30
 ITERATIONS = 20
 WARMUP = 3
 SCHEMA_VERSION = 1
-METHOD = (f"device-to-device copy of up to {COPY_BYTES // 2**30} GiB (torch copy_), bytes read + written "
-          f"over the median of {ITERATIONS} copies timed with CUDA events")
+METHOD = (
+    f"device-to-device copy of up to {COPY_BYTES // 2**30} GiB (torch copy_), bytes read + written "
+    f"over the median of {ITERATIONS} copies timed with CUDA events"
+)
 
 
 def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = ITERATIONS) -> dict:
@@ -58,7 +60,7 @@ def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = IT
         "max_s": max(times),
         "device_name": props.name,
         "torch": torch.__version__,
-        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -82,8 +84,9 @@ def load_cached(project_root: Path, environment_key: str) -> dict | None:
     return {**data, "cache": str(path)}
 
 
-def ensure(project_root: Path, environment_key: str, device: str, timeout: float = 300.0,
-           env: dict | None = None) -> dict | None:
+def ensure(
+    project_root: Path, environment_key: str, device: str, timeout: float = 300.0, env: dict | None = None
+) -> dict | None:
     """The cached measurement for this environment, measuring it first if needed. None off CUDA.
 
     `env` is the measuring child's environment (e.g. CUDA_VISIBLE_DEVICES, so it measures the GPU
@@ -108,11 +111,18 @@ def ensure(project_root: Path, environment_key: str, device: str, timeout: float
         cached = load_cached(project_root, environment_key)  # measured while we waited
         if cached is not None:
             return cached
-        ev = run_one(BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS), timeout, env=env,
-                     sandbox=disabled("harness code only: no candidate code runs"))
+        ev = run_one(
+            BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS),
+            timeout,
+            env=env,
+            sandbox=disabled("harness code only: no candidate code runs"),
+        )
         if ev["event"] != Event.RESULT:
-            return {"copy_bandwidth_Bps": None, "method": METHOD,
-                    "error": f"bandwidth measurement failed ({ev['reason']}): {ev['log_tail'].strip()[-500:]}"}
+            return {
+                "copy_bandwidth_Bps": None,
+                "method": METHOD,
+                "error": f"bandwidth measurement failed ({ev['reason']}): {ev['log_tail'].strip()[-500:]}",
+            }
         data = ev["result"]
         write_json(path, data)
     return {**data, "cache": str(path)}

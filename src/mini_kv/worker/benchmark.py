@@ -39,8 +39,9 @@ def resolve_method(requested: str, device: str) -> str:
     return method_chain(requested, device)[0]
 
 
-def input_set_count(set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS,
-                    free_bytes: int | None = None) -> int:
+def input_set_count(
+    set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS, free_bytes: int | None = None
+) -> int:
     """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
     if not cold:
         return 1
@@ -56,8 +57,9 @@ def set_seed(task_id: str, case_id: str, salt: str, k: int) -> int:
     return case_seed(task_id, case_id, salt if k == 0 else f"{salt}\0input-set-{k}")
 
 
-def choose_method(chain: list[str], workloads: list, device: str, flush: L2Flusher,
-                  launches: int) -> tuple[str, list[dict]]:
+def choose_method(
+    chain: list[str], workloads: list, device: str, flush: L2Flusher, launches: int
+) -> tuple[str, list[dict]]:
     """The first method in `chain` that times every workload; the ones skipped and why."""
     fallbacks = []
     for i, method in enumerate(chain):
@@ -88,8 +90,17 @@ def timed(fn):
         raise integrity.Violation(code, f"while timing: {exc}") from None
 
 
-def post_timing_check(op, reference, factory, case: dict, cand_sets: list, ref_sets: list, tolerance: dict,
-                      device: str, salt: str) -> dict:
+def post_timing_check(
+    op,
+    reference,
+    factory,
+    case: dict,
+    cand_sets: list,
+    ref_sets: list,
+    tolerance: dict,
+    device: str,
+    salt: str,
+) -> dict:
     """After all timed calls: every input set must still give the right output, and so must new
     values written into the same buffers (same addresses, shapes, ids and version counters), which
     a result cache keyed on any of those gets wrong."""
@@ -99,17 +110,28 @@ def post_timing_check(op, reference, factory, case: dict, cand_sets: list, ref_s
         integrity.check_output(out, cs)
         res = compare(out, reference(*clone_args(rs)), atol, rtol)
         if not res["ok"]:
-            return {"ok": False, "integrity": "STALE_OUTPUT_AFTER_TIMING",
-                    "reason": f"input set {k}: {res.get('reason')} (right before timing, wrong after)"}
+            return {
+                "ok": False,
+                "integrity": "STALE_OUTPUT_AFTER_TIMING",
+                "reason": f"input set {k}: {res.get('reason')} (right before timing, wrong after)",
+            }
     for k, cs in enumerate(cand_sets):
-        fresh = make_case_inputs(factory, case["params"], case["dtype"], device,
-                                 case_seed("post-timing", f"{case['id']}\0{k}", salt))
+        fresh = make_case_inputs(
+            factory,
+            case["params"],
+            case["dtype"],
+            device,
+            case_seed("post-timing", f"{case['id']}\0{k}", salt),
+        )
         integrity.rewrite_in_place(cs, fresh)
         res = compare(op(*cs), reference(*clone_args(fresh)), atol, rtol)
         if not res["ok"]:
-            return {"ok": False, "integrity": "STALE_OUTPUT_AFTER_TIMING",
-                    "reason": f"input set {k}, new values in the same buffers: {res.get('reason')} (a result "
-                              "cache keyed on the address, shape, id or version counter of the inputs)"}
+            return {
+                "ok": False,
+                "integrity": "STALE_OUTPUT_AFTER_TIMING",
+                "reason": f"input set {k}, new values in the same buffers: {res.get('reason')} (a result "
+                "cache keyed on the address, shape, id or version counter of the inputs)",
+            }
     return {"ok": True, "reason": None}
 
 
@@ -125,25 +147,41 @@ def _repeats(calls: dict, method: str, settings: dict, device: str, flush, launc
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            m = timed(lambda who=who: measure(calls[who], method, settings["samples"], device, flush, launches))
+            m = timed(
+                lambda who=who: measure(calls[who], method, settings["samples"], device, flush, launches)
+            )
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
             left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
             if left:
-                raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing "
-                                          f"the {who}")
+                raise integrity.Violation(
+                    "THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing the {who}"
+                )
             if guard is not None:
                 guard.check(f"after timing the {who}")
             samples[who].append(m.samples)
             if m.kernel_us is not None:
                 kernel_us[who].append(m.kernel_us)
-    kernel = {who: {"kernel_us_p50": stats.summarize([x for rep in reps for x in rep]).p50} if reps else {}
-              for who, reps in kernel_us.items()}
+    kernel = {
+        who: {"kernel_us_p50": stats.summarize([x for rep in reps for x in rep]).p50} if reps else {}
+        for who, reps in kernel_us.items()
+    }
     return samples, kernel, order_log
 
 
-def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict, tolerance: dict,
-               device: str, salt: str, peak_bw: float | None, exprs: dict,
-               guard: integrity.Guard | None = None) -> dict:
+def bench_case(
+    op,
+    reference,
+    factory,
+    task_id: str,
+    case: dict,
+    settings: dict,
+    tolerance: dict,
+    device: str,
+    salt: str,
+    peak_bw: float | None,
+    exprs: dict,
+    guard: integrity.Guard | None = None,
+) -> dict:
     cuda = is_cuda(device)
     l2 = settings.get("l2", "hot")
     cold = l2 == "cold" and cuda
@@ -161,8 +199,12 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     free = torch.cuda.mem_get_info(torch.device(device))[0] if cuda else None
     n_sets = input_set_count(set_bytes, cold, max(2, launches_hot), free)
     del out
-    cand_sets = [args] + [make_case_inputs(factory, case["params"], case["dtype"], device,
-                                           set_seed(task_id, case["id"], salt, k)) for k in range(1, n_sets)]
+    cand_sets = [args] + [
+        make_case_inputs(
+            factory, case["params"], case["dtype"], device, set_seed(task_id, case["id"], salt, k)
+        )
+        for k in range(1, n_sets)
+    ]
     ref_sets = [clone_args(s) for s in cand_sets]
     # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
     cand_calls = Workload([_bind(op, s) for s in cand_sets])
@@ -177,8 +219,9 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
-    samples, kernel, order_log = _repeats({"candidate": cand_calls, "reference": ref_calls}, method, settings,
-                                          device, flush, launches, guard)
+    samples, kernel, order_log = _repeats(
+        {"candidate": cand_calls, "reference": ref_calls}, method, settings, device, flush, launches, guard
+    )
 
     post = post_timing_check(op, reference, factory, case, cand_sets, ref_sets, tolerance, device, salt)
     if guard is not None:
@@ -195,20 +238,30 @@ def bench_case(op, reference, factory, task_id: str, case: dict, settings: dict,
     max_cv = float(settings.get("max_cv", 0.03))
     max_p95_cv = float(settings.get("max_p95_cv", 0.15))
     record = {
-        "id": case["id"], "dtype": case["dtype"], "params": case["params"], "seed": seed,
-        "method": method, "method_requested": settings["method"], "fallbacks": fallbacks,
+        "id": case["id"],
+        "dtype": case["dtype"],
+        "params": case["params"],
+        "seed": seed,
+        "method": method,
+        "method_requested": settings["method"],
+        "fallbacks": fallbacks,
         "l2": l2 if cuda else "n/a",
         "timer": TIMER_LABELS[method],
         "calls_per_sample": launches if method == "graph" else 1,
         "input_sets": n_sets,
-        "unit": "us", "order": order_log,
+        "unit": "us",
+        "order": order_log,
         "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict(), **kernel["candidate"]},
         "reference": {"samples": samples["reference"], "summary": ref_s.to_dict(), **kernel["reference"]},
         "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
-        "stability": {**stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict(),
-                      "max_cv": max_cv, "max_p95_cv": max_p95_cv},
+        "stability": {
+            **stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict(),
+            "max_cv": max_cv,
+            "max_p95_cv": max_p95_cv,
+        },
         "post_check": post,
-        "bytes": bytes_moved, "flops": flops,
+        "bytes": bytes_moved,
+        "flops": flops,
         "roofline": roofline.achieved(bytes_moved, flops, seconds, peak_bw),
         "peak_bw_Bps": peak_bw,
     }

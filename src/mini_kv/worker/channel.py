@@ -49,7 +49,10 @@ class Verifier:
         event = json.loads(body)
         self.seq += 1
         if event.get("seq") != self.seq:
-            return {"event": "forged", "line": f"event out of sequence (got {event.get('seq')}, expected {self.seq})"}
+            return {
+                "event": "forged",
+                "line": f"event out of sequence (got {event.get('seq')}, expected {self.seq})",
+            }
         return event
 
 

@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         _limit_memory(job)
         return HANDLERS[job.KIND](job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
-        chan.send(event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        chan.send(
+            event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
+        )
         return 3
 
 
@@ -104,8 +106,11 @@ def _load(job: Job, chan: Channel, guard, reference):
         return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
     kernels = loader.registered_kernels(job["op"])
     # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
-    hint = None if kernels.get("CPU") and kernels.get("Meta") else \
-        loader.registration_hint(job["op"], loader.op_names() - known)
+    hint = (
+        None
+        if kernels.get("CPU") and kernels.get("Meta")
+        else loader.registration_hint(job["op"], loader.op_names() - known)
+    )
     if job["baseline"]:
         # the regression gate's same-run comparison: the baseline's own build, under its own
         # dispatcher namespace, takes the reference's place in the interleaved timing below
@@ -113,8 +118,11 @@ def _load(job: Job, chan: Channel, guard, reference):
             reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
             guard.check("loading the baseline's library")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-            return chan.send(event=Event.LOAD, ok=False,
-                             reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}")
+            return chan.send(
+                event=Event.LOAD,
+                ok=False,
+                reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}",
+            )
     chan.send(event=Event.LOAD, ok=True, kernels=kernels, hint=hint)
     return op, reference
 
@@ -140,11 +148,22 @@ def run_job(job: Job, chan: Channel) -> int:
         # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
         chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
         tol = job["tolerances"].get(case["dtype"])
-        rec = correctness.run_case(op, reference, factory, task_id, case, tol, device, salt, guard,
-                                   on_inputs=lambda c=case: chan.send(event=Event.BEGIN, stage="correctness",
-                                                                      case=c["id"]))
+        rec = correctness.run_case(
+            op,
+            reference,
+            factory,
+            task_id,
+            case,
+            tol,
+            device,
+            salt,
+            guard,
+            on_inputs=lambda c=case: chan.send(event=Event.BEGIN, stage="correctness", case=c["id"]),
+        )
         chan.send(event=Event.CASE, record=rec)
-        if rec["status"] == Status.RUNTIME_ERROR and any(m in rec.get("reason", "") for m in POISONED_MARKERS):
+        if rec["status"] == Status.RUNTIME_ERROR and any(
+            m in rec.get("reason", "") for m in POISONED_MARKERS
+        ):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
     for name in job["contract"]:
@@ -158,14 +177,29 @@ def run_job(job: Job, chan: Channel) -> int:
     for case in job["bench_cases"]:
         chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
         try:
-            rec = benchmark.bench_case(op, reference, factory, task_id, case, job["benchmark"],
-                                       job["tolerances"][case["dtype"]], device, salt, job["peak_bw"], job["exprs"],
-                                       guard)
+            rec = benchmark.bench_case(
+                op,
+                reference,
+                factory,
+                task_id,
+                case,
+                job["benchmark"],
+                job["tolerances"][case["dtype"]],
+                device,
+                salt,
+                job["peak_bw"],
+                job["exprs"],
+                guard,
+            )
         except integrity.Violation as v:
             rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-            rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "reason": f"{type(exc).__name__}: {exc}",
-                   "traceback": traceback.format_exc()[-4000:]}
+            rec = {
+                "id": case["id"],
+                "status": Status.BENCHMARK_ERROR,
+                "reason": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
         chan.send(event=Event.BENCH, record=rec)
     chan.send(event=Event.DONE)
     return 0
@@ -180,6 +214,7 @@ def _sol(job: Job, chan: Channel) -> int:
 def _one_shot(path: str):
     """A kind with one answer, `path`'s function of the job, sent as a `result` event (an exception
     becomes a `fatal` one in main)."""
+
     def handler(job: Job, chan: Channel) -> int:
         from mini_kv.worker.inputs import import_path
 
@@ -187,13 +222,19 @@ def _one_shot(path: str):
             _set_device(job["device"])
         chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
+
     return handler
 
 
-HANDLERS = {"card": run_job, "sol": _sol, "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
-            "ab": _one_shot("mini_kv.profile.ab:time_pair"), "profile_target": _one_shot("mini_kv.profile.target:run"),
-            "sol_profile_target": _one_shot("mini_kv.profile.sol:run_target"),
-            "build": _one_shot("mini_kv.build.jit_child:build")}
+HANDLERS = {
+    "card": run_job,
+    "sol": _sol,
+    "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
+    "ab": _one_shot("mini_kv.profile.ab:time_pair"),
+    "profile_target": _one_shot("mini_kv.profile.target:run"),
+    "sol_profile_target": _one_shot("mini_kv.profile.sol:run_target"),
+    "build": _one_shot("mini_kv.build.jit_child:build"),
+}
 
 
 if __name__ == "__main__":

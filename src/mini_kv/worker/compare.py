@@ -8,8 +8,15 @@ import torch
 def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
     """Max abs/rel error and mismatches under |out-ref| <= atol + rtol*|ref| (NaN matches only NaN)."""
     if out.numel() == 0:
-        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0, "first_mismatch": None,
-                "numel": 0, "has_nan": False, "has_inf": False}
+        return {
+            "max_abs_err": 0.0,
+            "max_rel_err": 0.0,
+            "mismatches": 0,
+            "first_mismatch": None,
+            "numel": 0,
+            "has_nan": False,
+            "has_inf": False,
+        }
     # FP64 on the output's own device: a host round trip of a large CUDA output costs seconds
     o = out.detach().to(torch.float64)
     r = ref.detach().to(device=o.device, dtype=torch.float64)
@@ -25,8 +32,11 @@ def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
     if n_bad:
         flat = int(bad.flatten().nonzero()[0])
         idx = list(torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else []
-        first = {"index": [int(i) for i in idx], "got": float(o.flatten()[flat]),
-                 "expected": float(r.flatten()[flat])}
+        first = {
+            "index": [int(i) for i in idx],
+            "got": float(o.flatten()[flat]),
+            "expected": float(r.flatten()[flat]),
+        }
     return {
         "max_abs_err": float(diff[finite].max()) if finite.any() else float("inf"),
         "max_rel_err": float(rel[finite].max()) if finite.any() else float("inf"),
@@ -67,5 +77,8 @@ def raw_bytes(t: torch.Tensor) -> torch.Tensor:
 def inputs_unchanged(before, after) -> bool:
     """Byte for byte, on the inputs' device: works for every dtype (fp8, packed fp4) and treats NaN
     inputs as unchanged."""
-    return all(torch.equal(raw_bytes(b), raw_bytes(a)) for b, a in zip(before, after, strict=True)
-               if isinstance(b, torch.Tensor))
+    return all(
+        torch.equal(raw_bytes(b), raw_bytes(a))
+        for b, a in zip(before, after, strict=True)
+        if isinstance(b, torch.Tensor)
+    )

@@ -18,7 +18,9 @@ def opcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str
     results = []
     ok = True
     for case in sample:
-        args = make_case_inputs(factory, case["params"], case["dtype"], device, case_seed(task_id, case["id"], salt))
+        args = make_case_inputs(
+            factory, case["params"], case["dtype"], device, case_seed(task_id, case["id"], salt)
+        )
         try:
             res = torch.library.opcheck(op.default, args, test_utils=OPCHECK_TESTS)
             status = {k: v for k, v in res.items()}
@@ -37,11 +39,17 @@ def gradcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: s
     if case is None:
         return {"status": Status.SKIPPED, "reason": "no core case"}
     args = make_case_inputs(factory, case["params"], "float64", device, case_seed(task_id, case["id"], salt))
-    args = tuple(a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                 for a in args)
+    args = tuple(
+        a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        for a in args
+    )
     try:
         ok = torch.autograd.gradcheck(lambda *xs: op(*xs), args, eps=1e-6, atol=1e-5, nondet_tol=0.0)
         return {"status": Status.PASSED if ok else Status.FAILED, "case": case["id"]}
     except Exception as exc:  # noqa: BLE001
-        return {"status": Status.FAILED, "case": case["id"], "reason": f"{type(exc).__name__}: {str(exc)[:2000]}",
-                "traceback": traceback.format_exc()[-2000:]}
+        return {
+            "status": Status.FAILED,
+            "case": case["id"],
+            "reason": f"{type(exc).__name__}: {str(exc)[:2000]}",
+            "traceback": traceback.format_exc()[-2000:],
+        }

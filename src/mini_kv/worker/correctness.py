@@ -41,19 +41,37 @@ class _Raised(Exception):
         self.exc, self.tb = exc, tb
 
 
-def run_case(op, reference, factory, task_id: str, case: dict, tolerance: dict | None, device: str,
-             salt: str, guard: Guard | None = None, on_inputs=None) -> dict:
+def run_case(
+    op,
+    reference,
+    factory,
+    task_id: str,
+    case: dict,
+    tolerance: dict | None,
+    device: str,
+    salt: str,
+    guard: Guard | None = None,
+    on_inputs=None,
+) -> dict:
     """One case's record. `on_inputs`, if given, is called once the card's input factory has made the
     inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
     seed = case_seed(task_id, case["id"], salt)
-    record = {"id": case["id"], "kind": case["kind"], "dtype": case["dtype"], "params": case["params"],
-              "seed": seed}
+    record = {
+        "id": case["id"],
+        "kind": case["kind"],
+        "dtype": case["dtype"],
+        "params": case["params"],
+        "seed": seed,
+    }
     try:
         args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
     except Exception as exc:  # noqa: BLE001 - bad params (n: -5, n: "abc", too large): the card's fault
-        return {**record, "status": Status.INVALID_CASE,
-                "reason": f"the card's input factory failed for params {case['params']}: {type(exc).__name__}: "
-                          f"{str(exc)[:300]}"}
+        return {
+            **record,
+            "status": Status.INVALID_CASE,
+            "reason": f"the card's input factory failed for params {case['params']}: {type(exc).__name__}: "
+            f"{str(exc)[:300]}",
+        }
     if on_inputs is not None:
         on_inputs()
     if args is None:
@@ -65,13 +83,19 @@ def run_case(op, reference, factory, task_id: str, case: dict, tolerance: dict |
             if guard is not None:
                 guard.check("after an illegal-input call")
             return {**record, **res}
-        return {**record, **_checked_case(op, reference, factory, case, tolerance, device, salt, seed, args,
-                                          guard)}
+        return {
+            **record,
+            **_checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard),
+        }
     except Violation as v:
         return {**record, "status": Status.INCORRECT, "integrity": v.code, "reason": str(v)}
     except _Raised as r:
-        return {**record, "status": Status.RUNTIME_ERROR, "reason": f"{type(r.exc).__name__}: {r.exc}",
-                "traceback": r.tb}
+        return {
+            **record,
+            "status": Status.RUNTIME_ERROR,
+            "reason": f"{type(r.exc).__name__}: {r.exc}",
+            "traceback": r.tb,
+        }
 
 
 def _call(op, args, guard: Guard | None, device: str, when: str):
@@ -111,11 +135,18 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     try:
         _second_call(op, reference, factory, case, device, salt, seed, out, ref, atol, rtol, guard)
     except _SecondSetWrong as w:
-        return {**result, **{k: v for k, v in w.res.items() if k != "ok"}, "status": Status.INCORRECT,
-                "reason": f"on a second input set: {w.res.get('reason')}"}
+        return {
+            **result,
+            **{k: v for k, v in w.res.items() if k != "ok"},
+            "status": Status.INCORRECT,
+            "reason": f"on a second input set: {w.res.get('reason')}",
+        }
     if not same_bytes(out, kept):
-        raise Violation("DEFERRED_WORK", "the first call's output changed after it returned (written by a later "
-                        "call or by work left running)")
+        raise Violation(
+            "DEFERRED_WORK",
+            "the first call's output changed after it returned (written by a later "
+            "call or by work left running)",
+        )
     return {**result, "status": Status.PASSED, "calls": 2}
 
 
@@ -124,21 +155,30 @@ def _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard,
     time.sleep(SETTLE_S)
     _sync(device)
     if compare(out, ref, atol, rtol)["ok"]:
-        raise Violation("THREAD_ESCAPE", "the output was wrong when the call returned and right a moment later: "
-                        "work continued after the call")
+        raise Violation(
+            "THREAD_ESCAPE",
+            "the output was wrong when the call returned and right a moment later: "
+            "work continued after the call",
+        )
     again = clone_args(pristine)
     out2 = _call(op, again, guard, device, "a second call on the same inputs")
     if compare(out, ref, atol, rtol)["ok"]:
-        raise Violation("DEFERRED_WORK", "the output was wrong when the call returned and was completed by the "
-                        "next call")
+        raise Violation(
+            "DEFERRED_WORK", "the output was wrong when the call returned and was completed by the next call"
+        )
     if compare(out2, ref, atol, rtol)["ok"]:
-        raise Violation("CALL_ORDER_DEPENDENT", "wrong when called before the reference, right on the same "
-                        "inputs called after it (reads the reference's result or depends on call order)")
+        raise Violation(
+            "CALL_ORDER_DEPENDENT",
+            "wrong when called before the reference, right on the same "
+            "inputs called after it (reads the reference's result or depends on call order)",
+        )
 
 
 def _second_call(op, reference, factory, case, device, salt, seed, out, ref, atol, rtol, guard) -> None:
     """After the reference, on new values at new addresses; every earlier output kept alive."""
-    args2 = make_case_inputs(factory, case["params"], case["dtype"], device, case_seed("second-call", str(seed), salt))
+    args2 = make_case_inputs(
+        factory, case["params"], case["dtype"], device, case_seed("second-call", str(seed), salt)
+    )
     pristine2 = clone_args(args2)
     ref2 = reference(*clone_args(args2))
     poison([out.numel() * out.element_size()], device)
@@ -153,12 +193,17 @@ def _second_call(op, reference, factory, case, device, salt, seed, out, ref, ato
             raise Violation("DEGENERATE_OUTPUT", f"second call: {why}")
         return
     if same_bytes(out2, out) and not same_bytes(ref2, ref):
-        raise Violation("REPLAYED_RESULT", "on new inputs the op returned the first call's values again "
-                        f"({res2.get('reason')})")
+        raise Violation(
+            "REPLAYED_RESULT",
+            f"on new inputs the op returned the first call's values again ({res2.get('reason')})",
+        )
     out3 = _call(op, clone_args(pristine2), guard, device, "a third call")
     if compare(out3, ref2, atol, rtol)["ok"]:
-        raise Violation("CALL_ORDER_DEPENDENT", "right on the first call, wrong on the second, right again on the "
-                        f"same inputs: the result depends on how many calls came before ({res2.get('reason')})")
+        raise Violation(
+            "CALL_ORDER_DEPENDENT",
+            "right on the first call, wrong on the second, right again on the "
+            f"same inputs: the result depends on how many calls came before ({res2.get('reason')})",
+        )
     # consistently wrong on the second input set only: an honest bug the first set did not hit
     raise _SecondSetWrong(res2)
 

@@ -7,8 +7,12 @@ import importlib
 
 import torch
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16}
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 def import_path(spec: str):
@@ -33,16 +37,23 @@ def clone_args(args):
 
 
 def upcast_args(args):
-    return tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                 for a in args)
+    return tuple(
+        a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args
+    )
 
 
 def describe_args(args) -> list:
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            out.append({"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
-                        "device": str(a.device), "contiguous": a.is_contiguous()})
+            out.append(
+                {
+                    "shape": list(a.shape),
+                    "dtype": str(a.dtype).replace("torch.", ""),
+                    "device": str(a.device),
+                    "contiguous": a.is_contiguous(),
+                }
+            )
         else:
             out.append({"value": a if isinstance(a, (int, float, bool, str)) else repr(a)})
     return out

@@ -29,24 +29,24 @@ from mini_kv.worker.compare import raw_bytes
 # reason code -> what it means (the text appears in docs/integrity.md as well)
 CODES = {
     "HARNESS_TAMPERED": "a function the verdict or the timer depends on was replaced, or the process "
-                        "state the harness set (environment, thread settings, trace hooks, files) changed",
+    "state the harness set (environment, thread settings, trace hooks, files) changed",
     "PRECISION_FLAGS_CHANGED": "a torch.backends precision switch (TF32, reduced-precision reductions, "
-                               "float32 matmul precision) changed",
+    "float32 matmul precision) changed",
     "STREAM_SWITCHED": "the current CUDA stream is not the one the harness set",
     "STREAM_ESCAPE": "the output was not ready on the caller's stream when the call returned: work on "
-                     "another stream not joined back",
+    "another stream not joined back",
     "THREAD_ESCAPE": "work left running after the call returned (a new thread, or an output that "
-                     "completed after the call without another call)",
+    "completed after the call without another call)",
     "DEFERRED_WORK": "the output was completed by a later call",
     "OUTPUT_NOT_PLAIN_TENSOR": "the output is not exactly a torch.Tensor with real, dense storage",
     "OUTPUT_ALIASES_INPUT": "the output shares memory with an input",
     "OUTPUT_ALIASES_REFERENCE": "the output shares memory with the reference's output",
     "INPUT_MUTATED": "the call changed its inputs",
     "CALL_ORDER_DEPENDENT": "right or wrong depending on when it is called (before or after the reference, "
-                            "or how many calls came before)",
+    "or how many calls came before)",
     "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
     "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
-                         "the reference's values are small",
+    "the reference's values are small",
     "STALE_OUTPUT_AFTER_TIMING": "wrong after the timed calls, or on new values written into the same buffers",
     "NO_DEVICE_WORK": "timed calls launched no device work at all",
     "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel",
@@ -67,8 +67,16 @@ class Violation(Exception):
 # Functions whose replacement would change a verdict or a time. Identity is compared, so a
 # candidate that rebinds any of them (module attribute, class attribute) is caught.
 WATCHED_MODULES = {
-    "mini_kv.worker.timing": ("measure", "time_cupti", "time_graph", "time_events", "time_wallclock",
-                              "iteration_activity", "L2Flusher", "Workload"),
+    "mini_kv.worker.timing": (
+        "measure",
+        "time_cupti",
+        "time_graph",
+        "time_events",
+        "time_wallclock",
+        "iteration_activity",
+        "L2Flusher",
+        "Workload",
+    ),
     "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
@@ -80,16 +88,47 @@ WATCHED_MODULES = {
     "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "violations"),
 }
 _TORCH_FUNCS = ("allclose", "equal", "isclose", "isfinite", "isnan", "isinf", "where", "testing.assert_close")
-_TENSOR_METHODS = ("__eq__", "__ne__", "__le__", "__lt__", "__ge__", "__gt__", "__sub__", "__invert__",
-                   "__and__", "__or__", "abs", "to", "cpu", "clone", "detach", "sum", "any", "all", "max",
-                   "isnan", "isinf", "clamp_min", "copy_", "data_ptr", "untyped_storage", "float", "double")
+_TENSOR_METHODS = (
+    "__eq__",
+    "__ne__",
+    "__le__",
+    "__lt__",
+    "__ge__",
+    "__gt__",
+    "__sub__",
+    "__invert__",
+    "__and__",
+    "__or__",
+    "abs",
+    "to",
+    "cpu",
+    "clone",
+    "detach",
+    "sum",
+    "any",
+    "all",
+    "max",
+    "isnan",
+    "isinf",
+    "clamp_min",
+    "copy_",
+    "data_ptr",
+    "untyped_storage",
+    "float",
+    "double",
+)
 _OTHER = {
-    "time.perf_counter": (time, "perf_counter"), "time.perf_counter_ns": (time, "perf_counter_ns"),
-    "time.monotonic": (time, "monotonic"), "time.time": (time, "time"),
+    "time.perf_counter": (time, "perf_counter"),
+    "time.perf_counter_ns": (time, "perf_counter_ns"),
+    "time.monotonic": (time, "monotonic"),
+    "time.time": (time, "time"),
     "threading.active_count": (threading, "active_count"),
-    "hmac.new": (hmac, "new"), "hmac.compare_digest": (hmac, "compare_digest"),
-    "hashlib.sha256": (hashlib, "sha256"), "json.dumps": (json, "dumps"),
-    "torch.cuda.synchronize": (torch.cuda, "synchronize"), "torch.cuda.Event": (torch.cuda, "Event"),
+    "hmac.new": (hmac, "new"),
+    "hmac.compare_digest": (hmac, "compare_digest"),
+    "hashlib.sha256": (hashlib, "sha256"),
+    "json.dumps": (json, "dumps"),
+    "torch.cuda.synchronize": (torch.cuda, "synchronize"),
+    "torch.cuda.Event": (torch.cuda, "Event"),
     "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
     "torch.cuda.Event.record": (torch.cuda.Event, "record"),
     "torch.cuda.current_stream": (torch.cuda, "current_stream"),
@@ -129,10 +168,8 @@ def precision_flags() -> dict[str, object]:
     flags = {
         "torch.backends.cuda.matmul.allow_tf32": m.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
-            m.allow_fp16_reduced_precision_reduction,
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
-            m.allow_bf16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
         "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
         "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
@@ -174,7 +211,8 @@ def _process_state() -> dict[str, object]:
         "os.environ": hashlib.sha256(json.dumps(env).encode()).hexdigest(),
         "environ (C)": hashlib.sha256(b"\0".join(_c_env_items())).hexdigest(),
         "torch.get_num_threads()": torch.get_num_threads(),
-        "sys.gettrace()": id(sys.gettrace()), "sys.getprofile()": id(sys.getprofile()),
+        "sys.gettrace()": id(sys.gettrace()),
+        "sys.getprofile()": id(sys.getprofile()),
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
     }
     return state
@@ -189,8 +227,12 @@ def _stream_state() -> dict[str, object]:
 
 def snapshot() -> dict:
     """What the harness relies on, taken before any candidate code runs."""
-    return {"objects": _watched_objects(), "precision": precision_flags(), "process": _process_state(),
-            "stream": _stream_state()}
+    return {
+        "objects": _watched_objects(),
+        "precision": precision_flags(),
+        "process": _process_state(),
+        "stream": _stream_state(),
+    }
 
 
 def violations(snap: dict) -> list[tuple[str, str]]:
@@ -205,18 +247,24 @@ def violations(snap: dict) -> list[tuple[str, str]]:
     if moved:
         out.append(("HARNESS_TAMPERED", f"changed {', '.join(moved)}"))
     prec = precision_flags()
-    flipped = [f"{k}: {snap['precision'][k]!r} -> {prec.get(k)!r}" for k in sorted(snap["precision"])
-               if prec.get(k) != snap["precision"][k]]
+    flipped = [
+        f"{k}: {snap['precision'][k]!r} -> {prec.get(k)!r}"
+        for k in sorted(snap["precision"])
+        if prec.get(k) != snap["precision"][k]
+    ]
     if flipped:
         out.append(("PRECISION_FLAGS_CHANGED", "; ".join(flipped)))
     if snap["stream"]:
         now_s = _stream_state()
         if now_s != snap["stream"]:
-            out.append(("STREAM_SWITCHED", f"current CUDA stream {now_s} is not the harness's {snap['stream']}"))
+            out.append(
+                ("STREAM_SWITCHED", f"current CUDA stream {now_s} is not the harness's {snap['stream']}")
+            )
     return out
 
 
 # --------------------------------------------------------------------------------- threads
+
 
 def os_threads() -> set[int]:
     """Thread ids of this process as the kernel sees them: C++ std::threads included (Python's
@@ -260,11 +308,16 @@ class Guard:
             torch.cuda.synchronize()
         self.check(f"after {when}")
         if new:
-            raise Violation("THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned")
+            raise Violation(
+                "THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned"
+            )
         for t, copy in early:
             if not same_bytes(t, copy):
-                raise Violation("STREAM_ESCAPE", f"{when}: the output changed after the call returned, on a stream "
-                                "the caller's stream was not made to wait for")
+                raise Violation(
+                    "STREAM_ESCAPE",
+                    f"{when}: the output changed after the call returned, on a stream "
+                    "the caller's stream was not made to wait for",
+                )
         return out
 
 
@@ -289,6 +342,7 @@ def foreign_threads(tids: set[int]) -> set[int]:
 
 # ------------------------------------------------------------------------------ output checks
 
+
 def _span(t: torch.Tensor) -> tuple[int, int] | None:
     """[start, end) of the bytes `t` can reach in its storage, or None for an empty tensor."""
     if t.numel() == 0:
@@ -308,8 +362,10 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 def plain_tensor_problem(out) -> str | None:
     """None when `out` is exactly a torch.Tensor backed by its own dense storage."""
     if type(out) is not torch.Tensor:
-        return (f"output is a {type(out).__module__}.{type(out).__name__}, not exactly a torch.Tensor "
-                "(a subclass can compute or change its values when read)")
+        return (
+            f"output is a {type(out).__module__}.{type(out).__name__}, not exactly a torch.Tensor "
+            "(a subclass can compute or change its values when read)"
+        )
     if out.layout != torch.strided or out.is_meta or out.device.type not in ("cpu", "cuda"):
         return f"output has layout {out.layout} on {out.device}: not a dense tensor with real storage"
     if out.is_neg() or out.is_conj() or out._is_zerotensor():
@@ -323,10 +379,14 @@ def plain_tensor_problem(out) -> str | None:
         return f"output has no real storage ({type(exc).__name__}: {exc})"
     if ptr == 0:
         return "output has a null data pointer"
-    if any(st == 0 for s, st in zip(out.shape, out.stride(), strict=True) if s > 1) or \
-            nbytes < out.numel() * out.element_size():
-        return (f"output is a broadcast view: {out.numel()} elements over {nbytes} bytes of storage "
-                f"(strides {list(out.stride())})")
+    if (
+        any(st == 0 for s, st in zip(out.shape, out.stride(), strict=True) if s > 1)
+        or nbytes < out.numel() * out.element_size()
+    ):
+        return (
+            f"output is a broadcast view: {out.numel()} elements over {nbytes} bytes of storage "
+            f"(strides {list(out.stride())})"
+        )
     return None
 
 
@@ -345,7 +405,9 @@ def check_output(out, inputs, reference_outputs=(), earlier_outputs=()) -> None:
             raise Violation("OUTPUT_ALIASES_INPUT", f"the output shares memory with input {i}")
     for r in reference_outputs:
         if isinstance(r, torch.Tensor) and overlaps(out, r):
-            raise Violation("OUTPUT_ALIASES_REFERENCE", "the output shares memory with the reference's output")
+            raise Violation(
+                "OUTPUT_ALIASES_REFERENCE", "the output shares memory with the reference's output"
+            )
     for e in earlier_outputs:
         if isinstance(e, torch.Tensor) and overlaps(out, e):
             raise Violation("REPLAYED_RESULT", "the output is the same memory as an earlier call's output")
@@ -390,13 +452,16 @@ def degenerate(out: torch.Tensor, ref: torch.Tensor, atol: float) -> str | None:
     if int(small.sum()) >= MIN_SMALL and int(small.sum()) * 2 >= int((r != 0).sum()):
         rel = ((o[small] - r[small]).abs() / r[small].abs()).median()
         if float(rel) > MAX_MEDIAN_REL:
-            return (f"where the reference is below atol={atol:g} ({int(small.sum())} elements) the output's "
-                    f"median relative error is {float(rel):.3g}: it passes the absolute tolerance without "
-                    "carrying the values")
+            return (
+                f"where the reference is below atol={atol:g} ({int(small.sum())} elements) the output's "
+                f"median relative error is {float(rel):.3g}: it passes the absolute tolerance without "
+                "carrying the values"
+            )
     return None
 
 
 # ------------------------------------------------------------------------------------ inputs
+
 
 def rewrite_in_place(targets, sources) -> None:
     """Write `sources`' values into `targets` without changing what identifies them: same data
@@ -418,6 +483,7 @@ def poison(sizes, device) -> None:
 
 # ------------------------------------------------------------------------------ parent side
 
+
 @functools.cache
 def _package_dir() -> Path:
     return Path(__file__).resolve().parents[1]
@@ -426,8 +492,15 @@ def _package_dir() -> Path:
 # the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
 # which may be edited in a working tree while a long run goes on); a card's reference module comes
 # with the job's `watch_paths`
-_WORKER_FILES = ("worker/*.py", "solexec/check.py", "solexec/evaluate.py", "solexec/inputs.py",
-                 "judge/stats.py", "runner.py", "status.py")
+_WORKER_FILES = (
+    "worker/*.py",
+    "solexec/check.py",
+    "solexec/evaluate.py",
+    "solexec/inputs.py",
+    "judge/stats.py",
+    "runner.py",
+    "status.py",
+)
 
 
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:

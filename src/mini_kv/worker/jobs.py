@@ -39,8 +39,11 @@ class Job(Mapping):
     SCHEMA_VERSION: ClassVar[int] = 1
 
     def to_dict(self) -> dict:
-        return {"kind": self.KIND, "schema_version": self.SCHEMA_VERSION,
-                **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        return {
+            "kind": self.KIND,
+            "schema_version": self.SCHEMA_VERSION,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Job:
@@ -50,8 +53,10 @@ class Job(Mapping):
         if target is None or not issubclass(target, cls):
             raise JobError(f"unknown job kind {kind!r} (this mini_kv runs: {', '.join(sorted(JOB_KINDS))})")
         if version != target.SCHEMA_VERSION:
-            raise JobError(f"job kind {kind!r}: unknown schema_version {version!r} (this mini_kv reads "
-                           f"version {target.SCHEMA_VERSION})")
+            raise JobError(
+                f"job kind {kind!r}: unknown schema_version {version!r} (this mini_kv reads "
+                f"version {target.SCHEMA_VERSION})"
+            )
         unknown = sorted(set(data) - {f.name for f in dataclasses.fields(target)})
         if unknown:
             raise JobError(f"job kind {kind!r}: unknown field(s) {', '.join(unknown)}")
@@ -62,7 +67,9 @@ class Job(Mapping):
 
     def replace(self, **changes) -> Job:
         """A copy with `changes` to the fields this kind has (the others are ignored)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if k in self.__dataclass_fields__})
+        return dataclasses.replace(
+            self, **{k: v for k, v in changes.items() if k in self.__dataclass_fields__}
+        )
 
     def __getitem__(self, key):
         return self.to_dict()[key]
@@ -81,25 +88,61 @@ def as_job(job: Job | Mapping) -> Job:
 def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
     """A frozen dataclass job kind with these fields (space-separated; `defaults` come last)."""
     spec = [*fields.split(), *((k, object, dataclasses.field(default=v)) for k, v in defaults.items())]
-    JOB_KINDS[kind] = cls = dataclasses.make_dataclass(name, spec, bases=(Job,), frozen=True, eq=False, namespace={
-        "KIND": kind, "__doc__": doc, "__module__": __name__})
+    JOB_KINDS[kind] = cls = dataclasses.make_dataclass(
+        name,
+        spec,
+        bases=(Job,),
+        frozen=True,
+        eq=False,
+        namespace={"KIND": kind, "__doc__": doc, "__module__": __name__},
+    )
     return cls
 
 
 # `baseline`: the regression gate's same-run comparison, {library, op}; `watch_paths`: files of the
 # suite the parent watches while the worker runs; `project_root`: where the card's modules import from
-CardJob = _kind("CardJob", "card", "A task card's candidate: correctness, contract checks, benchmark.",
-                "task_id op library device salt project_root reference inputs tolerances cases all_cases "
-                "bench_cases benchmark contract backward exprs peak_bw watch_paths memory_limit_bytes", baseline=None)
-SolJob = _kind("SolJob", "sol", "A SOL-ExecBench solution on its problem's workloads (worker/sol_child.py).",
-               "device salt settings definition_name reference_file solution cases memory_limit_bytes", baseline=None)
-BandwidthJob = _kind("BandwidthJob", "bandwidth", "The device's copy bandwidth (worker/bandwidth.measure).",
-                     "device nbytes iterations")
-ProfileTargetJob = _kind("ProfileTargetJob", "profile_target", "The process ncu profiles (profile/target.run).",
-                         "library op inputs reference params dtype device seed warmup calls tolerance")
-SolProfileTargetJob = _kind("SolProfileTargetJob", "sol_profile_target", "The process ncu profiles for a SOL-ExecBench "
-                            "solution (profile/sol.run_target).", "device reference_file seed warmup calls solution case")
-ABJob = _kind("ABJob", "ab", "A/B timing of two profiled candidates (profile/ab.time_pair); candidates: "
-              "[{label, id, op, library}].", "device inputs params dtype seed repeats samples warmup method candidates")
-BuildJob = _kind("BuildJob", "build", "torch's JIT extension build (build/jit_child.build).",
-                 "name build_dir sources include_dirs flags arch_list python_module with_cuda")
+CardJob = _kind(
+    "CardJob",
+    "card",
+    "A task card's candidate: correctness, contract checks, benchmark.",
+    "task_id op library device salt project_root reference inputs tolerances cases all_cases "
+    "bench_cases benchmark contract backward exprs peak_bw watch_paths memory_limit_bytes",
+    baseline=None,
+)
+SolJob = _kind(
+    "SolJob",
+    "sol",
+    "A SOL-ExecBench solution on its problem's workloads (worker/sol_child.py).",
+    "device salt settings definition_name reference_file solution cases memory_limit_bytes",
+    baseline=None,
+)
+BandwidthJob = _kind(
+    "BandwidthJob",
+    "bandwidth",
+    "The device's copy bandwidth (worker/bandwidth.measure).",
+    "device nbytes iterations",
+)
+ProfileTargetJob = _kind(
+    "ProfileTargetJob",
+    "profile_target",
+    "The process ncu profiles (profile/target.run).",
+    "library op inputs reference params dtype device seed warmup calls tolerance",
+)
+SolProfileTargetJob = _kind(
+    "SolProfileTargetJob",
+    "sol_profile_target",
+    "The process ncu profiles for a SOL-ExecBench solution (profile/sol.run_target).",
+    "device reference_file seed warmup calls solution case",
+)
+ABJob = _kind(
+    "ABJob",
+    "ab",
+    "A/B timing of two profiled candidates (profile/ab.time_pair); candidates: [{label, id, op, library}].",
+    "device inputs params dtype seed repeats samples warmup method candidates",
+)
+BuildJob = _kind(
+    "BuildJob",
+    "build",
+    "torch's JIT extension build (build/jit_child.build).",
+    "name build_dir sources include_dirs flags arch_list python_module with_cuda",
+)

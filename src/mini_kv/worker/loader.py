@@ -44,16 +44,22 @@ def registration_hint(qualname: str, registered: set[str]) -> str | None:
     name = name.split(".")[0]
     mine = sorted({n.split(".")[0] for n in registered})
     if not mine:
-        return (f"the library registered no operator at all (no TORCH_LIBRARY / TORCH_LIBRARY_IMPL "
-                f"for {ns}, or it was already loaded)")
+        return (
+            f"the library registered no operator at all (no TORCH_LIBRARY / TORCH_LIBRARY_IMPL "
+            f"for {ns}, or it was already loaded)"
+        )
     same_name = [n for n in mine if n.partition("::")[2] == name and n.partition("::")[0] != ns]
     same_ns = [n for n in mine if n.partition("::")[0] == ns and n.partition("::")[2] != name]
     if same_name:
-        return (f"namespace mismatch: the library registers {', '.join(same_name)} but the task card's `op:` "
-                f"is {qualname}; use one namespace in the card and in TORCH_LIBRARY/TORCH_LIBRARY_IMPL")
+        return (
+            f"namespace mismatch: the library registers {', '.join(same_name)} but the task card's `op:` "
+            f"is {qualname}; use one namespace in the card and in TORCH_LIBRARY/TORCH_LIBRARY_IMPL"
+        )
     if same_ns:
-        return (f"op name mismatch: in namespace {ns} the library registers {', '.join(same_ns)}, not "
-                f"{qualname}; the card's `op:` and the schema's name in m.def(...) must agree")
+        return (
+            f"op name mismatch: in namespace {ns} the library registers {', '.join(same_ns)}, not "
+            f"{qualname}; the card's `op:` and the schema's name in m.def(...) must agree"
+        )
     if f"{ns}::{name}" in mine:
         return None  # the op is the card's: its kernels are simply missing
     return f"the library registers {', '.join(mine[:6])}{' ...' if len(mine) > 6 else ''}, not {qualname}"

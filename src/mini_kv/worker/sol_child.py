@@ -44,7 +44,14 @@ def _import_beside(base: dict, sol: dict):
     name: the candidate's step out of sys.modules while the baseline's (same names) are imported."""
     if base["group"] == "cpp":  # a built module named after its build key
         return _import_solution(base)
-    under = lambda d: [n for n, m in list(sys.modules.items()) if (getattr(m, "__file__", None) or "").startswith(d + os.sep)]  # noqa: E731
+
+    def under(d: str) -> list[str]:
+        return [
+            n
+            for n, m in list(sys.modules.items())
+            if (getattr(m, "__file__", None) or "").startswith(d + os.sep)
+        ]
+
     theirs = {n: sys.modules.pop(n) for n in under(sol["dir"])}
     try:
         return _import_solution(base)
@@ -72,7 +79,9 @@ def _load(job: dict, chan: Channel):
         reference = _load_reference(job["reference_file"])
         ref_fn = reference.run
     except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
-        return _fail(chan, Status.INVALID_REFERENCE, f"the reference does not load: {type(exc).__name__}: {exc}")
+        return _fail(
+            chan, Status.INVALID_REFERENCE, f"the reference does not load: {type(exc).__name__}: {exc}"
+        )
     snap = integrity.snapshot()
     sol = job["solution"]
     chan.send(event=Event.BEGIN, stage="solution", case="(importing the solution)")
@@ -80,11 +89,17 @@ def _load(job: dict, chan: Channel):
         module = _import_solution(sol)
     except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built
         what = "built module" if sol["group"] == "cpp" else sol["entry_file"]
-        return _fail(chan, Status.COMPILE_ERROR, f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}")
+        return _fail(
+            chan, Status.COMPILE_ERROR, f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}"
+        )
     fn = getattr(module, sol["entry_function"], None)
     if not callable(fn):
-        return _fail(chan, Status.COMPILE_ERROR, f"the solution has no function {sol['entry_function']!r} "
-                     f"(entry point {sol['entry_file']}::{sol['entry_function']})")
+        return _fail(
+            chan,
+            Status.COMPILE_ERROR,
+            f"the solution has no function {sol['entry_function']!r} "
+            f"(entry point {sol['entry_file']}::{sol['entry_function']})",
+        )
     try:
         integrity.Guard(snap).check("importing the solution")
     except integrity.Violation as v:
@@ -108,18 +123,35 @@ def run_job(job: dict, chan: Channel) -> int:
         return 0
     reference, ref_fn, fn, snap = loaded
     baseline = None
-    if job.get("baseline"):  # the regression gate's same-run comparison: it takes the reference's place in timing
+    if job.get(
+        "baseline"
+    ):  # the regression gate's same-run comparison: it takes the reference's place in timing
         try:
-            baseline = (getattr(_import_beside(job["baseline"], job["solution"]), job["baseline"]["entry_function"]),
-                        job["baseline"]["dps"])
+            baseline = (
+                getattr(_import_beside(job["baseline"], job["solution"]), job["baseline"]["entry_function"]),
+                job["baseline"]["dps"],
+            )
             integrity.Guard(snap).check("loading the baseline's solution")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-            _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {type(exc).__name__}: {exc}")
+            _fail(
+                chan,
+                Status.RUNTIME_ERROR,
+                f"the baseline's solution did not load: {type(exc).__name__}: {exc}",
+            )
             return 0
     chan.send(event=Event.LOAD, ok=True)
-    ctx = Context(definition_name=job["definition_name"], solution_fn=fn, reference_fn=ref_fn,
-                  reference_ns=vars(reference), dps=job["solution"]["dps"], device=device, salt=job["salt"],
-                  settings=job["settings"], snapshot=snap, baseline=baseline)
+    ctx = Context(
+        definition_name=job["definition_name"],
+        solution_fn=fn,
+        reference_fn=ref_fn,
+        reference_ns=vars(reference),
+        dps=job["solution"]["dps"],
+        device=device,
+        salt=job["salt"],
+        settings=job["settings"],
+        snapshot=snap,
+        baseline=baseline,
+    )
     for case in job["cases"]:
         chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}

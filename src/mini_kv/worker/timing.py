@@ -133,7 +133,9 @@ def check_options(method: str, l2: str, device: str) -> None:
         raise ValueError(f"unknown L2 mode {l2!r}; choose hot or cold")
     if not is_cuda(device):
         if method in CUDA_METHODS:
-            raise ValueError(f"timing method {method!r} needs a CUDA device; on {device} use wallclock or auto")
+            raise ValueError(
+                f"timing method {method!r} needs a CUDA device; on {device} use wallclock or auto"
+            )
         if l2 == "cold":
             raise ValueError(f"l2 'cold' flushes a GPU's L2 cache; on {device} use l2 'hot'")
 
@@ -151,6 +153,7 @@ def default_method(device: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- L2
+
 
 def _loaded_libraries(fragment: str) -> list[str]:
     """Paths of shared libraries already mapped into this process (the runtime torch itself uses)."""
@@ -221,8 +224,11 @@ class L2Flusher:
         torch.cuda.synchronize()
 
     def describe(self) -> dict:
-        return {"flush_bytes": None if self.buf is None else self.buf.numel() * 4, "l2_bytes": self.l2_bytes,
-                "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)"}
+        return {
+            "flush_bytes": None if self.buf is None else self.buf.numel() * 4,
+            "l2_bytes": self.l2_bytes,
+            "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
+        }
 
 
 def _hold(us: float) -> None:
@@ -233,6 +239,7 @@ def _hold(us: float) -> None:
 
 
 # ---------------------------------------------------------------------------------- methods
+
 
 def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -266,7 +273,9 @@ def time_graph(calls: Workload, samples: int, flush: L2Flusher, launches: int) -
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(len(calls)):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+        for _ in range(
+            len(calls)
+        ):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
             calls.next()()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
@@ -352,14 +361,16 @@ def iteration_activity(events, iterations: int) -> list[dict]:
         if ev.device_type() == cuda_type:
             device.append((ev, activity))
         elif name.startswith(ITERATION_MARK):
-            windows.append((ev.start_ns(), ev.end_ns(), int(name[len(ITERATION_MARK):])))
+            windows.append((ev.start_ns(), ev.end_ns(), int(name[len(ITERATION_MARK) :])))
         elif _is_runtime(ev, activity):
             launch_at[ev.correlation_id()] = ev.start_ns()
         else:
             annotations.add(name)
     windows.sort()
     starts = [w[0] for w in windows]
-    per = [{"first": None, "last": None, "busy_ns": 0, "count": 0, "unattributed": 0} for _ in range(iterations)]
+    per = [
+        {"first": None, "last": None, "busy_ns": 0, "count": 0, "unattributed": 0} for _ in range(iterations)
+    ]
     for ev, activity in device:
         if not _is_device_work(ev, activity, annotations):
             continue
@@ -430,24 +441,34 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
             prof.stop()
             events = prof.profiler.kineto_results.events()
         except Exception as exc:  # noqa: BLE001
-            raise CuptiUnavailableError(f"torch.profiler could not collect the trace: {_describe_failure(exc)}") \
-                from exc
+            raise CuptiUnavailableError(
+                f"torch.profiler could not collect the trace: {_describe_failure(exc)}"
+            ) from exc
     if not any(ev.device_type() == torch.autograd.DeviceType.CUDA for ev in events):
         # not even our hold kernels were recorded: CUPTI is not tracing on this machine
         raise CuptiUnavailableError("torch.profiler recorded no GPU activity at all (CUPTI not tracing)")
     per = iteration_activity(events, total)[warmup:]
     empty = [i for i, rec in enumerate(per) if rec["count"] == 0]
     if len(empty) == len(per):
-        raise NoDeviceWorkError("the op launched no CUDA kernel: CUPTI saw no kernel, memcpy or memset in any "
-                                "timed iteration (does it run on the GPU at all?)")
+        raise NoDeviceWorkError(
+            "the op launched no CUDA kernel: CUPTI saw no kernel, memcpy or memset in any "
+            "timed iteration (does it run on the GPU at all?)"
+        )
     if empty:
-        raise NoDeviceWorkError(f"{len(empty)} of {len(per)} timed iterations launched no CUDA kernel, memcpy or "
-                                f"memset (first: iteration {empty[0]}): the op skips work on some calls")
+        raise NoDeviceWorkError(
+            f"{len(empty)} of {len(per)} timed iterations launched no CUDA kernel, memcpy or "
+            f"memset (first: iteration {empty[0]}): the op skips work on some calls"
+        )
     return Measurement(
-        "cupti", [rec["span_ns"] / 1e3 for rec in per],
+        "cupti",
+        [rec["span_ns"] / 1e3 for rec in per],
         kernel_us=[rec["busy_ns"] / 1e3 for rec in per],
-        notes={"activities_per_iteration": sorted({rec["count"] for rec in per}),
-               "unattributed": sum(rec["unattributed"] for rec in per), "hold_us": round(hold_us, 1)})
+        notes={
+            "activities_per_iteration": sorted({rec["count"] for rec in per}),
+            "unattributed": sum(rec["unattributed"] for rec in per),
+            "hold_us": round(hold_us, 1),
+        },
+    )
 
 
 def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
@@ -463,8 +484,14 @@ def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
     return Measurement("wallclock", out)
 
 
-def measure(calls: Call | Sequence[Call] | Workload, method: str, samples: int, device: str, flush: L2Flusher,
-            launches: int = 20) -> Measurement:
+def measure(
+    calls: Call | Sequence[Call] | Workload,
+    method: str,
+    samples: int,
+    device: str,
+    flush: L2Flusher,
+    launches: int = 20,
+) -> Measurement:
     """Time `samples` calls with `method`; the thread count must not change while timing."""
     calls = as_workload(calls)
     if method in CUDA_METHODS and not is_cuda(device):
@@ -481,6 +508,8 @@ def measure(calls: Call | Sequence[Call] | Workload, method: str, samples: int, 
     else:
         raise ValueError(f"unknown timing method {method!r}")
     if threading.active_count() != threads_before:
-        raise TimingGuardError(f"thread count changed during timing ({threads_before} -> "
-                               f"{threading.active_count()}): work may be escaping the timer")
+        raise TimingGuardError(
+            f"thread count changed during timing ({threads_before} -> "
+            f"{threading.active_count()}): work may be escaping the timer"
+        )
     return res
