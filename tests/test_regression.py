@@ -12,9 +12,10 @@ from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_at
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
     Thresholds,
-    check_card_baseline,
+    check_baseline,
     compare_to_baseline,
     exit_code_for,
+    find_card_baseline,
     load_baseline,
     promote_baseline,
 )
@@ -31,6 +32,27 @@ FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def check_card_baseline(
+    card, env: dict, bench_cases: list[dict], device: str, confirm_with=None, thresholds=None, artifacts=None
+):
+    """The verdict against the card's baseline (find_card_baseline, then check_baseline), as verify's
+    pipeline asks for it, or None when there is none."""
+    path, found_by, _ = find_card_baseline(card)
+    if path is None:
+        return None
+    header = {
+        "task_id": card.id,
+        "task_version": card.version,
+        "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
+        "suite_hash": card.suite_hash(),
+        "environment_key": env.get("key"),
+        "device": device,
+    }
+    return check_baseline(
+        path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+    )
 
 
 @pytest.fixture

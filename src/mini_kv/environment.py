@@ -125,8 +125,10 @@ def pick_device(requested: str | None) -> str:
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
-def cpu_memory_limit() -> int:
-    """Address-space cap for a CPU worker: half the machine, so a runaway op fails alone."""
+def cpu_memory_limit(gb: float | None = None) -> int:
+    """Address-space cap for a CPU worker: `gb` GiB, else half the machine, so a runaway op fails alone."""
+    if gb:
+        return int(gb * 2**30)
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError):

@@ -17,7 +17,7 @@ from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
-from mini_kv.runner import ChildRun, run_worker
+from mini_kv.runner import ChildRun, empty_results, run_worker
 from mini_kv.sandbox import SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import BuildStatus, Status
@@ -199,15 +199,7 @@ def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
-        results = {
-            "load": None,
-            "cases": [],
-            "contract": {},
-            "bench": [],
-            "incidents": [],
-            "log": None,
-            "sandbox": prep.sandbox.to_dict(),
-        }
+        results = empty_results(None, prep.sandbox)
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             results = run_worker(
@@ -630,9 +622,7 @@ def _job(
         peak_bw=peak_bw,
         # files of the suite the parent watches while the worker runs (with the mini_kv package)
         watch_paths=_watch_paths(card),
-        memory_limit_bytes=int(opts.memory_limit_gb * 2**30)
-        if opts.memory_limit_gb
-        else environment.cpu_memory_limit(),
+        memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
     )
 
 

@@ -202,6 +202,19 @@ def run_worker(
     )
 
 
+def empty_results(log_path: str | None, sandbox: SandboxInfo) -> dict:
+    """run_worker's results before any event (also a run whose build decided it: no worker job)."""
+    return {
+        "load": None,
+        "cases": [],
+        "contract": {},
+        "bench": [],
+        "incidents": [],
+        "log": log_path,
+        "sandbox": sandbox.to_dict(),
+    }
+
+
 class _WorkerRun:
     """One `run_worker` call: what is still pending, the results so far, the case the child is on.
     A child that crashes or hangs gets the case it was on recorded, and a fresh child the rest."""
@@ -218,15 +231,7 @@ class _WorkerRun:
     ):
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
-        self.results = {
-            "load": None,
-            "cases": [],
-            "contract": {},
-            "bench": [],
-            "incidents": [],
-            "log": log_path,
-            "sandbox": sandbox.to_dict(),
-        }
+        self.results = empty_results(log_path, sandbox)
         self.pending = {
             "cases": list(job["cases"]),
             "bench_cases": list(job.get("bench_cases", [])),
@@ -342,12 +347,7 @@ class _WorkerRun:
 
     def _forged(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign
         self.results["incidents"].append(
-            {
-                "stage": "channel",
-                "integrity": "FORGED_RESULT_CHANNEL",
-                "case": self.current[1] if self.current else None,
-                "reason": f"unsigned data on the result channel: {ev['line']}",
-            }
+            _forged(self.current, ev["line"], "unsigned data on the result channel: ")
         )
 
     def _carry_on(self, outcome: str, code: int | None, budget: float) -> bool:
@@ -411,10 +411,10 @@ class _WorkerRun:
             self._drop("bench_cases", case_id)
 
 
-def _forged(current, what: str) -> dict:
+def _forged(current, what: str, prefix: str = "the result channel carried ") -> dict:
     return {
         "stage": "channel",
         "integrity": "FORGED_RESULT_CHANNEL",
         "case": current[1] if current else None,
-        "reason": f"the result channel carried {what}",
+        "reason": prefix + what,
     }

@@ -93,13 +93,7 @@ def _pct(ratio: float) -> str:
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
     from mini_kv.judge import stats
 
-    rec: dict = {
-        "id": case_id,
-        "verdict": Verdict.PASS,
-        "reasons": [],
-        "first_batch": None,
-        "confirmation": None,
-    }
+    rec = _case_record(case_id, Verdict.PASS, [])
     for key in ("method", "l2", "unit"):
         if key in base and base.get(key) != cand.get(key):
             rec.update(verdict=Verdict.INCOMPARABLE)
@@ -243,18 +237,16 @@ def compare_to_baseline(
     return out
 
 
+def _case_record(case_id: str, verdict: Verdict, reasons: list[str]) -> dict:
+    return {"id": case_id, "verdict": verdict, "reasons": reasons, "first_batch": None, "confirmation": None}
+
+
 def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dict:
     """One bench case: MISSING when not timed, INCOMPARABLE when its samples cannot be compared."""
     case_id = base["id"]
     if cand is None or not timed(cand):
         why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-        return {
-            "id": case_id,
-            "verdict": Verdict.MISSING,
-            "reasons": [f"{case_id}: {why}"],
-            "first_batch": None,
-            "confirmation": None,
-        }
+        return _case_record(case_id, Verdict.MISSING, [f"{case_id}: {why}"])
     try:
         return _compare_case(case_id, base, cand, confirm, th)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
@@ -281,12 +273,17 @@ def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None
         f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
         "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`"
     )
+    return _unused_baseline(Verdict.TAMPERED, why, thresholds, tampered_file=exc.path)
+
+
+def _unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> dict:
+    """The verdict when the baseline could not be used (`baseline_error` says why): neither PASS nor FAIL."""
     return {
         "schema_version": REGRESSION_SCHEMA_VERSION,
-        "verdict": Verdict.TAMPERED,
+        "verdict": verdict,
         "reasons": [why],
         "baseline_error": why,
-        "tampered_file": exc.path,
+        **where,
         "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
         "keys": [],
         "baseline": {},
@@ -602,48 +599,11 @@ def check_baseline(
     except BaselineTampered as exc:
         return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
     except (UserError, OSError) as exc:
-        return {
-            "schema_version": REGRESSION_SCHEMA_VERSION,
-            "verdict": Verdict.INCOMPARABLE,
-            "reasons": [str(exc)],
-            "baseline_error": str(exc),
-            "baseline_file": ref,
-            "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
-            "keys": [],
-            "baseline": {},
-            "cases": [],
-        }
+        return _unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds, baseline_file=ref)
     confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
     verdict = compare_to_baseline(baseline, header, {"cases": bench_cases}, confirm, thresholds)
     verdict["baseline_file"] = ref
     return verdict
-
-
-def check_card_baseline(
-    card,
-    env: dict,
-    bench_cases: list[dict],
-    device: str,
-    confirm_with: Callable[[dict, str], dict] | None = None,
-    thresholds: Thresholds | dict | None = None,
-    artifacts: Path | None = None,
-) -> dict | None:
-    """The pipeline's hook: the verdict against the card's baseline (see find_card_baseline and
-    check_baseline), or None when there is none."""
-    path, found_by, _ = find_card_baseline(card)
-    if path is None:
-        return None
-    header = {
-        "task_id": card.id,
-        "task_version": card.version,
-        "operator": {"name": card.operator.get("name"), "version": card.operator.get("version")},
-        "suite_hash": card.suite_hash(),
-        "environment_key": env.get("key"),
-        "device": device,
-    }
-    return check_baseline(
-        path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
-    )
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from

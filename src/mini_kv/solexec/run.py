@@ -149,7 +149,7 @@ def device_memory(device: str, opts: BenchOptions) -> int:
         import torch
 
         return torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return int(opts.memory_limit_gb * 2**30) if opts.memory_limit_gb else environment.cpu_memory_limit()
+    return environment.cpu_memory_limit(opts.memory_limit_gb)
 
 
 def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> None:
@@ -225,9 +225,7 @@ def _job(
         reference_file=str(ref_file),
         solution=job_entry(problem.solution, staging / "solution", compile_rec),
         cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        memory_limit_bytes=int(opts.memory_limit_gb * 2**30)
-        if opts.memory_limit_gb
-        else environment.cpu_memory_limit(),
+        memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -48,18 +47,6 @@ class Solution:
         raw = dict(self.raw)
         raw["sources"] = [{"path": s.path, "content": s.content} for s in self.sources]
         return raw
-
-    def content_hash(self) -> str:
-        h = hashlib.sha256()
-        for part in (
-            self.name,
-            self.entry_file,
-            self.entry_function,
-            *self.languages,
-            *(p for s in self.sources for p in (s.path, s.content)),
-        ):
-            h.update(part.encode() + b"\0")
-        return h.hexdigest()
 
 
 MAX_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)

@@ -93,25 +93,16 @@ CREATE TABLE bench_cases (
 CREATE INDEX attempts_by_candidate ON attempts (task_id, candidate, created_at);
 """
 
-ATTEMPT_COLUMNS = (
-    "attempt_id",
-    "task_id",
-    "task_version",
-    "operator_name",
-    "operator_version",
-    "candidate",
-    "status",
-    "device",
-    "suite_hash",
-    "environment_key",
-    "created_at",
-    "stable",
-    "geomean_speedup",
-    "regression",
-    "path",
-    "attempt_sha256",
-)
-CASE_COLUMNS = ("attempt_id", "case_id", "p50_us", "p95_us", "speedup", "stable")
+
+def _columns(table: str) -> tuple[str, ...]:
+    """The columns of `table` in _DDL, in order (the one place they are named)."""
+    body = _DDL.split(f"CREATE TABLE {table} (")[1].split(");")[0]
+    return tuple(
+        line.split()[0] for line in body.strip().splitlines() if not line.lstrip().startswith("PRIMARY")
+    )
+
+
+ATTEMPT_COLUMNS, CASE_COLUMNS = _columns("attempts"), _columns("bench_cases")
 
 
 class IndexUnusable(UserError):

@@ -13,7 +13,6 @@ from mini_kv.store.jsonfile import read_versioned
 RECORD_VERSION = 2
 CARD_FORMAT = "task-card"
 SOL_FORMAT = "sol-execbench"
-_CASE_V1, _CHECK_V1, _BENCH_V1 = V1_CASE_WORDS, V1_CHECK_WORDS, V1_BENCH_WORDS
 
 
 def timed(rec) -> bool:
@@ -41,18 +40,18 @@ def correctness_v1_to_v2(doc: dict) -> dict:
     out.update(
         schema_version=2,
         format=SOL_FORMAT if sol else CARD_FORMAT,
-        cases=_renamed(doc.get("workloads") if sol else doc.get("cases"), _CASE_V1),
+        cases=_renamed(doc.get("workloads") if sol else doc.get("cases"), V1_CASE_WORDS),
     )
     if isinstance(doc.get("contract"), dict):
         out["contract"] = {
-            k: {**v, "status": _word(v.get("status"), _CHECK_V1)} if isinstance(v, dict) else v
+            k: {**v, "status": _word(v.get("status"), V1_CHECK_WORDS)} if isinstance(v, dict) else v
             for k, v in doc["contract"].items()
         }
     summary = doc.get("summary")
     if isinstance(summary, dict) and isinstance(summary.get("contract"), dict):
         out["summary"] = {
             **summary,
-            "contract": {k: _word(v, _CHECK_V1) for k, v in summary["contract"].items()},
+            "contract": {k: _word(v, V1_CHECK_WORDS) for k, v in summary["contract"].items()},
         }
     return out
 
@@ -64,7 +63,7 @@ def benchmark_v1_to_v2(doc: dict) -> dict:
         **doc,
         "schema_version": 2,
         "format": SOL_FORMAT if "settings" in doc else CARD_FORMAT,
-        "cases": _renamed(doc.get("cases"), _BENCH_V1),
+        "cases": _renamed(doc.get("cases"), V1_BENCH_WORDS),
     }
 
 
