@@ -10,6 +10,7 @@ from mini_kv.cli_common import (
     artifacts_dir,
     console,
     err_console,
+    options_from,
     progress_line,
     run_command,
     selected_candidates,
@@ -111,22 +112,11 @@ def cmd_verify(args) -> int:
     device = "cuda:0" if gpus else pick_device(args.device)
     _check_case_filter(card, args.case or [], device, args.skip_benchmark)
     check_store_writable(artifacts_dir(args, Path(card.project_root)))
-    opts = VerifyOptions(
-        device=args.device,
-        skip_benchmark=args.skip_benchmark,
-        method=args.method,
-        l2=args.l2,
-        compile_timeout=args.compile_timeout,
-        timeout=args.timeout,
-        prebuilt=args.prebuilt,
-        seed_salt=args.seed_salt,
-        artifacts=args.artifacts,
+    opts = options_from(
+        VerifyOptions,
+        args,
         case_filter=args.case or [],
-        bench_all=args.bench_all,
         memory_limit_gb=args.memory_limit,
-        max_cv=args.max_cv,
-        max_p95_cv=args.max_p95_cv,
-        env_tag=args.env_tag,
         sandbox=not args.no_sandbox,
     )
     cands = selected_candidates(card, args.candidate)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, progress_line, run_command
+from mini_kv.cli_common import artifacts_dir, console, options_from, progress_line, run_command
 from mini_kv.errors import ExitCode
 
 
@@ -89,27 +89,7 @@ def cmd_bench(args) -> int:
     from mini_kv.solexec.run import BenchOptions, bench
     from mini_kv.solexec.table import print_report
 
-    opts = BenchOptions(
-        solution=args.solution,
-        definition=args.definition,
-        workload=args.workload,
-        device=args.device,
-        compile_timeout=args.compile_timeout,
-        timeout=args.timeout,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        samples=args.samples,
-        method=args.method,
-        l2=args.l2,
-        max_cv=args.max_cv,
-        max_p95_cv=args.max_p95_cv,
-        artifacts=args.artifacts,
-        keep_staging=args.keep_staging,
-        seed_salt=args.seed_salt,
-        memory_limit_gb=args.memory_limit,
-        sandbox=not args.no_sandbox,
-    )
+    opts = options_from(BenchOptions, args, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
     _check_outputs(args, opts)
     if args.json:
         result = bench(args.problem_dir, opts, line=progress_line)

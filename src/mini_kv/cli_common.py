@@ -51,6 +51,14 @@ def selected_candidates(card, requested: list[str]) -> list:
     return out
 
 
+def options_from(cls, args, **given):
+    """The options dataclass `cls` from the parsed `args` of the same names, `given` for the others."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)} - set(given)
+    return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
+
+
 def artifacts_dir(args, root: Path | None = None) -> Path:
     """--artifacts, else the artifacts/ folder of `root` (default: the project around the working directory)."""
     if args.artifacts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, err_console, selected_candidates
+from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
 from mini_kv.errors import ExitCode
 
 
@@ -32,16 +32,7 @@ def cmd_profile(args) -> int:
             "profile: give --task (a task card's candidate) or --solution (a SOL-ExecBench solution.json "
             "or bench attempt), not both or neither"
         )
-    opts = ProfileOptions(
-        case=args.case,
-        warmup=args.warmup,
-        kernel=args.kernel,
-        seed_salt=args.seed_salt,
-        artifacts=args.artifacts,
-        timeout=args.timeout,
-        prebuilt=args.prebuilt,
-        ncu=args.ncu,
-    )
+    opts = options_from(ProfileOptions, args)
     if args.solution:
         from mini_kv.profile import sol
 

@@ -204,6 +204,15 @@ def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]],
         return _render(fig, chart_id, f"latency {case_id}", png)
 
 
+def _marks(ax, marks: list[tuple[str, int, float, float]]) -> None:
+    """One marker per (label, colour index, x, y); each label once in the legend."""
+    seen = set()
+    for label, idx, x, y in marks:
+        style_ = {"marker": MARKERS[idx % len(MARKERS)], "color": colour(idx), "markersize": 7}
+        ax.plot([x], [y], linestyle="none", label=None if label in seen else label, **style_)
+        seen.add(label)
+
+
 def bandwidth(
     chart_id: str, title: str, points: list[tuple[str, int, str, float]], ceiling: float | None, png: bool
 ) -> Chart:
@@ -215,19 +224,7 @@ def bandwidth(
         bottom = 0.45 + 0.03 * max(len(c) for c in cases)  # labels turned 20°: a third of their length
         fig = _figure(4.9 + room, 2.2 + bottom, right=room, bottom=bottom)
         ax = fig.add_subplot()
-        cases = sorted({p[2] for p in points})
-        seen = set()
-        for label, idx, case, gbps in points:
-            ax.plot(
-                [cases.index(case)],
-                [gbps],
-                marker=MARKERS[idx % len(MARKERS)],
-                color=colour(idx),
-                linestyle="none",
-                markersize=7,
-                label=None if label in seen else label,
-            )
-            seen.add(label)
+        _marks(ax, [(label, idx, cases.index(case), gbps) for label, idx, case, gbps in points])
         if ceiling:
             ax.axhline(
                 ceiling / 1e9,
@@ -261,18 +258,7 @@ def roofline(
         room = legend_room([p[0] for p in points] + ["memory roof 00,000.0 GB/s × FLOP/byte"])
         fig = _figure(4.9 + room, 3.0, right=room)
         ax = fig.add_subplot()
-        seen = set()
-        for label, idx, _case, ai, gflops in points:
-            ax.plot(
-                [ai],
-                [gflops],
-                marker=MARKERS[idx % len(MARKERS)],
-                color=colour(idx),
-                linestyle="none",
-                markersize=7,
-                label=None if label in seen else label,
-            )
-            seen.add(label)
+        _marks(ax, [(label, idx, ai, gflops) for label, idx, _case, ai, gflops in points])
         for case in sorted({p[2] for p in points}):  # one label per case, above its highest point
             ai, top = max(((p[3], p[4]) for p in points if p[2] == case), key=lambda t: t[1])
             ax.annotate(case, (ai, top), fontsize=7, xytext=(4, 4), textcoords="offset points")
