@@ -31,7 +31,10 @@ SINGLE_REPEAT_CHUNKS = 5
 
 class _Record:
     def to_dict(self) -> dict:
-        return asdict(self)
+        # tuples become lists: the record in memory is the one written to and read back from JSON
+        return asdict(
+            self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+        )
 
 
 @dataclass(frozen=True)
