@@ -428,11 +428,8 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
-        self.label, self.evaluating, self.skipped_benchmark = (
-            cand.id,
-            f"verify {cand.id}",
-            opts.skip_benchmark,
-        )
+        self.label, self.evaluating = cand.id, f"verify {cand.id}"
+        self.skipped_benchmark = opts.skip_benchmark
 
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
@@ -572,9 +569,8 @@ class CardDoor(FrontDoor):
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
         recs = [r for r in res["bench"] if r.get("id") == case_id]
-        return next((r for r in recs if "candidate" in r), None), (res.get("load") or {}).get(
-            "reason"
-        ) or next((r.get("reason") for r in recs), None)
+        why = (res.get("load") or {}).get("reason") or next((r.get("reason") for r in recs), None)
+        return next((r for r in recs if "candidate" in r), None), why
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         comp = {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")}
