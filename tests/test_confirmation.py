@@ -2,6 +2,7 @@
 under a dispatcher namespace of their own, timed in one worker with the candidate, interleaved."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -9,12 +10,12 @@ from mini_kv.build.baseline import BaselineBuildError, build_baseline, rename_na
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.load.task_card import load_task_card
 from mini_kv.pipeline import (
+    Built,
     CardDoor,
     Prepared,
     VerifyOptions,
     _confirmation,
     _interleaved_settings,
-    _job,
     verify,
 )
 from mini_kv.sandbox import resolve as resolve_sandbox
@@ -26,6 +27,12 @@ def test_namespace_rename_touches_whole_tokens_only():
     out, n = rename_namespace(text, "my_ns", "my_ns__baseline_abc")
     assert n == 3
     assert "my_ns_launch()" in out and "other_my_ns" in out and "TORCH_LIBRARY(my_ns__baseline_abc, m)" in out
+
+
+def _card_job(card, cand, comp, device, opts):
+    """verify's worker job for a compiled candidate (CardDoor.job with the prepare stage's values)."""
+    prep = SimpleNamespace(device=device, salt="s", env={"copy_bandwidth_Bps": None})
+    return CardDoor(card, cand, opts).job(prep, Built(comp))
 
 
 def _confirm(card, cand, opts, job, store):
@@ -82,7 +89,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     comp = compile_candidate(Path(card.project_root), cand, with_cuda=False)
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cpu")
-    job = _job(card, cand, comp["library"], "cpu", opts, salt="s")
+    job = _card_job(card, cand, comp, "cpu", opts)
     job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 10, "warmup": 1})
     run = _confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32")
 
@@ -132,7 +139,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     comp = compile_candidate(Path(card.project_root), slowed)
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cuda")
-    job = _job(card, slowed, comp["library"], "cuda:0", opts, salt="s")
+    job = _card_job(card, slowed, comp, "cuda:0", opts)
     job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2})
     run = _confirm(card, slowed, opts, job, store)(baseline, "bench_4096x8192-float16")
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])

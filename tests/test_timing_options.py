@@ -124,15 +124,22 @@ def test_skip_benchmark_ignores_timing_options(card):
     pipeline.check_benchmark_options(card, pipeline.VerifyOptions(method="cupti", skip_benchmark=True), "cpu")
 
 
+def _card_job(card, cand, library, device, opts, salt, peak_bw=None):
+    """verify's worker job for a built `library` (CardDoor.job with the prepare stage's values)."""
+    prep = SimpleNamespace(device=device, salt=salt, env={"copy_bandwidth_Bps": peak_bw})
+    built = pipeline.Built({"status": "ok", "library": library})
+    return pipeline.CardDoor(card, cand, opts).job(prep, built)
+
+
 def test_good_options_pass_and_reach_the_job(card):
     opts = pipeline.VerifyOptions(method="wallclock", l2="hot", max_cv=0.05, max_p95_cv=0.2)
     pipeline.check_benchmark_options(card, opts, "cpu")
     cand = card.candidate(card.default_candidate)
-    job = pipeline._job(card, cand, "/nonexistent.so", "cpu", opts, "salt", peak_bw=None)
+    job = _card_job(card, cand, "/nonexistent.so", "cpu", opts, "salt", peak_bw=None)
     assert job["benchmark"]["method"] == "wallclock"
     assert job["benchmark"]["max_cv"] == 0.05 and job["benchmark"]["max_p95_cv"] == 0.2
     assert job["peak_bw"] is None
-    job = pipeline._job(card, cand, "/x.so", "cuda:0", pipeline.VerifyOptions(), "s", peak_bw=4.2e12)
+    job = _card_job(card, cand, "/x.so", "cuda:0", pipeline.VerifyOptions(), "s", peak_bw=4.2e12)
     assert job["peak_bw"] == 4.2e12
     assert job["benchmark"]["max_cv"] == card.benchmark["max_cv"]
 

@@ -428,11 +428,8 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
-        self.label, self.evaluating, self.skipped_benchmark = (
-            cand.id,
-            f"verify {cand.id}",
-            opts.skip_benchmark,
-        )
+        self.label, self.evaluating = cand.id, f"verify {cand.id}"
+        self.skipped_benchmark = opts.skip_benchmark
 
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
@@ -484,14 +481,39 @@ class CardDoor(FrontDoor):
     def job(self, prep: Prepared, built: Built) -> CardJob | None:
         if built.compile["status"] != BuildStatus.OK:
             return None
-        return _job(
-            self.card,
-            self.cand,
-            built.compile["library"],
-            prep.device,
-            self.opts,
-            prep.salt,
+        card, cand, opts, device = self.card, self.cand, self.opts, prep.device
+        wanted = set(opts.case_filter or ())
+        chosen = [
+            c.to_dict()
+            for c in card.cases
+            if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)
+        ]
+        cases = [c for c in chosen if c["kind"] != "bench"]
+        bench_kinds = (
+            {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
+        )
+        bench = [] if opts.skip_benchmark else [c for c in chosen if c["kind"] in bench_kinds]
+        return CardJob(
+            task_id=card.id,
+            op=cand.op,
+            library=built.compile["library"],
+            device=device,
+            salt=prep.salt,
+            project_root=card.project_root,  # where the card's reference and input modules import from
+            reference=card.operator["reference"],
+            inputs=card.operator["inputs"],
+            tolerances=card.tolerances,
+            cases=cases,
+            all_cases=[c.to_dict() for c in card.cases],
+            bench_cases=bench,
+            benchmark=benchmark_settings(card, opts),
+            contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
+            backward=cand.backward,
+            exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
             peak_bw=prep.env["copy_bandwidth_Bps"],
+            # files of the suite the parent watches while the worker runs (with the mini_kv package)
+            watch_paths=_watch_paths(card),
+            memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
         )
 
     def stage_timeout(self, job: Job) -> float:
@@ -547,9 +569,8 @@ class CardDoor(FrontDoor):
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
         recs = [r for r in res["bench"] if r.get("id") == case_id]
-        return next((r for r in recs if "candidate" in r), None), (res.get("load") or {}).get(
-            "reason"
-        ) or next((r.get("reason") for r in recs), None)
+        why = (res.get("load") or {}).get("reason") or next((r.get("reason") for r in recs), None)
+        return next((r for r in recs if "candidate" in r), None), why
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         comp = {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")}
@@ -583,47 +604,6 @@ def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, 
         "regression": run.regression,
         "index_warning": run.index_warning,
     }
-
-
-def _job(
-    card: TaskCard,
-    cand: Candidate,
-    library: str,
-    device: str,
-    opts: VerifyOptions,
-    salt: str,
-    peak_bw: float | None = None,
-) -> CardJob:
-    wanted = set(opts.case_filter or ())
-    chosen = [
-        c.to_dict() for c in card.cases if c.runs_on(device) and (not wanted or {c.id, c.base_id} & wanted)
-    ]
-    cases = [c for c in chosen if c["kind"] != "bench"]
-    bench_kinds = {"bench", "core"} if (opts.bench_all or card.benchmark.get("cases") == "all") else {"bench"}
-    bench = [] if opts.skip_benchmark else [c for c in chosen if c["kind"] in bench_kinds]
-    settings = benchmark_settings(card, opts)
-    return CardJob(
-        task_id=card.id,
-        op=cand.op,
-        library=library,
-        device=device,
-        salt=salt,
-        project_root=card.project_root,  # where the card's reference and input modules import from
-        reference=card.operator["reference"],
-        inputs=card.operator["inputs"],
-        tolerances=card.tolerances,
-        cases=cases,
-        all_cases=[c.to_dict() for c in card.cases],
-        bench_cases=bench,
-        benchmark=settings,
-        contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
-        backward=cand.backward,
-        exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
-        peak_bw=peak_bw,
-        # files of the suite the parent watches while the worker runs (with the mini_kv package)
-        watch_paths=_watch_paths(card),
-        memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
-    )
 
 
 def _watch_paths(card: TaskCard) -> list[str]:

@@ -116,12 +116,7 @@ def _robust_cv(arr: np.ndarray) -> float:
 
 
 def summarize(samples: Sequence[float]) -> Summary:
-    """Descriptive statistics of one sample set.
-
-    Returns n, min, max, mean, std (ddof=1, 0 for n<2), p50, p95 (linear
-    interpolation), mad (unscaled), robust_cv (1.4826*MAD/|median|, 0 if the
-    median is 0) and iqr (p75 - p25).
-    """
+    """Descriptive statistics of one sample set (conventions in the module's docstring)."""
     arr = _as_array(samples)
     n = int(arr.size)
     # ddof=1 is undefined for a single sample; 0 says "no observed spread".
@@ -142,28 +137,13 @@ def summarize(samples: Sequence[float]) -> Summary:
 
 
 def summarize_repeats(repeats: Sequence[Sequence[float]]) -> RepeatSummary:
-    """Summarize several independent repeats of the same benchmark.
+    """Summarize several independent repeats of the same benchmark: the pooled summary, each repeat's
+    P50/P95 and the robust CVs of those across repeats. The across-repeat CVs measure run-to-run
+    reproducibility, which is what a stability gate needs (within-run spread is already in ``overall``).
 
-    Returns:
-      overall:       summarize() of all samples pooled together;
-      per_repeat:    (Percentiles(p50, p95), ...), one per repeat (or per chunk,
-                     see below);
-      p50_robust_cv: 1.4826*MAD(p50s)/median(p50s) across the per-repeat P50s;
-      p95_robust_cv: the same across the per-repeat P95s;
-      n_repeats:     number of repeats given;
-      cv_basis:      "repeats" or "chunks".
-
-    The across-repeat CVs measure run-to-run reproducibility, which is what a
-    stability gate needs (within-run spread is already in ``overall``).
-
-    With a single repeat there is nothing to compare across, so the samples are
-    split into 5 contiguous chunks (numpy.array_split, sizes differ by at most
-    one) and each chunk is treated as a repeat. Contiguous (not interleaved)
-    chunks are used so that drift over time, e.g. thermal throttling, shows up
-    as chunk-to-chunk variation. If the repeat has fewer than 5 samples, each
-    sample becomes its own chunk; a single sample yields CVs of 0 because no
-    variation can be observed. ``per_repeat`` then lists the chunks and
-    ``cv_basis`` is "chunks".
+    A single repeat is split into 5 contiguous chunks (or one per sample), treated as repeats
+    (``cv_basis`` "chunks"): contiguous, not interleaved, so that drift over time, e.g. thermal
+    throttling, shows up as chunk-to-chunk variation. A single sample yields CVs of 0.
     """
     if len(repeats) == 0:
         raise ValueError("repeats must not be empty")
@@ -195,17 +175,9 @@ def stability(
     max_cv: float = 0.03,
     max_p95_cv: float = 0.15,
 ) -> Stability:
-    """Gate on measurement reproducibility before comparing timings.
-
-    ``candidate``/``reference`` are summarize_repeats() results (only their
-    ``p50_robust_cv``/``p95_robust_cv`` are read). Stable iff
-    candidate p50_robust_cv <= max_cv, reference p50_robust_cv <= max_cv (when
-    a reference is given) and candidate p95_robust_cv <= max_p95_cv. The P95
-    limit is looser because tail latency is inherently noisier than the median.
-
-    Returns Stability(stable, reasons), one reason per violated limit
-    naming the measured value and the limit.
-    """
+    """Gate on measurement reproducibility before comparing timings: both P50 robust CVs within
+    ``max_cv``, the candidate's P95 one within ``max_p95_cv``, looser because tail latency is inherently
+    noisier than the median; one reason per violated limit."""
     checks = [("candidate", "p50_robust_cv", candidate.p50_robust_cv, "max_cv", max_cv)]
     if reference is not None:
         checks.append(("reference", "p50_robust_cv", reference.p50_robust_cv, "max_cv", max_cv))
@@ -325,20 +297,11 @@ def is_slower(
     n_boot: int = 2000,
     seed: int = 0,
 ) -> Slower:
-    """Decide whether the candidate is a real regression relative to baseline.
-
-    ratio       = median(candidate) / median(baseline) (>1 means slower);
-    p_value     = two-sided Mann-Whitney U p-value (mann_whitney_u);
-    significant = p_value < alpha AND the (1 - alpha) bootstrap CIs of the two
-                  medians do not overlap. Requiring both guards against a tiny
-                  but "significant" shift from large n and against CI noise;
-    exceeds     = ratio > 1 + threshold (the shift is big enough to matter);
-    slower      = significant and exceeds (the regression verdict; needed
-                  because significance alone is two-sided);
-    baseline_ci, candidate_ci = the bootstrap CIs (lo, hi) of the medians.
-
-    The two CIs use seeds ``seed`` and ``seed + 1`` so their resamples are
-    independent yet reproducible.
+    """Decide whether the candidate is a real regression relative to baseline: `slower` needs both
+    `significant` (Mann-Whitney p < alpha AND non-overlapping (1 - alpha) bootstrap CIs of the medians,
+    guarding against a tiny but "significant" shift from large n and against CI noise) and `exceeds`
+    (median ratio > 1 + threshold), since significance alone is two-sided. The two CIs use seeds
+    ``seed`` and ``seed + 1`` so their resamples are independent yet reproducible.
     """
     base = _as_array(baseline_samples, "baseline_samples")
     cand = _as_array(candidate_samples, "candidate_samples")

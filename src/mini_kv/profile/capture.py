@@ -104,37 +104,44 @@ def _binding(card: TaskCard, cand: Candidate, p: dict, opts: ProfileOptions, env
 
     cdir = Path(card.project_root) / cand.path
     case: Case = p["case"]
+    return binding(
+        [card.id, card.version, card.path, card.suite_hash()],
+        {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
+        [cand.id, cand.op, cand.path],
+        [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)],
+        bool(opts.prebuilt),
+        [case.id, case.base_id, case.kind, case.dtype, case.params],
+        card.tolerances[case.dtype],
+        p,
+        opts,
+        env,
+    )
+
+
+def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, env) -> dict:
+    """profile.json's binding, in its field order, for a task card's candidate and a SOL solution alike:
+    `task` (id, version, card_path, suite_hash), `cand` (id, op, path), `case` (id, base_id, kind, dtype,
+    params)."""
     return {
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "task": {
-            "id": card.id,
-            "version": card.version,
-            "card_path": card.path,
-            "suite_hash": card.suite_hash(),
-            "operator": {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
+            **dict(zip(("id", "version", "card_path", "suite_hash"), task, strict=True)),
+            "operator": operator,
         },
         "candidate": {
-            "id": cand.id,
-            "op": cand.op,
-            "path": cand.path,
-            "sources": [
-                {"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)
-            ],
+            **dict(zip(("id", "op", "path"), cand, strict=True)),
+            "sources": sources,
             "library": None,
             "library_sha256": None,
             "build_key": None,
-            "prebuilt": bool(opts.prebuilt),
+            "prebuilt": prebuilt,
         },
         "case": {
-            "id": case.id,
-            "base_id": case.base_id,
-            "kind": case.kind,
-            "dtype": case.dtype,
-            "params": case.params,
+            **dict(zip(("id", "base_id", "kind", "dtype", "params"), case, strict=True)),
             "seed": p["seed"],
             "seed_salt": opts.seed_salt,
             "input_sha256": None,
-            "tolerance": card.tolerances[case.dtype],
+            "tolerance": tolerance,
         },
         **unprofiled(p, env),
     }

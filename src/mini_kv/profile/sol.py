@@ -6,7 +6,6 @@ a Python one's @triton.jit functions, else `--kernel NAME` (e.g. a library kerne
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from pathlib import Path, PurePosixPath
 
@@ -76,38 +75,18 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
 
     p, d, sol = plan(prob, opts), prob.definition, prob.solution
     wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
-    rec = {
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "task": {
-            "id": ident["task_id"],
-            "version": ident["task_version"],
-            "card_path": str(Path(d.path).parent),
-            "suite_hash": ident["suite_hash"],
-            "operator": {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
-        },
-        "candidate": {
-            "id": _safe(sol.name),
-            "op": sol.raw["spec"]["entry_point"],
-            "path": sol.path,
-            "sources": [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
-            "library": None,
-            "library_sha256": None,
-            "build_key": None,
-            "prebuilt": False,
-        },
-        "case": {
-            "id": wl.uuid,
-            "base_id": wl.uuid,
-            "kind": "workload",
-            "dtype": "",
-            "params": dict(wl.axes),
-            "seed": p["seed"],
-            "seed_salt": opts.seed_salt,
-            "input_sha256": None,
-            "tolerance": {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]},
-        },
-        **capture.unprofiled(p, env),
-    }
+    rec = capture.binding(
+        [ident["task_id"], ident["task_version"], str(Path(d.path).parent), ident["suite_hash"]],
+        {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
+        [_safe(sol.name), sol.raw["spec"]["entry_point"], sol.path],
+        [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
+        False,
+        [wl.uuid, wl.uuid, "workload", "", dict(wl.axes)],
+        {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]},
+        p,
+        opts,
+        env,
+    )
     ref_file = staging / "reference.py"
 
     def build(w, r) -> dict:

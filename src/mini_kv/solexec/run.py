@@ -205,30 +205,6 @@ def _case(definition: Definition, wl: Workload, index: int) -> dict:
     }
 
 
-def _job(
-    problem: Problem,
-    staging: Path,
-    compile_rec: dict | None,
-    device: str,
-    salt: str,
-    settings: dict,
-    opts: BenchOptions,
-) -> SolJob:
-    ref_file = staging / "reference" / "reference.py"
-    ref_file.parent.mkdir(parents=True, exist_ok=True)
-    ref_file.write_text(problem.definition.reference, encoding="utf-8")
-    return SolJob(
-        device=device,
-        salt=salt,
-        settings=settings,
-        definition_name=problem.definition.name,
-        reference_file=str(ref_file),
-        solution=job_entry(problem.solution, staging / "solution", compile_rec),
-        cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
-        memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
-    )
-
-
 def _failure_log(entry: dict) -> str:
     parts = [entry.get("reason") or ""]
     for key in ("traceback", "log_tail"):
@@ -389,8 +365,19 @@ class SolDoor(FrontDoor):
     def job(self, prep: Prepared, built: Built) -> SolJob | None:
         if built.decided is not None:
             return None
-        return _job(
-            self.problem, self.staging, built.compile, prep.device, prep.salt, prep.settings, self.opts
+        problem = self.problem
+        ref_file = self.staging / "reference" / "reference.py"
+        ref_file.parent.mkdir(parents=True, exist_ok=True)
+        ref_file.write_text(problem.definition.reference, encoding="utf-8")
+        return SolJob(
+            device=prep.device,
+            salt=prep.salt,
+            settings=prep.settings,
+            definition_name=problem.definition.name,
+            reference_file=str(ref_file),
+            solution=job_entry(problem.solution, self.staging / "solution", built.compile),
+            cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
+            memory_limit_bytes=environment.cpu_memory_limit(self.opts.memory_limit_gb),
         )
 
     def first_child(self) -> ChildRun | None:

@@ -16,6 +16,7 @@ import sys
 import traceback
 
 from mini_kv.status import Status
+from mini_kv.worker import sol_child
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import Event, Job
 
@@ -205,12 +206,6 @@ def run_job(job: Job, chan: Channel) -> int:
     return 0
 
 
-def _sol(job: Job, chan: Channel) -> int:
-    from mini_kv.worker import sol_child
-
-    return sol_child.run_job(job, chan)
-
-
 def _one_shot(path: str):
     """A kind with one answer, `path`'s function of the job, sent as a `result` event (an exception
     becomes a `fatal` one in main)."""
@@ -228,7 +223,7 @@ def _one_shot(path: str):
 
 HANDLERS = {
     "card": run_job,
-    "sol": _sol,
+    "sol": sol_child.run_job,
     "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
     "ab": _one_shot("mini_kv.profile.ab:time_pair"),
     "profile_target": _one_shot("mini_kv.profile.target:run"),
