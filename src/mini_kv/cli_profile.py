@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
 from mini_kv.errors import ExitCode
+from mini_kv.status import ProfileStatus
 
 
 def _fmt_summary(s: dict) -> str:
@@ -57,7 +58,7 @@ def cmd_profile(args) -> int:
             res = profile_candidate(card, cands[0], opts, progress=status.update)
     if args.json:
         print(json.dumps(res))
-    elif res["status"] == "ok":
+    elif res["status"] == ProfileStatus.OK:
         console.print(
             f"profile {res['path']}\n  OK {res['candidate']} on {res['case']}: "
             + _fmt_summary(res["summary"]),

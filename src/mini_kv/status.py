@@ -64,3 +64,11 @@ class BuildStatus(StrEnum):
     TIMEOUT = "timeout"
     SKIPPED = "skipped"
     INCONCLUSIVE = "inconclusive"
+    UNAVAILABLE = "unavailable"  # a solution language this machine cannot build
+
+
+class ProfileStatus(StrEnum):
+    """A profile's outcome (profile.json)."""
+
+    OK = "ok"
+    FAILED = "failed"

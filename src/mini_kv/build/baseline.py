@@ -28,6 +28,7 @@ from mini_kv.judge.regression import (
     find_source_attempt,
 )
 from mini_kv.model import Candidate
+from mini_kv.status import BuildStatus
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -110,7 +111,7 @@ def build_baseline(
             cand, id=f"{cand.id}__baseline", path=tmp, op=f"{new_ns}::{op_name}"
         )
         rec = compile_candidate(Path(project_root), renamed_cand, timeout=timeout, with_cuda=with_cuda)
-    if rec["status"] != "ok" or not rec.get("library"):
+    if rec["status"] != BuildStatus.OK or not rec.get("library"):
         raise BaselineBuildError(
             f"the baseline's sources did not build ({rec['status']}); see "
             f"{rec.get('failed_build_dir') or rec.get('build_dir')}"
@@ -147,6 +148,6 @@ def stage_sol_baseline(
     if sol.group == "cpp":
         flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
         rec = None if reason else compile_solution(Path(project_root), sol, dest, flags, timeout)
-        if rec is None or rec["status"] != "ok":
+        if rec is None or rec["status"] != BuildStatus.OK:
             raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
     return job_entry(sol, dest, rec)

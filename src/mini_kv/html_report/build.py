@@ -10,6 +10,7 @@ from pathlib import Path
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
 from mini_kv.html_report.collect import PROFILES_DIR, Skipped, Store, load_store
+from mini_kv.status import ProfileStatus
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
         except (ProfileUnusable, OSError) as exc:
             skipped.append(Skipped(str(d), getattr(exc, "message", str(exc))))
             continue
-        if doc.get("status") == "ok" and doc["task"]["id"] in tasks:
+        if doc.get("status") == ProfileStatus.OK and doc["task"]["id"] in tasks:
             docs.append(doc)
     by_case: dict[tuple, list[dict]] = {}
     for doc in docs:

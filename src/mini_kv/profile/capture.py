@@ -25,6 +25,7 @@ from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import ProfileFailure
 from mini_kv.profile.store import ProfileWriter
+from mini_kv.status import BuildStatus, ProfileStatus
 from mini_kv.worker import channel
 from mini_kv.worker.jobs import Event, Job, ProfileTargetJob
 
@@ -192,7 +193,7 @@ def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
     for name, path in (comp.get("logs") or {}).items():
         if Path(path).is_file():
             w.copy(f"logs/compile/{name}", Path(path))
-    if comp["status"] != "ok":
+    if comp["status"] != BuildStatus.OK:
         raise ProfileFailure(
             "COMPILE_FAILED", f"build {comp['status']}; see logs/compile/", build_key=comp["key"]
         )
@@ -413,9 +414,9 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
         job = t.build(w, rec)
         say(f"ncu: {t.candidate} on {rec['case']['id']}")
         capture(ncu, job, p, w, rec, opts.timeout, t.cwd)
-        rec.update(status="ok", reason=None, exit_code=int(ExitCode.OK))
+        rec.update(status=ProfileStatus.OK, reason=None, exit_code=int(ExitCode.OK))
     except ProfileFailure as exc:
-        rec.update(status="failed", reason=exc.to_dict(), exit_code=int(exc.exit_code))
+        rec.update(status=ProfileStatus.FAILED, reason=exc.to_dict(), exit_code=int(exc.exit_code))
     path = w.commit(rec)
     return {
         "status": rec["status"],

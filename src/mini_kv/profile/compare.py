@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mini_kv.profile.reasons import CompareRefused
 from mini_kv.profile.store import ProfileUnusable, read_profile, resolve
+from mini_kv.status import ProfileStatus
 
 # (label, summary key, how to show it); "ratio" rows get B/A
 ROWS = (
@@ -40,7 +41,7 @@ def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
             problems.append({"code": exc.code, "message": f"{label}: {exc.message}", "profile": label})
             docs.append(None)
             continue
-        if doc["status"] != "ok":
+        if doc["status"] != ProfileStatus.OK:
             r = doc["reason"] or {}
             problems.append(
                 {

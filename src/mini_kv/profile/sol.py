@@ -14,6 +14,7 @@ from mini_kv.model import sha256_text
 from mini_kv.profile import capture
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile.ncu import _GLOBAL
+from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import SolProfileTargetJob
 
 _TRITON = re.compile(r"@triton\.jit\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
@@ -102,7 +103,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
                 BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout or 600.0),
                 lambda msg: None,
             )
-            capture.built(comp or {"status": "unavailable", "key": None}, w, r)
+            capture.built(comp or {"status": BuildStatus.UNAVAILABLE, "key": None}, w, r)
         return SolProfileTargetJob(
             device="cuda:0",
             reference_file=str(ref_file),

@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 
 from mini_kv.model import sha256_file
+from mini_kv.status import ProfileStatus
 from mini_kv.store.atomic import StagedDir
 
 PROFILE_SCHEMA_VERSION = 1
@@ -88,7 +89,7 @@ def read_profile(path: Path) -> dict:
             raise ProfileUnusable(
                 "PROFILE_TAMPERED", f"{path}: {entry['path']} does not match its recorded SHA-256"
             )
-    if doc["status"] == "ok":
+    if doc["status"] == ProfileStatus.OK:
         _check_summary(path, doc, listed)
     doc["path"] = str(path)
     return doc
