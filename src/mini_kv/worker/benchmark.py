@@ -34,11 +34,6 @@ COLD_SET_BUDGET_BYTES = 8 * 2**30
 COLD_SET_FREE_SHARE = 0.25
 
 
-def resolve_method(requested: str, device: str) -> str:
-    """The first method `requested` resolves to on `device` (auto: graph on CUDA, wallclock on CPU)."""
-    return method_chain(requested, device)[0]
-
-
 def input_set_count(
     set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS, free_bytes: int | None = None
 ) -> int:
@@ -231,10 +226,8 @@ def bench_case(
     ref_s = stats.summarize_repeats(samples["reference"])
     itemsize = torch.empty((), dtype=args[0].dtype).element_size()
     names = roofline.case_names(case["params"], itemsize, numel)
-    default_bytes = tensor_nbytes(args) + out_bytes
-    bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(default_bytes)
+    bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(set_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
-    seconds = cand_s.overall.p50 * 1e-6
     max_cv = float(settings.get("max_cv", 0.03))
     max_p95_cv = float(settings.get("max_p95_cv", 0.15))
     record = {
@@ -262,7 +255,7 @@ def bench_case(
         "post_check": post,
         "bytes": bytes_moved,
         "flops": flops,
-        "roofline": roofline.achieved(bytes_moved, flops, seconds, peak_bw),
+        "roofline": roofline.achieved(bytes_moved, flops, cand_s.overall.p50 * 1e-6, peak_bw),
         "peak_bw_Bps": peak_bw,
     }
     if cold:

@@ -174,10 +174,9 @@ def precision_flags() -> dict[str, object]:
         "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
         "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
     }
-    for name in ("fp32_precision",):  # newer torch: per-backend precision strings
-        for where, obj in (("cuda.matmul", m), ("cudnn", torch.backends.cudnn)):
-            if hasattr(obj, name):
-                flags[f"torch.backends.{where}.{name}"] = getattr(obj, name)
+    for where, obj in (("cuda.matmul", m), ("cudnn", torch.backends.cudnn)):
+        if hasattr(obj, "fp32_precision"):  # newer torch: per-backend precision strings
+            flags[f"torch.backends.{where}.fp32_precision"] = obj.fp32_precision
     return flags
 
 
@@ -207,7 +206,7 @@ def _c_env_items() -> list[bytes]:
 
 def _process_state() -> dict[str, object]:
     env = sorted((k, v) for k, v in os.environ.items() if k not in _TORCH_SET_ENV)
-    state = {
+    return {
         "os.environ": hashlib.sha256(json.dumps(env).encode()).hexdigest(),
         "environ (C)": hashlib.sha256(b"\0".join(_c_env_items())).hexdigest(),
         "torch.get_num_threads()": torch.get_num_threads(),
@@ -215,7 +214,6 @@ def _process_state() -> dict[str, object]:
         "sys.getprofile()": id(sys.getprofile()),
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
     }
-    return state
 
 
 def _stream_state() -> dict[str, object]:
@@ -427,14 +425,10 @@ MAX_MEDIAN_REL = 0.5
 
 
 def degenerate(out: torch.Tensor, ref: torch.Tensor, atol: float) -> str | None:
-    """An output that passed the tolerance without carrying the reference's information:
-
-    * all zeros, or one constant, while the reference is not;
-    * where the reference is smaller than the absolute tolerance (so |out - ref| <= atol accepts
-      anything small), the output must still agree relatively: median relative error there <= 0.5.
-
-    Honest outputs agree to ~rtol there; zeros or noise have a relative error of 1 or more.
-    """
+    """An output that passed the tolerance without carrying the reference's information: all zeros or one
+    constant while the reference varies, or, where the reference is below atol (so |out - ref| <= atol
+    accepts anything small), a median relative error above 0.5 there (honest outputs agree to ~rtol;
+    zeros or noise are off by 1 or more)."""
     if out.numel() < 2 or not (out.is_floating_point() and ref.is_floating_point()):
         return None
     # FP64 on the output's own device (a host round trip of a 60M-element output takes seconds)
@@ -506,8 +500,7 @@ _WORKER_FILES = (
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:
     """(mtime_ns, size) of the verifier's files that a worker uses, and of `extra` paths."""
     out = {}
-    base = _package_dir()
-    paths = [p for pattern in _WORKER_FILES for p in sorted(base.glob(pattern))]
+    paths = [p for pattern in _WORKER_FILES for p in sorted(_package_dir().glob(pattern))]
     paths += [Path(p) for p in extra]
     for p in paths:
         try:
