@@ -142,9 +142,8 @@ def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: 
     """Judge a suspected slowdown on the same-run, interleaved timings of candidate and baseline code."""
     from mini_kv.judge import stats
 
-    case_id = rec["id"]
     try:
-        run = confirm(case_id)
+        run = confirm(rec["id"])
         cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
         test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, th.seed + 2)
     except BaselineTampered:

@@ -218,9 +218,8 @@ def analyze(text: str, pattern: str) -> dict:
     parsed = parse_raw_csv(text)
     row = select_row(parsed, pattern)
     metrics = row_metrics(parsed, row)
-    identity = {h: row[h] for h in parsed["header"] if h not in parsed["metric_columns"]}
     return {
-        "kernel": identity,
+        "kernel": {h: row[h] for h in parsed["header"] if h not in parsed["metric_columns"]},
         "metrics": metrics,
         "summary": summarize(metrics, row["Kernel Name"]),
         "rows": len(parsed["rows"]),
