@@ -376,22 +376,13 @@ def _roofline_group(page: Page, g: tuple, latest: list[Attempt], png: bool) -> s
         "recorded (no attempt stores one). Bytes and FLOPs come from the task card's expressions "
         "as benchmark.json recorded them.</p>",
     ]
-    if bw_pts:
-        parts.append(
-            page.add_chart(
-                charts.bandwidth(
-                    slug("bandwidth", g[0], g[3], g[2]), f"{g[0]}: achieved bandwidth", bw_pts, ceiling, png
-                )
-            )
-        )
-    if roof_pts:
-        parts.append(
-            page.add_chart(
-                charts.roofline(
-                    slug("roofline", g[0], g[3], g[2]), f"{g[0]}: roofline", roof_pts, ceiling, png
-                )
-            )
-        )
+    for kind, pts, draw, title in (
+        ("bandwidth", bw_pts, charts.bandwidth, "achieved bandwidth"),
+        ("roofline", roof_pts, charts.roofline, "roofline"),
+    ):
+        if pts:
+            chart = draw(slug(kind, g[0], g[3], g[2]), f"{g[0]}: {title}", pts, ceiling, png)
+            parts.append(page.add_chart(chart))
     parts.append(
         table(
             ["case", "candidate", "bytes", "FLOPs", "P50 µs", "GB/s", "% of copy BW", "GFLOP/s"],
@@ -403,11 +394,8 @@ def _roofline_group(page: Page, g: tuple, latest: list[Attempt], png: bool) -> s
 
 
 def roofline_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> str:
-    parts = [
-        _roofline_group(page, g, latest_per_candidate(members), png)
-        for g, members in groups(attempts).items()
-    ]
-    return "".join(parts) or ('<p class="note">no timed case: bytes, FLOPs and bandwidth not recorded.</p>')
+    parts = [_roofline_group(page, g, latest_per_candidate(ms), png) for g, ms in groups(attempts).items()]
+    return "".join(parts) or '<p class="note">no timed case: bytes, FLOPs and bandwidth not recorded.</p>'
 
 
 def _ratio(err: float | None, tol: float | None) -> str:
