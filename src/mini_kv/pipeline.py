@@ -573,10 +573,9 @@ class CardDoor(FrontDoor):
         return next((r for r in recs if "candidate" in r), None), why
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        comp = {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")}
         return {
             "gpu": self.opts.gpu,
-            "compile": comp,
+            "compile": {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
             "duration_s": duration_s,
             **({"baseline_notes": notes} if notes else {}),
         }
