@@ -71,14 +71,21 @@ class Job(Mapping):
             self, **{k: v for k, v in changes.items() if k in self.__dataclass_fields__}
         )
 
+    # read as a mapping without building to_dict() on every lookup: the worker reads job fields per case
     def __getitem__(self, key):
-        return self.to_dict()[key]
+        if key == "kind":
+            return self.KIND
+        if key == "schema_version":
+            return self.SCHEMA_VERSION
+        if key in self.__dataclass_fields__:
+            return getattr(self, key)
+        raise KeyError(key)
 
     def __iter__(self):
-        return iter(self.to_dict())
+        return iter(("kind", "schema_version", *self.__dataclass_fields__))
 
     def __len__(self) -> int:
-        return len(self.to_dict())
+        return 2 + len(self.__dataclass_fields__)
 
 
 def as_job(job: Job | Mapping) -> Job:
