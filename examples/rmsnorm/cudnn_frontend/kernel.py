@@ -33,12 +33,25 @@ def _build(x: torch.Tensor, y: torch.Tensor, handle):
         handle=handle,
     )
     # cuDNN normalisations take N,C,H,W-style 4-D tensors: rows -> N, hidden -> C.
-    x_t = graph.tensor(name="x", dim=[rows, hidden, 1, 1], stride=[x.stride(0), 1, hidden, hidden],
-                       data_type=cudnn.data_type.BFLOAT16)
-    scale_t = graph.tensor(name="scale", dim=[1, hidden, 1, 1], stride=[hidden, 1, hidden, hidden],
-                           data_type=cudnn.data_type.BFLOAT16)
-    eps_t = graph.tensor(name="epsilon", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1],
-                         data_type=cudnn.data_type.FLOAT, is_pass_by_value=True)
+    x_t = graph.tensor(
+        name="x",
+        dim=[rows, hidden, 1, 1],
+        stride=[x.stride(0), 1, hidden, hidden],
+        data_type=cudnn.data_type.BFLOAT16,
+    )
+    scale_t = graph.tensor(
+        name="scale",
+        dim=[1, hidden, 1, 1],
+        stride=[hidden, 1, hidden, hidden],
+        data_type=cudnn.data_type.BFLOAT16,
+    )
+    eps_t = graph.tensor(
+        name="epsilon",
+        dim=[1, 1, 1, 1],
+        stride=[1, 1, 1, 1],
+        data_type=cudnn.data_type.FLOAT,
+        is_pass_by_value=True,
+    )
     y_t, _ = graph.rmsnorm(
         name="rmsnorm",
         norm_forward_phase=cudnn.norm_forward_phase.INFERENCE,

@@ -33,5 +33,7 @@ def run(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if n_rows == 0:
         return y
     block = triton.next_power_of_2(n_cols)
-    _rmsnorm_row[(n_rows,)](x, w, y, x.stride(0), n_cols, EPS, BLOCK=block, num_warps=8 if block >= 4096 else 4)
+    _rmsnorm_row[(n_rows,)](
+        x, w, y, x.stride(0), n_cols, EPS, BLOCK=block, num_warps=8 if block >= 4096 else 4
+    )
     return y
