@@ -47,14 +47,8 @@ def _group(tables: list[Table]):
 def case_table(cases: list[dict], width: int = 200):
     """The correctness table; case ids and numbers are never cut (see mini_kv.tables). Details go on
     their own lines below it (case_details)."""
-    cols = [
-        Column("case"),
-        Column("kind"),
-        Column("status"),
-        Column("max abs err", "right"),
-        Column("max rel err", "right"),
-        Column("ref err (vs fp64)", "right"),
-    ]
+    cols = [Column(c) for c in ("case", "kind", "status")]
+    cols += [Column(c, "right") for c in ("max abs err", "max rel err", "ref err (vs fp64)")]
     rows = []
     for r in cases:
         ref = r.get("reference_error") or {}
@@ -82,22 +76,11 @@ def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
 
 
 def bench_table(cases: list[dict], width: int = 200):
+    heads = (
+        "case | method | L2 | cand P50 | cand P95 | CV | ref P50 | speedup | GB/s | TFLOP/s | % peak | stable"
+    )
     cols = [
-        Column(c, "left" if c in ("case", "method", "L2", "stable") else "right")
-        for c in (
-            "case",
-            "method",
-            "L2",
-            "cand P50",
-            "cand P95",
-            "CV",
-            "ref P50",
-            "speedup",
-            "GB/s",
-            "TFLOP/s",
-            "% peak",
-            "stable",
-        )
+        Column(c, "left" if c in ("case", "method", "L2", "stable") else "right") for c in heads.split(" | ")
     ]
     rows = []
     for r in cases:
@@ -342,16 +325,9 @@ def print_regression(reg: dict, console: Console) -> None:
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
         heads = (
-            "case",
-            "verdict",
-            "stored P50",
-            "cand P50",
-            "P50 Δ",
-            "P95 Δ",
-            "vs stored",
-            "same run: base / cand P50",
-            "same-run Δ",
-        )
+            "case | verdict | stored P50 | cand P50 | P50 Δ | P95 Δ | vs stored | same run: base / cand P50"
+            " | same-run Δ"
+        ).split(" | ")
         numeric = {"stored P50", "cand P50", "P50 Δ", "P95 Δ", "same-run Δ"}
         cols = [Column(c, "right" if c in numeric else "left") for c in heads]
         rows = []

@@ -85,9 +85,11 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts)).strip("_")[:120]
 
 
-def table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
-    """`rows` are already-escaped cell HTML; a cell starting with '#' is right-aligned (a number)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+def table(headers: str | list[str], rows: list[list[str]], cls: str = "") -> str:
+    """`headers`: a list, or one line "a | b | c"; `rows` are already-escaped cell HTML; a cell starting
+    with '#' is right-aligned (a number)."""
+    heads = headers.split(" | ") if isinstance(headers, str) else headers
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     body = []
     for r in rows:
         cells = []
@@ -198,15 +200,7 @@ def leaderboard_section(
             )
         parts.append(
             table(
-                [
-                    "rank",
-                    "candidate",
-                    "geomean speedup",
-                    "per case",
-                    "regression",
-                    "attempt / files",
-                    "created",
-                ],
+                "rank | candidate | geomean speedup | per case | regression | attempt / files | created",
                 rows,
                 "leaderboard",
             )
@@ -237,18 +231,8 @@ def attempts_section(store: Store, links: Links) -> str:
             ]
         )
     return table(
-        [
-            "task",
-            "candidate",
-            "status",
-            "stable",
-            "geomean speedup",
-            "regression",
-            "device",
-            "environment",
-            "created",
-            "attempt / files",
-        ],
+        "task | candidate | status | stable | geomean speedup"
+        " | regression | device | environment | created | attempt / files",
         rows,
         "attempts",
     )
@@ -315,19 +299,8 @@ def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
                 )
             parts.append(
                 table(
-                    [
-                        "candidate",
-                        "method / timer",
-                        "L2",
-                        "P50 µs",
-                        "P95 µs",
-                        "ref P50 µs",
-                        "ref P95 µs",
-                        "speedup",
-                        "CV %",
-                        "samples cand/ref",
-                        "stable",
-                    ],
+                    "candidate | method / timer | L2 | P50 µs | P95 µs"
+                    " | ref P50 µs | ref P95 µs | speedup | CV % | samples cand/ref | stable",
                     rows,
                     "latency",
                 )
@@ -448,20 +421,8 @@ def correctness_section(page: Page, task: str, attempts: list[Attempt], png: boo
     parts.append(
         "<details><summary>every case, with the error over tolerance</summary>"
         + table(
-            [
-                "candidate",
-                "case",
-                "dtype",
-                "kind",
-                "status",
-                "max abs err",
-                "atol",
-                "abs/atol",
-                "max rel err",
-                "rtol",
-                "rel/rtol",
-                "detail",
-            ],
+            "candidate | case | dtype | kind | status | max abs err"
+            " | atol | abs/atol | max rel err | rtol | rel/rtol | detail",
             rows,
             "correctness",
         )

@@ -75,23 +75,30 @@ def plan(card: TaskCard, cand: Candidate, opts: ProfileOptions) -> dict:
     """What will be profiled, and how; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
-    if opts.warmup < 1:
-        raise ConfigError("--warmup", "", "at least one warm-up call is needed before the profiled launch")
     if opts.prebuilt and not Path(opts.prebuilt).is_file():
         raise ConfigError("--prebuilt", "", f"{opts.prebuilt} is not a file")
     case = pick_case(card, opts.case)
-    cdir = Path(card.project_root) / cand.path
-    found = ncu_mod.kernel_names(cdir, list(cand.cuda_sources))
-    if opts.kernel is not None and opts.kernel not in found:
+    found = ncu_mod.kernel_names(Path(card.project_root) / cand.path, list(cand.cuda_sources))
+    return kernel_plan(
+        opts, case, case_seed(card.id, case.id, opts.seed_salt), found, f"a __global__ kernel of {cand.id}"
+    )
+
+
+def kernel_plan(
+    opts: ProfileOptions, case, seed: int, found: list[str], of: str, strict: bool = True
+) -> dict:
+    """The plan of one profiled launch: `found` kernels (`--kernel` must be one of them, if `strict` or any
+    were found), the filter ncu gets, the warm-up launches it skips."""
+    if opts.warmup < 1:
+        raise ConfigError("--warmup", "", "at least one warm-up call is needed before the profiled launch")
+    if opts.kernel is not None and opts.kernel not in found and (strict or found):
         raise ConfigError(
-            "--kernel",
-            "",
-            f"{opts.kernel!r} is not a __global__ kernel of {cand.id} (found: {', '.join(found) or 'none'})",
+            "--kernel", "", f"{opts.kernel!r} is not {of} (found: {', '.join(found) or 'none'})"
         )
     names = [opts.kernel] if opts.kernel else found
     return {
         "case": case,
-        "seed": case_seed(card.id, case.id, opts.seed_salt),
+        "seed": seed,
         "kernel_names": names,
         "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
         "launch_skip": opts.warmup,

@@ -12,7 +12,6 @@ from pathlib import Path, PurePosixPath
 from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_text
 from mini_kv.profile import capture
-from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile.ncu import _GLOBAL
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import SolProfileTargetJob
@@ -38,8 +37,6 @@ def plan(prob, opts: capture.ProfileOptions) -> dict:
     """The workload (--case: its uuid; default the first), seed, kernels; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
-    if opts.warmup < 1:
-        raise ConfigError("--warmup", "", "at least one warm-up call is needed before the profiled launch")
     wls = prob.workloads
     hits = wls[:1] if opts.case is None else [w for w in wls if w.uuid == opts.case]
     if not hits:
@@ -49,21 +46,10 @@ def plan(prob, opts: capture.ProfileOptions) -> dict:
             f"{opts.case!r} is not a workload of {prob.definition.name}; choose one of "
             + ", ".join(w.uuid for w in wls),
         )
-    found = kernel_names(prob.solution)
-    if opts.kernel is not None and found and opts.kernel not in found:
-        raise ConfigError(
-            "--kernel",
-            "",
-            f"{opts.kernel!r} is not a kernel of {prob.solution.name} (found: {', '.join(found)})",
-        )
-    names = [opts.kernel] if opts.kernel else found
+    seed = case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt)
+    of = f"a kernel of {prob.solution.name}"
     return {
-        "case": hits[0],
-        "seed": case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt),
-        "kernel_names": names,
-        "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
-        "launch_skip": opts.warmup,
-        "warmup": opts.warmup,
+        **capture.kernel_plan(opts, hits[0], seed, kernel_names(prob.solution), of, strict=False),
         "no_kernels": f"no __global__ or @triton.jit function in {prob.solution.name}'s sources: name the "
         "kernel to profile with --kernel",
     }
