@@ -86,27 +86,28 @@ def _print_comparison(result: dict, timing: dict, console) -> None:
         f"task {a['task']}, case {a['case']}: same environment, same inputs",
         soft_wrap=True,
     )
-    t = Table(title="Nsight Compute: what explains the difference")
-    for col in ("metric", "A", "B", "B/A"):
-        t.add_column(col)
-    for r in result["rows"]:
-        t.add_row(
-            r["label"],
-            fmt(r["A"], r["kind"]),
-            fmt(r["B"], r["kind"]),
-            "" if r["ratio"] is None else f"{r['ratio']:.3g}x",
-        )
-    console.print(t)
-    s = Table(title="top warp stall reasons (warps stalled per issue-active cycle)")
-    for col in ("stall reason", "A", "B"):
-        s.add_column(col)
-    for r in result["stalls"]:
-        s.add_row(
-            r["reason"],
-            "-" if r["A"] is None else f"{r['A']:.2f}",
-            "-" if r["B"] is None else f"{r['B']:.2f}",
-        )
-    console.print(s)
+
+    def show(title: str, heads: tuple, rows) -> None:
+        t = Table(*heads, title=title)
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+
+    ratio = lambda x: "" if x is None else f"{x:.3g}x"  # noqa: E731
+    two = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    show(
+        "Nsight Compute: what explains the difference",
+        ("metric", "A", "B", "B/A"),
+        (
+            (r["label"], fmt(r["A"], r["kind"]), fmt(r["B"], r["kind"]), ratio(r["ratio"]))
+            for r in result["rows"]
+        ),
+    )
+    show(
+        "top warp stall reasons (warps stalled per issue-active cycle)",
+        ("stall reason", "A", "B"),
+        ((r["reason"], two(r["A"]), two(r["B"])) for r in result["stalls"]),
+    )
     if not timing.get("ran"):
         console.print(f"A/B timing: not run: {timing['reason']}", soft_wrap=True)
         return

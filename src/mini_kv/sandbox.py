@@ -31,34 +31,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # files and dirs under $HOME that hold credentials; each one that exists is hidden from the child
-SECRET_PATHS = (
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".pypirc",
-    ".npmrc",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/git/credentials",
-    ".cache/huggingface",
-    ".huggingface",
+SECRET_PATHS = tuple(
+    (
+        ".ssh .gnupg .aws .azure .kube .docker .netrc .git-credentials .pypirc .npmrc .config/gcloud "
+        ".config/gh .config/git/credentials .cache/huggingface .huggingface"
+    ).split()
 )
 # where a process writes caches and temp files: pointed at the scratch dir, which alone is writable
-SCRATCH_ENV = (
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "XDG_CACHE_HOME",
-    "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "CUDA_CACHE_PATH",
-    "TORCH_EXTENSIONS_DIR",
-    "CUTE_DSL_CACHE_DIR",
+SCRATCH_ENV = tuple(
+    (
+        "TMPDIR TEMP TMP XDG_CACHE_HOME TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR CUDA_CACHE_PATH "
+        "TORCH_EXTENSIONS_DIR CUTE_DSL_CACHE_DIR"
+    ).split()
 )
 ENTER_FAILED = 121  # the sandbox could not be set up inside the namespaces: nothing of the job ran
 

@@ -147,17 +147,14 @@ def build_report(opts: ReportOptions) -> ReportResult:
 def _build(opts: ReportOptions) -> ReportResult:
     t0 = time.perf_counter()
     artifacts = Path(opts.artifacts)
-    if opts.attempts:
-        store = load_store(artifacts, list(opts.attempts))
-    else:
-        if not artifacts.is_dir():
-            raise ConfigError(
-                str(artifacts),
-                "--artifacts",
-                "no artifact store here (no such directory); run "
-                "`mini-kv verify` or `mini-kv bench` first, or pass --artifacts DIR",
-            )
-        store = load_store(artifacts)
+    if not opts.attempts and not artifacts.is_dir():
+        raise ConfigError(
+            str(artifacts),
+            "--artifacts",
+            "no artifact store here (no such directory); run "
+            "`mini-kv verify` or `mini-kv bench` first, or pass --artifacts DIR",
+        )
+    store = load_store(artifacts, list(opts.attempts) or None)
     if not store.attempts and not store.skipped:
         raise ConfigError(
             str(artifacts),

@@ -31,19 +31,11 @@ from mini_kv.store.index import (
 
 LEADERBOARD_SCHEMA_VERSION = 1
 GROUP_KEYS = ("task_id", "suite_hash", "environment_key", "device")
-CSV_COLUMNS = (
-    "schema_version",
-    "task_id",
-    "suite_hash",
-    "environment_key",
-    "device",
-    "rank",
-    "candidate",
-    "geomean_speedup",
-    "attempt_id",
-    "created_at",
-    "regression",
-    "case_speedups",
+CSV_COLUMNS = tuple(
+    (
+        "schema_version task_id suite_hash environment_key device rank candidate geomean_speedup "
+        "attempt_id created_at regression case_speedups"
+    ).split()
 )
 
 

@@ -249,13 +249,8 @@ def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dic
     try:
         return _compare_case(case_id, base, cand, confirm, th)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
-        return {
-            "id": case_id,
-            "verdict": Verdict.INCOMPARABLE,
-            "first_batch": None,
-            "confirmation": None,
-            "reasons": [f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"],
-        }
+        why = f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"
+        return _case_record(case_id, Verdict.INCOMPARABLE, [why])
 
 
 def _overall(verdicts: list[Verdict]) -> Verdict:

@@ -246,15 +246,8 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
     w.json("job.json", job.to_dict())
     # the worker child, with its signed events in a file: ncu stands between it and this process
     key = secrets.token_bytes(32)
-    target = [
-        sys.executable,
-        "-m",
-        "mini_kv.worker.child",
-        "--job",
-        str(w.path("job.json")),
-        "--result-file",
-        str(w.path("target.events")),
-    ]
+    files = ["--job", str(w.path("job.json")), "--result-file", str(w.path("target.events"))]
+    target = [sys.executable, "-m", "mini_kv.worker.child", *files]
     report_base = w.path(REPORT[: -len(".ncu-rep")])
     cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
     run = ncu_mod.run_logged(

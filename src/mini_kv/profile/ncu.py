@@ -71,21 +71,9 @@ def profile_command(
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all"]
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += [
-        "--kernel-name-base",
-        "function",
-        "--kernel-name",
-        f"regex:{kernel_filter}",
-        "--launch-skip",
-        str(launch_skip),
-        "--launch-count",
-        "1",
-        "--export",
-        str(report_base),
-        "--force-overwrite",
-        *target,
-    ]
-    return cmd
+    cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:{kernel_filter}"]
+    cmd += ["--launch-skip", str(launch_skip), "--launch-count", "1"]
+    return [*cmd, "--export", str(report_base), "--force-overwrite", *target]
 
 
 def import_command(ncu: str, report: Path) -> list[str]:
@@ -140,21 +128,8 @@ def probe_counters(ncu: str, timeout: float = 180.0) -> tuple[bool, str]:
     """Profile one tiny torch kernel: can this user read the counters here? (ok, what was seen)."""
     import sys
 
-    cmd = [
-        ncu,
-        "--clock-control",
-        "none",
-        "--metrics",
-        "gpu__time_duration.sum",
-        "--launch-count",
-        "1",
-        "--csv",
-        "--page",
-        "raw",
-        sys.executable,
-        "-c",
-        PROBE,
-    ]
+    flags = "--clock-control none --metrics gpu__time_duration.sum --launch-count 1 --csv --page raw"
+    cmd = [ncu, *flags.split(), sys.executable, "-c", PROBE]
     res = run_with_timeout(cmd, timeout=timeout)
     out = res.stdout + res.stderr
     if PERMISSION_MARK in out:

@@ -15,16 +15,10 @@ import platform
 
 from mini_kv.status import Status
 
-STATUSES = (
-    Status.PASSED,
-    Status.INVALID_REFERENCE,
-    Status.INCORRECT_SHAPE,
-    Status.INCORRECT_NUMERICAL,
-    Status.INCORRECT_DTYPE,
-    Status.RUNTIME_ERROR,
-    Status.COMPILE_ERROR,
-    Status.TIMEOUT,
-    Status.REWARD_HACK,
+STATUSES = tuple(
+    Status[s]
+    for s in "PASSED INVALID_REFERENCE INCORRECT_SHAPE INCORRECT_NUMERICAL INCORRECT_DTYPE RUNTIME_ERROR "
+    "COMPILE_ERROR TIMEOUT REWARD_HACK".split()
 )
 CORRECTNESS_KEYS = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf", "extra")
 PERFORMANCE_KEYS = ("latency_ms", "reference_latency_ms", "speedup_factor")

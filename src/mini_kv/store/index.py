@@ -50,15 +50,11 @@ BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
 KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
-KNOWN_JSON_FILES = (
-    "benchmark.json",
-    "correctness.json",
-    "environment.json",
-    "regression.json",
-    "compile.json",
-    "task_card.json",
-    "definition.json",
-    "solution.json",
+KNOWN_JSON_FILES = tuple(
+    (
+        "benchmark.json correctness.json environment.json regression.json compile.json task_card.json "
+        "definition.json solution.json"
+    ).split()
 )
 
 _DDL = """
@@ -126,6 +122,10 @@ class RebuildResult:
     index: Path
     attempts: int
     problems: list[Problem]
+
+
+def rebuild_hint(artifacts: Path) -> str:
+    return f"rebuild it with `mini-kv rebuild-index --artifacts {Path(artifacts)}`"
 
 
 def index_path(artifacts: Path) -> Path:
@@ -234,16 +234,10 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
 
 
 _ATTEMPT_ID = re.compile(r"\d{8}T\d{12}Z-(?P<candidate>.+)-[0-9a-f]{6}")
+_RECORDS = ("environment.json", "correctness.json", "benchmark.json")
 REQUIRED_FILES = {
-    CARD_FORMAT: ("task_card.json", "environment.json", "correctness.json", "benchmark.json"),
-    SOL_FORMAT: (
-        "definition.json",
-        "workload.jsonl",
-        "solution.json",
-        "environment.json",
-        "correctness.json",
-        "benchmark.json",
-    ),
+    CARD_FORMAT: ("task_card.json", *_RECORDS),
+    SOL_FORMAT: ("definition.json", "workload.jsonl", "solution.json", *_RECORDS),
 }
 
 
@@ -530,9 +524,7 @@ def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
             )
     except sqlite3.DatabaseError as exc:
         con.close()
-        raise IndexUnusable(
-            f"{db}: unreadable ({exc}); rebuild it with `mini-kv rebuild-index --artifacts {db.parent}`"
-        ) from None
+        raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(db.parent)}") from None
     except BaseException:
         con.close()
         raise
@@ -663,10 +655,7 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
             finally:
                 con.close()
         except (sqlite3.Error, OSError) as exc:
-            raise IndexUnusable(
-                f"{db}: update failed ({exc}); rebuild it with "
-                f"`mini-kv rebuild-index --artifacts {artifacts}`"
-            ) from None
+            raise IndexUnusable(f"{db}: update failed ({exc}); {rebuild_hint(artifacts)}") from None
     return []
 
 
@@ -686,7 +675,7 @@ def read_index(
             if not set(ATTEMPT_COLUMNS) <= have or not set(CASE_COLUMNS) <= have_cases:
                 raise IndexUnusable(
                     f"{db}: its tables lack columns of a mini_kv index (edited by hand?); "
-                    f"rebuild it with `mini-kv rebuild-index --artifacts {Path(artifacts)}`"
+                    + rebuild_hint(artifacts)
                 )
             rows = [
                 dict(r)
@@ -700,10 +689,7 @@ def read_index(
             for r in con.execute("SELECT * FROM bench_cases ORDER BY attempt_id, case_id"):
                 cases.setdefault(r["attempt_id"], []).append(dict(r))
         except sqlite3.DatabaseError as exc:
-            raise IndexUnusable(
-                f"{db}: unreadable ({exc}); rebuild it with "
-                f"`mini-kv rebuild-index --artifacts {Path(artifacts)}`"
-            ) from None
+            raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
         finally:
             con.close()
     return rows, {

@@ -67,15 +67,10 @@ class Violation(Exception):
 # Functions whose replacement would change a verdict or a time. Identity is compared, so a
 # candidate that rebinds any of them (module attribute, class attribute) is caught.
 WATCHED_MODULES = {
-    "mini_kv.worker.timing": (
-        "measure",
-        "time_cupti",
-        "time_graph",
-        "time_events",
-        "time_wallclock",
-        "iteration_activity",
-        "L2Flusher",
-        "Workload",
+    "mini_kv.worker.timing": tuple(
+        (
+            "measure time_cupti time_graph time_events time_wallclock iteration_activity L2Flusher Workload"
+        ).split()
     ),
     "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
@@ -88,34 +83,11 @@ WATCHED_MODULES = {
     "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "violations"),
 }
 _TORCH_FUNCS = ("allclose", "equal", "isclose", "isfinite", "isnan", "isinf", "where", "testing.assert_close")
-_TENSOR_METHODS = (
-    "__eq__",
-    "__ne__",
-    "__le__",
-    "__lt__",
-    "__ge__",
-    "__gt__",
-    "__sub__",
-    "__invert__",
-    "__and__",
-    "__or__",
-    "abs",
-    "to",
-    "cpu",
-    "clone",
-    "detach",
-    "sum",
-    "any",
-    "all",
-    "max",
-    "isnan",
-    "isinf",
-    "clamp_min",
-    "copy_",
-    "data_ptr",
-    "untyped_storage",
-    "float",
-    "double",
+_TENSOR_METHODS = tuple(
+    (
+        "__eq__ __ne__ __le__ __lt__ __ge__ __gt__ __sub__ __invert__ __and__ __or__ abs to cpu clone "
+        "detach sum any all max isnan isinf clamp_min copy_ data_ptr untyped_storage float double"
+    ).split()
 )
 _OTHER = {
     "time.perf_counter": (time, "perf_counter"),
@@ -486,14 +458,11 @@ def _package_dir() -> Path:
 # the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
 # which may be edited in a working tree while a long run goes on); a card's reference module comes
 # with the job's `watch_paths`
-_WORKER_FILES = (
-    "worker/*.py",
-    "solexec/check.py",
-    "solexec/evaluate.py",
-    "solexec/inputs.py",
-    "judge/stats.py",
-    "runner.py",
-    "status.py",
+_WORKER_FILES = tuple(
+    (
+        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py judge/stats.py runner.py "
+        "status.py"
+    ).split()
 )
 
 
