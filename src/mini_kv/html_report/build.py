@@ -144,23 +144,29 @@ def build_report(opts: ReportOptions) -> ReportResult:
         return _build(opts)
 
 
-def _build(opts: ReportOptions) -> ReportResult:
-    t0 = time.perf_counter()
-    artifacts = Path(opts.artifacts)
-    if not opts.attempts and not artifacts.is_dir():
+def _load(artifacts: Path, attempts: tuple[Path, ...]) -> Store:
+    """The store's attempts (or the `attempts` named); ConfigError when there is nothing to report."""
+    if not attempts and not artifacts.is_dir():
         raise ConfigError(
             str(artifacts),
             "--artifacts",
             "no artifact store here (no such directory); run "
             "`mini-kv verify` or `mini-kv bench` first, or pass --artifacts DIR",
         )
-    store = load_store(artifacts, list(opts.attempts) or None)
+    store = load_store(artifacts, list(attempts) or None)
     if not store.attempts and not store.skipped:
         raise ConfigError(
             str(artifacts),
             "--artifacts",
             "the store holds no attempt yet; run `mini-kv verify` or `mini-kv bench` first",
         )
+    return store
+
+
+def _build(opts: ReportOptions) -> ReportResult:
+    t0 = time.perf_counter()
+    artifacts = Path(opts.artifacts)
+    store = _select(_load(artifacts, opts.attempts), opts.tasks, artifacts)
     store = _select(store, opts.tasks, artifacts)
     tasks = store.tasks()
     out = Path(opts.output)
@@ -171,9 +177,8 @@ def _build(opts: ReportOptions) -> ReportResult:
     comparisons, prof_skipped = _profiles(artifacts, set(tasks))
     skipped = list(store.skipped) + prof_skipped
     listed = {s.path for s in skipped}
-    for p in (board or {}).get(
-        "problems", []
-    ):  # the leaderboard's own refusals (tampered after indexing, ...)
+    # the leaderboard's own refusals (tampered after indexing, ...)
+    for p in (board or {}).get("problems", []):
         path = str(p.get("path"))
         if path not in listed and Path(path).parent.name in set(tasks):
             skipped.append(Skipped(path, str(p.get("message"))))
@@ -192,26 +197,22 @@ def _build(opts: ReportOptions) -> ReportResult:
             or '<p class="note">no readable attempt.</p>'
         )
 
-    page.sections.append(
-        ("leaderboard", "Leaderboard", pg.leaderboard_section(board, board_error, store, links, selected_ids))
-    )
-    page.sections.append(("attempts", "Attempts", pg.attempts_section(store, links)))
-    page.sections.append(
-        ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png)))
-    )
-    page.sections.append(
-        ("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, t, a, png)))
-    )
-    page.sections.append(
-        ("correctness", "Correctness", per_task(lambda t, a: pg.correctness_section(page, t, a, png, links)))
-    )
-    page.sections.append(("history", "History", per_task(lambda t, a: pg.history_section(page, t, a, png))))
-    page.sections.append(
-        ("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons, prof_skipped))
-    )
-    page.sections.append(("environment", "Environment", pg.environment_section(store.attempts)))
-    page.sections.append(("skipped", f"Skipped ({len(skipped)})", pg.skipped_section(skipped)))
-    page.sections.append(("about", "About this report", pg.footer(store, pg.now())))
+    page.sections += [
+        (
+            "leaderboard",
+            "Leaderboard",
+            pg.leaderboard_section(board, board_error, store, links, selected_ids),
+        ),
+        ("attempts", "Attempts", pg.attempts_section(store, links)),
+        ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png))),
+        ("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, t, a, png))),
+        ("correctness", "Correctness", per_task(lambda t, a: pg.correctness_section(page, t, a, png, links))),
+        ("history", "History", per_task(lambda t, a: pg.history_section(page, t, a, png))),
+        ("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons, prof_skipped)),
+        ("environment", "Environment", pg.environment_section(store.attempts)),
+        ("skipped", f"Skipped ({len(skipped)})", pg.skipped_section(skipped)),
+        ("about", "About this report", pg.footer(store, pg.now())),
+    ]
 
     data = page.html().encode("utf-8")
     _write(out, data, "-o")
