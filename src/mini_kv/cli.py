@@ -205,10 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_bench, cli_store
+    from mini_kv import cli_batch, cli_bench, cli_store
 
     cli_store.register(sub)
     cli_bench.register(sub)
+    cli_batch.register(sub)
     from mini_kv import cli_profile
 
     cli_profile.register(sub)
