@@ -212,3 +212,22 @@ def test_the_manifest_is_checked_before_anything_runs(tmp_path):
         [sys.executable, "-m", "mini_kv", "batch", str(bad)], capture_output=True, text=True, cwd=ROOT
     )
     assert res.returncode == ExitCode.CONFIG and "bad.yaml" in res.stderr and "round" in res.stderr
+
+
+def test_the_slurm_job_script():
+    """`--cluster slurm`: each job one worker on one GPU, one task at a time, holding GPU=1 (no Slurm
+    here: the script is what can be checked)."""
+    pytest.importorskip("dask_jobqueue")
+    from mini_kv.dist.cluster import Placement, slurm_cluster
+
+    cluster = slurm_cluster(
+        Placement(cluster="slurm", workers=2),
+        scheduler_options={"host": "127.0.0.1", "dashboard_address": ":0"},
+    )
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert "#SBATCH --gres=gpu:1" in script
+    assert "--resources GPU=1" in script and "--nthreads 1" in script
+    assert "tcp://127.0.0.1:" in script

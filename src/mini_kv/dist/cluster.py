@@ -148,7 +148,7 @@ def slurm_cluster(p: Placement, **overrides):
         "processes": 1,
         "memory": dask.config.get("jobqueue.slurm.memory", None) or "16GB",
         "job_extra_directives": ["--gres=gpu:1"],
-        "worker_extra_args": ["--resources", f"{GPU}=1", "--nthreads", "1"],
+        "worker_extra_args": ["--resources", f"{GPU}=1"],  # cores=processes=1: one thread, one task
         **overrides,
     }
     with dask.config.set({"distributed.scheduler.allowed-failures": p.retries}):
