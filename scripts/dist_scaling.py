@@ -36,6 +36,7 @@ BASES = ("v0_naive", "v1_block_reduce", "v2_vectorized")
 
 def write_project(work: Path, count: int, suffix: str) -> Path:
     """A project under `work` with a card of `count` renamed copies of the rmsnorm candidates."""
+    work.mkdir(parents=True, exist_ok=True)
     (work / ".mini-kv-project").touch()
     card = yaml.safe_load((ROOT / "tasks/rmsnorm.yaml").read_text())
     cands = []
@@ -125,6 +126,7 @@ def main() -> int:
     args = ap.parse_args()
     count = args.count or (4 if args.mode == "cpu" else 8)
     out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir or str(out) + ".work").resolve()
     result = {"mode": args.mode, "candidates": count}
     if args.mode == "cpu":

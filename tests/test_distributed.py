@@ -231,3 +231,52 @@ def test_the_slurm_job_script():
     assert "#SBATCH --gres=gpu:1" in script
     assert "--resources GPU=1" in script and "--nthreads 1" in script
     assert "tcp://127.0.0.1:" in script
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_existing_scheduler_and_mini_kv_worker(tmp_path):
+    """`--cluster tcp://...` with a scheduler started apart and `mini-kv worker` serving it."""
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1"]
+            + ["--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "mini_kv", "worker", address, "--workers", "1"],
+                cwd=ROOT,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        sol = str(SOLS / "good_dps" / "solution.json")
+        res = subprocess.run(
+            [sys.executable, "-m", "mini_kv", "bench", str(SOLS / "problem"), "--solution", sol]
+            + ["--device", "cpu", "--rounds", "2", "--samples", "3", "--artifacts", str(tmp_path / "s")]
+            + ["--cluster", address],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASSED" in res.stdout
+    [header] = check_store(tmp_path / "s", 1)
+    assert header["worker"]["worker"].endswith("-cpu0")

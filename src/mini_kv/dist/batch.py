@@ -55,10 +55,8 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
 
 
 def status_of(result: dict) -> str:
-    if "summary" in result:
-        return result["summary"]["status"]
-    statuses = {t["evaluation"]["status"] for t in result.get("traces", [])}
-    return Status.PASSED if statuses == {Status.PASSED} else ",".join(sorted(statuses)) or Status.NOT_RUN
+    """The item's headline status (attempt.json's), or why it has none."""
+    return result["summary"]["status"] if "summary" in result else result["status"]
 
 
 def worst(codes) -> ExitCode:
@@ -177,7 +175,10 @@ def _outcome(item: Item, future) -> dict:
     except Exception as exc:  # noqa: BLE001 - a bug on the worker: this item fails, the batch goes on
         tb = "".join(traceback.format_exception(exc))
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, f"internal error on the worker:\n{tb}")
-    path = receive(Path(item.store), packed)
+    try:
+        path = receive(Path(item.store), packed)
+    except ShipmentInvalid as exc:  # never stored; the other items go on
+        return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
     where = {k: packed[k] for k in ("host", "worker", "gpu")}
     return {**packed["result"], "label": item.label, "attempt": str(path), "where": where}
 

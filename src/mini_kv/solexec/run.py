@@ -475,6 +475,7 @@ def bench(
     run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
     return {
         "traces": run.out.detail["traces"],
+        "status": run.out.status,
         "exit_code": run.code,
         "attempt": str(run.attempt),
         "index_warning": run.index_warning,
