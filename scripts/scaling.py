@@ -128,7 +128,7 @@ def main() -> int:
                 "candidate": cand,
                 "serial": verdicts[0],
                 "parallel": verdicts[1],
-                "gpu_parallel": b and b.get("gpu"),
+                "gpu_parallel": b and (b.get("where") or {}).get("gpu"),
                 "p50_us": {
                     k: {"serial": pa[k], "parallel": pb.get(k), "ratio": (pb[k] / pa[k]) if k in pb else None}
                     for k in pa

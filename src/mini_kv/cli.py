@@ -9,13 +9,11 @@ from pathlib import Path
 from mini_kv.cli_common import (
     artifacts_dir,
     console,
-    err_console,
     options_from,
-    progress_line,
     run_command,
     selected_candidates,
 )
-from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.errors import ConfigError, ExitCode
 
 
 def cmd_doctor(args) -> int:
@@ -103,15 +101,18 @@ def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmar
 
 def cmd_verify(args) -> int:
     from mini_kv.cli_checks import check_store_writable
+    from mini_kv.dist.batch import VERIFY, Item
+    from mini_kv.dist.cluster import placement_from
     from mini_kv.environment import pick_device
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.pipeline import VerifyOptions, verify
+    from mini_kv.pipeline import VerifyOptions
 
     card = load_task_card(args.task)
-    gpus = _parse_gpus(args.gpus)
-    device = "cuda:0" if gpus else pick_device(args.device)
+    where = placement_from(args)
+    device = "cuda:0" if where.gpus else pick_device(args.device)
     _check_case_filter(card, args.case or [], device, args.skip_benchmark)
-    check_store_writable(artifacts_dir(args, Path(card.project_root)))
+    store = artifacts_dir(args, Path(card.project_root))
+    check_store_writable(store)
     opts = options_from(
         VerifyOptions,
         args,
@@ -119,151 +120,18 @@ def cmd_verify(args) -> int:
         memory_limit_gb=args.memory_limit,
         sandbox=not args.no_sandbox,
     )
-    cands = selected_candidates(card, args.candidate)
-    if gpus and len(gpus) > 1:
-        results = _verify_parallel(card, cands, opts, gpus)
-    else:
-        if gpus:
-            opts.gpu = gpus[0]
-        results = []
-        for cand in cands:
-            with _progress_display() as prog:
-                results.append(
-                    verify(
-                        card,
-                        cand,
-                        opts,
-                        progress=_progress_row(prog, f"{card.id}/{cand.id}"),
-                        line=progress_line,
-                    )
-                )
-            results[-1]["candidate"] = cand.id
-            _print_result(results[-1], args)
-    if gpus and len(gpus) > 1:
-        for result in results:
-            _print_result(result, args)
-    worst = ExitCode.OK
-    for result in results:
-        worst = max(worst, result["exit_code"], key=lambda c: (c != 0, c))
-    if len(results) > 1 and not args.json:
-        console.print(
-            "summary: "
-            + ", ".join(
-                f"{r['candidate']} {r['summary']['status']}"
-                + (f" (GPU {r['summary']['gpu']})" if r["summary"].get("gpu") is not None else "")
-                for r in results
-            )
-        )
-    return worst
+    items = [
+        Item(VERIFY, f"{card.id}/{c.id}", args.task, c.id, opts, str(store))
+        for c in selected_candidates(card, args.candidate)
+    ]
+    from mini_kv.cli_batch import print_batch, run_items
 
-
-def _print_result(result: dict, args) -> None:
-    from mini_kv import report
-
-    if args.json:
-        print(
-            json.dumps({"candidate": result["candidate"], "attempt": result["attempt"], **result["summary"]})
-        )
-    else:
-        report.print_verify(result, console, verbose=args.verbose)
-
-
-def _parse_gpus(spec: str | None) -> list[int]:
-    if spec is None:
-        return []
-    import torch
-
-    count = torch.cuda.device_count()
-    if spec == "all":
-        if count == 0:
-            raise UserError("--gpus all: torch sees no CUDA device")
-        return list(range(count))
-    try:
-        gpus = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--gpus {spec!r}: expected 'all' or a comma-separated list of GPU indices") from None
-    bad = [g for g in gpus if not 0 <= g < count]
-    if bad or not gpus:
-        raise UserError(f"--gpus {spec!r}: GPU(s) {bad or spec} not among the {count} visible")
-    return gpus
-
-
-def _progress_display():
-    """A live progress display on stderr (stdout stays clean for --json); rich hides it when not a terminal."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    return Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
-
-
-def _progress_row(prog, label: str):
-    """One row of the display; returns the pipeline's progress callback for it."""
-    row = prog.add_task(label, total=None)
-
-    def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
-        prog.update(row, description=msg, completed=completed, total=total)
-
-    return update
-
-
-def _verify_parallel(card, cands, opts, gpus: list[int]) -> list[dict]:
-    """One worker thread per GPU pulls candidates from a shared queue; each verify pins its
-    child processes to that GPU with CUDA_VISIBLE_DEVICES. Results come back in queue order."""
-    import copy
-    import queue
-    import threading
-
-    from mini_kv.pipeline import verify
-
-    todo: queue.Queue = queue.Queue()
-    for i, cand in enumerate(cands):
-        todo.put((i, cand))
-    results: list[dict | None] = [None] * len(cands)
-
-    def worker(gpu: int) -> None:
-        while True:
-            try:
-                i, cand = todo.get_nowait()
-            except queue.Empty:
-                return
-            gpu_opts = copy.copy(opts)
-            gpu_opts.gpu = gpu
-            result = verify(
-                card,
-                cand,
-                gpu_opts,
-                progress=_progress_row(prog, f"GPU {gpu}: {cand.id}"),
-                line=lambda text, gpu=gpu: progress_line(f"GPU {gpu}: {text}"),
-            )
-            result["candidate"] = cand.id
-            results[i] = result
-            prog.console.print(f"GPU {gpu}: {cand.id} {result['summary']['status']}")
-
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
-    with _progress_display() as prog:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    return [r for r in results if r is not None]
+    return print_batch(run_items(items, where), args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from mini_kv import cli_checks as checks
+    from mini_kv.dist import cluster
 
     p = argparse.ArgumentParser(prog="mini-kv", description="Verify and benchmark custom GPU operators.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -312,7 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
     vr.add_argument("--compile-timeout", type=checks.positive_float, help="seconds for the build")
     vr.add_argument("--timeout", type=checks.positive_float, help="seconds per case")
-    vr.add_argument("--gpus", help="'all' or '0,1,...': one worker per GPU, candidates queued across them")
     vr.add_argument(
         "--memory-limit",
         type=checks.positive_float,
@@ -336,11 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
     vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_bench, cli_store
+    from mini_kv import cli_batch, cli_bench, cli_store
 
     cli_store.register(sub)
     cli_bench.register(sub)
+    cli_batch.register(sub)
     from mini_kv import cli_profile
 
     cli_profile.register(sub)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, options_from, progress_line, run_command
+from mini_kv.cli_common import artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 
 
@@ -15,7 +15,12 @@ def add_arguments(p) -> None:
     from mini_kv import cli_checks as checks
 
     p.add_argument("problem_dir", nargs="?", help="directory holding definition.json and workload.jsonl")
-    p.add_argument("--solution", required=True, help="solution.json (sources inline or beside it)")
+    p.add_argument(
+        "--solution",
+        required=True,
+        nargs="+",
+        help="solution.json (sources inline or beside it); several: one batch, one summary",
+    )
     p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
     p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
@@ -85,49 +90,66 @@ def add_arguments(p) -> None:
 
 
 def cmd_bench(args) -> int:
+    from mini_kv.cli_batch import print_batch, run_items
+    from mini_kv.dist.batch import BENCH, Item, worst
+    from mini_kv.dist.cluster import Placement, placement_from
     from mini_kv.solexec import traces
-    from mini_kv.solexec.run import BenchOptions, bench
-    from mini_kv.solexec.table import print_report
+    from mini_kv.solexec.run import BenchOptions
 
-    opts = options_from(BenchOptions, args, memory_limit_gb=args.memory_limit, sandbox=not args.no_sandbox)
-    _check_outputs(args, opts)
-    if args.json:
-        result = bench(args.problem_dir, opts, line=progress_line)
-    else:
-        with console.status("bench") as status:
-            result = bench(args.problem_dir, opts, progress=status.update, line=progress_line)
-    lines = "".join(traces.dumps(t) + "\n" for t in result["traces"])
+    where = placement_from(args) if hasattr(args, "cluster") else Placement()  # hpc-bench: here
+    items = []
+    for solution in args.solution:
+        opts = options_from(
+            BenchOptions,
+            args,
+            solution=solution,
+            memory_limit_gb=args.memory_limit,
+            sandbox=not args.no_sandbox,
+        )
+        label = f"{args.problem_dir or 'bench'}:{solution}"
+        items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
+    results = run_items(items, where)
+    lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
     if args.output:
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(lines)
-    if args.json:
-        sys.stdout.write(lines)
-    else:
-        print_report(result, console, verbose=args.verbose)
+    if not args.json:
+        code = print_batch(results, args)
         if args.output:
-            console.print(f"traces: {args.output} ({len(result['traces'])})", markup=False, soft_wrap=True)
-    return int(result["exit_code"])
+            console.print(f"traces: {args.output} ({lines.count(chr(10))})", markup=False, soft_wrap=True)
+        return code
+    sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
+    for r in results:
+        if r.get("failed"):
+            print(f"{r['summary']['status']} {r['label']}: {r['summary']['reason']}", file=sys.stderr)
+    return worst(r["exit_code"] for r in results)
 
 
-def _check_outputs(args, opts) -> None:
-    """The attempt store and the -o file's directory must be writable before anything is built or run."""
+def _check_outputs(args, opts) -> Path:
+    """The attempt store (returned) and the -o file's directory must be writable before anything is built
+    or run."""
     from mini_kv.cli_checks import check_store_writable, store_write_problem
     from mini_kv.errors import UserError
     from mini_kv.solexec.run import bench_project_root
 
-    check_store_writable(artifacts_dir(args, bench_project_root(opts)))
+    store = artifacts_dir(args, bench_project_root(opts))
+    check_store_writable(store)
     if args.output:
         out = Path(args.output)
         problem = "it is a directory" if out.is_dir() else store_write_problem(out.parent)
         if problem:
             raise UserError(f"-o {out}: cannot write the traces there: {problem}; nothing was run")
+    return store
 
 
 def register(sub) -> None:
     """Add `bench` to `sub` (the argparse subparsers of cli.build_parser)."""
+    from mini_kv.dist import cluster
+
     p = sub.add_parser("bench", help="evaluate a SOL-ExecBench solution: correctness rounds, timing, traces")
     add_arguments(p)
+    cluster.add_arguments(p)
     p.set_defaults(func=cmd_bench)
 
 

@@ -82,3 +82,64 @@ def run_command(func, args) -> int:
         err_console.print("[red]internal error[/] (a bug in mini_kv; please report it):")
         traceback.print_exc(file=sys.stderr)
         return int(ExitCode.INTERNAL)
+
+
+class BatchDisplay:
+    """One live display on stderr for a whole batch (stdout stays clean for --json): a bar over the
+    items, and while an item runs here, a row with its stage and case. Rich hides it when stderr is not
+    a terminal; a finished item is then one plain line (progress_line)."""
+
+    def __init__(self, total: int):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self.total = total
+        self.bar = self.progress.add_task("batch", total=total) if total > 1 else None
+        self.current = None
+
+    def __enter__(self) -> BatchDisplay:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def row(self, label: str):
+        """The pipeline's progress callback for an item running here."""
+        self.current = self.progress.add_task(label, total=None)
+
+        def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
+            self.progress.update(self.current, description=msg, completed=completed, total=total)
+
+        return update
+
+    def line(self, text: str) -> None:
+        progress_line(text)
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(text, markup=False, soft_wrap=True)
+
+    def done(self, label: str, status: str, where: dict | None = None) -> None:
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+            self.current = None
+        if self.bar is not None:
+            self.progress.advance(self.bar)
+        if self.total > 1:
+            on = f" on {where['worker']}" if where else ""
+            self.progress.console.print(f"{label}: {status}{on}", markup=False, soft_wrap=True)

@@ -16,6 +16,7 @@ class ExitCode(enum.IntEnum):
     CORRECTNESS = 4  # a case, contract check, opcheck or gradcheck failed
     BENCHMARK = 5  # the benchmark could not run or its result is unstable
     REGRESSION = 6  # slower than the promoted baseline, confirmed and significant
+    WORKER_LOST = 7  # a batch item got no result: every cluster worker that ran it died (docs/distributed.md)
     INTERNAL = 10  # a bug in mini_kv itself
 
 

@@ -41,7 +41,6 @@ class VerifyOptions:
     artifacts: str | None = None
     case_filter: list[str] = field(default_factory=list)
     bench_all: bool = False
-    gpu: int | None = None  # physical GPU this run is pinned to (CUDA_VISIBLE_DEVICES); see --gpus
     memory_limit_gb: float | None = None  # CPU worker address-space cap; None: half the machine
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
@@ -103,7 +102,6 @@ class Prepared:
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
     artifacts: Path  # the attempt store
-    child_env: dict | None = None  # the worker's environment (None: this process's)
 
 
 @dataclass(frozen=True)
@@ -181,9 +179,10 @@ class FrontDoor(Protocol):
 # ---------------------------------------------------------------------------------- the stages
 
 
-def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
+def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = None) -> Run:
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
-    attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's."""
+    attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's.
+    `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it)."""
     from mini_kv.judge.regression import exit_code_for, regression_summary
     from mini_kv.store.index import IndexUnusable, update_index
 
@@ -206,7 +205,6 @@ def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
                 job,
                 case_timeout=prep.case_timeout,
                 stage_timeout=door.stage_timeout(job),
-                env=prep.child_env,
                 on_event=_progress(job, door.label, say, line, phases, t0),
                 first_child=door.first_child(),
                 sandbox=prep.sandbox,
@@ -226,10 +224,11 @@ def run_stages(door: FrontDoor, progress=None, line=None) -> Run:
             **door.summary(built, duration, notes),
             **regression_summary(regression),
         }
-        attempt = _write_attempt(door, prep, built, out, summary, regression)
+        attempt = _write_attempt(door, prep, built, out, summary, regression, outbox or prep.artifacts)
         index_warning = None
         try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
-            update_index(prep.artifacts, attempt)
+            if outbox is None:
+                update_index(prep.artifacts, attempt)
         except IndexUnusable as exc:
             index_warning = str(exc)
         lap("recorded_s")
@@ -345,7 +344,6 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
             rerun,
             case_timeout=prep.case_timeout,
             stage_timeout=door.stage_timeout(rerun),
-            env=prep.child_env,
             sandbox=prep.sandbox,
         )
         rec, why = door.timed(res, case_id)
@@ -373,12 +371,18 @@ def _interleaved_settings(settings: dict) -> dict:
 
 
 def _write_attempt(
-    door: FrontDoor, prep: Prepared, built: Built, out: Outcome, summary: dict, regression: dict | None
+    door: FrontDoor,
+    prep: Prepared,
+    built: Built,
+    out: Outcome,
+    summary: dict,
+    regression: dict | None,
+    store: Path,
 ) -> Path:
-    """The attempt: the door's own files, environment.json, compile.json and its logs, the worker's log,
-    correctness.json, benchmark.json, regression.json and the header, committed."""
+    """The attempt in `store`: the door's own files, environment.json, compile.json and its logs, the
+    worker's log, correctness.json, benchmark.json, regression.json and the header, committed."""
     ident, extra = door.identity(prep), door.header()
-    w = AttemptWriter(prep.artifacts, ident["task_id"], extra["candidate"])
+    w = AttemptWriter(store, ident["task_id"], extra["candidate"])
     door.write_files(w, built, out)
     w.json("environment.json", prep.env)
     if built.compile is not None:
@@ -434,13 +438,12 @@ class CardDoor(FrontDoor):
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
-        device = "cuda:0" if opts.gpu is not None else environment.pick_device(opts.device)
-        env = environment.collect(opts.gpu, opts.env_tag)
-        # the worker sees only its GPU, as cuda:0, so work on other GPUs cannot disturb it
-        child_env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None
+        # on a cluster worker (mini_kv.dist) this whole process sees only its GPU, as cuda:0
+        device = environment.pick_device(opts.device)
+        env = environment.collect(tag=opts.env_tag)
         check_benchmark_options(card, opts, device)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
-        bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device, env=child_env)
+        bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
         env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
         return Prepared(
             device,
@@ -452,7 +455,6 @@ class CardDoor(FrontDoor):
             opts.compile_timeout or card.timeouts["compile_s"],
             root,
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
-            child_env,
         )
 
     def build(self, prep: Prepared, say) -> Built:
@@ -574,7 +576,6 @@ class CardDoor(FrontDoor):
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {
-            "gpu": self.opts.gpu,
             "compile": {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
             "duration_s": duration_s,
             **({"baseline_notes": notes} if notes else {}),
@@ -592,8 +593,10 @@ class CardDoor(FrontDoor):
         )
 
 
-def verify(card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None) -> dict:
-    run = run_stages(CardDoor(card, cand, opts), progress, line)
+def verify(
+    card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
+) -> dict:
+    run = run_stages(CardDoor(card, cand, opts), progress, line, outbox)
     return {
         "summary": run.summary,
         "results": run.out.results,

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 from dataclasses import dataclass
+
+try:  # looked up once here: a preexec_fn must not load libraries between fork and exec
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A Popen preexec_fn: the child gets SIGKILL when the thread that started it dies, even by SIGKILL
+    (a cluster worker lost mid-candidate, an interrupted client), so no child outlives its parent.
+    Linux only; elsewhere a no-op."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -32,6 +47,7 @@ def run_with_timeout(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        preexec_fn=die_with_parent,
     )
     try:
         out, err = proc.communicate(timeout=timeout)

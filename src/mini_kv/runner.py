@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from mini_kv.proc import kill_group
+from mini_kv.proc import die_with_parent, kill_group
 from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
 from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
@@ -93,6 +93,7 @@ class ChildRun:
             stderr=subprocess.STDOUT,
             pass_fds=(write_fd,),
             start_new_session=True,
+            preexec_fn=die_with_parent,
             env=self.sandbox.env(env),
         )
         os.close(write_fd)

@@ -30,6 +30,7 @@ class Status(StrEnum):
     REWARD_HACK = "REWARD_HACK"
     SKIPPED = "SKIPPED"  # not applicable here (device, no core case); says why
     NOT_RUN = "NOT_RUN"  # not attempted (an earlier failure decided it); says why
+    WORKER_LOST = "WORKER_LOST"  # a batch item whose every cluster worker died under it: no attempt
 
 
 # what a task-card attempt's status means for the exit code's severity (see errors.ExitCode)

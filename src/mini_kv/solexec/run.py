@@ -467,12 +467,15 @@ class SolDoor(FrontDoor):
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def bench(problem_dir: str | None, opts: BenchOptions, progress=None, line=None) -> dict:
+def bench(
+    problem_dir: str | None, opts: BenchOptions, progress=None, line=None, outbox: Path | None = None
+) -> dict:
     t0 = time.perf_counter()
     door = SolDoor(load_problem(problem_dir, opts), opts)
-    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line)
+    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
     return {
         "traces": run.out.detail["traces"],
+        "status": run.out.status,
         "exit_code": run.code,
         "attempt": str(run.attempt),
         "index_warning": run.index_warning,

@@ -1,0 +1,103 @@
+"""`mini-kv batch MANIFEST.yaml` and `mini-kv worker ADDRESS`, and what verify, bench and batch share: a
+batch's one display (cli_common.BatchDisplay), its reports and its one exit code (docs/distributed.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mini_kv.cli_common import BatchDisplay, console, err_console
+
+
+def run_items(items, where) -> list[dict]:
+    from mini_kv.dist.batch import run_batch
+
+    with BatchDisplay(len(items)) as show:
+        return run_batch(items, where, show)
+
+
+def print_batch(results: list[dict], args) -> int:
+    """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
+    from mini_kv import report
+    from mini_kv.dist.batch import status_of, worst
+    from mini_kv.solexec.table import print_report
+
+    for result in results:
+        if args.json:
+            line = {
+                "candidate": result.get("candidate"),
+                "item": result["label"],
+                "attempt": result["attempt"],
+            }
+            print(json.dumps({**line, **_json_summary(result)}))
+        elif result.get("failed"):
+            console.print(f"{result['summary']['status']} {result['label']}: {result['summary']['reason']}")
+        elif "summary" in result:
+            report.print_verify(result, console, verbose=args.verbose)
+        else:
+            print_report(result, console, verbose=args.verbose)
+    if len(results) > 1 and not args.json:
+        console.print(
+            "summary: "
+            + ", ".join(
+                f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
+                for r in results
+            ),
+            markup=False,
+            soft_wrap=True,
+        )
+    return worst(r["exit_code"] for r in results)
+
+
+def _json_summary(result: dict) -> dict:
+    from mini_kv.dist.batch import status_of
+
+    if "summary" in result:
+        return {**result["summary"], "where": result.get("where")}
+    return {"status": status_of(result), "exit_code": int(result["exit_code"]), "where": result.get("where")}
+
+
+def cmd_batch(args) -> int:
+    from mini_kv.cli_checks import check_store_writable
+    from mini_kv.dist.cluster import placement_from
+    from mini_kv.dist.manifest import load_manifest
+
+    items = load_manifest(args.manifest, args.artifacts)
+    for store in sorted({item.store for item in items}):
+        check_store_writable(Path(store))
+    return print_batch(run_items(items, placement_from(args)), args)
+
+
+def cmd_worker(args) -> int:
+    from mini_kv.dist.cluster import parse_gpus, placement_from, serve
+
+    gpus = parse_gpus(args.gpus)
+    where = placement_from(argparse.Namespace(**{**vars(args), "gpus": None, "cluster": None}))
+    err_console.print(
+        f"mini-kv worker: {len(gpus) or args.workers or 1} worker(s) for {args.address}"
+        + (f" on GPU(s) {', '.join(map(str, gpus))}" if gpus else " (CPU)"),
+        markup=False,
+    )
+    serve(args.address, where, gpus, args.workers or 1)
+    return 0
+
+
+def register(sub) -> None:
+    """Add `batch` and `worker` to `sub` (the argparse subparsers of cli.build_parser)."""
+    from mini_kv.dist import cluster
+
+    b = sub.add_parser(
+        "batch", help="verify and bench everything a manifest lists; one summary, one exit code"
+    )
+    b.add_argument("manifest", help="batch manifest YAML (schemas/batch.schema.json)")
+    b.add_argument("--artifacts", help="artifact store (default: each card's or problem's project's)")
+    b.add_argument("--json", action="store_true", help="print one JSON summary line per item")
+    b.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    cluster.add_arguments(b)
+    b.set_defaults(func=cmd_batch)
+
+    w = sub.add_parser("worker", help="serve this machine's GPUs (or CPUs) to a Dask scheduler")
+    w.add_argument("address", help="the scheduler: tcp://HOST:8786 (tls://... with --tls-*)")
+    cluster.add_arguments(w)
+    w.set_defaults(func=cmd_worker)

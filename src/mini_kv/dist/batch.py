@@ -1,0 +1,217 @@
+"""A batch: task cards' candidates (`verify`) and problems' solutions (`bench`) as `Item`s, run by the
+one pipeline here or on a cluster's workers, with one progress display and one list of results.
+
+On a worker an item runs exactly as here (build in the worker's own cache, the isolated child, the
+integrity Guard), but writes its attempt to a scratch outbox; the worker sends the attempt's files back
+as bytes with their SHA-256 and the client alone stores them (`receive`): every hash checked against the
+data and the attempt's own manifest, written as `.partial`, renamed whole, indexed. A worker that dies
+mid-item (SIGKILL, a lost machine) sends nothing: Dask runs the item again on another worker, up to
+--retries deaths, then the item is WORKER_LOST. A candidate's own crash or hang is a result, handled
+inside the child protocol, and never kills the worker."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from mini_kv.errors import ExitCode, UserError
+from mini_kv.status import Status
+
+VERIFY, BENCH = "verify", "bench"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of a batch. `opts` is a pipeline.VerifyOptions or a solexec.run.BenchOptions."""
+
+    kind: str  # VERIFY or BENCH
+    label: str  # how progress lines and the summary name it
+    target: str  # the task card (verify) or the problem directory (bench)
+    candidate: str | None  # verify's candidate id
+    opts: object
+    store: str  # the attempt store the client writes into
+
+
+def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -> dict:
+    """The item through the pipeline (verify or bench), as the command would run it here."""
+    if item.kind == VERIFY:
+        from mini_kv.load.task_card import load_task_card
+        from mini_kv.pipeline import verify
+
+        card = load_task_card(item.target)
+        cand = card.candidate(item.candidate)
+        return {"candidate": cand.id, **verify(card, cand, item.opts, progress, line, outbox)}
+    from mini_kv.solexec.run import bench
+
+    return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
+
+
+def status_of(result: dict) -> str:
+    """The item's headline status (attempt.json's), or why it has none."""
+    return result["summary"]["status"] if "summary" in result else result["status"]
+
+
+def worst(codes) -> ExitCode:
+    """The batch's exit code: the worst of its items' (any failure over success, then the highest)."""
+    return ExitCode(max((int(c) for c in codes), key=lambda c: (c != 0, c), default=0))
+
+
+# ------------------------------------------------------------------------------------ worker side
+
+
+def on_worker(item: Item) -> dict:
+    """What a cluster worker runs: the item into a scratch outbox, its attempt packed as data."""
+    from distributed import get_worker
+
+    w = get_worker()
+    where = {
+        "host": socket.gethostname(),
+        "worker": w.name,
+        "address": w.address,
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
+        result = run_item(item, outbox=Path(box))
+        attempt = Path(result["attempt"])
+        files = {
+            p.relative_to(attempt).as_posix(): p.read_bytes()
+            for p in sorted(attempt.rglob("*"))
+            if p.is_file()
+        }
+    shipped = {rel: {"sha256": hashlib.sha256(data).hexdigest(), "data": data} for rel, data in files.items()}
+    return {
+        "result": result,
+        "task": attempt.parent.name,
+        "attempt_id": attempt.name,
+        "files": shipped,
+        **where,
+    }
+
+
+# ------------------------------------------------------------------------------------ client side
+
+
+class ShipmentInvalid(UserError):
+    """An attempt that came back from a worker and does not match its own hashes: never stored."""
+
+
+def _check_shipment(packed: dict) -> dict:
+    """attempt.json of a shipped attempt, after checking every file's bytes against the SHA-256 sent with
+    it and against the attempt's manifest, and that every name stays inside the attempt."""
+    files = packed["files"]
+    bad = [r for r, f in files.items() if hashlib.sha256(f["data"]).hexdigest() != f["sha256"]]
+    if bad or "attempt.json" not in files:
+        raise ShipmentInvalid(
+            f"attempt {packed['attempt_id']}: damaged in transit: {bad or 'no attempt.json'}"
+        )
+    header = json.loads(files["attempt.json"]["data"])
+    listed = {e["path"]: e["sha256"] for e in header["files"]}
+    if listed != {r: f["sha256"] for r, f in files.items() if r != "attempt.json"}:
+        raise ShipmentInvalid(f"attempt {packed['attempt_id']}: its files differ from its manifest")
+    for name in [packed["task"], packed["attempt_id"], *listed]:
+        parts = PurePosixPath(name).parts
+        if name.startswith("/") or not parts or any(p in ("..", ".") for p in parts):
+            raise ShipmentInvalid(f"attempt {packed['attempt_id']}: {name!r} is not a plain relative name")
+    return header
+
+
+def receive(store: Path, packed: dict) -> Path:
+    """Store a shipped attempt (checked, `.partial`, renamed whole, re-read, indexed); its header gains
+    `worker`: the host, GPU and worker that produced it."""
+    from mini_kv.store.atomic import StagedDir, write_bytes
+    from mini_kv.store.attempts import read_attempt
+    from mini_kv.store.index import IndexUnusable, update_index
+
+    header = _check_shipment(packed)
+    staged = StagedDir(Path(store) / packed["task"] / packed["attempt_id"])
+    try:
+        for rel in (r for r in packed["files"] if r != "attempt.json"):
+            write_bytes(staged.path(rel), packed["files"][rel]["data"])
+        worker = {k: packed[k] for k in ("host", "worker", "address", "gpu")}
+        path = staged.publish("attempt.json", {**header, "worker": worker})
+    except BaseException:  # an interrupted client leaves no partial attempt behind
+        shutil.rmtree(staged.partial, ignore_errors=True)
+        raise
+    read_attempt(path)  # every file re-hashed where it now lies
+    try:
+        update_index(Path(store), path)
+    except IndexUnusable as exc:
+        packed["result"]["index_warning"] = str(exc)
+    return path
+
+
+def _failed(item: Item, status: str, code: ExitCode, reason: str) -> dict:
+    """The result of an item that produced no attempt (its workers died; an error on the worker)."""
+    return {
+        "label": item.label,
+        "candidate": item.candidate or item.label,
+        "summary": {"status": status, "reason": reason},
+        "exit_code": code,
+        "attempt": None,
+        "failed": True,
+    }
+
+
+def _outcome(item: Item, future) -> dict:
+    """The item's result on the client: its attempt stored, or why there is none."""
+    from distributed import KilledWorker
+
+    try:
+        packed = future.result()
+    except KilledWorker as exc:
+        return _failed(
+            item, Status.WORKER_LOST, ExitCode.WORKER_LOST, f"every worker that ran it died: {exc}"
+        )
+    except UserError as exc:  # e.g. a worker that cannot read the task card
+        return _failed(item, Status.NOT_RUN, exc.exit_code, f"on the worker: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a bug on the worker: this item fails, the batch goes on
+        tb = "".join(traceback.format_exception(exc))
+        return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, f"internal error on the worker:\n{tb}")
+    try:
+        path = receive(Path(item.store), packed)
+    except ShipmentInvalid as exc:  # never stored; the other items go on
+        return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
+    where = {k: packed[k] for k in ("host", "worker", "gpu")}
+    return {**packed["result"], "label": item.label, "attempt": str(path), "where": where}
+
+
+def run_batch(items: list[Item], placement, show) -> list[dict]:
+    """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay)."""
+    if placement.here:
+        results = []
+        for item in items:
+            results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
+            show.done(results[-1]["label"], status_of(results[-1]))
+        return results
+    from distributed import as_completed
+
+    from mini_kv.dist.cluster import GPU, connect, dashboard
+
+    with connect(placement) as client:
+        link = dashboard(client)
+        show.note(f"dashboard: {link}" if link else f"scheduler: {client.scheduler.address}")
+        workers = client.scheduler_info()["workers"].values()
+        need = {GPU: 1} if any(GPU in (w.get("resources") or {}) for w in workers) else None
+        batch = uuid.uuid4().hex[:8]
+        futures = {
+            client.submit(on_worker, item, key=f"mini-kv-{batch}-{i}", resources=need, pure=False): i
+            for i, item in enumerate(items)
+        }
+        results: list[dict | None] = [None] * len(items)
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = _outcome(items[i], fut)
+                show.done(items[i].label, status_of(results[i]), results[i].get("where"))
+        except BaseException:  # Ctrl-C: nothing more starts; the embedded cluster ends with its workers
+            client.cancel(list(futures), force=True)
+            raise
+        return results

@@ -1,0 +1,68 @@
+"""`mini-kv batch MANIFEST.yaml`: task cards x candidates and problem directories x solutions as one
+list of batch items. Strict YAML, schemas/batch.schema.json, then every card, glob, problem and solution
+checked before anything runs; an error names the manifest, the field and what was expected (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mini_kv.dist.batch import BENCH, VERIFY, Item
+from mini_kv.errors import ConfigError, UserError
+
+
+def load_manifest(path: str, store: str | None) -> list[Item]:
+    """The manifest's items; `store` (--artifacts) or each card's or problem's project's artifacts/."""
+    from mini_kv.load.schema import validate
+    from mini_kv.load.strict_yaml import load_yaml
+
+    file = str(path)
+    if not Path(path).is_file():
+        raise ConfigError(file, "", "manifest file not found")
+    data = load_yaml(Path(path), file)
+    validate(data, "batch", file)
+    base = Path(path).resolve().parent
+    items = [
+        item
+        for i, entry in enumerate(data.get("verify", []))
+        for item in _verify_items(entry, base, file, f"verify[{i}]", store)
+    ]
+    for i, entry in enumerate(data.get("bench", [])):
+        items += _bench_items(entry, base, file, f"bench[{i}]", store)
+    return items
+
+
+def _verify_items(entry: dict, base: Path, file: str, where: str, store: str | None) -> list[Item]:
+    from mini_kv.cli_common import selected_candidates
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.pipeline import VerifyOptions
+
+    task = base / entry["task"]
+    if not task.is_file():
+        raise ConfigError(file, f"{where}.task", f"{entry['task']!r}: no such task card (looked at {task})")
+    try:
+        card = load_task_card(task)
+        cands = selected_candidates(card, entry.get("candidates", []))
+    except UserError as exc:
+        raise ConfigError(file, where, str(exc)) from None
+    opts = VerifyOptions(**entry.get("options", {}), artifacts=store)
+    out = store or str(Path(card.project_root) / "artifacts")
+    return [Item(VERIFY, f"{card.id}/{c.id}", str(task), c.id, opts, out) for c in cands]
+
+
+def _bench_items(entry: dict, base: Path, file: str, where: str, store: str | None) -> list[Item]:
+    from mini_kv.solexec.run import BenchOptions, bench_project_root
+
+    problem = base / entry["problem"]
+    if not (problem / "definition.json").is_file():
+        raise ConfigError(file, f"{where}.problem", f"{entry['problem']!r}: no definition.json in {problem}")
+    items = []
+    for j, sol in enumerate(entry["solutions"]):
+        if not (base / sol).is_file():
+            raise ConfigError(file, f"{where}.solutions[{j}]", f"{sol!r}: no such solution file")
+        opts = BenchOptions(solution=str(base / sol), **entry.get("options", {}), artifacts=store)
+        try:
+            out = store or str(bench_project_root(opts) / "artifacts")
+        except UserError as exc:
+            raise ConfigError(file, f"{where}.solutions[{j}]", str(exc)) from None
+        items.append(Item(BENCH, f"{problem.name}:{sol}", str(problem), None, opts, out))
+    return items
