@@ -64,6 +64,8 @@ class Context:
     safetensors_cache: dict = field(default_factory=dict)
     guard: Guard | None = None
     rounds_run: int | None = None  # the correctness rounds the last workload's budget allowed
+    # (seconds, bytes) of the largest workload's first correctness round so far: what a larger one will cost
+    round_cost: tuple[float, int] | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
@@ -211,10 +213,15 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     tol = workload["tolerance"]
     prev = None
     rounds = int(ctx.settings["rounds"])
+    nbytes = signature_bytes(sig)
+    _skip_if_too_large(ctx, nbytes)
     t0 = time.perf_counter()
     for r in range(rounds):
         if r == 1:
-            rounds = _rounds_within_budget(ctx, rounds, time.perf_counter() - t0)
+            first = time.perf_counter() - t0
+            if ctx.round_cost is None or nbytes >= ctx.round_cost[1]:
+                ctx.round_cost = (first, nbytes)
+            rounds = _rounds_within_budget(ctx, rounds, first)
         seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
         inputs = _inputs(ctx, sig, workload, seed)
         pristine = clone_inputs(inputs)
@@ -252,6 +259,38 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
             break
     ctx.rounds_run = min(rounds, int(ctx.settings["rounds"]))
     return worst
+
+
+def signature_bytes(sig: dict) -> int:
+    """Bytes of a workload's tensors (inputs and outputs) from its signature's shapes and dtypes."""
+    total = 0
+    for spec in [*sig["inputs"], *sig["outputs"]]:
+        if spec.get("shape") is None:
+            continue
+        n = 1
+        for d in spec["shape"]:
+            n *= int(d)
+        total += n * torch.empty((), dtype=getattr(torch, spec["dtype"])).element_size()
+    return total
+
+
+def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
+    """SKIPPED before any call when a smaller workload's first round, scaled by bytes, says MIN_ROUNDS of
+    this one outrun the whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so
+    running one to find out would spend the budget many times over)."""
+    budget = ctx.settings.get("budget_s")
+    if not budget or ctx.round_cost is None or nbytes <= ctx.round_cost[1]:
+        return
+    seconds, seen = ctx.round_cost
+    estimate = seconds * nbytes / max(1, seen)
+    if estimate * MIN_ROUNDS > budget:
+        raise Verdict(
+            Status.SKIPPED,
+            f"too large for {ctx.device} within the budget: a correctness round would take about "
+            f"{estimate:.3g} s (one on {seen / 2**20:.3g} MiB took {seconds:.3g} s; this workload has "
+            f"{nbytes / 2**20:.3g} MiB), and {MIN_ROUNDS} rounds and the timing would not fit in the "
+            f"workload's budget of {budget:.3g} s (--budget)",
+        )
 
 
 def _rounds_within_budget(ctx: Context, rounds: int, first_s: float) -> int:
