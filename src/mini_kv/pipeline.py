@@ -531,7 +531,7 @@ class CardDoor(FrontDoor):
             cases=cases,
             all_cases=[c.to_dict() for c in card.cases],
             bench_cases=bench,
-            benchmark=prep.settings,
+            benchmark=benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
             backward=cand.backward,
             exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
