@@ -59,7 +59,9 @@ def add_arguments(p) -> None:
         help="a fixed count of timed calls per repeat (default: adaptive, until the median's 95%% CI is "
         "within --target-rel-ci; docs/benchmarking.md)",
     )
-    add_sampling_arguments(p, "seconds per workload for correctness rounds and timing together")
+    add_sampling_arguments(
+        p, "seconds per workload for correctness rounds and timing together", "60 on CUDA, 9 on CPU"
+    )
     p.add_argument(
         "--method",
         default="auto",
@@ -88,7 +90,7 @@ def add_arguments(p) -> None:
     )
 
 
-def add_sampling_arguments(p, budget_what: str) -> None:
+def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CUDA, 3 on CPU") -> None:
     """The adaptive-sampling and give-up options both front doors share (verify and bench)."""
     from mini_kv import cli_checks as checks
     from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
@@ -96,7 +98,7 @@ def add_sampling_arguments(p, budget_what: str) -> None:
     p.add_argument(
         "--budget",
         type=checks.positive_float,
-        help=f"{budget_what} (default: 20 on CUDA, 3 on CPU; at most half of --timeout)",
+        help=f"{budget_what} (default: {budget_defaults}; at most half of --timeout)",
     )
     p.add_argument(
         "--target-rel-ci",

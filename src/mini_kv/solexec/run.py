@@ -151,6 +151,7 @@ def check_options(opts: BenchOptions, device: str) -> dict:
         },
         device,
         opts.timeout,
+        with_correctness=True,
     )
 
 

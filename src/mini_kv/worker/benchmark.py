@@ -244,9 +244,23 @@ def _case_sets(op, factory, task_id: str, case: dict, device: str, salt: str, co
     return sets, numel, set_bytes
 
 
-def _warm(sides: list, settings: dict, device: str) -> tuple[dict, float | None, str | None]:
-    """(the warm-up's record, the case's budget, why the case is skipped or None)."""
+# Setting a case up (its inputs, one call) is repeated about twice more by the post-timing check (the
+# same calls, then fresh inputs written into the same buffers, each compared with the reference).
+SETUP_REPEATS = 3
+
+
+def _warm(sides: list, settings: dict, device: str, setup_s: float) -> tuple[dict, float | None, str | None]:
+    """(the warm-up's record, the case's budget, why the case is skipped or None). A case whose set-up,
+    repeated by the post-timing check, alone outruns the budget is skipped before any warm-up: on CPU a
+    GPU-sized bench case (33M elements) took 50 s here, almost all of it outside the timed calls."""
     budget_s = float(settings.get("budget_s") or 0) or None
+    if budget_s and SETUP_REPEATS * setup_s > budget_s:
+        why = (
+            f"too large for {device} within the budget: setting the case up (its inputs and one call) took "
+            f"{setup_s:.3g} s, and the post-timing check repeats that about twice, over the case's budget "
+            f"of {budget_s:.3g} s (--budget, or benchmark.budget_s)"
+        )
+        return {"calls": 0, "seconds_per_call": [None] * len(sides), "seconds": 0.0}, budget_s, why
     warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
     return warm, budget_s, too_large(warm["seconds_per_call"], budget_s, device) if budget_s else None
 
@@ -274,7 +288,9 @@ def bench_case(
     launches_hot = int(settings.get("graph_launches", 20))
 
     seed = set_seed(task_id, case["id"], salt, 0)
+    t_setup = time.perf_counter()
     cand_sets, numel, set_bytes = _case_sets(op, factory, task_id, case, device, salt, cold, launches_hot)
+    setup_s = time.perf_counter() - t_setup
     args, n_sets = cand_sets[0], len(cand_sets)
     ref_sets = [clone_args(s) for s in cand_sets]
     # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
@@ -285,7 +301,7 @@ def bench_case(
     flush = L2Flusher(device, cold)
 
     t0 = time.perf_counter()
-    warm, budget_s, skip = _warm([cand_calls, ref_calls], settings, device)
+    warm, budget_s, skip = _warm([cand_calls, ref_calls], settings, device, setup_s)
     if skip:
         return {"id": case["id"], "status": Status.SKIPPED, "reason": skip, "warmup": warm}
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))

@@ -613,13 +613,20 @@ SAMPLING_DEFAULTS = {
     "cpu": {"target_rel_ci": 0.02, "min_samples": 5, "max_samples": 200, "budget_s": 3.0},
 }
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
+# A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
+SOL_BUDGET_FACTOR = 3.0
 WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
 
 
-def sampling_settings(settings: dict, device: str, case_timeout: float | None) -> dict:
+def sampling_settings(
+    settings: dict, device: str, case_timeout: float | None, with_correctness: bool = False
+) -> dict:
     """`settings` with the sampling keys filled from the device's defaults, `samples` "auto" unless a
-    count is given, and the budget held to half the per-case timeout."""
-    base = SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"]
+    count is given, and the budget held to half the per-case timeout. `with_correctness`: the budget
+    covers a SOL workload's correctness rounds too (SOL_BUDGET_FACTOR times the timing default)."""
+    base = dict(SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"])
+    if with_correctness:
+        base["budget_s"] *= SOL_BUDGET_FACTOR
     out = {
         **settings,
         **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
