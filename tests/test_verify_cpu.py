@@ -47,7 +47,11 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     bench = json.loads((attempt / "benchmark.json").read_text())
     case = bench["cases"][0]
     assert case["method"] == "wallclock"
-    assert len(case["candidate"]["samples"]) == 5 and all(len(r) == 100 for r in case["candidate"]["samples"])
+    # the shipped card samples adaptively: every repeat's count and why it stopped are in the record
+    taken = case["candidate"]["sampling"]["taken"]
+    assert case["sampling"]["mode"] == "adaptive" and len(case["candidate"]["samples"]) == len(taken)
+    assert [len(r) for r in case["candidate"]["samples"]] == taken
+    assert set(case["candidate"]["sampling"]["stopped"]) <= {"converged", "budget", "max"}
 
     second = cli(
         "verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark"

@@ -176,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=checks.fraction,
         help="stability gate: max robust CV of the candidate's P95s (fraction, default 0.15)",
     )
+    vr.add_argument(
+        "--samples",
+        type=checks.positive_int,
+        help="a fixed count of timed calls per repeat (default: the card's; adaptive unless it gives one)",
+    )
+    from mini_kv.cli_bench import add_sampling_arguments
+
+    add_sampling_arguments(vr, "seconds of warm-up and timing per bench case")
     vr.add_argument("--bench-all", action="store_true", help="also time every core case")
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
     vr.add_argument("--compile-timeout", type=checks.positive_float, help="seconds for the build")

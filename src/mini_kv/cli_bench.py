@@ -59,7 +59,13 @@ def add_arguments(p) -> None:
         "first (default 1; with one, the first side alternates across workloads)",
     )
     p.add_argument(
-        "--samples", type=checks.positive_int, default=50, help="timed calls per repeat (default 50)"
+        "--samples",
+        type=checks.positive_int,
+        help="a fixed count of timed calls per repeat (default: adaptive, until the median's 95%% CI is "
+        "within --target-rel-ci; docs/benchmarking.md)",
+    )
+    add_sampling_arguments(
+        p, "seconds per workload for correctness rounds and timing together", "60 on CUDA, 9 on CPU"
     )
     p.add_argument(
         "--method",
@@ -86,6 +92,32 @@ def add_arguments(p) -> None:
         "--no-sandbox",
         action="store_true",
         help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+    )
+
+
+def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CUDA, 3 on CPU") -> None:
+    """The adaptive-sampling and give-up options both front doors share (verify and bench)."""
+    from mini_kv import cli_checks as checks
+    from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
+
+    p.add_argument(
+        "--budget",
+        type=checks.positive_float,
+        help=f"{budget_what} (default: {budget_defaults}; at most half of --timeout)",
+    )
+    p.add_argument(
+        "--target-rel-ci",
+        type=checks.fraction,
+        help="adaptive sampling stops when the median's 95%% CI half-width is within this fraction "
+        "of it (default 0.005 on CUDA, 0.02 on CPU)",
+    )
+    p.add_argument(
+        "--give-up-after",
+        type=checks.nonnegative_int,
+        default=DEFAULT_GIVE_UP_AFTER,
+        metavar="K",
+        help=f"after K TIMEOUTs in a row, record the remaining cases NOT_RUN (default {DEFAULT_GIVE_UP_AFTER}; "
+        "0: never)",
     )
 
 

@@ -14,7 +14,7 @@ DEFAULT_BENCHMARK = {
     "l2": "hot",
     "warmup": 20,
     "repeats": 5,
-    "samples": 100,
+    "samples": "auto",  # adaptive (worker.timing.SAMPLING_DEFAULTS); an integer is a fixed count
     "graph_launches": 20,
     "max_cv": 0.03,
     "max_p95_cv": 0.15,

@@ -17,7 +17,7 @@ from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, TaskCard
-from mini_kv.runner import ChildRun, empty_results, run_worker
+from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
 from mini_kv.sandbox import SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import BuildStatus, Status
@@ -46,15 +46,34 @@ class VerifyOptions:
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
     sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
+    samples: int | None = None  # a fixed count per repeat; None: the card's (default: adaptive)
+    budget: float | None = None  # seconds of timing per bench case; None: the card's, else the device's
+    target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
+    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
 
 
-def benchmark_settings(card: TaskCard, opts: VerifyOptions) -> dict:
-    """The card's benchmark section with the command line's overrides."""
+def benchmark_settings(
+    card: TaskCard, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
+) -> dict:
+    """The card's benchmark section with the command line's overrides; with `device`, the sampling keys
+    resolved for it (worker.timing.sampling_settings)."""
     settings = dict(card.benchmark)
-    for key in ("method", "l2", "max_cv", "max_p95_cv"):
-        if getattr(opts, key) is not None:
-            settings[key] = getattr(opts, key)
-    return settings
+    for key, opt in (
+        ("method", "method"),
+        ("l2", "l2"),
+        ("max_cv", "max_cv"),
+        ("max_p95_cv", "max_p95_cv"),
+        ("samples", "samples"),
+        ("budget_s", "budget"),
+        ("target_rel_ci", "target_rel_ci"),
+    ):
+        if getattr(opts, opt) is not None:
+            settings[key] = getattr(opts, opt)
+    if device is None:
+        return settings
+    from mini_kv.worker.timing import sampling_settings
+
+    return sampling_settings(settings, device, case_timeout)
 
 
 def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) -> None:
@@ -102,6 +121,7 @@ class Prepared:
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
     artifacts: Path  # the attempt store
+    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
 
 
 @dataclass(frozen=True)
@@ -208,6 +228,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
                 on_event=_progress(job, door.label, say, line, phases, t0),
                 first_child=door.first_child(),
                 sandbox=prep.sandbox,
+                give_up_after=prep.give_up_after,
             )
         # the headline comes from the same function the index and the leaderboard recompute it with
         out = door.outcome(prep, built, results)
@@ -363,10 +384,13 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
 
 def _interleaved_settings(settings: dict) -> dict:
     """The card's sample budget in twice as many, shorter repeats: the worker alternates candidate and
-    baseline every repeat, so a burst of load on the machine hits both alike."""
+    baseline every repeat, so a burst of load on the machine hits both alike. Adaptive sampling stays
+    adaptive (each shorter repeat stops by the same rule, within the same budget)."""
     repeats = int(settings["repeats"])
-    samples = int(settings["samples"])
     finer = max(2 * repeats, 10)
+    if settings.get("samples") in (None, "auto"):
+        return {**settings, "repeats": finer}
+    samples = int(settings["samples"])
     return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
 
 
@@ -450,11 +474,12 @@ class CardDoor(FrontDoor):
             env,
             opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
             resolve_sandbox(opts.sandbox),
-            benchmark_settings(card, opts),
+            benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             opts.timeout or card.timeouts["case_s"],
             opts.compile_timeout or card.timeouts["compile_s"],
             root,
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            opts.give_up_after,
         )
 
     def build(self, prep: Prepared, say) -> Built:
@@ -508,7 +533,7 @@ class CardDoor(FrontDoor):
             cases=cases,
             all_cases=[c.to_dict() for c in card.cases],
             bench_cases=bench,
-            benchmark=benchmark_settings(card, opts),
+            benchmark=benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
             backward=cand.backward,
             exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},

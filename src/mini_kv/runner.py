@@ -27,6 +27,10 @@ from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import Event, Job, as_job
 
 MAX_RESTARTS = 50
+# After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
+# everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
+# each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
+DEFAULT_GIVE_UP_AFTER = 2
 
 
 def _tail(path: str, n: int = 4000) -> str:
@@ -185,8 +189,11 @@ def run_worker(
     on_event=None,
     first_child: ChildRun | None = None,
     sandbox: SandboxInfo | None = None,
+    give_up_after: int = DEFAULT_GIVE_UP_AFTER,
 ) -> dict:
     """Run every stage of `job` (kind card or sol, or its dict) in child processes; returns plain-data results.
+
+    `give_up_after`: consecutive TIMEOUTs after which the cases still pending are recorded NOT_RUN (0: never).
 
     `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
     a child started earlier without a job (same `env`, logging to `log_path`); it runs the first batch.
@@ -198,9 +205,9 @@ def run_worker(
     )
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    return _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox).run(
-        first_child
-    )
+    run = _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox)
+    run.give_up_after = give_up_after
+    return run.run(first_child)
 
 
 def empty_results(log_path: str | None, sandbox: SandboxInfo) -> dict:
@@ -240,6 +247,8 @@ class _WorkerRun:
         }
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
+        self.give_up_after = DEFAULT_GIVE_UP_AFTER
+        self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
         self.handlers = {
             Event.BEGIN: self._begin,
             Event.LOAD: self._load,
@@ -333,6 +342,7 @@ class _WorkerRun:
             self.results["cases" if kind == Event.CASE else "bench"].append(rec)
         self._drop({Event.CASE: "cases", Event.CONTRACT: "contract", Event.BENCH: "bench_cases"}[kind], name)
         self.current = None
+        self.timeouts_in_row = 0
 
     def _fatal(self, ev: dict) -> None:
         self.results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
@@ -371,12 +381,16 @@ class _WorkerRun:
             if outcome == "timeout"
             else f"worker {_describe_exit(code)}"
         )
+        self.timeouts_in_row = self.timeouts_in_row + 1 if outcome == "timeout" else 0
         if self.current is None:
             self.results["incidents"].append(
                 {"stage": "worker", "status": status, "reason": reason, "log_tail": _tail(self.log_path)}
             )
-            return self._left() > 0
-        self._fail_current(status, reason)
+        else:
+            self._fail_current(status, reason)
+        if self.give_up_after and self.timeouts_in_row >= self.give_up_after and self._left():
+            self._give_up()
+            return False
         if time.monotonic() - self.started >= self.stage_timeout:
             self.results["incidents"].append(
                 {
@@ -387,6 +401,30 @@ class _WorkerRun:
             )
             return False
         return self._left() > 0
+
+    def _give_up(self) -> None:
+        """Record every pending case NOT_RUN: the candidate hung on the last `give_up_after` in a row."""
+        reason = (
+            f"not run: the last {self.timeouts_in_row} cases in a row timed out (--give-up-after "
+            f"{self.give_up_after}); the candidate is taken to hang on every case"
+        )
+        for case in self.pending["cases"]:
+            self.results["cases"].append(
+                {
+                    "id": case["id"],
+                    "status": Status.NOT_RUN,
+                    "reason": reason,
+                    "kind": case["kind"],
+                    "dtype": case["dtype"],
+                    "params": case["params"],
+                }
+            )
+        for name in self.pending["contract"]:
+            self.results["contract"][name] = {"status": Status.NOT_RUN, "reason": reason}
+        for case in self.pending["bench_cases"]:
+            self.results["bench"].append({"id": case["id"], "status": Status.NOT_RUN, "reason": reason})
+        self.results["incidents"].append({"stage": "worker", "status": Status.NOT_RUN, "reason": reason})
+        self.pending = {k: [] for k in self.pending}
 
     def _fail_current(self, status: str, reason: str) -> None:
         """The case the child was on when it crashed or hung gets `status`."""

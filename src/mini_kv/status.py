@@ -57,6 +57,15 @@ class Verdict(StrEnum):
     TAMPERED = "TAMPERED"  # a baseline file that does not match its own hashes
 
 
+class StopReason(StrEnum):
+    """Why a measurement stopped taking samples (benchmark.json's `sampling`; judge.stats.sampling_step)."""
+
+    CONVERGED = "converged"  # the median's 95 % CI reached the target width
+    BUDGET = "budget"  # the case's time budget was spent first
+    MAX = "max"  # the maximum sample count was reached first
+    FIXED = "fixed"  # a fixed count was asked for and taken
+
+
 class BuildStatus(StrEnum):
     """A build's outcome (compile.json)."""
 

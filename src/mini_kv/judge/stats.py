@@ -318,3 +318,89 @@ def is_slower(
     significant = bool(p_value < alpha and not overlap)
     exceeds = bool(ratio > 1.0 + threshold)
     return Slower(ratio, p_value, significant, exceeds, significant and exceeds, base_ci, cand_ci)
+
+
+# ------------------------------------------------------------------------------ adaptive sampling
+#
+# nvbench's stopping criterion ("stdrel") keeps timing until the relative standard deviation is under
+# `max-noise` (0.5 %), after `min-samples` (10) and `min-time`, giving up at a `timeout` (15 s). We keep
+# its shape but stop on the quantity our verdicts use, the median: sampling ends when the 95 %
+# confidence interval of the median is within `target_rel_ci` of it (half-width / median), which a
+# few slow outliers (preemption, a clock change) cannot hold open the way they hold up a std.
+
+Z_95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
+
+
+@dataclass(frozen=True)
+class StoppingRule(_Record):
+    """When one measurement (one side, one repeat) stops taking samples.
+
+    `fixed`: take exactly this many (a card's or the command line's count), unless the budget runs out
+    first; otherwise sample until the median's 95 % CI half-width is within `target_rel_ci` of the
+    median, with at least `min_samples`, at most `max_samples`, and no new batch once `budget_s` is spent
+    (a measurement always keeps at least one sample)."""
+
+    target_rel_ci: float
+    min_samples: int
+    max_samples: int
+    budget_s: float
+    fixed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.target_rel_ci > 0 and self.budget_s > 0 and 1 <= self.min_samples <= self.max_samples):
+            raise ValueError(f"invalid stopping rule {self}")
+        if self.fixed is not None and self.fixed < 1:
+            raise ValueError(f"fixed sample count must be >= 1, got {self.fixed}")
+
+
+def median_ci(samples: Sequence[float], z: float = Z_95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics: the ranks
+    n/2 -+ z*sqrt(n)/2 (normal approximation of the binomial). Below about 6 samples it is the whole
+    range: no interval narrower than that is justified."""
+    arr = np.sort(_as_array(samples))
+    n = arr.size
+    half = z * math.sqrt(n) / 2.0
+    lo = max(0, int(math.floor(n / 2.0 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
+    return float(arr[lo]), float(arr[hi])
+
+
+def median_rel_ci(samples: Sequence[float]) -> float:
+    """The median's 95 % CI half-width relative to the median (inf for a zero median)."""
+    lo, hi = median_ci(samples)
+    med = float(np.median(np.asarray(samples, dtype=np.float64)))
+    return (hi - lo) / (2.0 * abs(med)) if med != 0.0 else math.inf
+
+
+def sampling_step(
+    rule: StoppingRule, samples: Sequence[float], elapsed_s: float, per_sample_s: float | None
+) -> tuple[str | None, int]:
+    """(why sampling stops, None while it goes on; the size of the next batch).
+
+    `per_sample_s` is the cost of one sample so far (or an estimate before the first), so a batch that
+    would run past the budget is cut to what fits. The reasons are mini_kv.status.StopReason's words."""
+    from mini_kv.status import StopReason
+
+    n = len(samples)
+    left = rule.budget_s - elapsed_s
+    goal = rule.fixed if rule.fixed is not None else rule.max_samples
+    if n >= goal:
+        return (StopReason.FIXED if rule.fixed is not None else StopReason.MAX), 0
+    if n >= 1 and left <= 0:  # the budget wins over the minimum count: the timeout is for hangs
+        return StopReason.BUDGET, 0
+    if rule.fixed is None and n >= rule.min_samples and median_rel_ci(samples) <= rule.target_rel_ci:
+        return StopReason.CONVERGED, 0
+    if rule.fixed is not None:
+        want = goal - n
+    elif n < rule.min_samples:
+        want = rule.min_samples - n
+    else:  # the half-width shrinks as 1/sqrt(n): aim for the count that reaches the target, at most doubling
+        ratio = median_rel_ci(samples) / rule.target_rel_ci
+        want = min(n, max(rule.min_samples, int(math.ceil(n * (ratio * ratio - 1.0)))))
+    want = min(want, goal - n)
+    if per_sample_s is not None and per_sample_s > 0 and math.isfinite(left):
+        fits = int(max(0.0, left) // per_sample_s)
+        if fits < 1 and n >= 1:
+            return StopReason.BUDGET, 0
+        want = max(1, min(want, fits))
+    return None, want

@@ -26,19 +26,24 @@ from mini_kv.solexec.inputs import (
 )
 from mini_kv.status import Status
 from mini_kv.worker import integrity
-from mini_kv.worker.benchmark import input_set_count, timed
+from mini_kv.worker.benchmark import input_set_count, sampling_record, timed
 from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.timing import (
     TIMER_LABELS,
+    WARMUP_SHARE,
     L2Flusher,
     TimingError,
     Workload,
     is_cuda,
-    measure,
+    measure_until,
     method_chain,
+    stopping_rule,
+    warm_up,
 )
+
+MIN_ROUNDS = 2  # both call orders (solution first, reference first), however tight the budget
 
 MAX_INPUT_SETS = 8
 
@@ -58,6 +63,9 @@ class Context:
     snapshot: dict
     safetensors_cache: dict = field(default_factory=dict)
     guard: Guard | None = None
+    rounds_run: int | None = None  # the correctness rounds the last workload's budget allowed
+    # (seconds, bytes) of the largest workload's first correctness round so far: what a larger one will cost
+    round_cost: tuple[float, int] | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
@@ -204,7 +212,16 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     worst = None
     tol = workload["tolerance"]
     prev = None
-    for r in range(ctx.settings["rounds"]):
+    rounds = int(ctx.settings["rounds"])
+    nbytes = signature_bytes(sig)
+    _skip_if_too_large(ctx, nbytes)
+    t0 = time.perf_counter()
+    for r in range(rounds):
+        if r == 1:
+            first = time.perf_counter() - t0
+            if ctx.round_cost is None or nbytes >= ctx.round_cost[1]:
+                ctx.round_cost = (first, nbytes)
+            rounds = _rounds_within_budget(ctx, rounds, first)
         seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
         inputs = _inputs(ctx, sig, workload, seed)
         pristine = clone_inputs(inputs)
@@ -238,7 +255,58 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
             if why:
                 raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
         prev = (inputs, outs, refs)
+        if r + 1 >= rounds:
+            break
+    ctx.rounds_run = min(rounds, int(ctx.settings["rounds"]))
     return worst
+
+
+def signature_bytes(sig: dict) -> int:
+    """Bytes of a workload's tensors (inputs and outputs) from its signature's shapes and dtypes."""
+    total = 0
+    for spec in [*sig["inputs"], *sig["outputs"]]:
+        if spec.get("shape") is None:
+            continue
+        n = 1
+        for d in spec["shape"]:
+            n *= int(d)
+        total += n * torch.empty((), dtype=getattr(torch, spec["dtype"])).element_size()
+    return total
+
+
+def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
+    """SKIPPED before any call when a smaller workload's first round, scaled by bytes, says MIN_ROUNDS of
+    this one outrun the whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so
+    running one to find out would spend the budget many times over)."""
+    budget = ctx.settings.get("budget_s")
+    if not budget or ctx.round_cost is None or nbytes <= ctx.round_cost[1]:
+        return
+    seconds, seen = ctx.round_cost
+    estimate = seconds * nbytes / max(1, seen)
+    if estimate * MIN_ROUNDS > budget:
+        raise Verdict(
+            Status.SKIPPED,
+            f"too large for {ctx.device} within the budget: a correctness round would take about "
+            f"{estimate:.3g} s (one on {seen / 2**20:.3g} MiB took {seconds:.3g} s; this workload has "
+            f"{nbytes / 2**20:.3g} MiB), and {MIN_ROUNDS} rounds and the timing would not fit in the "
+            f"workload's budget of {budget:.3g} s (--budget)",
+        )
+
+
+def _rounds_within_budget(ctx: Context, rounds: int, first_s: float) -> int:
+    """The rounds that fit in half the workload's budget (at least MIN_ROUNDS), given the first round's
+    time; a workload where MIN_ROUNDS alone outrun the whole budget is SKIPPED, saying why."""
+    budget = ctx.settings.get("budget_s")
+    if not budget or rounds <= 1:
+        return rounds
+    if first_s * MIN_ROUNDS > budget:
+        raise Verdict(
+            Status.SKIPPED,
+            f"too large for {ctx.device} within the budget: one correctness round took {first_s:.3g} s, "
+            f"{MIN_ROUNDS} rounds and the timing would not fit in the workload's budget of {budget:.3g} s "
+            "(--budget)",
+        )
+    return max(MIN_ROUNDS, min(rounds, int(budget / 2 / max(first_s, 1e-9))))
 
 
 def _explain_wrong_round(
@@ -300,19 +368,35 @@ def _measure_alike(
     device: str,
     flush: L2Flusher,
     first: int = 0,
-) -> tuple[str, list[dict], dict]:
+    budget: dict | None = None,
+) -> tuple[str, list[dict], dict, dict]:
     """Repeats of candidate and reference with one method, alternating who goes first (starting with
-    the candidate when `first` is even, so single-repeat runs alternate across workloads). The first
-    method of the chain that can time the first measurement is kept for all of them."""
+    the candidate when `first` is even, so single-repeat runs alternate across workloads), each sampled
+    by the stopping rule within its share of `budget` ({left_s, cost}); no new repeat once it is spent.
+    The first method of the chain that can time the first measurement is kept for all of them."""
     fallbacks: list[dict] = []
     samples: dict[str, list] = {"candidate": [], "reference": []}
+    sampling: dict[str, dict] = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in samples}
+    budget = budget or {"left_s": float("inf"), "cost": {}}
+    repeats = int(settings["repeats"])
+    share = max(0.0, budget["left_s"]) / (2 * repeats)
+    deadline = time.perf_counter() + budget["left_s"]
     method = None
-    for r in range(settings["repeats"]):
+    for r in range(repeats):
+        if r > 0 and time.perf_counter() >= deadline:
+            break
         for who in ("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate"):
             while True:
                 m = method or chain[len(fallbacks)]
                 try:
-                    res = measure(calls[who], m, settings["samples"], device, flush)
+                    res = measure_until(
+                        calls[who],
+                        m,
+                        stopping_rule(settings, share),
+                        device,
+                        flush,
+                        per_sample_s=budget["cost"].get(who),
+                    )
                 except TimingError as exc:
                     if method is not None or len(fallbacks) + 1 >= len(chain):
                         raise
@@ -320,24 +404,31 @@ def _measure_alike(
                     continue
                 method = m
                 samples[who].append(res.samples)
+                for key in ("taken", "stopped", "rel_ci"):
+                    sampling[who][key].append(res.notes["sampling"][key])
                 break
-    return method, fallbacks, samples
+    return method, fallbacks, samples, sampling
 
 
-def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
+def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: float | None = None) -> dict:
     settings = ctx.settings
     cold = settings["l2"] == "cold" and is_cuda(ctx.device)
+    t0 = time.perf_counter()
     sets = _input_sets(ctx, sig, workload, cold)
     cand, ref, ref_sets = _calls(ctx, sig, sets)
-    for _ in range(settings["warmup"]):
-        cand.next()()
-        ref.next()()
+    warm = warm_up(
+        [cand, ref], int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), ctx.device
+    )
     _sync(ctx.device)
     _check_integrity(ctx, "before timing")
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
+    budget = {
+        "left_s": (budget_s or float("inf")) - (time.perf_counter() - t0),
+        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
+    }
     try:
-        method, fallbacks, samples = timed(
+        method, fallbacks, samples, sampling = timed(
             lambda: _measure_alike(
                 {"candidate": cand, "reference": ref},
                 method_chain(settings["method"], ctx.device),
@@ -345,6 +436,7 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
                 ctx.device,
                 flush,
                 first,
+                budget,
             )
         )
     except integrity.Violation as v:  # work escaping the timer
@@ -357,7 +449,12 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0) -> dict:
         )
     _check_integrity(ctx, "after timing")
     _post_check(ctx, sig, workload, sets, ref_sets)
-    return _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
+    rec = _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
+    for who in ("candidate", "reference"):
+        rec[who]["sampling"] = sampling[who]
+    rec["sampling"] = sampling_record(settings, budget_s, warm, sampling, 20 if method == "graph" else 1)
+    rec["sampling"]["rounds_run"] = ctx.rounds_run
+    return rec
 
 
 def _post_check(ctx: Context, sig: dict, workload: dict, sets: list, ref_sets: list) -> None:
@@ -460,7 +557,10 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
         worst = correctness_rounds(ctx, sig, workload)
         record["correctness"] = _correctness_block(worst)
         phase_s["correctness"] = time.perf_counter() - t0
-        bench = timing(ctx, sig, workload, case.get("index", 0))
+        budget = ctx.settings.get("budget_s")
+        # timing gets what the correctness rounds left of the workload's budget, and at least half of it
+        left = max(budget / 2, budget - phase_s["correctness"]) if budget else None
+        bench = timing(ctx, sig, workload, case.get("index", 0), left)
         phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
         p50, ref_p50 = (
             bench["candidate"]["summary"]["overall"]["p50"],

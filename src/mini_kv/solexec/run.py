@@ -19,7 +19,7 @@ from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
-from mini_kv.runner import ChildRun
+from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
@@ -43,8 +43,11 @@ class BenchOptions:
     timeout: float = 600.0  # per workload (correctness rounds and timing together)
     rounds: int = 10
     warmup: int = 10
-    repeats: int = 1  # upstream times 50 calls once; one profiler session per side keeps start-up lean
-    samples: int = 50
+    repeats: int = 1  # one profiler session per side (per batch) keeps start-up lean
+    samples: int | None = None  # a fixed count; None: adaptive (worker.timing's stopping rule)
+    budget: float | None = None  # seconds per workload (correctness rounds and timing); None: the device's
+    target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the device's
+    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
     method: str = "auto"
     l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
     max_cv: float = 0.03
@@ -124,23 +127,32 @@ def check_options(opts: BenchOptions, device: str) -> dict:
     except ValueError as exc:
         raise UserError(f"--method/--l2: {exc}") from None
     for name in ("rounds", "warmup", "repeats", "samples"):
-        if getattr(opts, name) < (0 if name == "warmup" else 1):
+        if getattr(opts, name) is not None and getattr(opts, name) < (0 if name == "warmup" else 1):
             raise UserError(
                 f"--{name} must be at least {0 if name == 'warmup' else 1}, got {getattr(opts, name)}"
             )
-    for name in ("timeout", "compile_timeout", "max_cv", "max_p95_cv"):
-        if not getattr(opts, name) > 0:
+    for name in ("timeout", "compile_timeout", "max_cv", "max_p95_cv", "budget", "target_rel_ci"):
+        if getattr(opts, name) is not None and not getattr(opts, name) > 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")
-    return {
-        "rounds": opts.rounds,
-        "warmup": opts.warmup,
-        "repeats": opts.repeats,
-        "samples": opts.samples,
-        "method": opts.method,
-        "l2": l2,
-        "max_cv": opts.max_cv,
-        "max_p95_cv": opts.max_p95_cv,
-    }
+    from mini_kv.worker.timing import sampling_settings
+
+    return sampling_settings(
+        {
+            "rounds": opts.rounds,
+            "warmup": opts.warmup,
+            "repeats": opts.repeats,
+            "samples": opts.samples,
+            "method": opts.method,
+            "l2": l2,
+            "max_cv": opts.max_cv,
+            "max_p95_cv": opts.max_p95_cv,
+            "budget_s": opts.budget,
+            "target_rel_ci": opts.target_rel_ci,
+        },
+        device,
+        opts.timeout,
+        with_correctness=True,
+    )
 
 
 def device_memory(device: str, opts: BenchOptions) -> int:
@@ -254,12 +266,15 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
     out = []
     for wl in problem.workloads:
         o = outcomes[wl.uuid]
+        if o["status"] == Status.SKIPPED:  # upstream's layout has no word for it: correctness.json says why
+            continue
         out.append(
             traces.make_trace(
                 problem.definition.name,
                 wl.trace_dict(),
                 problem.solution.name,
-                o["status"],
+                # upstream has no NOT_RUN: a workload given up on after the solution hung is a TIMEOUT there
+                Status.TIMEOUT if o["status"] == Status.NOT_RUN else o["status"],
                 trace_env,
                 log=o.get("log") or "",
                 correctness=o.get("correctness"),
@@ -349,6 +364,7 @@ class SolDoor(FrontDoor):
             opts.compile_timeout,
             root,
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            give_up_after=opts.give_up_after,
         )
 
     def build(self, prep: Prepared, say) -> Built:
@@ -483,6 +499,11 @@ def bench(
         "device": run.prep.device,
         "settings": run.prep.settings,
         "unavailable": run.out.detail["unavailable"],
+        "skipped": [
+            {"id": c["id"], "reason": c.get("log")}
+            for c in run.out.results.get("cases", [])
+            if c.get("status") == Status.SKIPPED
+        ],
         "staging": str(door.staging) if opts.keep_staging else None,
         "definition": door.problem.definition.name,
         "solution": door.problem.solution.name,
@@ -497,6 +518,8 @@ def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
     statuses = {t["evaluation"]["status"] for t in trace_list}
     if statuses == {Status.PASSED}:
         return ExitCode.OK
+    if not statuses:  # every workload skipped (too large for the device within the budget): nothing timed
+        return ExitCode.CONFIG if unavailable else ExitCode.BENCHMARK
     if unavailable:
         return ExitCode.CONFIG
     codes = [

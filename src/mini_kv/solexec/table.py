@@ -59,6 +59,8 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(traces_table(trace_list, width=console.width))
     passed = sum(t["evaluation"]["status"] == Status.PASSED for t in trace_list)
     console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
+    for skip in result.get("skipped") or []:
+        console.print(f"[yellow]skipped[/] {escape(skip['id'])}: {escape(skip['reason'] or '')}")
     if result.get("unavailable"):
         console.print(f"[red]unavailable here:[/] {escape(result['unavailable'])}")
     failed = [
@@ -84,8 +86,8 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
 def _print_details(result: dict, console: Console) -> None:
     s = result["settings"]
     console.print(
-        f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples, "
-        f"method {s['method']}, L2 {s['l2']}[/]"
+        f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples "
+        f"(target {s.get('target_rel_ci')}, budget {s.get('budget_s')} s), method {s['method']}, L2 {s['l2']}[/]"
     )
     comp = result.get("compile")
     if comp:

@@ -160,12 +160,22 @@ def summarize_correctness(results: dict, device: str) -> dict:
     }
 
 
+def _untimed(records: list) -> tuple[list, list]:
+    """(skipped, failed) ids of the cases without timings: a case SKIPPED (too large for the device
+    within the budget) says why in its record and is not a failure."""
+    untimed = [r for r in records if not timed(r)]
+    return (
+        [r["id"] for r in untimed if r.get("status") == Status.SKIPPED],
+        [r["id"] for r in untimed if r.get("status") != Status.SKIPPED],
+    )
+
+
 def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHeadline]]:
     """benchmark.json's summary and the recomputed bench cases, from the per-case records."""
     if skipped:
         return {"ran": False, "ok": True, "stable": None, "reason": "--skip-benchmark"}, []
     good = [r for r in records if timed(r)]
-    failed = [r["id"] for r in records if not timed(r)]
+    skipped_cases, failed = _untimed(records)
     post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
     cases = [case_headline(r) for r in good]
     stable = all(c.stable for c in cases) if cases else None
@@ -178,6 +188,7 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
             "ok": not failed and not post_bad,
             "stable": stable,
             "failed": failed,
+            **({"skipped": skipped_cases} if skipped_cases else {}),
             "post_check_failed": post_bad,
             "integrity_failures": integrity,
             "geomean_speedup": _geomean(cases),
@@ -220,7 +231,10 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
     counts = dict(Counter(w["status"] for w in workloads))
-    passed = bool(workloads) and counts.get(Status.PASSED, 0) == len(workloads)
+    # a workload SKIPPED (too large for the device within its budget, with its reason) neither passes nor fails
+    passed = counts.get(Status.PASSED, 0) > 0 and counts.get(Status.PASSED, 0) + counts.get(
+        Status.SKIPPED, 0
+    ) == len(workloads)
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     bench = {

@@ -7,15 +7,19 @@ fresh addresses with fresh values (rotating sets), and L2 is flushed before ever
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from mini_kv import roofline
 from mini_kv.judge import stats
+from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare
 from mini_kv.worker.inputs import case_seed, clone_args, make_case_inputs, tensor_nbytes
 from mini_kv.worker.timing import (
     TIMER_LABELS,
+    WARMUP_SHARE,
     L2Flusher,
     NoDeviceWorkError,
     TimingError,
@@ -23,7 +27,10 @@ from mini_kv.worker.timing import (
     Workload,
     is_cuda,
     measure,
+    measure_until,
     method_chain,
+    stopping_rule,
+    warm_up,
 )
 
 PROBE_SAMPLES = 3
@@ -55,7 +62,10 @@ def set_seed(task_id: str, case_id: str, salt: str, k: int) -> int:
 def choose_method(
     chain: list[str], workloads: list, device: str, flush: L2Flusher, launches: int
 ) -> tuple[str, list[dict]]:
-    """The first method in `chain` that times every workload; the ones skipped and why."""
+    """The first method in `chain` that times every workload; the ones skipped and why. The host wall
+    clock alone cannot fail to time anything: no probe calls (they cost seconds for a large CPU case)."""
+    if chain == ["wallclock"]:
+        return chain[0], []
     fallbacks = []
     for i, method in enumerate(chain):
         try:
@@ -130,20 +140,40 @@ def post_timing_check(
     return {"ok": True, "reason": None}
 
 
-def _repeats(calls: dict, method: str, settings: dict, device: str, flush, launches: int, guard) -> tuple:
-    """(samples, kernel times, order) of every repeat, alternating who goes first."""
+def _repeats(
+    calls: dict, method: str, settings: dict, device: str, flush, launches: int, guard, budget: dict
+) -> tuple:
+    """(samples, kernel times, order, sampling) of every repeat, alternating who goes first. Each
+    measurement samples by the stopping rule within its share of the case's budget; no new repeat
+    starts once the budget is spent (the first always runs, for both sides)."""
     # after the probes: lazily started runtime threads (profiler, driver) exist by now
     threads = integrity.os_threads()
 
     samples: dict[str, list] = {"candidate": [], "reference": []}
     kernel_us: dict[str, list] = {"candidate": [], "reference": []}
+    sampling: dict[str, dict] = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in samples}
     order_log = []
-    for r in range(settings["repeats"]):
+    repeats = int(settings["repeats"])
+    share = max(0.0, budget["left_s"]) / (2 * repeats)
+    deadline = time.perf_counter() + budget["left_s"]
+    for r in range(repeats):
+        if r > 0 and time.perf_counter() >= deadline:
+            break
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
+            rule = stopping_rule(settings, share)
             m = timed(
-                lambda who=who: measure(calls[who], method, settings["samples"], device, flush, launches)
+                lambda who=who, rule=rule: measure_until(
+                    calls[who],
+                    method,
+                    rule,
+                    device,
+                    flush,
+                    launches,
+                    per_sample_s=budget["cost"].get(who),
+                    measure_fn=measure,  # this module's name: the seam tests script timings through
+                )
             )
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
             left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
@@ -154,13 +184,85 @@ def _repeats(calls: dict, method: str, settings: dict, device: str, flush, launc
             if guard is not None:
                 guard.check(f"after timing the {who}")
             samples[who].append(m.samples)
+            for key in ("taken", "stopped", "rel_ci"):
+                sampling[who][key].append(m.notes["sampling"][key])
             if m.kernel_us is not None:
                 kernel_us[who].append(m.kernel_us)
     kernel = {
         who: {"kernel_us_p50": stats.summarize([x for rep in reps for x in rep]).p50} if reps else {}
         for who, reps in kernel_us.items()
     }
-    return samples, kernel, order_log
+    return samples, kernel, order_log, sampling
+
+
+def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
+    """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
+    each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat)."""
+    stopped = sorted({why for side in sides.values() for why in side["stopped"]})
+    return {
+        "mode": "fixed" if settings.get("samples") not in (None, "auto") else "adaptive",
+        "samples": settings.get("samples", "auto"),
+        **{k: settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")},
+        "budget_s": budget_s,
+        "warmup_calls": warm["calls"],
+        "warmup_s": warm["seconds"],
+        "repeats_run": len(next(iter(sides.values()))["taken"]),
+        "timed_calls": {who: sum(side["taken"]) * calls_per for who, side in sides.items()},
+        "stopped": stopped,
+    }
+
+
+def too_large(cost: list, budget_s: float, device: str) -> str | None:
+    """Why a case is skipped: one call of each side already takes more than the whole timing budget, so
+    not even one sample of each fits (None when it fits). Said in the record, never silently."""
+    if any(c is None for c in cost) or sum(cost) <= budget_s:
+        return None
+    return (
+        f"too large for {device} within the timing budget: one call of each side took "
+        f"{sum(cost):.3g} s, the case's budget is {budget_s:.3g} s (--budget, or benchmark.budget_s)"
+    )
+
+
+def _case_sets(op, factory, task_id: str, case: dict, device: str, salt: str, cold: bool, launches: int):
+    """(input sets, output numel, bytes of one set): set 0 from the case's seed, called once to size it."""
+    args = make_case_inputs(
+        factory, case["params"], case["dtype"], device, set_seed(task_id, case["id"], salt, 0)
+    )
+    out = op(*args)
+    out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
+    numel = out.numel() if isinstance(out, torch.Tensor) else 0
+    set_bytes = tensor_nbytes(args) + out_bytes
+    free = torch.cuda.mem_get_info(torch.device(device))[0] if is_cuda(device) else None
+    n_sets = input_set_count(set_bytes, cold, max(2, launches), free)
+    del out
+    sets = [args] + [
+        make_case_inputs(
+            factory, case["params"], case["dtype"], device, set_seed(task_id, case["id"], salt, k)
+        )
+        for k in range(1, n_sets)
+    ]
+    return sets, numel, set_bytes
+
+
+# Setting a case up (its inputs, one call) is repeated about twice more by the post-timing check (the
+# same calls, then fresh inputs written into the same buffers, each compared with the reference).
+SETUP_REPEATS = 3
+
+
+def _warm(sides: list, settings: dict, device: str, setup_s: float) -> tuple[dict, float | None, str | None]:
+    """(the warm-up's record, the case's budget, why the case is skipped or None). A case whose set-up,
+    repeated by the post-timing check, alone outruns the budget is skipped before any warm-up: on CPU a
+    GPU-sized bench case (33M elements) took 50 s here, almost all of it outside the timed calls."""
+    budget_s = float(settings.get("budget_s") or 0) or None
+    if budget_s and SETUP_REPEATS * setup_s > budget_s:
+        why = (
+            f"too large for {device} within the budget: setting the case up (its inputs and one call) took "
+            f"{setup_s:.3g} s, and the post-timing check repeats that about twice, over the case's budget "
+            f"of {budget_s:.3g} s (--budget, or benchmark.budget_s)"
+        )
+        return {"calls": 0, "seconds_per_call": [None] * len(sides), "seconds": 0.0}, budget_s, why
+    warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
+    return warm, budget_s, too_large(warm["seconds_per_call"], budget_s, device) if budget_s else None
 
 
 def bench_case(
@@ -186,20 +288,10 @@ def bench_case(
     launches_hot = int(settings.get("graph_launches", 20))
 
     seed = set_seed(task_id, case["id"], salt, 0)
-    args = make_case_inputs(factory, case["params"], case["dtype"], device, seed)
-    out = op(*args)
-    out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
-    numel = out.numel() if isinstance(out, torch.Tensor) else 0
-    set_bytes = tensor_nbytes(args) + out_bytes
-    free = torch.cuda.mem_get_info(torch.device(device))[0] if cuda else None
-    n_sets = input_set_count(set_bytes, cold, max(2, launches_hot), free)
-    del out
-    cand_sets = [args] + [
-        make_case_inputs(
-            factory, case["params"], case["dtype"], device, set_seed(task_id, case["id"], salt, k)
-        )
-        for k in range(1, n_sets)
-    ]
+    t_setup = time.perf_counter()
+    cand_sets, numel, set_bytes = _case_sets(op, factory, task_id, case, device, salt, cold, launches_hot)
+    setup_s = time.perf_counter() - t_setup
+    args, n_sets = cand_sets[0], len(cand_sets)
     ref_sets = [clone_args(s) for s in cand_sets]
     # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
     cand_calls = Workload([_bind(op, s) for s in cand_sets])
@@ -208,14 +300,26 @@ def bench_case(
     launches = n_sets if cold else launches_hot
     flush = L2Flusher(device, cold)
 
-    for _ in range(settings["warmup"]):
-        cand_calls.next()()
-        ref_calls.next()()
+    t0 = time.perf_counter()
+    warm, budget_s, skip = _warm([cand_calls, ref_calls], settings, device, setup_s)
+    if skip:
+        return {"id": case["id"], "status": Status.SKIPPED, "reason": skip, "warmup": warm}
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
-    samples, kernel, order_log = _repeats(
-        {"candidate": cand_calls, "reference": ref_calls}, method, settings, device, flush, launches, guard
+    budget = {
+        "left_s": (budget_s or float("inf")) - (time.perf_counter() - t0),
+        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
+    }
+    samples, kernel, order_log, sampling = _repeats(
+        {"candidate": cand_calls, "reference": ref_calls},
+        method,
+        settings,
+        device,
+        flush,
+        launches,
+        guard,
+        budget,
     )
 
     post = post_timing_check(op, reference, factory, case, cand_sets, ref_sets, tolerance, device, salt)
@@ -244,8 +348,19 @@ def bench_case(
         "input_sets": n_sets,
         "unit": "us",
         "order": order_log,
-        "candidate": {"samples": samples["candidate"], "summary": cand_s.to_dict(), **kernel["candidate"]},
-        "reference": {"samples": samples["reference"], "summary": ref_s.to_dict(), **kernel["reference"]},
+        "candidate": {
+            "samples": samples["candidate"],
+            "summary": cand_s.to_dict(),
+            "sampling": sampling["candidate"],
+            **kernel["candidate"],
+        },
+        "reference": {
+            "samples": samples["reference"],
+            "summary": ref_s.to_dict(),
+            "sampling": sampling["reference"],
+            **kernel["reference"],
+        },
+        "sampling": sampling_record(settings, budget_s, warm, sampling, launches if method == "graph" else 1),
         "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
         "stability": {
             **stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict(),

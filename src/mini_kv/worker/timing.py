@@ -27,6 +27,7 @@ import bisect
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import re
 import threading
@@ -513,3 +514,141 @@ def measure(
             f"{threading.active_count()}): work may be escaping the timer"
         )
     return res
+
+
+# ------------------------------------------------------------------------------ adaptive sampling
+
+
+def measure_until(
+    calls: Call | Sequence[Call] | Workload,
+    method: str,
+    rule,
+    device: str,
+    flush: L2Flusher,
+    launches: int = 20,
+    per_sample_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    measure_fn: Callable[..., Measurement] | None = None,
+) -> Measurement:
+    """Time batches with `method` until `rule` (judge.stats.StoppingRule) says stop; one Measurement of
+    every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
+
+    Both front doors time through here, so the stopping rule is applied alike for every method. A batch
+    is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
+    grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
+    before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
+    from mini_kv.judge import stats
+
+    measure_fn = measure_fn or measure
+    calls = as_workload(calls)
+    samples: list[float] = []
+    kernel: list[float] = []
+    notes: dict = {}
+    batches = 0
+    t0 = clock()
+    cost = per_sample_s
+    while True:
+        elapsed = clock() - t0
+        stop, n = stats.sampling_step(rule, samples, elapsed, cost)
+        if stop is not None:
+            break
+        m = measure_fn(calls, method, n, device, flush, launches)
+        batches += 1
+        samples.extend(m.samples)
+        if m.kernel_us is not None:
+            kernel.extend(m.kernel_us)
+        notes.update(m.notes)
+        cost = (clock() - t0) / len(samples)
+    notes["sampling"] = {
+        "taken": len(samples),
+        "stopped": str(stop),
+        "batches": batches,
+        "rel_ci": _finite_or_none(stats.median_rel_ci(samples)),
+        "seconds": round(clock() - t0, 4),
+    }
+    return Measurement(
+        method,
+        samples,
+        calls_per_sample=launches if method == "graph" else 1,
+        kernel_us=kernel if kernel else None,
+        notes=notes,
+    )
+
+
+def _finite_or_none(x: float) -> float | None:
+    return round(x, 6) if math.isfinite(x) else None
+
+
+def warm_up(
+    sides: Sequence[Workload], count: int, limit_s: float, device: str, clock=time.perf_counter
+) -> dict:
+    """`count` untimed calls of each side, in turn, but no new round once `limit_s` is spent (at least one
+    round: lazy initialisation stays out of the timed span). Returns {calls, seconds_per_call, seconds}:
+    the cost of one call of each side (None without a warm-up), which sizes the first timed batch."""
+    t0 = clock()
+    per_side = [0.0] * len(sides)
+    done = 0
+    for _ in range(count):
+        for i, side in enumerate(sides):
+            t = clock()
+            side.next()()
+            if is_cuda(device):
+                torch.cuda.synchronize()
+            per_side[i] += clock() - t
+        done += 1
+        if clock() - t0 >= limit_s:
+            break
+    cost = [s / done for s in per_side] if done else [None] * len(sides)
+    return {"calls": done, "seconds_per_call": cost, "seconds": round(clock() - t0, 4)}
+
+
+# The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling").
+# GPU: nvbench's 0.5 % noise target and 10-sample minimum. CPU: host wall-clock timing on a shared
+# machine has per-call noise of several percent, so a 0.5 % interval would mostly end on the budget;
+# 2 % is inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen
+# samples. The budgets (per case, warm-up and every timed sample of both sides) keep the per-case
+# timeout for hangs: a case is given at most half of it.
+SAMPLING_DEFAULTS = {
+    "cuda": {"target_rel_ci": 0.005, "min_samples": 10, "max_samples": 1000, "budget_s": 20.0},
+    "cpu": {"target_rel_ci": 0.02, "min_samples": 5, "max_samples": 200, "budget_s": 3.0},
+}
+SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
+# A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
+SOL_BUDGET_FACTOR = 3.0
+WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
+
+
+def sampling_settings(
+    settings: dict, device: str, case_timeout: float | None, with_correctness: bool = False
+) -> dict:
+    """`settings` with the sampling keys filled from the device's defaults, `samples` "auto" unless a
+    count is given, and the budget held to half the per-case timeout. `with_correctness`: the budget
+    covers a SOL workload's correctness rounds too (SOL_BUDGET_FACTOR times the timing default)."""
+    base = dict(SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"])
+    if with_correctness:
+        base["budget_s"] *= SOL_BUDGET_FACTOR
+    out = {
+        **settings,
+        **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
+    }
+    out["samples"] = settings.get("samples") if settings.get("samples") not in (None, "auto") else "auto"
+    if case_timeout is not None:
+        out["budget_s"] = min(float(out["budget_s"]), case_timeout / 2.0)
+    return out
+
+
+def stopping_rule(settings: dict, budget_s: float):
+    """The judge.stats.StoppingRule of one measurement, given the seconds it may take."""
+    from mini_kv.judge import stats
+
+    fixed = settings.get("samples")
+    base = SAMPLING_DEFAULTS["cpu"]
+    return stats.StoppingRule(
+        target_rel_ci=float(settings.get("target_rel_ci") or base["target_rel_ci"]),
+        min_samples=int(settings.get("min_samples") or base["min_samples"]),
+        max_samples=max(
+            int(settings.get("max_samples") or base["max_samples"]), int(settings.get("min_samples") or 1)
+        ),
+        budget_s=max(1e-6, budget_s),
+        fixed=None if fixed in (None, "auto") else int(fixed),
+    )

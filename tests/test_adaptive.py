@@ -1,0 +1,267 @@
+"""Adaptive sampling (judge.stats.StoppingRule, worker.timing.measure_until), time budgets and the early
+give-up on a hanging solution: the stopping reasons, the counts taken, and the records that say so."""
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from mini_kv.judge import stats
+from mini_kv.load.schema import load_schema
+from mini_kv.status import Status, StopReason
+from mini_kv.store.headline import summarize_benchmark
+from mini_kv.store.records import benchmark_document
+from mini_kv.worker import timing
+from mini_kv.worker.benchmark import bench_case
+from mini_kv.worker.timing import L2Flusher, Measurement, measure_until
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLS = ROOT / "tests" / "sol_solutions"
+
+
+class FakeTimer:
+    """A timing method and a clock: each sample costs `cost_s` of fake time and is drawn from `draw`."""
+
+    def __init__(self, draw, cost_s: float = 0.001):
+        self.now, self.draw, self.cost_s = 0.0, draw, cost_s
+        self.batches: list[int] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def measure(self, calls, method, n, device, flush, launches):
+        self.batches.append(n)
+        self.now += n * self.cost_s
+        return Measurement(method, [self.draw() for _ in range(n)])
+
+
+def run(timer: FakeTimer, rule: stats.StoppingRule, per_sample_s=None) -> Measurement:
+    return measure_until(
+        lambda: None,
+        "wallclock",
+        rule,
+        "cpu",
+        L2Flusher("cpu", False),
+        per_sample_s=per_sample_s,
+        clock=timer.clock,
+        measure_fn=timer.measure,
+    )
+
+
+RULE = stats.StoppingRule(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=10.0)
+
+
+def test_median_ci_matches_the_order_statistics():
+    xs = list(range(1, 101))  # n = 100: ranks 50 -+ 1.96 * 10 / 2 -> the 40th and 60th values
+    assert stats.median_ci(xs) == (40.0, 61.0)
+    assert stats.median_ci([5.0] * 30) == (5.0, 5.0)
+    assert stats.median_rel_ci([5.0] * 30) == 0.0
+    small = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert stats.median_ci(small) == (1.0, 5.0)  # too few samples for anything narrower than the range
+
+
+def test_a_stable_timer_converges_at_the_minimum_count():
+    rng = random.Random(0)
+    timer = FakeTimer(lambda: 100.0 * (1 + rng.uniform(-0.001, 0.001)))
+    m = run(timer, RULE)
+    assert m.notes["sampling"]["stopped"] == StopReason.CONVERGED
+    assert m.notes["sampling"]["taken"] == RULE.min_samples == len(m.samples)
+    assert m.notes["sampling"]["rel_ci"] <= RULE.target_rel_ci
+
+
+def test_a_noisier_timer_takes_more_samples_then_converges():
+    rng = random.Random(1)
+    timer = FakeTimer(lambda: 100.0 * (1 + rng.gauss(0, 0.03)))
+    m = run(timer, RULE)
+    s = m.notes["sampling"]
+    assert s["stopped"] == StopReason.CONVERGED
+    assert RULE.min_samples < s["taken"] < RULE.max_samples
+    assert stats.median_rel_ci(m.samples) <= RULE.target_rel_ci
+    # batches grow (at most doubling) instead of one profiler session or graph capture per sample
+    assert s["batches"] == len(timer.batches) < 12
+    assert all(b <= sum(timer.batches[:i]) or i == 0 for i, b in enumerate(timer.batches))
+
+
+def test_the_budget_stops_a_slow_op():
+    rng = random.Random(2)
+    timer = FakeTimer(lambda: 1e6 * (1 + rng.gauss(0, 0.05)), cost_s=1.0)  # one second a call
+    rule = stats.StoppingRule(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=3.5)
+    m = run(timer, rule, per_sample_s=1.0)
+    assert m.notes["sampling"]["stopped"] == StopReason.BUDGET
+    assert 1 <= len(m.samples) <= 3  # never a batch that would run past the budget
+    assert timer.now <= rule.budget_s
+
+
+def test_an_op_slower_than_the_whole_budget_still_gets_one_sample():
+    timer = FakeTimer(lambda: 5e6, cost_s=5.0)
+    m = run(timer, stats.StoppingRule(0.005, 10, 1000, budget_s=1.0), per_sample_s=5.0)
+    assert len(m.samples) == 1 and m.notes["sampling"]["stopped"] == StopReason.BUDGET
+
+
+def test_the_maximum_count_stops_a_noise_that_never_converges():
+    rng = random.Random(3)
+    timer = FakeTimer(lambda: rng.uniform(1.0, 100.0))
+    rule = stats.StoppingRule(target_rel_ci=0.001, min_samples=10, max_samples=150, budget_s=1e6)
+    m = run(timer, rule)
+    assert m.notes["sampling"]["stopped"] == StopReason.MAX
+    assert len(m.samples) == 150
+
+
+def test_a_fixed_count_is_taken_as_asked_in_one_batch():
+    rng = random.Random(4)
+    timer = FakeTimer(lambda: rng.uniform(1.0, 100.0))
+    fixed = stats.StoppingRule(0.005, 10, 1000, budget_s=100.0, fixed=37)
+    m = run(timer, fixed)
+    assert len(m.samples) == 37 and timer.batches == [37]
+    assert m.notes["sampling"]["stopped"] == StopReason.FIXED
+    # even a stable timer that would converge at 10 gets its 37
+    timer = FakeTimer(lambda: 7.0)
+    assert len(run(timer, fixed).samples) == 37
+
+
+def test_settings_resolve_per_device_and_keep_a_fixed_count():
+    cpu = timing.sampling_settings({"samples": "auto"}, "cpu", case_timeout=120.0)
+    assert cpu["samples"] == "auto" and cpu["target_rel_ci"] == 0.02 and cpu["budget_s"] == 3.0
+    assert timing.sampling_settings({"samples": 100}, "cpu", 120.0)["samples"] == 100
+    # the budget never takes more than half the per-case timeout: the timeout is for hangs
+    assert timing.sampling_settings({"budget_s": 500.0}, "cpu", 60.0)["budget_s"] == 30.0
+    rule = timing.stopping_rule({**cpu, "samples": 100}, 1.0)
+    assert rule.fixed == 100 and rule.budget_s == 1.0
+    with pytest.raises(ValueError):
+        stats.StoppingRule(0.0, 10, 100, 1.0)
+
+
+# ------------------------------------------------------------------------ a real bench case on CPU
+
+
+def _add(x, y):
+    return x + y
+
+
+def _factory(params, dtype, device, g):
+    n = params["n"]
+    return [torch.rand(n, generator=g).to(device), torch.rand(n, generator=g).to(device)]
+
+
+def _slow_add(x, y):
+    time.sleep(0.3)
+    return x + y
+
+
+SETTINGS = {"method": "auto", "l2": "hot", "warmup": 3, "repeats": 3, "max_cv": 0.5, "max_p95_cv": 1.0}
+
+
+def _bench(op, settings):
+    case = {"id": "c0", "dtype": "float32", "params": {"n": 4096}}
+    return bench_case(
+        op, _add, _factory, "t", case, settings, {"atol": 1e-6, "rtol": 1e-6}, "cpu", "salt", None, {}
+    )
+
+
+def _valid(records: list) -> dict:
+    doc = json.loads(json.dumps(benchmark_document("task-card", "cpu", records, None), allow_nan=False))
+    jsonschema.Draft202012Validator(load_schema("benchmark")).validate(doc)
+    return doc
+
+
+@pytest.mark.parametrize("samples", ["auto", 12])
+def test_a_bench_record_says_how_it_was_sampled_and_is_schema_valid(samples):
+    settings = timing.sampling_settings({**SETTINGS, "samples": samples}, "cpu", 120.0)
+    rec = _bench(_add, settings)
+    _valid([rec])
+    s = rec["sampling"]
+    assert s["mode"] == ("adaptive" if samples == "auto" else "fixed")
+    for who in ("candidate", "reference"):
+        side = rec[who]["sampling"]
+        assert side["taken"] == [len(r) for r in rec[who]["samples"]]  # the samples taken are the ones stored
+        assert s["timed_calls"][who] == sum(side["taken"])
+        if samples == 12:
+            assert side["taken"] == [12] * s["repeats_run"] and set(side["stopped"]) == {StopReason.FIXED}
+        else:
+            assert set(side["stopped"]) <= {StopReason.CONVERGED, StopReason.MAX, StopReason.BUDGET}
+    # the stability gate is computed from exactly these samples
+    cs = stats.summarize_repeats(rec["candidate"]["samples"])
+    assert rec["candidate"]["summary"] == cs.to_dict()
+
+
+def test_a_case_slower_than_its_budget_is_timed_with_fewer_samples():
+    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 2.5}, "cpu", 120.0)
+    t0 = time.perf_counter()
+    rec = _bench(_slow_add, settings)
+    assert time.perf_counter() - t0 < 2 * 2.5 + 2.0  # the budget, plus the post-timing check's calls
+    assert StopReason.BUDGET in rec["sampling"]["stopped"]
+    # fewer than the minimum count: each repeat's share of the budget holds one 0.3 s call
+    assert set(rec["candidate"]["sampling"]["taken"]) == {1} != {settings["min_samples"]}
+    assert set(rec["candidate"]["sampling"]["stopped"]) == {StopReason.BUDGET}
+    _valid([rec])
+
+
+def test_a_case_too_large_for_its_budget_is_skipped_with_the_reason():
+    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 0.2}, "cpu", 120.0)
+    rec = _bench(_slow_add, settings)
+    assert rec["status"] == Status.SKIPPED and "too large for cpu" in rec["reason"]
+    _valid([rec])
+    summary, cases = summarize_benchmark([rec], skipped=False)
+    assert summary["ok"] and summary["skipped"] == ["c0"] and summary["failed"] == [] and not cases
+
+
+def test_records_without_sampling_still_validate():
+    old = {"id": "c", "candidate": {"samples": [[1.0, 2.0]]}, "reference": {"samples": [[1.0]]}}
+    _valid([old])
+
+
+# ------------------------------------------------------------------------- giving up on a hang
+
+
+@pytest.mark.slow
+def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp_path):
+    from mini_kv.solexec.run import BenchOptions, bench
+
+    problem = tmp_path / "problem"
+    problem.mkdir()
+    shutil.copy(SOLS / "problem" / "definition.json", problem)
+    lines = [
+        json.dumps(
+            {
+                "uuid": f"w{i}",
+                "axes": {"n": 3 + i},
+                "inputs": {
+                    "x": {"type": "random"},
+                    "w": {"type": "random"},
+                    "alpha": {"type": "scalar", "value": 1.0},
+                },
+            }
+        )
+        for i in range(8)
+    ]
+    (problem / "workload.jsonl").write_text("\n".join(lines) + "\n")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    shutil.copy(SOLS / "hangs" / "solution.json", sol)
+    (sol / "kernel.py").write_text("def run(x, w, alpha):\n    while True:\n        pass\n")
+    timeout = 12.0
+    opts = BenchOptions(
+        solution=str(sol / "solution.json"),
+        artifacts=str(tmp_path / "artifacts"),
+        device="cpu",
+        rounds=2,
+        warmup=1,
+        timeout=timeout,
+    )
+    t0 = time.perf_counter()
+    result = bench(str(problem), opts)
+    took = time.perf_counter() - t0
+    got = {
+        t["workload"]["uuid"]: (t["evaluation"]["status"], t["evaluation"]["log"]) for t in result["traces"]
+    }
+    assert [s for s, _ in got.values()] == ["TIMEOUT"] * 8
+    assert "process group killed" in got["w0"][1] and "process group killed" in got["w1"][1]
+    assert all("--give-up-after 2" in got[f"w{i}"][1] for i in range(2, 8))
+    assert took < 3 * timeout + 15  # not 8 x the timeout
+    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    assert [c["status"] for c in corr["cases"]][2:] == [Status.NOT_RUN] * 6
