@@ -46,7 +46,7 @@ def test_prebuild_solutions_builds_cpp_and_reports_failures_with_their_log():
             str(problem),
             str(sols / "cuda_good" / "solution.json"),
             str(problem),
-            str(sols / "cuda_syntax_error" / "solution.json"),
+            str(sols / "cuda_syntax_error_lean" / "solution.json"),
             str(problem),
             str(sols / "wrong_values" / "solution.json"),
         ],
@@ -58,7 +58,9 @@ def test_prebuild_solutions_builds_cpp_and_reports_failures_with_their_log():
     assert res.returncode == 1, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert any(ln.startswith(str(sols / "cuda_good" / "solution.json") + ": ok") for ln in lines), res.stdout
-    assert any(ln.startswith(str(sols / "cuda_syntax_error" / "solution.json") + ": error") for ln in lines)
+    assert any(
+        ln.startswith(str(sols / "cuda_syntax_error_lean" / "solution.json") + ": error") for ln in lines
+    )
     assert "kernel.cu" in res.stdout  # the failed build's log follows its line
     assert any("wrong_values" in ln and "not C++" in ln for ln in lines)
 
