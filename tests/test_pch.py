@@ -29,23 +29,22 @@ def test_no_first_include_when_code_or_a_define_comes_first(tmp_path):
     assert pch.first_include(tmp_path / "missing.cpp") is None
 
 
-def test_a_header_is_made_when_two_files_share_it_or_no_cu_waits(tmp_path):
+def test_a_header_fits_a_build_only_when_every_host_file_begins_with_it(tmp_path):
     aten = "#include <ATen/ATen.h>\n"
-    one = [_src(tmp_path, "op.cpp", aten)]
-    two = [*one, _src(tmp_path, "op_cuda.cpp", aten)]
-    other = [_src(tmp_path, "x.cpp", "#include <vector>\n")]
-    assert pch.wanted_headers(one, cuda_sources=0) == ["ATen/ATen.h"]
-    # beside a .cu, making it first would hold up nvcc for a single file's gain
-    assert pch.wanted_headers(one, cuda_sources=1) == []
-    assert pch.wanted_headers(two, cuda_sources=1) == ["ATen/ATen.h"]
-    assert pch.wanted_headers(other, cuda_sources=0) == []
+    two = [_src(tmp_path, "op.cpp", aten), _src(tmp_path, "op_cuda.cpp", aten)]
+    assert pch.common_header(two) == "ATen/ATen.h"
+    # `-include` puts it first in every host file: one that begins otherwise rules it out
+    assert pch.common_header([*two, _src(tmp_path, "x.cpp", "#include <vector>\n")]) is None
+    assert pch.common_header([_src(tmp_path, "y.cpp", "#include <vector>\n")]) is None
 
 
 def test_nothing_for_builds_without_host_files_or_a_pch_root(tmp_path):
     cu = [_src(tmp_path, "k.cu", "#include <torch/extension.h>\n")]
-    assert pch.pch_include_dirs(str(tmp_path / "pch"), cu, ["-O3"]) == []
+    assert pch.pch_cflags(str(tmp_path / "pch"), cu, ["-O3"]) == []
     host = [_src(tmp_path, "op.cpp", "#include <ATen/ATen.h>\n")]
-    assert pch.pch_include_dirs(None, host, ["-O3"]) == []
+    assert pch.pch_cflags(None, host, ["-O3"]) == []
+    # one host file beside a .cu: making the header first would hold up nvcc for one file's gain
+    assert pch.pch_cflags(str(tmp_path / "pch"), [*host, *cu], ["-O3"]) == []
     assert not (tmp_path / "pch").exists()
 
 
@@ -57,10 +56,11 @@ def test_flags_leave_out_the_candidates_macros_and_include_dirs():
 
 
 def test_an_existing_header_is_used_without_rebuilding(tmp_path, monkeypatch):
-    host = [_src(tmp_path, "op.cpp", "#include <ATen/ATen.h>\n")]
+    host = [_src(tmp_path, "op.cpp", '// op\n#include <ATen/ATen.h>\n#include "checks.h"\n')]
     root = tmp_path / "pch"
     final = root / pch._key(pch._compiler(), pch._pch_flags(["-O3"]), "ATen/ATen.h")[:32]
-    (final / "ATen").mkdir(parents=True)
-    (final / "ATen" / "ATen.h.gch").write_bytes(b"")
+    stub = final / "mini_kv_pch_ATen_ATen_h.h"
+    final.mkdir(parents=True)
+    Path(f"{stub}.gch").write_bytes(b"")
     monkeypatch.setattr(pch, "_make", lambda *a: (_ for _ in ()).throw(AssertionError("rebuilt")))
-    assert pch.pch_include_dirs(str(root), [*host, "k.cu"], ["-O3"]) == [str(final)]
+    assert pch.pch_cflags(str(root), [*host, "k.cu"], ["-O3"]) == ["-include", str(stub)]

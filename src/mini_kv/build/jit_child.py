@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from mini_kv.build.pch import pch_include_dirs
+from mini_kv.build.pch import pch_cflags
 
 
 def build(job) -> dict:
@@ -17,14 +17,14 @@ def build(job) -> dict:
     from torch.utils.cpp_extension import load
 
     # precompiled torch headers for the host files, shared by the project's builds (build/pch.py)
-    pch = pch_include_dirs(job["pch_root"], job["sources"], job["flags"]["cflags"])
+    pch = pch_cflags(job["pch_root"], job["sources"], job["flags"]["cflags"])
     load(
         name=job["name"],
         sources=job["sources"],
-        extra_cflags=job["flags"]["cflags"],
+        extra_cflags=[*job["flags"]["cflags"], *pch],
         extra_cuda_cflags=job["flags"]["cuda_cflags"] or None,
         extra_ldflags=job["flags"].get("ldflags") or None,
-        extra_include_paths=[*pch, *job["include_dirs"]],
+        extra_include_paths=job["include_dirs"],
         build_directory=job["build_dir"],
         # A plain library by default: loading it proves it links and registers. A torch extension
         # module (PYBIND11_MODULE) is imported instead, which proves the same for its functions.

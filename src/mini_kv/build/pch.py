@@ -2,12 +2,13 @@
 
 Most of a host file's compile is parsing the torch header it begins with: a shipped candidate's
 op.cpp took 164-214 s without and 59 s with a precompiled ATen/ATen.h on the 2-core CI machine
-(docs/sol-execbench.md). GCC reads `<dir>/<header>.gch` in place of `<header>` when `<dir>` comes
-first on the include path, the header is the file's first include, and the .gch was made by the
-same compiler with compatible options and macros; otherwise it reads the header itself. So a .gch
-that does not fit costs time, never correctness, and the candidate's own -D/-U flags (which torch's
-headers do not test) can be left out of it: one .gch serves every candidate of the project. nvcc's
-preprocessor and front ends never read .gch files; a `.cu` is compiled as before.
+(docs/sol-execbench.md). As CMake does, the build's host compiles get `-include <dir>/<stub>.h`,
+a stub that includes the header, with `<stub>.h.gch` beside it: GCC reads the .gch in place of the
+stub when it was made by the same compiler with compatible options and macros, otherwise the stub
+itself. So a .gch that does not fit costs time, never correctness, and the candidate's own -D/-U
+flags (which torch's headers do not test) can be left out of it: one .gch serves every candidate of
+the project. It is used only where every host file of the build begins with that header, so
+including it first changes nothing. nvcc never gets it; a `.cu` is compiled as before.
 
 The .gch files live in the project's build cache, `.build/pch/<key>/`, keyed by the compiler, the
 torch installation and the flags, made once under a file lock, and renamed into place when complete.
@@ -31,6 +32,7 @@ from mini_kv.model import canonical_json, sha256_text
 PCH_HEADERS = ("torch/extension.h", "ATen/ATen.h", "torch/all.h", "torch/torch.h", "torch/library.h")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_.,+=:/@%-]+")
 
 
 def first_include(path: Path) -> str | None:
@@ -69,15 +71,15 @@ def _compiler() -> str:
         return os.environ.get("CXX", "c++")
 
 
-def wanted_headers(sources: list[str], cuda_sources: int) -> list[str]:
-    """Headers to precompile for these host sources: one that two or more begin with, or any one
-    when the build has no .cu (then making it first cannot lengthen the build)."""
-    counts: dict[str, int] = {}
-    for src in sources:
-        header = first_include(Path(src))
-        if header in PCH_HEADERS:
-            counts[header] = counts.get(header, 0) + 1
-    return [h for h, n in counts.items() if n >= 2 or cuda_sources == 0]
+def common_header(sources: list[str]) -> str | None:
+    """The header every one of these host files begins with, if it is one worth precompiling."""
+    firsts = {first_include(Path(src)) for src in sources}
+    header = firsts.pop() if len(firsts) == 1 else None
+    return header if header in PCH_HEADERS else None
+
+
+def _stub_name(header: str) -> str:
+    return "mini_kv_pch_" + re.sub(r"[^A-Za-z0-9]", "_", header) + ".h"
 
 
 def _key(compiler: str, flags: list[str], header: str) -> str:
@@ -98,22 +100,18 @@ def _key(compiler: str, flags: list[str], header: str) -> str:
 
 
 def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> bool:
-    """Compile `header` into `final/<header>.gch` (a fresh dir renamed into place)."""
-    from torch.utils.cpp_extension import include_paths
-
-    source = next((Path(d) / header for d in include_paths() if (Path(d) / header).is_file()), None)
-    if source is None:
-        return False
+    """Write the stub that includes `header` and compile it into `final/<stub>.gch` (a fresh dir renamed
+    into place)."""
     tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=final.parent))
     try:
-        out = tmp / (header + ".gch")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [compiler, *flags, "-x", "c++-header", str(source), "-o", str(out)]
+        stub = tmp / _stub_name(header)
+        stub.write_text(f"#include <{header}>\n")
+        cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]
         log(f"precompiling {header}: {' '.join(cmd)}")
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             log(
-                f"precompiled header {header} failed (exit {res.returncode}), building without it:\n{res.stderr[-2000:]}"
+                f"precompiling {header} failed (exit {res.returncode}); building without it:\n{res.stderr[-2000:]}"
             )
             return False
         os.replace(tmp, final)
@@ -122,22 +120,23 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> boo
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pch_include_dirs(pch_root: str | None, sources: list[str], cflags: list[str], log=print) -> list[str]:
-    """Include dirs holding precompiled headers for this build's host sources (made where missing and
-    worth it), to go first on its include path."""
+def pch_cflags(pch_root: str | None, sources: list[str], cflags: list[str], log=print) -> list[str]:
+    """`-include <stub>` for this build's host compiles when a precompiled header fits them all (made
+    where missing and worth it: two or more host files, or no .cu to hold up), else []."""
     host = [s for s in sources if not s.endswith((".cu", ".cuh"))]
-    if not pch_root or not host:
+    header = common_header(host) if pch_root and host else None
+    if header is None:
         return []
     compiler, flags = _compiler(), _pch_flags(cflags)
-    root, wanted = Path(pch_root), wanted_headers(host, len(sources) - len(host))
-    found = []
-    for header in sorted({first_include(Path(s)) for s in host} & set(PCH_HEADERS)):
-        final = root / _key(compiler, flags, header)[:32]
-        if (final / (header + ".gch")).is_file():
-            found.append(str(final))
-        elif header in wanted:
-            root.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(final) + ".lock"):
-                if (final / (header + ".gch")).is_file() or _make(compiler, flags, header, final, log):
-                    found.append(str(final))
-    return found
+    root = Path(pch_root)
+    final = root / _key(compiler, flags, header)[:32]
+    stub = final / _stub_name(header)
+    if not Path(f"{stub}.gch").is_file():
+        if len(host) < 2 and len(sources) > len(host):
+            return []
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(final) + ".lock"):
+            if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log):
+                return []
+    # ninja passes cflags to a shell unquoted: a path it would split is not offered
+    return ["-include", str(stub)] if _SAFE_PATH.fullmatch(str(stub)) else []
