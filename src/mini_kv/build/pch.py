@@ -28,6 +28,7 @@ from filelock import FileLock
 
 from mini_kv.model import canonical_json, sha256_text
 
+PCH_FORMAT = 2  # bump when the layout of a .build/pch/<key>/ dir changes (2: stub + its .gch)
 # headers worth precompiling: each is most of a host file's compile
 PCH_HEADERS = ("torch/extension.h", "ATen/ATen.h", "torch/all.h", "torch/torch.h", "torch/library.h")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -89,6 +90,7 @@ def _key(compiler: str, flags: list[str], header: str) -> str:
     return sha256_text(
         canonical_json(
             {
+                "format": PCH_FORMAT,
                 "compiler": shutil.which(compiler) or compiler,
                 "compiler_version": version,
                 "torch": [torch.__version__, str(Path(torch.__file__).parent)],
