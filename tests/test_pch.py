@@ -64,3 +64,14 @@ def test_an_existing_header_is_used_without_rebuilding(tmp_path, monkeypatch):
     Path(f"{stub}.gch").write_bytes(b"")
     monkeypatch.setattr(pch, "_make", lambda *a: (_ for _ in ()).throw(AssertionError("rebuilt")))
     assert pch.pch_cflags(str(root), [*host, "k.cu"], ["-O3"]) == ["-include", str(stub)]
+
+
+def test_a_failed_or_killed_header_build_leaves_no_dirs_behind(tmp_path):
+    final = tmp_path / "pch" / "k"
+    final.parent.mkdir(parents=True)
+    stale = final.parent / f"tmp-{final.name}-killed"  # a build killed by its timeout while making it
+    stale.mkdir()
+    logged = []
+    assert pch._make("false", [], "ATen/ATen.h", final, logged.append) is False
+    assert not stale.exists() and not final.exists() and list(final.parent.iterdir()) == []
+    assert "failed" in logged[-1]

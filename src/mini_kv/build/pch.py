@@ -104,7 +104,10 @@ def _key(compiler: str, flags: list[str], header: str) -> str:
 def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> bool:
     """Write the stub that includes `header` and compile it into `final/<stub>.gch` (a fresh dir renamed
     into place)."""
-    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=final.parent))
+    # a build killed while making it (its timeout) leaves its tmp dir: the lock held, it is stale
+    for stale in final.parent.glob(f"tmp-{final.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=final.parent))
     try:
         stub = tmp / _stub_name(header)
         stub.write_text(f"#include <{header}>\n")
