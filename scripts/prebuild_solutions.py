@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Build SOL-ExecBench C++ solutions in parallel, so that the `mini-kv bench` runs that follow hit
-the build cache instead of building one after the other (a cuDNN-frontend or CUTLASS build takes
-one to three minutes of a single core; a GPU machine has many).
+"""Build SOL-ExecBench C++ solutions and task-card candidates in parallel, so that the `mini-kv bench`
+and `verify` runs that follow hit the build cache instead of building one after the other (a
+cuDNN-frontend or CUTLASS build takes one to three minutes of a single core; a GPU machine has many).
 
-    python scripts/prebuild_solutions.py PROBLEM_DIR SOLUTION_JSON [PROBLEM_DIR SOLUTION_JSON ...]
+    python scripts/prebuild_solutions.py [PROBLEM_DIR SOLUTION_JSON ...] [--card CARD ...] [--keep-going]
 
 Run from the project root (the build cache is its `.build/`). Builds go through the same compiler
-and flags as `bench` (its own compile step, `mini_kv.solexec.run.compile_problem`), so the cache
-keys match. Python-language solutions are skipped; a language that cannot build here is reported
-with the reason `bench` would give.
-Prints one line per solution; exit 1 if any build failed (its log follows its line).
+and flags as `bench` (its own compile step, `mini_kv.solexec.run.compile_problem`) and `verify` (the
+card's candidates, for the device this machine has: CUDA where torch sees a GPU, else CPU), so the
+cache keys match. Python-language solutions are skipped; a language that cannot build here is
+reported with the reason `bench` would give.
+Prints one line per build; exit 1 if any build failed (its log follows its line), unless
+--keep-going (the GPU gate prebuilds planted broken sources too: their tests decide).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import tempfile
 import time
@@ -22,7 +26,7 @@ from pathlib import Path
 
 
 def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
-    from mini_kv.solexec.build import build_log, stage_sources
+    from mini_kv.solexec.build import stage_sources
     from mini_kv.solexec.run import BenchOptions, compile_problem, load_problem
 
     opts = BenchOptions(solution=solution_json, compile_timeout=1200)
@@ -34,24 +38,59 @@ def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
         rec, outcomes = compile_problem(problem, Path(tmp), opts, lambda msg: None)
     if rec is None:  # the language cannot build here: every workload carries the reason
         return f"{solution_json}: {next(iter(outcomes.values()))['log']}", True
-    line = f"{solution_json}: {rec['status']}, cache hit {rec.get('cache_hit')}, {rec.get('duration_s')} s"
+    return _line(solution_json, rec)
+
+
+def build_candidate(card_path: str, cand_id: str) -> tuple[str, bool]:
+    import torch
+
+    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.load.task_card import load_task_card
+
+    card = load_task_card(card_path)
+    # verify's build (pipeline.CardDoor.build): CUDA sources where the run is on a GPU, else CPU only
+    with_cuda = None if torch.cuda.is_available() else False
+    rec = compile_candidate(
+        Path(card.project_root), card.candidate(cand_id), timeout=1200, with_cuda=with_cuda
+    )
+    return _line(f"{card_path} {cand_id}", rec)
+
+
+def _line(name: str, rec: dict) -> tuple[str, bool]:
+    from mini_kv.solexec.build import build_log
+
+    line = f"{name}: {rec['status']}, cache hit {rec.get('cache_hit')}, {rec.get('duration_s')} s"
     if rec["status"] != "ok":
         return line + "\n" + build_log(rec), False
     return line, True
 
 
+def card_jobs(card_path: str) -> list[tuple]:
+    from mini_kv.load.task_card import load_task_card
+
+    return [(build_candidate, card_path, c.id) for c in load_task_card(card_path).candidates]
+
+
 def main(argv: list[str]) -> int:
-    if not argv or len(argv) % 2:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pairs", nargs="*", metavar="PROBLEM_DIR SOLUTION_JSON")
+    ap.add_argument("--card", action="append", default=[], help="build every candidate of this task card")
+    ap.add_argument("--keep-going", action="store_true", help="exit 0 even if a build failed")
+    args = ap.parse_args(argv)
+    if len(args.pairs) % 2 or not (args.pairs or args.card):
         print(__doc__, file=sys.stderr)
         return 2
-    pairs = list(zip(argv[0::2], argv[1::2], strict=True))
+    jobs = [(build_one, p, s) for p, s in zip(args.pairs[0::2], args.pairs[1::2], strict=True)]
+    for card in args.card:
+        jobs += card_jobs(card)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(pairs)) as pool:  # each build runs in its own child process
-        results = list(pool.map(lambda pair: build_one(*pair), pairs))
+    # each build runs in its own child process (nvcc, ninja); one per core keeps memory in bounds
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        results = list(pool.map(lambda job: job[0](*job[1:]), jobs))
     for line, _ in results:
         print(line, flush=True)
-    print(f"prebuilt {len(pairs)} solutions in {time.perf_counter() - t0:.1f} s")
-    return 0 if all(ok for _, ok in results) else 1
+    print(f"prebuilt {len(jobs)} in {time.perf_counter() - t0:.1f} s")
+    return 0 if args.keep_going or all(ok for _, ok in results) else 1
 
 
 if __name__ == "__main__":

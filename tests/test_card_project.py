@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from build_helpers import share_build_cache
 
 from mini_kv.errors import ExitCode
 
@@ -25,7 +26,7 @@ def project(tmp_path) -> Path:
     (proj / "tasks").mkdir()
     (proj / "tasks" / "my.yaml").write_text(card)
     (tmp_path / "elsewhere").mkdir()
-    return proj
+    return share_build_cache(proj)  # the candidate is the shipped v0_naive: its build is shared
 
 
 def test_card_with_project_module_validates_from_elsewhere(cli, project):

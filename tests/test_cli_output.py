@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from build_helpers import share_build_cache
 from rich.console import Console
 
 from mini_kv import pipeline, report
@@ -335,7 +336,8 @@ def _tutorial_project(tmp_path: Path, op_cpp_edit) -> Path:
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(body)
     (tmp_path / ".mini-kv-project").write_text("")
-    return tmp_path
+    # a build that succeeds is shared with the tutorial's test and earlier runs; a compile error is not kept
+    return share_build_cache(tmp_path)
 
 
 def _verify(project: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from build_helpers import share_build_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "candidates.md"
@@ -53,6 +54,8 @@ def test_the_tutorial_runs_as_written(tmp_path):
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p),
     }
+    # the checkout's build cache: the tutorial's candidate is built once per cache, not once per run
+    share_build_cache(tmp_path)
     outputs = []
     for kind, payload in tutorial_steps(DOC.read_text()):
         if kind == "file":

@@ -350,6 +350,7 @@ def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
         arch_list=plan["toolchain"]["arch_list"],
         python_module=plan["python_module"],
         with_cuda=True if plan["python_module"] else None,
+        pch_root=str(tmp.parent / "pch"),  # tmp lies in the project's .build/
     )
     record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`
     # the compiler's output is the child's: stdout.log; why the build failed (torch's exception): stderr.log

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from mini_kv.build.pch import pch_cflags
+
 
 def build(job) -> dict:
     if job["arch_list"]:
@@ -14,10 +16,12 @@ def build(job) -> dict:
     os.makedirs(job["build_dir"], exist_ok=True)
     from torch.utils.cpp_extension import load
 
+    # precompiled torch headers for the host files, shared by the project's builds (build/pch.py)
+    pch = pch_cflags(job["pch_root"], job["sources"], job["flags"]["cflags"])
     load(
         name=job["name"],
         sources=job["sources"],
-        extra_cflags=job["flags"]["cflags"],
+        extra_cflags=[*job["flags"]["cflags"], *pch],
         extra_cuda_cflags=job["flags"]["cuda_cflags"] or None,
         extra_ldflags=job["flags"].get("ldflags") or None,
         extra_include_paths=job["include_dirs"],

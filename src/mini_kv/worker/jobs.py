@@ -152,4 +152,5 @@ BuildJob = _kind(
     "build",
     "torch's JIT extension build (build/jit_child.build).",
     "name build_dir sources include_dirs flags arch_list python_module with_cuda",
+    pch_root=None,  # the project's dir of precompiled headers (build/pch.py), or None for none
 )

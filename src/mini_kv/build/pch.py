@@ -1,0 +1,147 @@
+"""Precompiled torch headers for the host (.cpp) files of a build, shared by every build of a project.
+
+Most of a host file's compile is parsing the torch header it begins with: a shipped candidate's
+op.cpp took 164-214 s without and 59 s with a precompiled ATen/ATen.h on the 2-core CI machine
+(docs/sol-execbench.md). As CMake does, the build's host compiles get `-include <dir>/<stub>.h`,
+a stub that includes the header, with `<stub>.h.gch` beside it: GCC reads the .gch in place of the
+stub when it was made by the same compiler with compatible options and macros, otherwise the stub
+itself. So a .gch that does not fit costs time, never correctness, and the candidate's own -D/-U
+flags (which torch's headers do not test) can be left out of it: one .gch serves every candidate of
+the project. It is used only where every host file of the build begins with that header, so
+including it first changes nothing. nvcc never gets it; a `.cu` is compiled as before.
+
+The .gch files live in the project's build cache, `.build/pch/<key>/`, keyed by the compiler, the
+torch installation and the flags, made once under a file lock, and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock
+
+from mini_kv.model import canonical_json, sha256_text
+
+PCH_FORMAT = 2  # bump when the layout of a .build/pch/<key>/ dir changes (2: stub + its .gch)
+# headers worth precompiling: each is most of a host file's compile
+PCH_HEADERS = ("torch/extension.h", "ATen/ATen.h", "torch/all.h", "torch/torch.h", "torch/library.h")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_.,+=:/@%-]+")
+
+
+def first_include(path: Path) -> str | None:
+    """The header `path` includes before anything else (blank lines, comments and `#pragma once`
+    aside), or None when something else comes first (then no precompiled header can apply)."""
+    try:
+        text = _COMMENT.sub("", path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or re.fullmatch(r"#\s*pragma\s+once", s):
+            continue
+        m = _INCLUDE.match(s)
+        return m.group(1) if m else None
+    return None
+
+
+def _pch_flags(cflags: list[str]) -> list[str]:
+    """What torch's extension builder gives a host compile (`-DTORCH_API_INCLUDE_EXTENSION_H`, its and
+    Python's include dirs, -fPIC, then the build's cflags), less the extension's name and the
+    candidate's -D/-U/-I: GCC refuses the .gch where a macro it depends on differs."""
+    from torch.utils.cpp_extension import include_paths
+
+    keep = [f for f in cflags if not f.startswith(("-D", "-U", "-I"))]
+    dirs = [*include_paths(), sysconfig.get_paths()["include"]]
+    return ["-DTORCH_API_INCLUDE_EXTENSION_H", *[a for d in dirs for a in ("-isystem", d)], "-fPIC", *keep]
+
+
+def _compiler() -> str:
+    try:
+        from torch.utils.cpp_extension import get_cxx_compiler
+
+        return get_cxx_compiler()
+    except ImportError:  # a torch without it: the same rule (CXX, else c++)
+        return os.environ.get("CXX", "c++")
+
+
+def common_header(sources: list[str]) -> str | None:
+    """The header every one of these host files begins with, if it is one worth precompiling."""
+    firsts = {first_include(Path(src)) for src in sources}
+    header = firsts.pop() if len(firsts) == 1 else None
+    return header if header in PCH_HEADERS else None
+
+
+def _stub_name(header: str) -> str:
+    return "mini_kv_pch_" + re.sub(r"[^A-Za-z0-9]", "_", header) + ".h"
+
+
+def _key(compiler: str, flags: list[str], header: str) -> str:
+    import torch
+
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    return sha256_text(
+        canonical_json(
+            {
+                "format": PCH_FORMAT,
+                "compiler": shutil.which(compiler) or compiler,
+                "compiler_version": version,
+                "torch": [torch.__version__, str(Path(torch.__file__).parent)],
+                "flags": flags,
+                "header": header,
+            }
+        )
+    )
+
+
+def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> bool:
+    """Write the stub that includes `header` and compile it into `final/<stub>.gch` (a fresh dir renamed
+    into place)."""
+    # a build killed while making it (its timeout) leaves its tmp dir: the lock held, it is stale
+    for stale in final.parent.glob(f"tmp-{final.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=final.parent))
+    try:
+        stub = tmp / _stub_name(header)
+        stub.write_text(f"#include <{header}>\n")
+        cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]
+        log(f"precompiling {header}: {' '.join(cmd)}")
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            log(
+                f"precompiling {header} failed (exit {res.returncode}); building without it:\n{res.stderr[-2000:]}"
+            )
+            return False
+        os.replace(tmp, final)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pch_cflags(pch_root: str | None, sources: list[str], cflags: list[str], log=print) -> list[str]:
+    """`-include <stub>` for this build's host compiles when a precompiled header fits them all (made
+    where missing and worth it: two or more host files, or no .cu to hold up), else []."""
+    host = [s for s in sources if not s.endswith((".cu", ".cuh"))]
+    header = common_header(host) if pch_root and host else None
+    if header is None:
+        return []
+    compiler, flags = _compiler(), _pch_flags(cflags)
+    root = Path(pch_root)
+    final = root / _key(compiler, flags, header)[:32]
+    stub = final / _stub_name(header)
+    if not Path(f"{stub}.gch").is_file():
+        if len(host) < 2 and len(sources) > len(host):
+            return []
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(final) + ".lock"):
+            if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log):
+                return []
+    # ninja passes cflags to a shell unquoted: a path it would split is not offered
+    return ["-include", str(stub)] if _SAFE_PATH.fullmatch(str(stub)) else []
