@@ -434,7 +434,7 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
     a = _write_attempt(
-        CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict
+        CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict, store
     )
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}
