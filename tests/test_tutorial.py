@@ -56,7 +56,7 @@ def test_the_tutorial_runs_as_written(tmp_path):
     }
     # the checkout's build cache: the tutorial's candidate is built once per cache, not once per run
     share_build_cache(tmp_path)
-    outputs = []
+    outputs, last_verify = [], ""
     for kind, payload in tutorial_steps(DOC.read_text()):
         if kind == "file":
             rel, body = payload.split("\n", 1)
@@ -68,9 +68,22 @@ def test_the_tutorial_runs_as_written(tmp_path):
             if payload.startswith("python ")
             else payload
         )
-        r = subprocess.run(
-            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-        )
+
+        def run(c: str):
+            return subprocess.run(
+                ["bash", "-c", c], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+            )
+
+        r = run(cmd)
+        # on a busy machine (parallel tests) a CPU benchmark may come out unstable: promote-baseline
+        # refuses it and says to verify again, which is what a reader of the tutorial would do
+        for _ in range(2):
+            if " promote-baseline " not in cmd or "not stable" not in r.stderr:
+                break
+            run(last_verify)
+            r = run(cmd)
+        if " verify " in cmd:
+            last_verify = cmd
         assert r.returncode == 0, f"{payload}\nexit {r.returncode}\n{r.stdout}\n{r.stderr}"
         outputs.append((payload, r.stdout))
     verify_1, verify_2 = [out for cmd, out in outputs if " verify " in cmd]
