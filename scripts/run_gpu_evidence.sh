@@ -35,8 +35,7 @@ for step in "${steps[@]}"; do
                 mkdir -p "$out/regression" && cp artifacts/regression-demo/{demo.log,baseline.json} "$out/regression/" 2>/dev/null ;;
     scaling)
       if [ "$(python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
-        run_step scaling python scripts/scaling.py --out artifacts/scaling
-        cp artifacts/scaling/scaling.json "$out/" 2>/dev/null
+        run_step scaling python scripts/dist_scaling.py "$out/dist-scaling-gpu.json" --mode gpu --workdir artifacts/dist-scaling
       else echo "=== scaling: skipped, fewer than 2 GPUs"; fi ;;
     kernels) [ -f scripts/bench_kernels.sh ] && run_step kernels bash scripts/bench_kernels.sh "$out/kernels" ;;
     sol) [ -f scripts/run_sol_gpu.sh ] && run_step sol bash scripts/run_sol_gpu.sh "$out/sol" ;;
