@@ -69,14 +69,15 @@ class Violation(Exception):
 WATCHED_MODULES = {
     "mini_kv.worker.timing": tuple(
         (
-            "measure time_cupti time_graph time_events time_wallclock iteration_activity L2Flusher Workload"
+            "measure measure_until time_cupti time_graph time_events time_wallclock iteration_activity L2Flusher "
+            "Workload"
         ).split()
     ),
     "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
-    "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability"),
+    "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
     "mini_kv.solexec.check": ("compare",),
     "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
     "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
