@@ -22,13 +22,29 @@ step() {  # step NAME CMD...
   [ "$rc" -eq 0 ] || failed+=("$name($rc)")
 }
 
+declare -A bg_pid bg_t0
+beside() {  # beside NAME CMD...: start a step in the background; `joined NAME` waits and reports it
+  local name="$1"; shift
+  echo "=== $name: $* (in the background)"
+  "$@" > "$logs/$name.log" 2>&1 &
+  bg_pid[$name]=$!; bg_t0[$name]=$SECONDS
+}
+joined() {  # joined NAME: wait for a background step, print its output, exit code and time
+  local name="$1" rc
+  wait "${bg_pid[$name]}"; rc=$?
+  cat "$logs/$name.log"
+  echo "=== $name: exit $rc, $((SECONDS - bg_t0[$name])) s (started in the background)"
+  [ "$rc" -eq 0 ] || failed+=("$name($rc)")
+}
+
 if [ -z "${MINI_KV_GATE_DRY:-}" ]; then
   python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {
     echo "no CUDA device visible to torch: this gate needs a GPU (MINI_KV_GATE_DRY=1 runs it without)"; exit 1; }
 fi
 
 cards=(tasks/*.yaml)
-step doctor python -m mini_kv doctor
+# doctor reads the machine while the builds below take its cores
+beside doctor python -m mini_kv doctor
 # Every C++ build the steps below need, all at once: the task cards' candidates (verify and the GPU
 # exploit and isolation tests) and the SOL C++ solutions the GPU tests bench. Same compiler, flags and
 # cache keys as verify and bench, so they all hit the cache. Planted broken sources fail here by
@@ -47,11 +63,20 @@ done
 if [ -n "${MINI_KV_GATE_DRY:-}" ]; then  # no GPU: CPU builds of the cards' candidates only (what verify
   card_args=(); for c in "${cards[@]}"; do card_args+=(--card "$c"); done; sol_pairs=()  # runs below)
 fi
-step prebuild python scripts/prebuild_solutions.py --keep-going "${sol_pairs[@]}" "${card_args[@]}"
+beside prebuild python scripts/prebuild_solutions.py --keep-going "${sol_pairs[@]}" "${card_args[@]}"
 # The GPU tests, less the one that is the verify steps below (every candidate of every card on the
-# GPU, integrity and status): the gate runs that once, as verify.
-step gpu-tests python -m pytest -m gpu -q -p no:cacheprovider \
-  --deselect tests/exploits/test_exploits.py::test_shipped_candidates_are_not_flagged_on_gpu
+# GPU, integrity and status): the gate runs that once, as verify. Those that judge only verdicts run
+# side by side (pytest-xdist, one per two cores, at most 8) while prebuild runs: a build they need
+# that prebuild has under way is waited for (the cache's per-build file lock), then a cache hit.
+# Those that judge timings or take the GPU's counters (marker `timing`) run afterwards, alone, as
+# do the verify steps, which time.
+pytest_gpu=(python -m pytest -q -p no:cacheprovider --durations=10
+  --deselect tests/exploits/test_exploits.py::test_shipped_candidates_are_not_flagged_on_gpu)
+jobs=$(( $(nproc) / 2 )); jobs=$(( jobs < 1 ? 1 : (jobs > 8 ? 8 : jobs) ))
+step gpu-tests "${pytest_gpu[@]}" -m "gpu and not timing" -n "$jobs" --dist load
+joined prebuild
+joined doctor
+step gpu-timing-tests "${pytest_gpu[@]}" -m "gpu and timing"
 device_args=()
 [ -n "${MINI_KV_GATE_DRY:-}" ] && device_args=(--device cpu --skip-benchmark)
 for card in "${cards[@]}"; do

@@ -244,7 +244,7 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
     sol.mkdir()
     shutil.copy(SOLS / "hangs" / "solution.json", sol)
     (sol / "kernel.py").write_text("def run(x, w, alpha):\n    while True:\n        pass\n")
-    timeout = 12.0
+    timeout = 6.0
     opts = BenchOptions(
         solution=str(sol / "solution.json"),
         artifacts=str(tmp_path / "artifacts"),

@@ -107,6 +107,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(tmp_path):
     """On the GPU: v1_slowed (a second, cache-bypassing read of each row) against the baseline's own
     v1_block_reduce, rebuilt with CUDA under its own namespace (op.cpp and op_cuda.cpp both name it)."""

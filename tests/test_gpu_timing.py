@@ -21,6 +21,7 @@ from mini_kv.worker.timing import (
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.timing,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and a CUDA build of torch"),
 ]
 

@@ -28,7 +28,7 @@ def _verify(cli, tmp_path, candidate):
         candidate,
         "--skip-benchmark",
         "--timeout",
-        "15",
+        "10",
         "--memory-limit",
         "3",
         "--artifacts",

@@ -80,6 +80,27 @@ def test_bandwidth_kind_runs_in_the_child():
         assert ev["event"] == Event.FATAL and "in measure" in ev["traceback"], ev
 
 
+def _slow_start_env(tmp_path, seconds: float) -> dict:
+    """An environment whose Python sleeps `seconds` at start-up (sitecustomize), before the harness runs."""
+    import os
+
+    (tmp_path / "sitecustomize.py").write_text(f"import time\ntime.sleep({seconds})\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src")])}
+
+
+def test_the_timeout_counts_from_the_childs_ready_not_its_start_up(tmp_path, monkeypatch):
+    import mini_kv.runner as runner
+
+    job = BandwidthJob(device="cpu", nbytes=2**10, iterations=1)
+    # a start-up (3 s) longer than the timeout (1.5 s) is the harness's, not the job's: the job's answer
+    ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path, 3), sandbox=NO_SANDBOX)
+    assert not ev.get("timed_out") and "in measure" in ev.get("traceback", ""), ev
+    # a start-up past its own limit is still a timeout
+    monkeypatch.setattr(runner, "STARTUP_S", 2.0)
+    ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path, 6), sandbox=NO_SANDBOX)
+    assert ev["event"] == Event.FATAL and ev["timed_out"], ev
+
+
 def _build_job(tmp_path, source: str) -> BuildJob:
     (tmp_path / "op.cpp").write_text(source)
     return BuildJob(

@@ -173,6 +173,7 @@ def test_a_solution_without_kernels_of_its_own_needs_kernel(fake_ncu, monkeypatc
 
 
 @pytest.mark.gpu
+@pytest.mark.timing  # ncu takes the GPU's performance counters: alone on the GPU
 def test_profile_a_cuda_solution_on_the_gpu(tmp_path):
     """Real ncu around the SOL target: the C++ solution built, its kernel profiled once, output checked."""
     from mini_kv.profile.ncu import find_ncu

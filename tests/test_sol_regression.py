@@ -54,13 +54,23 @@ def _bench(solution: Path) -> dict:
     return bench(str(PROBLEM), BenchOptions(solution=str(solution), **SETTINGS))
 
 
+def _bench_stable(solution: Path, tries: int = 3) -> dict:
+    """Bench until the attempt's timing is stable, as a user does when a busy machine (here: the other
+    tests beside this one) made it unstable: the leaderboard ranks stable attempts only."""
+    for _ in range(tries):
+        res = _bench(solution)
+        if json.loads((Path(res["attempt"]) / "benchmark.json").read_text())["summary"]["stable"]:
+            return res
+    return res
+
+
 def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_same_solution(
     project, capsys
 ):
     from mini_kv.cli import main
 
     good = SOLS / "good_return" / "solution.json"
-    first = _bench(good)
+    first = _bench_stable(good)  # promotion takes a stable attempt only
     assert first["exit_code"] == ExitCode.OK and first["regression"] is None  # no baseline yet
     assert main(["promote-baseline", "--attempt", first["attempt"]]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -109,7 +119,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
     from conftest import run_cli
 
     base = promote_baseline(
-        Path(_bench(SOLS / "good_return" / "solution.json")["attempt"]),
+        Path(_bench_stable(SOLS / "good_return" / "solution.json")["attempt"]),
         project / "baselines" / "scale_mul.json",
     )
     assert base["task_id"] == "scale_mul"
@@ -177,11 +187,11 @@ def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project):
     from conftest import run_cli
 
     for name in ("good_return", "good_dps"):
-        assert _bench(SOLS / name / "solution.json")["exit_code"] == ExitCode.OK
+        assert _bench_stable(SOLS / name / "solution.json")["exit_code"] == ExitCode.OK
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
-    assert _bench(slowed)["exit_code"] == ExitCode.OK
+    assert _bench_stable(slowed)["exit_code"] == ExitCode.OK
     proc = run_cli(
         "leaderboard",
         "--task",

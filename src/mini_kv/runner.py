@@ -27,6 +27,9 @@ from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import Event, Job, as_job
 
 MAX_RESTARTS = 50
+# A child's start-up before its `ready` event: the harness only, so a limit for a broken machine, not a
+# candidate's time (its per-case timeout starts at `ready`)
+STARTUP_S = 300.0
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
 # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
@@ -103,6 +106,7 @@ class ChildRun:
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
+        self.ready = False  # the child's `ready` event seen
         self.log_path = log_path
         if job is not None:
             self.send(job)
@@ -117,7 +121,17 @@ class ChildRun:
             pass
 
     def next_event(self, timeout: float) -> dict | None | str:
-        """An event dict, None at end of stream, or 'timeout'."""
+        """An event dict, None at end of stream, or 'timeout'. `timeout` counts from the child's
+        `ready`: its start-up (Python, torch, CUPTI; no candidate code yet) gets STARTUP_S instead, so
+        that a busy machine's slow start is never a candidate's TIMEOUT."""
+        if not self.ready:
+            ev = self._next_line(max(timeout, STARTUP_S))
+            if not (isinstance(ev, dict) and ev.get("event") == Event.READY):
+                return ev
+            self.ready = True
+        return self._next_line(timeout)
+
+    def _next_line(self, timeout: float) -> dict | None | str:
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()

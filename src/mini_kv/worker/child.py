@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         data = json.load(sys.stdin)
         key = data.pop("channel_key")
     chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
+    if ns.result_file is None:  # the parent's timeouts count from here (runner.ChildRun.next_event)
+        chan.send(event=Event.READY)
     try:
         job = Job.from_dict(data)
         _limit_memory(job)

@@ -16,6 +16,7 @@ from typing import ClassVar
 class Event(StrEnum):
     """What the child sends on its signed channel (mini_kv.worker.channel), one JSON line each."""
 
+    READY = "ready"  # the harness started (torch imported, job read); no candidate code loaded yet
     BEGIN = "begin"  # a stage of one case starts: a crash or hang is pinned on it
     LOAD = "load"  # the candidate (or solution) loaded, or why not
     CASE = "case"  # one correctness case's (or SOL workload's) record
