@@ -86,18 +86,14 @@ def verdicts(lines: dict[str, dict]) -> dict[str, tuple]:
 def test_two_workers_give_the_plain_runs_verdicts(tmp_path):
     path = manifest(
         tmp_path,
-        verify=[
-            ("vector_add", ["*"], "n31"),
-            ("rmsnorm", ["*"], "r1_h32"),
-            ("fused_bias_relu", ["v0_naive"], "r1_c31"),
-        ],
-        solutions=["good_dps", "wrong_values", "raises"],
+        verify=[("vector_add", ["*"], "n31")],  # both candidates: PASSED
+        solutions=["good_dps", "wrong_values", "raises"],  # PASSED, INCORRECT_NUMERICAL, RUNTIME_ERROR
     )
     code, plain = run_batch(path, tmp_path / "plain")
     dcode, dist = run_batch(path, tmp_path / "dist", "--workers", "2")
-    assert len(plain) == 9 and verdicts(dist) == verdicts(plain)
+    assert len(plain) == 5 and verdicts(dist) == verdicts(plain)
     assert dcode == code == ExitCode.CORRECTNESS  # the worst: wrong_values and raises
-    headers = check_store(tmp_path / "dist", 9)
+    headers = check_store(tmp_path / "dist", 5)
     workers = {h["worker"]["worker"] for h in headers}
     assert len(workers) == 2, workers  # both workers took part
     assert all(h["worker"]["host"] and h["worker"]["address"].startswith("tcp://127.0.0.1") for h in headers)
