@@ -113,7 +113,7 @@ def post_timing_check(
     for k, (cs, rs) in enumerate(zip(cand_sets, ref_sets, strict=True)):
         out = op(*cs)
         integrity.check_output(out, cs)
-        res = compare(out, reference(*clone_args(rs)), atol, rtol)
+        res = compare(out, reference(*clone_args(rs)), atol, rtol, errors=False)
         if not res["ok"]:
             return {
                 "ok": False,
@@ -129,7 +129,7 @@ def post_timing_check(
             case_seed("post-timing", f"{case['id']}\0{k}", salt),
         )
         integrity.rewrite_in_place(cs, fresh)
-        res = compare(op(*cs), reference(*clone_args(fresh)), atol, rtol)
+        res = compare(op(*cs), reference(*clone_args(fresh)), atol, rtol, errors=False)
         if not res["ok"]:
             return {
                 "ok": False,

@@ -73,7 +73,7 @@ WATCHED_MODULES = {
             "Workload"
         ).split()
     ),
-    "mini_kv.worker.compare": ("compare", "tensor_errors", "inputs_unchanged", "raw_bytes"),
+    "mini_kv.worker.compare": ("compare", "tensor_errors", "values_match", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
