@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from build_helpers import share_build_cache
@@ -264,7 +265,7 @@ def test_a_load_failure_without_an_exception_carries_no_traceback():
 
 
 def test_a_plain_line_per_finished_result():
-    job = {"cases": [{"id": "a"}, {"id": "b"}], "contract": ["opcheck"], "bench_cases": [{"id": "z"}]}
+    job = SimpleNamespace(cases=[{"id": "a"}, {"id": "b"}], contract=["opcheck"], bench_cases=[{"id": "z"}])
     lines = []
     on_event = pipeline._progress(job, "v0", lambda *a, **k: None, lines.append)
     on_event({"event": "case", "record": {"id": "a", "status": "PASS"}})

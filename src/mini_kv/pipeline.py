@@ -289,9 +289,9 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
     output is piped); `phases` where the worker's time went: start-up until the code loaded, then the
     per-case phases the worker measured."""
     totals = {
-        "correctness": len(job["cases"]),
-        "contract": len(job.get("contract", [])),
-        "benchmark": len(job.get("bench_cases", [])),
+        "correctness": len(job.cases),
+        "contract": len(getattr(job, "contract", [])),
+        "benchmark": len(getattr(job, "bench_cases", [])),
     }
     seen = dict.fromkeys(totals, 0)
     finished = dict.fromkeys(totals, 0)
@@ -584,14 +584,14 @@ class CardDoor(FrontDoor):
             prep.root,
             prep.artifacts,
             timeout=prep.compile_timeout,
-            with_cuda=None if job["device"].startswith("cuda") else False,
+            with_cuda=None if job.device.startswith("cuda") else False,
         )
         return {"library": b.library, "op": b.op}, b.to_dict()
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
-        case = next(c for c in job["bench_cases"] if c["id"] == case_id)
+        case = next(c for c in job.bench_cases if c["id"] == case_id)
         return job.replace(
-            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job["benchmark"])
+            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job.benchmark)
         )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:

@@ -241,9 +241,9 @@ class _WorkerRun:
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
         self.results = empty_results(log_path, sandbox)
         self.pending = {
-            "cases": list(job["cases"]),
-            "bench_cases": list(job.get("bench_cases", [])),
-            "contract": list(job.get("contract", [])),
+            "cases": list(job.cases),
+            "bench_cases": list(getattr(job, "bench_cases", [])),
+            "contract": list(getattr(job, "contract", [])),
         }
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
@@ -264,7 +264,7 @@ class _WorkerRun:
         from mini_kv.worker.integrity import files_changed, harness_files
 
         # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
-        watch = self.job.get("watch_paths", [])
+        watch = getattr(self.job, "watch_paths", [])
         files_before = harness_files(watch)
         for _ in range(MAX_RESTARTS):
             sub = self.job.replace(**self.pending)

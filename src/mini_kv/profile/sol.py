@@ -130,15 +130,15 @@ def run_target(job: dict) -> dict:
     from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
     from mini_kv.worker.sol_child import _import_solution, _load_reference
 
-    device, sol, case = job["device"], job["solution"], job["case"]
+    device, sol, case = job.device, job.solution, job.case
     torch.cuda.set_device(torch.device(device))
-    reference = _load_reference(job["reference_file"])
+    reference = _load_reference(job.reference_file)
     fn = getattr(_import_solution(sol), sol["entry_function"])
     sig, wl = case["signature"], case["workload"]
-    args = make_inputs(sig, wl, vars(reference), device, int(job["seed"]), {})
+    args = make_inputs(sig, wl, vars(reference), device, int(job.seed), {})
     pristine = clone_inputs(args)
     outs = allocate_outputs(sig, device) if sol["dps"] else []
-    for _ in range(int(job["warmup"]) + int(job["calls"])):
+    for _ in range(int(job.warmup) + int(job.calls)):
         res = fn(*args, *outs)
     torch.cuda.synchronize()
     outs = outs if sol["dps"] else normalize_outputs(res, sig, device)
@@ -150,7 +150,7 @@ def run_target(job: dict) -> dict:
     return {
         "ok": True,
         "input_sha256": input_digest(pristine),
-        "calls": int(job["warmup"]) + int(job["calls"]),
+        "calls": int(job.warmup) + int(job.calls),
         "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
         "device_name": torch.cuda.get_device_name(torch.device(device)),
     }

@@ -401,7 +401,7 @@ class SolDoor(FrontDoor):
         return child
 
     def stage_timeout(self, job: SolJob) -> float:
-        return self.opts.timeout * (len(job["cases"]) + 1)
+        return self.opts.timeout * (len(job.cases) + 1)
 
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
         outcomes = (
@@ -447,15 +447,15 @@ class SolDoor(FrontDoor):
             prep.root,
             prep.artifacts,
             self.staging / "baseline",
-            job["definition_name"],
+            job.definition_name,
             prep.compile_timeout,
         )
         return entry, entry
 
     def confirm_job(self, job: SolJob, case_id: str) -> SolJob:
         return job.replace(
-            cases=[c for c in job["cases"] if c["id"] == case_id],
-            settings={**_interleaved_settings(job["settings"]), "rounds": 1},
+            cases=[c for c in job.cases if c["id"] == case_id],
+            settings={**_interleaved_settings(job.settings), "rounds": 1},
         )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:

@@ -74,8 +74,8 @@ def _limit_memory(job: Job) -> None:
     """On CPU, cap the address space so an op that allocates without bound fails inside this
     child (a clean error) instead of exhausting the machine. Not on CUDA: its driver maps huge
     virtual ranges."""
-    limit = job.get("memory_limit_bytes")
-    if limit and not str(job["device"]).startswith("cuda"):
+    limit = getattr(job, "memory_limit_bytes", None)
+    if limit and not str(job.device).startswith("cuda"):
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -97,26 +97,26 @@ def _load(job: Job, chan: Channel, guard, reference):
 
     known = loader.op_names()
     try:
-        op = loader.load_op(job["library"], job["op"])
+        op = loader.load_op(job.library, job.op)
     except Exception as exc:  # noqa: BLE001
-        hint = loader.registration_hint(job["op"], loader.op_names() - known)
+        hint = loader.registration_hint(job.op, loader.op_names() - known)
         return chan.send(event=Event.LOAD, ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
     try:
         guard.check("loading the library")
     except integrity.Violation as v:
         return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
-    kernels = loader.registered_kernels(job["op"])
+    kernels = loader.registered_kernels(job.op)
     # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
     hint = (
         None
         if kernels.get("CPU") and kernels.get("Meta")
-        else loader.registration_hint(job["op"], loader.op_names() - known)
+        else loader.registration_hint(job.op, loader.op_names() - known)
     )
-    if job["baseline"]:
+    if job.baseline:
         # the regression gate's same-run comparison: the baseline's own build, under its own
         # dispatcher namespace, takes the reference's place in the interleaved timing below
         try:
-            reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
+            reference = loader.load_op(job.baseline["library"], job.baseline["op"])
             guard.check("loading the baseline's library")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
             return chan.send(
@@ -133,22 +133,22 @@ def run_job(job: Job, chan: Channel) -> int:
     from mini_kv.worker import benchmark, contract, correctness, integrity
     from mini_kv.worker.inputs import import_path
 
-    if job["project_root"] and job["project_root"] not in sys.path:
-        sys.path.append(job["project_root"])  # the card's own modules, as the loader imports them
-    device = job["device"]
+    if job.project_root and job.project_root not in sys.path:
+        sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
+    device = job.device
     _set_device(device)
-    reference, factory = import_path(job["reference"]), import_path(job["inputs"])
+    reference, factory = import_path(job.reference), import_path(job.inputs)
     # what the harness relies on, before any candidate code runs (the library's static initialisers)
     guard = integrity.Guard(integrity.snapshot())
     loaded = _load(job, chan, guard, reference)
     if loaded is None:
         return 0
     op, reference = loaded
-    task_id, salt = job["task_id"], job["salt"]
-    for case in job["cases"]:
+    task_id, salt = job.task_id, job.salt
+    for case in job.cases:
         # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
         chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
-        tol = job["tolerances"].get(case["dtype"])
+        tol = job.tolerances.get(case["dtype"])
         rec = correctness.run_case(
             op,
             reference,
@@ -167,15 +167,15 @@ def run_job(job: Job, chan: Channel) -> int:
         ):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
-    for name in job["contract"]:
+    for name in job.contract:
         chan.send(event=Event.BEGIN, stage="contract", case=name)
-        rec = checks[name](op, factory, task_id, job["all_cases"], device, salt)
+        rec = checks[name](op, factory, task_id, job.all_cases, device, salt)
         try:
             guard.check(f"after {name}")
         except integrity.Violation as v:
             rec = {**rec, "status": Status.FAILED, "integrity": v.code, "reason": str(v)}
         chan.send(event=Event.CONTRACT, name=name, record=rec)
-    for case in job["bench_cases"]:
+    for case in job.bench_cases:
         chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
         try:
             rec = benchmark.bench_case(
@@ -184,12 +184,12 @@ def run_job(job: Job, chan: Channel) -> int:
                 factory,
                 task_id,
                 case,
-                job["benchmark"],
-                job["tolerances"][case["dtype"]],
+                job.benchmark,
+                job.tolerances[case["dtype"]],
                 device,
                 salt,
-                job["peak_bw"],
-                job["exprs"],
+                job.peak_bw,
+                job.exprs,
                 guard,
             )
         except integrity.Violation as v:
@@ -213,8 +213,8 @@ def _one_shot(path: str):
     def handler(job: Job, chan: Channel) -> int:
         from mini_kv.worker.inputs import import_path
 
-        if "device" in job:
-            _set_device(job["device"])
+        if hasattr(job, "device"):
+            _set_device(job.device)
         chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
 

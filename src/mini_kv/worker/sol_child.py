@@ -76,14 +76,14 @@ def _load(job: dict, chan: Channel):
     # knows whose code it was (the reference's: INVALID_REFERENCE, not the solution's fault)
     chan.send(event=Event.BEGIN, stage="reference", case="(loading the reference)")
     try:
-        reference = _load_reference(job["reference_file"])
+        reference = _load_reference(job.reference_file)
         ref_fn = reference.run
     except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
         return _fail(
             chan, Status.INVALID_REFERENCE, f"the reference does not load: {type(exc).__name__}: {exc}"
         )
     snap = integrity.snapshot()
-    sol = job["solution"]
+    sol = job.solution
     chan.send(event=Event.BEGIN, stage="solution", case="(importing the solution)")
     try:
         module = _import_solution(sol)
@@ -113,7 +113,7 @@ def run_job(job: dict, chan: Channel) -> int:
     from mini_kv.solexec.evaluate import Context, evaluate_workload
     from mini_kv.worker import integrity
 
-    device = job["device"]
+    device = job.device
     if torch.device(device).type == "cuda":
         torch.cuda.set_device(torch.device(device))
     # one intra-op thread on CPU: the reference gets no parallelism the solution lacks
@@ -123,13 +123,11 @@ def run_job(job: dict, chan: Channel) -> int:
         return 0
     reference, ref_fn, fn, snap = loaded
     baseline = None
-    if job.get(
-        "baseline"
-    ):  # the regression gate's same-run comparison: it takes the reference's place in timing
+    if job.baseline:  # the regression gate's same-run comparison: it takes the reference's place in timing
         try:
             baseline = (
-                getattr(_import_beside(job["baseline"], job["solution"]), job["baseline"]["entry_function"]),
-                job["baseline"]["dps"],
+                getattr(_import_beside(job.baseline, job.solution), job.baseline["entry_function"]),
+                job.baseline["dps"],
             )
             integrity.Guard(snap).check("loading the baseline's solution")
         except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
@@ -141,18 +139,18 @@ def run_job(job: dict, chan: Channel) -> int:
             return 0
     chan.send(event=Event.LOAD, ok=True)
     ctx = Context(
-        definition_name=job["definition_name"],
+        definition_name=job.definition_name,
         solution_fn=fn,
         reference_fn=ref_fn,
         reference_ns=vars(reference),
-        dps=job["solution"]["dps"],
+        dps=job.solution["dps"],
         device=device,
-        salt=job["salt"],
-        settings=job["settings"],
+        salt=job.salt,
+        settings=job.settings,
         snapshot=snap,
         baseline=baseline,
     )
-    for case in job["cases"]:
+    for case in job.cases:
         chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}
         rec = evaluate_workload(ctx, case, phase_s)
