@@ -16,7 +16,7 @@ from typing import Protocol
 from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
-from mini_kv.model import Candidate, TaskCard
+from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
 from mini_kv.sandbox import SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
@@ -53,7 +53,7 @@ class VerifyOptions:
 
 
 def benchmark_settings(
-    card: TaskCard, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
+    card: Problem, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
 ) -> dict:
     """The card's benchmark section with the command line's overrides; with `device`, the sampling keys
     resolved for it (worker.timing.sampling_settings)."""
@@ -76,7 +76,7 @@ def benchmark_settings(
     return sampling_settings(settings, device, case_timeout)
 
 
-def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) -> None:
+def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> None:
     """Reject timing options that cannot run on `device` before anything is compiled (exit CONFIG)."""
     import math
 
@@ -454,7 +454,7 @@ class CardDoor(FrontDoor):
 
     FORMAT = CARD_FORMAT
 
-    def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
+    def __init__(self, card: Problem, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
@@ -619,7 +619,7 @@ class CardDoor(FrontDoor):
 
 
 def verify(
-    card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
+    card: Problem, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
 ) -> dict:
     run = run_stages(CardDoor(card, cand, opts), progress, line, outbox)
     return {
@@ -633,7 +633,7 @@ def verify(
     }
 
 
-def _watch_paths(card: TaskCard) -> list[str]:
+def _watch_paths(card: Problem) -> list[str]:
     """The card and the files of its reference and input factory."""
     import importlib.util
 
