@@ -247,7 +247,7 @@ def test_namespace_and_op_name_mismatches_are_named():
 
 
 def test_a_load_failure_without_an_exception_carries_no_traceback():
-    from mini_kv.worker import sol_child
+    from mini_kv.solexec import evaluate
 
     sent = []
 
@@ -255,12 +255,12 @@ def test_a_load_failure_without_an_exception_carries_no_traceback():
         def send(self, **event):
             sent.append(event)
 
-    sol_child._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
+    evaluate._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
     assert sent[0]["traceback"] is None
     try:
         raise ValueError("boom")
     except ValueError:
-        sol_child._fail(Chan(), "COMPILE_ERROR", "import failed")
+        evaluate._fail(Chan(), "COMPILE_ERROR", "import failed")
     assert "ValueError: boom" in sent[1]["traceback"]
 
 

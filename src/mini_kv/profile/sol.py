@@ -126,8 +126,8 @@ def run_target(job: dict) -> dict:
 
     from mini_kv.profile.target import input_digest
     from mini_kv.solexec import check
+    from mini_kv.solexec.evaluate import _import_solution, _load_reference
     from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
-    from mini_kv.worker.sol_child import _import_solution, _load_reference
 
     device, sol, case = job.device, job.solution, job.case
     torch.cuda.set_device(torch.device(device))

@@ -102,7 +102,7 @@ CardJob = _kind(
 SolJob = _kind(
     "SolJob",
     "sol",
-    "A SOL-ExecBench solution on its problem's workloads (worker/sol_child.py).",
+    "A SOL-ExecBench solution on its problem's workloads (solexec/evaluate.SolEvaluator).",
     "device salt settings definition_name reference_file solution cases memory_limit_bytes",
     baseline=None,
 )
