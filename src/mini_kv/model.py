@@ -168,13 +168,12 @@ class Problem:
     tolerances, benchmark settings and timeouts, with the candidates to evaluate on it."""
 
     path: str  # the card (relative to the project root) or definition.json
-    project_root: str  # absolute
+    project_root: str  # absolute (SOL: the problem's directory)
     raw: dict = field(repr=False)  # the card or definition.json as read (after validation)
     id: str = ""
     version: str = ""
-    operator: dict = field(
-        default_factory=dict
-    )  # name, version, reference (a card's: also inputs, bytes, flops)
+    operator: dict = field(default_factory=dict)  # name, version (a card's: reference, inputs, bytes, flops)
+    reference: str = ""  # a card's `module:function`, or a SOL definition's reference source (its `run`)
     candidates: tuple[Candidate, ...] = ()
     default_candidate: str = ""
     tolerances: dict = field(default_factory=dict)  # per dtype (a SOL workload carries its own)

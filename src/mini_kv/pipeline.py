@@ -527,7 +527,7 @@ class CardDoor(FrontDoor):
             device=device,
             salt=prep.salt,
             project_root=card.project_root,  # where the card's reference and input modules import from
-            reference=card.operator["reference"],
+            reference=card.reference,
             inputs=card.operator["inputs"],
             tolerances=card.tolerances,
             cases=cases,

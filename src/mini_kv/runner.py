@@ -24,7 +24,7 @@ from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
-from mini_kv.worker.jobs import Event, Job, as_job
+from mini_kv.worker.jobs import Event, Job
 
 MAX_RESTARTS = 50
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
@@ -109,9 +109,7 @@ class ChildRun:
 
     def send(self, job: Job) -> None:
         try:
-            self.proc.stdin.write(
-                json.dumps({**as_job(job).to_dict(), "channel_key": self.key.hex()}).encode()
-            )
+            self.proc.stdin.write(json.dumps({**job.to_dict(), "channel_key": self.key.hex()}).encode())
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
@@ -205,7 +203,7 @@ def run_worker(
     )
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    run = _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox)
+    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox)
     run.give_up_after = give_up_after
     return run.run(first_child)
 

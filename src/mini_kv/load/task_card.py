@@ -301,6 +301,7 @@ def load_task_card(
         id=data["id"],
         version=data["version"],
         operator=dict(op),
+        reference=op["reference"],
         candidates=candidates,
         default_candidate=default,
         tolerances=data["tolerances"],

@@ -229,7 +229,7 @@ def _card_job(card: Problem, cand: Candidate, p: dict, library: str) -> ProfileT
         library=library,
         op=cand.op,
         inputs=card.operator["inputs"],
-        reference=card.operator["reference"],
+        reference=card.reference,
         params=case.params,
         dtype=case.dtype,
         device="cuda:0",

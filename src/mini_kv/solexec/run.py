@@ -118,6 +118,7 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
         id=definition.name,
         version=version,
         operator={"name": definition.raw.get("op_type") or definition.name, "version": version},
+        reference=definition.reference,
         candidates=(sol,),
         default_candidate=sol.id,
         cases=tuple(_case(definition, wl, i) for i, wl in enumerate(workloads)),
@@ -344,7 +345,7 @@ class SolDoor(FrontDoor):
 
     def __init__(self, problem: Problem, cand: Candidate, opts: BenchOptions):
         self.problem, self.cand, self.opts, self.staging, self.warm = problem, cand, opts, None, None
-        self.definition, self.workloads = problem.payload  # the SOL loader's parse
+        self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
     def prepare(self) -> Prepared:
@@ -395,7 +396,7 @@ class SolDoor(FrontDoor):
             return None
         ref_file = self.staging / "reference" / "reference.py"
         ref_file.parent.mkdir(parents=True, exist_ok=True)
-        ref_file.write_text(self.definition.reference, encoding="utf-8")
+        ref_file.write_text(self.problem.reference, encoding="utf-8")
         return SolJob(
             device=prep.device,
             salt=prep.salt,

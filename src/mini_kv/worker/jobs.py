@@ -72,10 +72,6 @@ class Job:
         )
 
 
-def as_job(job: Job | Mapping) -> Job:
-    return job if isinstance(job, Job) else Job.from_dict(job)
-
-
 def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
     """A frozen dataclass job kind with these fields (space-separated; `defaults` come last)."""
     spec = [*fields.split(), *((k, object, dataclasses.field(default=v)) for k, v in defaults.items())]
