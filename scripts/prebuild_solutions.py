@@ -31,10 +31,10 @@ def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
 
     opts = BenchOptions(solution=solution_json, compile_timeout=1200)
     problem = load_problem(problem_dir, opts)
-    if problem.solution.group != "cpp":
+    if problem.candidates[0].group != "cpp":
         return f"{solution_json}: not C++, nothing to build", True
     with tempfile.TemporaryDirectory(prefix="mini-kv-prebuild-") as tmp:
-        stage_sources(problem.solution, Path(tmp) / "solution")
+        stage_sources(problem.candidates[0], Path(tmp) / "solution")
         rec, outcomes = compile_problem(problem, Path(tmp), opts, lambda msg: None)
     if rec is None:  # the language cannot build here: every workload carries the reason
         return f"{solution_json}: {next(iter(outcomes.values()))['log']}", True

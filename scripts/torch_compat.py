@@ -41,11 +41,11 @@ def main(argv: list[str]) -> int:
     problem_dir, solution_json = argv
     opts = BenchOptions(solution=solution_json, compile_timeout=1200)
     problem = load_problem(problem_dir, opts)
-    if problem.solution.group != "cpp":
+    if problem.candidates[0].group != "cpp":
         print(f"{solution_json}: not a C++ solution", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="mini-kv-torch-compat-") as tmp:
-        stage_sources(problem.solution, Path(tmp) / "solution")
+        stage_sources(problem.candidates[0], Path(tmp) / "solution")
         rec, outcomes = compile_problem(problem, Path(tmp), opts, lambda msg: None)
     if rec is None:  # the solution's language cannot build here at all
         print(f"{solution_json}: {next(iter(outcomes.values()))['log']}", file=sys.stderr)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from build_helpers import share_build_cache
@@ -246,7 +247,7 @@ def test_namespace_and_op_name_mismatches_are_named():
 
 
 def test_a_load_failure_without_an_exception_carries_no_traceback():
-    from mini_kv.worker import sol_child
+    from mini_kv.solexec import evaluate
 
     sent = []
 
@@ -254,17 +255,17 @@ def test_a_load_failure_without_an_exception_carries_no_traceback():
         def send(self, **event):
             sent.append(event)
 
-    sol_child._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
+    evaluate._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
     assert sent[0]["traceback"] is None
     try:
         raise ValueError("boom")
     except ValueError:
-        sol_child._fail(Chan(), "COMPILE_ERROR", "import failed")
+        evaluate._fail(Chan(), "COMPILE_ERROR", "import failed")
     assert "ValueError: boom" in sent[1]["traceback"]
 
 
 def test_a_plain_line_per_finished_result():
-    job = {"cases": [{"id": "a"}, {"id": "b"}], "contract": ["opcheck"], "bench_cases": [{"id": "z"}]}
+    job = SimpleNamespace(cases=[{"id": "a"}, {"id": "b"}], contract=["opcheck"], bench_cases=[{"id": "z"}])
     lines = []
     on_event = pipeline._progress(job, "v0", lambda *a, **k: None, lines.append)
     on_event({"event": "case", "record": {"id": "a", "status": "PASS"}})

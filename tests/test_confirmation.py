@@ -38,11 +38,11 @@ def _card_job(card, cand, comp, device, opts):
 def _confirm(card, cand, opts, job, store):
     """The pipeline's same-run comparison for a card's job, as verify's regression gate runs it."""
     prep = Prepared(
-        job["device"],
+        job.device,
         {},
         "s",
         resolve_sandbox(opts.sandbox),
-        job["benchmark"],
+        job.benchmark,
         card.timeouts["case_s"],
         card.timeouts["compile_s"],
         Path(card.project_root),
@@ -90,7 +90,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cpu")
     job = _card_job(card, cand, comp, "cpu", opts)
-    job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 10, "warmup": 1})
+    job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 10, "warmup": 1})
     run = _confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32")
 
     assert run["build"]["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")
@@ -141,7 +141,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     assert comp["status"] == "ok"
     opts = VerifyOptions(device="cuda")
     job = _card_job(card, slowed, comp, "cuda:0", opts)
-    job = job.replace(benchmark={**job["benchmark"], "repeats": 2, "samples": 20, "warmup": 2})
+    job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 20, "warmup": 2})
     run = _confirm(card, slowed, opts, job, store)(baseline, "bench_4096x8192-float16")
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
     assert test.slower and test.ratio > 1.15, test

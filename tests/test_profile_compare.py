@@ -166,7 +166,7 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
         )
         docs[-1]["candidate"]["library"] = comp["library"]
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
-    for entry, doc in zip(job["candidates"], docs, strict=True):
+    for entry, doc in zip(job.candidates, docs, strict=True):
         entry["library"] = doc["candidate"]["library"]
     ev = run_one(job, timeout=300)
     assert ev["event"] == "result", ev

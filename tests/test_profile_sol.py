@@ -56,7 +56,7 @@ def test_selection_and_validation_before_anything_runs(tmp_path):
     tri = write_solution(
         tmp_path / "tri", "scale_mul_triton", "scale_mul", "main.py", TRITON, languages=("triton",)
     )
-    assert sol.kernel_names(load_problem(str(PROBLEM), BenchOptions(str(tri))).solution) == [
+    assert sol.kernel_names(load_problem(str(PROBLEM), BenchOptions(str(tri))).candidates[0]) == [
         "scale_mul_kernel",
         "total_kernel",
     ]

@@ -9,7 +9,7 @@ import torch
 from mini_kv.errors import ExitCode
 from mini_kv.solexec import check, inputs, traces
 from mini_kv.solexec.definition import load_definition
-from mini_kv.solexec.run import Problem, exit_code, outcomes_from_results
+from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
 from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 
 TEST_PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
@@ -184,13 +184,13 @@ def test_normalize_outputs_accepts_upstream_forms():
         inputs.normalize_outputs({"y": y}, sig, "cpu")
 
 
-def _problem():
+def _problem_cases():
     d = load_definition(TEST_PROBLEM / "definition.json")
-    return Problem(d, load_workloads(TEST_PROBLEM / "workload.jsonl", d), None)
+    return tuple(_case(d, wl, i) for i, wl in enumerate(load_workloads(TEST_PROBLEM / "workload.jsonl", d)))
 
 
 def test_runner_results_map_to_statuses():
-    wls = _problem().workloads
+    wls = _problem_cases()
     crashed = {
         "load": {"ok": True},
         "incidents": [],

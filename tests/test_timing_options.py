@@ -135,12 +135,12 @@ def test_good_options_pass_and_reach_the_job(card):
     pipeline.check_benchmark_options(card, opts, "cpu")
     cand = card.candidate(card.default_candidate)
     job = _card_job(card, cand, "/nonexistent.so", "cpu", opts, "salt", peak_bw=None)
-    assert job["benchmark"]["method"] == "wallclock"
-    assert job["benchmark"]["max_cv"] == 0.05 and job["benchmark"]["max_p95_cv"] == 0.2
-    assert job["peak_bw"] is None
+    assert job.benchmark["method"] == "wallclock"
+    assert job.benchmark["max_cv"] == 0.05 and job.benchmark["max_p95_cv"] == 0.2
+    assert job.peak_bw is None
     job = _card_job(card, cand, "/x.so", "cuda:0", pipeline.VerifyOptions(), "s", peak_bw=4.2e12)
-    assert job["peak_bw"] == 4.2e12
-    assert job["benchmark"]["max_cv"] == card.benchmark["max_cv"]
+    assert job.peak_bw == 4.2e12
+    assert job.benchmark["max_cv"] == card.benchmark["max_cv"]
 
 
 def test_cli_rejects_cupti_on_cpu_before_compiling(tmp_path, monkeypatch):
@@ -471,7 +471,7 @@ def test_bandwidth_cache_is_used_and_validated(tmp_path):
 
 def test_progress_counts_stages():
     msgs, counts = [], []
-    job = {"cases": [{"id": "a"}, {"id": "b"}], "contract": ["opcheck"], "bench_cases": [{"id": "z"}]}
+    job = SimpleNamespace(cases=[{"id": "a"}, {"id": "b"}], contract=["opcheck"], bench_cases=[{"id": "z"}])
 
     def say(msg, completed=None, total=None):
         msgs.append(msg)

@@ -44,7 +44,7 @@ def cmd_profile(args) -> int:
         prob = load_problem(args.problem or str(Path(args.solution).parent), BenchOptions(args.solution))
         sol.plan(prob, opts)  # a bad --case, --kernel or --warmup: before anything is built or written
         check_store_writable(artifacts_dir(args))
-        with console.status(f"profiling {prob.definition.name}/{prob.solution.name}") as status:
+        with console.status(f"profiling {prob.id}/{prob.default_candidate}") as status:
             res = sol.profile_solution(prob, opts, progress=status.update)
     else:
         card = load_task_card(args.task)

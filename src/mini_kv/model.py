@@ -59,34 +59,60 @@ def sol_suite_hash(definition: dict, workloads: list[dict], settings: dict) -> s
     )
 
 
+# the languages of a solution.json (SOL-ExecBench); a task card's candidate names none and is C++
+PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
+CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")
+
+
 @dataclass(frozen=True)
 class Case:
-    """One (case, dtype) pair after expanding a card's case entry."""
+    """One case of a problem: a card's (case, dtype) pair after expansion, or one SOL workload."""
 
-    id: str  # "<case id>-<dtype>", unique within the task
+    id: str  # "<case id>-<dtype>" (a card's, unique within the task) or the workload's uuid
     base_id: str
-    kind: str  # core | extra | edge | illegal | bench
-    params: dict
-    dtype: str
+    kind: str  # core | extra | edge | illegal | bench | workload
+    params: dict  # a card's params, a workload's var axes
+    dtype: str | None
     devices: tuple[str, ...] = ("cpu", "cuda")
+    record: dict = field(default_factory=dict)  # the format's own data the worker needs (SOL: workload)
 
     def runs_on(self, device: str) -> bool:
         return device.split(":")[0] in self.devices
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The case as the worker job carries it (and a card's suite_hash hashes it)."""
+        d = dataclasses.asdict(self)
+        record = d.pop("record")  # popped first: a card's case reads (and hashes) exactly as before
+        return {**d, **record}
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    content: str
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """Code to evaluate: a card's dispatcher-op candidate, or a solution.json in any language. Its build
+    spec (language, sources, flags) is what build.compiler builds; its entry point is what the worker calls."""
+
     id: str
-    path: str  # relative to the project root
-    op: str  # dispatcher qualname "ns::op"
+    path: str  # a card's candidate dir (relative to the project root), or the solution.json
+    op: str  # the entry point: a dispatcher qualname "ns::op", or a solution's "<file>::<function>"
     cpu_sources: tuple[str, ...]  # relative to the candidate dir
     cuda_sources: tuple[str, ...]
     cflags: tuple[str, ...] = ()
     cuda_cflags: tuple[str, ...] = ()
     backward: bool = False
+    ldflags: tuple[str, ...] = ()
+    languages: tuple[str, ...] = ()  # none: a card's C++ candidate
+    dependencies: tuple[str, ...] = ()
+    dps: bool = True  # a solution writes into preallocated outputs (destination-passing style)
+    sources: tuple[SourceFile, ...] = ()  # a solution's files with their content (staged before a build)
+    include_dirs: tuple[str, ...] = ()  # what mini_kv adds for a language's libraries (trusted)
+    extra_ldflags: tuple[str, ...] = ()
+    raw: dict | None = field(default=None, repr=False, compare=False)  # solution.json as read
 
     @property
     def namespace(self) -> str:
@@ -96,25 +122,67 @@ class Candidate:
     def op_name(self) -> str:
         return self.op.split("::")[1].split(".")[0]
 
+    @property
+    def group(self) -> str:
+        """`cpp` (built: a card's library, a solution's torch extension module) or `python` (imported)."""
+        return "python" if any(lang in PYTHON_LANGUAGES for lang in self.languages) else "cpp"
+
+    @property
+    def python_module(self) -> bool:
+        """A solution's C++ is built as an importable torch extension module named after the build key."""
+        return bool(self.languages)
+
+    @property
+    def entry_file(self) -> str:
+        return self.op.rpartition("::")[0]
+
+    @property
+    def entry_function(self) -> str:
+        return self.op.rpartition("::")[2]
+
+    def resolved(self) -> dict:
+        """solution.json with every source's content inlined: what was actually evaluated."""
+        return {**self.raw, "sources": [{"path": s.path, "content": s.content} for s in self.sources]}
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """A card candidate's record (candidate_manifest.json, profile.json)."""
+        return {f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS}
+
+
+CARD_CANDIDATE_FIELDS = (
+    "id",
+    "path",
+    "op",
+    "cpu_sources",
+    "cuda_sources",
+    "cflags",
+    "cuda_cflags",
+    "backward",
+)
 
 
 @dataclass(frozen=True)
-class TaskCard:
-    path: str  # the card file, relative to the project root
-    project_root: str  # absolute
-    raw: dict = field(repr=False)  # the card as read (after validation)
+class Problem:
+    """What is evaluated, whichever front door loaded it: a task card (format `task-card`) or a SOL-ExecBench
+    definition with its workloads (`sol-execbench`, its validated parse in `payload`), as cases, reference,
+    tolerances, benchmark settings and timeouts, with the candidates to evaluate on it."""
+
+    path: str  # the card (relative to the project root) or definition.json
+    project_root: str  # absolute (SOL: the problem's directory)
+    raw: dict = field(repr=False)  # the card or definition.json as read (after validation)
     id: str = ""
     version: str = ""
-    operator: dict = field(default_factory=dict)
+    operator: dict = field(default_factory=dict)  # name, version (a card's: reference, inputs, bytes, flops)
+    reference: str = ""  # a card's `module:function`, or a SOL definition's reference source (its `run`)
     candidates: tuple[Candidate, ...] = ()
     default_candidate: str = ""
-    tolerances: dict = field(default_factory=dict)
+    tolerances: dict = field(default_factory=dict)  # per dtype (a SOL workload carries its own)
     cases: tuple[Case, ...] = ()
     benchmark: dict = field(default_factory=dict)
     timeouts: dict = field(default_factory=dict)
     baseline: str | None = None
+    format: str = "task-card"
+    payload: Any = field(default=None, repr=False, compare=False)  # SOL: (Definition, [Workload])
 
     def candidate(self, cid: str) -> Candidate:
         for cand in self.candidates:
@@ -122,8 +190,10 @@ class TaskCard:
                 return cand
         raise KeyError(cid)
 
-    def suite_hash(self) -> str:
-        """Identity of what is measured: the cases and the benchmark settings."""
+    def suite_hash(self, settings: dict | None = None) -> str:
+        """Identity of what is measured: the cases and the benchmark settings (SOL: the run's settings)."""
+        if self.format != "task-card":
+            return sol_suite_hash(self.raw, [wl.trace_dict() for wl in self.payload[1]], settings)
         return sha256_text(
             canonical_json(
                 {

@@ -16,7 +16,7 @@ from typing import Protocol
 from mini_kv import environment
 from mini_kv.build.compiler import compile_candidate
 from mini_kv.errors import ExitCode
-from mini_kv.model import Candidate, TaskCard
+from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
 from mini_kv.sandbox import SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
@@ -53,7 +53,7 @@ class VerifyOptions:
 
 
 def benchmark_settings(
-    card: TaskCard, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
+    card: Problem, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
 ) -> dict:
     """The card's benchmark section with the command line's overrides; with `device`, the sampling keys
     resolved for it (worker.timing.sampling_settings)."""
@@ -76,7 +76,7 @@ def benchmark_settings(
     return sampling_settings(settings, device, case_timeout)
 
 
-def check_benchmark_options(card: TaskCard, opts: VerifyOptions, device: str) -> None:
+def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> None:
     """Reject timing options that cannot run on `device` before anything is compiled (exit CONFIG)."""
     import math
 
@@ -289,9 +289,9 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
     output is piped); `phases` where the worker's time went: start-up until the code loaded, then the
     per-case phases the worker measured."""
     totals = {
-        "correctness": len(job["cases"]),
-        "contract": len(job.get("contract", [])),
-        "benchmark": len(job.get("bench_cases", [])),
+        "correctness": len(job.cases),
+        "contract": len(getattr(job, "contract", [])),
+        "benchmark": len(getattr(job, "bench_cases", [])),
     }
     seen = dict.fromkeys(totals, 0)
     finished = dict.fromkeys(totals, 0)
@@ -454,7 +454,7 @@ class CardDoor(FrontDoor):
 
     FORMAT = CARD_FORMAT
 
-    def __init__(self, card: TaskCard, cand: Candidate, opts: VerifyOptions):
+    def __init__(self, card: Problem, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
@@ -527,7 +527,7 @@ class CardDoor(FrontDoor):
             device=device,
             salt=prep.salt,
             project_root=card.project_root,  # where the card's reference and input modules import from
-            reference=card.operator["reference"],
+            reference=card.reference,
             inputs=card.operator["inputs"],
             tolerances=card.tolerances,
             cases=cases,
@@ -584,14 +584,14 @@ class CardDoor(FrontDoor):
             prep.root,
             prep.artifacts,
             timeout=prep.compile_timeout,
-            with_cuda=None if job["device"].startswith("cuda") else False,
+            with_cuda=None if job.device.startswith("cuda") else False,
         )
         return {"library": b.library, "op": b.op}, b.to_dict()
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
-        case = next(c for c in job["bench_cases"] if c["id"] == case_id)
+        case = next(c for c in job.bench_cases if c["id"] == case_id)
         return job.replace(
-            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job["benchmark"])
+            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job.benchmark)
         )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
@@ -619,7 +619,7 @@ class CardDoor(FrontDoor):
 
 
 def verify(
-    card: TaskCard, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
+    card: Problem, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
 ) -> dict:
     run = run_stages(CardDoor(card, cand, opts), progress, line, outbox)
     return {
@@ -633,7 +633,7 @@ def verify(
     }
 
 
-def _watch_paths(card: TaskCard) -> list[str]:
+def _watch_paths(card: Problem) -> list[str]:
     """The card and the files of its reference and input factory."""
     import importlib.util
 

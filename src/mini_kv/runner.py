@@ -24,7 +24,7 @@ from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
-from mini_kv.worker.jobs import Event, Job, as_job
+from mini_kv.worker.jobs import Event, Job
 
 MAX_RESTARTS = 50
 # A child's start-up before its `ready` event: the harness only, so a limit for a broken machine, not a
@@ -113,9 +113,7 @@ class ChildRun:
 
     def send(self, job: Job) -> None:
         try:
-            self.proc.stdin.write(
-                json.dumps({**as_job(job).to_dict(), "channel_key": self.key.hex()}).encode()
-            )
+            self.proc.stdin.write(json.dumps({**job.to_dict(), "channel_key": self.key.hex()}).encode())
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
@@ -219,7 +217,7 @@ def run_worker(
     )
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    run = _WorkerRun(as_job(job), case_timeout, stage_timeout, log_path, env, on_event, sandbox)
+    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox)
     run.give_up_after = give_up_after
     return run.run(first_child)
 
@@ -255,9 +253,9 @@ class _WorkerRun:
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
         self.results = empty_results(log_path, sandbox)
         self.pending = {
-            "cases": list(job["cases"]),
-            "bench_cases": list(job.get("bench_cases", [])),
-            "contract": list(job.get("contract", [])),
+            "cases": list(job.cases),
+            "bench_cases": list(getattr(job, "bench_cases", [])),
+            "contract": list(getattr(job, "contract", [])),
         }
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
@@ -278,7 +276,7 @@ class _WorkerRun:
         from mini_kv.worker.integrity import files_changed, harness_files
 
         # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
-        watch = self.job.get("watch_paths", [])
+        watch = getattr(self.job, "watch_paths", [])
         files_before = harness_files(watch)
         for _ in range(MAX_RESTARTS):
             sub = self.job.replace(**self.pending)

@@ -11,25 +11,25 @@ from mini_kv.build.pch import pch_cflags
 
 
 def build(job) -> dict:
-    if job["arch_list"]:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(job["arch_list"])
-    os.makedirs(job["build_dir"], exist_ok=True)
+    if job.arch_list:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(job.arch_list)
+    os.makedirs(job.build_dir, exist_ok=True)
     from torch.utils.cpp_extension import load
 
     # precompiled torch headers for the host files, shared by the project's builds (build/pch.py)
-    pch = pch_cflags(job["pch_root"], job["sources"], job["flags"]["cflags"])
+    pch = pch_cflags(job.pch_root, job.sources, job.flags["cflags"])
     load(
-        name=job["name"],
-        sources=job["sources"],
-        extra_cflags=[*job["flags"]["cflags"], *pch],
-        extra_cuda_cflags=job["flags"]["cuda_cflags"] or None,
-        extra_ldflags=job["flags"].get("ldflags") or None,
-        extra_include_paths=job["include_dirs"],
-        build_directory=job["build_dir"],
+        name=job.name,
+        sources=job.sources,
+        extra_cflags=[*job.flags["cflags"], *pch],
+        extra_cuda_cflags=job.flags["cuda_cflags"] or None,
+        extra_ldflags=job.flags.get("ldflags") or None,
+        extra_include_paths=job.include_dirs,
+        build_directory=job.build_dir,
         # A plain library by default: loading it proves it links and registers. A torch extension
         # module (PYBIND11_MODULE) is imported instead, which proves the same for its functions.
-        is_python_module=job["python_module"],
-        with_cuda=job["with_cuda"],
+        is_python_module=job.python_module,
+        with_cuda=job.with_cuda,
         verbose=True,
     )
-    return {"built": job["name"]}
+    return {"built": job.name}

@@ -1,4 +1,4 @@
-"""Task card v1: strict YAML -> JSON Schema -> semantic checks -> a frozen TaskCard."""
+"""Task card v1: strict YAML -> JSON Schema -> semantic checks -> a frozen model.Problem (format `task-card`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
-from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, TaskCard
+from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, Problem
 
 CARD_SCHEMA_VERSION = 1
 PROJECT_MARKERS = ("pyproject.toml", ".git", ".mini-kv-project")
@@ -251,7 +251,7 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
 
 def load_task_card(
     path: str | Path, project_root: Path | None = None, import_modules: bool = True
-) -> TaskCard:
+) -> Problem:
     """`import_modules=False` (validate-task) checks the reference and input modules without running them."""
     path = Path(path)
     file = str(path)
@@ -294,13 +294,14 @@ def load_task_card(
     if baseline is not None:
         resolve_inside(root, baseline, file, "baseline", must_exist=False)
 
-    return TaskCard(
+    return Problem(
         path=os.path.relpath(path.resolve(), root),
         project_root=str(root),
         raw=data,
         id=data["id"],
         version=data["version"],
         operator=dict(op),
+        reference=op["reference"],
         candidates=candidates,
         default_candidate=default,
         tolerances=data["tolerances"],

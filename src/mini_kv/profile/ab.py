@@ -72,7 +72,7 @@ def run_ab(
             "profiles were taken on (the profiler's replay durations are not latencies)",
         }
     job = job_for(a, b, repeats, samples, warmup)
-    for entry, doc in zip(job["candidates"], (a, b), strict=True):
+    for entry, doc in zip(job.candidates, (a, b), strict=True):
         lib, why = _library(doc)
         if lib is None:
             return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
@@ -98,12 +98,12 @@ def time_pair(job: ABJob) -> dict:
     from mini_kv.worker.loader import load_op
     from mini_kv.worker.timing import Workload
 
-    device = job["device"]
-    args = make_case_inputs(import_path(job["inputs"]), job["params"], job["dtype"], device, int(job["seed"]))
+    device = job.device
+    args = make_case_inputs(import_path(job.inputs), job.params, job.dtype, device, int(job.seed))
     guard = integrity.Guard(integrity.snapshot())
     try:
         calls = {}
-        for c in job["candidates"]:
+        for c in job.candidates:
             op = load_op(c["library"], c["op"])
             own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
             calls[c["label"]] = Workload([lambda op=op, own=own: op(*own)])
@@ -120,22 +120,22 @@ def _time(job: ABJob, calls: dict) -> dict:
     from mini_kv.worker.benchmark import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
 
-    device = job["device"]
+    device = job.device
     flush = L2Flusher(device, False)
-    for _ in range(job["warmup"]):
+    for _ in range(job.warmup):
         for w in calls.values():
             w.next()()
     method, fallbacks = timed(
-        lambda: choose_method(method_chain(job["method"], device), list(calls.values()), device, flush, 20)
+        lambda: choose_method(method_chain(job.method, device), list(calls.values()), device, flush, 20)
     )
     samples: dict[str, list] = {label: [] for label in calls}
     order_log = []
-    for r in range(job["repeats"]):
+    for r in range(job.repeats):
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         order_log.append(list(order))
         for label in order:
             samples[label].append(
-                timed(lambda w=calls[label]: measure(w, method, job["samples"], device, flush, 20)).samples
+                timed(lambda w=calls[label]: measure(w, method, job.samples, device, flush, 20)).samples
             )
     summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
     p50 = {label: summary[label].overall.p50 for label in calls}
@@ -146,9 +146,9 @@ def _time(job: ABJob, calls: dict) -> dict:
         "fallbacks": fallbacks,
         "unit": "us",
         "order": order_log,
-        "repeats": job["repeats"],
-        "samples_per_repeat": job["samples"],
-        "candidates": {c["label"]: c["id"] for c in job["candidates"]},
+        "repeats": job.repeats,
+        "samples_per_repeat": job.samples,
+        "candidates": {c["label"]: c["id"] for c in job.candidates},
         "p50_us": p50,
         "p95_us": {label: summary[label].overall.p95 for label in calls},
         "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode
-from mini_kv.model import Candidate, Case, TaskCard, sha256_file
+from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import ProfileFailure
@@ -55,7 +55,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def pick_case(card: TaskCard, wanted: str | None) -> Case:
+def pick_case(card: Problem, wanted: str | None) -> Case:
     """A case that runs on CUDA and returns a value: the named one, else the card's first bench case."""
     usable = [c for c in card.cases if c.runs_on("cuda") and c.kind != "illegal"]
     if wanted is None:
@@ -71,7 +71,7 @@ def pick_case(card: TaskCard, wanted: str | None) -> Case:
     return hits[0]
 
 
-def plan(card: TaskCard, cand: Candidate, opts: ProfileOptions) -> dict:
+def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> dict:
     """What will be profiled, and how; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
@@ -106,7 +106,7 @@ def kernel_plan(
     }
 
 
-def _binding(card: TaskCard, cand: Candidate, p: dict, opts: ProfileOptions, env: dict) -> dict:
+def _binding(card: Problem, cand: Candidate, p: dict, opts: ProfileOptions, env: dict) -> dict:
     """What the profile is about: task, candidate sources, case, seed, environment."""
     from mini_kv.build.compiler import candidate_files
 
@@ -177,7 +177,7 @@ def unprofiled(p: dict, env: dict) -> dict:
     }
 
 
-def _build(card: TaskCard, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
+def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
     """The candidate's library: the prebuilt one, or the content-addressed JIT build (logs kept)."""
     from mini_kv.build.compiler import compile_candidate
 
@@ -223,13 +223,13 @@ def _public(cmd: dict) -> dict:
     return {k: v for k, v in cmd.items() if not k.startswith("_")}
 
 
-def _card_job(card: TaskCard, cand: Candidate, p: dict, library: str) -> ProfileTargetJob:
+def _card_job(card: Problem, cand: Candidate, p: dict, library: str) -> ProfileTargetJob:
     case: Case = p["case"]
     return ProfileTargetJob(
         library=library,
         op=cand.op,
         inputs=card.operator["inputs"],
-        reference=card.operator["reference"],
+        reference=card.reference,
         params=case.params,
         dtype=case.dtype,
         device="cuda:0",
@@ -361,7 +361,7 @@ class Target:
     cwd: str
 
 
-def profile_candidate(card: TaskCard, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
+def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
     """Profile `cand` on one case; always writes a profile directory. Returns {status, exit_code, path, ...}."""
     p = plan(card, cand, opts)
     env = environment.collect()

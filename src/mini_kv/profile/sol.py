@@ -37,20 +37,19 @@ def plan(prob, opts: capture.ProfileOptions) -> dict:
     """The workload (--case: its uuid; default the first), seed, kernels; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
-    wls = prob.workloads
+    wls, sol = prob.payload[1], prob.candidates[0]
     hits = wls[:1] if opts.case is None else [w for w in wls if w.uuid == opts.case]
     if not hits:
         raise ConfigError(
             "--case",
             "",
-            f"{opts.case!r} is not a workload of {prob.definition.name}; choose one of "
-            + ", ".join(w.uuid for w in wls),
+            f"{opts.case!r} is not a workload of {prob.id}; choose one of " + ", ".join(w.uuid for w in wls),
         )
-    seed = case_seed(prob.definition.name, hits[0].uuid, opts.seed_salt)
-    of = f"a kernel of {prob.solution.name}"
+    seed = case_seed(prob.id, hits[0].uuid, opts.seed_salt)
+    of = f"a kernel of {sol.id}"
     return {
-        **capture.kernel_plan(opts, hits[0], seed, kernel_names(prob.solution), of, strict=False),
-        "no_kernels": f"no __global__ or @triton.jit function in {prob.solution.name}'s sources: name the "
+        **capture.kernel_plan(opts, hits[0], seed, kernel_names(sol), of, strict=False),
+        "no_kernels": f"no __global__ or @triton.jit function in {sol.id}'s sources: name the "
         "kernel to profile with --kernel",
     }
 
@@ -60,12 +59,12 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     from mini_kv.solexec.build import job_entry, stage_sources
     from mini_kv.solexec.run import _case, _safe, sol_identity
 
-    p, d, sol = plan(prob, opts), prob.definition, prob.solution
+    p, (d, _), sol = plan(prob, opts), prob.payload, prob.candidates[0]
     wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
     rec = capture.binding(
         [ident["task_id"], ident["task_version"], str(Path(d.path).parent), ident["suite_hash"]],
         {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
-        [_safe(sol.name), sol.raw["spec"]["entry_point"], sol.path],
+        [_safe(sol.id), sol.op, sol.path],
         [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
         False,
         [wl.uuid, wl.uuid, "workload", "", dict(wl.axes)],
@@ -97,11 +96,11 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
             warmup=p["warmup"],
             calls=1,
             solution=job_entry(sol, staging / "solution", comp),
-            case=_case(d, wl, 0),
+            case=_case(d, wl, 0).to_dict(),
         )
 
     records = {"definition.json": d.raw, "solution.json": sol.resolved(), "environment.json": env}
-    return capture.Target(ident["task_id"], _safe(sol.name), p, rec, records, build, str(Path.cwd()))
+    return capture.Target(ident["task_id"], _safe(sol.id), p, rec, records, build, str(Path.cwd()))
 
 
 def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
@@ -113,7 +112,7 @@ def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
     artifacts = (
         Path(opts.artifacts)
         if opts.artifacts
-        else bench_project_root(BenchOptions(prob.solution.path)) / "artifacts"
+        else bench_project_root(BenchOptions(prob.candidates[0].path)) / "artifacts"
     )
     with tempfile.TemporaryDirectory(prefix="mini-kv-sol-profile-") as staging:
         return capture.run_profile(
@@ -127,18 +126,18 @@ def run_target(job: dict) -> dict:
 
     from mini_kv.profile.target import input_digest
     from mini_kv.solexec import check
+    from mini_kv.solexec.evaluate import _import_solution, _load_reference
     from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
-    from mini_kv.worker.sol_child import _import_solution, _load_reference
 
-    device, sol, case = job["device"], job["solution"], job["case"]
+    device, sol, case = job.device, job.solution, job.case
     torch.cuda.set_device(torch.device(device))
-    reference = _load_reference(job["reference_file"])
+    reference = _load_reference(job.reference_file)
     fn = getattr(_import_solution(sol), sol["entry_function"])
     sig, wl = case["signature"], case["workload"]
-    args = make_inputs(sig, wl, vars(reference), device, int(job["seed"]), {})
+    args = make_inputs(sig, wl, vars(reference), device, int(job.seed), {})
     pristine = clone_inputs(args)
     outs = allocate_outputs(sig, device) if sol["dps"] else []
-    for _ in range(int(job["warmup"]) + int(job["calls"])):
+    for _ in range(int(job.warmup) + int(job.calls)):
         res = fn(*args, *outs)
     torch.cuda.synchronize()
     outs = outs if sol["dps"] else normalize_outputs(res, sig, device)
@@ -150,7 +149,7 @@ def run_target(job: dict) -> dict:
     return {
         "ok": True,
         "input_sha256": input_digest(pristine),
-        "calls": int(job["warmup"]) + int(job["calls"]),
+        "calls": int(job.warmup) + int(job.calls),
         "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
         "device_name": torch.cuda.get_device_name(torch.device(device)),
     }

@@ -38,25 +38,25 @@ def run(job: dict) -> dict:
     from mini_kv.worker.inputs import clone_args, import_path, make_case_inputs
     from mini_kv.worker.loader import load_op
 
-    device = job["device"]
-    op = load_op(job["library"], job["op"])
-    factory = import_path(job["inputs"])
-    args = make_case_inputs(factory, job["params"], job["dtype"], device, int(job["seed"]))
+    device = job.device
+    op = load_op(job.library, job.op)
+    factory = import_path(job.inputs)
+    args = make_case_inputs(factory, job.params, job.dtype, device, int(job.seed))
     digest = input_digest(args)
     pristine = clone_args(args)
     cuda = torch.device(device).type == "cuda"
     out = None
-    for _ in range(int(job["warmup"]) + int(job["calls"])):
+    for _ in range(int(job.warmup) + int(job.calls)):
         out = op(*args)
     if cuda:
         torch.cuda.synchronize()
-    reference = import_path(job["reference"])
-    tol = job["tolerance"]
+    reference = import_path(job.reference)
+    tol = job.tolerance
     check = compare(out, reference(*pristine), tol["atol"], tol["rtol"])
     return {
         "ok": True,
         "input_sha256": digest,
-        "calls": int(job["warmup"]) + int(job["calls"]),
+        "calls": int(job.warmup) + int(job.calls),
         "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
         "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
     }

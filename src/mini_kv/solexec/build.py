@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from pathlib import Path, PurePosixPath
 
 from mini_kv.build.compiler import compile_candidate
+from mini_kv.model import Candidate
 from mini_kv.solexec.languages import CppFlags
-from mini_kv.solexec.solution import CPP_SUFFIXES, Solution
 
 
-@dataclass(frozen=True)
-class SolutionBuild:
-    """What the compiler needs of a C++ solution (the fields of a task-card Candidate, plus the
-    extension-module ones): built into an importable torch extension module named after the key."""
-
-    id: str
-    path: str  # the staged sources (absolute)
-    cpu_sources: tuple[str, ...]
-    cuda_sources: tuple[str, ...]
-    cflags: tuple[str, ...]
-    cuda_cflags: tuple[str, ...]
-    ldflags: tuple[str, ...]  # the solution's own (checked against the allow-list)
-    include_dirs: tuple[str, ...]
-    extra_ldflags: tuple[str, ...] = ()  # what mini_kv adds for the language's libraries (trusted)
-    python_module: bool = True
-
-
-def stage_sources(solution: Solution, dest: Path) -> Path:
+def stage_sources(solution: Candidate, dest: Path) -> Path:
     """Write every source under `dest`, keeping its relative path (paths were checked at load)."""
     dest.mkdir(parents=True, exist_ok=True)
     for src in solution.sources:
@@ -37,29 +20,21 @@ def stage_sources(solution: Solution, dest: Path) -> Path:
     return dest
 
 
-def solution_build(solution: Solution, staged: Path, extra: CppFlags) -> SolutionBuild:
-    compiled = [s.path for s in solution.sources if PurePosixPath(s.path).suffix in CPP_SUFFIXES]
-    return SolutionBuild(
-        id=solution.name,
-        path=str(staged.resolve()),
-        cpu_sources=tuple(p for p in compiled if not p.endswith(".cu")),
-        cuda_sources=tuple(p for p in compiled if p.endswith(".cu")),
-        cflags=solution.cflags,
-        cuda_cflags=solution.cuda_cflags,
-        ldflags=solution.ldflags,
-        extra_ldflags=extra.ldflags,
-        include_dirs=extra.include_dirs,
+def solution_build(solution: Candidate, staged: Path, extra: CppFlags) -> Candidate:
+    """The staged copy as the compiler builds it, with what mini_kv adds for the language's libraries."""
+    return dataclasses.replace(
+        solution, path=str(staged.resolve()), include_dirs=extra.include_dirs, extra_ldflags=extra.ldflags
     )
 
 
 def compile_solution(
-    project_root: Path, solution: Solution, staged: Path, extra: CppFlags, timeout: float
+    project_root: Path, solution: Candidate, staged: Path, extra: CppFlags, timeout: float
 ) -> dict:
     """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs."""
     return compile_candidate(project_root, solution_build(solution, staged, extra), timeout=timeout)
 
 
-def job_entry(solution: Solution, staged: Path, compile_rec: dict | None) -> dict:
+def job_entry(solution: Candidate, staged: Path, compile_rec: dict | None) -> dict:
     """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
     regression gate's same-run comparison)."""
     rec = compile_rec or {}

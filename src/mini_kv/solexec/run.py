@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mini_kv import environment
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.model import canonical_json, sha256_text, sol_suite_hash
+from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
@@ -24,7 +24,7 @@ from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
-from mini_kv.solexec.solution import Solution, load_solution
+from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import Workload, load_workloads
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import SOL_FORMAT
@@ -57,13 +57,6 @@ class BenchOptions:
     seed_salt: str | None = None
     memory_limit_gb: float | None = None
     sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
-
-
-@dataclass
-class Problem:
-    definition: Definition
-    workloads: list[Workload]
-    solution: Solution
 
 
 def _found_under(base: Path, name: str, limit: int = 12) -> str:
@@ -102,6 +95,8 @@ def problem_files(problem_dir: str | None, opts: BenchOptions) -> tuple[Path, Pa
 
 
 def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
+    """The problem (its workloads as cases, definition.json and the workloads' parse as the payload) with the
+    solution as its one candidate."""
     def_path, wl_path = problem_files(problem_dir, opts)
     definition = load_definition(def_path)
     workloads = load_workloads(wl_path, definition)
@@ -114,7 +109,22 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
             ("a directory, not a solution file" if sol.is_dir() else "solution file not found")
             + _found_under(where, "solution.json"),
         )
-    return Problem(definition, workloads, load_solution(opts.solution, definition.name))
+    sol = load_solution(opts.solution, definition.name)
+    version = "sol-" + sha256_text(canonical_json(definition.raw))[:12]
+    return Problem(
+        path=str(def_path),
+        project_root=str(def_path.parent.resolve()),
+        raw=definition.raw,
+        id=definition.name,
+        version=version,
+        operator={"name": definition.raw.get("op_type") or definition.name, "version": version},
+        reference=definition.reference,
+        candidates=(sol,),
+        default_candidate=sol.id,
+        cases=tuple(_case(definition, wl, i) for i, wl in enumerate(workloads)),
+        format=SOL_FORMAT,
+        payload=(definition, workloads),
+    )
 
 
 def check_options(opts: BenchOptions, device: str) -> dict:
@@ -198,23 +208,26 @@ def signature(definition: Definition, wl: Workload) -> dict:
     }
 
 
-def _case(definition: Definition, wl: Workload, index: int) -> dict:
+def _case(definition: Definition, wl: Workload, index: int) -> Case:
     # id/kind/dtype/params are what the runner records for a workload whose worker crashed or hung
-    return {
-        "id": wl.uuid,
-        "index": index,
-        "kind": "workload",
-        "dtype": None,
-        "params": dict(wl.axes),
-        "signature": signature(definition, wl),
-        "workload": {
-            "uuid": wl.uuid,
-            "inputs": wl.inputs,
-            "resolved_axes": wl.resolved_axes,
-            "safetensors": wl.safetensors,
-            "tolerance": wl.tolerance,
+    return Case(
+        wl.uuid,
+        wl.uuid,
+        "workload",
+        dict(wl.axes),
+        None,
+        record={
+            "index": index,
+            "signature": signature(definition, wl),
+            "workload": {
+                "uuid": wl.uuid,
+                "inputs": wl.inputs,
+                "resolved_axes": wl.resolved_axes,
+                "safetensors": wl.safetensors,
+                "tolerance": wl.tolerance,
+            },
         },
-    }
+    )
 
 
 def _failure_log(entry: dict) -> str:
@@ -225,7 +238,7 @@ def _failure_log(entry: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str, dict]:
+def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, dict]:
     """uuid -> {status, log, correctness, performance, bench, finished_at} from the runner's results."""
     load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
@@ -238,21 +251,21 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
                 if load.get("timed_out")
                 else "the reference ended the worker while loading"
             ) + f": {log}"
-        return {wl.uuid: {"status": status, "log": log} for wl in workloads}
+        return {c.id: {"status": status, "log": log} for c in cases}
     by_id = {rec["id"]: rec for rec in results["cases"]}
     out = {}
-    for wl in workloads:
-        rec = by_id.get(wl.uuid)
+    for c in cases:
+        rec = by_id.get(c.id)
         if rec is None:
             spent = [i["reason"] for i in results["incidents"] if i.get("status") == Status.TIMEOUT]
-            out[wl.uuid] = {
+            out[c.id] = {
                 "status": Status.TIMEOUT,
                 "log": "not evaluated: " + (spent[0] if spent else "no result"),
             }
         elif "signature" in rec or "finished_at" in rec:  # the worker's own record
-            out[wl.uuid] = rec
+            out[c.id] = rec
         else:  # the runner's record of a crash or hang while this workload ran
-            out[wl.uuid] = {"status": rec["status"], "log": _failure_log(rec)}
+            out[c.id] = {"status": rec["status"], "log": _failure_log(rec)}
     for incident in results["incidents"]:
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
             hit = [incident["case"]] if incident.get("case") in out else list(out)
@@ -264,15 +277,15 @@ def outcomes_from_results(results: dict, workloads: list[Workload]) -> dict[str,
 def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
     trace_env = traces.trace_environment(env)
     out = []
-    for wl in problem.workloads:
+    for wl in problem.payload[1]:
         o = outcomes[wl.uuid]
         if o["status"] == Status.SKIPPED:  # upstream's layout has no word for it: correctness.json says why
             continue
         out.append(
             traces.make_trace(
-                problem.definition.name,
+                problem.id,
                 wl.trace_dict(),
-                problem.solution.name,
+                problem.candidates[0].id,
                 # upstream has no NOT_RUN: a workload given up on after the solution hung is a TIMEOUT there
                 Status.TIMEOUT if o["status"] == Status.NOT_RUN else o["status"],
                 trace_env,
@@ -286,7 +299,7 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
 
 
 def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
-    return {wl.uuid: {"status": status, "log": log} for wl in problem.workloads}
+    return {c.id: {"status": status, "log": log} for c in problem.cases}
 
 
 def compile_problem(
@@ -294,13 +307,12 @@ def compile_problem(
 ) -> tuple[dict | None, dict | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
-    flags, reason = languages.cpp_flags(problem.solution.languages, problem.solution.dependencies)
+    sol = problem.candidates[0]
+    flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
-    say(f"compile {problem.solution.name}")
-    rec = compile_solution(
-        bench_project_root(opts), problem.solution, staging / "solution", flags, opts.compile_timeout
-    )
+    say(f"compile {sol.id}")
+    rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
             problem,
@@ -331,13 +343,14 @@ class SolDoor(FrontDoor):
 
     FORMAT = SOL_FORMAT
 
-    def __init__(self, problem: Problem, opts: BenchOptions):
-        self.problem, self.opts, self.staging, self.warm = problem, opts, None, None
-        self.evaluating = f"evaluate {problem.solution.name}"
+    def __init__(self, problem: Problem, cand: Candidate, opts: BenchOptions):
+        self.problem, self.cand, self.opts, self.staging, self.warm = problem, cand, opts, None, None
+        self.workloads = problem.payload[1]  # the SOL loader's parse
+        self.evaluating = f"evaluate {cand.id}"
 
     def prepare(self) -> Prepared:
-        opts, problem = self.opts, self.problem
-        if problem.solution.group == "cpp" or not opts.artifacts:
+        opts = self.opts
+        if self.cand.group == "cpp" or not opts.artifacts:
             bench_project_root(opts)  # before anything runs: where the build and the attempt will go
         self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
@@ -349,10 +362,10 @@ class SolDoor(FrontDoor):
         )
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
-        check_memory(problem.workloads, device, opts)
+        check_memory(self.workloads, device, opts)
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
-        stage_sources(problem.solution, self.staging / "solution")
+        stage_sources(self.cand, self.staging / "solution")
         root = bench_project_root(opts, required=False)
         return Prepared(
             device,
@@ -369,11 +382,11 @@ class SolDoor(FrontDoor):
 
     def build(self, prep: Prepared, say) -> Built:
         compile_rec, outcomes = None, None
-        if self.problem.solution.group == "cpp":
+        if self.cand.group == "cpp":
             compile_rec, outcomes = compile_problem(self.problem, self.staging, self.opts, say)
             unavailable = None if outcomes else _cpp_unavailable(compile_rec, prep.device)
         else:
-            unavailable = languages.python_unavailable(self.problem.solution.languages, prep.device, prep.env)
+            unavailable = languages.python_unavailable(self.cand.languages, prep.device, prep.env)
         if outcomes is None and unavailable:
             outcomes = _all(self.problem, Status.RUNTIME_ERROR, UNAVAILABLE + unavailable)
         return Built(compile_rec, outcomes, unavailable)
@@ -381,18 +394,17 @@ class SolDoor(FrontDoor):
     def job(self, prep: Prepared, built: Built) -> SolJob | None:
         if built.decided is not None:
             return None
-        problem = self.problem
         ref_file = self.staging / "reference" / "reference.py"
         ref_file.parent.mkdir(parents=True, exist_ok=True)
-        ref_file.write_text(problem.definition.reference, encoding="utf-8")
+        ref_file.write_text(self.problem.reference, encoding="utf-8")
         return SolJob(
             device=prep.device,
             salt=prep.salt,
             settings=prep.settings,
-            definition_name=problem.definition.name,
+            definition_name=self.problem.id,
             reference_file=str(ref_file),
-            solution=job_entry(problem.solution, self.staging / "solution", built.compile),
-            cases=[_case(problem.definition, wl, i) for i, wl in enumerate(problem.workloads)],
+            solution=job_entry(self.cand, self.staging / "solution", built.compile),
+            cases=[c.to_dict() for c in self.problem.cases],
             memory_limit_bytes=environment.cpu_memory_limit(self.opts.memory_limit_gb),
         )
 
@@ -401,13 +413,11 @@ class SolDoor(FrontDoor):
         return child
 
     def stage_timeout(self, job: SolJob) -> float:
-        return self.opts.timeout * (len(job["cases"]) + 1)
+        return self.opts.timeout * (len(job.cases) + 1)
 
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
         outcomes = (
-            built.decided
-            if built.decided is not None
-            else outcomes_from_results(results, self.problem.workloads)
+            built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
@@ -429,11 +439,7 @@ class SolDoor(FrontDoor):
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
         from mini_kv.judge.regression import find_baseline
 
-        path = (
-            find_baseline(prep.root, _safe(self.problem.definition.name))[0]
-            if prep.root is not None
-            else None
-        )
+        path = find_baseline(prep.root, _safe(self.problem.id))[0] if prep.root is not None else None
         return path, "definition", []
 
     def identity(self, prep: Prepared) -> dict:
@@ -447,15 +453,15 @@ class SolDoor(FrontDoor):
             prep.root,
             prep.artifacts,
             self.staging / "baseline",
-            job["definition_name"],
+            job.definition_name,
             prep.compile_timeout,
         )
         return entry, entry
 
     def confirm_job(self, job: SolJob, case_id: str) -> SolJob:
         return job.replace(
-            cases=[c for c in job["cases"] if c["id"] == case_id],
-            settings={**_interleaved_settings(job["settings"]), "rounds": 1},
+            cases=[c for c in job.cases if c["id"] == case_id],
+            settings={**_interleaved_settings(job.settings), "rounds": 1},
         )
 
     def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
@@ -464,13 +470,13 @@ class SolDoor(FrontDoor):
         return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
 
     def header(self) -> dict:
-        sol = self.problem.solution
-        return {"format": SOL_FORMAT, "candidate": _safe(sol.name), "op": sol.raw["spec"]["entry_point"]}
+        sol = self.cand
+        return {"format": SOL_FORMAT, "candidate": _safe(sol.id), "op": sol.op}
 
     def write_files(self, w, built: Built, out: Outcome) -> None:
-        d, sol = self.problem.definition, self.problem.solution
-        w.json("definition.json", d.raw)
-        w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in self.problem.workloads))
+        sol = self.cand
+        w.json("definition.json", self.problem.raw)
+        w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in self.workloads))
         w.json("solution.json", sol.resolved())
         for src in sol.sources:
             w.text(f"sources/{src.path}", src.content)
@@ -487,7 +493,8 @@ def bench(
     problem_dir: str | None, opts: BenchOptions, progress=None, line=None, outbox: Path | None = None
 ) -> dict:
     t0 = time.perf_counter()
-    door = SolDoor(load_problem(problem_dir, opts), opts)
+    problem = load_problem(problem_dir, opts)
+    door = SolDoor(problem, problem.candidates[0], opts)
     run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
     return {
         "traces": run.out.detail["traces"],
@@ -505,8 +512,8 @@ def bench(
             if c.get("status") == Status.SKIPPED
         ],
         "staging": str(door.staging) if opts.keep_staging else None,
-        "definition": door.problem.definition.name,
-        "solution": door.problem.solution.name,
+        "definition": door.problem.id,
+        "solution": door.cand.id,
         "duration_s": round(time.perf_counter() - t0, 3),
         "phases": run.phases,
         "regression": run.regression,
@@ -536,11 +543,6 @@ def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
 # ------------------------------------------------------------------------------------ attempt
 
 
-def suite_hash(problem: Problem, settings: dict) -> str:
-    """What was measured: the definition, the workloads and the settings. Only equal suites are ranked together."""
-    return sol_suite_hash(problem.definition.raw, [wl.trace_dict() for wl in problem.workloads], settings)
-
-
 def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, dict]:
     """Status, correctness and benchmark summaries, by the function the index recomputes them with."""
     from mini_kv.store.headline import sol_headline
@@ -555,13 +557,11 @@ def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, di
 
 def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> dict:
     """What a SOL attempt is compared by (attempt.json's ids; a baseline must match every one)."""
-    d = problem.definition
-    version = "sol-" + sha256_text(canonical_json(d.raw))[:12]
     return {
-        "task_id": _safe(d.name),
-        "task_version": version,
-        "operator": {"name": d.raw.get("op_type") or d.name, "version": version},
-        "suite_hash": suite_hash(problem, settings),
+        "task_id": _safe(problem.id),
+        "task_version": problem.version,
+        "operator": problem.operator,
+        "suite_hash": problem.suite_hash(settings),
         "environment_key": env["key"],
         "device": device,
     }

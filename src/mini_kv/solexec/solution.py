@@ -2,51 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
+from mini_kv.model import CPP_LANGUAGES, PYTHON_LANGUAGES, Candidate, SourceFile
 from mini_kv.solexec.jsonfile import read_json
 
-PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
-CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 CPP_ENTRY_SUFFIXES = (*CPP_SUFFIXES, ".h", ".hpp", ".cuh")
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    path: str
-    content: str
-
-
-@dataclass(frozen=True)
-class Solution:
-    path: str  # solution.json
-    raw: dict = field(repr=False)
-    name: str = ""
-    definition: str = ""
-    languages: tuple[str, ...] = ()
-    entry_file: str = ""
-    entry_function: str = ""
-    dps: bool = True
-    dependencies: tuple[str, ...] = ()
-    cflags: tuple[str, ...] = ()
-    cuda_cflags: tuple[str, ...] = ()
-    ldflags: tuple[str, ...] = ()
-    sources: tuple[SourceFile, ...] = ()
-
-    @property
-    def group(self) -> str:
-        """`cpp` (built into a torch extension module) or `python` (imported)."""
-        return "cpp" if any(lang in CPP_LANGUAGES for lang in self.languages) else "python"
-
-    def resolved(self) -> dict:
-        """solution.json with every source's content inlined: what was actually evaluated."""
-        raw = dict(self.raw)
-        raw["sources"] = [{"path": s.path, "content": s.content} for s in self.sources]
-        return raw
 
 
 MAX_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
@@ -138,7 +102,8 @@ def _check_languages(languages: list[str], entry_file: str, file: str) -> None:
         )
 
 
-def load_solution(path: str | Path, definition_name: str | None = None) -> Solution:
+def load_solution(path: str | Path, definition_name: str | None = None) -> Candidate:
+    """The solution as the shared Candidate: its build spec (languages, sources, flags) and entry point."""
     path = Path(path)
     file = str(path)
     raw = read_json(path)
@@ -160,18 +125,19 @@ def load_solution(path: str | Path, definition_name: str | None = None) -> Solut
         )
     _check_languages(spec["languages"], entry_file, file)
     opts = spec.get("compile_options") or {}
-    return Solution(
+    compiled = [s.path for s in sources if PurePosixPath(s.path).suffix in CPP_SUFFIXES]
+    return Candidate(
+        id=raw["name"],
         path=file,
-        raw=raw,
-        name=raw["name"],
-        definition=raw["definition"],
-        languages=tuple(spec["languages"]),
-        entry_file=entry_file,
-        entry_function=entry_function,
-        dps=spec.get("destination_passing_style", True),
-        dependencies=tuple(spec.get("dependencies", [])),
+        op=spec["entry_point"],
+        cpu_sources=tuple(p for p in compiled if not p.endswith(".cu")),
+        cuda_sources=tuple(p for p in compiled if p.endswith(".cu")),
         cflags=tuple(opts.get("cflags", [])),
         cuda_cflags=tuple(opts.get("cuda_cflags", [])),
         ldflags=tuple(opts.get("ld_flags", [])),
+        languages=tuple(spec["languages"]),
+        dependencies=tuple(spec.get("dependencies", [])),
+        dps=spec.get("destination_passing_style", True),
         sources=tuple(sources),
+        raw=raw,
     )

@@ -66,7 +66,7 @@ def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = IT
 
 def measure_job(job) -> dict:
     """Job kind `bandwidth`, in the worker child."""
-    return measure(job["device"], job["nbytes"], job["iterations"])
+    return measure(job.device, job.nbytes, job.iterations)
 
 
 def cache_path(project_root: Path, environment_key: str) -> Path:

@@ -16,7 +16,6 @@ import sys
 import traceback
 
 from mini_kv.status import Status
-from mini_kv.worker import sol_child
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import Event, Job
 
@@ -76,8 +75,8 @@ def _limit_memory(job: Job) -> None:
     """On CPU, cap the address space so an op that allocates without bound fails inside this
     child (a clean error) instead of exhausting the machine. Not on CUDA: its driver maps huge
     virtual ranges."""
-    limit = job.get("memory_limit_bytes")
-    if limit and not str(job["device"]).startswith("cuda"):
+    limit = getattr(job, "memory_limit_bytes", None)
+    if limit and not str(job.device).startswith("cuda"):
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -93,119 +92,152 @@ def _set_device(device: str) -> None:
     torch.set_num_threads(1)
 
 
-def _load(job: Job, chan: Channel, guard, reference):
-    """(op, reference) with the candidate loaded under `guard`, or None after a failed `load` event."""
-    from mini_kv.worker import integrity, loader
-
-    known = loader.op_names()
-    try:
-        op = loader.load_op(job["library"], job["op"])
-    except Exception as exc:  # noqa: BLE001
-        hint = loader.registration_hint(job["op"], loader.op_names() - known)
-        return chan.send(event=Event.LOAD, ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
-    try:
-        guard.check("loading the library")
-    except integrity.Violation as v:
-        return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
-    kernels = loader.registered_kernels(job["op"])
-    # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
-    hint = (
-        None
-        if kernels.get("CPU") and kernels.get("Meta")
-        else loader.registration_hint(job["op"], loader.op_names() - known)
-    )
-    if job["baseline"]:
-        # the regression gate's same-run comparison: the baseline's own build, under its own
-        # dispatcher namespace, takes the reference's place in the interleaved timing below
-        try:
-            reference = loader.load_op(job["baseline"]["library"], job["baseline"]["op"])
-            guard.check("loading the baseline's library")
-        except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-            return chan.send(
-                event=Event.LOAD,
-                ok=False,
-                reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}",
-            )
-    chan.send(event=Event.LOAD, ok=True, kernels=kernels, hint=hint)
-    return op, reference
-
-
 def run_job(job: Job, chan: Channel) -> int:
-    """A task card's candidate (kind `card`): correctness cases, contract checks, benchmark cases."""
-    from mini_kv.worker import benchmark, contract, correctness, integrity
-    from mini_kv.worker.inputs import import_path
-
-    if job["project_root"] and job["project_root"] not in sys.path:
-        sys.path.append(job["project_root"])  # the card's own modules, as the loader imports them
-    device = job["device"]
-    _set_device(device)
-    reference, factory = import_path(job["reference"]), import_path(job["inputs"])
-    # what the harness relies on, before any candidate code runs (the library's static initialisers)
-    guard = integrity.Guard(integrity.snapshot())
-    loaded = _load(job, chan, guard, reference)
-    if loaded is None:
+    """A problem's candidate (kinds `card` and `sol`), loaded by its format's evaluator (_evaluator), then
+    one loop over the stages: the correctness cases (a SOL workload's record holds its timing too), the
+    contract checks, the bench cases; a `begin` event before each."""
+    _set_device(job.device)
+    ev = _evaluator(job.KIND).load(job, chan)
+    if ev is None:  # a failed `load` event was sent
         return 0
-    op, reference = loaded
-    task_id, salt = job["task_id"], job["salt"]
-    for case in job["cases"]:
-        # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
-        chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
-        tol = job["tolerances"].get(case["dtype"])
-        rec = correctness.run_case(
-            op,
-            reference,
-            factory,
-            task_id,
-            case,
-            tol,
-            device,
-            salt,
-            guard,
-            on_inputs=lambda c=case: chan.send(event=Event.BEGIN, stage="correctness", case=c["id"]),
-        )
-        chan.send(event=Event.CASE, record=rec)
+    for case in job.cases:
+        rec, extra = ev.correctness(case)
+        chan.send(event=Event.CASE, record=rec, **extra)
         if rec["status"] == Status.RUNTIME_ERROR and any(
-            m in rec.get("reason", "") for m in POISONED_MARKERS
+            m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
         ):
             return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
-    checks = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}
-    for name in job["contract"]:
+    for name in getattr(job, "contract", []):
         chan.send(event=Event.BEGIN, stage="contract", case=name)
-        rec = checks[name](op, factory, task_id, job["all_cases"], device, salt)
+        chan.send(event=Event.CONTRACT, name=name, record=ev.contract(name))
+    for case in getattr(job, "bench_cases", []):
+        chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
+        chan.send(event=Event.BENCH, record=ev.bench(case))
+    chan.send(event=Event.DONE)
+    return 0
+
+
+def _evaluator(kind: str):
+    """A format's strategy for run_job: `load(job, chan)` -> an evaluator (or None), whose `correctness(case)`,
+    `contract(name)` and `bench(case)` give the records."""
+    if kind == "card":
+        return CardEvaluator
+    from mini_kv.solexec.evaluate import SolEvaluator
+
+    return SolEvaluator
+
+
+class CardEvaluator:
+    """Kind `card`: the candidate's dispatcher op against the card's reference, checked by worker/correctness.py
+    (cases), worker/contract.py (opcheck, gradcheck) and timed by worker/benchmark.py."""
+
+    def __init__(self, job: Job, chan: Channel, op, reference, factory, guard):
+        self.job, self.chan, self.op, self.reference = job, chan, op, reference
+        self.factory, self.guard = factory, guard
+
+    @classmethod
+    def load(cls, job: Job, chan: Channel) -> CardEvaluator | None:
+        """The evaluator with the candidate loaded under the Guard, or None after a failed `load` event."""
+        from mini_kv.worker import integrity, loader
+        from mini_kv.worker.inputs import import_path
+
+        if job.project_root and job.project_root not in sys.path:
+            sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
+        reference, factory = import_path(job.reference), import_path(job.inputs)
+        # what the harness relies on, before any candidate code runs (the library's static initialisers)
+        guard = integrity.Guard(integrity.snapshot())
+        known = loader.op_names()
         try:
-            guard.check(f"after {name}")
+            op = loader.load_op(job.library, job.op)
+        except Exception as exc:  # noqa: BLE001
+            hint = loader.registration_hint(job.op, loader.op_names() - known)
+            return chan.send(event=Event.LOAD, ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
+        try:
+            guard.check("loading the library")
+        except integrity.Violation as v:
+            return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
+        kernels = loader.registered_kernels(job.op)
+        # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
+        hint = (
+            None
+            if kernels.get("CPU") and kernels.get("Meta")
+            else loader.registration_hint(job.op, loader.op_names() - known)
+        )
+        if job.baseline:
+            # the regression gate's same-run comparison: the baseline's own build, under its own
+            # dispatcher namespace, takes the reference's place in the interleaved timing
+            try:
+                reference = loader.load_op(job.baseline["library"], job.baseline["op"])
+                guard.check("loading the baseline's library")
+            except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
+                return chan.send(
+                    event=Event.LOAD,
+                    ok=False,
+                    reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}",
+                )
+        chan.send(event=Event.LOAD, ok=True, kernels=kernels, hint=hint)
+        return cls(job, chan, op, reference, factory, guard)
+
+    def correctness(self, case: dict) -> tuple[dict, dict]:
+        from mini_kv.worker import correctness
+
+        job, chan = self.job, self.chan
+        # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
+        chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
+        rec = correctness.run_case(
+            self.op,
+            self.reference,
+            self.factory,
+            job.task_id,
+            case,
+            job.tolerances.get(case["dtype"]),
+            job.device,
+            job.salt,
+            self.guard,
+            on_inputs=lambda: chan.send(event=Event.BEGIN, stage="correctness", case=case["id"]),
+        )
+        return rec, {}
+
+    def contract(self, name: str) -> dict:
+        from mini_kv.worker import contract, integrity
+
+        job = self.job
+        check = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}[name]
+        rec = check(self.op, self.factory, job.task_id, job.all_cases, job.device, job.salt)
+        try:
+            self.guard.check(f"after {name}")
         except integrity.Violation as v:
             rec = {**rec, "status": Status.FAILED, "integrity": v.code, "reason": str(v)}
-        chan.send(event=Event.CONTRACT, name=name, record=rec)
-    for case in job["bench_cases"]:
-        chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
+        return rec
+
+    def bench(self, case: dict) -> dict:
+        from mini_kv.worker import benchmark, integrity
+
+        job = self.job
         try:
-            rec = benchmark.bench_case(
-                op,
-                reference,
-                factory,
-                task_id,
+            return benchmark.bench_case(
+                self.op,
+                self.reference,
+                self.factory,
+                job.task_id,
                 case,
-                job["benchmark"],
-                job["tolerances"][case["dtype"]],
-                device,
-                salt,
-                job["peak_bw"],
-                job["exprs"],
-                guard,
+                job.benchmark,
+                job.tolerances[case["dtype"]],
+                job.device,
+                job.salt,
+                job.peak_bw,
+                job.exprs,
+                self.guard,
             )
         except integrity.Violation as v:
-            rec = {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
+            return {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-            rec = {
+            return {
                 "id": case["id"],
                 "status": Status.BENCHMARK_ERROR,
                 "reason": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc()[-4000:],
             }
-        chan.send(event=Event.BENCH, record=rec)
-    chan.send(event=Event.DONE)
-    return 0
 
 
 def _one_shot(path: str):
@@ -215,8 +247,8 @@ def _one_shot(path: str):
     def handler(job: Job, chan: Channel) -> int:
         from mini_kv.worker.inputs import import_path
 
-        if "device" in job:
-            _set_device(job["device"])
+        if hasattr(job, "device"):
+            _set_device(job.device)
         chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
 
@@ -225,7 +257,7 @@ def _one_shot(path: str):
 
 HANDLERS = {
     "card": run_job,
-    "sol": sol_child.run_job,
+    "sol": run_job,
     "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
     "ab": _one_shot("mini_kv.profile.ab:time_pair"),
     "profile_target": _one_shot("mini_kv.profile.target:run"),

@@ -1,8 +1,8 @@
 """What a worker child (`python -m mini_kv.worker.child`) is asked to do: one frozen, versioned,
 JSON-serialisable record per job kind, naming everything the child needs (paths, seeds, settings)
 and nothing of the parent's process, so it can run in a local child or on another machine.
-`Job.from_dict()` refuses a kind or version this mini_kv does not know. A job reads as the mapping
-of its `to_dict()` (`job["cases"]`, `{**job, "cases": []}`).
+`Job.from_dict()` refuses a kind or version this mini_kv does not know. Fields are attributes
+(`job.cases`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class JobError(ValueError):
 JOB_KINDS: dict[str, type[Job]] = {}
 
 
-class Job(Mapping):
+class Job:
     KIND: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
 
@@ -72,26 +72,6 @@ class Job(Mapping):
             self, **{k: v for k, v in changes.items() if k in self.__dataclass_fields__}
         )
 
-    # read as a mapping without building to_dict() on every lookup: the worker reads job fields per case
-    def __getitem__(self, key):
-        if key == "kind":
-            return self.KIND
-        if key == "schema_version":
-            return self.SCHEMA_VERSION
-        if key in self.__dataclass_fields__:
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def __iter__(self):
-        return iter(("kind", "schema_version", *self.__dataclass_fields__))
-
-    def __len__(self) -> int:
-        return 2 + len(self.__dataclass_fields__)
-
-
-def as_job(job: Job | Mapping) -> Job:
-    return job if isinstance(job, Job) else Job.from_dict(job)
-
 
 def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
     """A frozen dataclass job kind with these fields (space-separated; `defaults` come last)."""
@@ -101,7 +81,6 @@ def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
         spec,
         bases=(Job,),
         frozen=True,
-        eq=False,
         namespace={"KIND": kind, "__doc__": doc, "__module__": __name__},
     )
     return cls
@@ -120,7 +99,7 @@ CardJob = _kind(
 SolJob = _kind(
     "SolJob",
     "sol",
-    "A SOL-ExecBench solution on its problem's workloads (worker/sol_child.py).",
+    "A SOL-ExecBench solution on its problem's workloads (solexec/evaluate.SolEvaluator).",
     "device salt settings definition_name reference_file solution cases memory_limit_bytes",
     baseline=None,
 )
