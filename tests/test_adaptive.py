@@ -265,3 +265,55 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
     assert took < 3 * timeout + 15  # not 8 x the timeout
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
     assert [c["status"] for c in corr["cases"]][2:] == [Status.NOT_RUN] * 6
+
+
+def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_path):
+    """The bytes-scaled estimate that skips a workload as too large comes from a warm round: a solution
+    whose first call costs 0.5 s once (a plan built on first use) runs its 16x larger workload."""
+    from mini_kv.solexec.run import BenchOptions, bench
+
+    problem = tmp_path / "problem"
+    problem.mkdir()
+    shutil.copy(SOLS / "problem" / "definition.json", problem)
+    inputs = {"x": {"type": "random"}, "w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1.0}}
+    (problem / "workload.jsonl").write_text(
+        "".join(
+            json.dumps({"uuid": u, "axes": {"n": n}, "inputs": inputs}) + "\n"
+            for u, n in (("s", 4), ("l", 64))
+        )
+    )
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "solution.json").write_text(
+        json.dumps(
+            {
+                "name": "scale_mul_slow_first_call",
+                "definition": "scale_mul",
+                "author": "tests",
+                "spec": {
+                    "languages": ["pytorch"],
+                    "target_hardware": ["LOCAL"],
+                    "entry_point": "main.py::forward",
+                    "destination_passing_style": False,
+                },
+                "sources": [{"path": "main.py"}],
+            }
+        )
+    )
+    (sol / "main.py").write_text(
+        "import time\n\nFIRST = [True]\n\n\ndef forward(x, w, alpha):\n"
+        "    if FIRST.pop() if FIRST else False:\n        time.sleep(0.5)\n"
+        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n"
+    )
+    opts = BenchOptions(
+        solution=str(sol / "solution.json"),
+        artifacts=str(tmp_path / "artifacts"),
+        device="cpu",
+        rounds=4,
+        warmup=1,
+        budget=2.0,  # the first round's 0.5 s x 16 x 2 rounds would not fit; a warm round's would
+        timeout=60.0,
+    )
+    result = bench(str(problem), opts)
+    got = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+    assert got == {"s": "PASSED", "l": "PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
