@@ -218,35 +218,35 @@ def test_records_without_sampling_still_validate():
 # ------------------------------------------------------------------------- giving up on a hang
 
 
+def _problem(tmp_path, rows: dict[str, int]) -> Path:
+    """tests/sol_solutions' scale_mul problem with one workload of `rows` rows per uuid."""
+    problem = tmp_path / "problem"
+    problem.mkdir()
+    shutil.copy(SOLS / "problem" / "definition.json", problem)
+    inputs = {"x": {"type": "random"}, "w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1.0}}
+    lines = [json.dumps({"uuid": u, "axes": {"n": n}, "inputs": inputs}) for u, n in rows.items()]
+    (problem / "workload.jsonl").write_text("\n".join(lines) + "\n")
+    return problem
+
+
+def _solution(tmp_path, kernel: str) -> Path:
+    """A Python scale_mul solution (tests/sol_solutions/hangs' spec: kernel.py::run) with this kernel.py."""
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    shutil.copy(SOLS / "hangs" / "solution.json", sol)
+    (sol / "kernel.py").write_text(kernel)
+    return sol / "solution.json"
+
+
 @pytest.mark.slow
 def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp_path):
     from mini_kv.solexec.run import BenchOptions, bench
 
-    problem = tmp_path / "problem"
-    problem.mkdir()
-    shutil.copy(SOLS / "problem" / "definition.json", problem)
-    lines = [
-        json.dumps(
-            {
-                "uuid": f"w{i}",
-                "axes": {"n": 3 + i},
-                "inputs": {
-                    "x": {"type": "random"},
-                    "w": {"type": "random"},
-                    "alpha": {"type": "scalar", "value": 1.0},
-                },
-            }
-        )
-        for i in range(8)
-    ]
-    (problem / "workload.jsonl").write_text("\n".join(lines) + "\n")
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    shutil.copy(SOLS / "hangs" / "solution.json", sol)
-    (sol / "kernel.py").write_text("def run(x, w, alpha):\n    while True:\n        pass\n")
+    problem = _problem(tmp_path, {f"w{i}": 3 + i for i in range(8)})
+    sol = _solution(tmp_path, "def run(x, w, alpha):\n    while True:\n        pass\n")
     timeout = 6.0
     opts = BenchOptions(
-        solution=str(sol / "solution.json"),
+        solution=str(sol),
         artifacts=str(tmp_path / "artifacts"),
         device="cpu",
         rounds=2,
@@ -272,41 +272,15 @@ def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_p
     whose first call costs 0.5 s once (a plan built on first use) runs its 16x larger workload."""
     from mini_kv.solexec.run import BenchOptions, bench
 
-    problem = tmp_path / "problem"
-    problem.mkdir()
-    shutil.copy(SOLS / "problem" / "definition.json", problem)
-    inputs = {"x": {"type": "random"}, "w": {"type": "random"}, "alpha": {"type": "scalar", "value": 1.0}}
-    (problem / "workload.jsonl").write_text(
-        "".join(
-            json.dumps({"uuid": u, "axes": {"n": n}, "inputs": inputs}) + "\n"
-            for u, n in (("s", 4), ("l", 64))
-        )
-    )
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "solution.json").write_text(
-        json.dumps(
-            {
-                "name": "scale_mul_slow_first_call",
-                "definition": "scale_mul",
-                "author": "tests",
-                "spec": {
-                    "languages": ["pytorch"],
-                    "target_hardware": ["LOCAL"],
-                    "entry_point": "main.py::forward",
-                    "destination_passing_style": False,
-                },
-                "sources": [{"path": "main.py"}],
-            }
-        )
-    )
-    (sol / "main.py").write_text(
-        "import time\n\nFIRST = [True]\n\n\ndef forward(x, w, alpha):\n"
+    problem = _problem(tmp_path, {"s": 4, "l": 64})
+    sol = _solution(
+        tmp_path,
+        "import time\n\nFIRST = [True]\n\n\ndef run(x, w, alpha):\n"
         "    if FIRST.pop() if FIRST else False:\n        time.sleep(0.5)\n"
-        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n"
+        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
     )
     opts = BenchOptions(
-        solution=str(sol / "solution.json"),
+        solution=str(sol),
         artifacts=str(tmp_path / "artifacts"),
         device="cpu",
         rounds=4,
