@@ -71,8 +71,8 @@ class Context:
     safetensors_cache: dict = field(default_factory=dict)
     guard: Guard | None = None
     rounds_run: int | None = None  # the correctness rounds the last workload's budget allowed
-    # (seconds, bytes) of the largest workload's first correctness round so far: what a larger one will cost
-    round_cost: tuple[float, int] | None = None
+    # (seconds, bytes, warm) of a correctness round so far: what a larger workload will cost (_note_round_cost)
+    round_cost: tuple[float, int, bool] | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
@@ -260,20 +260,23 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
                 raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
         prev = (inputs, outs, refs)
         marks.append(time.perf_counter())
-        if r + 1 == 2:
-            _note_round_cost(ctx, nbytes, marks)
+        if r < 2:
+            _note_round_cost(ctx, nbytes, marks[-1] - marks[-2], warm=r == 1)
         if r + 1 >= rounds:
             break
     ctx.rounds_run = min(rounds, int(ctx.settings["rounds"]))
     return worst
 
 
-def _note_round_cost(ctx: Context, nbytes: int, marks: list[float]) -> None:
-    """What _skip_if_too_large scales by bytes: the second round's time, not the first's, which holds
-    one-off costs that say nothing about size (a library's first call, a plan built on first use: on
-    an H200 a cuDNN solution's first round took 0.42 s on 2.7 MiB, scaled to a false 36-s estimate)."""
-    if ctx.round_cost is None or nbytes >= ctx.round_cost[1]:
-        ctx.round_cost = (marks[2] - marks[1], nbytes)
+def _note_round_cost(ctx: Context, nbytes: int, seconds: float, warm: bool) -> None:
+    """What _skip_if_too_large scales by bytes: a second round's time where there is one, the largest
+    workload's, over a first round's, which holds one-off costs that say nothing about size (a
+    library's first call, a plan built on first use: on an H200 a cuDNN solution's first round took
+    0.42 s on 2.7 MiB, scaled to a false 36-s estimate). A first round still counts where no workload
+    got further (one skipped after it as too large: its size is what the others are judged by)."""
+    cur = ctx.round_cost
+    if cur is None or (warm, nbytes) >= (cur[2], cur[1]):
+        ctx.round_cost = (seconds, nbytes, warm)
 
 
 def signature_bytes(sig: dict) -> int:
@@ -296,7 +299,7 @@ def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
     budget = ctx.settings.get("budget_s")
     if not budget or ctx.round_cost is None or nbytes <= ctx.round_cost[1]:
         return
-    seconds, seen = ctx.round_cost
+    seconds, seen, _ = ctx.round_cost
     estimate = seconds * nbytes / max(1, seen)
     if estimate * MIN_ROUNDS > budget:
         raise Verdict(
