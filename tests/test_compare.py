@@ -52,3 +52,16 @@ def test_values_match_agrees_with_the_full_statistics(pairs, atol, rtol, dtype):
     out = torch.tensor([a for a, _ in pairs], dtype=torch.float64).to(dtype)
     ref = torch.tensor([b for _, b in pairs], dtype=torch.float64).to(dtype)
     assert values_match(out, ref, atol, rtol) == (tensor_errors(out, ref, atol, rtol)["mismatches"] == 0)
+
+
+def test_values_match_sees_a_mismatch_in_any_chunk():
+    from mini_kv.worker.compare import CPU_CHUNK
+
+    ref = torch.zeros(2 * CPU_CHUNK + 5, dtype=torch.float16)
+    out = ref.clone()
+    assert values_match(out, ref, 0.0, 0.0)
+    out[-1] = 1.0  # in the last, partial chunk
+    assert not values_match(out, ref, 0.0, 0.0)
+    out[-1], out[CPU_CHUNK] = 0.0, INF  # at a chunk's first element
+    assert not values_match(out, ref, 0.0, 0.0)
+    assert values_match(ref.reshape(1, -1).t(), ref.reshape(-1, 1), 0.0, 0.0)  # not contiguous
