@@ -203,7 +203,7 @@ def run_worker(
     sandbox: SandboxInfo | None = None,
     give_up_after: int = DEFAULT_GIVE_UP_AFTER,
 ) -> dict:
-    """Run every stage of `job` (kind card or sol, or its dict) in child processes; returns plain-data results.
+    """Run every stage of `job` (kind card or sol) in child processes; returns plain-data results.
 
     `give_up_after`: consecutive TIMEOUTs after which the cases still pending are recorded NOT_RUN (0: never).
 
@@ -217,8 +217,7 @@ def run_worker(
     )
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox)
-    run.give_up_after = give_up_after
+    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox, give_up_after)
     return run.run(first_child)
 
 
@@ -248,6 +247,7 @@ class _WorkerRun:
         env: dict | None,
         on_event,
         sandbox: SandboxInfo,
+        give_up_after: int = DEFAULT_GIVE_UP_AFTER,
     ):
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
@@ -259,7 +259,7 @@ class _WorkerRun:
         }
         self.started = time.monotonic()
         self.current: tuple | None = None  # (stage, case id) the child is on
-        self.give_up_after = DEFAULT_GIVE_UP_AFTER
+        self.give_up_after = give_up_after
         self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
         self.handlers = {
             Event.BEGIN: self._begin,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ import torch
 
 from mini_kv.judge import stats
 from mini_kv.solexec import check
+from mini_kv.solexec.definition import ITEMSIZE
 from mini_kv.solexec.inputs import (
     ReferenceInputError,
     allocate_outputs,
@@ -31,7 +33,7 @@ from mini_kv.solexec.inputs import (
 )
 from mini_kv.status import Status
 from mini_kv.worker import integrity
-from mini_kv.worker.benchmark import input_set_count, sampling_record, timed
+from mini_kv.worker.benchmark import SampledRepeats, input_set_count, sampling_record, timed, timing_budget
 from mini_kv.worker.channel import Channel
 from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed
@@ -281,20 +283,13 @@ def _note_round_cost(ctx: Context, nbytes: int, seconds: float, warm: bool) -> N
 
 def signature_bytes(sig: dict) -> int:
     """Bytes of a workload's tensors (inputs and outputs) from its signature's shapes and dtypes."""
-    total = 0
-    for spec in [*sig["inputs"], *sig["outputs"]]:
-        if spec.get("shape") is None:
-            continue
-        n = 1
-        for d in spec["shape"]:
-            n *= int(d)
-        total += n * torch.empty((), dtype=getattr(torch, spec["dtype"])).element_size()
-    return total
+    specs = [*sig["inputs"], *sig["outputs"]]
+    return sum(math.prod(s["shape"]) * ITEMSIZE[s["dtype"]] for s in specs if s.get("shape") is not None)
 
 
 def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
-    """SKIPPED before any call when a smaller workload's first round, scaled by bytes, says MIN_ROUNDS of
-    this one outrun the whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so
+    """SKIPPED before any call when a smaller workload's round (a warm one where known: _note_round_cost),
+    scaled by bytes, says MIN_ROUNDS of this one outrun the whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so
     running one to find out would spend the budget many times over)."""
     budget = ctx.settings.get("budget_s")
     if not budget or ctx.round_cost is None or nbytes <= ctx.round_cost[1]:
@@ -393,16 +388,9 @@ def _measure_alike(
     by the stopping rule within its share of `budget` ({left_s, cost}); no new repeat once it is spent.
     The first method of the chain that can time the first measurement is kept for all of them."""
     fallbacks: list[dict] = []
-    samples: dict[str, list] = {"candidate": [], "reference": []}
-    sampling: dict[str, dict] = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in samples}
-    budget = budget or {"left_s": float("inf"), "cost": {}}
-    repeats = int(settings["repeats"])
-    share = max(0.0, budget["left_s"]) / (2 * repeats)
-    deadline = time.perf_counter() + budget["left_s"]
+    plan = SampledRepeats(settings, budget or {"left_s": float("inf"), "cost": {}})
     method = None
-    for r in range(repeats):
-        if r > 0 and time.perf_counter() >= deadline:
-            break
+    for r in plan:
         for who in ("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate"):
             while True:
                 m = method or chain[len(fallbacks)]
@@ -410,10 +398,10 @@ def _measure_alike(
                     res = measure_until(
                         calls[who],
                         m,
-                        stopping_rule(settings, share),
+                        stopping_rule(settings, plan.share),
                         device,
                         flush,
-                        per_sample_s=budget["cost"].get(who),
+                        per_sample_s=plan.cost.get(who),
                     )
                 except TimingError as exc:
                     if method is not None or len(fallbacks) + 1 >= len(chain):
@@ -421,11 +409,9 @@ def _measure_alike(
                     fallbacks.append({"method": m, "reason": str(exc)})
                     continue
                 method = m
-                samples[who].append(res.samples)
-                for key in ("taken", "stopped", "rel_ci"):
-                    sampling[who][key].append(res.notes["sampling"][key])
+                plan.add(who, res)
                 break
-    return method, fallbacks, samples, sampling
+    return method, fallbacks, plan.samples, plan.sampling
 
 
 def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: float | None = None) -> dict:
@@ -441,10 +427,7 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: fl
     _check_integrity(ctx, "before timing")
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
-    budget = {
-        "left_s": (budget_s or float("inf")) - (time.perf_counter() - t0),
-        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
-    }
+    budget = timing_budget(budget_s, t0, warm)
     try:
         method, fallbacks, samples, sampling = timed(
             lambda: _measure_alike(

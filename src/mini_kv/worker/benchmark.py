@@ -140,29 +140,57 @@ def post_timing_check(
     return {"ok": True, "reason": None}
 
 
+def timing_budget(budget_s: float | None, started: float, warm: dict) -> dict:
+    """What a case's measurements may spend: the budget left since `started` (before the warm-up) and the
+    warm-up's seconds per call of each side (what one sample costs)."""
+    return {
+        "left_s": (budget_s or float("inf")) - (time.perf_counter() - started),
+        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
+    }
+
+
+class SampledRepeats:
+    """The repeats of a candidate/reference measurement within a timing budget (timing_budget): each
+    measurement's share of it, no new repeat once it is spent (the first always runs, for both sides),
+    and each side's samples and how its sampling stopped, as the two front doors record them."""
+
+    def __init__(self, settings: dict, budget: dict):
+        self.count = int(settings["repeats"])
+        self.share = max(0.0, budget["left_s"]) / (2 * self.count)
+        self.deadline = time.perf_counter() + budget["left_s"]
+        self.cost = budget["cost"]
+        self.samples: dict[str, list] = {"candidate": [], "reference": []}
+        self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
+
+    def __iter__(self):
+        for r in range(self.count):
+            if r > 0 and time.perf_counter() >= self.deadline:
+                return
+            yield r
+
+    def add(self, who: str, m) -> None:
+        """One measurement (timing.Measurement) of `who`."""
+        self.samples[who].append(m.samples)
+        for key in ("taken", "stopped", "rel_ci"):
+            self.sampling[who][key].append(m.notes["sampling"][key])
+
+
 def _repeats(
     calls: dict, method: str, settings: dict, device: str, flush, launches: int, guard, budget: dict
 ) -> tuple:
     """(samples, kernel times, order, sampling) of every repeat, alternating who goes first. Each
-    measurement samples by the stopping rule within its share of the case's budget; no new repeat
-    starts once the budget is spent (the first always runs, for both sides)."""
+    measurement samples by the stopping rule within its share of the case's budget (SampledRepeats)."""
     # after the probes: lazily started runtime threads (profiler, driver) exist by now
     threads = integrity.os_threads()
 
-    samples: dict[str, list] = {"candidate": [], "reference": []}
     kernel_us: dict[str, list] = {"candidate": [], "reference": []}
-    sampling: dict[str, dict] = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in samples}
     order_log = []
-    repeats = int(settings["repeats"])
-    share = max(0.0, budget["left_s"]) / (2 * repeats)
-    deadline = time.perf_counter() + budget["left_s"]
-    for r in range(repeats):
-        if r > 0 and time.perf_counter() >= deadline:
-            break
+    plan = SampledRepeats(settings, budget)
+    for r in plan:
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            rule = stopping_rule(settings, share)
+            rule = stopping_rule(settings, plan.share)
             m = timed(
                 lambda who=who, rule=rule: measure_until(
                     calls[who],
@@ -171,7 +199,7 @@ def _repeats(
                     device,
                     flush,
                     launches,
-                    per_sample_s=budget["cost"].get(who),
+                    per_sample_s=plan.cost.get(who),
                     measure_fn=measure,  # this module's name: the seam tests script timings through
                 )
             )
@@ -183,16 +211,14 @@ def _repeats(
                 )
             if guard is not None:
                 guard.check(f"after timing the {who}")
-            samples[who].append(m.samples)
-            for key in ("taken", "stopped", "rel_ci"):
-                sampling[who][key].append(m.notes["sampling"][key])
+            plan.add(who, m)
             if m.kernel_us is not None:
                 kernel_us[who].append(m.kernel_us)
     kernel = {
         who: {"kernel_us_p50": stats.summarize([x for rep in reps for x in rep]).p50} if reps else {}
         for who, reps in kernel_us.items()
     }
-    return samples, kernel, order_log, sampling
+    return plan.samples, kernel, order_log, plan.sampling
 
 
 def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
@@ -307,10 +333,7 @@ def bench_case(
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
-    budget = {
-        "left_s": (budget_s or float("inf")) - (time.perf_counter() - t0),
-        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
-    }
+    budget = timing_budget(budget_s, t0, warm)
     samples, kernel, order_log, sampling = _repeats(
         {"candidate": cand_calls, "reference": ref_calls},
         method,

@@ -75,7 +75,7 @@ WATCHED_MODULES = {
     ),
     "mini_kv.worker.compare": ("compare", "tensor_errors", "values_match", "inputs_unchanged", "raw_bytes"),
     "mini_kv.worker.correctness": ("run_case",),
-    "mini_kv.worker.benchmark": ("bench_case", "choose_method"),
+    "mini_kv.worker.benchmark": ("bench_case", "choose_method", "SampledRepeats", "timing_budget"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
     "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
     "mini_kv.solexec.check": ("compare",),
