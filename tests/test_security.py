@@ -398,6 +398,27 @@ def test_sandboxed_worker_cannot_reach_network_files_or_secrets(escape_setup):
     assert corr["sandbox"]["enabled"] is True and corr["sandbox"]["network"] is False
 
 
+@pytest.mark.parametrize("mechanism", ["unshare", "unshare -r"])
+def test_the_sandbox_holds_in_a_child_forked_by_the_zygote(escape_setup, monkeypatch, mechanism):
+    """Worker children are forked by the zygote, which enters the namespaces itself (sandbox.enter_here)
+    rather than through the `unshare` command: both ways (as root, and in a user namespace) confine it."""
+    import subprocess
+
+    from mini_kv import sandbox
+    from mini_kv.worker import zygote
+
+    if not sandbox.probe().enabled or not zygote.enabled():
+        pytest.skip(f"no sandbox or no zygote on this machine: {sandbox.probe().reason}")
+    if subprocess.run(["unshare", *mechanism.split()[1:], "--mount", "--net", "true"]).returncode:
+        pytest.skip(f"`{mechanism}` does not work here")
+    info = sandbox.SandboxInfo(True, mechanism, "test", network=False)
+    monkeypatch.setattr(sandbox, "probe", lambda: info)
+    result = _bench_escape(escape_setup, sandbox=True)
+    assert set(statuses(result).values()) == {"PASSED"}, logs(result)  # every escape failed inside
+    assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
+    assert zygote._zygotes, "the worker was not forked by a zygote"
+
+
 def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
     """The control: the same solution, --no-sandbox. Its escapes work, and the verdict shows it."""
     result = _bench_escape(escape_setup, sandbox=False)

@@ -25,6 +25,7 @@ from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import Event, Job
+from mini_kv.worker.zygote import RESULT_FD, spawn_child
 
 MAX_RESTARTS = 50
 # A child's start-up before its `ready` event: the harness only, so a limit for a broken machine, not a
@@ -85,24 +86,24 @@ class ChildRun:
         # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
         self.sandbox_info = sandbox if sandbox is not None else resolve_sandbox(True)
         self.sandbox = Sandbox(self.sandbox_info)
-        cmd = [
-            sys.executable,
-            "-m",
-            "mini_kv.worker.child",
-            "--result-fd",
-            str(write_fd),
-            *(["--warm-profiler"] if warm_profiler else []),
-        ]
-        self.proc = subprocess.Popen(
-            self.sandbox.argv(cmd),
-            stdin=subprocess.PIPE,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,),
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-            env=self.sandbox.env(env),
+        warm = ["--warm-profiler"] if warm_profiler else []
+        # forked by the worker zygote (Python and torch already loaded), else a fresh process
+        self.proc = spawn_child(
+            ["--result-fd", RESULT_FD, *warm], env, self.sandbox, self.log.fileno(), write_fd
         )
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                self.sandbox.argv(
+                    [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd), *warm]
+                ),
+                stdin=subprocess.PIPE,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+                env=self.sandbox.env(env),
+            )
         os.close(write_fd)
         self.fd = read_fd
         self.buf = b""
@@ -145,15 +146,21 @@ class ChildRun:
         line, _, self.buf = self.buf.partition(b"\n")
         return self.verifier.read(line)
 
+    def _kill(self) -> None:
+        if isinstance(self.proc, subprocess.Popen):
+            kill_group(self.proc.pid)
+        else:  # a zygote.ForkedChild
+            self.proc.kill()
+
     def close(self, kill: bool) -> int | None:
         if not self.proc.stdin.closed:  # a child that never got its job
             self.proc.stdin.close()
         if kill:
-            kill_group(self.proc.pid)
+            self._kill()
         try:
             code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            kill_group(self.proc.pid)
+            self._kill()
             code = self.proc.wait()
         os.close(self.fd)
         self.log.close()

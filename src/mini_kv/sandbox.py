@@ -49,6 +49,7 @@ ENTER_FAILED = 121  # the sandbox could not be set up inside the namespaces: not
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 _KEPT_FLAGS = {
     "nosuid": MS_NOSUID,
     "nodev": MS_NODEV,
@@ -164,6 +165,16 @@ class Sandbox:
             *cmd,
         ]
 
+    def spec(self) -> dict | None:
+        """`enter_here`'s arguments, for a child forked by the worker zygote; None without the sandbox."""
+        if not self.info.enabled:
+            return None
+        return {
+            "user_ns": self.info.mechanism == "unshare -r",
+            "rw": [self.scratch],
+            "masks": _secret_paths(),
+        }
+
     def env(self, base: dict | None) -> dict | None:
         if not self.info.enabled:
             return base
@@ -231,41 +242,63 @@ def _read_only_proc_sys() -> None:
         print(f"mini_kv sandbox: /proc/sys stays as it was ({exc})", file=sys.stderr)
 
 
+def read_only_view(rw: list[str], masks: list[str]) -> None:
+    """The read-only view (we are root of fresh mount and network namespaces): every mount read-only
+    except `rw`, `masks` hidden. Raises OSError when it cannot be set up."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    rw = [os.path.realpath(d) for d in rw]
+    for d in rw:  # a mount of its own, so the read-only pass below can leave it alone
+        _mount(d, d, None, MS_BIND | MS_REC)
+    for m in masks:
+        if os.path.isdir(m) and not os.path.islink(m):
+            _mount("tmpfs", m, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=000")
+        elif os.path.isfile(m) and not os.path.islink(m):
+            _mount("/dev/null", m, None, MS_BIND)
+    # device nodes work on a read-only mount; /dev itself is not the project. /proc stays writable
+    # because the CUDA driver writes there at initialisation (with /proc read-only, cudaGetDeviceCount
+    # fails with error 304 on an H200); its /proc/sys is made read-only below instead.
+    keep_writable = [*rw, "/dev", "/proc"]
+    for point, opts in _mounts():
+        if _under(point, keep_writable) and not point.startswith("/dev/shm"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for name, bit in _KEPT_FLAGS.items():  # locked flags must be kept in a user namespace
+            flags |= bit if name in opts else 0
+        try:
+            _mount(None, point, None, flags)
+        except OSError as exc:
+            if point == "/":
+                raise
+            if os.path.exists(point):  # a hidden (over-mounted) point cannot be reached anyway
+                print(f"mini_kv sandbox: {point} stays as it was ({exc})", file=sys.stderr)
+    _read_only_proc_sys()
+
+
 def enter(rw: list[str], masks: list[str], cmd: list[str]) -> int:
-    """Set up the read-only view (we are root of fresh mount and network namespaces), then exec `cmd`."""
+    """`read_only_view`, then exec `cmd` (python -m mini_kv.sandbox enter, after `unshare`)."""
     try:
-        _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        rw = [os.path.realpath(d) for d in rw]
-        for d in rw:  # a mount of its own, so the read-only pass below can leave it alone
-            _mount(d, d, None, MS_BIND | MS_REC)
-        for m in masks:
-            if os.path.isdir(m) and not os.path.islink(m):
-                _mount("tmpfs", m, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=000")
-            elif os.path.isfile(m) and not os.path.islink(m):
-                _mount("/dev/null", m, None, MS_BIND)
-        # device nodes work on a read-only mount; /dev itself is not the project. /proc stays writable
-        # because the CUDA driver writes there at initialisation (with /proc read-only, cudaGetDeviceCount
-        # fails with error 304 on an H200); its /proc/sys is made read-only below instead.
-        keep_writable = [*rw, "/dev", "/proc"]
-        for point, opts in _mounts():
-            if _under(point, keep_writable) and not point.startswith("/dev/shm"):
-                continue
-            flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-            for name, bit in _KEPT_FLAGS.items():  # locked flags must be kept in a user namespace
-                flags |= bit if name in opts else 0
-            try:
-                _mount(None, point, None, flags)
-            except OSError as exc:
-                if point == "/":
-                    raise
-                if os.path.exists(point):  # a hidden (over-mounted) point cannot be reached anyway
-                    print(f"mini_kv sandbox: {point} stays as it was ({exc})", file=sys.stderr)
-        _read_only_proc_sys()
+        read_only_view(rw, masks)
     except OSError as exc:
         print(f"mini_kv sandbox: cannot set up the read-only view: {exc}", file=sys.stderr)
         return ENTER_FAILED
     os.execvp(cmd[0], cmd)
     return ENTER_FAILED  # not reached
+
+
+def enter_here(user_ns: bool, rw: list[str], masks: list[str]) -> None:
+    """What `unshare [--map-root-user] --mount --net` and `enter` do, done in this process (a child
+    just forked by the worker zygote, single-threaded, no candidate code yet): fresh mount and network
+    namespaces (and a user namespace whose root is the caller), then the read-only view. Raises OSError."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWUSER if user_ns else 0)
+    if _libc().unshare(ctypes.c_int(flags)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+    if user_ns:  # map root inside to the caller outside, as `unshare --map-root-user` does
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text + "\n")
+    read_only_view(rw, masks)
 
 
 def check(scratch: str) -> int:
