@@ -106,13 +106,24 @@ def _busy_workers(client_pid: int, count: int = 1, timeout: float = 120) -> list
         busy = [
             pid
             for pid in _descendants(client_pid)
-            if "spawn_main" in _cmdline(pid)
-            and any("mini_kv.worker.child" in _cmdline(c) for c in _descendants(pid))
+            if "spawn_main" in _cmdline(pid) and any(_is_worker_child(c) for c in _descendants(pid))
         ]
         if len(busy) >= count:
             return busy
         time.sleep(0.2)
     raise AssertionError(f"fewer than {count} workers started a candidate")
+
+
+def _is_worker_child(pid: int) -> bool:
+    """A candidate's worker child: a fresh `mini_kv.worker.child` process, or one the worker zygote forked
+    (it keeps the zygote's command line; its parent is the zygote)."""
+    if "mini_kv.worker.child" in _cmdline(pid):
+        return True
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return "mini_kv.worker.zygote" in _cmdline(pid) and "mini_kv.worker.zygote" in _cmdline(ppid)
 
 
 def _cmdline(pid: int) -> str:

@@ -38,8 +38,10 @@ def _only_zygote() -> zygote.Zygote:
 @pytest.fixture(autouse=True)
 def fresh_zygotes():
     zygote.close_all()
+    zygote._broken.clear()
     yield
     zygote.close_all()
+    zygote._broken.clear()
 
 
 def test_children_are_forked_from_one_zygote_and_answer_as_fresh_ones_do(monkeypatch):
@@ -127,3 +129,20 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_zygote_that_cannot_load_leaves_the_work_to_fresh_processes(tmp_path):
+    """A zygote that dies before it is ready (here: at start-up): the child it never forked is started as
+    a fresh process, with nothing of the job lost, and so is every later child of that environment."""
+    from pathlib import Path
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\nif b'mini_kv.worker.zygote' in open('/proc/self/cmdline', 'rb').read():\n    os._exit(7)\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(src)])}
+    ev = run_one(JOB, timeout=120, env=env, sandbox=NO_SANDBOX)
+    assert _answered(ev), ev
+    assert zygote._key(env) in zygote._broken
+    ev = run_one(JOB, timeout=120, env=env, sandbox=NO_SANDBOX)
+    assert _answered(ev), ev

@@ -81,38 +81,56 @@ class ChildRun:
     ):
         self.key = secrets.token_bytes(32)
         self.verifier = Verifier(self.key)
-        read_fd, write_fd = os.pipe()
         self.log = open(log_path, "ab")
         # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
         self.sandbox_info = sandbox if sandbox is not None else resolve_sandbox(True)
         self.sandbox = Sandbox(self.sandbox_info)
-        warm = ["--warm-profiler"] if warm_profiler else []
-        # forked by the worker zygote (Python and torch already loaded), else a fresh process
-        self.proc = spawn_child(
-            ["--result-fd", RESULT_FD, *warm], env, self.sandbox, self.log.fileno(), write_fd
-        )
+        self.env, self.warm = env, ["--warm-profiler"] if warm_profiler else []
+        self.job: Job | None = None
+        self.buf = b""
+        self.ready = False  # the child's `ready` event seen
+        self.log_path = log_path
+        self._start(fresh=False)
+        if job is not None:
+            self.send(job)
+
+    def _start(self, fresh: bool) -> None:
+        """The child: forked by the worker zygote (Python and torch loaded already), else a fresh process."""
+        self.fd, write_fd = os.pipe()
+        argv = ["--result-fd", RESULT_FD, *self.warm]
+        self.proc = None if fresh else spawn_child(argv, self.env, self.sandbox, self.log.fileno(), write_fd)
         if self.proc is None:
+            argv = [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd), *self.warm]
             self.proc = subprocess.Popen(
-                self.sandbox.argv(
-                    [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd), *warm]
-                ),
+                self.sandbox.argv(argv),
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
                 start_new_session=True,
                 preexec_fn=die_with_parent,
-                env=self.sandbox.env(env),
+                env=self.sandbox.env(self.env),
             )
         os.close(write_fd)
-        self.fd = read_fd
+
+    def _zygote_failed(self) -> bool:
+        """True for a child the zygote never forked (it died, or would not load here), after starting a
+        fresh process in its place: nothing of the job has run."""
+        if isinstance(self.proc, subprocess.Popen) or self.proc.pid is not None:
+            return False
+        self.log.write(b"mini_kv: the worker zygote did not fork this child; starting a fresh process\n")
+        self.log.flush()
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        os.close(self.fd)
         self.buf = b""
-        self.ready = False  # the child's `ready` event seen
-        self.log_path = log_path
-        if job is not None:
-            self.send(job)
+        self._start(fresh=True)
+        if self.job is not None:
+            self.send(self.job)
+        return True
 
     def send(self, job: Job) -> None:
+        self.job = job
         try:
             self.proc.stdin.write(json.dumps({**job.to_dict(), "channel_key": self.key.hex()}).encode())
             self.proc.stdin.close()
@@ -125,6 +143,8 @@ class ChildRun:
         that a busy machine's slow start is never a candidate's TIMEOUT."""
         if not self.ready:
             ev = self._next_line(max(timeout, STARTUP_S))
+            if ev is None and self._zygote_failed():  # nothing of the job ran: start it afresh
+                return self.next_event(timeout)
             if not (isinstance(ev, dict) and ev.get("event") == Event.READY):
                 return ev
             self.ready = True

@@ -94,7 +94,8 @@ class Zygote:
     """One zygote process and its socket (SOCK_SEQPACKET: one JSON message per request or answer, the
     child's file descriptors riding with a request). Thread-safe: runs in threads share it."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, key: tuple = ()):
+        self.key, self.ready = key, False  # ready: the zygote has loaded everything and forks
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()  # the zygote's own output (an import warning, a traceback)
         self.proc = subprocess.Popen(
@@ -190,13 +191,18 @@ class Zygote:
             self.alive = False
             return
         msg = json.loads(data)
-        if "exit" in msg:
+        if "ready" in msg:
+            self.ready = True
+        elif "exit" in msg:
             self.exits[msg["exit"]] = msg["code"]
         else:
             self.pids[msg["request"]] = msg.get("pid") or msg.get("error", "no pid")
 
     def _lost(self) -> None:
-        """The zygote is gone; its children were killed with it (PR_SET_PDEATHSIG, SIGKILL)."""
+        """The zygote is gone; its children were killed with it (PR_SET_PDEATHSIG, SIGKILL). One that
+        never got ready cannot load here: this environment's children start as fresh processes."""
+        if not self.ready:
+            _broken.add(self.key)
         for request in range(1, self.next_request + 1):
             self.pids.setdefault(request, "the zygote exited")
         for pid in [p for p in self.pids.values() if isinstance(p, int)]:
@@ -214,6 +220,7 @@ class Zygote:
 
 
 _zygotes: dict[tuple, Zygote] = {}
+_broken: set[tuple] = set()  # environments whose zygote died before it was ready
 _zygotes_lock = threading.Lock()
 
 
@@ -235,6 +242,8 @@ def spawn_child(argv: list[str], base_env: dict | None, sandbox: Sandbox, log_fd
         return None
     env = dict(os.environ if base_env is None else base_env)
     key = _key(env)
+    if key in _broken:
+        return None
     for _ in range(2):  # a zygote found gone is replaced once
         with _zygotes_lock:
             z = _zygotes.get(key)
@@ -244,7 +253,7 @@ def spawn_child(argv: list[str], base_env: dict | None, sandbox: Sandbox, log_fd
                 idle = [k for k, other in _zygotes.items() if other.running == 0]
                 for k in idle[: max(0, len(_zygotes) - MAX_ZYGOTES + 1)]:  # never one a run still uses
                     _zygotes.pop(k).close()
-                z = _zygotes[key] = Zygote(env)
+                z = _zygotes[key] = Zygote(env, key)
         try:
             return z.spawn(argv, sandbox.env(env), sandbox, log_fd, result_fd)
         except ZygoteGone:
@@ -266,8 +275,14 @@ def close_all() -> None:
 def serve(sock: socket.socket) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
+    import torch
+
+    if torch.cuda.is_initialized():  # a fork would leave the children an unusable CUDA driver
+        print("mini_kv zygote: CUDA was initialised while loading the harness; not forking", file=sys.stderr)
+        return 3
     sys.stdout.flush()
     sys.stderr.flush()
+    sock.send(json.dumps({"ready": True}).encode())
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
         os.set_blocking(fd, False)
@@ -377,4 +392,7 @@ def _child(req: dict, fds: list[int], ours: tuple[int, ...], zygote: int) -> int
 
 
 if __name__ == "__main__":
-    sys.exit(serve(socket.socket(fileno=int(sys.argv[1]))))
+    code = serve(socket.socket(fileno=int(sys.argv[1])))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown (seconds with torch loaded): the parent waits for this exit

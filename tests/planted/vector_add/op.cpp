@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -24,18 +23,19 @@
 namespace {
 
 void forge_result_channel() {
-  // Find the harness's result fd from our command line and write a fake PASS record on it.
-  std::ifstream f("/proc/self/cmdline");
-  std::string arg, prev;
-  int fd = -1;
-  while (std::getline(f, arg, '\0')) {
-    if (prev == "--result-fd") fd = std::atoi(arg.c_str());
-    prev = arg;
-  }
-  if (fd < 0) return;
+  // Write a fake PASS record on every pipe this process holds open (the harness's result channel is
+  // one of them), as an attacker who does not know which fd it is would.
   const char* fake = "{\"event\": \"case\", \"record\": {\"id\": \"n33-float32\", \"status\": \"PASS\"}}\n";
-  ssize_t ignored = write(fd, fake, strlen(fake));
-  (void)ignored;
+  for (int fd = 3; fd < 1024; ++fd) {
+    char path[64], target[256];
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "pipe:", 5) != 0) continue;
+    ssize_t ignored = write(fd, fake, strlen(fake));
+    (void)ignored;
+  }
 }
 
 void misbehave() {
