@@ -372,6 +372,35 @@ def median_rel_ci(samples: Sequence[float]) -> float:
     return (hi - lo) / (2.0 * abs(med)) if med != 0.0 else math.inf
 
 
+# A timer that counts in steps (CUPTI's timestamps: 32 ns on an H200) cannot place a median closer than
+# about a step: for a 7-us kernel the 0.5 % target is 35 ns, one step, and sampling ran to 300-560 calls
+# chasing it. The target is therefore never below this many of the timer's steps, found in the samples.
+TIMER_STEPS = 1.5
+
+
+def timer_step(samples: Sequence[float]) -> float | None:
+    """The step of a quantised timer, read from the samples: the smallest gap between distinct values,
+    where the samples take few distinct values (at most a third of them) and every gap between
+    neighbouring values is a whole number of steps. None for a timer finer than the spread."""
+    arr = _as_array(samples)
+    values = np.unique(arr)
+    if len(values) < 2 or len(values) * 3 > len(arr):
+        return None
+    gaps = np.diff(values)
+    step = float(gaps.min())
+    units = gaps / step
+    return step if step > 0 and bool(np.all(np.abs(units - np.round(units)) <= 0.02)) else None
+
+
+def effective_target(rule: StoppingRule, samples: Sequence[float]) -> float:
+    """The rule's target, raised to TIMER_STEPS of a quantised timer's step relative to the median."""
+    step = timer_step(samples)
+    if step is None:
+        return rule.target_rel_ci
+    med = abs(float(np.median(_as_array(samples))))
+    return max(rule.target_rel_ci, TIMER_STEPS * step / med) if med > 0 else rule.target_rel_ci
+
+
 def sampling_step(
     rule: StoppingRule, samples: Sequence[float], elapsed_s: float, per_sample_s: float | None
 ) -> tuple[str | None, int]:
@@ -388,14 +417,15 @@ def sampling_step(
         return (StopReason.FIXED if rule.fixed is not None else StopReason.MAX), 0
     if n >= 1 and left <= 0:  # the budget wins over the minimum count: the timeout is for hangs
         return StopReason.BUDGET, 0
-    if rule.fixed is None and n >= rule.min_samples and median_rel_ci(samples) <= rule.target_rel_ci:
+    target = effective_target(rule, samples) if rule.fixed is None and n >= rule.min_samples else None
+    if target is not None and median_rel_ci(samples) <= target:
         return StopReason.CONVERGED, 0
     if rule.fixed is not None:
         want = goal - n
     elif n < rule.min_samples:
         want = rule.min_samples - n
     else:  # the half-width shrinks as 1/sqrt(n): aim for the count that reaches the target, at most doubling
-        ratio = median_rel_ci(samples) / rule.target_rel_ci
+        ratio = median_rel_ci(samples) / target
         want = min(n, max(rule.min_samples, int(math.ceil(n * (ratio * ratio - 1.0)))))
     want = min(want, goal - n)
     if per_sample_s is not None and per_sample_s > 0 and math.isfinite(left):
