@@ -87,6 +87,31 @@ def test_a_noisier_timer_takes_more_samples_then_converges():
     assert all(b <= sum(timer.batches[:i]) or i == 0 for i, b in enumerate(timer.batches))
 
 
+def test_a_quantised_timer_is_not_chased_below_its_step(monkeypatch):
+    """A 7-us kernel on a timer counting 32-ns steps (CUPTI on an H200): the 0.5 % target is about one
+    step, which a median of stepped values reaches only after hundreds of calls. The target is held at
+    TIMER_STEPS steps (found in the samples) instead, and the median is still placed within it."""
+    step = 0.032
+
+    def stepped(seed):
+        rng = random.Random(seed)
+        return lambda: (round(7.0 / step) + round(rng.gauss(0, 6))) * step  # 6 steps of jitter
+
+    draw = stepped(0)
+    xs = [draw() for _ in range(60)]
+    assert stats.timer_step(xs) == pytest.approx(step)
+    assert (
+        stats.timer_step([7.0 + random.Random(1).gauss(0, 0.05) for _ in range(60)]) is None
+    )  # a fine timer
+    assert stats.timer_step([1.0, 1.3, 2.0] * 20) is None  # few values, but not on one step
+    floored = run(FakeTimer(stepped(3)), RULE).notes["sampling"]
+    assert floored["stopped"] == StopReason.CONVERGED
+    assert floored["rel_ci"] <= stats.TIMER_STEPS * step / 7.0
+    monkeypatch.setattr(stats, "TIMER_STEPS", 0.0)  # without the floor: the same timer, many more calls
+    chased = run(FakeTimer(stepped(3)), RULE).notes["sampling"]
+    assert chased["taken"] >= 1.5 * floored["taken"], (floored, chased)
+
+
 def test_the_budget_stops_a_slow_op():
     rng = random.Random(2)
     timer = FakeTimer(lambda: 1e6 * (1 + rng.gauss(0, 0.05)), cost_s=1.0)  # one second a call

@@ -380,11 +380,11 @@ TIMER_STEPS = 1.5
 
 def timer_step(samples: Sequence[float]) -> float | None:
     """The step of a quantised timer, read from the samples: the smallest gap between distinct values,
-    where the samples take few distinct values (at most a third of them) and every gap between
-    neighbouring values is a whole number of steps. None for a timer finer than the spread."""
+    where values repeat (at most half of the samples are distinct) and every gap between neighbouring
+    values is a whole number of steps (at least two gaps). None for a timer finer than the spread."""
     arr = _as_array(samples)
     values = np.unique(arr)
-    if len(values) < 2 or len(values) * 3 > len(arr):
+    if len(values) < 3 or len(values) * 2 > len(arr):
         return None
     gaps = np.diff(values)
     step = float(gaps.min())
