@@ -316,3 +316,34 @@ def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_p
     result = bench(str(problem), opts)
     got = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
     assert got == {"s": "PASSED", "l": "PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
+
+
+def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path):
+    """A per-byte estimate from a small warm round can fall short for large workloads (on CPU their data
+    leaves the caches: 1.7x at rmsnorm's 169-227 MiB). Once one workload's first round shows it too large,
+    workloads of about its size are judged by that measurement, SKIPPED before any call of theirs."""
+    from mini_kv.solexec.run import BenchOptions, bench
+
+    problem = _problem(tmp_path, {"s": 4, "a": 64, "b": 60, "c": 56})
+    sol = _solution(
+        tmp_path,
+        "import time\n\n\ndef run(x, w, alpha):\n"
+        "    time.sleep(1.5 if x.shape[0] > 32 else 0.02)  # far slower than its size says once large\n"
+        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
+    )
+    opts = BenchOptions(
+        solution=str(sol),
+        artifacts=str(tmp_path / "artifacts"),
+        device="cpu",
+        rounds=4,
+        warmup=1,
+        budget=2.0,
+        timeout=60.0,
+    )
+    result = bench(str(problem), opts)
+    passed = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+    skipped = {s["id"]: s["reason"] for s in result["skipped"]}
+    assert passed == {"s": "PASSED"} and set(skipped) == {"a", "b", "c"}, (passed, skipped)
+    assert "one correctness round took" in skipped["a"], skipped  # measured: it ran one round
+    for u in "bc":  # judged by a's measurement, not run
+        assert "would take about" in skipped[u] and "took 1.5" in skipped[u], skipped

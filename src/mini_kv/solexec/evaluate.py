@@ -75,6 +75,9 @@ class Context:
     rounds_run: int | None = None  # the correctness rounds the last workload's budget allowed
     # (seconds, bytes, warm) of a correctness round so far: what a larger workload will cost (_note_round_cost)
     round_cost: tuple[float, int, bool] | None = None
+    # (seconds, bytes) of the first round of a workload found too large after it: a measured size that
+    # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
+    too_large: tuple[float, int] | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
@@ -227,7 +230,7 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     marks = [time.perf_counter()]  # each round's start, then the last one's end
     for r in range(rounds):
         if r == 1:
-            rounds = _rounds_within_budget(ctx, rounds, marks[1] - marks[0])
+            rounds = _rounds_within_budget(ctx, rounds, marks[1] - marks[0], nbytes)
         seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
         inputs = _inputs(ctx, sig, workload, seed)
         pristine = clone_inputs(inputs)
@@ -288,14 +291,19 @@ def signature_bytes(sig: dict) -> int:
 
 
 def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
-    """SKIPPED before any call when a smaller workload's round (a warm one where known: _note_round_cost),
-    scaled by bytes, says MIN_ROUNDS of this one outrun the whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so
-    running one to find out would spend the budget many times over)."""
+    """SKIPPED before any call when a round scaled by bytes says MIN_ROUNDS of this workload outrun the
+    whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s here, so running one to find
+    out would spend the budget many times over). The rounds it scales: a smaller workload's (a warm one
+    where known: _note_round_cost), and the first round of a workload already found too large, which a
+    small round's per-byte cost underestimates (1.7x on CPU at rmsnorm's 169-227 MiB): the larger
+    estimate decides."""
     budget = ctx.settings.get("budget_s")
-    if not budget or ctx.round_cost is None or nbytes <= ctx.round_cost[1]:
+    bases = [ctx.too_large] if ctx.too_large else []  # a workload measured too large bounds any size
+    if ctx.round_cost is not None and nbytes > ctx.round_cost[1]:
+        bases.append(ctx.round_cost[:2])
+    if not budget or not bases:
         return
-    seconds, seen, _ = ctx.round_cost
-    estimate = seconds * nbytes / max(1, seen)
+    estimate, seconds, seen = max((s * nbytes / max(1, b), s, b) for s, b in bases)
     if estimate * MIN_ROUNDS > budget:
         raise Verdict(
             Status.SKIPPED,
@@ -306,13 +314,15 @@ def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
         )
 
 
-def _rounds_within_budget(ctx: Context, rounds: int, first_s: float) -> int:
+def _rounds_within_budget(ctx: Context, rounds: int, first_s: float, nbytes: int) -> int:
     """The rounds that fit in half the workload's budget (at least MIN_ROUNDS), given the first round's
     time; a workload where MIN_ROUNDS alone outrun the whole budget is SKIPPED, saying why."""
     budget = ctx.settings.get("budget_s")
     if not budget or rounds <= 1:
         return rounds
     if first_s * MIN_ROUNDS > budget:
+        if ctx.too_large is None or nbytes < ctx.too_large[1]:
+            ctx.too_large = (first_s, nbytes)
         raise Verdict(
             Status.SKIPPED,
             f"too large for {ctx.device} within the budget: one correctness round took {first_s:.3g} s, "

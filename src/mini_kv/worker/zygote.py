@@ -85,6 +85,12 @@ class ForkedChild:
             self.returncode = 1 if self.pid is None else self._zygote.wait(self.pid, timeout)
         return self.returncode
 
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0.0)
+        except subprocess.TimeoutExpired:
+            return None
+
 
 class ZygoteGone(OSError):
     """The zygote exited or could not fork: the caller starts a fresh process instead."""
