@@ -146,10 +146,23 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
+def _another_hang(tmp_path) -> str:
+    """A second solution that spins like `hangs` (its own name): with worker children forked in
+    milliseconds the quick solutions are done within a second, so two hanging ones keep two workers busy."""
+    import shutil
+
+    dest = tmp_path / "hangs_too"
+    shutil.copytree(SOLS / "hangs", dest)
+    doc = json.loads((dest / "solution.json").read_text())
+    (dest / "solution.json").write_text(json.dumps({**doc, "name": "hangs_too"}))
+    return str(dest)
+
+
 def test_workers_killed_mid_candidate_lose_nothing(tmp_path):
     # `hangs` spins in its second workload (TIMEOUT after 5 s): its child outlives a dead worker unless
     # it dies with it
-    path = manifest(tmp_path, solutions=["hangs", "good_dps", "wrong_values", "raises"], timeout=5)
+    solutions = ["hangs", _another_hang(tmp_path), "good_dps", "wrong_values", "raises"]
+    path = manifest(tmp_path, solutions=solutions, timeout=5)
     store = tmp_path / "store"
     client = subprocess.Popen(
         batch_cmd(path, store, "--workers", "2", "--retries", "2"),
@@ -171,13 +184,13 @@ def test_workers_killed_mid_candidate_lose_nothing(tmp_path):
         client.kill()
     assert running == [], "a dead worker's candidate child is still running"
     lines = {json.loads(ln)["item"]: json.loads(ln) for ln in out.splitlines() if ln.startswith("{")}
-    assert len(lines) == 4, err
+    assert len(lines) == 5, err
     assert "WORKER_LOST" not in {ln["status"] for ln in lines.values()}, err
-    check_store(store, 4)
+    check_store(store, 5)
 
 
 def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path):
-    path = manifest(tmp_path, solutions=["hangs", "good_dps", "good_return"])
+    path = manifest(tmp_path, solutions=["hangs", _another_hang(tmp_path), "good_dps", "good_return"])
     store, mark = tmp_path / "store", f"MINI_KV_TEST_MARK_{uuid.uuid4().hex}"
     client = subprocess.Popen(
         batch_cmd(path, store, "--workers", "2"),

@@ -20,6 +20,7 @@ turns it off: children are then started as fresh processes.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import importlib
 import json
 import os
@@ -36,15 +37,11 @@ import traceback
 from mini_kv.proc import die_with_parent, kill_group
 from mini_kv.sandbox import ENTER_FAILED, SCRATCH_ENV, Sandbox, enter_here
 
-# loaded before the first fork: what every worker child imports (opcheck's modules are most of it)
-PRELOAD = (
-    "torch",
-    "torch.testing._internal.optests",
-    "mini_kv.worker.child",
-    "mini_kv.worker.correctness",
-    "mini_kv.worker.benchmark",
-    "mini_kv.solexec.evaluate",
-)
+# loaded before the first fork: what every worker child imports
+PRELOAD = ("torch", "mini_kv.worker.child", "mini_kv.worker.correctness", "mini_kv.worker.benchmark")
+# loaded while no request waits, so they never hold up a child that is asked for: what only some job
+# kinds import (opcheck's modules: about 2 s, a task card's contract checks; the SOL evaluator)
+PRELOAD_IDLE = ("torch.testing._internal.optests", "mini_kv.solexec.evaluate")
 RESULT_FD = "{result_fd}"  # in a child's argv: replaced by the result pipe's number in the child
 MAX_MSG = 1 << 20
 MAX_ZYGOTES = 2  # per parent process; one per environment, the oldest closed first
@@ -111,6 +108,7 @@ class Zygote:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # started by _STARTER's thread, which lives as long as this process
             env=env,
         )
         theirs.close()
@@ -225,6 +223,10 @@ class Zygote:
         self.log.close()
 
 
+# Every zygote is started from this one thread: PR_SET_PDEATHSIG kills a process when the thread that
+# started it ends, and this thread lasts as long as the process (a run's own thread may not: a Dask
+# worker's), so a parent killed outright takes its zygote, and the zygote its children, at once.
+_STARTER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mini-kv-zygote")
 _zygotes: dict[tuple, Zygote] = {}
 _broken: set[tuple] = set()  # environments whose zygote died before it was ready
 _zygotes_lock = threading.Lock()
@@ -259,7 +261,7 @@ def spawn_child(argv: list[str], base_env: dict | None, sandbox: Sandbox, log_fd
                 idle = [k for k, other in _zygotes.items() if other.running == 0]
                 for k in idle[: max(0, len(_zygotes) - MAX_ZYGOTES + 1)]:  # never one a run still uses
                     _zygotes.pop(k).close()
-                z = _zygotes[key] = Zygote(env, key)
+                z = _zygotes[key] = _STARTER.submit(Zygote, env, key).result()
         try:
             return z.spawn(argv, sandbox.env(env), sandbox, log_fd, result_fd)
         except ZygoteGone:
@@ -281,11 +283,9 @@ def close_all() -> None:
 def serve(sock: socket.socket) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
-    import torch
-
-    if torch.cuda.is_initialized():  # a fork would leave the children an unusable CUDA driver
-        print("mini_kv zygote: CUDA was initialised while loading the harness; not forking", file=sys.stderr)
+    if _cuda_touched():
         return 3
+    refuse = False
     sys.stdout.flush()
     sys.stderr.flush()
     sock.send(json.dumps({"ready": True}).encode())
@@ -295,13 +295,18 @@ def serve(sock: socket.socket) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd hears of exits
     signal.set_wakeup_fd(wake_w)
     live: set[int] = set()
+    idle = list(PRELOAD_IDLE)
     try:
         while True:
-            readable = select.select([sock, wake_r], [], [])[0]
+            readable = select.select([sock, wake_r], [], [], 0.0 if idle else None)[0]
+            if not readable and idle:
+                importlib.import_module(idle.pop(0))
+                refuse = refuse or _cuda_touched()
+                continue
             if wake_r in readable:
                 _drain(wake_r)
                 _reap(sock, live)
-            if sock in readable and not _serve_one(sock, live, (sock.fileno(), wake_r, wake_w)):
+            if sock in readable and not _serve_one(sock, live, (sock.fileno(), wake_r, wake_w), refuse):
                 break
     except OSError:  # the parent's end is gone
         pass
@@ -310,14 +315,27 @@ def serve(sock: socket.socket) -> int:
     return 0
 
 
-def _serve_one(sock: socket.socket, live: set[int], ours: tuple[int, ...]) -> bool:
-    """Fork the child one request asks for; False when the parent has closed the socket."""
+def _cuda_touched() -> bool:
+    """CUDA initialised in the zygote: a fork would leave the children an unusable driver."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        print("mini_kv zygote: CUDA was initialised while loading the harness; not forking", file=sys.stderr)
+        return True
+    return False
+
+
+def _serve_one(sock: socket.socket, live: set[int], ours: tuple[int, ...], refuse: bool = False) -> bool:
+    """Fork the child one request asks for (`refuse`: answer that it cannot, so the parent starts a fresh
+    process); False when the parent has closed the socket."""
     data, fds, _, _ = socket.recv_fds(sock, MAX_MSG, 3)
     if not data:
         return False
     req = json.loads(data)
     zygote = os.getpid()
     try:
+        if refuse:
+            raise OSError("CUDA was initialised in the zygote")
         pid = os.fork()
         if pid == 0:
             code = 1
