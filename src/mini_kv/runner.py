@@ -90,15 +90,17 @@ class ChildRun:
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
         self.log_path = log_path
-        self._start(fresh=False)
+        self._start(fresh=False, kind=job.KIND if job is not None else None)
         if job is not None:
             self.send(job)
 
-    def _start(self, fresh: bool) -> None:
+    def _start(self, fresh: bool, kind: str | None = None) -> None:
         """The child: forked by the worker zygote (Python and torch loaded already), else a fresh process."""
         self.fd, write_fd = os.pipe()
         argv = ["--result-fd", RESULT_FD, *self.warm]
-        self.proc = None if fresh else spawn_child(argv, self.env, self.sandbox, self.log.fileno(), write_fd)
+        self.proc = (
+            None if fresh else spawn_child(argv, self.env, self.sandbox, self.log.fileno(), write_fd, kind)
+        )
         if self.proc is None:
             argv = [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd), *self.warm]
             self.proc = subprocess.Popen(

@@ -38,10 +38,14 @@ from mini_kv.proc import die_with_parent, kill_group
 from mini_kv.sandbox import ENTER_FAILED, SCRATCH_ENV, Sandbox, enter_here
 
 # loaded before the first fork: what every worker child imports
-PRELOAD = ("torch", "mini_kv.worker.child", "mini_kv.worker.correctness", "mini_kv.worker.benchmark")
-# loaded while no request waits, so they never hold up a child that is asked for: what only some job
-# kinds import (opcheck's modules: about 2 s, a task card's contract checks; the SOL evaluator)
-PRELOAD_IDLE = ("torch.testing._internal.optests", "mini_kv.solexec.evaluate")
+PRELOAD = ("torch", "mini_kv.worker.child")
+# loaded before the first child of a job kind is forked, once: what only that kind imports (opcheck's
+# modules, about 2 s, for a task card's contract checks), so a process that never runs the kind never
+# pays for it, and every later child of it finds it loaded
+PRELOAD_FOR_KIND = {
+    "card": ("torch.testing._internal.optests", "mini_kv.worker.correctness", "mini_kv.worker.benchmark"),
+    "sol": ("mini_kv.solexec.evaluate",),
+}
 RESULT_FD = "{result_fd}"  # in a child's argv: replaced by the result pipe's number in the child
 MAX_MSG = 1 << 20
 MAX_ZYGOTES = 2  # per parent process; one per environment, the oldest closed first
@@ -118,8 +122,17 @@ class Zygote:
         self.exits: dict[int, int] = {}  # pid -> exit status as Popen gives it
         self.running = 0  # children spawned and not yet waited for
 
-    def spawn(self, argv: list[str], env: dict | None, sandbox: Sandbox, log_fd: int, result_fd: int):
-        """Ask for a child running `python -m mini_kv.worker.child ARGV`; returns its ForkedChild."""
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict | None,
+        sandbox: Sandbox,
+        log_fd: int,
+        result_fd: int,
+        kind: str | None,
+    ):
+        """Ask for a child running `python -m mini_kv.worker.child ARGV` (a job of `kind`, where known:
+        PRELOAD_FOR_KIND); returns its ForkedChild."""
         stdin_r, stdin_w = os.pipe()
         with self.lock:
             self.next_request += 1
@@ -130,6 +143,7 @@ class Zygote:
                 "env": dict(os.environ if env is None else env),
                 "cwd": os.getcwd(),
                 "sandbox": sandbox.spec(),
+                "kind": kind,
             }
             try:
                 socket.send_fds(self.sock, [json.dumps(msg).encode()], [stdin_r, log_fd, result_fd])
@@ -243,7 +257,14 @@ def enabled() -> bool:
     return sys.platform.startswith("linux") and os.environ.get("MINI_KV_ZYGOTE", "1") != "0"
 
 
-def spawn_child(argv: list[str], base_env: dict | None, sandbox: Sandbox, log_fd: int, result_fd: int):
+def spawn_child(
+    argv: list[str],
+    base_env: dict | None,
+    sandbox: Sandbox,
+    log_fd: int,
+    result_fd: int,
+    kind: str | None = None,
+):
     """A worker child forked by this process's zygote for `base_env` (started on first use), or None
     where the zygote is off or cannot be had (the caller then starts a fresh process)."""
     if not enabled():
@@ -263,7 +284,7 @@ def spawn_child(argv: list[str], base_env: dict | None, sandbox: Sandbox, log_fd
                     _zygotes.pop(k).close()
                 z = _zygotes[key] = _STARTER.submit(Zygote, env, key).result()
         try:
-            return z.spawn(argv, sandbox.env(env), sandbox, log_fd, result_fd)
+            return z.spawn(argv, sandbox.env(env), sandbox, log_fd, result_fd, kind)
         except ZygoteGone:
             continue
     return None
@@ -285,7 +306,6 @@ def serve(sock: socket.socket) -> int:
         importlib.import_module(name)
     if _cuda_touched():
         return 3
-    refuse = False
     sys.stdout.flush()
     sys.stderr.flush()
     sock.send(json.dumps({"ready": True}).encode())
@@ -295,18 +315,13 @@ def serve(sock: socket.socket) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd hears of exits
     signal.set_wakeup_fd(wake_w)
     live: set[int] = set()
-    idle = list(PRELOAD_IDLE)
     try:
         while True:
-            readable = select.select([sock, wake_r], [], [], 0.0 if idle else None)[0]
-            if not readable and idle:
-                importlib.import_module(idle.pop(0))
-                refuse = refuse or _cuda_touched()
-                continue
+            readable = select.select([sock, wake_r], [], [])[0]
             if wake_r in readable:
                 _drain(wake_r)
                 _reap(sock, live)
-            if sock in readable and not _serve_one(sock, live, (sock.fileno(), wake_r, wake_w), refuse):
+            if sock in readable and not _serve_one(sock, live, (sock.fileno(), wake_r, wake_w)):
                 break
     except OSError:  # the parent's end is gone
         pass
@@ -325,16 +340,20 @@ def _cuda_touched() -> bool:
     return False
 
 
-def _serve_one(sock: socket.socket, live: set[int], ours: tuple[int, ...], refuse: bool = False) -> bool:
-    """Fork the child one request asks for (`refuse`: answer that it cannot, so the parent starts a fresh
-    process); False when the parent has closed the socket."""
+def _serve_one(sock: socket.socket, live: set[int], ours: tuple[int, ...]) -> bool:
+    """Fork the child one request asks for (its job kind's modules loaded first; where that initialised
+    CUDA, answer that it cannot, so the parent starts a fresh process); False when the parent has
+    closed the socket."""
     data, fds, _, _ = socket.recv_fds(sock, MAX_MSG, 3)
     if not data:
         return False
     req = json.loads(data)
     zygote = os.getpid()
     try:
-        if refuse:
+        missing = [m for m in PRELOAD_FOR_KIND.get(req.get("kind"), ()) if m not in sys.modules]
+        for name in missing:
+            importlib.import_module(name)
+        if missing and _cuda_touched():
             raise OSError("CUDA was initialised in the zygote")
         pid = os.fork()
         if pid == 0:
