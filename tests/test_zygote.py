@@ -87,8 +87,8 @@ def test_a_child_is_killed_with_its_process_group(tmp_path):
     child = ChildRun(None, str(tmp_path / "w.log"), None, sandbox=NO_SANDBOX)
     pid = child.proc.pid
     assert os.getpgid(pid) == pid  # a session and group of its own, as Popen(start_new_session) gave
-    assert child.close(kill=True) == -signal.SIGKILL
-    assert _only_zygote().running == 0
+    child.close(kill=True)  # (its stdin closes first: it may end on its own, reading no job, before the kill)
+    assert not _running(pid) and _only_zygote().running == 0
 
 
 def test_the_zygote_exits_with_its_parent_and_takes_its_children(tmp_path):
