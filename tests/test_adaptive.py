@@ -292,45 +292,13 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
     assert [c["status"] for c in corr["cases"]][2:] == [Status.NOT_RUN] * 6
 
 
-def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_path):
-    """The bytes-scaled estimate that skips a workload as too large comes from a warm round: a solution
-    whose first call costs 0.5 s once (a plan built on first use) runs its 16x larger workload."""
+def _bench_budget_2s(tmp_path, rows: dict[str, int], kernel: str) -> dict:
+    """`bench` of a scale_mul solution with this kernel.py on workloads of `rows` rows, on CPU with 4
+    rounds and a 2-s budget per workload (the size-estimate tests)."""
     from mini_kv.solexec.run import BenchOptions, bench
 
-    problem = _problem(tmp_path, {"s": 4, "l": 64})
-    sol = _solution(
-        tmp_path,
-        "import time\n\nFIRST = [True]\n\n\ndef run(x, w, alpha):\n"
-        "    if FIRST.pop() if FIRST else False:\n        time.sleep(0.5)\n"
-        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
-    )
-    opts = BenchOptions(
-        solution=str(sol),
-        artifacts=str(tmp_path / "artifacts"),
-        device="cpu",
-        rounds=4,
-        warmup=1,
-        budget=2.0,  # the first round's 0.5 s x 16 x 2 rounds would not fit; a warm round's would
-        timeout=60.0,
-    )
-    result = bench(str(problem), opts)
-    got = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
-    assert got == {"s": "PASSED", "l": "PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
+    problem, sol = _problem(tmp_path, rows), _solution(tmp_path, kernel)
 
-
-def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path):
-    """A per-byte estimate from a small warm round can fall short for large workloads (on CPU their data
-    leaves the caches: 1.7x at rmsnorm's 169-227 MiB). Once one workload's first round shows it too large,
-    workloads of about its size are judged by that measurement, SKIPPED before any call of theirs."""
-    from mini_kv.solexec.run import BenchOptions, bench
-
-    problem = _problem(tmp_path, {"s": 4, "a": 64, "b": 60, "c": 56})
-    sol = _solution(
-        tmp_path,
-        "import time\n\n\ndef run(x, w, alpha):\n"
-        "    time.sleep(1.5 if x.shape[0] > 32 else 0.02)  # far slower than its size says once large\n"
-        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
-    )
     opts = BenchOptions(
         solution=str(sol),
         artifacts=str(tmp_path / "artifacts"),
@@ -340,7 +308,35 @@ def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path
         budget=2.0,
         timeout=60.0,
     )
-    result = bench(str(problem), opts)
+    return bench(str(problem), opts)
+
+
+def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_path):
+    """The bytes-scaled estimate that skips a workload as too large comes from a warm round: a solution
+    whose first call costs 0.5 s once (a plan built on first use) runs its 16x larger workload."""
+    # the first round's 0.5 s x 16 x 2 rounds would not fit in the 2-s budget; a warm round's would
+    result = _bench_budget_2s(
+        tmp_path,
+        {"s": 4, "l": 64},
+        "import time\n\nFIRST = [True]\n\n\ndef run(x, w, alpha):\n"
+        "    if FIRST.pop() if FIRST else False:\n        time.sleep(0.5)\n"
+        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
+    )
+    got = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+    assert got == {"s": "PASSED", "l": "PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
+
+
+def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path):
+    """A per-byte estimate from a small warm round can fall short for large workloads (on CPU their data
+    leaves the caches: 1.7x at rmsnorm's 169-227 MiB). Once one workload's first round shows it too large,
+    workloads of about its size are judged by that measurement, SKIPPED before any call of theirs."""
+    result = _bench_budget_2s(
+        tmp_path,
+        {"s": 4, "a": 64, "b": 60, "c": 56},
+        "import time\n\n\ndef run(x, w, alpha):\n"
+        "    time.sleep(1.5 if x.shape[0] > 32 else 0.02)  # far slower than its size says once large\n"
+        "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
+    )
     passed = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
     skipped = {s["id"]: s["reason"] for s in result["skipped"]}
     assert passed == {"s": "PASSED"} and set(skipped) == {"a", "b", "c"}, (passed, skipped)
