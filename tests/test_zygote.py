@@ -137,12 +137,15 @@ def test_a_zygote_that_cannot_load_leaves_the_work_to_fresh_processes(tmp_path):
     from pathlib import Path
 
     (tmp_path / "sitecustomize.py").write_text(
-        "import os\nif b'mini_kv.worker.zygote' in open('/proc/self/cmdline', 'rb').read():\n    os._exit(7)\n"
+        "import os, sys\nif b'mini_kv.worker.zygote' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    print('planted: this zygote cannot load', file=sys.stderr, flush=True)\n    os._exit(7)\n"
     )
     src = Path(__file__).resolve().parents[1] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(src)])}
-    ev = run_one(JOB, timeout=120, env=env, sandbox=NO_SANDBOX)
+    log = tmp_path / "worker.log"
+    ev = run_one(JOB, timeout=120, env=env, sandbox=NO_SANDBOX, log_path=str(log))
     assert _answered(ev), ev
     assert zygote._key(env) in zygote._broken
+    assert "planted: this zygote cannot load" in log.read_text()  # the worker log says why
     ev = run_one(JOB, timeout=120, env=env, sandbox=NO_SANDBOX)
     assert _answered(ev), ev

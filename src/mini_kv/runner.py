@@ -120,7 +120,11 @@ class ChildRun:
         fresh process in its place: nothing of the job has run."""
         if isinstance(self.proc, subprocess.Popen) or self.proc.pid is not None:
             return False
-        self.log.write(b"mini_kv: the worker zygote did not fork this child; starting a fresh process\n")
+        said = self.proc.zygote_output()
+        self.log.write(
+            b"mini_kv: the worker zygote did not fork this child; starting a fresh process\n"
+            + (f"the zygote's output:\n{said}\n".encode() if said else b"")
+        )
         self.log.flush()
         if not self.proc.stdin.closed:
             self.proc.stdin.close()

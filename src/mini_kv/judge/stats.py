@@ -395,9 +395,7 @@ def timer_step(samples: Sequence[float]) -> float | None:
 def effective_target(rule: StoppingRule, samples: Sequence[float]) -> float:
     """The rule's target, raised to TIMER_STEPS of a quantised timer's step relative to the median."""
     step = timer_step(samples)
-    if step is None:
-        return rule.target_rel_ci
-    med = abs(float(np.median(_as_array(samples))))
+    med = abs(float(np.median(_as_array(samples)))) if step is not None else 0.0
     return max(rule.target_rel_ci, TIMER_STEPS * step / med) if med > 0 else rule.target_rel_ci
 
 
@@ -417,15 +415,16 @@ def sampling_step(
         return (StopReason.FIXED if rule.fixed is not None else StopReason.MAX), 0
     if n >= 1 and left <= 0:  # the budget wins over the minimum count: the timeout is for hangs
         return StopReason.BUDGET, 0
-    target = effective_target(rule, samples) if rule.fixed is None and n >= rule.min_samples else None
-    if target is not None and median_rel_ci(samples) <= target:
+    adaptive = rule.fixed is None and n >= rule.min_samples
+    rel_ci, target = (median_rel_ci(samples), effective_target(rule, samples)) if adaptive else (None, None)
+    if adaptive and rel_ci <= target:
         return StopReason.CONVERGED, 0
     if rule.fixed is not None:
         want = goal - n
     elif n < rule.min_samples:
         want = rule.min_samples - n
     else:  # the half-width shrinks as 1/sqrt(n): aim for the count that reaches the target, at most doubling
-        ratio = median_rel_ci(samples) / target
+        ratio = rel_ci / target
         want = min(n, max(rule.min_samples, int(math.ceil(n * (ratio * ratio - 1.0)))))
     want = min(want, goal - n)
     if per_sample_s is not None and per_sample_s > 0 and math.isfinite(left):

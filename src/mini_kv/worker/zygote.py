@@ -48,7 +48,7 @@ PRELOAD_FOR_KIND = {
 }
 RESULT_FD = "{result_fd}"  # in a child's argv: replaced by the result pipe's number in the child
 MAX_MSG = 1 << 20
-MAX_ZYGOTES = 2  # per parent process; one per environment, the oldest closed first
+MAX_ZYGOTES = 2  # per parent process, one per environment; an idle one is closed to make room
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +85,9 @@ class ForkedChild:
         if self.returncode is None:
             self.returncode = 1 if self.pid is None else self._zygote.wait(self.pid, timeout)
         return self.returncode
+
+    def zygote_output(self) -> str:
+        return self._zygote.output()
 
     def poll(self) -> int | None:
         try:
@@ -171,6 +174,15 @@ class Zygote:
     def kill(self) -> None:
         kill_group(self.proc.pid)
         self.alive = False
+
+    def output(self, n: int = 2000) -> str:
+        """The end of the zygote's own output (why it would not load, where it said so)."""
+        try:
+            self.log.seek(0, os.SEEK_END)
+            self.log.seek(max(0, self.log.tell() - n))
+            return self.log.read().decode("utf-8", "replace").strip()
+        except (OSError, ValueError):  # closed
+            return ""
 
     def wait(self, pid: int, timeout: float | None) -> int:
         if not self._read_until(lambda: pid in self.exits, timeout):
@@ -278,7 +290,7 @@ def spawn_child(
             z = _zygotes.get(key)
             if z is None or not z.alive:
                 if z is not None:
-                    z.close()
+                    _zygotes.pop(key).close()
                 idle = [k for k, other in _zygotes.items() if other.running == 0]
                 for k in idle[: max(0, len(_zygotes) - MAX_ZYGOTES + 1)]:  # never one a run still uses
                     _zygotes.pop(k).close()
@@ -350,10 +362,9 @@ def _serve_one(sock: socket.socket, live: set[int], ours: tuple[int, ...]) -> bo
     req = json.loads(data)
     zygote = os.getpid()
     try:
-        missing = [m for m in PRELOAD_FOR_KIND.get(req.get("kind"), ()) if m not in sys.modules]
-        for name in missing:
+        for name in PRELOAD_FOR_KIND.get(req.get("kind"), ()):
             importlib.import_module(name)
-        if missing and _cuda_touched():
+        if _cuda_touched():  # checked at every fork: a zygote whose CUDA is up never forks again
             raise OSError("CUDA was initialised in the zygote")
         pid = os.fork()
         if pid == 0:
