@@ -26,8 +26,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_cli(*args, cwd=ROOT, timeout=900, env=None):
-    """Run `python -m mini_kv ...` and return the CompletedProcess (text)."""
+def run_cli(*args, cwd=ROOT, timeout=900, env=None, fresh_process=False):
+    """Run `mini-kv ARGS` and return a CompletedProcess (text).
+
+    In this process (mini_kv.cli.main with stdout and stderr captured, from `cwd`) unless `env` is
+    given, `fresh_process` is set or MINI_KV_TEST_CLI=subprocess: the command's own workers are fresh
+    processes either way, forked from this test process's worker zygote, so a test saves the 8-10 s of
+    CPU that a new interpreter importing torch and starting its own zygote costs (about 40 commands
+    in the suite). `env` needs a process of its own: the zygote and the environment key read it.
+    `python -m mini_kv` itself is run by the tests that say `fresh_process=True` and by test_packaging."""
+    if env is None and not fresh_process and os.environ.get("MINI_KV_TEST_CLI") != "subprocess":
+        return _run_in_process([str(a) for a in args], cwd)
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "mini_kv", *args],
@@ -37,6 +46,28 @@ def run_cli(*args, cwd=ROOT, timeout=900, env=None):
         timeout=timeout,
         env=full_env,
     )
+
+
+def _run_in_process(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    import contextlib
+    import io
+
+    from mini_kv.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors and --help, as the interpreter maps them
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["mini-kv", *argv], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
