@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from mini_kv.errors import ExitCode
 from mini_kv.proc import _descendants
@@ -58,9 +59,14 @@ def batch_cmd(path: Path, store: Path, *extra: str) -> list[str]:
 
 
 def run_batch(path: Path, store: Path, *extra: str, env=None) -> tuple[int, dict[str, dict]]:
-    res = subprocess.run(
-        batch_cmd(path, store, *extra), capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
-    )
+    """A batch in this process (conftest.run_cli); one with workers (`--workers`) in a process of its own,
+    whose cluster of spawned worker processes is then the command's, not the test process's."""
+    if "--workers" in extra or env is not None:
+        res = subprocess.run(
+            batch_cmd(path, store, *extra), capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
+        )
+    else:
+        res = run_cli(*batch_cmd(path, store, *extra)[3:], timeout=600)
     lines = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     return res.returncode, {ln["item"]: ln for ln in lines}
 
@@ -220,17 +226,13 @@ def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path):
 def test_the_manifest_is_checked_before_anything_runs(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("schema_version: 1\nverify:\n  - task: nowhere.yaml\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "mini_kv", "batch", str(bad)], capture_output=True, text=True, cwd=ROOT
-    )
+    res = run_cli("batch", str(bad))
     assert res.returncode == ExitCode.CONFIG
     assert "bad.yaml: verify[0].task" in res.stderr and "no such task card" in res.stderr
     bad.write_text(
         "schema_version: 1\nbench:\n  - problem: p\n    solutions: [a.json]\n    options: {round: 2}\n"
     )
-    res = subprocess.run(
-        [sys.executable, "-m", "mini_kv", "batch", str(bad)], capture_output=True, text=True, cwd=ROOT
-    )
+    res = run_cli("batch", str(bad))
     assert res.returncode == ExitCode.CONFIG and "bad.yaml" in res.stderr and "round" in res.stderr
 
 

@@ -6,7 +6,6 @@ import csv
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -150,14 +149,9 @@ def test_new_attempts_reach_the_leaderboard_through_update_index(store):
 
 
 def _cli(*args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mini_kv", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    from conftest import run_cli
+
+    return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import run_cli
 from sol_helpers import logs, statuses, write_solution
 
 from mini_kv.errors import ExitCode
@@ -310,13 +311,7 @@ def test_cli_table_output_and_json(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [t["evaluation"]["status"] for t in lines] == ["INCORRECT_NUMERICAL"] * 2
 
-    res = subprocess.run(
-        [sys.executable, "-m", "mini_kv", "bench", *args[:-3], "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    res = run_cli("bench", *args[:-3], "--json", timeout=600)
     printed = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     assert [t["workload"]["uuid"] for t in printed] == ["small", "tall"], res.stderr
 
@@ -334,13 +329,7 @@ def test_bad_solution_file_is_a_config_error_naming_the_field(tmp_path):
             }
         )
     )
-    res = subprocess.run(
-        [sys.executable, "-m", "mini_kv", "bench", str(PROBLEM), "--solution", str(sol)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_cli("bench", str(PROBLEM), "--solution", str(sol), timeout=300)
     assert res.returncode == ExitCode.CONFIG
     assert "sources[0].path" in res.stderr and str(sol) in res.stderr
 
