@@ -38,6 +38,7 @@ from mini_kv.worker import timing  # noqa: E402
 
 TOL = 0.01  # the issue's 1 % bars
 FEWER = 3.0  # at least this many times fewer timed calls on a stable case
+TARGET = timing.SAMPLING_DEFAULTS["cuda"]["target_rel_ci"]  # 0.5 %, for `spread`'s count
 
 
 def _rel(a: float, b: float) -> float:
@@ -118,15 +119,37 @@ def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
     return out
 
 
+def _flat(samples) -> list[float]:
+    """A side's samples as one list (a card's record keeps them per repeat)."""
+    return [x for r in samples for x in r] if samples and isinstance(samples[0], list) else list(samples)
+
+
+def spread(samples) -> dict:
+    """How noisy one side's calls are, from its samples: the median's 95 % CI half-width relative to the
+    median (what the stopping rule compares with its target), the IQR relative to the median, and the
+    count the 0.5 % target would need at that spread (the half-width of n normal samples' median is
+    1.96 * 1.2533 * sigma / sqrt(n), sigma = IQR / 1.349). Reported for the fixed run: 500 calls."""
+    flat = _flat(samples)
+    s = stats.summarize(flat)
+    rel_iqr = s.iqr / s.p50 if s.p50 else float("inf")
+    return {
+        "rel_ci": round(stats.median_rel_ci(flat), 5),
+        "rel_iqr": round(rel_iqr, 5),
+        "calls_for_target": int((1.96 * 1.2533 / 1.349 * rel_iqr / TARGET) ** 2) + 1,
+    }
+
+
 def _side_summary(rec: dict, seconds: float) -> dict:
     if "candidate" not in rec:
         return {"status": rec.get("status"), "reason": rec.get("reason"), "seconds": round(seconds, 2)}
     s = rec["sampling"]
+    sides = ("candidate", "reference")
     return {
-        "p50_us": {w: rec[w]["summary"]["overall"]["p50"] for w in ("candidate", "reference")},
+        "p50_us": {w: rec[w]["summary"]["overall"]["p50"] for w in sides},
         "speedup": rec["speedup"],
         "timed_calls": s["timed_calls"],
-        "stopped": {w: rec[w]["sampling"]["stopped"] for w in ("candidate", "reference")},
+        "stopped": {w: rec[w]["sampling"]["stopped"] for w in sides},
+        "spread": {w: spread(rec[w]["samples"]) for w in sides},
         "method": rec["method"],
         "seconds": round(seconds, 2),
     }
@@ -206,6 +229,7 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
             "speedup": p50["reference"] / p50["candidate"],
             "timed_calls": {w: len(m.samples) for w, m in res.items()},
             "stopped": {w: [m.notes["sampling"]["stopped"]] for w, m in res.items()},
+            "spread": {w: spread(m.samples) for w, m in res.items()},
             "method": method,
             "seconds": round(time.perf_counter() - t0, 2),
         }
@@ -245,6 +269,7 @@ def judge(runs: list[dict]) -> dict:
         "adaptive_vs_fixed_p50_rel": [round(x, 5) for x in checks["p50_vs_fixed"]],
         "fixed_over_adaptive_calls": [round(x, 2) for x in checks["fewer_calls"]],
         "converged_both_sides": checks["stable"],
+        "fixed_spread": [r["fixed"].get("spread") for r in runs],
         "runs_p50_rel": round(agree_p50, 5),
         "runs_speedup_rel": round(agree_speedup, 5),
     }
