@@ -342,3 +342,22 @@ def test_profile_checks_its_numbers_and_store_before_any_work(tmp_path, capsys):
     blocker.write_text("")
     assert main(["profile", "--task", "tasks/vector_add.yaml", "--artifacts", str(blocker)]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("validate-task", "tasks/vector_add.yaml"),  # exit 0, stdout
+        ("validate-task", "tasks/no_such_card.yaml"),  # a UserError: one line on stderr, its exit code
+        ("verify", "--task", "tasks/vector_add.yaml", "--device", "gpu"),  # argparse: usage, exit 2
+        ("--help",),  # SystemExit(0) from argparse, the help on stdout
+    ],
+)
+def test_a_command_run_in_the_test_process_answers_as_a_fresh_process_does(args):
+    """conftest.run_cli runs most tests' commands in the test process: its exit code and output must be
+    those of `python -m mini_kv` itself, or the tests would check something the user never sees."""
+    from conftest import run_cli
+
+    here = run_cli(*args)
+    fresh = run_cli(*args, fresh_process=True)
+    assert (here.returncode, here.stdout, here.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
