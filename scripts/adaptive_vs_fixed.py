@@ -119,21 +119,15 @@ def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
     return out
 
 
-def _flat(samples) -> list[float]:
-    """A side's samples as one list (a card's record keeps them per repeat)."""
-    return [x for r in samples for x in r] if samples and isinstance(samples[0], list) else list(samples)
-
-
-def spread(samples) -> dict:
+def spread(samples: list[float]) -> dict:
     """How noisy one side's calls are, from its samples: the median's 95 % CI half-width relative to the
     median (what the stopping rule compares with its target), the IQR relative to the median, and the
     count the 0.5 % target would need at that spread (the half-width of n normal samples' median is
     1.96 * 1.2533 * sigma / sqrt(n), sigma = IQR / 1.349). Reported for the fixed run: 500 calls."""
-    flat = _flat(samples)
-    s = stats.summarize(flat)
+    s = stats.summarize(samples)
     rel_iqr = s.iqr / s.p50 if s.p50 else float("inf")
     return {
-        "rel_ci": round(stats.median_rel_ci(flat), 5),
+        "rel_ci": round(stats.median_rel_ci(samples), 5),
         "rel_iqr": round(rel_iqr, 5),
         "calls_for_target": int((1.96 * 1.2533 / 1.349 * rel_iqr / TARGET) ** 2) + 1,
     }
@@ -149,7 +143,7 @@ def _side_summary(rec: dict, seconds: float) -> dict:
         "speedup": rec["speedup"],
         "timed_calls": s["timed_calls"],
         "stopped": {w: rec[w]["sampling"]["stopped"] for w in sides},
-        "spread": {w: spread(rec[w]["samples"]) for w in sides},
+        "spread": {w: spread([x for r in rec[w]["samples"] for x in r]) for w in sides},  # per repeat
         "method": rec["method"],
         "seconds": round(seconds, 2),
     }

@@ -54,8 +54,12 @@ def manifest(tmp_path, verify=(), solutions=(), name="batch.yaml", **sol_options
     return path
 
 
+def batch_args(path: Path, store: Path, *extra: str) -> list[str]:
+    return ["batch", str(path), "--artifacts", str(store), "--json", *extra]
+
+
 def batch_cmd(path: Path, store: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mini_kv", "batch", str(path), "--artifacts", str(store), "--json", *extra]
+    return [sys.executable, "-m", "mini_kv", *batch_args(path, store, *extra)]
 
 
 def run_batch(path: Path, store: Path, *extra: str, env=None) -> tuple[int, dict[str, dict]]:
@@ -66,7 +70,7 @@ def run_batch(path: Path, store: Path, *extra: str, env=None) -> tuple[int, dict
             batch_cmd(path, store, *extra), capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
         )
     else:
-        res = run_cli(*batch_cmd(path, store, *extra)[3:], timeout=600)
+        res = run_cli(*batch_args(path, store, *extra), timeout=600)
     lines = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     return res.returncode, {ln["item"]: ln for ln in lines}
 

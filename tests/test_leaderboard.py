@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from test_index import ENV_KEY, env_key_of, make_attempt
 
 from mini_kv.judge.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
@@ -148,31 +148,25 @@ def test_new_attempts_reach_the_leaderboard_through_update_index(store):
 # ------------------------------------------------------------------------------ end to end (real verify)
 
 
-def _cli(*args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
-    from conftest import run_cli
-
-    return run_cli(*args, cwd=cwd, timeout=timeout)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler"
 )
 def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     art = tmp_path / "artifacts"
-    v = _cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(art), "--json")
+    v = run_cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(art), "--json")
     assert v.returncode == 0, v.stdout + v.stderr
     summary = json.loads(v.stdout.strip().splitlines()[-1])
     attempt = Path(summary["attempt"])
     assert summary["status"] == "PASSED" and attempt.parent.parent == art
     assert (art / "index.sqlite").is_file()  # verify updated the index itself
 
-    r = _cli("rebuild-index", "--artifacts", str(art), "--json")
+    r = run_cli("rebuild-index", "--artifacts", str(art), "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["attempts"] == 1 and out["problems"] == []
 
-    r = _cli(
+    r = run_cli(
         "leaderboard",
         "--artifacts",
         str(art),
@@ -188,12 +182,12 @@ def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     assert shown == ([attempt.name] if stable else [])  # CPU timings may be unstable on a busy machine
 
     out_file = tmp_path / "baselines" / "vector_add.json"
-    r = _cli("promote-baseline", "--attempt", str(attempt), "--output", str(out_file))
+    r = run_cli("promote-baseline", "--attempt", str(attempt), "--output", str(out_file))
     if stable:
         assert r.returncode == 0, r.stderr
         base = json.loads(out_file.read_text())
         assert base["source"]["attempt_id"] == attempt.name and base["device"] == "cpu"
-        r = _cli("promote-baseline", "--attempt", str(attempt), "--output", str(out_file))
+        r = run_cli("promote-baseline", "--attempt", str(attempt), "--output", str(out_file))
         assert r.returncode == 2 and "--force" in r.stderr
     else:
         assert r.returncode == 2 and "not stable" in r.stderr

@@ -395,7 +395,9 @@ def timer_step(samples: Sequence[float]) -> float | None:
 def effective_target(rule: StoppingRule, samples: Sequence[float]) -> float:
     """The rule's target, raised to TIMER_STEPS of a quantised timer's step relative to the median."""
     step = timer_step(samples)
-    med = abs(float(np.median(_as_array(samples)))) if step is not None else 0.0
+    if step is None:
+        return rule.target_rel_ci
+    med = abs(float(np.median(_as_array(samples))))
     return max(rule.target_rel_ci, TIMER_STEPS * step / med) if med > 0 else rule.target_rel_ci
 
 
