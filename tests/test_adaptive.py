@@ -87,29 +87,51 @@ def test_a_noisier_timer_takes_more_samples_then_converges():
     assert all(b <= sum(timer.batches[:i]) or i == 0 for i, b in enumerate(timer.batches))
 
 
-def test_a_quantised_timer_is_not_chased_below_its_step(monkeypatch):
-    """A 7-us kernel on a timer counting 32-ns steps (CUPTI on an H200): the 0.5 % target is about one
-    step, which a median of stepped values reaches only after hundreds of calls. The target is held at
-    TIMER_STEPS steps (found in the samples) instead, and the median is still placed within it."""
+def cupti_like(kernel_us: float, jitter_steps: float, seed: int, step: float = 0.032):
+    """Spans as CUPTI gives them on an H200: a kernel's time on a 32-ns grid with `jitter_steps` of
+    spread, each value then 1 ns off the grid or not (GPU timestamps converted to the host's clock)."""
+    rng = random.Random(seed)
+    return lambda: (
+        (round(kernel_us / step) + round(rng.gauss(0, jitter_steps))) * step
+        + rng.choice((-0.001, 0.0, 0.001))
+    )
+
+
+def test_the_timer_step_is_found_through_the_clock_conversions_jitter():
     step = 0.032
+    rng = random.Random(0)
+    clean = [(round(7.0 / step) + round(rng.gauss(0, 6))) * step for _ in range(60)]
+    assert stats.timer_step(clean) == pytest.approx(step)
+    draw = cupti_like(2.9, 1.5, seed=1)
+    jittered = [draw() for _ in range(300)]
+    assert len(set(jittered)) > 2 * len({round(x / step) for x in jittered})  # 1 ns apart: split points
+    assert stats.timer_step(jittered) == pytest.approx(step, abs=0.001)
+    # a fine timer, few values not on one step, and a smallest gap seen only once: no step
+    assert stats.timer_step([7.0 + random.Random(1).gauss(0, 0.05) for _ in range(60)]) is None
+    assert stats.timer_step([1.0, 1.3, 2.0] * 20) is None
+    assert stats.timer_step([1.0, 2.0, 4.0] * 20) is None
 
-    def stepped(seed):
-        rng = random.Random(seed)
-        return lambda: (round(7.0 / step) + round(rng.gauss(0, 6))) * step  # 6 steps of jitter
 
-    draw = stepped(0)
-    xs = [draw() for _ in range(60)]
-    assert stats.timer_step(xs) == pytest.approx(step)
-    assert (
-        stats.timer_step([7.0 + random.Random(1).gauss(0, 0.05) for _ in range(60)]) is None
-    )  # a fine timer
-    assert stats.timer_step([1.0, 1.3, 2.0] * 20) is None  # few values, but not on one step
-    floored = run(FakeTimer(stepped(3)), RULE).notes["sampling"]
+def test_a_quantised_timer_is_not_chased_below_its_step(monkeypatch):
+    """A 2.9-us kernel on CUPTI's 32-ns timer (an H200): the 0.5 % target is 14 ns, under half a step,
+    which a median of stepped values reaches only by luck after hundreds of calls. The target is held
+    at TIMER_STEPS steps (found in the samples) instead, and the median is still placed within it."""
+    step = 0.032
+    floored = run(FakeTimer(cupti_like(2.9, 2.0, seed=0)), RULE).notes["sampling"]
     assert floored["stopped"] == StopReason.CONVERGED
-    assert floored["rel_ci"] <= stats.TIMER_STEPS * step / 7.0
+    assert floored["rel_ci"] <= stats.TIMER_STEPS * step / 2.9
+    assert floored["taken"] <= 100
     monkeypatch.setattr(stats, "TIMER_STEPS", 0.0)  # without the floor: the same timer, many more calls
-    chased = run(FakeTimer(stepped(3)), RULE).notes["sampling"]
-    assert chased["taken"] >= 1.5 * floored["taken"], (floored, chased)
+    chased = run(FakeTimer(cupti_like(2.9, 2.0, seed=0)), RULE).notes["sampling"]
+    assert chased["taken"] >= 3 * floored["taken"], (floored, chased)
+
+
+def test_the_floor_leaves_a_longer_kernels_target_alone():
+    """At 7 us one 32-ns step is 0.46 % of the median, under the 0.5 % target: the floor does not bind."""
+    draw = cupti_like(7.0, 6, seed=4)
+    xs = [draw() for _ in range(200)]
+    assert stats.timer_step(xs) == pytest.approx(0.032, abs=0.001)
+    assert stats.effective_target(RULE, xs) == RULE.target_rel_ci
 
 
 def test_the_budget_stops_a_slow_op():

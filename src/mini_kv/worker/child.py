@@ -54,19 +54,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warm_profiler() -> None:
-    """The first CUPTI session of a process costs seconds (about 4 s on an H200, against 5 ms for
-    each later one): a child started before its job pays it while the parent still prepares the job.
-    No candidate code has been loaded yet; the harness's snapshot is taken after this."""
+    """The first CUPTI session of a process costs a CUDA context and CUPTI's start-up (about 0.4 s on
+    an H200): a child started before its job pays it while the parent still prepares the job. No
+    candidate code has been loaded yet; the harness's snapshot is taken after this."""
     import torch
 
     if not torch.cuda.is_available():
         return
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from mini_kv.worker.timing import warm_cupti
 
-        with profile(activities=[ProfilerActivity.CUDA]):
-            torch.zeros(1, device="cuda").add_(1)
-            torch.cuda.synchronize()
+        warm_cupti()
     except Exception:  # noqa: BLE001 - only a head start: timing reports a profiler that cannot run
         pass
 

@@ -112,6 +112,8 @@ _OTHER = {
     "torch.cuda.current_stream": (torch.cuda, "current_stream"),
     "torch.profiler.profile": (torch.profiler, "profile"),
     "torch.profiler.record_function": (torch.profiler, "record_function"),
+    "torch.autograd.profiler.profile": (torch.autograd.profiler, "profile"),
+    "torch.autograd.profiler.record_function": (torch.autograd.profiler, "record_function"),
 }
 
 

@@ -400,9 +400,28 @@ def _spin_host(us: float) -> None:
         pass
 
 
+def cupti_session():
+    """A kineto session recording host ranges and CUDA activity (CUPTI), not yet started.
+
+    torch.autograd.profiler.profile, the session torch.profiler.profile wraps, is used directly:
+    torch.profiler's prepare_trace probes `hasattr(torch, "_inductor")`, and that probe imports
+    inductor, dynamo and sympy, about 5 s on an H200 in a process's first session (0.4 s without it;
+    docs/sol-execbench.md), for nothing a timer reads."""
+    from torch.autograd.profiler import profile
+
+    return profile(use_cpu=True, use_device="cuda", use_kineto=True)
+
+
+def warm_cupti() -> None:
+    """Pay the first session's start-up (CUPTI, the CUDA context) now: one session around a tiny op."""
+    with cupti_session():
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+
+
 def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CUPTI_WARMUP) -> Measurement:
-    """torch.profiler ships with torch and reads CUPTI's activity API, so no extra package is needed."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    """torch's profiler ships with torch and reads CUPTI's activity API, so no extra package is needed."""
+    from torch.autograd.profiler import record_function
 
     total = warmup + samples
     hold_us = 2 * CUPTI_MIN_HOLD_US
@@ -414,8 +433,8 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Pp]rofiler clears events.*")
         try:
-            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-            prof.start()
+            prof = cupti_session()
+            prof.__enter__()
         except Exception as exc:  # noqa: BLE001 - e.g. another profiler is running: fall back
             raise CuptiUnavailableError(f"torch.profiler could not start: {_describe_failure(exc)}") from exc
         try:
@@ -436,11 +455,11 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
                 hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
         except BaseException:
             with contextlib.suppress(Exception):
-                prof.stop()
+                prof.__exit__(None, None, None)
             raise  # the op's own error, not the profiler's
         try:
-            prof.stop()
-            events = prof.profiler.kineto_results.events()
+            prof.__exit__(None, None, None)
+            events = prof.kineto_results.events()
         except Exception as exc:  # noqa: BLE001
             raise CuptiUnavailableError(
                 f"torch.profiler could not collect the trace: {_describe_failure(exc)}"
