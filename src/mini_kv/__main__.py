@@ -1,3 +1,3 @@
-from mini_kv.cli import main
+from mini_kv.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -230,3 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_command(args.func, args)
+
+
+def entry() -> None:
+    """`mini-kv` and `python -m mini_kv`: main, then the process ends without the interpreter's teardown."""
+    from mini_kv.proc import exit_without_teardown
+
+    exit_without_teardown(main())

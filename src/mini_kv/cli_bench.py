@@ -196,5 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(cmd_bench, args)
 
 
+def entry() -> None:
+    """`hpc-bench` and `sol-execbench`: main, then the process ends without the interpreter's teardown."""
+    from mini_kv.proc import exit_without_teardown
+
+    exit_without_teardown(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
