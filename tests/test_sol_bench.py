@@ -74,6 +74,9 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     marks = [ph[k] for k in ("prepared_s", "built_s", "worker_ready_s", "evaluated_s", "recorded_s")]
     assert marks == sorted(marks) and marks[-1] <= result["duration_s"]
     assert ph["workload_correctness_s"] > 0 and ph["workload_timing_s"] > 0
+    parts = [ph[f"workload_timing_{p}_s"] for p in ("inputs", "warmup", "sampling", "checks")]
+    assert all(p >= 0 for p in parts) and ph["workload_timing_sampling_s"] > 0
+    assert sum(parts) == pytest.approx(ph["workload_timing_s"], abs=0.01 + 0.05 * ph["workload_timing_s"])
 
 
 def _layout(trace: dict):

@@ -424,20 +424,45 @@ def _measure_alike(
     return method, fallbacks, plan.samples, plan.sampling
 
 
-def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: float | None = None) -> dict:
+def _laps(phase_s: dict):
+    """`lap(name)`: add the seconds since the previous lap to phase_s["timing_<name>"] (bench -v's
+    phase line sums them over the workloads: where the timing of a workload goes)."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        key = f"timing_{name}"
+        phase_s[key] = phase_s.get(key, 0.0) + now - last[0]
+        last[0] = now
+
+    return lap
+
+
+def timing(
+    ctx: Context,
+    sig: dict,
+    workload: dict,
+    first: int = 0,
+    budget_s: float | None = None,
+    phase_s: dict | None = None,
+) -> dict:
     settings = ctx.settings
     cold = settings["l2"] == "cold" and is_cuda(ctx.device)
+    lap = _laps({} if phase_s is None else phase_s)
     t0 = time.perf_counter()
     sets = _input_sets(ctx, sig, workload, cold)
     cand, ref, ref_sets = _calls(ctx, sig, sets)
+    lap("inputs")
     warm = warm_up(
         [cand, ref], int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), ctx.device
     )
     _sync(ctx.device)
+    lap("warmup")
     _check_integrity(ctx, "before timing")
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
     budget = timing_budget(budget_s, t0, warm)
+    lap("checks")
     try:
         method, fallbacks, samples, sampling = timed(
             lambda: _measure_alike(
@@ -454,6 +479,7 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: fl
         raise _hack(v.code, v.message) from None
     except Exception as exc:  # noqa: BLE001
         raise Verdict(Status.RUNTIME_ERROR, f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
+    lap("sampling")
     if threading.active_count() != threads:
         raise _hack(
             "THREAD_ESCAPE", f"thread count changed while timing ({threads} -> {threading.active_count()})"
@@ -461,6 +487,7 @@ def timing(ctx: Context, sig: dict, workload: dict, first: int = 0, budget_s: fl
     _check_integrity(ctx, "after timing")
     _post_check(ctx, sig, workload, sets, ref_sets)
     rec = _timing_record(method, fallbacks, samples, settings, ctx.device, len(sets), flush)
+    lap("checks")
     for who in ("candidate", "reference"):
         rec[who]["sampling"] = sampling[who]
     rec["sampling"] = sampling_record(settings, budget_s, warm, sampling, 20 if method == "graph" else 1)
@@ -552,7 +579,8 @@ def _correctness_block(c: dict | None) -> dict | None:
 
 def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> dict:
     """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
-    `phase_s`, if given, receives the seconds spent in the correctness rounds and in timing."""
+    `phase_s`, if given, receives the seconds spent in the correctness rounds and in timing, and the
+    timing's parts (timing_inputs, timing_warmup, timing_sampling, timing_checks)."""
     sig, workload = case["signature"], case["workload"]
     record = {
         "id": case["id"],
@@ -571,7 +599,7 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
         budget = ctx.settings.get("budget_s")
         # timing gets what the correctness rounds left of the workload's budget, and at least half of it
         left = max(budget / 2, budget - phase_s["correctness"]) if budget else None
-        bench = timing(ctx, sig, workload, case.get("index", 0), left)
+        bench = timing(ctx, sig, workload, case.get("index", 0), left, phase_s)
         phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
         p50, ref_p50 = (
             bench["candidate"]["summary"]["overall"]["p50"],

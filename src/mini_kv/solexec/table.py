@@ -102,11 +102,14 @@ def _print_details(result: dict, console: Console) -> None:
         marks = ", ".join(
             f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_")
         )
-        inner = ", ".join(f"{k[9:-2]} {v:.2f}" for k, v in ph.items() if k.startswith("workload_"))
+        inner = ", ".join(
+            f"{k[9:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if k.startswith("workload_")
+        )
         console.print(
             f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
             + (f" (in the worker, summed over workloads: {inner})" if inner else "")
-            + "[/]"
+            + "[/]",
+            soft_wrap=True,  # one line, whatever the terminal's width: scripts grep it
         )
     if result.get("staging"):
         console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")
