@@ -156,6 +156,13 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
+def _ctrl_c_reaches_it() -> None:
+    """A Popen preexec_fn: SIGINT back to its default, so that Ctrl-C (the SIGINT a test sends) interrupts
+    the command as it would from a terminal, even where the tests were started with SIGINT ignored (a
+    background job of a non-interactive shell inherits SIG_IGN, and Python then keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _another_hang(tmp_path) -> str:
     """A second solution that spins like `hangs` (its own name): with worker children forked in
     milliseconds the quick solutions are done within a second, so two hanging ones keep two workers busy."""
@@ -209,6 +216,7 @@ def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path):
         text=True,
         cwd=ROOT,
         env={**os.environ, mark: "1"},
+        preexec_fn=_ctrl_c_reaches_it,
     )
     try:
         _busy_workers(client.pid, 2)  # one of them on the solution that never returns
@@ -275,6 +283,7 @@ def test_an_existing_scheduler_and_mini_kv_worker(tmp_path):
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1"]
             + ["--port", address.rsplit(":", 1)[1], "--no-dashboard"],
             stderr=subprocess.DEVNULL,
+            preexec_fn=_ctrl_c_reaches_it,
         )
     ]
     try:
@@ -283,6 +292,7 @@ def test_an_existing_scheduler_and_mini_kv_worker(tmp_path):
                 [sys.executable, "-m", "mini_kv", "worker", address, "--workers", "1"],
                 cwd=ROOT,
                 stderr=subprocess.DEVNULL,
+                preexec_fn=_ctrl_c_reaches_it,
             )
         )
         sol = str(SOLS / "good_dps" / "solution.json")
