@@ -619,6 +619,13 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
             performance=None,
             bench=None,
         )
+        # a verdict (a failure, a skip for the budget) cut the workload short: its seconds still count,
+        # in the phase it was in, so the phase line accounts for all of the worker's time
+        spent = time.perf_counter() - t0
+        if "correctness" not in phase_s:
+            phase_s["correctness"] = spent
+        elif "timing" not in phase_s:
+            phase_s["timing"] = spent - phase_s["correctness"]
     record["finished_at"] = dt.datetime.now().isoformat()
     return record
 
