@@ -408,9 +408,9 @@ def _step_of(points: np.ndarray, n: int) -> float | None:
         return None
     gaps = np.diff(points)
     one = gaps[gaps < 1.5 * gaps.min()]
-    step = float(np.median(one))
-    if step <= 0 or len(one) < 2:
+    if len(one) < 2:  # (points are sorted and distinct: every gap, so the step, is positive)
         return None
+    step = float(np.median(one))
     units = gaps / step
     return step if bool(np.all(np.abs(units - np.round(units)) <= GRID_TOLERANCE)) else None
 

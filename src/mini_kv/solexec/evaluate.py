@@ -427,13 +427,14 @@ def _measure_alike(
 def _laps(phase_s: dict):
     """`lap(name)`: add the seconds since the previous lap to phase_s["timing_<name>"] (bench -v's
     phase line sums them over the workloads: where the timing of a workload goes)."""
-    last = [time.perf_counter()]
+    last = time.perf_counter()
 
     def lap(name: str) -> None:
+        nonlocal last
         now = time.perf_counter()
         key = f"timing_{name}"
-        phase_s[key] = phase_s.get(key, 0.0) + now - last[0]
-        last[0] = now
+        phase_s[key] = phase_s.get(key, 0.0) + now - last
+        last = now
 
     return lap
 

@@ -32,7 +32,6 @@ import os
 import re
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -430,40 +429,38 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
     if profiler_on is not None and profiler_on():
         # starting a second one would succeed and then stop the first one's trace under it
         raise CuptiUnavailableError("another torch.profiler is already running in this process")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Pp]rofiler clears events.*")
-        try:
-            prof = cupti_session()
-            prof.__enter__()
-        except Exception as exc:  # noqa: BLE001 - e.g. another profiler is running: fall back
-            raise CuptiUnavailableError(f"torch.profiler could not start: {_describe_failure(exc)}") from exc
-        try:
-            for j in range(total):
-                flush()
-                torch.cuda.synchronize()
-                _hold(hold_us)
-                # Our own launches (flush, hold) stay CUPTI_MARGIN_US away from the marker range, so a
-                # small offset between the profiler's host clocks cannot pull them into an iteration.
-                _spin_host(CUPTI_MARGIN_US)
-                with record_function(f"{ITERATION_MARK}{j}"):
-                    t0 = time.perf_counter()
-                    calls.next()()
-                    host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
-                    torch.cuda.synchronize()  # inside the range: launches from other threads until now count
-                _spin_host(CUPTI_MARGIN_US)
-                # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
-                hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                prof.__exit__(None, None, None)
-            raise  # the op's own error, not the profiler's
-        try:
+    try:
+        prof = cupti_session()
+        prof.__enter__()
+    except Exception as exc:  # noqa: BLE001 - e.g. another profiler is running: fall back
+        raise CuptiUnavailableError(f"torch.profiler could not start: {_describe_failure(exc)}") from exc
+    try:
+        for j in range(total):
+            flush()
+            torch.cuda.synchronize()
+            _hold(hold_us)
+            # Our own launches (flush, hold) stay CUPTI_MARGIN_US away from the marker range, so a
+            # small offset between the profiler's host clocks cannot pull them into an iteration.
+            _spin_host(CUPTI_MARGIN_US)
+            with record_function(f"{ITERATION_MARK}{j}"):
+                t0 = time.perf_counter()
+                calls.next()()
+                host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
+                torch.cuda.synchronize()  # inside the range: launches from other threads until now count
+            _spin_host(CUPTI_MARGIN_US)
+            # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
+            hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
+    except BaseException:
+        with contextlib.suppress(Exception):
             prof.__exit__(None, None, None)
-            events = prof.kineto_results.events()
-        except Exception as exc:  # noqa: BLE001
-            raise CuptiUnavailableError(
-                f"torch.profiler could not collect the trace: {_describe_failure(exc)}"
-            ) from exc
+        raise  # the op's own error, not the profiler's
+    try:
+        prof.__exit__(None, None, None)
+        events = prof.kineto_results.events()
+    except Exception as exc:  # noqa: BLE001
+        raise CuptiUnavailableError(
+            f"torch.profiler could not collect the trace: {_describe_failure(exc)}"
+        ) from exc
     if not any(ev.device_type() == torch.autograd.DeviceType.CUDA for ev in events):
         # not even our hold kernels were recorded: CUPTI is not tracing on this machine
         raise CuptiUnavailableError("torch.profiler recorded no GPU activity at all (CUPTI not tracing)")

@@ -252,7 +252,8 @@ class Zygote:
 # Every zygote is started from this one thread: PR_SET_PDEATHSIG kills a process when the thread that
 # started it ends, and this thread lasts as long as the process (a run's own thread may not: a Dask
 # worker's), so a parent killed outright takes its zygote, and the zygote its children, at once.
-_STARTER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mini-kv-zygote")
+STARTER_NAME = "mini-kv-zygote"  # its thread's name prefix: proc.exit_without_teardown does not wait for it
+_STARTER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=STARTER_NAME)
 _zygotes: dict[tuple, Zygote] = {}
 _broken: set[tuple] = set()  # environments whose zygote died before it was ready
 _zygotes_lock = threading.Lock()
