@@ -183,6 +183,32 @@ def test_settings_resolve_per_device_and_keep_a_fixed_count():
         stats.StoppingRule(0.0, 10, 100, 1.0)
 
 
+def test_each_repeat_samples_to_the_target_of_the_pooled_p50_within_the_stability_gate():
+    gpu = {"target_rel_ci": 0.005, "max_cv": 0.03}
+    assert timing.repeat_target(gpu, 1) == 0.005  # one repeat: the target itself (a SOL workload)
+    assert timing.repeat_target(gpu, 4) == pytest.approx(0.01)  # 4 repeats pool 4x the samples
+    assert timing.repeat_target(gpu, 5) == pytest.approx(0.005 * 5**0.5)
+    # never looser than 2/3 of max_cv: the repeats' medians must still resolve the stability gate
+    assert timing.repeat_target(gpu, 100) == pytest.approx(0.02)
+    assert timing.repeat_target({"target_rel_ci": 0.02, "max_cv": 0.03}, 5) == 0.02  # CPU: unchanged
+    assert timing.repeat_target({"target_rel_ci": 0.05, "max_cv": 0.03}, 5) == 0.05  # never tighter
+    assert timing.stopping_rule({**gpu, "samples": "auto"}, 1.0, 4).target_rel_ci == pytest.approx(0.01)
+
+
+def test_pooled_repeats_reach_the_target_with_about_the_samples_of_one():
+    """Five repeats sampled to target * sqrt(5) each take about the samples one repeat needs for the
+    target, and the P50 of them all has about the target's interval."""
+    rng = random.Random(5)
+    timer = FakeTimer(lambda: 100.0 * (1 + rng.gauss(0, 0.02)))
+    one = run(timer, RULE)
+    rule = timing.stopping_rule({"target_rel_ci": 0.005, "samples": "auto", "max_cv": 0.03}, 10.0, 5)
+    repeats = [run(timer, rule) for _ in range(5)]
+    pooled = [x for m in repeats for x in m.samples]
+    assert all(m.notes["sampling"]["stopped"] == StopReason.CONVERGED for m in repeats)
+    assert len(pooled) < 2 * len(one.samples)  # not 5x
+    assert stats.median_rel_ci(pooled) <= 1.5 * RULE.target_rel_ci
+
+
 # ------------------------------------------------------------------------ a real bench case on CPU
 
 
@@ -229,8 +255,10 @@ def test_a_bench_record_says_how_it_was_sampled_and_is_schema_valid(samples):
         assert s["timed_calls"][who] == sum(side["taken"])
         if samples == 12:
             assert side["taken"] == [12] * s["repeats_run"] and set(side["stopped"]) == {StopReason.FIXED}
+            assert s["repeat_rel_ci"] is None
         else:
             assert set(side["stopped"]) <= {StopReason.CONVERGED, StopReason.MAX, StopReason.BUDGET}
+            assert s["repeat_rel_ci"] == timing.repeat_target(settings, SETTINGS["repeats"])
     # the stability gate is computed from exactly these samples
     cs = stats.summarize_repeats(rec["candidate"]["samples"])
     assert rec["candidate"]["summary"] == cs.to_dict()

@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """`mini-kv` and `python -m mini_kv`: main, then the process ends without the interpreter's teardown."""
+    """`mini-kv` and `python -m mini_kv`: bytecode kept (pycache.redirect), main, then the process ends
+    without the interpreter's teardown."""
     from mini_kv.proc import exit_without_teardown
+    from mini_kv.pycache import redirect
 
+    redirect()  # before torch is imported: see pycache.py
     exit_without_teardown(main())

@@ -197,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """`hpc-bench` and `sol-execbench`: main, then the process ends without the interpreter's teardown."""
+    """`hpc-bench` and `sol-execbench`: bytecode kept (pycache.redirect), main, then the process ends
+    without the interpreter's teardown."""
     from mini_kv.proc import exit_without_teardown
+    from mini_kv.pycache import redirect
 
+    redirect()  # before torch is imported: see pycache.py
     exit_without_teardown(main())
 
 

@@ -80,6 +80,16 @@ def checks(build_dir: Path) -> list[dict]:
     build_dir.mkdir(parents=True, exist_ok=True) if build_dir.parent.exists() else None
     writable = build_dir.is_dir() and os.access(build_dir, os.W_OK)
     row("build dir", str(build_dir), writable, "compile", f"make {build_dir} writable")
+    from mini_kv import pycache
+
+    where, kept = pycache.describe()
+    row(
+        "bytecode",
+        where,
+        kept,
+        "nothing; every command starts slower (torch's import compiles its sources)",
+        f"unset {pycache.ENV}=off, or point {pycache.ENV} at a writable directory",
+    )
     from mini_kv.profile.ncu import doctor_rows
 
     gpu_visible = any(r["name"].startswith("GPU ") for r in rows)

@@ -408,7 +408,7 @@ def _measure_alike(
                     res = measure_until(
                         calls[who],
                         m,
-                        stopping_rule(settings, plan.share),
+                        stopping_rule(settings, plan.share, plan.count),
                         device,
                         flush,
                         per_sample_s=plan.cost.get(who),

@@ -29,6 +29,7 @@ from mini_kv.worker.timing import (
     measure,
     measure_until,
     method_chain,
+    repeat_target,
     stopping_rule,
     warm_up,
 )
@@ -190,7 +191,7 @@ def _repeats(
         order = ("candidate", "reference") if r % 2 == 0 else ("reference", "candidate")
         order_log.append(list(order))
         for who in order:
-            rule = stopping_rule(settings, plan.share)
+            rule = stopping_rule(settings, plan.share, plan.count)
             m = timed(
                 lambda who=who, rule=rule: measure_until(
                     calls[who],
@@ -221,14 +222,21 @@ def _repeats(
     return plan.samples, kernel, order_log, plan.sampling
 
 
+def mode_fixed(settings: dict) -> bool:
+    return settings.get("samples") not in (None, "auto")
+
+
 def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
     """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
     each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat)."""
     stopped = sorted({why for side in sides.values() for why in side["stopped"]})
     return {
-        "mode": "fixed" if settings.get("samples") not in (None, "auto") else "adaptive",
+        "mode": "fixed" if mode_fixed(settings) else "adaptive",
         "samples": settings.get("samples", "auto"),
         **{k: settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")},
+        "repeat_rel_ci": None
+        if mode_fixed(settings)
+        else repeat_target(settings, int(settings.get("repeats", 1))),
         "budget_s": budget_s,
         "warmup_calls": warm["calls"],
         "warmup_s": warm["seconds"],

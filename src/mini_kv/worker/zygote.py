@@ -425,6 +425,7 @@ def _child(req: dict, fds: list[int], ours: tuple[int, ...], zygote: int) -> int
     os.environ.clear()
     os.environ.update(req["env"])
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None  # as a fresh process reads it
     tempfile.tempdir = None  # found again from TMPDIR: the child's scratch dir
     try:
         if req["sandbox"]:

@@ -1,0 +1,95 @@
+"""mini_kv keeps bytecode in a directory of its own where the environment keeps none (pycache.py)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mini_kv import pycache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_bytecode(monkeypatch):
+    """This process as the H200 image starts one: PYTHONDONTWRITEBYTECODE set, no prefix; restored
+    afterwards (monkeypatch undoes what redirect changes in os.environ and sys)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "placeholder")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    monkeypatch.delenv(pycache.ENV, raising=False)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+
+
+def test_without_bytecode_a_command_keeps_it_in_its_own_directory(no_bytecode, monkeypatch, tmp_path):
+    monkeypatch.setenv(pycache.ENV, str(tmp_path / "pyc"))
+    assert pycache.redirect() == tmp_path / "pyc"
+    assert sys.pycache_prefix == str(tmp_path / "pyc") and not sys.dont_write_bytecode
+    # the processes it starts inherit both: the prefix set, the variable that forbade writing gone
+    assert os.environ["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc")
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    child = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.pycache_prefix, sys.dont_write_bytecode)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.split() == [str(tmp_path / "pyc"), "False"]
+    assert pycache.describe() == (f"kept in {tmp_path / 'pyc'}", True)
+
+
+def test_the_default_directory_is_the_users_cache(no_bytecode, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert pycache.redirect() == tmp_path / "mini-kv" / "pycache"
+    assert (tmp_path / "mini-kv" / "pycache").is_dir()
+
+
+@pytest.mark.parametrize("case", ["off", "writes already", "own prefix", "unwritable"])
+def test_the_environments_own_choice_stands(no_bytecode, monkeypatch, tmp_path, case):
+    if case == "off":
+        monkeypatch.setenv(pycache.ENV, "off")
+    elif case == "writes already":
+        monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    elif case == "own prefix":
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "theirs"))
+    else:  # a directory that cannot be made: imports compile as before, nothing fails
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv(pycache.ENV, str(tmp_path / "file" / "pyc"))
+    before = (sys.pycache_prefix, sys.dont_write_bytecode, os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    assert pycache.redirect() is None
+    assert (sys.pycache_prefix, sys.dont_write_bytecode, os.environ.get("PYTHONDONTWRITEBYTECODE")) == before
+
+
+def _cli(tmp_path, setting, *args):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    env |= {"PYTHONDONTWRITEBYTECODE": "1", pycache.ENV: setting, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_command_line_writes_bytecode_there_and_doctor_says_where(tmp_path):
+    pyc = tmp_path / "pyc"
+    res = _cli(tmp_path, str(pyc), "doctor", "--json")
+    assert res.returncode == 0, res.stderr
+    row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
+    assert row == {**row, "value": f"kept in {pyc}", "ok": True}
+    # the mirror of the source tree: the command's own modules, imported after the redirect
+    mirrored = pyc / Path(pycache.__file__).resolve().parent.relative_to("/")
+    assert list(mirrored.glob("doctor.cpython-*.pyc")), sorted(p.name for p in mirrored.glob("*"))
+
+
+def test_off_keeps_none_and_doctor_says_so(tmp_path):
+    res = _cli(tmp_path, "off", "doctor", "--json")
+    assert res.returncode == 0, res.stderr
+    row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
+    assert not row["ok"] and row["value"].startswith("not kept")
