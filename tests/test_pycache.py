@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from mini_kv import pycache
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -64,22 +63,15 @@ def test_the_environments_own_choice_stands(no_bytecode, monkeypatch, tmp_path, 
     assert (sys.pycache_prefix, sys.dont_write_bytecode, os.environ.get("PYTHONDONTWRITEBYTECODE")) == before
 
 
-def _cli(tmp_path, setting, *args):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
-    env |= {"PYTHONDONTWRITEBYTECODE": "1", pycache.ENV: setting, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", "mini_kv", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def _cli(monkeypatch, setting, *args):
+    """`python -m mini_kv ARGS` as the H200 image starts it: no bytecode, no prefix of its own."""
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    return run_cli(*args, env={"PYTHONDONTWRITEBYTECODE": "1", pycache.ENV: setting})
 
 
-def test_the_command_line_writes_bytecode_there_and_doctor_says_where(tmp_path):
+def test_the_command_line_writes_bytecode_there_and_doctor_says_where(monkeypatch, tmp_path):
     pyc = tmp_path / "pyc"
-    res = _cli(tmp_path, str(pyc), "doctor", "--json")
+    res = _cli(monkeypatch, str(pyc), "doctor", "--json")
     assert res.returncode == 0, res.stderr
     row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
     assert row == {**row, "value": f"kept in {pyc}", "ok": True}
@@ -88,8 +80,8 @@ def test_the_command_line_writes_bytecode_there_and_doctor_says_where(tmp_path):
     assert list(mirrored.glob("doctor.cpython-*.pyc")), sorted(p.name for p in mirrored.glob("*"))
 
 
-def test_off_keeps_none_and_doctor_says_so(tmp_path):
-    res = _cli(tmp_path, "off", "doctor", "--json")
+def test_off_keeps_none_and_doctor_says_so(monkeypatch):
+    res = _cli(monkeypatch, "off", "doctor", "--json")
     assert res.returncode == 0, res.stderr
     row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
     assert not row["ok"] and row["value"].startswith("not kept")
