@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import exploit_card_lock, run_cli
 from sol_helpers import logs, statuses
 
 from mini_kv.build.compiler import compile_candidate
@@ -544,22 +544,23 @@ def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
     card = ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml"
-    before = card.stat().st_mtime_ns
-    res = run_cli(
-        "verify",
-        "--task",
-        str(card.relative_to(ROOT)),
-        "--candidate",
-        "touch_card",
-        "--device",
-        "cpu",
-        "--skip-benchmark",
-        "--artifacts",
-        str(tmp_path),
-        "--json",
-        timeout=1500,
-    )
-    assert card.stat().st_mtime_ns == before
+    with exploit_card_lock():  # test_exploits.py touches the card for real, unsandboxed
+        before = card.stat().st_mtime_ns
+        res = run_cli(
+            "verify",
+            "--task",
+            str(card.relative_to(ROOT)),
+            "--candidate",
+            "touch_card",
+            "--device",
+            "cpu",
+            "--skip-benchmark",
+            "--artifacts",
+            str(tmp_path),
+            "--json",
+            timeout=1500,
+        )
+        assert card.stat().st_mtime_ns == before
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["status"] == "PASSED", res.stdout + res.stderr
     corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
