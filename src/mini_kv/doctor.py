@@ -88,7 +88,7 @@ def checks(build_dir: Path) -> list[dict]:
         where,
         kept,
         "nothing; every command starts slower (torch's import compiles its sources)",
-        f"unset {pycache.ENV}=off, or point {pycache.ENV} at a writable directory",
+        f"drop {pycache.ENV}=off, or point {pycache.ENV} at a writable directory",
     )
     from mini_kv.profile.ncu import doctor_rows
 

@@ -26,6 +26,7 @@ from mini_kv.worker.timing import (
     TimingGuardError,
     Workload,
     is_cuda,
+    is_fixed_count,
     measure,
     measure_until,
     method_chain,
@@ -222,20 +223,16 @@ def _repeats(
     return plan.samples, kernel, order_log, plan.sampling
 
 
-def mode_fixed(settings: dict) -> bool:
-    return settings.get("samples") not in (None, "auto")
-
-
 def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
     """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
     each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat)."""
     stopped = sorted({why for side in sides.values() for why in side["stopped"]})
     return {
-        "mode": "fixed" if mode_fixed(settings) else "adaptive",
+        "mode": "fixed" if is_fixed_count(settings) else "adaptive",
         "samples": settings.get("samples", "auto"),
         **{k: settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")},
         "repeat_rel_ci": None
-        if mode_fixed(settings)
+        if is_fixed_count(settings)
         else repeat_target(settings, int(settings.get("repeats", 1))),
         "budget_s": budget_s,
         "warmup_calls": warm["calls"],

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mini_kv.model import DEFAULT_BENCHMARK
+
 METHODS = ("events", "graph", "cupti", "wallclock")
 CUDA_METHODS = ("events", "graph", "cupti")
 # `auto` on CUDA: CUPTI first. On an H200 its per-iteration span matched the CUPTI per-kernel
@@ -647,10 +649,15 @@ def sampling_settings(
         **settings,
         **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
     }
-    out["samples"] = settings.get("samples") if settings.get("samples") not in (None, "auto") else "auto"
+    out["samples"] = settings.get("samples") if is_fixed_count(settings) else "auto"
     if case_timeout is not None:
         out["budget_s"] = min(float(out["budget_s"]), case_timeout / 2.0)
     return out
+
+
+def is_fixed_count(settings: dict) -> bool:
+    """`samples` asks for a fixed count (an integer), not adaptive sampling (`auto`, or unset)."""
+    return settings.get("samples") not in (None, "auto")
 
 
 # A repeat's median must still resolve the stability gate (max_cv on the repeats' medians): its
@@ -667,7 +674,7 @@ def repeat_target(settings: dict, repeats: int) -> float:
     target = float(settings.get("target_rel_ci") or SAMPLING_DEFAULTS["cpu"]["target_rel_ci"])
     if repeats <= 1:
         return target
-    cap = REPEAT_CI_OF_MAX_CV * float(settings.get("max_cv") or 0.03)
+    cap = REPEAT_CI_OF_MAX_CV * float(settings.get("max_cv") or DEFAULT_BENCHMARK["max_cv"])
     return max(target, min(target * math.sqrt(repeats), cap))
 
 
@@ -676,7 +683,6 @@ def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
     may take (its interval target: repeat_target)."""
     from mini_kv.judge import stats
 
-    fixed = settings.get("samples")
     base = SAMPLING_DEFAULTS["cpu"]
     return stats.StoppingRule(
         target_rel_ci=repeat_target(settings, repeats),
@@ -685,5 +691,5 @@ def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
             int(settings.get("max_samples") or base["max_samples"]), int(settings.get("min_samples") or 1)
         ),
         budget_s=max(1e-6, budget_s),
-        fixed=None if fixed in (None, "auto") else int(fixed),
+        fixed=int(settings["samples"]) if is_fixed_count(settings) else None,
     )
