@@ -45,6 +45,57 @@ def test_max_error_cap():
     assert not res["ok"] and "max_error_cap" in res["reason"]
 
 
+def _whole_tensor_rule(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
+    """The rule written out on whole tensors, as check.compare computed it before it went in passes
+    with a finite fast path (the relative error now 0 where a side is not finite, as the absolute one
+    was: a NaN reference made it NaN): the oracle those must agree with."""
+    x, y = out.to(torch.float32), ref.to(torch.float32)
+    atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
+    neg = (
+        (x == float("-inf")) & (y == float("-inf"))
+        if tol["allow_negative_inf"]
+        else torch.zeros_like(x, dtype=torch.bool)
+    )
+    nonfinite = (~torch.isfinite(x) | ~torch.isfinite(y)) & ~neg
+    diff = torch.where(neg | nonfinite, torch.zeros_like(x), (x - y).abs())
+    bad = ((diff > atol + rtol * y.abs()) | nonfinite) & ~neg
+    rel = torch.where(neg | nonfinite, 0.0, diff / y.abs().clamp_min(atol or torch.finfo(torch.float32).tiny))
+    return {
+        "max_absolute_error": float(diff.max()),
+        "max_relative_error": float(rel.max()),
+        "has_nan": bool(x.isnan().any()),
+        "has_inf": bool((x.isinf() & ~neg).any()),
+        "matched_ratio": 1.0 - float(bad.sum()) / bad.numel(),
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_passes_and_the_finite_fast_path_give_the_whole_tensor_rule(seed, monkeypatch):
+    """Random outputs against random references, some with NaN, Inf, -inf on both sides, zeros and
+    overflowing differences, in passes of 7 elements: every statistic and the verdict as the rule on
+    whole tensors gives them."""
+    monkeypatch.setattr(check, "HOST_CHUNK", 7)
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 60, (1,), generator=g))
+    ref = torch.randn(n, generator=g) * 10 ** float(torch.randint(-3, 4, (1,), generator=g))
+    out = ref + torch.randn(n, generator=g) * 0.02
+    specials = [float("nan"), float("inf"), float("-inf"), 0.0, 3e38, -3e38]
+    for t in (out, ref):
+        if seed % 3 == 0:  # about a third of the cases hold special values
+            idx = torch.randint(0, n, (3,), generator=g)
+            t[idx] = torch.tensor([specials[int(i)] for i in torch.randint(0, 6, (3,), generator=g)])
+    if seed % 5 == 0:
+        out[: n // 2] = ref[: n // 2]
+        both = torch.randint(0, n, (1,), generator=g)
+        out[both], ref[both] = float("-inf"), float("-inf")
+    tol = {**TOL, "allow_negative_inf": seed % 2 == 0, "max_atol": [0.0, 0.01, 0.1][seed % 3]}
+    got, want = check.compare(out, ref, tol), _whole_tensor_rule(out, ref, tol)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=0.0), (key, out, ref)
+    monkeypatch.setattr(check, "HOST_CHUNK", 1 << 22)  # one pass: the same verdict and reason
+    assert check.compare(out, ref, tol) == got
+
+
 def test_nan_and_inf_fail_even_when_rare():
     ref = torch.ones(1000)
     out = ref.clone()

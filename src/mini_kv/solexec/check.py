@@ -5,10 +5,14 @@ side is not finite. The workload passes when the matched share is at least requi
 the largest absolute error is within max_error_cap (when set), neither side holds a NaN or an
 infinity (except -inf on both sides where allow_negative_inf), and the output is not all zeros while
 the reference is not. The relative error divides by max(|ref|, max_atol), so near-zero references
-do not blow it up.
+do not blow it up; both errors are taken where both sides are finite (a NaN made them NaN, which a
+strict JSON trace cannot hold).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 
@@ -44,39 +48,100 @@ def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     )
 
 
+# Elements per pass on the host: each pass makes a few float32 temporaries of its size (a whole
+# 48M-element output in one pass: over 1 GB of them); in passes of 4M they stay small. On a GPU the
+# whole tensor is one pass (each pass costs a few synchronisations there).
+HOST_CHUNK = 1 << 22
+
+
+@dataclass
+class _Tally:
+    """What compare sums over its passes."""
+
+    bad: int = 0
+    nonfinite: int = 0
+    out_nonfinite: bool = False
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    has_nan: bool = False
+    has_inf: bool = False
+    out_any: bool = False
+    ref_any: bool = False
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float, allow_neg_inf: bool) -> None:
+        """One pass: `x` (output) and `y` (reference), float32, same shape."""
+        ay = y.abs()
+        diff = torch.sub(x, y).abs_()
+        max_abs, max_ref = float(diff.max()), float(ay.max())
+        # all finite (NaN and Inf carry through max; |x - y| finite with y finite means x finite):
+        # the common case, without the masks the general one needs
+        if math.isfinite(max_abs) and math.isfinite(max_ref):
+            self._finite(x, ay, diff, atol, rtol)
+            self.max_abs, self.ref_any = max(self.max_abs, max_abs), self.ref_any or max_ref > 0
+        else:
+            self._general(x, y, atol, rtol, allow_neg_inf)
+
+    def _finite(self, x, ay, diff, atol: float, rtol: float) -> None:
+        self.bad += int(torch.count_nonzero(diff > ay * rtol + atol))
+        self.out_any |= bool(torch.count_nonzero(x))
+        rel = diff.div_(ay.clamp_min_(atol if atol > 0 else torch.finfo(torch.float32).tiny))  # in place
+        self.max_rel = max(self.max_rel, float(rel.max()))
+
+    def _general(self, x, y, atol: float, rtol: float, allow_neg_inf: bool) -> None:
+        neg_inf_ok = (
+            (x == float("-inf")) & (y == float("-inf"))
+            if allow_neg_inf
+            else torch.zeros_like(x, dtype=torch.bool)
+        )
+        x_bad = ~torch.isfinite(x) & ~neg_inf_ok
+        nonfinite = (x_bad | ~torch.isfinite(y)) & ~neg_inf_ok
+        skip = neg_inf_ok | nonfinite  # no error value where a side is not finite (strict JSON)
+        diff = torch.where(skip, torch.zeros_like(x), (x - y).abs())
+        self.bad += int(torch.count_nonzero(((diff > atol + rtol * y.abs()) | nonfinite) & ~neg_inf_ok))
+        self.nonfinite += int(torch.count_nonzero(nonfinite))
+        self.out_nonfinite |= bool(x_bad.any())
+        floor = atol if atol > 0 else torch.finfo(torch.float32).tiny
+        rel = torch.where(skip, torch.zeros_like(x), diff / y.abs().clamp_min(floor))
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        self.has_nan |= bool(x.isnan().any())
+        self.has_inf |= bool((x.isinf() & ~neg_inf_ok).any())
+        self.out_any |= bool(x.any())
+        self.ref_any |= bool(y.any())
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     """Errors of `out` against `ref` (same shape and dtype, checked before) and whether they pass."""
     if out.numel() == 0:
         return _stats(True, 0.0, 0.0, False, False, 1.0, None)
     if out.dtype == torch.float4_e2m1fn_x2:
         return _packed_fp4(out, ref, tol)
-    x = out.detach().to(torch.float32)
-    y = ref.detach().to(device=x.device, dtype=torch.float32)
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
-    neg_inf_ok = (
-        (x == float("-inf")) & (y == float("-inf"))
-        if tol["allow_negative_inf"]
-        else torch.zeros_like(x, dtype=torch.bool)
-    )
-    nonfinite = (~torch.isfinite(x) | ~torch.isfinite(y)) & ~neg_inf_ok
-    diff = torch.where(neg_inf_ok | nonfinite, torch.zeros_like(x), (x - y).abs())
-    bad = ((diff > atol + rtol * y.abs()) | nonfinite) & ~neg_inf_ok
-    matched = 1.0 - float(bad.sum()) / bad.numel()
-    rel = diff / y.abs().clamp_min(atol if atol > 0 else torch.finfo(torch.float32).tiny)
-    max_abs, max_rel = float(diff.max()), float(rel.max())
-    has_nan = bool(x.isnan().any())
-    has_inf = bool((x.isinf() & ~neg_inf_ok).any())
+    xs, ys = out.detach().reshape(-1), ref.detach().reshape(-1)
+    step = HOST_CHUNK if xs.device.type == "cpu" else xs.numel()
+    t = _Tally()
+    for i in range(0, xs.numel(), step):
+        x = xs[i : i + step].to(torch.float32)
+        t.add(
+            x,
+            ys[i : i + step].to(device=x.device, dtype=torch.float32),
+            atol,
+            rtol,
+            tol["allow_negative_inf"],
+        )
+    n = xs.numel()
+    matched = 1.0 - t.bad / n
     reason = None
-    if bool(nonfinite.any()):
-        side = "output" if bool((~torch.isfinite(x) & ~neg_inf_ok).any()) else "reference"
-        reason = f"the {side} holds NaN or Inf at {int(nonfinite.sum())} element(s)"
+    if t.nonfinite:
+        side = "output" if t.out_nonfinite else "reference"
+        reason = f"the {side} holds NaN or Inf at {t.nonfinite} element(s)"
     elif matched < tol["required_matched_ratio"]:
         reason = (
-            f"{int(bad.sum())} of {bad.numel()} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
+            f"{t.bad} of {n} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
             f"(matched {matched:.4%} < required {tol['required_matched_ratio']:.2%})"
         )
-    elif tol["max_error_cap"] is not None and max_abs > tol["max_error_cap"]:
-        reason = f"max absolute error {max_abs:.3g} above max_error_cap {tol['max_error_cap']:g}"
-    elif not bool(x.any()) and bool(y.any()):
+    elif tol["max_error_cap"] is not None and t.max_abs > tol["max_error_cap"]:
+        reason = f"max absolute error {t.max_abs:.3g} above max_error_cap {tol['max_error_cap']:g}"
+    elif not t.out_any and t.ref_any:
         reason = "the output is all zeros while the reference is not"
-    return _stats(reason is None, max_abs, max_rel, has_nan, has_inf, matched, reason)
+    return _stats(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)

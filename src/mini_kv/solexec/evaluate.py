@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import importlib.util
+import itertools
 import math
 import os
 import sys
@@ -78,6 +79,9 @@ class Context:
     # (seconds, bytes) of the first round of a workload found too large after it: a measured size that
     # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
     too_large: tuple[float, int] | None = None
+    # the quickest correctness round of the current workload: what the output check after its timing
+    # costs per input set (both calls and the comparison), reserved from the timing budget
+    round_s: float | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
@@ -270,6 +274,7 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
         if r + 1 >= rounds:
             break
     ctx.rounds_run = min(rounds, int(ctx.settings["rounds"]))
+    ctx.round_s = min(b - a for a, b in itertools.pairwise(marks))
     return worst
 
 
@@ -463,6 +468,7 @@ def timing(
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
     budget = timing_budget(budget_s, t0, warm)
+    budget["left_s"] -= len(sets) * (ctx.round_s or 0.0)  # the output check after timing (_post_check)
     lap("checks")
     try:
         method, fallbacks, samples, sampling = timed(
