@@ -76,18 +76,19 @@ class _Tally:
         # all finite (NaN and Inf carry through max; |x - y| finite with y finite means x finite):
         # the common case, without the masks the general one needs
         if math.isfinite(max_abs) and math.isfinite(max_ref):
-            self._finite(x, ay, diff, atol, rtol)
-            self.max_abs, self.ref_any = max(self.max_abs, max_abs), self.ref_any or max_ref > 0
+            self._finite(x, ay, diff, max_abs, max_ref, atol, rtol)
         else:
-            self._general(x, y, atol, rtol, allow_neg_inf)
+            self._general(x, y, ay, diff, atol, rtol, allow_neg_inf)
 
-    def _finite(self, x, ay, diff, atol: float, rtol: float) -> None:
+    def _finite(self, x, ay, diff, max_abs: float, max_ref: float, atol: float, rtol: float) -> None:
         self.bad += int(torch.count_nonzero(diff > ay * rtol + atol))
+        self.max_abs = max(self.max_abs, max_abs)
         self.out_any |= bool(torch.count_nonzero(x))
-        rel = diff.div_(ay.clamp_min_(atol if atol > 0 else torch.finfo(torch.float32).tiny))  # in place
+        self.ref_any |= max_ref > 0
+        rel = diff.div_(ay.clamp_min_(_floor(atol)))  # in place: ay and diff are spent
         self.max_rel = max(self.max_rel, float(rel.max()))
 
-    def _general(self, x, y, atol: float, rtol: float, allow_neg_inf: bool) -> None:
+    def _general(self, x, y, ay, diff, atol: float, rtol: float, allow_neg_inf: bool) -> None:
         neg_inf_ok = (
             (x == float("-inf")) & (y == float("-inf"))
             if allow_neg_inf
@@ -96,18 +97,23 @@ class _Tally:
         x_bad = ~torch.isfinite(x) & ~neg_inf_ok
         nonfinite = (x_bad | ~torch.isfinite(y)) & ~neg_inf_ok
         skip = neg_inf_ok | nonfinite  # no error value where a side is not finite (strict JSON)
-        diff = torch.where(skip, torch.zeros_like(x), (x - y).abs())
-        self.bad += int(torch.count_nonzero(((diff > atol + rtol * y.abs()) | nonfinite) & ~neg_inf_ok))
+        zero = torch.zeros_like(x)
+        diff = torch.where(skip, zero, diff)
+        self.bad += int(torch.count_nonzero(((diff > atol + rtol * ay) | nonfinite) & ~neg_inf_ok))
         self.nonfinite += int(torch.count_nonzero(nonfinite))
         self.out_nonfinite |= bool(x_bad.any())
-        floor = atol if atol > 0 else torch.finfo(torch.float32).tiny
-        rel = torch.where(skip, torch.zeros_like(x), diff / y.abs().clamp_min(floor))
+        rel = torch.where(skip, zero, diff / ay.clamp_min(_floor(atol)))
         self.max_abs = max(self.max_abs, float(diff.max()))
         self.max_rel = max(self.max_rel, float(rel.max()))
         self.has_nan |= bool(x.isnan().any())
         self.has_inf |= bool((x.isinf() & ~neg_inf_ok).any())
         self.out_any |= bool(x.any())
         self.ref_any |= bool(y.any())
+
+
+def _floor(atol: float) -> float:
+    """The relative error's least denominator: max_atol, or the smallest normal float32 without one."""
+    return atol if atol > 0 else torch.finfo(torch.float32).tiny
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
