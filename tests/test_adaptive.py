@@ -13,11 +13,12 @@ import torch
 
 from mini_kv.judge import stats
 from mini_kv.load.schema import load_schema
+from mini_kv.solexec.evaluate import budget_less_post_check
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
 from mini_kv.store.records import benchmark_document
 from mini_kv.worker import timing
-from mini_kv.worker.benchmark import bench_case
+from mini_kv.worker.benchmark import SampledRepeats, bench_case, timing_budget
 from mini_kv.worker.timing import L2Flusher, Measurement, measure_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +143,24 @@ def test_the_budget_stops_a_slow_op():
     assert m.notes["sampling"]["stopped"] == StopReason.BUDGET
     assert 1 <= len(m.samples) <= 3  # never a batch that would run past the budget
     assert timer.now <= rule.budget_s
+
+
+def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing():
+    """The check after timing calls both sides once per input set; its cost comes out of the sampling's
+    budget, so sampling to the end of the budget does not push the workload past its timeout."""
+    warm = {"seconds_per_call": (0.01, 0.02)}
+    t0 = time.perf_counter()
+    plain = timing_budget(10.0, t0, warm)
+    kept = budget_less_post_check(10.0, t0, warm, n_sets=3, round_s=0.5)
+    assert plain["left_s"] - kept["left_s"] == pytest.approx(1.5, abs=0.05)
+    assert kept["cost"] == plain["cost"] == {"candidate": 0.01, "reference": 0.02}
+    # the repeats share what is left, and stop at its end
+    plan = SampledRepeats({"repeats": 2}, kept)
+    assert plan.share == pytest.approx(kept["left_s"] / 4, abs=0.01)
+    assert plan.deadline - time.perf_counter() <= 8.5 + 0.05
+    # before any correctness round has run (no round time yet) nothing is kept back
+    none = budget_less_post_check(10.0, t0, warm, n_sets=3, round_s=None)
+    assert none["left_s"] == pytest.approx(plain["left_s"], abs=0.05)
 
 
 def test_an_op_slower_than_the_whole_budget_still_gets_one_sample():
