@@ -21,7 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
-from mini_kv.build import torch_flags
+from mini_kv.build import nvcc_steps, torch_flags
 from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
@@ -111,6 +111,8 @@ def toolchain(with_cuda: bool) -> dict:
         "nvcc": environment.nvcc_info()["version"],
         "cxx": environment.cxx_info()["version"],
         "arch_list": environment.cuda_arch_list() if with_cuda else [],
+        # how nvcc's steps ran (build/nvcc_steps.py), keyed so that switching it off builds afresh
+        **({"nvcc_steps": "side_by_side" if nvcc_steps.enabled() else "nvcc"} if with_cuda else {}),
     }
 
 

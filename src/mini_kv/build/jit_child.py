@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from mini_kv.build import nvcc_steps
 from mini_kv.build.pch import pch_cflags
 
 
@@ -14,7 +15,10 @@ def build(job) -> dict:
     if job.arch_list:
         os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(job.arch_list)
     os.makedirs(job.build_dir, exist_ok=True)
-    from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import CUDA_HOME, load
+
+    if CUDA_HOME:  # nvcc's host and device front ends side by side (build/nvcc_steps.py)
+        nvcc_steps.use_for_torch_builds(os.path.join(CUDA_HOME, "bin", "nvcc"))
 
     # precompiled torch headers for the host files, shared by the project's builds (build/pch.py)
     pch = pch_cflags(job.pch_root, job.sources, job.flags["cflags"])
