@@ -181,3 +181,12 @@ def test_module_ids_that_differ_fall_back_to_nvcc(tmp_path, monkeypatch, capfd):
     assert nvcc_steps.main(["-c", str(src), "-o", str(out), *FLAGS]) == 0
     assert out.is_file()
     assert ran[-1][:1] == [NVCC] and "--dryrun" not in ran[-1]  # nvcc itself, as asked
+
+
+def test_mini_kvs_own_nvcc_commands_start_through_it_unless_switched_off():
+    start, env = nvcc_steps.launcher("/cuda/bin/nvcc", {"PATH": "/bin"})
+    assert start == [sys.executable, str(SCRIPT)] and env == {
+        "PATH": "/bin",
+        "MINI_KV_NVCC": "/cuda/bin/nvcc",
+    }
+    assert nvcc_steps.launcher("/cuda/bin/nvcc", {"MINI_KV_NVCC_STEPS": "off"}) == (["/cuda/bin/nvcc"], None)

@@ -107,10 +107,14 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
     monkeypatch.setattr(compiler.environment, "nvcc_info", lambda: {"path": "/usr/bin/nvcc", "version": "x"})
-    monkeypatch.setattr(compiler, "run_with_timeout", lambda cmd, timeout: seen.append(cmd) or Done())
+    monkeypatch.setattr(
+        compiler, "run_with_timeout", lambda cmd, timeout, env=None: seen.append((cmd, env)) or Done()
+    )
     plan = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
     assert compiler._cuda_compile_check(plan, tmp_path, timeout=5)["status"] == "ok"
-    (cmd,) = seen
+    ((cmd, env),) = seen
+    # through nvcc's front ends side by side (build/nvcc_steps.py), running that nvcc
+    assert cmd[1].endswith("nvcc_steps.py") and env["MINI_KV_NVCC"] == "/usr/bin/nvcc"
     assert "-std=c++20" in cmd and "-std=c++17" not in cmd
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 

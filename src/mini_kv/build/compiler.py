@@ -226,10 +226,11 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
     extra = _torch_extension_includes(plan) if plan.get("python_module") else []
     include_dirs = [str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]]
     results = []
+    start, env = nvcc_steps.launcher(nvcc)  # front ends side by side, as in a build
     for src in cu:
         obj = out_dir / (Path(src).stem + ".o")
         cmd = [
-            nvcc,
+            *start,
             "-c",
             "-arch=sm_90",
             torch_flags.installed_std_flag(),
@@ -241,7 +242,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
             "-o",
             str(obj),
         ]
-        res = run_with_timeout(cmd, timeout=timeout)
+        res = run_with_timeout(cmd, timeout=timeout, env=env)
         results.append(
             {
                 "source": src,

@@ -266,6 +266,14 @@ def use_for_torch_builds(nvcc: str, environ=os.environ) -> bool:
     return True
 
 
+def launcher(nvcc: str, environ=os.environ) -> tuple[list[str], dict | None]:
+    """How mini_kv's own nvcc commands start (the compile checks): this script running `nvcc`, with
+    the environment that says so, or `nvcc` itself where switched off."""
+    if environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no"):
+        return [nvcc], None
+    return [sys.executable, str(Path(__file__).resolve())], {**environ, ENV_NVCC: nvcc}
+
+
 def handled(args: list[str]) -> bool:
     """Whether this command line is one `-c` compile of one .cu that the chains can run."""
     if os.environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no"):
