@@ -190,3 +190,43 @@ def test_mini_kvs_own_nvcc_commands_start_through_it_unless_switched_off():
         "MINI_KV_NVCC": "/cuda/bin/nvcc",
     }
     assert nvcc_steps.launcher("/cuda/bin/nvcc", {"MINI_KV_NVCC_STEPS": "off"}) == (["/cuda/bin/nvcc"], None)
+
+
+@pytest.mark.parametrize("users_nvcc", [None, "ccache nvcc"])
+def test_a_torch_extension_build_runs_through_it_unless_the_user_set_an_nvcc(
+    monkeypatch, tmp_path, users_nvcc
+):
+    import torch.utils.cpp_extension as ext
+
+    from mini_kv.build import jit_child
+    from mini_kv.worker.jobs import BuildJob
+
+    for name in (
+        "PYTORCH_NVCC",
+        "MINI_KV_NVCC",
+        "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES",
+        "MINI_KV_NVCC_STEPS",
+    ):
+        monkeypatch.setenv(name, "")  # recorded, so the test's changes are undone
+        monkeypatch.delenv(name)
+    if users_nvcc:
+        monkeypatch.setenv("PYTORCH_NVCC", users_nvcc)
+    seen = {}
+    monkeypatch.setattr(ext, "CUDA_HOME", "/cuda")
+    monkeypatch.setattr(ext, "load", lambda **kw: seen.update(os.environ))
+    job = BuildJob(
+        name="m",
+        build_dir=str(tmp_path),
+        sources=[],
+        include_dirs=[],
+        flags={"cflags": [], "cuda_cflags": []},
+        arch_list=[],
+        python_module=False,
+        with_cuda=None,
+    )
+    jit_child.build(job)
+    if users_nvcc:
+        assert seen["PYTORCH_NVCC"] == users_nvcc and "MINI_KV_NVCC" not in seen
+    else:
+        assert str(SCRIPT) in seen["PYTORCH_NVCC"] and seen["MINI_KV_NVCC"] == "/cuda/bin/nvcc"
+        assert seen["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] == "1"
