@@ -249,10 +249,14 @@ def run_plan(plan: Plan) -> int | None:
     return _report([*steps, plan.compile])
 
 
+def switched_off(environ=os.environ) -> bool:
+    return environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no")
+
+
 def enabled(environ=os.environ) -> bool:
     """Whether torch's extension builds get this as their nvcc: not switched off, and no nvcc of the
     user's own (PYTORCH_NVCC, e.g. a ccache wrapper) to respect."""
-    return environ.get(ENV_SWITCH, "").lower() not in ("off", "0", "no") and "PYTORCH_NVCC" not in environ
+    return not switched_off(environ) and "PYTORCH_NVCC" not in environ
 
 
 def use_for_torch_builds(nvcc: str, environ=os.environ) -> bool:
@@ -269,16 +273,14 @@ def use_for_torch_builds(nvcc: str, environ=os.environ) -> bool:
 def launcher(nvcc: str, environ=os.environ) -> tuple[list[str], dict | None]:
     """How mini_kv's own nvcc commands start (the compile checks): this script running `nvcc`, with
     the environment that says so, or `nvcc` itself where switched off."""
-    if environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no"):
+    if switched_off(environ):
         return [nvcc], None
     return [sys.executable, str(Path(__file__).resolve())], {**environ, ENV_NVCC: nvcc}
 
 
 def handled(args: list[str]) -> bool:
     """Whether this command line is one `-c` compile of one .cu that the chains can run."""
-    if os.environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no"):
-        return False
-    if "-c" not in args and "--compile" not in args:
+    if switched_off() or ("-c" not in args and "--compile" not in args):
         return False
     return not any(a in PLAIN_NVCC_OPTIONS or a.startswith(("-MF", "--dependency-output")) for a in args)
 
