@@ -20,7 +20,9 @@ EXPECTED = {
 
 
 def _verify(cli, tmp_path, candidate):
-    # a hang costs the timeout twice (its case, then opcheck's call); the other cases take milliseconds
+    # a hang costs the timeout twice (its case, then opcheck's call); the other cases take milliseconds,
+    # except the OOM, which touches 3 GiB before the memory limit stops it: several seconds on a busy
+    # 2-core machine (10 s once ran out there), so its limit is generous; it costs nothing when met
     res = cli(
         "verify",
         "--task",
@@ -29,7 +31,7 @@ def _verify(cli, tmp_path, candidate):
         candidate,
         "--skip-benchmark",
         "--timeout",
-        "5" if candidate == "hang" else "10",
+        "5" if candidate == "hang" else "30",
         "--memory-limit",
         "3",
         "--artifacts",
