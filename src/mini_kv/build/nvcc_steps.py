@@ -299,8 +299,7 @@ def main(args: list[str]) -> int:
                 rc = run_plan(parse_dry_run(dry.stderr, env))
             except Unhandled:
                 rc = None
-        if rc is None:  # not this shape, or ids that differ: nvcc itself, as asked
-            sys.stdout.flush()
+        if rc is None:  # not this shape, or ids that differ: nvcc itself, as asked (nothing printed yet)
             rc = subprocess.run([nvcc, *args], check=False).returncode
         return rc
     finally:

@@ -82,8 +82,9 @@ class Context:
     # (seconds, bytes) of the first round of a workload found too large after it: a measured size that
     # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
     too_large: tuple[float, int] | None = None
-    # the quickest correctness round of the current workload: what the output check after its timing
-    # costs per input set (both calls and the comparison), reserved from the timing budget
+    # the quickest correctness round of the current workload: what one pass of the output check after
+    # its timing costs per input set (both calls and the comparison); budget_less_post_check reserves
+    # POST_CHECK_PASSES of them per input set from the timing budget
     round_s: float | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
