@@ -51,7 +51,7 @@ def _rel(a: float, b: float) -> float:
 
 def card_cases(device: str) -> list[dict]:
     """(card, candidate, case) of every shipped card's bench cases on `device`, with the built op."""
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import add_project_to_path, load_task_card
     from mini_kv.worker.inputs import import_path
     from mini_kv.worker.loader import load_op

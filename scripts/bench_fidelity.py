@@ -50,7 +50,7 @@ def card_rows(device: str, salt: str, compile_timeout: float):
     """(row, args, fn) for each bench case of each card: every candidate, then the reference."""
     import torch
 
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
     from mini_kv.worker.inputs import case_seed, clone_args, import_path, make_case_inputs, tensor_nbytes
     from mini_kv.worker.loader import load_op

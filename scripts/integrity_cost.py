@@ -37,7 +37,7 @@ FROM_THIS_TREE = ("src/mini_kv/worker/compare.py", "candidates")
 PREBUILD = """
 import concurrent.futures, sys
 from pathlib import Path
-from mini_kv.build.compiler import compile_candidate
+from mini_kv.compile.compiler import compile_candidate
 from mini_kv.load.task_card import load_task_card
 root, card = Path(sys.argv[1]), load_task_card(Path(sys.argv[1]) / sys.argv[2])
 jobs = [c for c in card.candidates if c.cuda_sources or c.cpu_sources]

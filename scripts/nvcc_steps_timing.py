@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cold builds of SOL-ExecBench C++ solutions with nvcc's front ends side by side (mini_kv's default,
-src/mini_kv/build/nvcc_steps.py) and with plain nvcc (`MINI_KV_NVCC_STEPS=off`), alternating in one
+src/mini_kv/compile/nvcc_steps.py) and with plain nvcc (`MINI_KV_NVCC_STEPS=off`), alternating in one
 run (A B B A ...), each a cold `bench -v` in a fresh project. Writes JSON to OUT_JSON; run on a GPU
 machine from the project root, after one mini_kv command has filled its bytecode cache (`doctor`):
 

@@ -44,7 +44,7 @@ def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
 def build_candidate(card_path: str, cand_id: str) -> tuple[str, bool]:
     import torch
 
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
 
     card = load_task_card(card_path)

@@ -141,7 +141,7 @@ subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit 
 The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
-  File "/work/src/mini_kv/build/jit_child.py", line 40, in main
+  File "/work/src/mini_kv/compile/jit_child.py", line 40, in main
     torch.utils.cpp_extension.load(
 RuntimeError: Error building extension 'x'
 """

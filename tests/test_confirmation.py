@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mini_kv.build.baseline import BaselineBuildError, build_baseline, rename_namespace
-from mini_kv.build.compiler import compile_candidate
+from mini_kv.compile.baseline import BaselineBuildError, build_baseline, rename_namespace
+from mini_kv.compile.compiler import compile_candidate
 from mini_kv.load.task_card import load_task_card
 from mini_kv.pipeline import (
     Built,

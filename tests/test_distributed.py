@@ -252,7 +252,7 @@ def test_the_slurm_job_script():
     """`--cluster slurm`: each job one worker on one GPU, one task at a time, holding GPU=1 (no Slurm
     here: the script is what can be checked)."""
     pytest.importorskip("dask_jobqueue")
-    from mini_kv.dist.cluster import Placement, slurm_cluster
+    from mini_kv.cluster.cluster import Placement, slurm_cluster
 
     cluster = slurm_cluster(
         Placement(cluster="slurm", workers=2),

@@ -156,7 +156,7 @@ def test_unsigned_replayed_or_foreign_events_are_rejected(tmp_path):
 def test_ab_kind_reports_a_tampering_candidate_as_its_result():
     """Both sides are the exploit library's `set_env` op (it changes the process environment): the
     Guard, checked after timing, turns that into the result instead of a latency."""
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
 
     card = load_task_card(ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml")

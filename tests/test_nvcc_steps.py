@@ -1,4 +1,4 @@
-"""nvcc's host and device front ends side by side (mini_kv.build.nvcc_steps): the dry run read into
+"""nvcc's host and device front ends side by side (mini_kv.compile.nvcc_steps): the dry run read into
 two chains, command lines it must leave to nvcc, and, where nvcc is installed, objects and errors
 the same as nvcc's own."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mini_kv.build import nvcc_steps
-from mini_kv.build.nvcc_steps import Unhandled, parse_dry_run
+from mini_kv.compile import nvcc_steps
+from mini_kv.compile.nvcc_steps import Unhandled, parse_dry_run
 
 SCRIPT = Path(nvcc_steps.__file__).resolve()
 NVCC = shutil.which("nvcc")
@@ -198,7 +198,7 @@ def test_a_torch_extension_build_runs_through_it_unless_the_user_set_an_nvcc(
 ):
     import torch.utils.cpp_extension as ext
 
-    from mini_kv.build import jit_child
+    from mini_kv.compile import jit_child
     from mini_kv.worker.jobs import BuildJob
 
     for name in (

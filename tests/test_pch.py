@@ -1,11 +1,11 @@
-"""Precompiled torch headers for host files (mini_kv.build.pch): which header a file begins with,
+"""Precompiled torch headers for host files (mini_kv.compile.pch): which header a file begins with,
 when one is worth making, and where it is looked up."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mini_kv.build import pch
+from mini_kv.compile import pch
 
 
 def _src(tmp_path: Path, name: str, text: str) -> str:

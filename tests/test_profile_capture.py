@@ -348,7 +348,7 @@ def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     """The profiled process builds the same inputs as `verify` and checks the output."""
     import torch
 
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.profile.target import input_digest
     from mini_kv.worker.inputs import import_path, make_case_inputs
 

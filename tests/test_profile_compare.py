@@ -147,7 +147,7 @@ def test_cli_compare_refusal_exit_code(fake_ncu, monkeypatch, pair):  # noqa: F8
 
 def test_ab_timing_process_alternates_on_the_same_inputs():
     """The timing job in the worker child, on CPU builds of both candidates (wallclock there, as in the benchmark)."""
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
     from mini_kv.runner import run_one
 

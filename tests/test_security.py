@@ -16,8 +16,8 @@ import yaml
 from conftest import exploit_card_lock, run_cli
 from sol_helpers import logs, statuses
 
-from mini_kv.build.compiler import compile_candidate
-from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv.compile.compiler import compile_candidate
+from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate
 from mini_kv.solexec.run import BenchOptions, bench
@@ -237,7 +237,7 @@ def test_compiler_refuses_a_candidate_with_a_symlink_leaving_the_project(tmp_pat
 
 
 def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
-    from mini_kv.build.compiler import build_plan
+    from mini_kv.compile.compiler import build_plan
     from mini_kv.model import sha256_file
     from mini_kv.pipeline import _copy_sources
     from mini_kv.store.attempts import AttemptWriter
@@ -645,7 +645,7 @@ def test_without_namespaces_the_sandbox_is_off_with_the_reason(monkeypatch):
 def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypatch):
     """The key hashes the files before the build; if they differ after it, the compiler may have read
     other bytes, so the library must not be published under that key."""
-    from mini_kv.build import compiler
+    from mini_kv.compile import compiler
 
     shutil.copytree(V0, tmp_path / "cand")
     cand = Candidate(

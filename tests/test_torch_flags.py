@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mini_kv.build import compiler, torch_flags
+from mini_kv.compile import compiler, torch_flags
 from mini_kv.model import Candidate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
     plan = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
     assert compiler._cuda_compile_check(plan, tmp_path, timeout=5)["status"] == "ok"
     ((cmd, env),) = seen
-    # through nvcc's front ends side by side (build/nvcc_steps.py), running that nvcc
+    # through nvcc's front ends side by side (compile/nvcc_steps.py), running that nvcc
     assert cmd[1].endswith("nvcc_steps.py") and env["MINI_KV_NVCC"] == "/usr/bin/nvcc"
     assert "-std=c++20" in cmd and "-std=c++17" not in cmd
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS

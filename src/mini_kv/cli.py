@@ -101,8 +101,8 @@ def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmar
 
 def cmd_verify(args) -> int:
     from mini_kv.cli_checks import check_store_writable
-    from mini_kv.dist.batch import VERIFY, Item
-    from mini_kv.dist.cluster import placement_from
+    from mini_kv.cluster.batch import VERIFY, Item
+    from mini_kv.cluster.cluster import placement_from
     from mini_kv.environment import pick_device
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import VerifyOptions
@@ -131,7 +131,7 @@ def cmd_verify(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from mini_kv import cli_checks as checks
-    from mini_kv.dist import cluster
+    from mini_kv.cluster import cluster
 
     p = argparse.ArgumentParser(prog="mini-kv", description="Verify and benchmark custom GPU operators.")
     sub = p.add_subparsers(dest="command", required=True)

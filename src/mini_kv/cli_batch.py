@@ -11,7 +11,7 @@ from mini_kv.cli_common import BatchDisplay, console, err_console
 
 
 def run_items(items, where) -> list[dict]:
-    from mini_kv.dist.batch import run_batch
+    from mini_kv.cluster.batch import run_batch
 
     with BatchDisplay(len(items)) as show:
         return run_batch(items, where, show)
@@ -20,7 +20,7 @@ def run_items(items, where) -> list[dict]:
 def print_batch(results: list[dict], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
     from mini_kv import report
-    from mini_kv.dist.batch import status_of, worst
+    from mini_kv.cluster.batch import status_of, worst
     from mini_kv.solexec.table import print_report
 
     for result in results:
@@ -51,7 +51,7 @@ def print_batch(results: list[dict], args) -> int:
 
 
 def _json_summary(result: dict) -> dict:
-    from mini_kv.dist.batch import status_of
+    from mini_kv.cluster.batch import status_of
 
     if "summary" in result:
         return {**result["summary"], "where": result.get("where")}
@@ -60,8 +60,8 @@ def _json_summary(result: dict) -> dict:
 
 def cmd_batch(args) -> int:
     from mini_kv.cli_checks import check_store_writable
-    from mini_kv.dist.cluster import placement_from
-    from mini_kv.dist.manifest import load_manifest
+    from mini_kv.cluster.cluster import placement_from
+    from mini_kv.cluster.manifest import load_manifest
 
     items = load_manifest(args.manifest, args.artifacts)
     for store in sorted({item.store for item in items}):
@@ -70,7 +70,7 @@ def cmd_batch(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    from mini_kv.dist.cluster import parse_gpus, placement_from, serve
+    from mini_kv.cluster.cluster import parse_gpus, placement_from, serve
 
     gpus = parse_gpus(args.gpus)
     where = placement_from(argparse.Namespace(**{**vars(args), "gpus": None, "cluster": None}))
@@ -85,7 +85,7 @@ def cmd_worker(args) -> int:
 
 def register(sub) -> None:
     """Add `batch` and `worker` to `sub` (the argparse subparsers of cli.build_parser)."""
-    from mini_kv.dist import cluster
+    from mini_kv.cluster import cluster
 
     b = sub.add_parser(
         "batch", help="verify and bench everything a manifest lists; one summary, one exit code"

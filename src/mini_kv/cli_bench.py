@@ -123,8 +123,8 @@ def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CU
 
 def cmd_bench(args) -> int:
     from mini_kv.cli_batch import print_batch, run_items
-    from mini_kv.dist.batch import BENCH, Item, worst
-    from mini_kv.dist.cluster import Placement, placement_from
+    from mini_kv.cluster.batch import BENCH, Item, worst
+    from mini_kv.cluster.cluster import Placement, placement_from
     from mini_kv.solexec import traces
     from mini_kv.solexec.run import BenchOptions
 
@@ -177,7 +177,7 @@ def _check_outputs(args, opts) -> Path:
 
 def register(sub) -> None:
     """Add `bench` to `sub` (the argparse subparsers of cli.build_parser)."""
-    from mini_kv.dist import cluster
+    from mini_kv.cluster import cluster
 
     p = sub.add_parser("bench", help="evaluate a SOL-ExecBench solution: correctness rounds, timing, traces")
     add_arguments(p)

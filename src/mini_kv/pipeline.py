@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mini_kv import environment
-from mini_kv.build.compiler import compile_candidate
+from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
@@ -462,7 +462,7 @@ class CardDoor(FrontDoor):
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
-        # on a cluster worker (mini_kv.dist) this whole process sees only its GPU, as cuda:0
+        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0
         device = environment.pick_device(opts.device)
         env = environment.collect(tag=opts.env_tag)
         check_benchmark_options(card, opts, device)
@@ -577,7 +577,7 @@ class CardDoor(FrontDoor):
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
-        from mini_kv.build.baseline import build_baseline
+        from mini_kv.compile.baseline import build_baseline
 
         b = build_baseline(
             baseline,
@@ -652,7 +652,7 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
     `changed_since_build`: the attempt then holds what is there now, not what was built."""
-    from mini_kv.build.compiler import candidate_files
+    from mini_kv.compile.compiler import candidate_files
     from mini_kv.model import sha256_file
 
     built = compile_rec.get("files")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from mini_kv import arith
-from mini_kv.build.compiler import links_leaving
-from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv.compile.compiler import links_leaving
+from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml

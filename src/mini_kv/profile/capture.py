@@ -108,7 +108,7 @@ def kernel_plan(
 
 def _binding(card: Problem, cand: Candidate, p: dict, opts: ProfileOptions, env: dict) -> dict:
     """What the profile is about: task, candidate sources, case, seed, environment."""
-    from mini_kv.build.compiler import candidate_files
+    from mini_kv.compile.compiler import candidate_files
 
     cdir = Path(card.project_root) / cand.path
     case: Case = p["case"]
@@ -179,7 +179,7 @@ def unprofiled(p: dict, env: dict) -> dict:
 
 def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
     """The candidate's library: the prebuilt one, or the content-addressed JIT build (logs kept)."""
-    from mini_kv.build.compiler import compile_candidate
+    from mini_kv.compile.compiler import compile_candidate
 
     if opts.prebuilt:
         lib = Path(opts.prebuilt).resolve()

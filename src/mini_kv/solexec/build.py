@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path, PurePosixPath
 
-from mini_kv.build.compiler import compile_candidate
+from mini_kv.compile.compiler import compile_candidate
 from mini_kv.model import Candidate
 from mini_kv.solexec.languages import CppFlags
 

@@ -446,7 +446,7 @@ class SolDoor(FrontDoor):
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
-        from mini_kv.build.baseline import stage_sol_baseline
+        from mini_kv.compile.baseline import stage_sol_baseline
 
         entry = stage_sol_baseline(
             baseline,

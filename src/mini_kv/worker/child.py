@@ -260,7 +260,7 @@ HANDLERS = {
     "ab": _one_shot("mini_kv.profile.ab:time_pair"),
     "profile_target": _one_shot("mini_kv.profile.target:run"),
     "sol_profile_target": _one_shot("mini_kv.profile.sol:run_target"),
-    "build": _one_shot("mini_kv.build.jit_child:build"),
+    "build": _one_shot("mini_kv.compile.jit_child:build"),
 }
 
 

@@ -130,7 +130,7 @@ ABJob = _kind(
 BuildJob = _kind(
     "BuildJob",
     "build",
-    "torch's JIT extension build (build/jit_child.build).",
+    "torch's JIT extension build (compile/jit_child.build).",
     "name build_dir sources include_dirs flags arch_list python_module with_cuda",
-    pch_root=None,  # the project's dir of precompiled headers (build/pch.py), or None for none
+    pch_root=None,  # the project's dir of precompiled headers (compile/pch.py), or None for none
 )

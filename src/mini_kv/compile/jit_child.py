@@ -1,14 +1,14 @@
 """Job kind `build`: torch's JIT extension build, run in a worker child (mini_kv.worker.child).
 
-The parent (build/compiler.py) keeps the child's output as the build log and enforces the timeout.
+The parent (compile/compiler.py) keeps the child's output as the build log and enforces the timeout.
 """
 
 from __future__ import annotations
 
 import os
 
-from mini_kv.build import nvcc_steps
-from mini_kv.build.pch import pch_cflags
+from mini_kv.compile import nvcc_steps
+from mini_kv.compile.pch import pch_cflags
 
 
 def build(job) -> dict:
@@ -17,10 +17,10 @@ def build(job) -> dict:
     os.makedirs(job.build_dir, exist_ok=True)
     from torch.utils.cpp_extension import CUDA_HOME, load
 
-    if CUDA_HOME:  # nvcc's host and device front ends side by side (build/nvcc_steps.py)
+    if CUDA_HOME:  # nvcc's host and device front ends side by side (compile/nvcc_steps.py)
         nvcc_steps.use_for_torch_builds(os.path.join(CUDA_HOME, "bin", "nvcc"))
 
-    # precompiled torch headers for the host files, shared by the project's builds (build/pch.py)
+    # precompiled torch headers for the host files, shared by the project's builds (compile/pch.py)
     pch = pch_cflags(job.pch_root, job.sources, job.flags["cflags"])
     load(
         name=job.name,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mini_kv.dist.batch import BENCH, VERIFY, Item
+from mini_kv.cluster.batch import BENCH, VERIFY, Item
 from mini_kv.errors import ConfigError, UserError
 
 

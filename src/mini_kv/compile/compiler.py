@@ -4,7 +4,7 @@ The key hashes everything that can change the binary: source bytes, flags, torch
 versions, nvcc, host compiler, arch list. A build happens in a private temp dir in a child
 process and is renamed into place only when complete, under a file lock, so concurrent
 builders of one key neither corrupt nor duplicate it. The build itself is a worker child's job (kind
-`build`, mini_kv.build.jit_child).
+`build`, mini_kv.compile.jit_child).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment
-from mini_kv.build import nvcc_steps, torch_flags
-from mini_kv.build.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv.compile import nvcc_steps, torch_flags
+from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 from mini_kv.runner import run_one
@@ -111,7 +111,7 @@ def toolchain(with_cuda: bool) -> dict:
         "nvcc": environment.nvcc_info()["version"],
         "cxx": environment.cxx_info()["version"],
         "arch_list": environment.cuda_arch_list() if with_cuda else [],
-        # how nvcc's steps ran (build/nvcc_steps.py), keyed so that switching it off builds afresh
+        # how nvcc's steps ran (compile/nvcc_steps.py), keyed so that switching it off builds afresh
         **({"nvcc_steps": "side_by_side" if nvcc_steps.enabled() else "nvcc"} if with_cuda else {}),
     }
 

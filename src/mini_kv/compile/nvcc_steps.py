@@ -1,5 +1,5 @@
 """`nvcc -c` with its host and device front ends side by side: torch's extension builds use it as
-their nvcc (PYTORCH_NVCC, set by mini_kv.build.jit_child).
+their nvcc (PYTORCH_NVCC, set by mini_kv.compile.jit_child).
 
 One `nvcc -c x.cu` runs its steps one after another: the host preprocessor and front end
 (cudafe++), the device preprocessor and front end (cicc), ptxas and fatbinary, then the host

@@ -193,7 +193,7 @@ def run_batch(items: list[Item], placement, show) -> list[dict]:
         return results
     from distributed import as_completed
 
-    from mini_kv.dist.cluster import GPU, connect, dashboard
+    from mini_kv.cluster.cluster import GPU, connect, dashboard
 
     with connect(placement) as client:
         link = dashboard(client)

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mini_kv.build.compiler import SOURCE_SUFFIXES, compile_candidate
+from mini_kv.compile.compiler import SOURCE_SUFFIXES, compile_candidate
 from mini_kv.errors import ConfigError
 from mini_kv.judge.regression import (
     BaselineBuildError,
