@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mini_kv import environment
+from mini_kv import environment, jail
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
+from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
-from mini_kv.sandbox import SandboxInfo
-from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -45,7 +44,7 @@ class VerifyOptions:
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
-    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
+    sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
     samples: int | None = None  # a fixed count per repeat; None: the card's (default: adaptive)
     budget: float | None = None  # seconds of timing per bench case; None: the card's, else the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
@@ -115,13 +114,30 @@ class Prepared:
     device: str
     env: dict  # environment.json
     salt: str
-    sandbox: SandboxInfo
+    sandbox: JailInfo
     settings: dict  # the timing settings
     case_timeout: float
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
     artifacts: Path  # the attempt store
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    jail_spec: JailSpec | None = None  # what the worker's jail shows it (None: runner.default_spec)
+
+
+def worker_spec(readable: list[Path | str | None], project: Path | None, artifacts: Path | None) -> JailSpec:
+    """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
+    names show), the artifact store hidden; the GPU where there is one."""
+    build = [str(project / ".build")] if project is not None and (project / ".build").is_dir() else []
+    return JailSpec(
+        read_only=tuple(str(p) for p in readable if p is not None and os.path.exists(p)),
+        staged=tuple(build),
+        hidden=(str(artifacts),) if artifacts is not None and artifacts.exists() else (),
+        gpu=bool(jail.gpu_nodes()),
+    )
+
+
+def _jail_spec(prep: Prepared) -> JailSpec:
+    return prep.jail_spec or worker_spec([prep.root], prep.root, prep.artifacts)
 
 
 @dataclass(frozen=True)
@@ -229,6 +245,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
                 first_child=door.first_child(),
                 sandbox=prep.sandbox,
                 give_up_after=prep.give_up_after,
+                spec=_jail_spec(prep),
             )
         # the headline comes from the same function the index and the leaderboard recompute it with
         out = door.outcome(prep, built, results)
@@ -366,6 +383,7 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
             case_timeout=prep.case_timeout,
             stage_timeout=door.stage_timeout(rerun),
             sandbox=prep.sandbox,
+            spec=_jail_spec(prep),
         )
         rec, why = door.timed(res, case_id)
         if rec is None:
@@ -473,13 +491,16 @@ class CardDoor(FrontDoor):
             device,
             env,
             opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
-            resolve_sandbox(opts.sandbox),
+            jail.resolve(opts.sandbox),
             benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             opts.timeout or card.timeouts["case_s"],
             opts.compile_timeout or card.timeouts["compile_s"],
             root,
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
             opts.give_up_after,
+            worker_spec(
+                [root, opts.prebuilt], root, Path(opts.artifacts) if opts.artifacts else root / "artifacts"
+            ),
         )
 
     def build(self, prep: Prepared, say) -> Built:
