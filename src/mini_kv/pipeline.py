@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +126,11 @@ class Prepared:
     jail_spec: JailSpec | None = None  # what the worker's jail shows it (None: runner.default_spec)
 
 
+# the largest file a worker may write, its log included (RLIMIT_FSIZE: past it the write fails with
+# SIGXFSZ, which ends the child: a RUNTIME_ERROR); what an attempt keeps of the log is smaller still
+WORKER_FILE_CAP = 256 << 20
+
+
 def worker_spec(readable: list[Path | str | None], project: Path | None, artifacts: Path | None) -> JailSpec:
     """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
     names show), the artifact store hidden; the GPU where there is one."""
@@ -133,6 +140,7 @@ def worker_spec(readable: list[Path | str | None], project: Path | None, artifac
         staged=tuple(build),
         hidden=(str(artifacts),) if artifacts is not None and artifacts.exists() else (),
         gpu=bool(jail.gpu_nodes()),
+        limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP),
     )
 
 
@@ -228,6 +236,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         phases[name] = round(time.perf_counter() - t0, 3)
 
     say = progress or (lambda msg, **_: None)
+    scratch = tempfile.mkdtemp(prefix="mini-kv-run-")  # this run's worker log, removed at the end
     try:
         prep = door.prepare()
         lap("prepared_s")
@@ -237,12 +246,14 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         results = empty_results(None, prep.sandbox)
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
+            first = door.first_child()
             results = run_worker(
                 job,
+                log_path=None if first is not None else os.path.join(scratch, "worker.log"),
                 case_timeout=prep.case_timeout,
                 stage_timeout=door.stage_timeout(job),
                 on_event=_progress(job, door.label, say, line, phases, t0),
-                first_child=door.first_child(),
+                first_child=first,
                 sandbox=prep.sandbox,
                 give_up_after=prep.give_up_after,
                 spec=_jail_spec(prep),
@@ -272,6 +283,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         lap("recorded_s")
     finally:
         door.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return Run(prep, built, out, summary, code, regression, attempt, index_warning, phases)
 
 
@@ -378,13 +390,15 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
-        res = run_worker(
-            rerun,
-            case_timeout=prep.case_timeout,
-            stage_timeout=door.stage_timeout(rerun),
-            sandbox=prep.sandbox,
-            spec=_jail_spec(prep),
-        )
+        with tempfile.TemporaryDirectory(prefix="mini-kv-confirm-") as scratch:
+            res = run_worker(
+                rerun,
+                log_path=os.path.join(scratch, "worker.log"),
+                case_timeout=prep.case_timeout,
+                stage_timeout=door.stage_timeout(rerun),
+                sandbox=prep.sandbox,
+                spec=_jail_spec(prep),
+            )
         rec, why = door.timed(res, case_id)
         if rec is None:
             raise RuntimeError(
@@ -431,9 +445,9 @@ def _write_attempt(
         w.json("compile.json", built.compile)
         for name, path in (built.compile.get("logs") or {}).items():
             if os.path.isfile(path):
-                w.copy(f"logs/compile/{name}", Path(path))
+                w.copy_log(f"logs/compile/{name}", Path(path))
     if out.results.get("log") and os.path.isfile(out.results["log"]):
-        w.copy("logs/worker.log", Path(out.results["log"]))
+        w.copy_log("logs/worker.log", Path(out.results["log"]))
     w.json(
         "correctness.json",
         correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness),

@@ -26,6 +26,7 @@ from filelock import FileLock
 
 from mini_kv import environment, jail
 from mini_kv.compile import nvcc_steps, pch, torch_flags
+from mini_kv.compile.files import links_leaving, odd_files
 from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
@@ -67,21 +68,6 @@ def _files_now(cdir: Path) -> list[dict]:
     return [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
 
 
-def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
-    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
-    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
-    root = root.resolve()
-    out = []
-    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
-        for name in (*dirnames, *filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                target = p.resolve()
-                if not target.exists() or (target != root and root not in target.parents):
-                    out.append((p, target))
-    return out
-
-
 def refused_input(project_root: Path, cand: Candidate) -> str | None:
     """Why the candidate's flags or files must not be built at all, or None."""
     try:
@@ -99,6 +85,9 @@ def refused_input(project_root: Path, cand: Candidate) -> str | None:
     if leaving:
         link, target = leaving[0]
         return f"{cand.id}: symlink {link} points to {target}, outside the project {project_root.resolve()}"
+    odd = odd_files(project_root / cand.path)
+    if odd:
+        return f"{cand.id}: {odd[0][0]} {odd[0][1]}"
     return None
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from mini_kv import arith
-from mini_kv.compile.compiler import links_leaving
+from mini_kv.compile.files import links_leaving, odd_files
 from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
 from mini_kv.load.schema import validate
@@ -234,6 +234,8 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
                 f"symlink {link} points to {target}, outside the project "
                 f"{root} (or nowhere); copy the file into the candidate dir instead",
             )
+        for odd, why in odd_files(cdir):  # before anything runs: the build and the archive read them all
+            raise ConfigError(file, f"{where}.path", f"{odd} {why}")
         out.append(
             Candidate(
                 id=c["id"],
