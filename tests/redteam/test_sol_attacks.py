@@ -106,3 +106,17 @@ def test_the_suite_runs_every_attack_in_a_jail_with_every_layer_recorded(world, 
         assert corr["sandbox"]["missing"] == [
             n for n, s in corr["sandbox"]["layers"].items() if s != "active"
         ]
+
+
+@pytest.mark.parametrize("name", ["write_home", "tcp_loopback", "env_secrets"])
+def test_the_control_without_the_jail_each_attack_escapes(name, tmp_path):
+    """The attacks are real: with --sandbox off the same solution escapes, and the verdict shows it."""
+    with planted_world(tmp_path) as w:
+        dest = tmp_path / "sols" / name
+        copy_filled(HERE / "sol" / name, dest, w)
+        opts = BenchOptions(
+            solution=str(dest / "solution.json"), artifacts=str(w["store"]), sandbox="off", **FAST
+        )
+        result = bench(str(PROBLEM), opts)
+        assert statuses(result) == {"INCORRECT_NUMERICAL"}, result
+        assert escaped_files(w) or w["listener"].calls or name == "env_secrets"
