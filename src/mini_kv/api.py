@@ -150,7 +150,9 @@ def _solution_file(problem: Path, sol, tmp: Path) -> Path:
     try:
         path.write_text(json.dumps(sol.to_json(definition), indent=1), encoding="utf-8")
     except UnicodeEncodeError as exc:
-        raise UserError(f"api.Solution {sol.name!r}: sources: text that cannot be encoded as UTF-8 ({exc})")
+        raise UserError(
+            f"api.Solution {sol.name!r}: sources: text that cannot be encoded as UTF-8 ({exc})"
+        ) from None
     return path
 
 
