@@ -36,6 +36,13 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
+def case_seed(task_id: str, case_id: str, salt: str = "") -> int:
+    """Seed from sha256(task, case, salt): stable per case, secret when the salt is. Here, not in the
+    worker, because the store checks a stored attempt's seeds against it without importing torch."""
+    digest = hashlib.sha256(f"{task_id}\0{case_id}\0{salt}".encode()).hexdigest()
+    return int(digest[:15], 16)
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

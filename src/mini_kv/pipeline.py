@@ -577,7 +577,7 @@ class CardDoor(FrontDoor):
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
-        from mini_kv.compile.baseline import build_baseline
+        from mini_kv.baseline import build_baseline
 
         b = build_baseline(
             baseline,

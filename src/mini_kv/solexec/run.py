@@ -339,7 +339,7 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 class SolDoor(FrontDoor):
     """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
     The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
-    same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
+    same run by the baseline's own solution (solexec.build.stage_sol_baseline) in the reference's place."""
 
     FORMAT = SOL_FORMAT
 
@@ -446,7 +446,7 @@ class SolDoor(FrontDoor):
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
-        from mini_kv.compile.baseline import stage_sol_baseline
+        from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
             baseline,

@@ -93,7 +93,7 @@ def case_headline(rec: dict) -> CaseHeadline:
     """P50/P95, speedup and stability of one bench case, recomputed from its raw samples.
 
     The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     cid = rec["id"]
     where = f"case {cid}"
@@ -112,7 +112,7 @@ def case_headline(rec: dict) -> CaseHeadline:
 
 
 def _geomean(cases: list[CaseHeadline]) -> float | None:
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     return stats.geomean([c.speedup for c in cases]) if cases else None
 

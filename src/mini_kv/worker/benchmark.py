@@ -11,8 +11,7 @@ import time
 
 import torch
 
-from mini_kv import roofline
-from mini_kv.judge import stats
+from mini_kv import roofline, stats
 from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare

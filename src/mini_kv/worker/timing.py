@@ -548,14 +548,14 @@ def measure_until(
     clock: Callable[[], float] = time.perf_counter,
     measure_fn: Callable[..., Measurement] | None = None,
 ) -> Measurement:
-    """Time batches with `method` until `rule` (judge.stats.StoppingRule) says stop; one Measurement of
+    """Time batches with `method` until `rule` (stats.StoppingRule) says stop; one Measurement of
     every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
 
     Both front doors time through here, so the stopping rule is applied alike for every method. A batch
     is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
     grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
     before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     measure_fn = measure_fn or measure
     calls = as_workload(calls)
@@ -679,9 +679,9 @@ def repeat_target(settings: dict, repeats: int) -> float:
 
 
 def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
-    """The judge.stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
+    """The stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
     may take (its interval target: repeat_target)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     base = SAMPLING_DEFAULTS["cpu"]
     return stats.StoppingRule(
