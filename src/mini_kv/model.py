@@ -9,19 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_BENCHMARK = {
-    "method": "auto",
-    "l2": "hot",
-    "warmup": 20,
-    "repeats": 5,
-    "samples": "auto",  # adaptive (worker.timing.SAMPLING_DEFAULTS); an integer is a fixed count
-    "graph_launches": 20,
-    "max_cv": 0.03,
-    "max_p95_cv": 0.15,
-    "cases": "bench",
-}
+from mini_kv.settings import DEFAULTS
 
-DEFAULT_TIMEOUTS = {"compile_s": 600.0, "case_s": 120.0, "stage_s": 1800.0}
+DEFAULT_BENCHMARK = DEFAULTS.benchmark()
+DEFAULT_TIMEOUTS = DEFAULTS.timeouts()
 
 
 def canonical_json(obj: Any) -> str:

@@ -27,6 +27,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 from mini_kv.runner import run_one
 from mini_kv.sandbox import disabled
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
@@ -254,7 +255,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
 
 
 def compile_candidate(
-    project_root: Path, cand: Candidate, timeout: float = 600.0, with_cuda: bool | None = None
+    project_root: Path, cand: Candidate, timeout: float = DEFAULTS.compile_s, with_cuda: bool | None = None
 ) -> dict:
     """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors."""
     t0 = time.perf_counter()
