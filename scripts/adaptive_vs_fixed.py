@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from mini_kv.judge import stats  # noqa: E402
+from mini_kv import stats  # noqa: E402
 from mini_kv.status import StopReason  # noqa: E402
 from mini_kv.worker import timing  # noqa: E402
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from test_index import make_attempt
 
-from mini_kv.judge.leaderboard import build_leaderboard
+from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.attempts import AttemptInvalid, AttemptWriter, read_attempt
 from mini_kv.store.index import rebuild_index, snapshot
 

@@ -14,6 +14,7 @@ from mini_kv.cli_common import (
     selected_candidates,
 )
 from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.settings import DEFAULTS
 
 
 def cmd_doctor(args) -> int:
@@ -169,12 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument(
         "--max-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the P50s (fraction, default 0.03)",
+        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv})",
     )
     vr.add_argument(
         "--max-p95-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the candidate's P95s (fraction, default 0.15)",
+        help=f"stability gate: max robust CV of the candidate's P95s (fraction, default {DEFAULTS.max_p95_cv})",
     )
     vr.add_argument(
         "--samples",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mini_kv.cli_common import artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
+from mini_kv.settings import DEFAULTS
 
 
 def add_arguments(p) -> None:
@@ -65,7 +66,7 @@ def add_arguments(p) -> None:
         "within --target-rel-ci; docs/benchmarking.md)",
     )
     add_sampling_arguments(
-        p, "seconds per workload for correctness rounds and timing together", "60 on CUDA, 9 on CPU"
+        p, "seconds per workload for correctness rounds and timing together", with_correctness=True
     )
     p.add_argument(
         "--method",
@@ -77,11 +78,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--max-cv",
         type=checks.fraction,
-        default=0.03,
-        help="stability gate: max robust CV of the P50s (fraction, default 0.03; a baseline must be stable)",
+        default=DEFAULTS.max_cv,
+        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv}; a baseline must be stable)",
     )
     p.add_argument(
-        "--max-p95-cv", type=checks.fraction, default=0.15, help="stability gate on the P95s (default 0.15)"
+        "--max-p95-cv",
+        type=checks.fraction,
+        default=DEFAULTS.max_p95_cv,
+        help=f"stability gate on the P95s (default {DEFAULTS.max_p95_cv})",
     )
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
@@ -95,8 +99,13 @@ def add_arguments(p) -> None:
     )
 
 
-def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CUDA, 3 on CPU") -> None:
-    """The adaptive-sampling and give-up options both front doors share (verify and bench)."""
+def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:
+    """The adaptive-sampling and give-up options both front doors share (verify and bench);
+    `with_correctness`: the budget covers SOL's correctness rounds too (settings.sol_budget_factor)."""
+    factor = DEFAULTS.sol_budget_factor if with_correctness else 1.0
+    budget_defaults = (
+        f"{DEFAULTS.cuda.budget_s * factor:g} on CUDA, {DEFAULTS.cpu.budget_s * factor:g} on CPU"
+    )
     from mini_kv import cli_checks as checks
     from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
 
@@ -109,7 +118,7 @@ def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CU
         "--target-rel-ci",
         type=checks.fraction,
         help="adaptive sampling stops when the median's 95%% CI half-width is within this fraction "
-        "of it (default 0.005 on CUDA, 0.02 on CPU)",
+        f"of it (default {DEFAULTS.cuda.target_rel_ci} on CUDA, {DEFAULTS.cpu.target_rel_ci} on CPU)",
     )
     p.add_argument(
         "--give-up-after",

@@ -106,7 +106,7 @@ def _check_leaderboard_args(args, artifacts: Path) -> None:
 
 
 def cmd_leaderboard(args) -> int:
-    from mini_kv.judge import leaderboard as lb
+    from mini_kv import leaderboard as lb
     from mini_kv.store.index import store_read_only
 
     artifacts = artifacts_dir(args)

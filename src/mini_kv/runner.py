@@ -22,6 +22,7 @@ from mini_kv.proc import die_with_parent, kill_group
 from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
 from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import Event, Job
@@ -34,7 +35,7 @@ STARTUP_S = 300.0
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
 # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
-DEFAULT_GIVE_UP_AFTER = 2
+DEFAULT_GIVE_UP_AFTER = DEFAULTS.give_up_after
 
 
 def _tail(path: str, n: int = 4000) -> str:

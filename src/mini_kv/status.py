@@ -58,7 +58,7 @@ class Verdict(StrEnum):
 
 
 class StopReason(StrEnum):
-    """Why a measurement stopped taking samples (benchmark.json's `sampling`; judge.stats.sampling_step)."""
+    """Why a measurement stopped taking samples (benchmark.json's `sampling`; stats.sampling_step)."""
 
     CONVERGED = "converged"  # the median's 95 % CI reached the target width
     BUDGET = "budget"  # the case's time budget was spent first

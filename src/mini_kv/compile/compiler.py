@@ -20,13 +20,14 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from mini_kv import environment
-from mini_kv.compile import nvcc_steps, torch_flags
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv import environment, torch_flags
+from mini_kv.compile import nvcc_steps
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags, links_leaving
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.proc import run_with_timeout
 from mini_kv.runner import run_one
 from mini_kv.sandbox import disabled
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
@@ -62,21 +63,6 @@ def candidate_files(cdir: Path) -> list[Path]:
 
 def _files_now(cdir: Path) -> list[dict]:
     return [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
-
-
-def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
-    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
-    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
-    root = root.resolve()
-    out = []
-    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
-        for name in (*dirnames, *filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                target = p.resolve()
-                if not target.exists() or (target != root and root not in target.parents):
-                    out.append((p, target))
-    return out
 
 
 def refused_input(project_root: Path, cand: Candidate) -> str | None:
@@ -269,7 +255,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
 
 
 def compile_candidate(
-    project_root: Path, cand: Candidate, timeout: float = 600.0, with_cuda: bool | None = None
+    project_root: Path, cand: Candidate, timeout: float = DEFAULTS.compile_s, with_cuda: bool | None = None
 ) -> dict:
     """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors."""
     t0 = time.perf_counter()

@@ -66,7 +66,7 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
 
 def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
     """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time."""
-    from mini_kv.judge.leaderboard import build_leaderboard
+    from mini_kv.leaderboard import build_leaderboard
 
     groups, problems = [], []
     try:

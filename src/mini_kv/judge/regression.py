@@ -91,7 +91,7 @@ def _pct(ratio: float) -> str:
 
 
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     rec = _case_record(case_id, Verdict.PASS, [])
     for key in ("method", "l2", "unit"):
@@ -140,7 +140,7 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
 
 def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: Thresholds) -> None:
     """Judge a suspected slowdown on the same-run, interleaved timings of candidate and baseline code."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     try:
         run = confirm(rec["id"])

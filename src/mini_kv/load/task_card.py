@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 from mini_kv import arith
-from mini_kv.compile.compiler import links_leaving
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ConfigError
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags, links_leaving
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, Problem

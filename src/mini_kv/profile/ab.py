@@ -116,7 +116,7 @@ def time_pair(job: ABJob) -> dict:
 
 
 def _time(job: ABJob, calls: dict) -> dict:
-    from mini_kv.judge import stats
+    from mini_kv import stats
     from mini_kv.worker.benchmark import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
 

@@ -21,6 +21,7 @@ from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
@@ -39,19 +40,19 @@ class BenchOptions:
     definition: str | None = None
     workload: str | None = None
     device: str | None = None  # None: cuda when available, else cpu
-    compile_timeout: float = 600.0
-    timeout: float = 600.0  # per workload (correctness rounds and timing together)
-    rounds: int = 10
-    warmup: int = 10
-    repeats: int = 1  # one profiler session per side (per batch) keeps start-up lean
+    compile_timeout: float = DEFAULTS.compile_s
+    timeout: float = DEFAULTS.sol_timeout_s  # per workload (correctness rounds and timing together)
+    rounds: int = DEFAULTS.sol_rounds
+    warmup: int = DEFAULTS.sol_warmup
+    repeats: int = DEFAULTS.sol_repeats  # one profiler session per side (per batch) keeps start-up lean
     samples: int | None = None  # a fixed count; None: adaptive (worker.timing's stopping rule)
     budget: float | None = None  # seconds per workload (correctness rounds and timing); None: the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the device's
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
     method: str = "auto"
     l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
-    max_cv: float = 0.03
-    max_p95_cv: float = 0.15
+    max_cv: float = DEFAULTS.max_cv
+    max_p95_cv: float = DEFAULTS.max_p95_cv
     artifacts: str | None = None
     keep_staging: bool = False
     seed_salt: str | None = None
@@ -158,6 +159,7 @@ def check_options(opts: BenchOptions, device: str) -> dict:
             "max_p95_cv": opts.max_p95_cv,
             "budget_s": opts.budget,
             "target_rel_ci": opts.target_rel_ci,
+            **from_environment(),
         },
         device,
         opts.timeout,
@@ -339,7 +341,7 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 class SolDoor(FrontDoor):
     """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
     The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
-    same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
+    same run by the baseline's own solution (solexec.build.stage_sol_baseline) in the reference's place."""
 
     FORMAT = SOL_FORMAT
 
@@ -446,7 +448,7 @@ class SolDoor(FrontDoor):
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
-        from mini_kv.compile.baseline import stage_sol_baseline
+        from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
             baseline,

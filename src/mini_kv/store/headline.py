@@ -18,12 +18,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
-DEFAULT_MAX_CV = 0.03
-DEFAULT_MAX_P95_CV = 0.15
+DEFAULT_MAX_CV = DEFAULTS.max_cv
+DEFAULT_MAX_P95_CV = DEFAULTS.max_p95_cv
 # the statuses a SOL attempt that did not pass may carry (solexec.run.record_attempt)
 SOL_FAILED_STATUSES = (Status.COMPILE_ERROR, Status.FAILED)
 
@@ -93,7 +94,7 @@ def case_headline(rec: dict) -> CaseHeadline:
     """P50/P95, speedup and stability of one bench case, recomputed from its raw samples.
 
     The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     cid = rec["id"]
     where = f"case {cid}"
@@ -112,7 +113,7 @@ def case_headline(rec: dict) -> CaseHeadline:
 
 
 def _geomean(cases: list[CaseHeadline]) -> float | None:
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     return stats.geomean([c.speedup for c in cases]) if cases else None
 

@@ -31,7 +31,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import UserError
-from mini_kv.model import safe_name, sha256_file, sol_suite_hash
+from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline
 from mini_kv.store.atomic import fsync_dir
@@ -359,9 +359,6 @@ def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) 
     timed_cases = [c for c in bench["cases"] if timed(c)]
     if not timed_cases:
         return
-    # the worker's own derivation (it imports torch, so only when there is something to check)
-    from mini_kv.worker.inputs import case_seed
-
     salt = corr.get("seed_salt")
     for c in timed_cases:
         if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.model import DEFAULT_BENCHMARK
+from mini_kv.settings import DEFAULTS
 
 METHODS = ("events", "graph", "cupti", "wallclock")
 CUDA_METHODS = ("events", "graph", "cupti")
@@ -548,14 +549,14 @@ def measure_until(
     clock: Callable[[], float] = time.perf_counter,
     measure_fn: Callable[..., Measurement] | None = None,
 ) -> Measurement:
-    """Time batches with `method` until `rule` (judge.stats.StoppingRule) says stop; one Measurement of
+    """Time batches with `method` until `rule` (stats.StoppingRule) says stop; one Measurement of
     every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
 
     Both front doors time through here, so the stopping rule is applied alike for every method. A batch
     is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
     grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
     before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     measure_fn = measure_fn or measure
     calls = as_workload(calls)
@@ -626,13 +627,9 @@ def warm_up(
 # 2 % is inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen
 # samples. The budgets (per case, warm-up and every timed sample of both sides) keep the per-case
 # timeout for hangs: a case is given at most half of it.
-SAMPLING_DEFAULTS = {
-    "cuda": {"target_rel_ci": 0.005, "min_samples": 10, "max_samples": 1000, "budget_s": 20.0},
-    "cpu": {"target_rel_ci": 0.02, "min_samples": 5, "max_samples": 200, "budget_s": 3.0},
-}
+SAMPLING_DEFAULTS = {"cuda": DEFAULTS.sampling(cuda=True), "cpu": DEFAULTS.sampling(cuda=False)}
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
-# A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
-SOL_BUDGET_FACTOR = 3.0
+SOL_BUDGET_FACTOR = DEFAULTS.sol_budget_factor
 WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
 
 
@@ -679,9 +676,9 @@ def repeat_target(settings: dict, repeats: int) -> float:
 
 
 def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
-    """The judge.stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
+    """The stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
     may take (its interval target: repeat_target)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     base = SAMPLING_DEFAULTS["cpu"]
     return stats.StoppingRule(

@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 from mini_kv.compile.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.errors import ConfigError
 from mini_kv.judge.regression import (
     BaselineBuildError,
     checked_source_attempt,
@@ -124,30 +123,3 @@ def build_baseline(
         build_key=rec["key"],
         cache_hit=bool(rec["cache_hit"]),
     )
-
-
-def stage_sol_baseline(
-    baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str, timeout: float
-) -> dict:
-    """The baseline's own SOL-ExecBench solution, ready to load beside the candidate (the SOL job's
-    `baseline` entry): the solution.json (every source inlined, as in its sources/) of the attempt it was
-    promoted from, checked like a card's, staged under `dest` and built when it is C++ (a Python module
-    name or a built module of its own: no namespace to rename). Raises BaselineBuildError or BaselineTampered."""
-    from mini_kv.solexec import languages
-    from mini_kv.solexec.build import compile_solution, job_entry, stage_sources
-    from mini_kv.solexec.solution import load_solution
-
-    attempt_dir = find_source_attempt(baseline, artifacts)
-    checked_source_attempt(attempt_dir, baseline)
-    try:
-        sol = load_solution(attempt_dir / "solution.json", definition)
-    except ConfigError as exc:
-        raise BaselineBuildError(f"the baseline's solution does not load: {exc}") from None
-    stage_sources(sol, dest)
-    rec = None
-    if sol.group == "cpp":
-        flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
-        rec = None if reason else compile_solution(Path(project_root), sol, dest, flags, timeout)
-        if rec is None or rec["status"] != BuildStatus.OK:
-            raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
-    return job_entry(sol, dest, rec)

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from mini_kv.settings import DEFAULTS
+
 # Scale factor making MAD a consistent estimator of the standard deviation for
 # normally distributed data (1 / Phi^-1(3/4)).
 MAD_TO_SIGMA = 1.4826
@@ -172,8 +174,8 @@ def summarize_repeats(repeats: Sequence[Sequence[float]]) -> RepeatSummary:
 def stability(
     candidate: RepeatSummary,
     reference: RepeatSummary | None,
-    max_cv: float = 0.03,
-    max_p95_cv: float = 0.15,
+    max_cv: float = DEFAULTS.max_cv,
+    max_p95_cv: float = DEFAULTS.max_p95_cv,
 ) -> Stability:
     """Gate on measurement reproducibility before comparing timings: both P50 robust CVs within
     ``max_cv``, the candidate's P95 one within ``max_p95_cv``, looser because tail latency is inherently
