@@ -70,8 +70,11 @@ def artifacts_dir(args, root: Path | None = None) -> Path:
 
 def run_command(func, args) -> int:
     """`func(args)` as an exit code: a UserError is one red line, a bug a traceback (exit INTERNAL)."""
+    from mini_kv.store.signing import held_from_environment
+
     try:
-        return int(func(args))
+        with held_from_environment():  # the signing key: for this process only, never its children
+            return int(func(args))
     except UserError as exc:
         # the message quotes user text (ids, keys, file names): never read it as rich markup
         err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)

@@ -118,7 +118,9 @@ def cmd_leaderboard(args) -> int:
             markup=False,
             soft_wrap=True,
         )
-    board = lb.build_leaderboard(artifacts, task=args.task, rebuild=args.rebuild)
+    board = lb.build_leaderboard(
+        artifacts, task=args.task, rebuild=args.rebuild, require_signed=args.require_signed
+    )
     print_problems(board["problems"], err_console)
     if args.task and not board["groups"] and args.task not in _known_tasks(artifacts):
         from mini_kv.errors import UserError
@@ -136,9 +138,7 @@ def cmd_leaderboard(args) -> int:
     for t in tables:
         console.print(t)
     if not tables:
-        console.print(
-            "no complete, correct and stable attempts" + (f" for task {args.task}" if args.task else "")
-        )
+        console.print(lb.why_nothing_ranked(artifacts, board), markup=False, soft_wrap=True)
     return ExitCode.OK
 
 
@@ -167,4 +167,10 @@ def register(sub) -> None:
     lbp.add_argument("--json", metavar="FILE", help="also write the leaderboard as JSON")
     lbp.add_argument("--csv", metavar="FILE", help="also write the leaderboard as CSV")
     lbp.add_argument("--rebuild", action="store_true", help="rebuild the index first")
+    lbp.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="rank only attempts signed with the operator's key (MINI_KV_SIGNING_KEY or "
+        "MINI_KV_SIGNING_KEY_FILE; docs/store.md, Signatures)",
+    )
     lbp.set_defaults(func=cmd_leaderboard)
