@@ -427,3 +427,48 @@ def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
         "p=4.3e-55",
     ):
         assert cell in text, cell
+
+
+def test_leaderboard_at_80_columns_keeps_ids_whole():
+    from mini_kv.leaderboard import rich_tables
+
+    entry = {
+        "rank": 1,
+        "candidate": "v2_vectorized_long_name",
+        "geomean_speedup": 1.23456,
+        "cases": {"bench_4096x8192-float16": 1.5, "bench_1024x1024-bfloat16": 0.9},
+        "regression": None,
+        "signature": "unsigned",
+        "attempt_id": "20261204T170749227007Z-v2_vectorized_long_name-d750e2",
+        "created_at": "2026-12-04T17:07:49+00:00",
+    }
+    board = {
+        "groups": [
+            {
+                "task_id": "rmsnorm",
+                "suite_hash": "5e87f8b84e70aa",
+                "environment_key": "99dd",
+                "device": "cpu",
+                "entries": [entry],
+            }
+        ]
+    }
+    text = "".join(_render(t) for t in rich_tables(board, 80))
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert "…" not in text
+    for cell in (entry["candidate"], "1.235x", "bench_4096x8192-float16 1.500x"):
+        assert cell in text, cell
+    # the attempt id is wider than what is left beside rank and candidate: folded over lines, never cut
+    cells = "".join(ln.split("│")[3].strip() for ln in text.splitlines() if ln.count("│") == 4)
+    assert entry["attempt_id"] in cells
+
+
+def test_doctor_at_80_columns_cuts_nothing():
+    env = {**os.environ, "COLUMNS": "80"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "doctor"], capture_output=True, text=True, env=env
+    ).stdout
+    assert "…" not in out
+    assert max(len(ln) for ln in out.splitlines()) <= 80
+    joined = "".join(ln.split("│")[2].strip() for ln in out.splitlines() if ln.count("│") > 3)
+    assert sys.executable in joined  # the interpreter's path, folded over lines but whole

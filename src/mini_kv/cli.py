@@ -30,7 +30,7 @@ def cmd_doctor(args) -> int:
 
         t = Table(title="mini_kv doctor")
         for col in ("check", "found", "ok", "blocks", "fix"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")  # a narrow terminal wraps a path; it never cuts it
         for r in rows:
             t.add_row(
                 r["name"],

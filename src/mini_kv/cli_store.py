@@ -134,7 +134,7 @@ def cmd_leaderboard(args) -> int:
         lb.export_json(board, Path(args.json))
     if args.csv:
         lb.export_csv(board, Path(args.csv))
-    tables = lb.rich_tables(board)
+    tables = lb.rich_tables(board, console.width)
     for t in tables:
         console.print(t)
     if not tables:

@@ -295,38 +295,29 @@ def export_csv(board: dict, path: Path) -> None:
     write_bytes(Path(path), to_csv(board).encode("utf-8"))
 
 
-def rich_tables(board: dict) -> list:
-    from rich.table import Table
+def rich_tables(board: dict, width: int = 180) -> list:
+    """The board's groups as tables that fit `width` (tables.fitted_tables: ids and numbers are never
+    cut; columns that do not fit go to a second table that repeats rank and candidate)."""
+    from mini_kv.tables import Column, fitted_tables
 
-    tables = []
+    columns = [
+        Column(h) for h in ("rank", "candidate", "geomean speedup", "per case", "regression", "signed")
+    ] + [Column("attempt"), Column("created")]
+    out = []
     for g in board["groups"]:
-        t = Table(
-            title=f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  "
-            f"device {g['device']}"
-        )
-        cols = (
-            "rank",
-            "candidate",
-            "geomean speedup",
-            "per case",
-            "regression",
-            "signed",
-            "attempt",
-            "created",
-        )
-        for col in cols:
-            t.add_column(col)
-        for e in g["entries"]:
-            per_case = ", ".join(f"{k} {v:.3f}x" for k, v in sorted(e["cases"].items()) if v is not None)
-            t.add_row(
+        title = f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  device {g['device']}"
+        rows = [
+            [
                 str(e["rank"]),
                 e["candidate"],
                 f"{e['geomean_speedup']:.3f}x",
-                per_case,
+                "\n".join(f"{k} {v:.3f}x" for k, v in sorted(e["cases"].items()) if v is not None),
                 e["regression"] or "-",
                 e["signature"],
                 e["attempt_id"],
                 e["created_at"],
-            )
-        tables.append(t)
-    return tables
+            ]
+            for e in g["entries"]
+        ]
+        out += fitted_tables(title, columns, rows, width, keys=2)
+    return out
