@@ -472,3 +472,19 @@ def test_doctor_at_80_columns_cuts_nothing():
     assert max(len(ln) for ln in out.splitlines()) <= 80
     joined = "".join(ln.split("│")[2].strip() for ln in out.splitlines() if ln.count("│") > 3)
     assert sys.executable in joined  # the interpreter's path, folded over lines but whole
+
+
+def test_leaderboard_and_report_take_what_bench_and_verify_took(tmp_path):
+    from mini_kv.cli_common import task_id_of
+
+    assert task_id_of(str(ROOT / "problems/sol-execbench/custom_inputs_matmul"), "TARGET") == "custom_matmul"
+    assert task_id_of(str(ROOT / "tasks/vector_add.yaml"), "TARGET") == "vector_add"
+    assert task_id_of("vector_add", "TARGET") == "vector_add"
+    problem = str(ROOT / "problems/sol-execbench/custom_inputs_matmul")
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "leaderboard", problem, "--artifacts", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    # the directory was read as its task: the message names the task, not the path
+    assert res.returncode == 2 and "custom_matmul: no attempt of this task" in res.stderr, res.stderr

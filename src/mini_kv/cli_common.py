@@ -3,7 +3,9 @@ exit-code mapping of a command's errors. It imports no command module, so each o
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -146,3 +148,28 @@ class BatchDisplay:
         if self.total > 1:
             on = f" on {where['worker']}" if where else ""
             self.progress.console.print(f"{label}: {status}{on}", markup=False, soft_wrap=True)
+
+
+def task_id_of(spec: str, flag: str) -> str:
+    """A task id, or the id inside a task card (`tasks/x.yaml`) or SOL problem directory (its definition name)."""
+    p = Path(spec)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            card = yaml.safe_load(p.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(str(p), flag, f"unreadable task card ({exc})") from None
+        if not isinstance(card, dict) or not isinstance(card.get("id"), str):
+            raise ConfigError(str(p), f"{flag}: id", "a task card with a string `id`")
+        return card["id"]
+    if p.is_dir() and (p / "definition.json").is_file():
+        try:
+            name = json.loads((p / "definition.json").read_text()).get("name")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
+        if not isinstance(name, str):
+            raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
+        # the task id `bench` stores a problem under: its name made directory-safe
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+    return spec

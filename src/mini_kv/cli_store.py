@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, err_console
+from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.errors import ExitCode
 
 
@@ -110,6 +110,14 @@ def cmd_leaderboard(args) -> int:
     from mini_kv.store.index import store_read_only
 
     artifacts = artifacts_dir(args)
+    if args.target and args.task:
+        from mini_kv.errors import UserError
+
+        raise UserError(f"leaderboard: give the task once, as TARGET ({args.target}) or --task ({args.task})")
+    if (
+        args.target or args.task
+    ):  # a task card or problem directory names its task, as `verify`/`bench` took it
+        args.task = task_id_of(args.target or args.task, "TARGET" if args.target else "--task")
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):
         err_console.print(
@@ -162,7 +170,10 @@ def register(sub) -> None:
     ri.set_defaults(func=cmd_rebuild_index)
 
     lbp = sub.add_parser("leaderboard", help="rank the latest correct, stable attempt of each candidate")
-    lbp.add_argument("--task", help="only this task id")
+    lbp.add_argument(
+        "target", nargs="?", help="only this task: a task card, a SOL problem directory or a task id"
+    )
+    lbp.add_argument("--task", help="the same as TARGET")
     lbp.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     lbp.add_argument("--json", metavar="FILE", help="also write the leaderboard as JSON")
     lbp.add_argument("--csv", metavar="FILE", help="also write the leaderboard as CSV")
