@@ -488,3 +488,28 @@ def test_leaderboard_and_report_take_what_bench_and_verify_took(tmp_path):
     )
     # the directory was read as its task: the message names the task, not the path
     assert res.returncode == 2 and "custom_matmul: no attempt of this task" in res.stderr, res.stderr
+
+
+def test_verbose_means_one_thing_on_every_command():
+    from mini_kv.cli_common import VERBOSE_HELP
+
+    for cmd in ("verify", "bench", "batch"):
+        out = subprocess.run(
+            [sys.executable, "-m", "mini_kv", cmd, "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        assert " ".join(VERBOSE_HELP.split()) in " ".join(out.split()), cmd
+
+
+def test_verbose_details_name_settings_build_and_time():
+    from mini_kv.tables import verbose_details
+
+    lines = verbose_details(
+        {"warmup": 20, "method": "cupti", "l2": "cold"},
+        {"status": "ok", "cache_hit": True, "duration_s": 0.0, "key": "abc"},
+        {"prepared_s": 1.0, "recorded_s": 3.5, "workload_timing_s": 1.2},
+        None,
+    )
+    text = "\n".join(lines)
+    assert "warmup 20" in text and "method cupti" in text and "l2 cold" in text
+    assert "cache hit True" in text
+    assert "total 3.5" in text and "timing 1.20" in text

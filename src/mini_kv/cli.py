@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from mini_kv.cli_common import (
+    VERBOSE_HELP,
     artifacts_dir,
     console,
     options_from,
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
-    vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    vr.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
     from mini_kv import cli_batch, cli_bench, cli_store

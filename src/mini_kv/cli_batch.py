@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import BatchDisplay, console, err_console
+from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console
 
 
 def run_items(items, where) -> list[dict]:
@@ -93,7 +93,7 @@ def register(sub) -> None:
     b.add_argument("manifest", help="batch manifest YAML (schemas/batch.schema.json)")
     b.add_argument("--artifacts", help="artifact store (default: each card's or problem's project's)")
     b.add_argument("--json", action="store_true", help="print one JSON summary line per item")
-    b.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    b.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

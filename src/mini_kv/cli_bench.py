@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, options_from, run_command
+from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
 
@@ -26,9 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
     p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="settings, build details and every failure log"
-    )
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
     p.add_argument(
         "--compile-timeout",

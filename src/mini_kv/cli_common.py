@@ -24,6 +24,12 @@ def _width(stream) -> int | None:
     return 180
 
 
+# what -v means on every command that has it (verify, bench, batch): one text, one behaviour
+VERBOSE_HELP = (
+    "every case, not only failures; every failure log and compiler error whole; the settings, the build "
+    "and where the time went"
+)
+
 console = Console(highlight=False, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 

@@ -635,6 +635,8 @@ def verify(
         "exit_code": run.code,
         "regression": run.regression,
         "index_warning": run.index_warning,
+        "settings": run.prep.settings,
+        "phases": run.phases,
     }
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.store.records import timed
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, verbose_details
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
 
@@ -283,6 +283,11 @@ def _print_bench(bench: list[dict], console: Console) -> None:
 def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
     console = console or Console()
     s, res = result["summary"], result["results"]
+    if verbose:
+        for line in verbose_details(
+            result.get("settings") or {}, None, result.get("phases") or {}, result.get("duration_s")
+        ):
+            console.print(line, soft_wrap=True)
     _print_compile(result["compile"], console, verbose)
     _print_checks(res, s, console, verbose)
     if res.get("bench"):

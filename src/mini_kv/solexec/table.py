@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from mini_kv.report import print_regression
 from mini_kv.status import Status
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, verbose_details
 
 STATUS_STYLE = {Status.PASSED: "green", Status.INCORRECT_NUMERICAL: "yellow"}
 
@@ -84,32 +84,9 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
 
 
 def _print_details(result: dict, console: Console) -> None:
-    s = result["settings"]
-    console.print(
-        f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples "
-        f"(target {s.get('target_rel_ci')}, budget {s.get('budget_s')} s), method {s['method']}, L2 {s['l2']}[/]"
-    )
-    comp = result.get("compile")
-    if comp:
-        note = " (compile check only)" if comp.get("check_only") else ""
-        console.print(
-            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
-            f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]"
-        )
-    ph = result.get("phases") or {}
-    if ph:
-        # cumulative marks since the start; the worker's own split of the evaluation in parentheses
-        marks = ", ".join(
-            f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_")
-        )
-        inner = ", ".join(
-            f"{k[9:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if k.startswith("workload_")
-        )
-        console.print(
-            f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
-            + (f" (in the worker, summed over workloads: {inner})" if inner else "")
-            + "[/]",
-            soft_wrap=True,  # one line, whatever the terminal's width: scripts grep it
-        )
+    for line in verbose_details(
+        result["settings"], result.get("compile"), result.get("phases") or {}, result.get("duration_s")
+    ):
+        console.print(line, soft_wrap=True)
     if result.get("staging"):
         console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")
