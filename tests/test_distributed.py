@@ -335,3 +335,16 @@ def test_manifest_options_are_the_command_line_names(tmp_path):
     )
     with pytest.raises(ConfigError, match="case_filter"):
         load_manifest(str(manifest), str(tmp_path / "a"))
+
+
+def test_more_cpu_workers_than_the_cores_hold_is_warned(capsys, monkeypatch):
+    from mini_kv.cluster import cluster
+
+    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 2)
+    cluster.warn_oversubscribed(2)
+    err = capsys.readouterr().err
+    assert "--workers 2 on 2 cores" in err and "at most --workers 1" in err
+    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 16)
+    cluster.warn_oversubscribed(4)
+    cluster.warn_oversubscribed(None)
+    assert capsys.readouterr().err == ""
