@@ -10,11 +10,38 @@ from pathlib import Path
 from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console
 
 
-def run_items(items, where) -> list[dict]:
-    from mini_kv.cluster.batch import run_batch
+def run_items(items, where, results: str | None = None, resume: bool = False) -> list[dict]:
+    """The items' results, each one appended to `results` (a JSONL file) as it finishes. With `resume`,
+    the items that file already holds are skipped. Ctrl-C prints one line and no traceback."""
+    from mini_kv.cluster.batch import Journal, item_key, run_batch
 
-    with BatchDisplay(len(items)) as show:
-        return run_batch(items, where, show)
+    journal = Journal(Path(results), resume) if results else None
+    todo = [it for it in items if journal is None or item_key(it) not in journal.done]
+    if len(todo) < len(items):
+        err_console.print(
+            f"resumed from {results}: {len(items) - len(todo)} of {len(items)} item(s) already done, skipped",
+            markup=False,
+            soft_wrap=True,
+        )
+    finished = []
+
+    def on_result(item, result) -> None:
+        finished.append(result)
+        if journal is not None:
+            journal.record(item, result)
+
+    try:
+        with BatchDisplay(len(todo)) as show:
+            return run_batch(todo, where, show, on_result)
+    except KeyboardInterrupt:
+        stored = sum(1 for r in finished if r.get("attempt"))
+        err_console.print(
+            f"interrupted: {stored} stored, {len(todo) - len(finished)} not run"
+            + (f" (run the same command with --resume to go on from {results})" if results else ""),
+            markup=False,
+            soft_wrap=True,
+        )
+        raise
 
 
 def print_batch(results: list[dict], args) -> int:
@@ -66,7 +93,11 @@ def cmd_batch(args) -> int:
     items = load_manifest(args.manifest, args.artifacts)
     for store in sorted({item.store for item in items}):
         check_store_writable(Path(store))
-    return print_batch(run_items(items, placement_from(args)), args)
+    results = run_items(items, placement_from(args), args.results, args.resume)
+    if not results:  # every item was done by an earlier run of the same command
+        console.print(f"nothing left to run: every item is in {args.results}", markup=False, soft_wrap=True)
+        return 0
+    return print_batch(results, args)
 
 
 def cmd_worker(args) -> int:
@@ -83,6 +114,15 @@ def cmd_worker(args) -> int:
     return 0
 
 
+def add_resume_argument(p, flag: str) -> None:
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"skip the items {flag} already holds (after a kill or Ctrl-C) and append the rest; "
+        f"without it {flag} starts empty",
+    )
+
+
 def register(sub) -> None:
     """Add `batch` and `worker` to `sub` (the argparse subparsers of cli.build_parser)."""
     from mini_kv.cluster import cluster
@@ -94,6 +134,13 @@ def register(sub) -> None:
     b.add_argument("--artifacts", help="artifact store (default: each card's or problem's project's)")
     b.add_argument("--json", action="store_true", help="print one JSON summary line per item")
     b.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    b.add_argument(
+        "--results",
+        metavar="FILE",
+        help="append each item's results here as it finishes (JSONL: a SOL problem's traces in upstream's "
+        "format, a task card's candidate as one summary line)",
+    )
+    add_resume_argument(b, "--results")
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

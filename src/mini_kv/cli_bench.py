@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mini_kv.cli_batch import add_resume_argument
 from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
@@ -24,7 +25,12 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
-    p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="write the traces here as JSONL (upstream's trace layout), each solution's as it finishes",
+    )
+    add_resume_argument(p, "-o")
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
@@ -147,16 +153,18 @@ def cmd_bench(args) -> int:
         )
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
-    results = run_items(items, where)
+    results = run_items(items, where, args.output, getattr(args, "resume", False))
     lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
-    if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(lines)
+    if not results:  # every solution was done by an earlier run of the same command
+        console.print(
+            f"nothing left to run: every solution is in {args.output}", markup=False, soft_wrap=True
+        )
+        return 0
     if not args.json:
         code = print_batch(results, args)
         if args.output:
-            console.print(f"traces: {args.output} ({lines.count(chr(10))})", markup=False, soft_wrap=True)
+            count = Path(args.output).read_text(encoding="utf-8").count("\n")
+            console.print(f"traces: {args.output} ({count})", markup=False, soft_wrap=True)
         return code
     sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
     for r in results:

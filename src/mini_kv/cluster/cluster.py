@@ -196,6 +196,11 @@ def connect(p: Placement):
             raise UserError(f"--cluster {p.cluster}: cannot reach the scheduler: {exc}") from None
         with client:
             yield client
+    except KeyboardInterrupt:
+        # Ctrl-C: the caller prints one line; Dask's own shutdown noise (workers and nannies that log
+        # their interrupted tasks with tracebacks) would bury it
+        logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+        raise
     finally:
         if own is not None:
             own.close()
