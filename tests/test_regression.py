@@ -405,9 +405,9 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
 
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
+    from mini_kv.jail import resolve as resolve_sandbox
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import Built, CardDoor, Outcome, Prepared, VerifyOptions, _write_attempt
-    from mini_kv.sandbox import resolve as resolve_sandbox
     from mini_kv.store.headline import card_headline
     from mini_kv.store.index import read_index, update_index
 
@@ -430,7 +430,7 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     }
     store = tmp_path / "store"
     prep = Prepared(
-        "cpu", fixture_env(), salt_of(2), resolve_sandbox(False), {}, 1.0, 1.0, Path(card.project_root), store
+        "cpu", fixture_env(), salt_of(2), resolve_sandbox("off"), {}, 1.0, 1.0, Path(card.project_root), store
     )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
     a = _write_attempt(

@@ -102,6 +102,7 @@ def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmar
 
 
 def cmd_verify(args) -> int:
+    from mini_kv import jail
     from mini_kv.cli_checks import check_store_writable
     from mini_kv.cluster.batch import VERIFY, Item
     from mini_kv.cluster.cluster import placement_from
@@ -120,8 +121,9 @@ def cmd_verify(args) -> int:
         args,
         case_filter=args.case or [],
         memory_limit_gb=args.memory_limit,
-        sandbox=not args.no_sandbox,
+        sandbox=jail.mode_from(args.sandbox, jail.project_setting(Path(card.project_root))),
     )
+    jail.resolve(opts.sandbox)  # --sandbox required on a machine without every layer: exit 2 now
     items = [
         Item(VERIFY, f"{card.id}/{c.id}", args.task, c.id, opts, str(store))
         for c in selected_candidates(card, args.candidate)
@@ -202,9 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
         "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
     )
     vr.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
     )
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"

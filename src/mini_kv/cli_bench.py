@@ -97,9 +97,12 @@ def add_arguments(p) -> None:
         "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
     )
     p.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
     )
 
 
@@ -135,6 +138,7 @@ def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) 
 
 
 def cmd_bench(args) -> int:
+    from mini_kv import jail
     from mini_kv.cli_batch import print_batch, run_items
     from mini_kv.cluster.batch import BENCH, Item, worst
     from mini_kv.cluster.cluster import Placement, placement_from
@@ -143,13 +147,15 @@ def cmd_bench(args) -> int:
 
     where = placement_from(args) if hasattr(args, "cluster") else Placement()  # hpc-bench: here
     items = []
+    mode = jail.mode_from(args.sandbox, jail.project_setting(Path.cwd()))
+    jail.resolve(mode)  # --sandbox required on a machine without every layer: exit 2 now
     for solution in args.solution:
         opts = options_from(
             BenchOptions,
             args,
             solution=solution,
             memory_limit_gb=args.memory_limit,
-            sandbox=not args.no_sandbox,
+            sandbox=mode,
         )
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))

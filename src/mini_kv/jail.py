@@ -55,11 +55,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mini_kv.errors import UserError
-from mini_kv.proc import die_with_parent, kill_group
+from mini_kv.proc import ProcResult, die_with_parent, kill_group
 
 MODES = ("auto", "required", "off")
 MODE_ENV = "MINI_KV_SANDBOX"
@@ -77,6 +78,9 @@ NAMESPACES = ("user", "pid", "mount", "network", "ipc", "uts")
 ENTER_FAILED = 121  # the jail could not be set up: nothing of the command ran
 JAIL_UID = 65534  # the uid inside the jail's user namespace: not root there either
 PRELUDE = str(Path(__file__).with_name("_jail_prelude.py"))
+# bytes of a jailed tool's output kept per stream (`run`): the first and the last half, with a marker
+# between that says how many bytes were dropped
+OUTPUT_CAP = 4 << 20
 
 # the parent's environment reaches the jail only through this allow-list (plus JailSpec.env)
 ENV_ALLOWED = frozenset(
@@ -226,6 +230,21 @@ def mode_from(flag: str | None, project_setting: str | None = None) -> str:
                 raise UserError(f"{source}: {value!r} is not one of {', '.join(MODES)}")
             return value
     return "auto"
+
+
+def project_setting(start: Path) -> str | None:
+    """`sandbox` of `[tool.mini-kv]` in the pyproject.toml of the project around `start`, if set."""
+    import tomllib
+
+    from mini_kv.load.task_card import project_root_of
+
+    root = project_root_of(start)
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text()) if root is not None else {}
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    value = data.get("tool", {}).get("mini-kv", {}).get("sandbox")
+    return value if isinstance(value, str) else None
 
 
 _warned: set[str] = set()
@@ -558,7 +577,7 @@ def _ro_args(paths: list[str]) -> list[str]:
     return out
 
 
-def _gpu_nodes() -> list[str]:
+def gpu_nodes() -> list[str]:
     return sorted(p for p in glob.glob("/dev/nvidia*") if not os.path.isdir(p)) + sorted(
         glob.glob("/dev/nvidia-caps")
     )
@@ -581,8 +600,37 @@ def landlock_rules(spec: JailSpec) -> dict:
     return {"read": reads, "write": writes, "net": spec.profiler, "abi_min": 1}
 
 
+def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) -> list[str]:
+    """The spec's binds, parents before children whatever their kind, so that a library bound read-only
+    inside a hidden .build/ stays visible and a hidden dir inside a read-only project stays hidden."""
+    steps: list[tuple[str, list[str]]] = []
+    finish: list[str] = []
+    for p in dict.fromkeys(read_only):
+        if os.path.exists(p):
+            steps.append((p, ["--ro-bind", p, p]))
+    for p in spec.writable:
+        real = os.path.realpath(p)
+        steps.append((real, ["--bind", real, real]))
+    for inside, host in inboxes.items():
+        steps.append((inside, ["--ro-bind", host, inside]))
+    for p in spec.hidden:
+        real = os.path.realpath(p)
+        if os.path.isdir(real):
+            steps.append((real, ["--tmpfs", real]))
+            finish += ["--remount-ro", real]  # after the binds below it: bwrap makes their mount points
+        elif os.path.lexists(real):
+            steps.append((real, ["--ro-bind", "/dev/null", real]))
+    steps.sort(key=lambda s: s[0].rstrip("/").count("/"))  # stable: same depth keeps its order
+    return [a for _, args in steps for a in args] + finish
+
+
 def argv(
-    cmd: list[str], spec: JailSpec, info: JailInfo, seccomp_fd: int, inboxes: dict[str, str] | None = None
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    seccomp_fd: int,
+    inboxes: dict[str, str] | None = None,
+    chdir: str | None = None,
 ) -> list[str]:
     """bwrap's command line for `cmd` (seccomp_fd: `_seccomp_fd`'s, passed to the child; `inboxes`:
     host dir bound read-only over each of `spec.staged`)."""
@@ -597,21 +645,11 @@ def argv(
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.scratch_bytes), "--tmpfs", SCRATCH]
     args += ["--size", str(64 << 20), "--tmpfs", "/dev/shm"]
     if spec.gpu:
-        args += [a for node in _gpu_nodes() for a in ("--dev-bind", node, node)]
+        args += [a for node in gpu_nodes() for a in ("--dev-bind", node, node)]
         args += ["--ro-bind", "/sys", "/sys"]
     user = [p for p in read_paths(spec) if p not in SYSTEM_DIRS and p not in SYSTEM_ETC]
-    args += _ro_args([p for p in user if not _under(p, system)])
-    for p in spec.writable:
-        args += ["--bind", os.path.realpath(p), os.path.realpath(p)]
-    for inside, host in inboxes.items():
-        args += ["--ro-bind", host, inside]
-    for p in spec.hidden:
-        real = os.path.realpath(p)
-        if os.path.isdir(real):
-            args += ["--tmpfs", real, "--remount-ro", real]
-        elif os.path.lexists(real):
-            args += ["--ro-bind", "/dev/null", real]
-    args += ["--chdir", SCRATCH, "--seccomp", str(seccomp_fd), "--"]
+    args += _view_args([p for p in user if not _under(p, system)], spec, inboxes)
+    args += ["--chdir", chdir or SCRATCH, "--seccomp", str(seccomp_fd), "--"]
     rules = json.dumps({**landlock_rules(spec), "abi_min": 1})
     return [*args, sys.executable, "-I", "-S", PRELUDE, rules, "--", *cmd]
 
@@ -645,6 +683,22 @@ class Jailed(subprocess.Popen):
 
     group: _PidsGroup | None = None
     inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
+    jailed = False  # started through bwrap: its exit status is bwrap's
+
+    def _translate(self) -> None:
+        """bwrap reports a command killed by signal N as 128+N; say it as Popen does (-N)."""
+        if self.jailed and self.returncode is not None and 128 < self.returncode <= 128 + 64:
+            self.returncode = -(self.returncode - 128)
+
+    def wait(self, timeout: float | None = None) -> int:
+        super().wait(timeout)
+        self._translate()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        super().poll()
+        self._translate()
+        return self.returncode
 
     def stage(self, path: str) -> bool:
         """Copy `path` (a file, or a dir's regular files) into the inbox that shows it at its own path
@@ -694,6 +748,11 @@ def popen(
     root = _pids_cgroup_root()
     group = _PidsGroup(root, spec.limits.processes) if root is not None else None
     nproc = os.geteuid() != 0
+    # inside, the working directory is the caller's where the jail shows it (`python -m` puts it on
+    # sys.path, as a project's modules expect), else the scratch dir
+    chdir = kwargs.pop("cwd", None) or os.getcwd()
+    if not _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]):
+        chdir = None
     fd = _seccomp_fd(spec.profiler)
     inboxes = {
         os.path.realpath(d): tempfile.mkdtemp(prefix="mini-kv-inbox-")
@@ -709,7 +768,7 @@ def popen(
 
     try:
         proc = Jailed(
-            argv(cmd, spec, info, fd, inboxes),
+            argv(cmd, spec, info, fd, inboxes, chdir=str(chdir) if chdir else None),
             env=environment(env, spec),
             start_new_session=True,
             preexec_fn=before_exec,
@@ -724,10 +783,73 @@ def popen(
         raise
     finally:
         os.close(fd)
-    proc.group, proc.inboxes = group, inboxes
+    proc.group, proc.inboxes, proc.jailed = group, inboxes, True
     return proc
 
 
 def scratch_dir(prefix: str) -> str:
     """A private host dir for a jail's `writable` (mode 700), outside any project; remove it after."""
     return tempfile.mkdtemp(prefix=prefix)
+
+
+class _Bounded(threading.Thread):
+    """Reads one stream to its end, keeping its first and last `cap // 2` bytes."""
+
+    def __init__(self, stream, cap: int):
+        super().__init__(daemon=True)
+        self.stream, self.half = stream, cap // 2
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+        self.start()
+
+    def run(self) -> None:
+        while chunk := self.stream.read(1 << 16):
+            room = self.half - len(self.head)
+            self.head += chunk[:room]
+            self.tail += chunk[max(room, 0) :]
+            if len(self.tail) > self.half:
+                self.dropped += len(self.tail) - self.half
+                del self.tail[: len(self.tail) - self.half]
+        self.stream.close()
+
+    def text(self) -> str:
+        marker = (
+            f"\n[mini_kv: {self.dropped} bytes of output dropped here; {2 * self.half} bytes are kept per stream]\n"
+            if self.dropped
+            else ""
+        )
+        return bytes(self.head).decode(errors="replace") + marker + bytes(self.tail).decode(errors="replace")
+
+
+def run(
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    timeout: float,
+    env: dict | None = None,
+    cwd: str | None = None,
+    cap: int = OUTPUT_CAP,
+) -> ProcResult:
+    """Run a tool jailed (as proc.run_with_timeout does unjailed): its output bounded to `cap` bytes per
+    stream, its whole tree killed at the timeout."""
+    proc = popen(
+        cmd,
+        spec,
+        info,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = _Bounded(proc.stdout, cap), _Bounded(proc.stderr, cap)
+    timed_out = False
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill_tree()
+        proc.wait()
+    out.join()
+    err.join()
+    proc.cleanup()
+    return ProcResult(proc.returncode if not timed_out else -9, out.text(), err.text(), timed_out)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from mini_kv import arith, roofline
 from mini_kv.errors import ConfigError
-from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags, links_leaving
+from mini_kv.load.files import links_leaving, odd_files
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, Problem
@@ -243,6 +244,8 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
                 f"symlink {link} points to {target}, outside the project "
                 f"{root} (or nowhere); copy the file into the candidate dir instead",
             )
+        for odd, why in odd_files(cdir):  # before anything runs: the build and the archive read them all
+            raise ConfigError(file, f"{where}.path", f"{odd} {why}")
         out.append(
             Candidate(
                 id=c["id"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from mini_kv.errors import ConfigError
+from mini_kv.load.files import file_refusal
 from mini_kv.load.schema import validate
 from mini_kv.model import CPP_LANGUAGES, PYTHON_LANGUAGES, Candidate, SourceFile
 from mini_kv.solexec.jsonfile import read_json
@@ -50,6 +51,9 @@ def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
         )
     empty = "an empty `content`" if "content" in entry else "no `content`"
     try:
+        why = file_refusal(sol_dir / norm) or file_refusal(target)
+        if why is not None:
+            raise ConfigError(file, where, f"{rel!r} {why}")
         return SourceFile(norm, target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(
@@ -106,6 +110,9 @@ def load_solution(path: str | Path, definition_name: str | None = None) -> Candi
     """The solution as the shared Candidate: its build spec (languages, sources, flags) and entry point."""
     path = Path(path)
     file = str(path)
+    why = file_refusal(path) if path.exists() else None
+    if why is not None:
+        raise ConfigError(file, "", f"solution.json {why}")
     raw = read_json(path)
     validate(raw, "sol_solution", file)
     spec = raw["spec"]
