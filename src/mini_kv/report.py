@@ -322,6 +322,14 @@ def print_regression(reg: dict, console: Console) -> None:
         " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
     )
     console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")
+    if reg["verdict"] == Verdict.UNCONFIRMED:
+        console.print(
+            "  UNCONFIRMED (exit 8): the stored timings suggest a slowdown that same-run comparisons with "
+            "the baseline's own code could not decide: too noisy to decide. Not a failure and not a pass: "
+            "rerun on a quieter machine (or with more --repeats)",
+            markup=False,
+            soft_wrap=True,
+        )
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
         heads = (
@@ -356,7 +364,7 @@ def print_regression(reg: dict, console: Console) -> None:
             console.print(
                 "  vs stored: the candidate against the baseline's stored timings, only a screen; same "
                 "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
-                "same run can FAIL.",
+                "same run can FAIL, and only when a second same run agrees.",
                 markup=False,
             )
     for reason in reg.get("reasons", []):
