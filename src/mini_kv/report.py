@@ -204,6 +204,7 @@ def _problems(result: dict) -> list[str]:
         out.append(f"missing kernels {', '.join(corr['missing_kernels'])}")
     if corr.get("integrity_failures"):
         out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
+    out.extend((s.get("benchmark") or {}).get("impossible") or [])
     failed = [r["id"] for r in res.get("cases", []) if r["status"] not in _FINE]
     if failed:
         out.append(
