@@ -186,7 +186,10 @@ def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("COMPILE_ERROR")][0]
-    assert last == "COMPILE_ERROR v0: build failed at /proj/candidates/x/op.cpp:12:5"
+    assert last == (
+        "COMPILE_ERROR v0: build failed at /proj/candidates/x/op.cpp:12:5, NOTHING RAN (0 passed, 0 failed, "
+        "0 skipped, 0 not run of 0 cases), timing: none"
+    )
 
 
 def test_the_summary_line_after_incorrect_names_what_failed():
@@ -207,7 +210,10 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
-    assert last == "INCORRECT v0: failed n31-float32, core 1/2"
+    assert last == (
+        "INCORRECT v0: failed n31-float32, 1 passed, 1 failed, 0 skipped, 0 not run of 2 cases (core 1/2), "
+        "timing: none"
+    )
     # a load failure without any case run still says what happened
     res = _result(
         "INCORRECT",
@@ -224,7 +230,39 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
-    assert last == "INCORRECT v0: the op did not load, missing kernels CPU, Meta"
+    assert last == (
+        "INCORRECT v0: the op did not load, missing kernels CPU, Meta, NOTHING RAN (0 passed, 0 failed, "
+        "0 skipped, 0 not run of 0 cases), timing: none"
+    )
+
+
+def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if_timing_was_stable():
+    """Finding 7 of issue 35: "11/11 workloads passed" for a run that skipped 3 of 14, "0/0" for one with
+    nothing run, and no word on stability while the attempt was unstable."""
+    from mini_kv.cli_batch import batch_summary_line
+    from mini_kv.solexec.table import bench_summary_line
+
+    counts = {"PASSED": 11, "SKIPPED": 3}
+    unstable = {"ran": True, "stable": False}
+    line = bench_summary_line({"counts": counts, "benchmark": unstable, "traces": []})
+    assert line.startswith("11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing UNSTABLE")
+    line = bench_summary_line(
+        {"counts": {"SKIPPED": 2}, "benchmark": {"ran": False, "stable": None}, "traces": []}
+    )
+    assert line.startswith("NOTHING RAN (0 passed, 0 failed, 2 skipped, 0 not run of 2 workloads)")
+    counts = {"PASSED": 1, "INCORRECT_NUMERICAL": 1, "TIMEOUT": 1, "NOT_RUN": 2}
+    line = bench_summary_line({"counts": counts, "benchmark": {"ran": True, "stable": True}, "traces": []})
+    assert line == "1 passed, 2 failed, 0 skipped, 2 not run of 5 workloads, timing stable"
+    items = [
+        {"label": "a", "summary": {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}},
+        {"label": "b", "status": "PASSED", "benchmark": {"ran": True, "stable": True}},
+        {"label": "c", "status": "WORKER_LOST"},
+    ]
+    line = batch_summary_line(items)
+    assert line.startswith(
+        "summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items"
+    )
+    assert "a PASSED, b PASSED, c WORKER_LOST" in line
 
 
 def test_namespace_and_op_name_mismatches_are_named():

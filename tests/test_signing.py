@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from mini_kv.judge.leaderboard import build_leaderboard, why_nothing_ranked
 from test_index import attempt_records, make_attempt
 from test_store_forgery import _reseal
 
 from mini_kv.cli import main
 from mini_kv.cli_common import run_command
 from mini_kv.errors import UserError
+from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
 from mini_kv.store import signing
 from mini_kv.store.index import INDEX_NAME, IndexUnusable, rebuild_index, update_index
 

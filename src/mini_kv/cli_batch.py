@@ -47,7 +47,7 @@ def run_items(items, where, results: str | None = None, resume: bool = False) ->
 def print_batch(results: list[dict], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
     from mini_kv import report
-    from mini_kv.cluster.batch import status_of, worst
+    from mini_kv.cluster.batch import worst
     from mini_kv.solexec.table import print_report
 
     for result in results:
@@ -65,16 +65,32 @@ def print_batch(results: list[dict], args) -> int:
         else:
             print_report(result, console, verbose=args.verbose)
     if len(results) > 1 and not args.json:
-        console.print(
-            "summary: "
-            + ", ".join(
-                f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
-                for r in results
-            ),
-            markup=False,
-            soft_wrap=True,
-        )
+        console.print(batch_summary_line(results), markup=False, soft_wrap=True)
     return worst(r["exit_code"] for r in results)
+
+
+def _timing(result: dict) -> dict:
+    """An item's benchmark headline: verify's summary, bench's result, none for an item without an attempt."""
+    if "summary" in result:
+        return result["summary"].get("benchmark") or {}
+    return result.get("benchmark") or {}
+
+
+def batch_summary_line(results: list[dict]) -> str:
+    """`summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items:
+    label STATUS, ...`: by the same rule (report.Tally) as each item's own line."""
+    from mini_kv.cluster.batch import status_of
+    from mini_kv.report import Tally
+
+    timed = [_timing(r) for r in results if _timing(r).get("ran")]
+    stable = sum(t.get("stable") is True for t in timed)
+    timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"
+    if timed and stable < len(timed):
+        timing += " (UNSTABLE ones are not ranked)"
+    return f"summary: {Tally.of(status_of(r) for r in results).line('items')}, {timing}: " + ", ".join(
+        f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
+        for r in results
+    )
 
 
 def _json_summary(result: dict) -> dict:

@@ -479,6 +479,7 @@ STATUS_CODES = {
     Status.INCORRECT: ExitCode.CORRECTNESS,
     Status.INVALID_CASE: ExitCode.CONFIG,
     Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
+    Status.IMPOSSIBLE_TIME: ExitCode.BENCHMARK,  # a time faster than physics: the benchmark stage's verdict
     Status.PASSED: ExitCode.OK,
 }
 

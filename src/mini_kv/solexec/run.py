@@ -525,6 +525,9 @@ def bench(
             for c in run.out.results.get("cases", [])
             if c.get("status") == Status.SKIPPED
         ],
+        # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
+        "counts": (run.summary.get("correctness") or {}).get("counts"),
+        "benchmark": run.summary.get("benchmark"),
         "staging": str(door.staging) if opts.keep_staging else None,
         "definition": door.problem.id,
         "solution": door.cand.id,

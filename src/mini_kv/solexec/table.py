@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import print_regression
+from mini_kv.report import Tally, print_regression, timing_word
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -57,8 +57,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if verbose:
         _print_details(result, console)
     console.print(traces_table(trace_list, width=console.width))
-    passed = sum(t["evaluation"]["status"] == Status.PASSED for t in trace_list)
-    console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
+    console.print("\n" + escape(bench_summary_line(result)), soft_wrap=True)
     for skip in result.get("skipped") or []:
         console.print(f"[yellow]skipped[/] {escape(skip['id'])}: {escape(skip['reason'] or '')}")
     if result.get("unavailable"):
@@ -81,6 +80,21 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
+
+
+def bench_summary_line(result: dict) -> str:
+    """`11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing stable`: every workload, the
+    ones without a trace (SKIPPED) included; NOTHING RAN when no workload did."""
+    counts = result.get("counts")
+    if counts is None:  # a result of an older mini_kv (a cluster worker): its traces, and its skips
+        statuses = [t["evaluation"]["status"] for t in result["traces"]]
+        statuses += [Status.SKIPPED] * len(result.get("skipped") or [])
+    else:
+        statuses = [status for status, n in counts.items() for _ in range(n)]
+    bench = result.get("benchmark") or {}
+    return (
+        f"{Tally.of(statuses).line('workloads')}, {timing_word(bench.get('stable'), bool(bench.get('ran')))}"
+    )
 
 
 def _print_details(result: dict, console: Console) -> None:
