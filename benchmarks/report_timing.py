@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long `mini-kv report` takes on a store: wall clock and CPU time of the whole command, start-up included.
 
-    python scripts/report_timing.py --artifacts DIR [--task T ...] [--repeats 3] [--png]
+    python benchmarks/report_timing.py --artifacts DIR [--task T ...] [--repeats 3] [--png]
 
 Runs `python -m mini_kv report` as a child process `--repeats` times (the first run also warms the file
 cache and matplotlib's font cache) and prints one JSON object: per-run wall and CPU seconds, the median,

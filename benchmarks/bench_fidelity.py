@@ -8,7 +8,7 @@ the durations of the kernels, memcpys and memsets the call launched; median over
 then the P50 of events, graph, the CUPTI span and the default method (`auto`, with its
 fallbacks), and whether the default is within max(5%, 0.3 µs) of the CUPTI duration.
 
-    python scripts/bench_fidelity.py [--out artifacts/bench_fidelity.json] [--l2 hot|cold]
+    python benchmarks/bench_fidelity.py [--out artifacts/bench_fidelity.json] [--l2 hot|cold]
 
 Exit status: 0 when every row is within tolerance, 1 when one is not, 2 without a GPU.
 Needs about a minute on an H200 once the candidates are built (builds run in parallel).

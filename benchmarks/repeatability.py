@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run-to-run repeatability: two back-to-back `verify` runs of the same card, compared.
 
-    python scripts/repeatability.py [--task tasks/rmsnorm.yaml] [--out FILE.json] [-- extra verify args]
+    python benchmarks/repeatability.py [--task tasks/rmsnorm.yaml] [--out FILE.json] [-- extra verify args]
 
 For every candidate and bench case: candidate P50 in run 1 and run 2 and their difference, speedup
 in both runs and their difference, and whether both were stable. Passes when every candidate P50

@@ -1,11 +1,11 @@
 // Cache-hint sweep for vector_add/v1_vectorized at its roofline bench size (docs/kernels.md): the
 // shipped launcher (default caching) against the same vector kernel with evict-first hints
 // (__ldcs/__stcs) on the loads, the stores or both, and other unroll depths, in hot or cold L2
-// (scripts/variants_timing.cuh). Cold is the state the targets are defined for; there the hinted
+// (benchmarks/variants_timing.cuh). Cold is the state the targets are defined for; there the hinted
 // kernel lost 36-45 µs to default caching at 256M FP16 elements, so the candidate no longer hints.
 // Each variant's output is checked bit for bit against the shipped launcher's first.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/va scripts/vector_add_variants.cu && /tmp/va [n] [rounds] [hot|cold]
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/va benchmarks/vector_add_variants.cu && /tmp/va [n] [rounds] [hot|cold]
 #include <cstdint>
 
 #include "variants_timing.cuh"

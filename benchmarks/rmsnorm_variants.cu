@@ -2,10 +2,10 @@
 // the candidate's own register-path kernel under other block sizes, grids and vectors per thread,
 // plus a software-pipelined variant that loads the next row while the current one is reduced and
 // written. Each variant is checked against the shipped launcher's output (1-ulp-ish tolerance:
-// only the reduction tree differs with the block size), then timed by scripts/variants_timing.cuh
+// only the reduction tree differs with the block size), then timed by benchmarks/variants_timing.cuh
 // (CUDA events, rounds of all variants interleaved, median over rounds; hot or cold L2).
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/rv scripts/rmsnorm_variants.cu && /tmp/rv [rows] [hidden] [rounds] [hot|cold]
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/rv benchmarks/rmsnorm_variants.cu && /tmp/rv [rows] [hidden] [rounds] [hot|cold]
 //
 // Built with -DMINI_KV_STREAM_HINTS, every variant (the shipped launcher too) uses evict-first loads
 // and stores (__ldcs/__stcs) instead of plain ones: run both builds to time the hints.

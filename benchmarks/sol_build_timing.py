@@ -2,7 +2,7 @@
 """Cold and cached build of a SOL-ExecBench C++ solution under `mini-kv bench`, with a breakdown of
 where the cold build's time goes. Writes JSON to OUT_JSON; run on the GPU machine from the project root:
 
-    python scripts/sol_build_timing.py OUT_JSON [--problem examples/rmsnorm]
+    python benchmarks/sol_build_timing.py OUT_JSON [--problem examples/rmsnorm]
         [--solution examples/rmsnorm/cuda_cpp/solution.json] [--cached-runs 2]
 
 1. In a fresh project root (its own empty `.build/`), `bench -v` once: a cold build. Then

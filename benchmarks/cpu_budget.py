@@ -2,7 +2,7 @@
 """Time every shipped task card (`verify --device cpu --candidate '*'`) and every shipped SOL solution
 (`bench PROBLEM --solution S --device cpu`) on this machine: wall time, exit code, verdicts, TIMEOUTs.
 
-    PYTHONPATH=$PWD/src python scripts/cpu_budget.py OUT.json [--limit 60] [--only rmsnorm]
+    PYTHONPATH=$PWD/src python benchmarks/cpu_budget.py OUT.json [--limit 60] [--only rmsnorm]
 
 Each command runs as a fresh `python -m mini_kv` process, as a user runs it, with its attempts written
 to a scratch store (not the project's artifacts/). A solution that cannot run on CPU (CUDA C++, Triton)

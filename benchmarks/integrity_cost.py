@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """What the integrity defences cost: `verify` wall time with and without them, interleaved.
 
-    python scripts/integrity_cost.py --before DIR [--task tasks/rmsnorm.yaml] [--rounds 2] [--out F.json]
+    python benchmarks/integrity_cost.py --before DIR [--task tasks/rmsnorm.yaml] [--rounds 2] [--out F.json]
 
 DIR is a copy of the project at the commit before the defences (7d8c42d^), with the changes since
 that are not defences applied, so that only the defences differ: the on-device input generation
 (11b3f91), this tree's comparisons (worker/compare.py, on the device) and this tree's candidates.
 In a git checkout,
 
-    python scripts/integrity_cost.py --prepare DIR
+    python benchmarks/integrity_cost.py --prepare DIR
 
 writes it (a plain copy of the files, no .git: it travels to a GPU machine as a carried folder).
 

@@ -2,8 +2,8 @@
 """Adaptive sampling against a fixed count, in the same process: is the adaptive P50 the fixed one, with
 fewer timed calls, and do two back-to-back runs agree?
 
-    PYTHONPATH=$PWD/src python scripts/adaptive_vs_fixed.py OUT.json                  # CUDA (the H200)
-    PYTHONPATH=$PWD/src python scripts/adaptive_vs_fixed.py OUT.json --device cpu     # smaller scope
+    PYTHONPATH=$PWD/src python benchmarks/adaptive_vs_fixed.py OUT.json                  # CUDA (the H200)
+    PYTHONPATH=$PWD/src python benchmarks/adaptive_vs_fixed.py OUT.json --device cpu     # smaller scope
 
 Scope: every shipped task card's bench cases that run on the device, timed by the card door's own
 `worker.benchmark.bench_case` (the card's default candidate against its reference: the card's

@@ -1,4 +1,4 @@
-// Timing harness shared by the launch-sweep scripts (scripts/*_variants.cu): CUDA events, rounds of
+// Timing harness shared by the launch-sweep scripts (benchmarks/*_variants.cu): CUDA events, rounds of
 // all variants interleaved, median over rounds, in one of two L2 states:
 //   hot : `calls` back-to-back calls between two events, alternating two input/output sets;
 //   cold: before each call, outside the events, a write of 2x the L2 size (what mini_kv's cold-L2

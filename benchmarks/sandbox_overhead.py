@@ -1,7 +1,7 @@
 """What the OS sandbox adds to a child's start: `python -c pass` started directly and through
 mini_kv.sandbox, each RUNS times (median), plus the one-time probe.
 
-    python scripts/sandbox_overhead.py [RUNS]
+    python benchmarks/sandbox_overhead.py [RUNS]
 """
 
 from __future__ import annotations

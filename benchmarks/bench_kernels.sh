@@ -4,7 +4,7 @@
 # vectorised candidates' CUDA kernels on shapes and pointer offsets the cards do not reach, then the
 # leaderboard. Run on a GPU machine from anywhere:
 #
-#   scripts/bench_kernels.sh OUT_DIR [TASK...]
+#   benchmarks/bench_kernels.sh OUT_DIR [TASK...]
 #
 # TASK: vector_add, fused_bias_relu, rmsnorm (default: all three). To stay under a per-command time
 # limit, run one task per call with the same OUT_DIR (builds are cached in .build/ between calls).
@@ -18,7 +18,7 @@
 # Extra verify arguments can be passed in $MINI_KV_VERIFY_ARGS. Exit status: the worst of the steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:?usage: scripts/bench_kernels.sh OUT_DIR [TASK...]}"
+out="${1:?usage: benchmarks/bench_kernels.sh OUT_DIR [TASK...]}"
 shift
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"

@@ -4,7 +4,7 @@ src/mini_kv/compile/nvcc_steps.py) and with plain nvcc (`MINI_KV_NVCC_STEPS=off`
 run (A B B A ...), each a cold `bench -v` in a fresh project. Writes JSON to OUT_JSON; run on a GPU
 machine from the project root, after one mini_kv command has filled its bytecode cache (`doctor`):
 
-    python scripts/nvcc_steps_timing.py OUT_JSON [--rounds 2] [--pair PROBLEM SOLUTION ...]
+    python benchmarks/nvcc_steps_timing.py OUT_JSON [--rounds 2] [--pair PROBLEM SOLUTION ...]
 
 Default pair: examples/rmsnorm with examples/rmsnorm/cuda_cpp (one .cu with torch's headers; issue 21's
 cold-build target, <= 35 s). Each run records its exit code, the build's seconds, its phase line, and

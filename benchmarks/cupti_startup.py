@@ -5,7 +5,7 @@ torch.autograd.profiler.profile as mini_kv's timer opens it (each in a fresh pro
 the session imported); CUPTI's own start-up through ctypes, without torch; and the wall time of one
 CUPTI-timed call of a tiny kernel at several batch sizes, cold and hot L2.
 
-    PYTHONPATH=$PWD/src python scripts/cupti_startup.py [OUT.txt]
+    PYTHONPATH=$PWD/src python benchmarks/cupti_startup.py [OUT.txt]
 
 docs/sol-execbench.md ("Where a cache hit's seconds go") has the H200 figures. Needs a CUDA GPU.
 """

@@ -2,13 +2,12 @@
 # `bench` on a GPU machine: the GPU tests of the SOL-ExecBench path, then every solution found for
 # every problem under problems/sol-execbench (solutions/<problem>/<language>/solution.json, and the
 # examples/rmsnorm/<language>/ solutions), each printing its table and writing its traces into OUT_DIR;
-# then scripts/sol_cache_timing.sh: the cuda_cpp rmsnorm solution once with a build, twice from the cache.
+# then benchmarks/sol_build_timing.py: the cuda_cpp rmsnorm solution once with a build, twice from the cache.
 #
-#   bash scripts/run_sol_gpu.sh OUT_DIR
+#   bash benchmarks/run_sol_gpu.sh OUT_DIR
 #
-# OUT_DIR gets: prebuild.log, pytest.log, <problem>__<language>.{log,jsonl,rc}, cache-timing.txt, summary.txt.
-# Exits non-zero if the tests fail, if a run that should pass does not, or if the median cache-hit
-# run takes more than 15 s. A language that cannot run here ("unavailable here", exit 2) is listed, not failed.
+# OUT_DIR gets: prebuild.log, pytest.log, <problem>__<language>.{log,jsonl,rc}, build-timing.json, summary.txt.
+# Exits non-zero if the tests fail, if a run that should pass does not, or if a build-timing run fails. A language that cannot run here ("unavailable here", exit 2) is listed, not failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: run_sol_gpu.sh OUT_DIR}"
@@ -76,9 +75,10 @@ done
 
 # Build cache: the first run in a fresh project root builds, the next ones must hit the cache.
 if [ -f solutions/rmsnorm/cuda_cpp/solution.json ]; then
-  bash scripts/sol_cache_timing.sh "$out" 2 2>&1 | tee -a "$summary"
+  python benchmarks/sol_build_timing.py "$out/build-timing.json" --problem problems/sol-execbench/rmsnorm \
+    --solution solutions/rmsnorm/cuda_cpp/solution.json --cached-runs 2 2>&1 | tee -a "$summary"
   rc=${PIPESTATUS[0]}
-  [ "$rc" -eq 0 ] || failed+=("cache-timing($rc)")
+  [ "$rc" -eq 0 ] || failed+=("build-timing($rc)")
 else
   echo "no cuda_cpp rmsnorm solution found: cache timing skipped" | tee -a "$summary"
 fi
