@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU run of the roofline candidates (docs/kernels.md): every candidate of the vector_add,
+# GPU run of the roofline candidates (docs/measurements/kernels-cold-l2-h200.md): every candidate of the vector_add,
 # fused_bias_relu and rmsnorm cards verified and timed with a cold L2, then layout checks of the
 # vectorised candidates' CUDA kernels on shapes and pointer offsets the cards do not reach, then the
 # leaderboard. Run on a GPU machine from anywhere:

@@ -7,7 +7,7 @@
 Each command runs as a fresh `python -m mini_kv` process, as a user runs it, with its attempts written
 to a scratch store (not the project's artifacts/). A solution that cannot run on CPU (CUDA C++, Triton)
 is run too: it must end at once with its reason, not hang. The JSON lists one entry per command and
-`ok`: every command within --limit seconds and no TIMEOUT anywhere (docs/benchmarking.md).
+`ok`: every command within --limit seconds and no TIMEOUT anywhere (docs/measurements/cpu-budget.md).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ CUPTI-timed call of a tiny kernel at several batch sizes, cold and hot L2.
 
     PYTHONPATH=$PWD/src python benchmarks/cupti_startup.py [OUT.txt]
 
-docs/sol-execbench.md ("Where a cache hit's seconds go") has the H200 figures. Needs a CUDA GPU.
+docs/measurements/sol-cold-build-h200.md has the H200 figures. Needs a CUDA GPU.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-// Launch-configuration sweep for rmsnorm/v2_vectorized at the roofline bench shape (docs/kernels.md):
+// Launch-configuration sweep for rmsnorm/v2_vectorized at the roofline bench shape (docs/measurements/kernels-cold-l2-h200.md):
 // the candidate's own register-path kernel under other block sizes, grids and vectors per thread,
 // plus a software-pipelined variant that loads the next row while the current one is reduced and
 // written. Each variant is checked against the shipped launcher's output (1-ulp-ish tolerance:

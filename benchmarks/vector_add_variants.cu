@@ -1,4 +1,4 @@
-// Cache-hint sweep for vector_add/v1_vectorized at its roofline bench size (docs/kernels.md): the
+// Cache-hint sweep for vector_add/v1_vectorized at its roofline bench size (docs/measurements/kernels-cold-l2-h200.md): the
 // shipped launcher (default caching) against the same vector kernel with evict-first hints
 // (__ldcs/__stcs) on the loads, the stores or both, and other unroll depths, in hot or cold L2
 // (benchmarks/variants_timing.cuh). Cold is the state the targets are defined for; there the hinted
