@@ -107,7 +107,7 @@ def test_trace_layout_matches_upstream_field_for_field(tmp_path):
 
 def test_traces_captured_on_the_h200_have_the_upstream_layout():
     upstream = json.loads(UPSTREAM_EXAMPLE.read_text().splitlines()[0])
-    files = sorted((ROOT / "docs" / "evidence" / "sol-traces").glob("*.jsonl"))
+    files = sorted((ROOT / "docs" / "measurements" / "data" / "sol-traces").glob("*.jsonl"))
     assert files
     for f in files:
         for line in f.read_text().splitlines():

@@ -37,31 +37,34 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--compile-timeout",
         type=checks.positive_float,
-        default=600.0,
-        help="seconds for a C++ build (default 600)",
+        default=DEFAULTS.compile_s,
+        help=f"seconds for a C++ build (default {DEFAULTS.compile_s:g})",
     )
     p.add_argument(
         "--timeout",
         type=checks.positive_float,
-        default=600.0,
-        help="seconds per workload, correctness rounds and timing together (default 600)",
+        default=DEFAULTS.sol_timeout_s,
+        help=f"seconds per workload, correctness rounds and timing together (default {DEFAULTS.sol_timeout_s:g})",
     )
     p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument(
         "--rounds",
         type=checks.positive_int,
-        default=10,
-        help="correctness rounds with fresh inputs (default 10)",
+        default=DEFAULTS.sol_rounds,
+        help=f"correctness rounds with fresh inputs (default {DEFAULTS.sol_rounds})",
     )
     p.add_argument(
-        "--warmup", type=checks.nonnegative_int, default=10, help="untimed calls before timing (default 10)"
+        "--warmup",
+        type=checks.nonnegative_int,
+        default=DEFAULTS.sol_warmup,
+        help=f"untimed calls before timing (default {DEFAULTS.sol_warmup})",
     )
     p.add_argument(
         "--repeats",
         type=checks.positive_int,
-        default=1,
+        default=DEFAULTS.sol_repeats,
         help="timed repeats, candidate and reference alternating "
-        "first (default 1; with one, the first side alternates across workloads)",
+        f"first (default {DEFAULTS.sol_repeats}; with one, the first side alternates across workloads)",
     )
     p.add_argument(
         "--samples",

@@ -47,6 +47,11 @@ class Settings:
     case_s: float = 120.0
     stage_s: float = 1800.0
     give_up_after: int = 2  # consecutive TIMEOUTs before the remaining cases are NOT_RUN
+    # A worker child's start-up before its `ready` event: the harness only (Python, torch, CUPTI), so a
+    # limit for a broken machine, never a candidate's time (its per-case timeout starts at `ready`).
+    startup_s: float = 300.0
+    bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
+    ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
     cuda: Sampling = Sampling(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=20.0)
     cpu: Sampling = Sampling(target_rel_ci=0.02, min_samples=5, max_samples=200, budget_s=3.0)
     # A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mini_kv.model import sha256_file
+from mini_kv.settings import DEFAULTS
 from mini_kv.worker.jobs import ABJob, Event
 
 DEFAULT_REPEATS = 6
@@ -57,7 +58,7 @@ def run_ab(
     repeats: int = DEFAULT_REPEATS,
     samples: int = DEFAULT_SAMPLES,
     warmup: int = DEFAULT_WARMUP,
-    timeout: float = 600.0,
+    timeout: float = DEFAULTS.ncu_timeout_s,
 ) -> dict:
     """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
     import torch
