@@ -228,7 +228,7 @@ class L2Flusher:
     def __call__(self) -> None:
         if not self.enabled:
             return
-        torch.sum(self.buf, out=self._sink)  # reads every line of the buffer, writes 8 bytes
+        torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
         if self._reset is not None:
             rc = self._reset()
             if rc != 0:  # an error from the runtime: say so once, and stop calling it
