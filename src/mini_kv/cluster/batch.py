@@ -246,17 +246,47 @@ def _outcome(item: Item, future) -> dict:
     return {**packed["result"], "label": item.label, "attempt": str(path), "where": where}
 
 
+def build_item(item: Item) -> dict | None:
+    """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
+    from mini_kv.cluster import prebuild
+
+    timeout = getattr(item.opts, "compile_timeout", None) or 600.0
+    if item.kind == BENCH:
+        return prebuild.build_solution(item.target, item.opts.solution, timeout)
+    return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
+
+
+def run_here(items: list[Item], show, on_result) -> list[dict]:
+    """The items one after another in this process. On a GPU, every item's build starts at once on all
+    cores (cluster.prebuild) while earlier items are evaluated: the evaluation finds its build in the
+    cache, and at most one evaluation, so one timing, is on the GPU at any moment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mini_kv.cluster import prebuild
+
+    ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
+    pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
+    builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
+    results = []
+    try:
+        for item, build in zip(items, builds, strict=True):
+            if build is not None:
+                build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
+            results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
+            show.done(results[-1]["label"], status_of(results[-1]))
+            on_result(item, results[-1])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    return results
+
+
 def run_batch(items: list[Item], placement, show, on_result=None) -> list[dict]:
     """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay);
     `on_result(item, result)` is called as each item finishes (a results file is written from it)."""
     on_result = on_result or (lambda item, result: None)
     if placement.here:
-        results = []
-        for item in items:
-            results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
-            show.done(results[-1]["label"], status_of(results[-1]))
-            on_result(item, results[-1])
-        return results
+        return run_here(items, show, on_result)
     from distributed import as_completed
 
     from mini_kv.cluster.cluster import GPU, connect, dashboard
