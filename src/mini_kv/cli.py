@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mini_kv.cli_batch import add_junit_argument
 from mini_kv.cli_common import (
     VERBOSE_HELP,
     artifacts_dir,
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
+    add_junit_argument(vr)
     vr.add_argument(
         "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
     )

@@ -44,8 +44,69 @@ def run_items(items, where, results: str | None = None, resume: bool = False) ->
         raise
 
 
+def junit_xml(results: list[dict]) -> bytes:
+    """The results as JUnit XML, so a CI system shows the verdicts natively: one testsuite per item
+    (a card's candidate, a problem's solution), one testcase per case or workload (and per contract
+    check); PASSED passes, SKIPPED and NOT_RUN are skipped, every other status fails with its reason."""
+    import xml.etree.ElementTree as ET
+
+    from mini_kv.cluster.batch import status_of
+
+    root = ET.Element("testsuites", name="mini-kv")
+    for result in results:
+        suite = ET.SubElement(root, "testsuite", name=result["label"])
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="status", value=str(status_of(result)))
+        ET.SubElement(props, "property", name="attempt", value=str(result.get("attempt") or ""))
+        for name, status, reason in _cases_of(result):
+            case = ET.SubElement(suite, "testcase", classname=result["label"], name=name)
+            if status in ("SKIPPED", "NOT_RUN"):
+                ET.SubElement(case, "skipped", message=f"{status}: {reason or ''}".strip())
+            elif status != "PASSED":
+                ET.SubElement(case, "failure", message=str(status), type=str(status)).text = reason or ""
+        cases = suite.findall("testcase")
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def _cases_of(result: dict) -> list[tuple[str, str, str | None]]:
+    """(name, status, reason) of each case of one item's result, whichever front door produced it."""
+    if result.get("failed"):  # no result at all (the worker was lost): the item itself fails
+        return [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
+    if "traces" in result:
+        return [
+            (t["workload"]["uuid"], str(t["evaluation"]["status"]), t["evaluation"].get("log"))
+            for t in result["traces"]
+        ] or [("(item)", str(result["status"]), (result.get("unavailable") or "nothing ran"))]
+    res = result.get("results") or {}
+    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.get("cases", [])]
+    for name, check in (res.get("contract") or {}).items():
+        status = check.get("status") if isinstance(check, dict) else check
+        out.append((name, str(status), (check.get("reason") if isinstance(check, dict) else None)))
+    return out or [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
+
+
+def write_junit(results: list[dict], args) -> None:
+    path = getattr(args, "junit_xml", None)
+    if path:
+        from mini_kv.store.atomic import write_bytes
+
+        write_bytes(Path(path), junit_xml(results))
+
+
+def add_junit_argument(p) -> None:
+    p.add_argument(
+        "--junit-xml",
+        metavar="FILE",
+        help="also write the verdicts as JUnit XML (a testcase per case or workload)",
+    )
+
+
 def print_batch(results: list[dict], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
+    write_junit(results, args)
     from mini_kv import report
     from mini_kv.cluster.batch import worst
     from mini_kv.solexec.table import print_report
@@ -157,6 +218,7 @@ def register(sub) -> None:
         "format, a task card's candidate as one summary line)",
     )
     add_resume_argument(b, "--results")
+    add_junit_argument(b)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

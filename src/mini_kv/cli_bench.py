@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_batch import add_resume_argument
+from mini_kv.cli_batch import add_junit_argument, add_resume_argument
 from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
@@ -31,6 +31,7 @@ def add_arguments(p) -> None:
         help="write the traces here as JSONL (upstream's trace layout), each solution's as it finishes",
     )
     add_resume_argument(p, "-o")
+    add_junit_argument(p)
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
@@ -142,7 +143,7 @@ def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) 
 
 def cmd_bench(args) -> int:
     from mini_kv import jail
-    from mini_kv.cli_batch import print_batch, run_items
+    from mini_kv.cli_batch import print_batch, run_items, write_junit
     from mini_kv.cluster.batch import BENCH, Item, worst
     from mini_kv.cluster.cluster import Placement, placement_from
     from mini_kv.solexec import traces
@@ -175,6 +176,7 @@ def cmd_bench(args) -> int:
             count = Path(args.output).read_text(encoding="utf-8").count("\n")
             console.print(f"traces: {args.output} ({count})", markup=False, soft_wrap=True)
         return code
+    write_junit(results, args)
     sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
     for r in results:
         if r.get("failed"):
