@@ -8,6 +8,7 @@ import pytest
 
 from mini_kv.baseline import BaselineBuildError, build_baseline, rename_namespace
 from mini_kv.compile.compiler import compile_candidate
+from mini_kv.jail import resolve as resolve_sandbox
 from mini_kv.load.task_card import load_task_card
 from mini_kv.pipeline import (
     Built,
@@ -18,7 +19,6 @@ from mini_kv.pipeline import (
     _interleaved_settings,
     verify,
 )
-from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import read_attempt
 
 

@@ -297,7 +297,8 @@ def _parse(text: str) -> _Dom:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",
-    "--no-sandbox",
+    "--sandbox",
+    "off",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",

@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, options_from, run_command
+from mini_kv.cli_batch import add_junit_argument, add_resume_argument
+from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
 
@@ -24,11 +25,15 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
-    p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
-    p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument(
-        "-v", "--verbose", action="store_true", help="settings, build details and every failure log"
+        "-o",
+        "--output",
+        help="write the traces here as JSONL (upstream's trace layout), each solution's as it finishes",
     )
+    add_resume_argument(p, "-o")
+    add_junit_argument(p)
+    p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
     p.add_argument(
         "--compile-timeout",
@@ -96,9 +101,12 @@ def add_arguments(p) -> None:
         "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
     )
     p.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
     )
 
 
@@ -134,7 +142,8 @@ def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) 
 
 
 def cmd_bench(args) -> int:
-    from mini_kv.cli_batch import print_batch, run_items
+    from mini_kv import jail
+    from mini_kv.cli_batch import print_batch, run_items, write_junit
     from mini_kv.cluster.batch import BENCH, Item, worst
     from mini_kv.cluster.cluster import Placement, placement_from
     from mini_kv.solexec import traces
@@ -142,27 +151,32 @@ def cmd_bench(args) -> int:
 
     where = placement_from(args) if hasattr(args, "cluster") else Placement()  # hpc-bench: here
     items = []
+    mode = jail.mode_from(args.sandbox, jail.project_setting(Path.cwd()))
+    jail.resolve(mode)  # --sandbox required on a machine without every layer: exit 2 now
     for solution in args.solution:
         opts = options_from(
             BenchOptions,
             args,
             solution=solution,
             memory_limit_gb=args.memory_limit,
-            sandbox=not args.no_sandbox,
+            sandbox=mode,
         )
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
-    results = run_items(items, where)
+    results = run_items(items, where, args.output, getattr(args, "resume", False))
     lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
-    if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(lines)
+    if not results:  # every solution was done by an earlier run of the same command
+        console.print(
+            f"nothing left to run: every solution is in {args.output}", markup=False, soft_wrap=True
+        )
+        return 0
     if not args.json:
         code = print_batch(results, args)
         if args.output:
-            console.print(f"traces: {args.output} ({lines.count(chr(10))})", markup=False, soft_wrap=True)
+            count = Path(args.output).read_text(encoding="utf-8").count("\n")
+            console.print(f"traces: {args.output} ({count})", markup=False, soft_wrap=True)
         return code
+    write_junit(results, args)
     sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
     for r in results:
         if r.get("failed"):

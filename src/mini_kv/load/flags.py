@@ -14,7 +14,6 @@ lead out of the project (`links_leaving`).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,18 +168,3 @@ def check_flags(groups: dict[str, tuple[str, ...] | list[str]], rules: FlagRules
             why = why_refused(flag, kind, rules)
             if why is not None:
                 raise UnsafeFlag(f"{field}[{i}]", flag if isinstance(flag, str) else repr(flag), why)
-
-
-def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
-    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
-    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
-    root = root.resolve()
-    out = []
-    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
-        for name in (*dirnames, *filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                target = p.resolve()
-                if not target.exists() or (target != root and root not in target.parents):
-                    out.append((p, target))
-    return out

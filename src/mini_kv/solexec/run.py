@@ -7,6 +7,7 @@ trace status; only bad input files and arguments (ConfigError) and mini_kv's own
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -14,19 +15,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mini_kv import environment
+from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
-from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
+from mini_kv.pipeline import (
+    Built,
+    FrontDoor,
+    Outcome,
+    Prepared,
+    _interleaved_settings,
+    run_stages,
+    worker_spec,
+)
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
-from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.solexec import languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
-from mini_kv.solexec.workload import Workload, load_workloads
+from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker.jobs import SolJob
@@ -57,7 +65,7 @@ class BenchOptions:
     keep_staging: bool = False
     seed_salt: str | None = None
     memory_limit_gb: float | None = None
-    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
+    sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
 
 
 def _found_under(base: Path, name: str, limit: int = 12) -> str:
@@ -358,9 +366,13 @@ class SolDoor(FrontDoor):
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
         # and the build (seconds each on a GPU machine)
         warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-        sandbox = resolve_sandbox(opts.sandbox)
+        sandbox = jail.resolve(opts.sandbox)
+        root = bench_project_root(opts, required=False)
+        artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
+        readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
+        spec = worker_spec(readable, root, artifacts)
         self.warm = ChildRun(
-            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox
+            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox, spec=spec
         )
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
@@ -368,7 +380,6 @@ class SolDoor(FrontDoor):
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
-        root = bench_project_root(opts, required=False)
         return Prepared(
             device,
             env,
@@ -378,8 +389,9 @@ class SolDoor(FrontDoor):
             opts.timeout,
             opts.compile_timeout,
             root,
-            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            artifacts,
             give_up_after=opts.give_up_after,
+            jail_spec=spec,
         )
 
     def build(self, prep: Prepared, say) -> Built:
@@ -513,6 +525,9 @@ def bench(
             for c in run.out.results.get("cases", [])
             if c.get("status") == Status.SKIPPED
         ],
+        # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
+        "counts": (run.summary.get("correctness") or {}).get("counts"),
+        "benchmark": run.summary.get("benchmark"),
         "staging": str(door.staging) if opts.keep_staging else None,
         "definition": door.problem.id,
         "solution": door.cand.id,

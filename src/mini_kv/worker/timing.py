@@ -199,9 +199,17 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
 
 
+FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
+
+
 class L2Flusher:
-    """Cold-L2 mode: before each sample, outside the timed span, overwrite a buffer of >= 2x the
-    L2 size and reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU."""
+    """Cold-L2 mode: before each sample, outside the timed span, read a buffer of >= 2x the L2 size and
+    reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU with a cold L2.
+
+    The flush reads rather than writes (FLUSH_METHOD): a memset leaves L2 full of dirty lines that the
+    timed kernel must first write back to HBM, which on an H200 added 17% to a 2^24-element fp16 add
+    against Nsight Compute's own cache control (benchmarks/l2_flush_ncu.py). A read evicts the previous
+    sample's dirty lines during the flush and leaves only clean lines behind."""
 
     def __init__(self, device: str, enabled: bool):
         self.enabled = enabled and is_cuda(device)
@@ -213,13 +221,14 @@ class L2Flusher:
             props = torch.cuda.get_device_properties(torch.device(device))
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
             flush_bytes = 2 * (self.l2_bytes or 64 * 2**20)
-            self.buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+            self.buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
+            self._sink = torch.empty((), dtype=torch.int64, device=device)
             self._reset, self.persisting = persisting_l2_reset()
 
     def __call__(self) -> None:
         if not self.enabled:
             return
-        self.buf.zero_()
+        torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
         if self._reset is not None:
             rc = self._reset()
             if rc != 0:  # an error from the runtime: say so once, and stop calling it
@@ -229,6 +238,7 @@ class L2Flusher:
     def describe(self) -> dict:
         return {
             "flush_bytes": None if self.buf is None else self.buf.numel() * 4,
+            "flush_method": FLUSH_METHOD if self.enabled else None,
             "l2_bytes": self.l2_bytes,
             "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
         }
