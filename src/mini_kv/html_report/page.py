@@ -536,33 +536,32 @@ def profiles_section(comparisons: list[dict], skipped: list[Skipped]) -> list[Bl
     return out
 
 
+# (label, the environment.json field, dotted where nested)
 ENV_ROWS = (
-    ("GPU", lambda e: (e.get("gpu") or {}).get("name") or "none (CPU run)"),
-    ("compute capability", lambda e: (e.get("gpu") or {}).get("capability")),
-    ("driver", lambda e: e.get("driver")),
-    ("torch", lambda e: e.get("torch")),
-    ("CUDA (torch)", lambda e: e.get("torch_cuda")),
-    ("nvcc", lambda e: e.get("nvcc")),
-    ("host compiler", lambda e: e.get("cxx")),
-    ("python", lambda e: e.get("python")),
-    ("platform", lambda e: e.get("platform")),
-    ("CPUs", lambda e: e.get("cpu_count")),
-    (
-        "copy bandwidth GB/s",
-        lambda e: (
-            num(e["copy_bandwidth_Bps"] / 1e9, ",.1f") if e.get("copy_bandwidth_Bps") else "not recorded"
-        ),
-    ),
-    ("environment tag", lambda e: e.get("tag")),
-    ("environment key", lambda e: e.get("key")),
+    ("GPU", "gpu.name"),
+    ("compute capability", "gpu.capability"),
+    ("driver", "driver"),
+    ("torch", "torch"),
+    ("CUDA (torch)", "torch_cuda"),
+    ("nvcc", "nvcc"),
+    ("host compiler", "cxx"),
+    ("python", "python"),
+    ("platform", "platform"),
+    ("CPUs", "cpu_count"),
+    ("copy bandwidth GB/s", "copy_bandwidth_Bps"),
+    ("environment tag", "tag"),
+    ("environment key", "key"),
 )
 
 
-def _env_value(get, env: dict) -> str:
-    try:
-        v = get(env)
-    except (TypeError, AttributeError):  # a field of another shape than this environment.json's
-        v = None
+def _env_value(env: dict, field: str) -> str:
+    v = env
+    for key in field.split("."):  # a field of another shape than this environment.json's reads as absent
+        v = v.get(key) if isinstance(v, dict) else None
+    if field == "gpu.name":
+        return v or "none (CPU run)"
+    if field == "copy_bandwidth_Bps":
+        return num(v / 1e9, ",.1f") if isinstance(v, (int, float)) and v else "not recorded"
     return "not recorded" if v is None else str(v)
 
 
@@ -571,7 +570,7 @@ def environment_section(attempts: list[Attempt]) -> list[Block]:
     for a in attempts:
         envs.setdefault(a.environment_key, a.environment)
     keys = sorted(envs)
-    rows = [[label, *(_env_value(get, envs[k]) for k in keys)] for label, get in ENV_ROWS]
+    rows = [[label, *(_env_value(envs[k], field) for k in keys)] for label, field in ENV_ROWS]
     return [table("environment", ["", *[f"environment {k}" for k in keys]], rows)]
 
 

@@ -489,7 +489,8 @@ def _package_dir() -> Path:
 # with the job's `watch_paths`
 _WORKER_FILES = tuple(
     (
-        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py stats.py runner.py status.py"
+        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py stats.py runner.py status.py "
+        "model.py settings.py"
     ).split()
 )
 
