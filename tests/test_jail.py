@@ -155,6 +155,25 @@ def test_required_refuses_when_a_layer_is_missing(monkeypatch):
 
 
 @needs_jail
+def test_a_compiler_installed_outside_the_system_dirs_is_visible_and_its_neighbours_are_not(
+    tmp_path, monkeypatch
+):
+    # an image that keeps its compilers under /opt/gcc (the H200 machines do): the build and Triton's
+    # JIT must find them inside, while the rest of that disk stays hidden
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "gcc").symlink_to("/bin/true")
+    (tmp_path / "opt" / "secret").write_text("x")
+    monkeypatch.setenv("PATH", f"{prefix / 'bin'}:{os.environ['PATH']}")
+    assert str(prefix) in jail.tool_prefixes()
+    res = _run(
+        f"import os; print(os.path.exists({str(prefix / 'bin' / 'gcc')!r}), "
+        f"os.path.exists({str(tmp_path / 'opt' / 'secret')!r}))"
+    )
+    assert res.stdout.split() == ["True", "False"], res.stderr
+
+
+@needs_jail
 def test_a_self_restricting_entry_applies_the_landlock_rules_itself():
     """The worker child gets no prelude interpreter: it applies $MINI_KV_JAIL_LANDLOCK first thing."""
     code = (

@@ -17,8 +17,8 @@ from conftest import exploit_card_lock, run_cli
 from sol_helpers import logs, statuses
 
 from mini_kv.compile.compiler import compile_candidate
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ExitCode
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate
 from mini_kv.solexec.run import BenchOptions, bench
 

@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from mini_kv.cli_batch import add_junit_argument
 from mini_kv.cli_common import (
+    VERBOSE_HELP,
     artifacts_dir,
     console,
     options_from,
@@ -14,6 +16,7 @@ from mini_kv.cli_common import (
     selected_candidates,
 )
 from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.settings import DEFAULTS
 
 
 def cmd_doctor(args) -> int:
@@ -29,7 +32,7 @@ def cmd_doctor(args) -> int:
 
         t = Table(title="mini_kv doctor")
         for col in ("check", "found", "ok", "blocks", "fix"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")  # a narrow terminal wraps a path; it never cuts it
         for r in rows:
             t.add_row(
                 r["name"],
@@ -153,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
+    add_junit_argument(vr)
     vr.add_argument(
         "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
     )
@@ -171,12 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument(
         "--max-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the P50s (fraction, default 0.03)",
+        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv})",
     )
     vr.add_argument(
         "--max-p95-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the candidate's P95s (fraction, default 0.15)",
+        help=f"stability gate: max robust CV of the candidate's P95s (fraction, default {DEFAULTS.max_p95_cv})",
     )
     vr.add_argument(
         "--samples",
@@ -215,12 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
-    vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    vr.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_batch, cli_bench, cli_store
+    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_store
 
     cli_store.register(sub)
+    cli_attempts.register(sub)
     cli_bench.register(sub)
     cli_batch.register(sub)
     from mini_kv import cli_profile

@@ -3,7 +3,9 @@ exit-code mapping of a command's errors. It imports no command module, so each o
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -21,6 +23,12 @@ def _width(stream) -> int | None:
         return None
     return 180
 
+
+# what -v means on every command that has it (verify, bench, batch): one text, one behaviour
+VERBOSE_HELP = (
+    "every case, not only failures; every failure log and compiler error whole; the settings, the build "
+    "and where the time went"
+)
 
 console = Console(highlight=False, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
@@ -70,8 +78,11 @@ def artifacts_dir(args, root: Path | None = None) -> Path:
 
 def run_command(func, args) -> int:
     """`func(args)` as an exit code: a UserError is one red line, a bug a traceback (exit INTERNAL)."""
+    from mini_kv.store.signing import held_from_environment
+
     try:
-        return int(func(args))
+        with held_from_environment():  # the signing key: for this process only, never its children
+            return int(func(args))
     except UserError as exc:
         # the message quotes user text (ids, keys, file names): never read it as rich markup
         err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
@@ -143,3 +154,28 @@ class BatchDisplay:
         if self.total > 1:
             on = f" on {where['worker']}" if where else ""
             self.progress.console.print(f"{label}: {status}{on}", markup=False, soft_wrap=True)
+
+
+def task_id_of(spec: str, flag: str) -> str:
+    """A task id, or the id inside a task card (`tasks/x.yaml`) or SOL problem directory (its definition name)."""
+    p = Path(spec)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            card = yaml.safe_load(p.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(str(p), flag, f"unreadable task card ({exc})") from None
+        if not isinstance(card, dict) or not isinstance(card.get("id"), str):
+            raise ConfigError(str(p), f"{flag}: id", "a task card with a string `id`")
+        return card["id"]
+    if p.is_dir() and (p / "definition.json").is_file():
+        try:
+            name = json.loads((p / "definition.json").read_text()).get("name")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
+        if not isinstance(name, str):
+            raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
+        # the task id `bench` stores a problem under: its name made directory-safe
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+    return spec

@@ -586,13 +586,37 @@ def gpu_nodes() -> list[str]:
     )
 
 
+# the programs a build or Triton's JIT runs; each one's install prefix is visible inside, wherever the
+# machine keeps it (an image may put its compilers under /opt/gcc, its toolkit under /opt/cuda, ...)
+TOOLS = ("c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "ninja", "ld", "as", "ncu")
+TOOL_ENV = ("CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC")
+
+
+def tool_prefixes() -> list[str]:
+    """The install prefix (the dir above `bin/`) of each build tool found on PATH or named by $CC and the
+    like, through wrappers' symlinks, where it is not a system dir already."""
+    found = [shutil.which(t) for t in TOOLS] + [
+        shutil.which(os.environ.get(v, "").split(" ")[0] or "-") for v in TOOL_ENV
+    ]
+    out = []
+    for path in filter(None, found):
+        for exe in dict.fromkeys((path, os.path.realpath(path))):
+            d = os.path.dirname(exe)
+            prefix = os.path.dirname(d) if os.path.basename(d) == "bin" else d
+            if prefix not in ("/", "") and not any(
+                prefix == s or prefix.startswith(s + "/") for s in SYSTEM_DIRS
+            ):
+                out.append(prefix)
+    return list(dict.fromkeys(out))
+
+
 def read_paths(spec: JailSpec) -> list[str]:
-    """Every host path visible read-only inside (system, Python, the spec's), resolved."""
+    """Every host path visible read-only inside (system, Python, build tools, the spec's), resolved."""
     extra = [os.path.realpath(p) for p in spec.read_only]
     ld = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p.startswith("/")]
     cuda = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
-    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *tools, *extra]
+    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *tools, *tool_prefixes(), *extra]
 
 
 def landlock_rules(spec: JailSpec) -> dict:

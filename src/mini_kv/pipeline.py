@@ -21,6 +21,7 @@ from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
+from mini_kv.settings import from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -70,6 +71,7 @@ def benchmark_settings(
     ):
         if getattr(opts, opt) is not None:
             settings[key] = getattr(opts, opt)
+    settings.update(from_environment())
     if device is None:
         return settings
     from mini_kv.worker.timing import sampling_settings
@@ -477,6 +479,7 @@ STATUS_CODES = {
     Status.INCORRECT: ExitCode.CORRECTNESS,
     Status.INVALID_CASE: ExitCode.CONFIG,
     Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
+    Status.IMPOSSIBLE_TIME: ExitCode.BENCHMARK,  # a time faster than physics: the benchmark stage's verdict
     Status.PASSED: ExitCode.OK,
 }
 
@@ -592,6 +595,9 @@ class CardDoor(FrontDoor):
             head.benchmark,
             results,
             results["bench"],
+            None
+            if self.opts.skip_benchmark
+            else prep.settings,  # what the run was held to (mini_kv.settings)
         )
 
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
@@ -612,7 +618,7 @@ class CardDoor(FrontDoor):
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
-        from mini_kv.compile.baseline import build_baseline
+        from mini_kv.baseline import build_baseline
 
         b = build_baseline(
             baseline,
@@ -665,6 +671,8 @@ def verify(
         "exit_code": run.code,
         "regression": run.regression,
         "index_warning": run.index_warning,
+        "settings": run.prep.settings,
+        "phases": run.phases,
     }
 
 

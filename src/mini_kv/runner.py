@@ -22,18 +22,17 @@ from pathlib import Path
 
 from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import Event, Job
 
 MAX_RESTARTS = 50
-# A child's start-up before its `ready` event: the harness only, so a limit for a broken machine, not a
-# candidate's time (its per-case timeout starts at `ready`)
-STARTUP_S = 300.0
+STARTUP_S = DEFAULTS.startup_s
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
 # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
-DEFAULT_GIVE_UP_AFTER = 2
+DEFAULT_GIVE_UP_AFTER = DEFAULTS.give_up_after
 
 
 def _tail(path: str, n: int = 4000) -> str:

@@ -24,13 +24,14 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from mini_kv import environment, jail
-from mini_kv.compile import nvcc_steps, pch, torch_flags
-from mini_kv.compile.files import links_leaving, odd_files
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv import environment, jail, torch_flags
+from mini_kv.compile import nvcc_steps, pch
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.load.files import links_leaving, odd_files
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.runner import default_sandbox, run_one
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
@@ -276,7 +277,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: Jail
 def compile_candidate(
     project_root: Path,
     cand: Candidate,
-    timeout: float = 600.0,
+    timeout: float = DEFAULTS.compile_s,
     with_cuda: bool | None = None,
     sandbox: JailInfo | None = None,
 ) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mini_kv.model import sha256_file
+from mini_kv.settings import DEFAULTS
 from mini_kv.worker.jobs import ABJob, Event
 
 DEFAULT_REPEATS = 6
@@ -57,7 +58,7 @@ def run_ab(
     repeats: int = DEFAULT_REPEATS,
     samples: int = DEFAULT_SAMPLES,
     warmup: int = DEFAULT_WARMUP,
-    timeout: float = 600.0,
+    timeout: float = DEFAULTS.ncu_timeout_s,
 ) -> dict:
     """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
     import torch
@@ -120,7 +121,7 @@ def time_pair(job: ABJob) -> dict:
 
 
 def _time(job: ABJob, calls: dict) -> dict:
-    from mini_kv.judge import stats
+    from mini_kv import stats
     from mini_kv.worker.benchmark import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
 

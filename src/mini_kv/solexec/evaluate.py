@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 
 import torch
 
-from mini_kv.judge import stats
+from mini_kv import stats
 from mini_kv.solexec import check
 from mini_kv.solexec.definition import ITEMSIZE
 from mini_kv.solexec.inputs import (

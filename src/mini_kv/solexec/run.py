@@ -29,13 +29,15 @@ from mini_kv.pipeline import (
     worker_spec,
 )
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
-from mini_kv.solexec import languages, traces
+from mini_kv.settings import DEFAULTS, from_environment
+from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import SOL_FORMAT
+from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -47,19 +49,19 @@ class BenchOptions:
     definition: str | None = None
     workload: str | None = None
     device: str | None = None  # None: cuda when available, else cpu
-    compile_timeout: float = 600.0
-    timeout: float = 600.0  # per workload (correctness rounds and timing together)
-    rounds: int = 10
-    warmup: int = 10
-    repeats: int = 1  # one profiler session per side (per batch) keeps start-up lean
+    compile_timeout: float = DEFAULTS.compile_s
+    timeout: float = DEFAULTS.sol_timeout_s  # per workload (correctness rounds and timing together)
+    rounds: int = DEFAULTS.sol_rounds
+    warmup: int = DEFAULTS.sol_warmup
+    repeats: int = DEFAULTS.sol_repeats  # one profiler session per side (per batch) keeps start-up lean
     samples: int | None = None  # a fixed count; None: adaptive (worker.timing's stopping rule)
     budget: float | None = None  # seconds per workload (correctness rounds and timing); None: the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the device's
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
     method: str = "auto"
     l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
-    max_cv: float = 0.03
-    max_p95_cv: float = 0.15
+    max_cv: float = DEFAULTS.max_cv
+    max_p95_cv: float = DEFAULTS.max_p95_cv
     artifacts: str | None = None
     keep_staging: bool = False
     seed_salt: str | None = None
@@ -166,6 +168,7 @@ def check_options(opts: BenchOptions, device: str) -> dict:
             "max_p95_cv": opts.max_p95_cv,
             "budget_s": opts.budget,
             "target_rel_ci": opts.target_rel_ci,
+            **from_environment(),
         },
         device,
         opts.timeout,
@@ -282,6 +285,9 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
     return out
 
 
+TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
+
+
 def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
     trace_env = traces.trace_environment(env)
     out = []
@@ -294,8 +300,9 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
                 problem.id,
                 wl.trace_dict(),
                 problem.candidates[0].id,
-                # upstream has no NOT_RUN: a workload given up on after the solution hung is a TIMEOUT there
-                Status.TIMEOUT if o["status"] == Status.NOT_RUN else o["status"],
+                # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
+                # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
+                TRACE_WORDS.get(o["status"], o["status"]),
                 trace_env,
                 log=o.get("log") or "",
                 correctness=o.get("correctness"),
@@ -347,7 +354,7 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 class SolDoor(FrontDoor):
     """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
     The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
-    same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
+    same run by the baseline's own solution (solexec.build.stage_sol_baseline) in the reference's place."""
 
     FORMAT = SOL_FORMAT
 
@@ -378,6 +385,9 @@ class SolDoor(FrontDoor):
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
+        # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
+        bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
         return Prepared(
             device,
             env,
@@ -431,6 +441,7 @@ class SolDoor(FrontDoor):
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
+        floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE) :]
@@ -458,7 +469,7 @@ class SolDoor(FrontDoor):
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
-        from mini_kv.compile.baseline import stage_sol_baseline
+        from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
             baseline,
@@ -523,6 +534,9 @@ def bench(
             for c in run.out.results.get("cases", [])
             if c.get("status") == Status.SKIPPED
         ],
+        # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
+        "counts": (run.summary.get("correctness") or {}).get("counts"),
+        "benchmark": run.summary.get("benchmark"),
         "staging": str(door.staging) if opts.keep_staging else None,
         "definition": door.problem.id,
         "solution": door.cand.id,

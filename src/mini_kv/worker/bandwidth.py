@@ -13,6 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
+from mini_kv.settings import DEFAULTS
+
 COPY_BYTES = 2 * 2**30
 ITERATIONS = 20
 WARMUP = 3
@@ -85,7 +87,11 @@ def load_cached(project_root: Path, environment_key: str) -> dict | None:
 
 
 def ensure(
-    project_root: Path, environment_key: str, device: str, timeout: float = 300.0, env: dict | None = None
+    project_root: Path,
+    environment_key: str,
+    device: str,
+    timeout: float = DEFAULTS.bandwidth_timeout_s,
+    env: dict | None = None,
 ) -> dict | None:
     """The cached measurement for this environment, measuring it first if needed. None off CUDA.
 

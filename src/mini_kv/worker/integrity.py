@@ -82,7 +82,7 @@ WATCHED_MODULES = {
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method", "SampledRepeats", "timing_budget"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
-    "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
+    "mini_kv.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
     "mini_kv.solexec.check": ("compare",),
     "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
     "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
@@ -489,8 +489,8 @@ def _package_dir() -> Path:
 # with the job's `watch_paths`
 _WORKER_FILES = tuple(
     (
-        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py judge/stats.py runner.py "
-        "status.py"
+        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py stats.py runner.py status.py "
+        "model.py settings.py"
     ).split()
 )
 
