@@ -408,9 +408,10 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
         (
             "process_cap",
             state(
-                pids is not None or os.geteuid() != 0,
-                "no writable pids cgroup and uid 0 (RLIMIT_NPROC does not bind root): "
-                "run as a non-root user or give the container a writable pids cgroup",
+                pids is not None or os.geteuid() != 0 or run_as() is not None,
+                "no writable pids cgroup and uid 0 (RLIMIT_NPROC does not bind root), and the Python "
+                "environment is not readable by others (so the jail cannot run as another uid): run as a "
+                "non-root user, give the container a writable pids cgroup, or make the environment readable",
             ),
         ),
         ("rlimits", state(seen["nofile"] == Limits().open_files, "limits not applied")),
@@ -575,8 +576,8 @@ def _ro_args(paths: list[str]) -> list[str]:
     for p in sorted(dict.fromkeys(paths), key=lambda x: (x.count("/"), x)):
         if os.path.islink(p) and p in SYSTEM_DIRS:
             out += ["--symlink", os.readlink(p), p]
-        elif os.path.exists(p):
-            out += ["--ro-bind", p, p]
+        elif os.path.exists(p) and (run_as() is None or _others_can_read(p)):
+            out += ["--ro-bind", p, p]  # (a path the jail's own uid cannot read would stop bwrap)
     return out
 
 
@@ -633,7 +634,7 @@ def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) ->
     steps: list[tuple[str, list[str]]] = []
     finish: list[str] = []
     for p in dict.fromkeys(read_only):
-        if os.path.exists(p):
+        if os.path.exists(p) and (run_as() is None or _others_can_read(p)):
             steps.append((p, ["--ro-bind", p, p]))
     for p in spec.writable:
         real = os.path.realpath(p)
@@ -698,6 +699,33 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
     return env
 
 
+# as root without a pids cgroup, the jail runs as this uid instead, so RLIMIT_NPROC binds (it ignores
+# uid 0, in any namespace): possible where everything the jail must read is readable by others
+HOST_UID = int(os.environ.get("MINI_KV_JAIL_HOST_UID", "65534"))
+
+
+def _others_can_read(path: str) -> bool:
+    """Whether a uid with no rights of its own can reach and read `path` (each parent searchable)."""
+    p = Path(path)
+    try:
+        for d in [*reversed(p.parents), p]:
+            mode = d.stat().st_mode
+            if not mode & 0o001 or (d == p and not mode & 0o004):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def run_as() -> int | None:
+    """The uid the jail runs as when it must not run as root: None where it runs as the caller (not
+    root, or a pids cgroup caps processes, or the Python environment is not readable by others)."""
+    if os.geteuid() != 0 or _pids_cgroup_root() is not None or shutil.which("setpriv") is None:
+        return None
+    return HOST_UID if all(_others_can_read(p) for p in python_paths()) else None
+
+
 def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
     """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
     (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
@@ -707,7 +735,9 @@ def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] 
     setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
     if setpriv is None or prlimit is None:
         return None
-    out = [setpriv, "--pdeathsig", "KILL", "--", prlimit]
+    uid = run_as() if nproc else None
+    drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
+    out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
     out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
     if procs_file is not None:
@@ -779,7 +809,7 @@ def _copy_regular(src: Path, dest: Path) -> None:
     if src.is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
-        shutil.copymode(src, dest)
+        os.chmod(dest, 0o755 if os.access(src, os.X_OK) else 0o644)  # readable by the jail's uid
     elif src.is_dir():
         for child in src.iterdir():
             _copy_regular(child, dest / child.name)
@@ -805,7 +835,7 @@ def popen(
         return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
     root = _pids_cgroup_root()
     group = _PidsGroup(root, spec.limits.processes) if root is not None else None
-    nproc = os.geteuid() != 0
+    nproc = os.geteuid() != 0 or run_as() is not None
     # inside, the working directory is the caller's where the jail shows it (`python -m` puts it on
     # sys.path, as a project's modules expect), else the scratch dir
     chdir = kwargs.pop("cwd", None) or os.getcwd()
@@ -824,6 +854,12 @@ def popen(
             group.join()
         _set_limits(spec.limits, nproc)
 
+    if run_as() is not None:  # the jail's uid must write its writable dirs and read its inboxes
+        for d in [*spec.writable, *inboxes.values()]:
+            os.chown(d, run_as(), run_as())
+        for d in spec.read_only:  # mini_kv's own temp dirs (staged sources) are made private
+            if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
+                os.chmod(d, 0o755)
     launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
     try:
         proc = Jailed(
