@@ -617,7 +617,15 @@ def read_paths(spec: JailSpec) -> list[str]:
     ld = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p.startswith("/")]
     cuda = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
-    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *tools, *tool_prefixes(), *extra]
+    found = [p for p in [*tools, *tool_prefixes()] if not _shows_too_much(p)]
+    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *found, *extra]
+
+
+def _shows_too_much(path: str) -> bool:
+    """A tool dir found in the environment that would show $HOME or the host's /tmp whole: left out."""
+    real = os.path.realpath(path)
+    whole = [os.path.realpath(os.path.expanduser("~")), os.path.realpath(tempfile.gettempdir())]
+    return real == "/" or any(w == real or w.startswith(real.rstrip("/") + "/") for w in whole)
 
 
 def landlock_rules(spec: JailSpec) -> dict:
