@@ -326,7 +326,7 @@ def compile_problem(
     flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
-    say(f"compile {sol.id}")
+    say(f"compile {sol.id}: {sol.build_summary(True)}")
     rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
