@@ -543,6 +543,7 @@ def bench(
         "duration_s": round(time.perf_counter() - t0, 3),
         "phases": run.phases,
         "regression": run.regression,
+        "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
     }
 
 
