@@ -708,7 +708,8 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
 
 
 # as root without a pids cgroup, the jail runs as this uid instead, so RLIMIT_NPROC binds (it ignores
-# uid 0, in any namespace): possible where everything the jail must read is readable by others
+# uid 0, in any namespace): possible where everything the jail must read is readable by others.
+# MINI_KV_JAIL_HOST_UID=0 keeps root (process_cap then unavailable)
 HOST_UID = int(os.environ.get("MINI_KV_JAIL_HOST_UID", "65534"))
 
 
@@ -729,9 +730,16 @@ def _others_can_read(path: str) -> bool:
 def run_as() -> int | None:
     """The uid the jail runs as when it must not run as root: None where it runs as the caller (not
     root, or a pids cgroup caps processes, or the Python environment is not readable by others)."""
-    if os.geteuid() != 0 or _pids_cgroup_root() is not None or shutil.which("setpriv") is None:
+    if (
+        os.geteuid() != 0
+        or HOST_UID == 0
+        or _pids_cgroup_root() is not None
+        or shutil.which("setpriv") is None
+    ):
         return None
-    return HOST_UID if all(_others_can_read(p) for p in python_paths()) else None
+    # the Python environment and the working directory (the project, normally) must be readable by it
+    needed = [*python_paths(), os.getcwd()]
+    return HOST_UID if all(_others_can_read(p) for p in needed) else None
 
 
 def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
