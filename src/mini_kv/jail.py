@@ -629,7 +629,10 @@ def _shows_too_much(path: str) -> bool:
 
 
 def landlock_rules(spec: JailSpec) -> dict:
-    reads = [p for p in read_paths(spec) if os.path.exists(p)]
+    """The Landlock rules for the same view bwrap builds: what is bound read-only (the staged dirs
+    too, wherever a symlink puts them) may be read and executed, the writable dirs written."""
+    staged = [os.path.realpath(d) for d in spec.staged if os.path.isdir(d)]
+    reads = [p for p in [*read_paths(spec), *staged] if os.path.exists(p)]
     writes = [SCRATCH, "/dev", "/proc", *[os.path.realpath(p) for p in spec.writable]]
     if spec.gpu:
         reads.append("/sys")
