@@ -13,19 +13,21 @@ unavailable with the reason:
 - filesystem: deny by default. The root is an empty tmpfs; read-only binds of the system (/usr, the
   few /etc files the loader and compilers read), the Python environment (every `sys.path` entry) and
   `JailSpec.read_only`; `JailSpec.writable` dirs bound writable; a private /tmp (tmpfs, size capped)
-  as scratch for TMPDIR, HOME, Triton's and CUDA's caches; `JailSpec.hidden` paths masked. Never
-  $HOME, the host's /tmp, socket files, the artifact store or `.build/` (callers hide the last two);
+  as scratch for TMPDIR, HOME, Triton's and CUDA's caches; `JailSpec.hidden` paths masked;
+  `JailSpec.staged` dirs (a project's .build/) empty but for what the parent copies in
+  (`Jailed.stage`). Never $HOME, the host's /tmp, socket files, the artifact store or another build;
   GPU runs get /dev/nvidia* and nothing else of the host's /dev;
 - capabilities: all dropped (`--cap-drop ALL`), `no_new_privs` set;
 - seccomp: a filter of our own (libseccomp through `pyseccomp`, handed to bwrap as BPF) refuses
   mount, umount2, pivot_root, setns, unshare, namespace flags of clone, clone3, ptrace,
   process_vm_readv/writev, bpf, keyctl/add_key/request_key, kexec_*, the module calls, io_uring,
   open_by_handle_at, the new mount API, and perf_event_open unless `JailSpec.profiler`;
-- landlock: where the kernel has it, `_jail_prelude.py` (the first program inside) restricts the
-  process tree to the same paths (read-only or writable as bound), TCP connect/bind (unless
-  profiling) and signals/abstract sockets outside its domain;
-- process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC (which binds only for a
-  non-zero uid: a caller that is not root);
+- landlock: where the kernel has it, `_jail_prelude.py` (the first program inside; or the worker
+  child itself, first thing: `self_landlock`) restricts the process tree to the same paths (read-only
+  or writable as bound), TCP connect/bind (unless profiling) and signals/abstract sockets outside its
+  domain;
+- process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC, which binds only for a non-zero
+  uid: a caller that is not root, or as root without a cgroup the jail run as `HOST_UID` (`run_as`);
 - rlimits: open files, file size, CPU time (`Limits`);
 - environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
   parent's environment never reach the jail.
@@ -35,11 +37,16 @@ line naming the fix, when one is missing; `required` raises `JailUnavailable` (e
 layer is active; `off` runs the command as it is, recorded as off. The mode comes from
 `--sandbox`, else `MINI_KV_SANDBOX`, else the project's setting.
 
-    info = jail.resolve("auto")                  # the honest record (cached probe)
-    spec = jail.JailSpec(read_only=(project,), hidden=(project / ".build",), gpu=True)
+The outer bwrap is set up by `setpriv --pdeathsig KILL` and `prlimit` (`_launcher`), not by a Popen
+preexec_fn, which would make Popen fork the whole parent (tens of ms with torch loaded).
+
+    info = jail.resolve("auto")                  # the honest record (cached probe); JailUnavailable
+    spec = jail.JailSpec(read_only=(project,), staged=(project / ".build",), gpu=True)
     proc = jail.popen([sys.executable, "-m", "mini_kv.worker.child", ...], spec, info, stdout=log)
+    proc.stage(library)                          # a file under a staged dir, copied in
     ...
     proc.kill_tree(); proc.wait(); proc.cleanup()   # or just proc.wait(); proc.cleanup()
+    jail.run(cmd, spec, info, timeout=600)       # a tool, its output bounded (OUTPUT_CAP per stream)
 """
 
 from __future__ import annotations
