@@ -67,9 +67,9 @@ def start_costs(runs: int) -> dict:
 
 
 def _baseline_src(commit: str, where: Path) -> Path:
-    """The baseline commit's src/ (git archive), so both versions run from this checkout's files."""
+    """The baseline commit's src/ and schemas/ (git archive); both versions run on this checkout's files."""
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True
+        ["git", "-C", str(ROOT), "archive", commit, "src", "schemas"], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
     return where / "src"
