@@ -540,6 +540,7 @@ class CardDoor(FrontDoor):
                 self.cand,
                 timeout=prep.compile_timeout,
                 with_cuda=None if prep.device.startswith("cuda") else False,
+                sandbox=prep.sandbox,  # the run's jail mode (--sandbox) for its build too
             )
         )
 

@@ -327,7 +327,14 @@ def compile_problem(
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {sol.id}: {sol.build_summary(True)}")
-    rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
+    rec = compile_solution(
+        bench_project_root(opts),
+        sol,
+        staging / "solution",
+        flags,
+        opts.compile_timeout,
+        jail.resolve(opts.sandbox),
+    )
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
             problem,
