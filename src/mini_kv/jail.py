@@ -603,8 +603,15 @@ TOOL_ENV = ("CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC")
 def tool_prefixes() -> list[str]:
     """The install prefix (the dir above `bin/`) of each build tool found on PATH or named by $CC and the
     like, through wrappers' symlinks, where it is not a system dir already."""
-    found = [shutil.which(t) for t in TOOLS] + [
-        shutil.which(os.environ.get(v, "").split(" ")[0] or "-") for v in TOOL_ENV
+    return list(
+        _tool_prefixes(os.environ.get("PATH", os.defpath), tuple(os.environ.get(v, "") for v in TOOL_ENV))
+    )
+
+
+@functools.lru_cache(maxsize=8)  # a PATH search per tool is milliseconds, and every jail asks
+def _tool_prefixes(path: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    found = [shutil.which(t, path=path) for t in TOOLS] + [
+        shutil.which(v.split(" ")[0] or "-", path=path) for v in named
     ]
     out = []
     for path in filter(None, found):
@@ -615,7 +622,7 @@ def tool_prefixes() -> list[str]:
                 prefix == s or prefix.startswith(s + "/") for s in SYSTEM_DIRS
             ):
                 out.append(prefix)
-    return list(dict.fromkeys(out))
+    return tuple(dict.fromkeys(out))
 
 
 def read_paths(spec: JailSpec) -> list[str]:
