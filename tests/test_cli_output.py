@@ -551,3 +551,22 @@ def test_verbose_details_name_settings_build_and_time():
     assert "warmup 20" in text and "method cupti" in text and "l2 cold" in text
     assert "cache hit True" in text
     assert "total 3.5" in text and "timing 1.20" in text
+
+
+def test_a_long_stage_is_never_silent_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    from mini_kv import cli_common
+
+    monkeypatch.setattr(cli_common, "HEARTBEAT_S", 0.5)
+    with cli_common.BatchDisplay(1) as show:
+        update = show.row("t/c")
+        update("compile c: op.cpp")
+        import time as _time
+
+        _time.sleep(2.5)
+        update("correctness", completed=1, total=3)  # a count within a stage: no new line
+        show.done("t/c", "PASSED")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "t/c: compile c: op.cpp"
+    beats = [ln for ln in err if ln.startswith("t/c: compile c: op.cpp: still running, ")]
+    assert len(beats) >= 2 and all(ln.endswith(" s so far") for ln in beats)
+    assert not any("correctness" in ln for ln in err)

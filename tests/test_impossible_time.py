@@ -79,3 +79,62 @@ def test_relabelling_it_passed_is_tampered(tmp_path):
     assert p.kind == "tampered" and "IMPOSSIBLE_TIME" in p.message and "PASSED" in p.message
     assert build_leaderboard(art)["groups"] == []
     assert json.loads((attempt / "attempt.json").read_text())["status"] == "PASSED"
+
+
+# ----------------------------------------------------------------------------------- SOL-ExecBench
+
+
+def _sol_outcomes(problem, l2="cold"):
+    from test_index import synth_samples
+
+    return {
+        wl.uuid: {
+            "status": Status.PASSED,
+            "log": "",
+            "correctness": {
+                "max_relative_error": 0.0,
+                "max_absolute_error": 0.0,
+                "has_nan": False,
+                "has_inf": False,
+            },
+            "performance": {"latency_ms": 0.01, "reference_latency_ms": 0.01, "speedup_factor": 1.0},
+            "bench": {
+                "l2": l2,
+                "candidate": {"samples": synth_samples(10.0, i)},
+                "reference": {"samples": synth_samples(10.0, i + 50)},
+            },
+        }
+        for i, wl in enumerate(problem.payload[1])
+    }
+
+
+def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_its_trace():
+    from pathlib import Path
+
+    from mini_kv.solexec import floor
+    from mini_kv.solexec.run import BenchOptions, build_traces, load_problem
+    from mini_kv.store.headline import sol_headline
+
+    sols = Path(__file__).parent / "sol_solutions"
+    opts = BenchOptions(solution=str(sols / "good_return" / "solution.json"))
+    problem = load_problem(str(sols / "problem"), opts)
+    definition, workloads = problem.payload
+    assert floor.output_bytes(definition, workloads[0]) == 3 * 8 * 4 + 4  # y (n x d float32) and total
+    # a 1 kB/s "device": 100 bytes take at least 50 ms, so 10 us is impossible
+    outcomes = _sol_outcomes(problem)
+    floor.judge_times(definition, workloads, outcomes, peak_bw_Bps=1e3)
+    assert {o["status"] for o in outcomes.values()} == {Status.IMPOSSIBLE_TIME}
+    env = {"torch": "x"}
+    trace = build_traces(problem, outcomes, env)[0]["evaluation"]
+    assert trace["status"] == "REWARD_HACK" and trace["log"].startswith("IMPOSSIBLE_TIME: ")
+    assert trace["correctness"] is None and trace["performance"] is None
+    records = [{"id": u, **o["bench"]} for u, o in outcomes.items()]
+    head = sol_headline([{"id": u, **o} for u, o in outcomes.items()], records)
+    assert head.status == Status.IMPOSSIBLE_TIME
+    relabelled = [{"id": u, **o, "status": Status.PASSED} for u, o in outcomes.items()]
+    assert sol_headline(relabelled, records).status == Status.IMPOSSIBLE_TIME  # the records decide
+    # a real device (4 TB/s), warm L2 or no bandwidth: no floor reached
+    for peak, l2 in ((4e12, "cold"), (1e3, "hot"), (None, "cold")):
+        outcomes = _sol_outcomes(problem, l2)
+        floor.judge_times(definition, workloads, outcomes, peak)
+        assert {o["status"] for o in outcomes.values()} == {Status.PASSED}

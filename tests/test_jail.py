@@ -171,3 +171,33 @@ def test_a_compiler_installed_outside_the_system_dirs_is_visible_and_its_neighbo
         f"os.path.exists({str(tmp_path / 'opt' / 'secret')!r}))"
     )
     assert res.stdout.split() == ["True", "False"], res.stderr
+
+
+@needs_jail
+def test_a_self_restricting_entry_applies_the_landlock_rules_itself():
+    """The worker child gets no prelude interpreter: it applies $MINI_KV_JAIL_LANDLOCK first thing."""
+    code = (
+        "from mini_kv._jail_prelude import restrict_from_env\n"
+        "import os\n"
+        "before = len(os.listdir('/'))\n"
+        "restrict_from_env()\n"
+        "try:\n"
+        "    os.listdir('/')\n"
+        "    print('listed', before)\n"
+        "except PermissionError:\n"
+        "    print('refused', before, 'MINI_KV_JAIL_LANDLOCK' in os.environ)\n"
+    )
+    proc = jail.popen(
+        [sys.executable, "-c", code],
+        jail.JailSpec(),
+        INFO,
+        self_landlock=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out, _ = proc.communicate(timeout=60)
+    proc.cleanup()
+    landlock = dict(INFO.layers).get("landlock") == "active"
+    assert out.split()[0] == ("refused" if landlock else "listed"), out
+    if landlock:  # and the rules are gone from the environment candidate code will see
+        assert out.split()[-1] == "False", out

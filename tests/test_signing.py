@@ -256,3 +256,13 @@ def test_no_child_process_of_a_command_inherits_the_key(monkeypatch):
     assert run_command(command, None) == 0
     assert seen["own"] is not None and seen["child"] == "absent" and seen["environ"] is None
     assert os.environ[signing.KEY_ENV] == KEY  # given back when the command ends
+
+
+def test_the_run_says_whether_its_attempt_is_signed(signed_store, tmp_path, monkeypatch):
+    from mini_kv.report import signature_line
+
+    _, slow = signed_store
+    assert signature_line(str(slow)) == f"signature: HMAC-SHA256, key id {signing.operator_key(None).key_id}"
+    monkeypatch.delenv(signing.KEY_ENV)
+    bare = make_attempt(tmp_path / "other", candidate="v9", seed=9)
+    assert signature_line(str(bare)).startswith("signature: none (neither MINI_KV_SIGNING_KEY")

@@ -4,6 +4,8 @@ Run as `python -I -S _jail_prelude.py RULES_JSON -- ARGV...` by bwrap after it h
 namespaces, the file-system view and the seccomp filter. Landlock cannot be applied before bwrap (a
 Landlock-restricted process may not mount), so this step runs inside, before any candidate code. It
 imports nothing but the standard library (the interpreter runs isolated: -I -S) and is small on purpose.
+A jailed command that is mini_kv's own Python entry (the worker child) applies the same rules itself,
+first thing (`restrict_from_env`, rules in $MINI_KV_JAIL_LANDLOCK), which saves an interpreter start.
 
 RULES_JSON: {"read": [paths], "write": [paths], "net": bool, "abi_min": int}. `read` paths get read
 and execute rights, `write` paths every file-system right; everything else is denied, on top of
@@ -85,6 +87,22 @@ def _allow(libc, ruleset: int, path: str, access: int) -> None:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
     finally:
         os.close(fd)
+
+
+ENV = "MINI_KV_JAIL_LANDLOCK"
+
+
+def restrict_from_env() -> None:
+    """In a jailed mini_kv entry point, before anything else: the rules the jail handed over, if any.
+    Exits the process (status 121) when they cannot be applied, so nothing runs unrestricted."""
+    text = os.environ.pop(ENV, None)
+    if text is None:
+        return
+    try:
+        restrict(json.loads(text))
+    except (OSError, ValueError) as exc:
+        print(f"mini_kv jail: Landlock could not be applied: {exc}", file=sys.stderr)
+        os._exit(121)
 
 
 def main(argv: list[str]) -> int:

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -29,6 +31,8 @@ VERBOSE_HELP = (
     "every case, not only failures; every failure log and compiler error whole; the settings, the build "
     "and where the time went"
 )
+
+HEARTBEAT_S = 30.0  # seconds between "still running" lines of a long stage when stderr is not a terminal
 
 console = Console(highlight=False, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
@@ -122,13 +126,29 @@ class BatchDisplay:
         self.total = total
         self.bar = self.progress.add_task("batch", total=total) if total > 1 else None
         self.current = None
+        # where rich shows nothing (stderr not a terminal): each stage as a plain line when it starts, and
+        # a line every HEARTBEAT_S while it lasts, so a long build or timing is never silent
+        self.stage: tuple[str, float, float] | None = None  # (text, started, last printed)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
 
     def __enter__(self) -> BatchDisplay:
         self.progress.__enter__()
+        if not err_console.is_terminal:
+            self._beat.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
         self.progress.__exit__(*exc)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(1.0):
+            stage = self.stage
+            now = time.monotonic()
+            if stage is not None and now - stage[2] >= HEARTBEAT_S:
+                self.stage = (stage[0], stage[1], now)
+                progress_line(f"{stage[0]}: still running, {now - stage[1]:.0f} s so far")
 
     def row(self, label: str):
         """The pipeline's progress callback for an item running here."""
@@ -136,6 +156,11 @@ class BatchDisplay:
 
         def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
             self.progress.update(self.current, description=msg, completed=completed, total=total)
+            text = f"{label}: {msg}"
+            if total is None and (self.stage is None or self.stage[0] != text):  # a new stage, not a count
+                now = time.monotonic()
+                self.stage = (text, now, now)
+                progress_line(text)
 
         return update
 
@@ -146,6 +171,7 @@ class BatchDisplay:
         self.progress.console.print(text, markup=False, soft_wrap=True)
 
     def done(self, label: str, status: str, where: dict | None = None) -> None:
+        self.stage = None
         if self.current is not None:
             self.progress.remove_task(self.current)
             self.current = None

@@ -78,6 +78,7 @@ NAMESPACES = ("user", "pid", "mount", "network", "ipc", "uts")
 ENTER_FAILED = 121  # the jail could not be set up: nothing of the command ran
 JAIL_UID = 65534  # the uid inside the jail's user namespace: not root there either
 PRELUDE = str(Path(__file__).with_name("_jail_prelude.py"))
+LANDLOCK_ENV = "MINI_KV_JAIL_LANDLOCK"  # the rules, for a command that applies them itself
 # bytes of a jailed tool's output kept per stream (`run`): the first and the last half, with a marker
 # between that says how many bytes were dropped
 OUTPUT_CAP = 4 << 20
@@ -89,10 +90,12 @@ ENV_ALLOWED = frozenset(
         "CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER CUDA_HOME CUDA_PATH CUDA_MODULE_LOADING CUDA_LAUNCH_BLOCKING "
         "NVIDIA_VISIBLE_DEVICES NVIDIA_DRIVER_CAPABILITIES LD_LIBRARY_PATH TORCH_CUDA_ARCH_LIST "
         "CC CXX NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS MAX_JOBS OMP_NUM_THREADS MKL_NUM_THREADS "
-        "CUTLASS_PATH CUTLASS_HOME CUTLASS_DIR CUDNN_FRONTEND_PATH"
+        "CUTLASS_PATH CUTLASS_HOME CUTLASS_DIR CUDNN_FRONTEND_PATH "
+        # mini_kv's own settings that a child reads (not every MINI_KV_*: a secret may be named so)
+        "MINI_KV_CHANNEL_KEY MINI_KV_NVCC_STEPS MINI_KV_NVCC MINI_KV_DATA_ROOT"
     ).split()
 )
-ENV_PREFIXES = ("LC_", "MINI_KV_", "TRITON_", "TORCHINDUCTOR_")
+ENV_PREFIXES = ("LC_", "TRITON_", "TORCHINDUCTOR_")
 # where processes write caches and temp files: the jail's private /tmp
 SCRATCH = "/tmp"
 ENV_SCRATCH = {
@@ -655,6 +658,7 @@ def argv(
     seccomp_fd: int,
     inboxes: dict[str, str] | None = None,
     chdir: str | None = None,
+    self_landlock: bool = False,
 ) -> list[str]:
     """bwrap's command line for `cmd` (seccomp_fd: `_seccomp_fd`'s, passed to the child; `inboxes`:
     host dir bound read-only over each of `spec.staged`)."""
@@ -674,6 +678,8 @@ def argv(
     user = [p for p in read_paths(spec) if p not in SYSTEM_DIRS and p not in SYSTEM_ETC]
     args += _view_args([p for p in user if not _under(p, system)], spec, inboxes)
     args += ["--chdir", chdir or SCRATCH, "--seccomp", str(seccomp_fd), "--"]
+    if self_landlock:  # the command applies the rules itself ($MINI_KV_JAIL_LANDLOCK, see popen)
+        return [*args, *cmd]
     rules = json.dumps({**landlock_rules(spec), "abi_min": 1})
     return [*args, sys.executable, "-I", "-S", PRELUDE, rules, "--", *cmd]
 
@@ -690,6 +696,23 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
     )
     env.update(dict(spec.env))
     return env
+
+
+def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
+    """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
+    (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
+    against 1 ms for the vfork Popen uses without one): `setpriv --pdeathsig KILL` (the jail dies
+    with this thread), `prlimit` (the rlimits) and, for the pids cgroup, `sh` writing its own pid into
+    the group before it execs bwrap. None where util-linux's setpriv or prlimit is missing."""
+    setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
+    if setpriv is None or prlimit is None:
+        return None
+    out = [setpriv, "--pdeathsig", "KILL", "--", prlimit]
+    out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
+    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
+    if procs_file is not None:
+        out += ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file]
+    return out
 
 
 def _set_limits(limits: Limits, nproc: bool) -> None:
@@ -763,12 +786,23 @@ def _copy_regular(src: Path, dest: Path) -> None:
 
 
 def popen(
-    cmd: list[str], spec: JailSpec, info: JailInfo, env: dict | None = None, **kwargs
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    env: dict | None = None,
+    self_landlock: bool = False,
+    **kwargs,
 ) -> subprocess.Popen:
     """Start `cmd` jailed as `info` says (as it is where the jail is off), in a session of its own
-    that dies with this thread. `kwargs` go to subprocess.Popen (stdin, stdout, pass_fds, ...)."""
+    that dies with this thread. `kwargs` go to subprocess.Popen (stdin, stdout, pass_fds, ...).
+    `self_landlock`: `cmd` is a mini_kv entry that calls `_jail_prelude.restrict_from_env` before
+    anything else (the worker child), so no prelude interpreter is started for it."""
     if not info.enabled:
-        return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+        launch = _launcher(Limits(), False, None)
+        if launch is None:
+            return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+        # no rlimits when the jail is off: the command runs as it would without mini_kv's jail
+        return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
     root = _pids_cgroup_root()
     group = _PidsGroup(root, spec.limits.processes) if root is not None else None
     nproc = os.geteuid() != 0
@@ -784,18 +818,25 @@ def popen(
         if os.path.isdir(d)
     }
 
-    def before_exec() -> None:
+    def before_exec() -> None:  # only where setpriv or prlimit is missing (slow: Popen forks)
         die_with_parent()
         if group is not None:
             group.join()
         _set_limits(spec.limits, nproc)
 
+    launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
     try:
         proc = Jailed(
-            argv(cmd, spec, info, fd, inboxes, chdir=str(chdir) if chdir else None),
-            env=environment(env, spec),
+            [
+                *(launch or []),
+                *argv(cmd, spec, info, fd, inboxes, str(chdir) if chdir else None, self_landlock),
+            ],
+            env={
+                **environment(env, spec),
+                **({LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}),
+            },
             start_new_session=True,
-            preexec_fn=before_exec,
+            preexec_fn=before_exec if launch is None else None,
             pass_fds=(*kwargs.pop("pass_fds", ()), fd),
             **kwargs,
         )

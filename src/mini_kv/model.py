@@ -112,6 +112,16 @@ class Candidate:
     extra_ldflags: tuple[str, ...] = ()
     raw: dict | None = field(default=None, repr=False, compare=False)  # solution.json as read
 
+    def build_summary(self, with_cuda: bool) -> str:
+        """What a build of this candidate compiles, for the progress line while it runs."""
+        files = [*self.cpu_sources, *(self.cuda_sources if with_cuda else ())] or [
+            s.path for s in self.sources
+        ]
+        shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+        return (
+            f"{shown} (a cold C++ build of a torch extension takes a minute or more here; a cached one none)"
+        )
+
     @property
     def namespace(self) -> str:
         return self.op.split("::")[0]

@@ -522,7 +522,7 @@ class CardDoor(FrontDoor):
 
     def build(self, prep: Prepared, say) -> Built:
         """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
-        say(f"compile {self.cand.id}")
+        say(f"compile {self.cand.id}: {self.cand.build_summary(prep.device.startswith('cuda'))}")
         if self.opts.prebuilt:
             return Built(
                 {

@@ -55,6 +55,26 @@ class Tally:
         return counts if self.ran else f"NOTHING RAN ({counts})"
 
 
+def signature_line(attempt: str) -> str:
+    """`signature: key id ...`, or `signature: none (...)`: whether the leaderboard's --require-signed
+    will rank the attempt (store.signing). A line of its own: scripts read the path after `attempt: `."""
+    import json
+    from pathlib import Path
+
+    from mini_kv.store import signing
+
+    try:
+        key_id = signing.claimed_key_id(json.loads((Path(attempt) / "attempt.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return "signature: unknown (attempt.json unreadable)"
+    if key_id:
+        return f"signature: HMAC-SHA256, key id {key_id}"
+    return (
+        f"signature: none (neither {signing.KEY_ENV} nor {signing.KEY_FILE_ENV} was set: unsigned, "
+        "leaderboard --require-signed will not rank it)"
+    )
+
+
 def timing_word(stable: bool | None, timed: bool = True) -> str:
     """Whether the run's timing can be trusted, in the summary line's words."""
     if not timed or stable is None:
@@ -357,6 +377,7 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
         soft_wrap=True,
     )
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
+    console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(
             f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)"

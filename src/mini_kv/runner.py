@@ -136,6 +136,7 @@ class ChildRun:
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
+                self_landlock=True,  # worker.child applies the jail's Landlock rules first thing
             )
         finally:
             os.close(write_fd)

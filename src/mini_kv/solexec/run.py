@@ -30,13 +30,14 @@ from mini_kv.pipeline import (
 )
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.settings import DEFAULTS, from_environment
-from mini_kv.solexec import languages, traces
+from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import SOL_FORMAT
+from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -284,6 +285,9 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
     return out
 
 
+TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
+
+
 def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
     trace_env = traces.trace_environment(env)
     out = []
@@ -296,8 +300,9 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
                 problem.id,
                 wl.trace_dict(),
                 problem.candidates[0].id,
-                # upstream has no NOT_RUN: a workload given up on after the solution hung is a TIMEOUT there
-                Status.TIMEOUT if o["status"] == Status.NOT_RUN else o["status"],
+                # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
+                # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
+                TRACE_WORDS.get(o["status"], o["status"]),
                 trace_env,
                 log=o.get("log") or "",
                 correctness=o.get("correctness"),
@@ -321,7 +326,7 @@ def compile_problem(
     flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
-    say(f"compile {sol.id}")
+    say(f"compile {sol.id}: {sol.build_summary(True)}")
     rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
@@ -380,6 +385,9 @@ class SolDoor(FrontDoor):
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
+        # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
+        bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
         return Prepared(
             device,
             env,
@@ -433,6 +441,7 @@ class SolDoor(FrontDoor):
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
+        floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE) :]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import Tally, print_regression, timing_word
+from mini_kv.report import Tally, print_regression, signature_line, timing_word
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -78,6 +78,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if result.get("regression"):
         print_regression(result["regression"], console)
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
+    console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
 

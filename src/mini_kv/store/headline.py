@@ -251,6 +251,14 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     impossible = [c.impossible for c in cases if c.impossible]
+    # bench marks a workload timed below its floor IMPOSSIBLE_TIME (solexec.floor): recomputed here from
+    # its bench record, so a workload relabelled PASSED still gives the attempt that status
+    if (
+        not passed
+        and impossible
+        and all(w["status"] in (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME) for w in workloads)
+    ):
+        passed = True
     bench = {
         "ran": bool(records),
         "ok": passed,

@@ -585,7 +585,7 @@ def apply_memory(
     for p in problems:
         key = _store_path(artifacts, p.path)
         if p.kind == "tampered" and key not in tampered:
-            meta = Path(p.path) / "attempt.json"
+            meta = Path(artifacts) / key / "attempt.json"
             digest = sha256_file(meta) if meta.is_file() and not meta.is_symlink() else None
             tampered[key] = TamperedRecord(key, digest, _now(), p.message)
     return kept, problems, tampered
