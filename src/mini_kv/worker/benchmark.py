@@ -17,6 +17,7 @@ from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare
 from mini_kv.worker.inputs import case_seed, clone_args, make_case_inputs, tensor_nbytes
+from mini_kv.worker.remote import workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -24,7 +25,6 @@ from mini_kv.worker.timing import (
     NoDeviceWorkError,
     TimingError,
     TimingGuardError,
-    Workload,
     is_cuda,
     is_fixed_count,
     measure,
@@ -80,10 +80,6 @@ def choose_method(
             continue
         return method, fallbacks
     raise AssertionError("empty method chain")
-
-
-def _bind(fn, args):
-    return lambda: fn(*args)
 
 
 def timed(fn):
@@ -325,8 +321,8 @@ def bench_case(
     args, n_sets = cand_sets[0], len(cand_sets)
     ref_sets = [clone_args(s) for s in cand_sets]
     # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
-    cand_calls = Workload([_bind(op, s) for s in cand_sets])
-    ref_calls = Workload([_bind(reference, s) for s in ref_sets])
+    cand_calls = workload_of(op, cand_sets)
+    ref_calls = workload_of(reference, ref_sets)
     # cold: one captured launch per input set, so consecutive replayed launches use different buffers
     launches = n_sets if cold else launches_hot
     flush = L2Flusher(device, cold)

@@ -22,6 +22,7 @@ from mini_kv.status import Status
 from mini_kv.worker.compare import compare, inputs_unchanged, matches, tensor_errors
 from mini_kv.worker.inputs import case_seed, clone_args, describe_args, make_case_inputs, upcast_args
 from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, poison, same_bytes
+from mini_kv.worker.remote import refresh
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 
@@ -108,7 +109,7 @@ def _call(op, args, guard: Guard | None, device: str, when: str):
     except Violation:
         raise
     except Exception as exc:  # noqa: BLE001 - the candidate raising is a result
-        raise _Raised(exc, traceback.format_exc()[-4000:]) from None
+        raise _Raised(exc, getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]) from None
 
 
 def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard) -> dict:
@@ -155,6 +156,7 @@ def _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard,
     only: the first call's statistics are the ones reported.)"""
     time.sleep(SETTLE_S)
     _sync(device)
+    refresh(op)
     if matches(out, ref, atol, rtol):
         raise Violation(
             "THREAD_ESCAPE",
