@@ -16,7 +16,15 @@ import torch
 
 from mini_kv.worker import link, shared
 from mini_kv.worker.integrity import Violation, check_output
-from mini_kv.worker.remote import RemoteGuard, RemoteOp, Subject, SubjectLost, check_claim, workload_of
+from mini_kv.worker.remote import (
+    RemoteGuard,
+    RemoteOp,
+    SpotCheck,
+    Subject,
+    SubjectLost,
+    check_claim,
+    workload_of,
+)
 from mini_kv.worker.timing import L2Flusher, Measurement, measure
 
 SOLUTION = """
@@ -41,6 +49,22 @@ def address(x, w):
 
 def die(x, w):
     os._exit(0)
+
+_seen = {}
+
+def lazy_when_timed(x, w):
+    import sys
+    frame, timed = sys._getframe(1), False
+    while frame is not None:
+        timed = timed or frame.f_code.co_name.startswith("time_")
+        frame = frame.f_back
+    if timed and id(x) in _seen:
+        return _seen[id(x)]
+    _seen[id(x)] = out = x + w
+    return out
+
+def add_into(x, w, out):
+    torch.add(x, w, out=out)
 """
 
 
@@ -134,6 +158,49 @@ def test_timing_runs_in_the_subject_and_is_bounded_by_the_judges_clock(subject):
     assert m.method == "wallclock" and len(m.samples) == 7 and all(s > 0 for s in m.samples)
 
 
+def _add_check(outputs=()):
+    def wrong(args, out):
+        out = out[0] if isinstance(out, list) else out
+        return None if torch.allclose(out, args[0] + args[1]) else "not x + w"
+
+    return SpotCheck(wrong, [torch.randn(256), torch.randn(256)], outputs)
+
+
+def test_timed_calls_are_spot_checked_with_new_values_in_their_buffers(subject):
+    """A cache keyed on id() returns the result of the values the buffer held before: caught."""
+    op = load(subject, "lazy_when_timed")
+    sets = [[torch.randn(256), torch.randn(256)] for _ in range(2)]
+    for s in sets:
+        op(*s)  # checked calls: right, and remembered
+    wl = workload_of(op, sets, _add_check())
+    with pytest.raises(Violation) as v:
+        measure(wl, "wallclock", 4, "cpu", L2Flusher("cpu", False))
+    assert v.value.code == "STALE_OUTPUT_AFTER_TIMING"
+
+
+def test_honest_timed_calls_pass_their_spot_checks_and_keep_their_values(subject):
+    op = load(subject, "add")
+    sets = [[torch.randn(256), torch.randn(256)] for _ in range(3)]
+    before = [[t.clone() for t in s] for s in sets]
+    wl = workload_of(op, sets, _add_check())
+    for _ in range(4):
+        measure(wl, "wallclock", 2, "cpu", L2Flusher("cpu", False))
+    assert all(
+        torch.equal(a, b) for s, p in zip(sets, before, strict=True) for a, b in zip(s, p, strict=True)
+    )
+
+
+def test_destination_passing_timed_calls_are_checked_in_their_poisoned_buffers(subject):
+    op = load(subject, "add_into")
+    sets = [[torch.randn(256), torch.randn(256), torch.empty(256)] for _ in range(2)]
+    measure(workload_of(op, sets, _add_check(outputs=(2,))), "wallclock", 3, "cpu", L2Flusher("cpu", False))
+    lazy = load(subject, "scale_in_place")  # writes x * w: wrong for the check, whatever the buffer held
+    with pytest.raises(Violation, match="STALE_OUTPUT_AFTER_TIMING"):
+        measure(
+            workload_of(lazy, sets, _add_check(outputs=(2,))), "wallclock", 3, "cpu", L2Flusher("cpu", False)
+        )
+
+
 def _fake_subject(answer):
     """A judge-side Subject whose other end answers every request with `answer(request)`."""
     judge_end, other = link.pair()
@@ -172,6 +239,8 @@ def test_an_answer_out_of_turn_is_a_forged_channel(fake_subject):
     with pytest.raises(Violation) as v:
         sub.ask("check", when="now")
     assert v.value.code == "FORGED_RESULT_CHANNEL"
+    with pytest.raises(SubjectLost, match="broke the protocol"):  # and it is asked nothing more
+        sub.ask("check", when="again")
 
 
 def test_a_violation_code_the_harness_does_not_know_is_a_forged_channel(fake_subject):

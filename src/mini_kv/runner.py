@@ -25,7 +25,7 @@ from mini_kv.sandbox import Sandbox, SandboxInfo
 from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
-from mini_kv.worker.jobs import SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
+from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
 from mini_kv.worker.link import pair as link_pair
 from mini_kv.worker.zygote import RESULT_FD, spawn_child
 
@@ -70,6 +70,8 @@ def _ended(code: int | None, subject_code: int | None) -> str:
     """How a worker ended, for the record: a judge whose subject was lost says how the subject ended."""
     if code == SUBJECT_LOST_EXIT:
         return f"the subject process (the one running the candidate) {_describe_exit(subject_code)}"
+    if code == SUBJECT_DROPPED_EXIT:
+        return "the judge dropped its subject, which broke the protocol (the case's record says how)"
     return f"worker {_describe_exit(code)}"
 
 

@@ -37,7 +37,7 @@ from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.jobs import Event
 from mini_kv.worker.loader import load_module
-from mini_kv.worker.remote import RemoteGuard, RemoteOp, workload_of
+from mini_kv.worker.remote import RemoteGuard, RemoteOp, SpotCheck, workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -376,13 +376,31 @@ def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[lis
     ]
 
 
-def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
+def _spot_check(ctx: Context, sig: dict, workload: dict, n_inputs: int, n_outputs: int) -> SpotCheck:
+    """How the judge checks a timed call of the solution (remote.RemoteWorkload): the reference on the
+    set's values, the outputs compared as a correctness round compares them; spare values from their
+    own seed."""
+
+    def wrong(args: list, outs) -> str | None:
+        refs = run_reference(ctx, sig, args[:n_inputs])
+        outs = outs if ctx.dps else normalize_outputs(outs, sig, ctx.device)
+        _structure(sig, outs, refs)
+        found = _first_wrong(sig, outs, refs, workload["tolerance"])
+        return None if found is None else f"output {found[0]!r}: {found[1]}"
+
+    seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0spot-check")
+    outputs = tuple(range(n_inputs, n_inputs + n_outputs))
+    return SpotCheck(wrong, _inputs(ctx, sig, workload, seed), outputs)
+
+
+def _calls(ctx: Context, sig: dict, workload: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
     """Rotating candidate and reference (or baseline) calls; DPS calls write into per-set output buffers."""
     outs = [allocate_outputs(sig, ctx.device) if ctx.dps else [] for _ in sets]
     ref_sets = [clone_inputs(s) for s in sets]
     ref, ref_dps = ctx.baseline or (ctx.reference_fn, False)
     ref_outs = [allocate_outputs(sig, ctx.device) if ref_dps else [] for _ in sets]
-    cand = workload_of(ctx.solution_fn, [[*s, *o] for s, o in zip(sets, outs, strict=True)])
+    spot = _spot_check(ctx, sig, workload, len(sets[0]), len(outs[0]))
+    cand = workload_of(ctx.solution_fn, [[*s, *o] for s, o in zip(sets, outs, strict=True)], spot)
     refc = workload_of(ref, [[*s, *o] for s, o in zip(ref_sets, ref_outs, strict=True)])
     return cand, refc, ref_sets
 
@@ -455,7 +473,7 @@ def timing(
     lap = _laps({} if phase_s is None else phase_s)
     t0 = time.perf_counter()
     sets = _input_sets(ctx, sig, workload, cold)
-    cand, ref, ref_sets = _calls(ctx, sig, sets)
+    cand, ref, ref_sets = _calls(ctx, sig, workload, sets)
     lap("inputs")
     warm = warm_up(
         [cand, ref], int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), ctx.device

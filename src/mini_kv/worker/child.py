@@ -18,7 +18,7 @@ import traceback
 
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
-from mini_kv.worker.jobs import SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
+from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +121,7 @@ def run_job(job: Job, chan: Channel, link_fd: int) -> int:
         return _run_stages(job, chan, subject)
     except SubjectLost as lost:
         print(f"mini_kv: {lost}", file=sys.stderr, flush=True)
-        return SUBJECT_LOST_EXIT
+        return SUBJECT_DROPPED_EXIT if subject.broken else SUBJECT_LOST_EXIT
     finally:
         subject.close()
 
@@ -133,6 +133,7 @@ def _run_stages(job: Job, chan: Channel, subject) -> int:
     for case in job.cases:
         rec, extra = ev.correctness(case)
         chan.send(event=Event.CASE, record=rec, **extra)
+        _stop_if_broken(subject)
         if rec["status"] == Status.RUNTIME_ERROR and any(
             m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
         ):
@@ -140,11 +141,22 @@ def _run_stages(job: Job, chan: Channel, subject) -> int:
     for name in getattr(job, "contract", []):
         chan.send(event=Event.BEGIN, stage="contract", case=name)
         chan.send(event=Event.CONTRACT, name=name, record=ev.contract(name))
+        _stop_if_broken(subject)
     for case in getattr(job, "bench_cases", []):
         chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
         chan.send(event=Event.BENCH, record=ev.bench(case))
+        _stop_if_broken(subject)
     chan.send(event=Event.DONE)
     return 0
+
+
+def _stop_if_broken(subject) -> None:
+    """After a record: a subject that broke the protocol is asked nothing more (the parent goes on with
+    a fresh pair for what is left)."""
+    from mini_kv.worker.remote import SubjectLost
+
+    if subject.broken:
+        raise SubjectLost(f"the subject broke the protocol ({subject.broken})")
 
 
 def _evaluator(kind: str):

@@ -21,8 +21,8 @@ import torch
 from mini_kv.status import Status
 from mini_kv.worker.compare import compare, inputs_unchanged, matches, tensor_errors
 from mini_kv.worker.inputs import case_seed, clone_args, describe_args, make_case_inputs, upcast_args
-from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, poison, same_bytes
-from mini_kv.worker.remote import refresh
+from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, same_bytes
+from mini_kv.worker.remote import poison_before, refresh
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 
@@ -116,7 +116,7 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     atol, rtol = tolerance["atol"], tolerance["rtol"]
     pristine = clone_args(args)
     ref_args = clone_args(args)
-    poison(_nbytes(args), device)
+    poison_before(op, _nbytes(args), device)
     out = _call(op, args, guard, device, "the call before the reference")
     if not inputs_unchanged(pristine, args):
         raise Violation("INPUT_MUTATED", "the op modified its inputs (a functional op must not)")
@@ -184,7 +184,7 @@ def _second_call(op, reference, factory, case, device, salt, seed, out, ref, ato
     )
     pristine2 = clone_args(args2)
     ref2 = reference(*clone_args(args2))
-    poison([out.numel() * out.element_size()], device)
+    poison_before(op, [out.numel() * out.element_size()], device)
     out2 = _call(op, args2, guard, device, "the call after the reference")
     if not inputs_unchanged(pristine2, args2):
         raise Violation("INPUT_MUTATED", "the op modified its inputs on the second call")

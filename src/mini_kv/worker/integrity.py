@@ -48,7 +48,8 @@ CODES = {
     "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
     "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
     "the reference's values are small",
-    "STALE_OUTPUT_AFTER_TIMING": "wrong after the timed calls, or on new values written into the same buffers",
+    "STALE_OUTPUT_AFTER_TIMING": "a timed call's output wrong when the judge checked it, or wrong after the "
+    "timed calls, or on new values written into the same buffers",
     "NO_DEVICE_WORK": "timed calls launched no device work at all",
     "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel, or an answer from the subject "
     "process out of turn or out of protocol",

@@ -21,13 +21,17 @@ from __future__ import annotations
 import functools
 import math
 import os
+import random
 import time
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from mini_kv.worker import shared
-from mini_kv.worker.integrity import CODES, SUBJECT_VIEWS, SubjectView, Violation
+from mini_kv.worker.integrity import CODES, SUBJECT_VIEWS, SubjectView, Violation, rewrite_in_place
+from mini_kv.worker.integrity import poison as integrity_poison
 from mini_kv.worker.link import Link, LinkClosed, LinkError
 from mini_kv.worker.timing import (
     CuptiUnavailableError,
@@ -85,6 +89,7 @@ class Subject:
         self.new: list[dict] = []
         self.new_fds: list[int] = []
         self.freed: list[int] = []
+        self.broken: str | None = None  # how the subject broke the protocol: nothing it says counts after
 
     # ------------------------------------------------------------------ requests
 
@@ -95,14 +100,21 @@ class Subject:
             return reply
         if isinstance(reply.get("violation"), dict):
             v = reply["violation"]
-            code = v.get("code") if v.get("code") in CODES else "FORGED_RESULT_CHANNEL"
-            raise Violation(code, str(v.get("message"))[:4000])
+            if v.get("code") not in CODES:
+                raise self.lie(
+                    f"the subject reported a violation code the harness does not know: {v.get('code')!r}"[
+                        :300
+                    ]
+                )
+            raise Violation(v["code"], str(v.get("message"))[:4000])
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         exc = _named(str(err.get("type") or "SubjectError"))(str(err.get("message", ""))[:4000])
         exc.remote_traceback = str(err.get("traceback", ""))[-4000:]
         raise exc
 
     def request(self, op: str, /, **fields) -> dict:
+        if self.broken:
+            raise SubjectLost(f"the subject broke the protocol earlier ({self.broken})")
         self.seq += 1
         msg = {**fields, "request": op, "seq": self.seq, "new": self.new, "free": self.freed}
         fds, self.new, self.new_fds, self.freed = self.new_fds, [], [], []
@@ -112,19 +124,24 @@ class Subject:
         except LinkClosed:
             raise SubjectLost(f"the subject process ended during the request {op!r}") from None
         except LinkError as exc:
-            raise Violation("FORGED_RESULT_CHANNEL", f"the subject answered {op!r} with {exc}") from None
+            raise self.lie(f"the subject answered {op!r} with {exc}") from None
         finally:
             for fd in fds:
                 os.close(fd)
         if reply.get("seq") != self.seq:
             for fd in got:
                 os.close(fd)
-            raise Violation(
-                "FORGED_RESULT_CHANNEL",
-                f"the subject answered out of turn (answer {reply.get('seq')!r} to request {self.seq})",
+            raise self.lie(
+                f"the subject answered out of turn (answer {reply.get('seq')!r} to request {self.seq})"
             )
         self._receive(reply.get("new") or [], got)
         return reply
+
+    def lie(self, what: str) -> Violation:
+        """The violation for an answer out of protocol; the subject is not asked anything after it (the
+        judge ends its job once the case is recorded, and the parent goes on with a fresh pair)."""
+        self.broken = what[:300]
+        return Violation("FORGED_RESULT_CHANNEL", what)
 
     def close(self) -> None:
         self.link.close()
@@ -144,7 +161,7 @@ class Subject:
     def decode(self, value):
         """An answer's value: a tensor is a view on the buffer the subject copied it into."""
         if not isinstance(value, dict):
-            raise Violation("FORGED_RESULT_CHANNEL", f"the subject answered out of protocol: {value!r}"[:300])
+            raise self.lie(f"the subject answered out of protocol: {value!r}"[:300])
         if "t" in value:
             try:
                 spec = shared.TensorSpec.from_dict(value["t"])
@@ -152,9 +169,7 @@ class Subject:
                 if spec.nbytes_needed() > buf.nbytes:
                     raise ValueError(f"a view past the end of buffer {spec.buf}")
             except (KeyError, TypeError, ValueError) as exc:
-                raise Violation(
-                    "FORGED_RESULT_CHANNEL", f"the subject named an output out of protocol: {exc}"
-                ) from None
+                raise self.lie(f"the subject named an output out of protocol: {exc}") from None
             view = buf.view(spec)
             found = value.get("finding")
             found = (str(found[0]), str(found[1])[:1000]) if _is_finding(found) else None
@@ -228,9 +243,7 @@ class Subject:
         except (shared.SharedMemoryError, ValueError, TypeError, KeyError) as exc:
             for fd in left:
                 os.close(fd)
-            raise Violation(
-                "FORGED_RESULT_CHANNEL", f"the subject sent a buffer out of protocol: {exc}"
-            ) from None
+            raise self.lie(f"the subject sent a buffer out of protocol: {exc}") from None
 
 
 def _is_finding(found) -> bool:
@@ -252,6 +265,7 @@ class RemoteOp:
 
     def __init__(self, subject: Subject, target: str):
         self.subject, self.target = subject, target
+        self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -260,7 +274,10 @@ class RemoteOp:
         """One call in the subject under its Guard; `outputs` (DPS) are among `args`, written in place."""
         encoded = [self.subject.encode(a) for a in args]
         where = [next(i for i, a in enumerate(args) if a is o) for o in outputs]
-        reply = self.subject.ask("call", target=self.target, args=encoded, outputs=where, when=when)
+        poison, self.poison = self.poison, []
+        reply = self.subject.ask(
+            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison
+        )
         return self.subject.decode(reply.get("out"))
 
     def refresh(self) -> None:
@@ -281,15 +298,30 @@ class RemoteGuard:
         return fn.call(list(args), when, outputs)
 
 
+@dataclass(frozen=True)
+class SpotCheck:
+    """How the judge checks timed calls (RemoteWorkload.measure). `wrong(args, outputs)`: why the
+    outputs of a call on `args` (their values now) are wrong, or None, the reference run here;
+    `spare`: other valid input values of the same shapes, swapped into the checked set before its batch
+    (new values at the same address, Python id and version counter: a result kept from an earlier
+    call is wrong); `outputs`: the positions of destination-passing outputs among a set's arguments."""
+
+    wrong: Callable[[list, list], str | None]
+    spare: list
+    outputs: tuple[int, ...] = ()
+
+
 class RemoteWorkload(Workload):
     """Input sets to rotate through for timing a target in the subject (timing.Workload's rotation,
     kept there across measurements). timing.measure hands a batch to `measure`."""
 
+    remote = True
     _ids = iter(range(1, 1 << 62))
 
-    def __init__(self, op: RemoteOp, sets: list[list]):
+    def __init__(self, op: RemoteOp, sets: list[list], spot: SpotCheck | None = None):
         super().__init__([None] * len(sets))
-        self.subject, self.id = op.subject, next(self._ids)
+        self.subject, self.id, self.sets, self.spot = op.subject, next(self._ids), sets, spot
+        self.pos = 0  # the subject's place in the rotation after the last batch (its claim)
         encoded = [[self.subject.encode(a) for a in s] for s in sets]
         self.subject.ask("workload", id=self.id, target=op.target, sets=encoded)
 
@@ -297,7 +329,9 @@ class RemoteWorkload(Workload):
         return lambda: self.subject.ask("run", workload=self.id)
 
     def measure(self, method: str, samples: int, device: str, cold: bool, launches: int) -> Measurement:
-        """One batch timed in the subject, bracketed by this process's clock (check_claim)."""
+        """One batch timed in the subject, bracketed by this process's clock (check_claim), with one of
+        the input sets it calls spot-checked (_arm, _spot_check)."""
+        k = self._arm(samples) if self.spot is not None else None
         t0 = time.perf_counter()
         reply = self.subject.ask(
             "measure", workload=self.id, method=method, samples=samples, cold=cold, launches=launches
@@ -311,12 +345,59 @@ class RemoteWorkload(Workload):
                 kernel_us=None if reply.get("kernel_us") is None else [float(x) for x in reply["kernel_us"]],
                 notes=dict(reply.get("notes") or {}),
             )
+            self.pos = int(reply["pos"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise Violation(
-                "FORGED_RESULT_CHANNEL", f"the subject's timing answer is out of protocol: {exc}"
-            ) from None
+            raise self.subject.lie(f"the subject's timing answer is out of protocol: {exc}") from None
         check_claim(m, method, samples, elapsed)
+        if k is not None:
+            self._spot_check(k)
         return m
+
+    def _arm(self, samples: int) -> int:
+        """Before a batch: choose at random one of the input sets it will call (every batch calls at
+        least `samples` calls, from where the rotation stands), give it the spare values and poison
+        its destination-passing outputs, so that only work done in this batch can pass the check."""
+        k = (self.pos + random.randrange(min(samples, len(self.sets)))) % len(self.sets)
+        self._swap(k)
+        for i in self.spot.outputs:
+            _poison(self.sets[k][i])
+        return k
+
+    def _swap(self, k: int) -> None:
+        """Exchange set k's input values with the spare ones, in place (rewrite_in_place)."""
+        inputs = [i for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
+        theirs = [self.sets[k][i] for i in inputs]
+        mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
+        rewrite_in_place(theirs, [self.spot.spare[j] for j in range(len(inputs))])
+        rewrite_in_place([self.spot.spare[j] for j in range(len(inputs))], mine)
+        if self.subject.device.startswith("cuda"):
+            torch.cuda.synchronize()  # the values are there before the subject's next call reads them
+
+    def _spot_check(self, k: int) -> None:
+        """After the batch: the outputs of its last call on set k, judged here; then set k's own
+        values back (the check after timing compares each set with the reference's copy of it)."""
+        if self.spot.outputs:
+            outs = [self.sets[k][i] for i in self.spot.outputs]
+        else:
+            outs = self.subject.decode(self.subject.ask("spot", workload=self.id, set=k).get("out"))
+        try:
+            why = self.spot.wrong(self.sets[k], outs)
+        except Exception as exc:  # noqa: BLE001 - an output that cannot even be compared is wrong
+            why = f"{type(exc).__name__}: {exc}"
+        if why:
+            raise Violation(
+                "STALE_OUTPUT_AFTER_TIMING",
+                f"a timed call on input set {k}, checked after timing its batch, with new values in its "
+                f"input buffers: {why} (right when checked, wrong when timed: it skipped work or replayed a result)",
+            )
+        self._swap(k)
+
+
+def _poison(t) -> None:
+    """An output buffer filled with all-ones bytes (NaN for floats): what no correct kernel leaves."""
+    if isinstance(t, torch.Tensor) and t.numel():
+        with torch.no_grad():
+            shared.raw_span(t.data).view(torch.uint8).fill_(0xFF)
 
 
 def check_claim(m: Measurement, method: str, samples: int, elapsed_s: float) -> None:
@@ -346,11 +427,21 @@ def check_claim(m: Measurement, method: str, samples: int, elapsed_s: float) -> 
         )
 
 
-def workload_of(fn, sets: list[list]) -> Workload:
-    """The timing rotation of `fn` over `sets`: in the subject for a RemoteOp, here for the reference."""
+def workload_of(fn, sets: list[list], spot: SpotCheck | None = None) -> Workload:
+    """The timing rotation of `fn` over `sets`: in the subject for a RemoteOp (its timed calls
+    spot-checked by `spot`), here for the reference."""
     if isinstance(fn, RemoteOp):
-        return RemoteWorkload(fn, sets)
+        return RemoteWorkload(fn, sets, spot)
     return Workload([(lambda s=s: fn(*s)) for s in sets])
+
+
+def poison_before(op, sizes: list[int], device: str) -> None:
+    """Freed blocks of these sizes filled with NaN where the candidate allocates: in the subject, just
+    before its next call, for a RemoteOp (integrity.poison)."""
+    if isinstance(op, RemoteOp):
+        op.poison = list(sizes)
+    else:
+        integrity_poison(sizes, device)
 
 
 def refresh(op) -> None:
