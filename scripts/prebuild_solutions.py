@@ -19,41 +19,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 
 def build_one(problem_dir: str, solution_json: str) -> tuple[str, bool]:
-    from mini_kv.solexec.build import stage_sources
-    from mini_kv.solexec.run import BenchOptions, compile_problem, load_problem
+    from mini_kv.cluster.prebuild import build_solution
 
-    opts = BenchOptions(solution=solution_json, compile_timeout=1200)
-    problem = load_problem(problem_dir, opts)
-    if problem.candidates[0].group != "cpp":
-        return f"{solution_json}: not C++, nothing to build", True
-    with tempfile.TemporaryDirectory(prefix="mini-kv-prebuild-") as tmp:
-        stage_sources(problem.candidates[0], Path(tmp) / "solution")
-        rec, outcomes = compile_problem(problem, Path(tmp), opts, lambda msg: None)
-    if rec is None:  # the language cannot build here: every workload carries the reason
-        return f"{solution_json}: {next(iter(outcomes.values()))['log']}", True
+    rec = build_solution(problem_dir, solution_json, compile_timeout=1200)
+    if rec is None:
+        return f"{solution_json}: not C++ or not buildable here, nothing to build", True
     return _line(solution_json, rec)
 
 
 def build_candidate(card_path: str, cand_id: str) -> tuple[str, bool]:
-    import torch
+    from mini_kv.cluster.prebuild import build_card_candidate
 
-    from mini_kv.compile.compiler import compile_candidate
-    from mini_kv.load.task_card import load_task_card
-
-    card = load_task_card(card_path)
-    # verify's build (pipeline.CardDoor.build): CUDA sources where the run is on a GPU, else CPU only
-    with_cuda = None if torch.cuda.is_available() else False
-    rec = compile_candidate(
-        Path(card.project_root), card.candidate(cand_id), timeout=1200, with_cuda=with_cuda
+    return _line(
+        f"{card_path} {cand_id}", build_card_candidate(card_path, cand_id, None, compile_timeout=1200)
     )
-    return _line(f"{card_path} {cand_id}", rec)
 
 
 def _line(name: str, rec: dict) -> tuple[str, bool]:

@@ -35,7 +35,8 @@ SECTIONS = (
 )
 FLAGS = [
     "--headless",
-    "--no-sandbox",
+    "--sandbox",
+    "off",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",

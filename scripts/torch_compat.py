@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from mini_kv.compile import torch_flags
+    from mini_kv import torch_flags
     from mini_kv.solexec.build import build_log, stage_sources
     from mini_kv.solexec.run import BenchOptions, compile_problem, load_problem
 

@@ -1,4 +1,4 @@
-"""Adaptive sampling (judge.stats.StoppingRule, worker.timing.measure_until), time budgets and the early
+"""Adaptive sampling (stats.StoppingRule, worker.timing.measure_until), time budgets and the early
 give-up on a hanging solution: the stopping reasons, the counts taken, and the records that say so."""
 
 import json
@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import torch
 
-from mini_kv.judge import stats
+from mini_kv import stats
 from mini_kv.load.schema import load_schema
 from mini_kv.solexec.evaluate import budget_less_post_check
 from mini_kv.status import Status, StopReason

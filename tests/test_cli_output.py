@@ -186,7 +186,10 @@ def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("COMPILE_ERROR")][0]
-    assert last == "COMPILE_ERROR v0: build failed at /proj/candidates/x/op.cpp:12:5"
+    assert last == (
+        "COMPILE_ERROR v0: build failed at /proj/candidates/x/op.cpp:12:5, NOTHING RAN (0 passed, 0 failed, "
+        "0 skipped, 0 not run of 0 cases), timing: none"
+    )
 
 
 def test_the_summary_line_after_incorrect_names_what_failed():
@@ -207,7 +210,10 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
-    assert last == "INCORRECT v0: failed n31-float32, core 1/2"
+    assert last == (
+        "INCORRECT v0: failed n31-float32, 1 passed, 1 failed, 0 skipped, 0 not run of 2 cases (core 1/2), "
+        "timing: none"
+    )
     # a load failure without any case run still says what happened
     res = _result(
         "INCORRECT",
@@ -224,7 +230,39 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     console = Console(width=200, record=True, file=io.StringIO())
     report.print_verify(res, console)
     last = [ln for ln in console.export_text().splitlines() if ln.startswith("INCORRECT")][0]
-    assert last == "INCORRECT v0: the op did not load, missing kernels CPU, Meta"
+    assert last == (
+        "INCORRECT v0: the op did not load, missing kernels CPU, Meta, NOTHING RAN (0 passed, 0 failed, "
+        "0 skipped, 0 not run of 0 cases), timing: none"
+    )
+
+
+def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if_timing_was_stable():
+    """Finding 7 of issue 35: "11/11 workloads passed" for a run that skipped 3 of 14, "0/0" for one with
+    nothing run, and no word on stability while the attempt was unstable."""
+    from mini_kv.cli_batch import batch_summary_line
+    from mini_kv.solexec.table import bench_summary_line
+
+    counts = {"PASSED": 11, "SKIPPED": 3}
+    unstable = {"ran": True, "stable": False}
+    line = bench_summary_line({"counts": counts, "benchmark": unstable, "traces": []})
+    assert line.startswith("11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing UNSTABLE")
+    line = bench_summary_line(
+        {"counts": {"SKIPPED": 2}, "benchmark": {"ran": False, "stable": None}, "traces": []}
+    )
+    assert line.startswith("NOTHING RAN (0 passed, 0 failed, 2 skipped, 0 not run of 2 workloads)")
+    counts = {"PASSED": 1, "INCORRECT_NUMERICAL": 1, "TIMEOUT": 1, "NOT_RUN": 2}
+    line = bench_summary_line({"counts": counts, "benchmark": {"ran": True, "stable": True}, "traces": []})
+    assert line == "1 passed, 2 failed, 0 skipped, 2 not run of 5 workloads, timing stable"
+    items = [
+        {"label": "a", "summary": {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}},
+        {"label": "b", "status": "PASSED", "benchmark": {"ran": True, "stable": True}},
+        {"label": "c", "status": "WORKER_LOST"},
+    ]
+    line = batch_summary_line(items)
+    assert line.startswith(
+        "summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items"
+    )
+    assert "a PASSED, b PASSED, c WORKER_LOST" in line
 
 
 def test_namespace_and_op_name_mismatches_are_named():
@@ -427,3 +465,108 @@ def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
         "p=4.3e-55",
     ):
         assert cell in text, cell
+
+
+def test_leaderboard_at_80_columns_keeps_ids_whole():
+    from mini_kv.leaderboard import rich_tables
+
+    entry = {
+        "rank": 1,
+        "candidate": "v2_vectorized_long_name",
+        "geomean_speedup": 1.23456,
+        "cases": {"bench_4096x8192-float16": 1.5, "bench_1024x1024-bfloat16": 0.9},
+        "regression": None,
+        "signature": "unsigned",
+        "attempt_id": "20261204T170749227007Z-v2_vectorized_long_name-d750e2",
+        "created_at": "2026-12-04T17:07:49+00:00",
+    }
+    board = {
+        "groups": [
+            {
+                "task_id": "rmsnorm",
+                "suite_hash": "5e87f8b84e70aa",
+                "environment_key": "99dd",
+                "device": "cpu",
+                "entries": [entry],
+            }
+        ]
+    }
+    text = "".join(_render(t) for t in rich_tables(board, 80))
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert "…" not in text
+    for cell in (entry["candidate"], "1.235x", "bench_4096x8192-float16 1.500x"):
+        assert cell in text, cell
+    # the attempt id is wider than what is left beside rank and candidate: folded over lines, never cut
+    cells = "".join(ln.split("│")[3].strip() for ln in text.splitlines() if ln.count("│") == 4)
+    assert entry["attempt_id"] in cells
+
+
+def test_doctor_at_80_columns_cuts_nothing():
+    env = {**os.environ, "COLUMNS": "80"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "doctor"], capture_output=True, text=True, env=env
+    ).stdout
+    assert "…" not in out
+    assert max(len(ln) for ln in out.splitlines()) <= 80
+    joined = "".join(ln.split("│")[2].strip() for ln in out.splitlines() if ln.count("│") > 3)
+    assert sys.executable in joined  # the interpreter's path, folded over lines but whole
+
+
+def test_leaderboard_and_report_take_what_bench_and_verify_took(tmp_path):
+    from mini_kv.cli_common import task_id_of
+
+    assert task_id_of(str(ROOT / "problems/sol-execbench/custom_inputs_matmul"), "TARGET") == "custom_matmul"
+    assert task_id_of(str(ROOT / "tasks/vector_add.yaml"), "TARGET") == "vector_add"
+    assert task_id_of("vector_add", "TARGET") == "vector_add"
+    problem = str(ROOT / "problems/sol-execbench/custom_inputs_matmul")
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", "leaderboard", problem, "--artifacts", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    # the directory was read as its task: the message names the task, not the path
+    assert res.returncode == 2 and "custom_matmul: no attempt of this task" in res.stderr, res.stderr
+
+
+def test_verbose_means_one_thing_on_every_command():
+    from mini_kv.cli_common import VERBOSE_HELP
+
+    for cmd in ("verify", "bench", "batch"):
+        out = subprocess.run(
+            [sys.executable, "-m", "mini_kv", cmd, "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        assert " ".join(VERBOSE_HELP.split()) in " ".join(out.split()), cmd
+
+
+def test_verbose_details_name_settings_build_and_time():
+    from mini_kv.tables import verbose_details
+
+    lines = verbose_details(
+        {"warmup": 20, "method": "cupti", "l2": "cold"},
+        {"status": "ok", "cache_hit": True, "duration_s": 0.0, "key": "abc"},
+        {"prepared_s": 1.0, "recorded_s": 3.5, "workload_timing_s": 1.2},
+        None,
+    )
+    text = "\n".join(lines)
+    assert "warmup 20" in text and "method cupti" in text and "l2 cold" in text
+    assert "cache hit True" in text
+    assert "total 3.5" in text and "timing 1.20" in text
+
+
+def test_a_long_stage_is_never_silent_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    from mini_kv import cli_common
+
+    monkeypatch.setattr(cli_common, "HEARTBEAT_S", 0.5)
+    with cli_common.BatchDisplay(1) as show:
+        update = show.row("t/c")
+        update("compile c: op.cpp")
+        import time as _time
+
+        _time.sleep(2.5)
+        update("correctness", completed=1, total=3)  # a count within a stage: no new line
+        show.done("t/c", "PASSED")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "t/c: compile c: op.cpp"
+    beats = [ln for ln in err if ln.startswith("t/c: compile c: op.cpp: still running, ")]
+    assert len(beats) >= 2 and all(ln.endswith(" s so far") for ln in beats)
+    assert not any("correctness" in ln for ln in err)

@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from mini_kv.compile.baseline import BaselineBuildError, build_baseline, rename_namespace
+from mini_kv.baseline import BaselineBuildError, build_baseline, rename_namespace
 from mini_kv.compile.compiler import compile_candidate
+from mini_kv.jail import resolve as resolve_sandbox
 from mini_kv.load.task_card import load_task_card
 from mini_kv.pipeline import (
     Built,
@@ -18,7 +19,6 @@ from mini_kv.pipeline import (
     _interleaved_settings,
     verify,
 )
-from mini_kv.sandbox import resolve as resolve_sandbox
 from mini_kv.store.attempts import read_attempt
 
 
@@ -100,7 +100,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
         assert all(x > 0 for r in run[who] for x in r)
     assert run["order"][0] == ["candidate", "reference"] and run["order"][1] == ["reference", "candidate"]
     # the same code on both sides: no slowdown beyond the gate's 5 % threshold at P50
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
     assert not test.slower
@@ -113,7 +113,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     v1_block_reduce, rebuilt with CUDA under its own namespace (op.cpp and op_cuda.cpp both name it)."""
     import dataclasses
 
-    from mini_kv.judge import stats
+    from mini_kv import stats
     from mini_kv.model import Candidate
 
     card = load_task_card("tasks/rmsnorm.yaml")

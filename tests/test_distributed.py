@@ -37,7 +37,7 @@ def manifest(tmp_path, verify=(), solutions=(), name="batch.yaml", **sol_options
             {
                 "task": str(ROOT / "tasks" / f"{task}.yaml"),
                 "candidates": cands,
-                "options": {**ONE_CASE, "case_filter": [case]},
+                "options": {**ONE_CASE, "case": [case]},
             }
             for task, cands, case in verify
         ]
@@ -316,3 +316,35 @@ def test_an_existing_scheduler_and_mini_kv_worker(tmp_path):
     assert "PASSED" in res.stdout
     [header] = check_store(tmp_path / "s", 1)
     assert header["worker"]["worker"].endswith("-cpu0")
+
+
+def test_manifest_options_are_the_command_line_names(tmp_path):
+    from mini_kv.cluster.manifest import load_manifest
+    from mini_kv.errors import ConfigError
+
+    task = Path(__file__).resolve().parents[1] / "tasks/vector_add.yaml"
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        f"schema_version: 1\nverify:\n  - task: {task}\n    options: {{case: [n31], memory_limit: 3, device: cpu}}\n"
+    )
+    (item, *_) = load_manifest(str(manifest), str(tmp_path / "a"))
+    assert item.opts.case_filter == ["n31"] and item.opts.memory_limit_gb == 3
+    # the record's field names are not the interface: refused, naming the field
+    manifest.write_text(
+        f"schema_version: 1\nverify:\n  - task: {task}\n    options: {{case_filter: [n31]}}\n"
+    )
+    with pytest.raises(ConfigError, match="case_filter"):
+        load_manifest(str(manifest), str(tmp_path / "a"))
+
+
+def test_more_cpu_workers_than_the_cores_hold_is_warned(capsys, monkeypatch):
+    from mini_kv.cluster import cluster
+
+    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 2)
+    cluster.warn_oversubscribed(2)
+    err = capsys.readouterr().err
+    assert "--workers 2 on 2 cores" in err and "at most --workers 1" in err
+    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 16)
+    cluster.warn_oversubscribed(4)
+    cluster.warn_oversubscribed(None)
+    assert capsys.readouterr().err == ""

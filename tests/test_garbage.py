@@ -8,7 +8,7 @@ import os
 import pytest
 from test_index import make_attempt
 
-from mini_kv.judge.leaderboard import build_leaderboard
+from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.attempts import AttemptInvalid, AttemptWriter, read_attempt
 from mini_kv.store.index import rebuild_index, snapshot
 
@@ -164,7 +164,7 @@ def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
     (old / "attempt.json").write_text(json.dumps(header))
     board = build_leaderboard(tmp_path)
     assert board["groups"] == []
-    assert any("changed after it was indexed" in p["message"] for p in board["problems"])
+    assert any("rewritten after it was indexed" in p["message"] for p in board["problems"])
 
 
 def test_a_store_without_attempts_is_fine(tmp_path):

@@ -65,7 +65,7 @@ def _samples(p50: float, seed: int, drift: float = 0.0) -> list[list[float]]:
 
 
 def _bench_case(case_id: str, p50: float, ref_p50: float, seed: int, stable: bool = True) -> dict:
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     cand, ref = _samples(p50, seed, drift=0.0 if stable else 0.2), _samples(ref_p50, seed + 1)
     cs, rs = stats.summarize_repeats(cand), stats.summarize_repeats(ref)
@@ -297,7 +297,8 @@ def _parse(text: str) -> _Dom:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",
-    "--no-sandbox",
+    "--sandbox",
+    "off",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -383,7 +384,7 @@ def test_page_is_self_contained_and_lists_sections(store, tmp_path):
 def test_store_without_a_writable_index_still_gets_a_page(store, tmp_path, monkeypatch):
     """The leaderboard builds the index on first use; where that cannot be written (a read-only copy of a
     store, say) the leaderboard section says why and every other section is still there."""
-    import mini_kv.judge.leaderboard as lb
+    import mini_kv.leaderboard as lb
 
     def refuse(*_a, **_k):
         raise PermissionError(13, "Permission denied", str(store["art"] / "index.sqlite"))

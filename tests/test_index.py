@@ -77,7 +77,7 @@ def bench_case(
     salt: str = SALT,
 ) -> dict:
     """A benchmark.json case record as the worker writes it (summaries, speedup, stability from the samples)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
     from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)

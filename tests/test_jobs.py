@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv.jail import off
 from mini_kv.runner import run_one
-from mini_kv.sandbox import disabled
 from mini_kv.worker.channel import Channel, Verifier
 from mini_kv.worker.jobs import (
     JOB_KINDS,
@@ -26,7 +26,7 @@ from mini_kv.worker.jobs import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-NO_SANDBOX = disabled("test")
+NO_SANDBOX = off("test")
 
 
 def example(cls) -> Job:

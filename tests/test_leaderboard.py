@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli
 from test_index import ENV_KEY, env_key_of, make_attempt
 
-from mini_kv.judge.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
+from mini_kv.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -192,3 +192,21 @@ def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     else:
         assert r.returncode == 2 and "not stable" in r.stderr
         assert not out_file.exists()
+
+
+def test_an_empty_leaderboard_explains_itself(tmp_path, capsys):
+    """Finding 7 of issue 35: "no complete, correct and stable attempts" said nothing of why."""
+    from mini_kv.cli import main
+
+    art = tmp_path / "artifacts"
+    make_attempt(art, candidate="v0", seed=1, stable=False)
+    make_attempt(art, candidate="v1", seed=2, bench=False, stable=None)
+    make_attempt(art, candidate="v2", seed=3, status="INCORRECT", bench=False, stable=None)
+    assert main(["leaderboard", "--artifacts", str(art)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing to rank: of 3 indexed attempt(s)" in out
+    assert "1 timing unstable" in out and "1 not benchmarked" in out and "1 not PASSED (INCORRECT)" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["leaderboard", "--artifacts", str(empty)]) == 0
+    assert "no attempt in the index" in capsys.readouterr().out

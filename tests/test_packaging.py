@@ -61,6 +61,12 @@ def test_wheel_carries_every_schema(wheel):
 
 
 @pytest.mark.slow
+def test_wheel_carries_the_report_template(wheel):
+    """`mini-kv report` renders through a Jinja2 template that is package data, not code."""
+    assert "mini_kv/html_report/templates/report.html.j2" in zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.mark.slow
 def test_installed_wheel_validates_a_card_from_another_directory(wheel, tmp_path):
     site = tmp_path / "site"
     res = subprocess.run(

@@ -25,7 +25,8 @@ from mini_kv.store.records import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-EVIDENCE = REPO / "docs" / "evidence" / "h200-attempts-20261201"
+# real attempts of an H200 run on 2026-12-01, as version 1 wrote them (sealed: never reformatted)
+EVIDENCE = REPO / "tests" / "fixtures" / "v1-attempts"
 
 
 def _v1_card(doc: dict) -> dict:

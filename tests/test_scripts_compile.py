@@ -1,4 +1,4 @@
-"""The standalone CUDA benchmark scripts include candidate kernel files: they must keep compiling
+"""The standalone CUDA benchmarks (benchmarks/*.cu) include candidate kernel files: they must keep compiling
 when those kernels change (`nvcc -c`, no GPU needed). And scripts/prebuild_solutions.py, which the
 GPU run uses to build SOL C++ solutions in parallel (compile checks here)."""
 
@@ -16,7 +16,7 @@ NVCC = shutil.which("nvcc") or (
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.cu")))
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.cu")))
 def test_cuda_script_compiles(tmp_path, script):
     res = subprocess.run(
         [
@@ -25,7 +25,7 @@ def test_cuda_script_compiles(tmp_path, script):
             "-O3",
             "-arch=sm_90",
             "-std=c++17",
-            str(ROOT / "scripts" / script),
+            str(ROOT / "benchmarks" / script),
             "-o",
             str(tmp_path / "x.o"),
         ],
@@ -66,9 +66,9 @@ def test_prebuild_solutions_builds_cpp_and_reports_failures_with_their_log():
 
 
 def test_sol_build_timing_reads_build_ninja_and_nvcc_phases(tmp_path):
-    """scripts/sol_build_timing.py's breakdown: the compile and link lines of torch's build.ninja, run
+    """benchmarks/sol_build_timing.py's breakdown: the compile and link lines of torch's build.ninja, run
     again one by one (here: a fake compiler that only echoes), and nvcc --time's CSV summed per phase."""
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import sol_build_timing as t
     finally:

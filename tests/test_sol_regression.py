@@ -7,7 +7,7 @@ import pytest
 from sol_helpers import statuses, write_solution
 
 from mini_kv.errors import ExitCode
-from mini_kv.judge.regression import load_baseline, promote_baseline
+from mini_kv.judge.regression import exit_code_for, load_baseline, promote_baseline
 from mini_kv.load.schema import validate
 from mini_kv.solexec.run import BenchOptions, bench
 from mini_kv.status import Verdict
@@ -109,10 +109,11 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     rows, _ = read_index(project / "artifacts")
     assert {r["candidate"]: r["regression"] for r in rows}["scale_mul_slowed"] == FAIL
 
-    again = _bench(good)  # unchanged code: never a FAIL (a stored-timing gap on a loaded CPU is only a WARN)
-    assert again["exit_code"] == ExitCode.OK and again["regression"]["verdict"] in (PASS, WARN), again[
-        "regression"
-    ]["reasons"]
+    # unchanged code: never a FAIL (on a loaded CPU the same-run A/B may be too noisy: UNCONFIRMED, exit 8)
+    again = _bench(good)
+    verdict = again["regression"]["verdict"]
+    assert verdict in (PASS, WARN, Verdict.UNCONFIRMED), again["regression"]["reasons"]
+    assert again["exit_code"] == exit_code_for(again["regression"]) != ExitCode.REGRESSION
 
 
 def test_the_cli_prints_the_regression_table_and_exits_6(project):
@@ -150,7 +151,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
     text = " ".join(proc.stdout.split())
     assert proc.returncode == ExitCode.REGRESSION, proc.stdout + proc.stderr
     assert "regression vs baselines/scale_mul.json: FAIL" in text and "regression (times in µs)" in text
-    assert "confirmed in the same run, interleaved" in text
+    assert "confirmed twice" in text and "same run, interleaved" in text
     # another suite (the settings are part of it): no verdict at all, never a FAIL
     proc = run_cli(
         "bench",

@@ -1,4 +1,4 @@
-"""Tests for mini_kv.judge.stats with hand-computed expected values."""
+"""Tests for mini_kv.stats with hand-computed expected values."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mini_kv.judge.stats import (
+from mini_kv.stats import (
     Stability,
     bootstrap_ci,
     geomean,
@@ -419,6 +419,6 @@ def test_is_slower_deterministic_and_rejects_zero_baseline():
 
 def test_module_does_not_import_torch():
     # Checked in a fresh interpreter: other tests in the session may import torch.
-    code = "import sys, mini_kv.judge.stats; print('torch' in sys.modules)"
+    code = "import sys, mini_kv.stats; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

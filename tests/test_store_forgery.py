@@ -19,7 +19,7 @@ import pytest
 from test_index import env_key_of, fixture_env, make_attempt
 
 from mini_kv.cli import main
-from mini_kv.judge.leaderboard import build_leaderboard
+from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.index import INDEX_NAME, IndexUnusable, read_index, rebuild_index, snapshot
 
 # ------------------------------------------------------------------------------------------- tools

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mini_kv.compile import compiler, torch_flags
+from mini_kv import torch_flags
+from mini_kv.compile import compiler
 from mini_kv.model import Candidate
 
 ROOT = Path(__file__).resolve().parents[1]

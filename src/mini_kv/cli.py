@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from mini_kv.cli_batch import add_junit_argument
 from mini_kv.cli_common import (
+    VERBOSE_HELP,
     artifacts_dir,
     console,
     options_from,
@@ -14,6 +16,7 @@ from mini_kv.cli_common import (
     selected_candidates,
 )
 from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.settings import DEFAULTS
 
 
 def cmd_doctor(args) -> int:
@@ -29,7 +32,7 @@ def cmd_doctor(args) -> int:
 
         t = Table(title="mini_kv doctor")
         for col in ("check", "found", "ok", "blocks", "fix"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")  # a narrow terminal wraps a path; it never cuts it
         for r in rows:
             t.add_row(
                 r["name"],
@@ -100,6 +103,7 @@ def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmar
 
 
 def cmd_verify(args) -> int:
+    from mini_kv import jail
     from mini_kv.cli_checks import check_store_writable
     from mini_kv.cluster.batch import VERIFY, Item
     from mini_kv.cluster.cluster import placement_from
@@ -118,8 +122,9 @@ def cmd_verify(args) -> int:
         args,
         case_filter=args.case or [],
         memory_limit_gb=args.memory_limit,
-        sandbox=not args.no_sandbox,
+        sandbox=jail.mode_from(args.sandbox, jail.project_setting(Path(card.project_root))),
     )
+    jail.resolve(opts.sandbox)  # --sandbox required on a machine without every layer: exit 2 now
     items = [
         Item(VERIFY, f"{card.id}/{c.id}", args.task, c.id, opts, str(store))
         for c in selected_candidates(card, args.candidate)
@@ -151,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
+    add_junit_argument(vr)
     vr.add_argument(
         "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
     )
@@ -169,12 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument(
         "--max-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the P50s (fraction, default 0.03)",
+        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv})",
     )
     vr.add_argument(
         "--max-p95-cv",
         type=checks.fraction,
-        help="stability gate: max robust CV of the candidate's P95s (fraction, default 0.15)",
+        help=f"stability gate: max robust CV of the candidate's P95s (fraction, default {DEFAULTS.max_p95_cv})",
     )
     vr.add_argument(
         "--samples",
@@ -200,9 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
     )
     vr.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
     )
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
@@ -210,12 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
-    vr.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    vr.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_batch, cli_bench, cli_store
+    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_store
 
     cli_store.register(sub)
+    cli_attempts.register(sub)
     cli_bench.register(sub)
     cli_batch.register(sub)
     from mini_kv import cli_profile

@@ -7,20 +7,108 @@ import argparse
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import BatchDisplay, console, err_console
+from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console
 
 
-def run_items(items, where) -> list[dict]:
-    from mini_kv.cluster.batch import run_batch
+def run_items(items, where, results: str | None = None, resume: bool = False) -> list[dict]:
+    """The items' results, each one appended to `results` (a JSONL file) as it finishes. With `resume`,
+    the items that file already holds are skipped. Ctrl-C prints one line and no traceback."""
+    from mini_kv.cluster.batch import Journal, item_key, run_batch
 
-    with BatchDisplay(len(items)) as show:
-        return run_batch(items, where, show)
+    journal = Journal(Path(results), resume) if results else None
+    todo = [it for it in items if journal is None or item_key(it) not in journal.done]
+    if len(todo) < len(items):
+        err_console.print(
+            f"resumed from {results}: {len(items) - len(todo)} of {len(items)} item(s) already done, skipped",
+            markup=False,
+            soft_wrap=True,
+        )
+    finished = []
+
+    def on_result(item, result) -> None:
+        finished.append(result)
+        if journal is not None:
+            journal.record(item, result)
+
+    try:
+        with BatchDisplay(len(todo)) as show:
+            return run_batch(todo, where, show, on_result)
+    except KeyboardInterrupt:
+        stored = sum(1 for r in finished if r.get("attempt"))
+        err_console.print(
+            f"interrupted: {stored} stored, {len(todo) - len(finished)} not run"
+            + (f" (run the same command with --resume to go on from {results})" if results else ""),
+            markup=False,
+            soft_wrap=True,
+        )
+        raise
+
+
+def junit_xml(results: list[dict]) -> bytes:
+    """The results as JUnit XML, so a CI system shows the verdicts natively: one testsuite per item
+    (a card's candidate, a problem's solution), one testcase per case or workload (and per contract
+    check); PASSED passes, SKIPPED and NOT_RUN are skipped, every other status fails with its reason."""
+    import xml.etree.ElementTree as ET
+
+    from mini_kv.cluster.batch import status_of
+
+    root = ET.Element("testsuites", name="mini-kv")
+    for result in results:
+        suite = ET.SubElement(root, "testsuite", name=result["label"])
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="status", value=str(status_of(result)))
+        ET.SubElement(props, "property", name="attempt", value=str(result.get("attempt") or ""))
+        for name, status, reason in _cases_of(result):
+            case = ET.SubElement(suite, "testcase", classname=result["label"], name=name)
+            if status in ("SKIPPED", "NOT_RUN"):
+                ET.SubElement(case, "skipped", message=f"{status}: {reason or ''}".strip())
+            elif status != "PASSED":
+                ET.SubElement(case, "failure", message=str(status), type=str(status)).text = reason or ""
+        cases = suite.findall("testcase")
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def _cases_of(result: dict) -> list[tuple[str, str, str | None]]:
+    """(name, status, reason) of each case of one item's result, whichever front door produced it."""
+    if result.get("failed"):  # no result at all (the worker was lost): the item itself fails
+        return [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
+    if "traces" in result:
+        return [
+            (t["workload"]["uuid"], str(t["evaluation"]["status"]), t["evaluation"].get("log"))
+            for t in result["traces"]
+        ] or [("(item)", str(result["status"]), (result.get("unavailable") or "nothing ran"))]
+    res = result.get("results") or {}
+    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.get("cases", [])]
+    for name, check in (res.get("contract") or {}).items():
+        status = check.get("status") if isinstance(check, dict) else check
+        out.append((name, str(status), (check.get("reason") if isinstance(check, dict) else None)))
+    return out or [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
+
+
+def write_junit(results: list[dict], args) -> None:
+    path = getattr(args, "junit_xml", None)
+    if path:
+        from mini_kv.store.atomic import write_bytes
+
+        write_bytes(Path(path), junit_xml(results))
+
+
+def add_junit_argument(p) -> None:
+    p.add_argument(
+        "--junit-xml",
+        metavar="FILE",
+        help="also write the verdicts as JUnit XML (a testcase per case or workload)",
+    )
 
 
 def print_batch(results: list[dict], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
+    write_junit(results, args)
     from mini_kv import report
-    from mini_kv.cluster.batch import status_of, worst
+    from mini_kv.cluster.batch import worst
     from mini_kv.solexec.table import print_report
 
     for result in results:
@@ -38,16 +126,32 @@ def print_batch(results: list[dict], args) -> int:
         else:
             print_report(result, console, verbose=args.verbose)
     if len(results) > 1 and not args.json:
-        console.print(
-            "summary: "
-            + ", ".join(
-                f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
-                for r in results
-            ),
-            markup=False,
-            soft_wrap=True,
-        )
+        console.print(batch_summary_line(results), markup=False, soft_wrap=True)
     return worst(r["exit_code"] for r in results)
+
+
+def _timing(result: dict) -> dict:
+    """An item's benchmark headline: verify's summary, bench's result, none for an item without an attempt."""
+    if "summary" in result:
+        return result["summary"].get("benchmark") or {}
+    return result.get("benchmark") or {}
+
+
+def batch_summary_line(results: list[dict]) -> str:
+    """`summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items:
+    label STATUS, ...`: by the same rule (report.Tally) as each item's own line."""
+    from mini_kv.cluster.batch import status_of
+    from mini_kv.report import Tally
+
+    timed = [_timing(r) for r in results if _timing(r).get("ran")]
+    stable = sum(t.get("stable") is True for t in timed)
+    timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"
+    if timed and stable < len(timed):
+        timing += " (UNSTABLE ones are not ranked)"
+    return f"summary: {Tally.of(status_of(r) for r in results).line('items')}, {timing}: " + ", ".join(
+        f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
+        for r in results
+    )
 
 
 def _json_summary(result: dict) -> dict:
@@ -66,7 +170,11 @@ def cmd_batch(args) -> int:
     items = load_manifest(args.manifest, args.artifacts)
     for store in sorted({item.store for item in items}):
         check_store_writable(Path(store))
-    return print_batch(run_items(items, placement_from(args)), args)
+    results = run_items(items, placement_from(args), args.results, args.resume)
+    if not results:  # every item was done by an earlier run of the same command
+        console.print(f"nothing left to run: every item is in {args.results}", markup=False, soft_wrap=True)
+        return 0
+    return print_batch(results, args)
 
 
 def cmd_worker(args) -> int:
@@ -83,6 +191,15 @@ def cmd_worker(args) -> int:
     return 0
 
 
+def add_resume_argument(p, flag: str) -> None:
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"skip the items {flag} already holds (after a kill or Ctrl-C) and append the rest; "
+        f"without it {flag} starts empty",
+    )
+
+
 def register(sub) -> None:
     """Add `batch` and `worker` to `sub` (the argparse subparsers of cli.build_parser)."""
     from mini_kv.cluster import cluster
@@ -93,7 +210,15 @@ def register(sub) -> None:
     b.add_argument("manifest", help="batch manifest YAML (schemas/batch.schema.json)")
     b.add_argument("--artifacts", help="artifact store (default: each card's or problem's project's)")
     b.add_argument("--json", action="store_true", help="print one JSON summary line per item")
-    b.add_argument("-v", "--verbose", action="store_true", help="show every case, not only failures")
+    b.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    b.add_argument(
+        "--results",
+        metavar="FILE",
+        help="append each item's results here as it finishes (JSONL: a SOL problem's traces in upstream's "
+        "format, a task card's candidate as one summary line)",
+    )
+    add_resume_argument(b, "--results")
+    add_junit_argument(b)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

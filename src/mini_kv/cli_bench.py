@@ -7,8 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, options_from, run_command
+from mini_kv.cli_batch import add_junit_argument, add_resume_argument
+from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
+from mini_kv.settings import DEFAULTS
 
 
 def add_arguments(p) -> None:
@@ -23,40 +25,47 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--definition", help="definition.json (default: PROBLEM_DIR/definition.json)")
     p.add_argument("--workload", help="workload.jsonl (default: PROBLEM_DIR/workload.jsonl)")
-    p.add_argument("-o", "--output", help="write the traces here as JSONL (upstream's trace layout)")
-    p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument(
-        "-v", "--verbose", action="store_true", help="settings, build details and every failure log"
+        "-o",
+        "--output",
+        help="write the traces here as JSONL (upstream's trace layout), each solution's as it finishes",
     )
+    add_resume_argument(p, "-o")
+    add_junit_argument(p)
+    p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
     p.add_argument(
         "--compile-timeout",
         type=checks.positive_float,
-        default=600.0,
-        help="seconds for a C++ build (default 600)",
+        default=DEFAULTS.compile_s,
+        help=f"seconds for a C++ build (default {DEFAULTS.compile_s:g})",
     )
     p.add_argument(
         "--timeout",
         type=checks.positive_float,
-        default=600.0,
-        help="seconds per workload, correctness rounds and timing together (default 600)",
+        default=DEFAULTS.sol_timeout_s,
+        help=f"seconds per workload, correctness rounds and timing together (default {DEFAULTS.sol_timeout_s:g})",
     )
     p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument(
         "--rounds",
         type=checks.positive_int,
-        default=10,
-        help="correctness rounds with fresh inputs (default 10)",
+        default=DEFAULTS.sol_rounds,
+        help=f"correctness rounds with fresh inputs (default {DEFAULTS.sol_rounds})",
     )
     p.add_argument(
-        "--warmup", type=checks.nonnegative_int, default=10, help="untimed calls before timing (default 10)"
+        "--warmup",
+        type=checks.nonnegative_int,
+        default=DEFAULTS.sol_warmup,
+        help=f"untimed calls before timing (default {DEFAULTS.sol_warmup})",
     )
     p.add_argument(
         "--repeats",
         type=checks.positive_int,
-        default=1,
+        default=DEFAULTS.sol_repeats,
         help="timed repeats, candidate and reference alternating "
-        "first (default 1; with one, the first side alternates across workloads)",
+        f"first (default {DEFAULTS.sol_repeats}; with one, the first side alternates across workloads)",
     )
     p.add_argument(
         "--samples",
@@ -65,7 +74,7 @@ def add_arguments(p) -> None:
         "within --target-rel-ci; docs/benchmarking.md)",
     )
     add_sampling_arguments(
-        p, "seconds per workload for correctness rounds and timing together", "60 on CUDA, 9 on CPU"
+        p, "seconds per workload for correctness rounds and timing together", with_correctness=True
     )
     p.add_argument(
         "--method",
@@ -77,11 +86,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--max-cv",
         type=checks.fraction,
-        default=0.03,
-        help="stability gate: max robust CV of the P50s (fraction, default 0.03; a baseline must be stable)",
+        default=DEFAULTS.max_cv,
+        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv}; a baseline must be stable)",
     )
     p.add_argument(
-        "--max-p95-cv", type=checks.fraction, default=0.15, help="stability gate on the P95s (default 0.15)"
+        "--max-p95-cv",
+        type=checks.fraction,
+        default=DEFAULTS.max_p95_cv,
+        help=f"stability gate on the P95s (default {DEFAULTS.max_p95_cv})",
     )
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
@@ -89,14 +101,22 @@ def add_arguments(p) -> None:
         "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
     )
     p.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the worker without the OS sandbox (no network, read-only files); see docs/security.md",
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
     )
 
 
-def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CUDA, 3 on CPU") -> None:
-    """The adaptive-sampling and give-up options both front doors share (verify and bench)."""
+def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:
+    """The adaptive-sampling and give-up options both front doors share (verify and bench);
+    `with_correctness`: the budget covers SOL's correctness rounds too (settings.sol_budget_factor)."""
+    factor = DEFAULTS.sol_budget_factor if with_correctness else 1.0
+    budget_defaults = (
+        f"{DEFAULTS.cuda.budget_s * factor:g} on CUDA, {DEFAULTS.cpu.budget_s * factor:g} on CPU"
+    )
     from mini_kv import cli_checks as checks
     from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
 
@@ -109,7 +129,7 @@ def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CU
         "--target-rel-ci",
         type=checks.fraction,
         help="adaptive sampling stops when the median's 95%% CI half-width is within this fraction "
-        "of it (default 0.005 on CUDA, 0.02 on CPU)",
+        f"of it (default {DEFAULTS.cuda.target_rel_ci} on CUDA, {DEFAULTS.cpu.target_rel_ci} on CPU)",
     )
     p.add_argument(
         "--give-up-after",
@@ -122,7 +142,8 @@ def add_sampling_arguments(p, budget_what: str, budget_defaults: str = "20 on CU
 
 
 def cmd_bench(args) -> int:
-    from mini_kv.cli_batch import print_batch, run_items
+    from mini_kv import jail
+    from mini_kv.cli_batch import print_batch, run_items, write_junit
     from mini_kv.cluster.batch import BENCH, Item, worst
     from mini_kv.cluster.cluster import Placement, placement_from
     from mini_kv.solexec import traces
@@ -130,27 +151,32 @@ def cmd_bench(args) -> int:
 
     where = placement_from(args) if hasattr(args, "cluster") else Placement()  # hpc-bench: here
     items = []
+    mode = jail.mode_from(args.sandbox, jail.project_setting(Path.cwd()))
+    jail.resolve(mode)  # --sandbox required on a machine without every layer: exit 2 now
     for solution in args.solution:
         opts = options_from(
             BenchOptions,
             args,
             solution=solution,
             memory_limit_gb=args.memory_limit,
-            sandbox=not args.no_sandbox,
+            sandbox=mode,
         )
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
-    results = run_items(items, where)
+    results = run_items(items, where, args.output, getattr(args, "resume", False))
     lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
-    if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(lines)
+    if not results:  # every solution was done by an earlier run of the same command
+        console.print(
+            f"nothing left to run: every solution is in {args.output}", markup=False, soft_wrap=True
+        )
+        return 0
     if not args.json:
         code = print_batch(results, args)
         if args.output:
-            console.print(f"traces: {args.output} ({lines.count(chr(10))})", markup=False, soft_wrap=True)
+            count = Path(args.output).read_text(encoding="utf-8").count("\n")
+            console.print(f"traces: {args.output} ({count})", markup=False, soft_wrap=True)
         return code
+    write_junit(results, args)
     sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
     for r in results:
         if r.get("failed"):

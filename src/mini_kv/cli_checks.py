@@ -103,3 +103,6 @@ def check_store_writable(store: Path, option: str = "--artifacts") -> None:
             f"artifact store {store}: {problem}; nothing was run. Make it a writable directory, or pass "
             f"{option} DIR with a directory this user can write"
         )
+    from mini_kv.store.signing import operator_key
+
+    operator_key(store)  # a misplaced or unreadable signing key is refused now, not after the run

@@ -3,8 +3,12 @@ exit-code mapping of a command's errors. It imports no command module, so each o
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -21,6 +25,14 @@ def _width(stream) -> int | None:
         return None
     return 180
 
+
+# what -v means on every command that has it (verify, bench, batch): one text, one behaviour
+VERBOSE_HELP = (
+    "every case, not only failures; every failure log and compiler error whole; the settings, the build "
+    "and where the time went"
+)
+
+HEARTBEAT_S = 30.0  # seconds between "still running" lines of a long stage when stderr is not a terminal
 
 console = Console(highlight=False, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
@@ -70,8 +82,11 @@ def artifacts_dir(args, root: Path | None = None) -> Path:
 
 def run_command(func, args) -> int:
     """`func(args)` as an exit code: a UserError is one red line, a bug a traceback (exit INTERNAL)."""
+    from mini_kv.store.signing import held_from_environment
+
     try:
-        return int(func(args))
+        with held_from_environment():  # the signing key: for this process only, never its children
+            return int(func(args))
     except UserError as exc:
         # the message quotes user text (ids, keys, file names): never read it as rich markup
         err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
@@ -111,13 +126,29 @@ class BatchDisplay:
         self.total = total
         self.bar = self.progress.add_task("batch", total=total) if total > 1 else None
         self.current = None
+        # where rich shows nothing (stderr not a terminal): each stage as a plain line when it starts, and
+        # a line every HEARTBEAT_S while it lasts, so a long build or timing is never silent
+        self.stage: tuple[str, float, float] | None = None  # (text, started, last printed)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
 
     def __enter__(self) -> BatchDisplay:
         self.progress.__enter__()
+        if not err_console.is_terminal:
+            self._beat.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
         self.progress.__exit__(*exc)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(1.0):
+            stage = self.stage
+            now = time.monotonic()
+            if stage is not None and now - stage[2] >= HEARTBEAT_S:
+                self.stage = (stage[0], stage[1], now)
+                progress_line(f"{stage[0]}: still running, {now - stage[1]:.0f} s so far")
 
     def row(self, label: str):
         """The pipeline's progress callback for an item running here."""
@@ -125,6 +156,11 @@ class BatchDisplay:
 
         def update(msg: str, completed: int | None = None, total: int | None = None) -> None:
             self.progress.update(self.current, description=msg, completed=completed, total=total)
+            text = f"{label}: {msg}"
+            if total is None and (self.stage is None or self.stage[0] != text):  # a new stage, not a count
+                now = time.monotonic()
+                self.stage = (text, now, now)
+                progress_line(text)
 
         return update
 
@@ -135,6 +171,7 @@ class BatchDisplay:
         self.progress.console.print(text, markup=False, soft_wrap=True)
 
     def done(self, label: str, status: str, where: dict | None = None) -> None:
+        self.stage = None
         if self.current is not None:
             self.progress.remove_task(self.current)
             self.current = None
@@ -143,3 +180,28 @@ class BatchDisplay:
         if self.total > 1:
             on = f" on {where['worker']}" if where else ""
             self.progress.console.print(f"{label}: {status}{on}", markup=False, soft_wrap=True)
+
+
+def task_id_of(spec: str, flag: str) -> str:
+    """A task id, or the id inside a task card (`tasks/x.yaml`) or SOL problem directory (its definition name)."""
+    p = Path(spec)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            card = yaml.safe_load(p.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(str(p), flag, f"unreadable task card ({exc})") from None
+        if not isinstance(card, dict) or not isinstance(card.get("id"), str):
+            raise ConfigError(str(p), f"{flag}: id", "a task card with a string `id`")
+        return card["id"]
+    if p.is_dir() and (p / "definition.json").is_file():
+        try:
+            name = json.loads((p / "definition.json").read_text()).get("name")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
+        if not isinstance(name, str):
+            raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
+        # the task id `bench` stores a problem under: its name made directory-safe
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+    return spec

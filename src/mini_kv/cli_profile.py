@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
 from mini_kv.errors import ExitCode
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
 
 
@@ -180,7 +181,10 @@ def register(sub) -> None:
     p.add_argument("--prebuilt", help="use this prebuilt library instead of the JIT build")
     p.add_argument("--ncu", help="path of ncu (default: $MINI_KV_NCU, then PATH, then $CUDA_HOME/bin)")
     p.add_argument(
-        "--timeout", type=checks.positive_float, default=600.0, help="seconds for the ncu run (default 600)"
+        "--timeout",
+        type=checks.positive_float,
+        default=DEFAULTS.ncu_timeout_s,
+        help=f"seconds for the ncu run (default {DEFAULTS.ncu_timeout_s:g})",
     )
     p.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")

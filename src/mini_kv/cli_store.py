@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, err_console
+from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.errors import ExitCode
 
 
@@ -106,10 +106,18 @@ def _check_leaderboard_args(args, artifacts: Path) -> None:
 
 
 def cmd_leaderboard(args) -> int:
-    from mini_kv.judge import leaderboard as lb
+    from mini_kv import leaderboard as lb
     from mini_kv.store.index import store_read_only
 
     artifacts = artifacts_dir(args)
+    if args.target and args.task:
+        from mini_kv.errors import UserError
+
+        raise UserError(f"leaderboard: give the task once, as TARGET ({args.target}) or --task ({args.task})")
+    if (
+        args.target or args.task
+    ):  # a task card or problem directory names its task, as `verify`/`bench` took it
+        args.task = task_id_of(args.target or args.task, "TARGET" if args.target else "--task")
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):
         err_console.print(
@@ -118,7 +126,9 @@ def cmd_leaderboard(args) -> int:
             markup=False,
             soft_wrap=True,
         )
-    board = lb.build_leaderboard(artifacts, task=args.task, rebuild=args.rebuild)
+    board = lb.build_leaderboard(
+        artifacts, task=args.task, rebuild=args.rebuild, require_signed=args.require_signed
+    )
     print_problems(board["problems"], err_console)
     if args.task and not board["groups"] and args.task not in _known_tasks(artifacts):
         from mini_kv.errors import UserError
@@ -132,13 +142,11 @@ def cmd_leaderboard(args) -> int:
         lb.export_json(board, Path(args.json))
     if args.csv:
         lb.export_csv(board, Path(args.csv))
-    tables = lb.rich_tables(board)
+    tables = lb.rich_tables(board, console.width)
     for t in tables:
         console.print(t)
     if not tables:
-        console.print(
-            "no complete, correct and stable attempts" + (f" for task {args.task}" if args.task else "")
-        )
+        console.print(lb.why_nothing_ranked(artifacts, board), markup=False, soft_wrap=True)
     return ExitCode.OK
 
 
@@ -162,9 +170,18 @@ def register(sub) -> None:
     ri.set_defaults(func=cmd_rebuild_index)
 
     lbp = sub.add_parser("leaderboard", help="rank the latest correct, stable attempt of each candidate")
-    lbp.add_argument("--task", help="only this task id")
+    lbp.add_argument(
+        "target", nargs="?", help="only this task: a task card, a SOL problem directory or a task id"
+    )
+    lbp.add_argument("--task", help="the same as TARGET")
     lbp.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     lbp.add_argument("--json", metavar="FILE", help="also write the leaderboard as JSON")
     lbp.add_argument("--csv", metavar="FILE", help="also write the leaderboard as CSV")
     lbp.add_argument("--rebuild", action="store_true", help="rebuild the index first")
+    lbp.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="rank only attempts signed with the operator's key (MINI_KV_SIGNING_KEY or "
+        "MINI_KV_SIGNING_KEY_FILE; docs/store.md, Signatures)",
+    )
     lbp.set_defaults(func=cmd_leaderboard)

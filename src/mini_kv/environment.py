@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from mini_kv.compile import torch_flags
+from mini_kv import torch_flags
 from mini_kv.errors import UserError
 from mini_kv.model import canonical_json, sha256_text
 

@@ -17,6 +17,7 @@ class ExitCode(enum.IntEnum):
     BENCHMARK = 5  # the benchmark could not run or its result is unstable
     REGRESSION = 6  # slower than the promoted baseline, confirmed and significant
     WORKER_LOST = 7  # a batch item got no result: every cluster worker that ran it died (docs/distributed.md)
+    REGRESSION_UNCONFIRMED = 8  # a suspected slowdown the same-run comparisons could not decide (noise)
     INTERNAL = 10  # a bug in mini_kv itself
 
 

@@ -9,19 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_BENCHMARK = {
-    "method": "auto",
-    "l2": "hot",
-    "warmup": 20,
-    "repeats": 5,
-    "samples": "auto",  # adaptive (worker.timing.SAMPLING_DEFAULTS); an integer is a fixed count
-    "graph_launches": 20,
-    "max_cv": 0.03,
-    "max_p95_cv": 0.15,
-    "cases": "bench",
-}
+from mini_kv.settings import DEFAULTS
 
-DEFAULT_TIMEOUTS = {"compile_s": 600.0, "case_s": 120.0, "stage_s": 1800.0}
+DEFAULT_BENCHMARK = DEFAULTS.benchmark()
+DEFAULT_TIMEOUTS = DEFAULTS.timeouts()
 
 
 def canonical_json(obj: Any) -> str:
@@ -34,6 +25,13 @@ def sha256_file(path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def case_seed(task_id: str, case_id: str, salt: str = "") -> int:
+    """Seed from sha256(task, case, salt): stable per case, secret when the salt is. Here, not in the
+    worker, because the store checks a stored attempt's seeds against it without importing torch."""
+    digest = hashlib.sha256(f"{task_id}\0{case_id}\0{salt}".encode()).hexdigest()
+    return int(digest[:15], 16)
 
 
 def sha256_text(text: str) -> str:
@@ -113,6 +111,16 @@ class Candidate:
     include_dirs: tuple[str, ...] = ()  # what mini_kv adds for a language's libraries (trusted)
     extra_ldflags: tuple[str, ...] = ()
     raw: dict | None = field(default=None, repr=False, compare=False)  # solution.json as read
+
+    def build_summary(self, with_cuda: bool) -> str:
+        """What a build of this candidate compiles, for the progress line while it runs."""
+        files = [*self.cpu_sources, *(self.cuda_sources if with_cuda else ())] or [
+            s.path for s in self.sources
+        ]
+        shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+        return (
+            f"{shown} (a cold C++ build of a torch extension takes a minute or more here; a cached one none)"
+        )
 
     @property
     def namespace(self) -> str:

@@ -8,18 +8,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mini_kv import environment
+from mini_kv import environment, jail
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
+from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
-from mini_kv.sandbox import SandboxInfo
-from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv.settings import from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -45,7 +47,7 @@ class VerifyOptions:
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect
-    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
+    sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
     samples: int | None = None  # a fixed count per repeat; None: the card's (default: adaptive)
     budget: float | None = None  # seconds of timing per bench case; None: the card's, else the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
@@ -69,6 +71,7 @@ def benchmark_settings(
     ):
         if getattr(opts, opt) is not None:
             settings[key] = getattr(opts, opt)
+    settings.update(from_environment())
     if device is None:
         return settings
     from mini_kv.worker.timing import sampling_settings
@@ -115,13 +118,36 @@ class Prepared:
     device: str
     env: dict  # environment.json
     salt: str
-    sandbox: SandboxInfo
+    sandbox: JailInfo
     settings: dict  # the timing settings
     case_timeout: float
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
     artifacts: Path  # the attempt store
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    jail_spec: JailSpec | None = None  # what the worker's jail shows it (None: runner.default_spec)
+
+
+# the largest file a worker may write, its log included (RLIMIT_FSIZE: past it the write fails with
+# SIGXFSZ, which ends the child: a RUNTIME_ERROR); what an attempt keeps of the log is smaller still
+WORKER_FILE_CAP = 256 << 20
+
+
+def worker_spec(readable: list[Path | str | None], project: Path | None, artifacts: Path | None) -> JailSpec:
+    """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
+    names show), the artifact store hidden; the GPU where there is one."""
+    build = [str(project / ".build")] if project is not None and (project / ".build").is_dir() else []
+    return JailSpec(
+        read_only=tuple(str(p) for p in readable if p is not None and os.path.exists(p)),
+        staged=tuple(build),
+        hidden=(str(artifacts),) if artifacts is not None and artifacts.exists() else (),
+        gpu=bool(jail.gpu_nodes()),
+        limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP),
+    )
+
+
+def _jail_spec(prep: Prepared) -> JailSpec:
+    return prep.jail_spec or worker_spec([prep.root], prep.root, prep.artifacts)
 
 
 @dataclass(frozen=True)
@@ -212,6 +238,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         phases[name] = round(time.perf_counter() - t0, 3)
 
     say = progress or (lambda msg, **_: None)
+    scratch = tempfile.mkdtemp(prefix="mini-kv-run-")  # this run's worker log, removed at the end
     try:
         prep = door.prepare()
         lap("prepared_s")
@@ -221,14 +248,17 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         results = empty_results(None, prep.sandbox)
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
+            first = door.first_child()
             results = run_worker(
                 job,
+                log_path=None if first is not None else os.path.join(scratch, "worker.log"),
                 case_timeout=prep.case_timeout,
                 stage_timeout=door.stage_timeout(job),
                 on_event=_progress(job, door.label, say, line, phases, t0),
-                first_child=door.first_child(),
+                first_child=first,
                 sandbox=prep.sandbox,
                 give_up_after=prep.give_up_after,
+                spec=_jail_spec(prep),
             )
         # the headline comes from the same function the index and the leaderboard recompute it with
         out = door.outcome(prep, built, results)
@@ -255,6 +285,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         lap("recorded_s")
     finally:
         door.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return Run(prep, built, out, summary, code, regression, attempt, index_warning, phases)
 
 
@@ -361,12 +392,15 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
-        res = run_worker(
-            rerun,
-            case_timeout=prep.case_timeout,
-            stage_timeout=door.stage_timeout(rerun),
-            sandbox=prep.sandbox,
-        )
+        with tempfile.TemporaryDirectory(prefix="mini-kv-confirm-") as scratch:
+            res = run_worker(
+                rerun,
+                log_path=os.path.join(scratch, "worker.log"),
+                case_timeout=prep.case_timeout,
+                stage_timeout=door.stage_timeout(rerun),
+                sandbox=prep.sandbox,
+                spec=_jail_spec(prep),
+            )
         rec, why = door.timed(res, case_id)
         if rec is None:
             raise RuntimeError(
@@ -413,9 +447,9 @@ def _write_attempt(
         w.json("compile.json", built.compile)
         for name, path in (built.compile.get("logs") or {}).items():
             if os.path.isfile(path):
-                w.copy(f"logs/compile/{name}", Path(path))
+                w.copy_log(f"logs/compile/{name}", Path(path))
     if out.results.get("log") and os.path.isfile(out.results["log"]):
-        w.copy("logs/worker.log", Path(out.results["log"]))
+        w.copy_log("logs/worker.log", Path(out.results["log"]))
     w.json(
         "correctness.json",
         correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness),
@@ -445,6 +479,7 @@ STATUS_CODES = {
     Status.INCORRECT: ExitCode.CORRECTNESS,
     Status.INVALID_CASE: ExitCode.CONFIG,
     Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
+    Status.IMPOSSIBLE_TIME: ExitCode.BENCHMARK,  # a time faster than physics: the benchmark stage's verdict
     Status.PASSED: ExitCode.OK,
 }
 
@@ -473,18 +508,21 @@ class CardDoor(FrontDoor):
             device,
             env,
             opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
-            resolve_sandbox(opts.sandbox),
+            jail.resolve(opts.sandbox),
             benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             opts.timeout or card.timeouts["case_s"],
             opts.compile_timeout or card.timeouts["compile_s"],
             root,
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
             opts.give_up_after,
+            worker_spec(
+                [root, opts.prebuilt], root, Path(opts.artifacts) if opts.artifacts else root / "artifacts"
+            ),
         )
 
     def build(self, prep: Prepared, say) -> Built:
         """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
-        say(f"compile {self.cand.id}")
+        say(f"compile {self.cand.id}: {self.cand.build_summary(prep.device.startswith('cuda'))}")
         if self.opts.prebuilt:
             return Built(
                 {
@@ -557,6 +595,9 @@ class CardDoor(FrontDoor):
             head.benchmark,
             results,
             results["bench"],
+            None
+            if self.opts.skip_benchmark
+            else prep.settings,  # what the run was held to (mini_kv.settings)
         )
 
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
@@ -577,7 +618,7 @@ class CardDoor(FrontDoor):
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
-        from mini_kv.compile.baseline import build_baseline
+        from mini_kv.baseline import build_baseline
 
         b = build_baseline(
             baseline,
@@ -630,6 +671,8 @@ def verify(
         "exit_code": run.code,
         "regression": run.regression,
         "index_warning": run.index_warning,
+        "settings": run.prep.settings,
+        "phases": run.phases,
     }
 
 

@@ -106,24 +106,15 @@ def kill_group(pid: int) -> None:
 
 def exit_without_teardown(code: int) -> None:
     """End a command-line process with `code` as the interpreter would, less its module teardown:
-    the atexit handlers run (zygotes closed, temporary directories removed, logs flushed), then stdout
-    and stderr are flushed and the process exits. With torch loaded the teardown took about 0.8 s
-    of every command on a 2-core machine (docs/sol-execbench.md). Where a thread other than the
-    zygote starter (idle for good once the command is done) is still running, the interpreter's own
-    exit waits for it, as usual."""
+    the atexit handlers run (temporary directories removed, logs flushed), then stdout and stderr are
+    flushed and the process exits. With torch loaded the teardown took about 0.8 s of every command on
+    a 2-core machine (docs/sol-execbench.md). Where a thread other than the main one is still running,
+    the interpreter's own exit waits for it, as usual."""
     import atexit
     import sys
     import threading
 
-    zygote = sys.modules.get("mini_kv.worker.zygote")  # not loaded: no starter thread either
-    starter = zygote.STARTER_NAME if zygote is not None else None
-    busy = [
-        t
-        for t in threading.enumerate()
-        if t is not threading.main_thread()
-        and not t.daemon
-        and not (starter is not None and t.name.startswith(starter))
-    ]
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if busy:
         sys.exit(code)
     atexit._run_exitfuncs()

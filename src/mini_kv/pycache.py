@@ -56,9 +56,8 @@ def redirect() -> Path | None:
     sys.pycache_prefix = str(where)
     sys.dont_write_bytecode = False
     os.environ["PYTHONPYCACHEPREFIX"] = str(where)
-    # the variable goes, so the processes started from here (the worker zygote, a batch's workers)
-    # write to the directory too; sandboxed candidate processes get it back (sandbox.Sandbox.env)
-    # and only read the cache
+    # the variable goes, so the processes started from here (a batch's workers) write to the directory
+    # too; jailed processes get it back (jail.ENV_SCRATCH) and see the cache read-only at most
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return where
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -10,9 +12,74 @@ from rich.table import Table
 
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.store.records import timed
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, verbose_details
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a run did with its cases (workloads, batch items): the one rule every summary line counts by.
+    SKIPPED: not applicable here, with a reason (too large for the device, another device's case);
+    NOT_RUN: given up on after an earlier failure; every other status but PASSED is a failure."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    not_run: int = 0
+
+    @classmethod
+    def of(cls, statuses) -> Tally:
+        c = Counter(str(s) for s in statuses)
+        return cls(
+            c.pop(Status.PASSED, 0),
+            sum(n for s, n in c.items() if s not in (Status.SKIPPED, Status.NOT_RUN)),
+            c.get(Status.SKIPPED, 0),
+            c.get(Status.NOT_RUN, 0),
+        )
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.skipped + self.not_run
+
+    @property
+    def ran(self) -> int:
+        return self.passed + self.failed
+
+    def line(self, noun: str) -> str:
+        """`11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads`; an empty run says so."""
+        counts = (
+            f"{self.passed} passed, {self.failed} failed, {self.skipped} skipped, {self.not_run} not run "
+            f"of {self.total} {noun}"
+        )
+        return counts if self.ran else f"NOTHING RAN ({counts})"
+
+
+def signature_line(attempt: str) -> str:
+    """`signature: key id ...`, or `signature: none (...)`: whether the leaderboard's --require-signed
+    will rank the attempt (store.signing). A line of its own: scripts read the path after `attempt: `."""
+    import json
+    from pathlib import Path
+
+    from mini_kv.store import signing
+
+    try:
+        key_id = signing.claimed_key_id(json.loads((Path(attempt) / "attempt.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return "signature: unknown (attempt.json unreadable)"
+    if key_id:
+        return f"signature: HMAC-SHA256, key id {key_id}"
+    return (
+        f"signature: none (neither {signing.KEY_ENV} nor {signing.KEY_FILE_ENV} was set: unsigned, "
+        "leaderboard --require-signed will not rank it)"
+    )
+
+
+def timing_word(stable: bool | None, timed: bool = True) -> str:
+    """Whether the run's timing can be trusted, in the summary line's words."""
+    if not timed or stable is None:
+        return "timing: none"
+    return "timing stable" if stable else "timing UNSTABLE (a robust CV above the limit: not ranked)"
 
 
 def _fmt(x, spec=".3g"):
@@ -110,16 +177,20 @@ def bench_table(cases: list[dict], width: int = 200):
     return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
-def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
-    """`core 12/12, extra 9/9, ..., speedup 1.020x, stable`; what went wrong first when something did."""
+def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[dict] = ()) -> str:
+    """`35 passed, 0 failed, 0 skipped, 0 not run of 35 cases (core 12/12, extra 9/9, ...), opcheck 1/1,
+    speedup 1.020x, timing stable`; what went wrong first when something did."""
     corr = summary.get("correctness") or {}
     parts = list(problems)
+    groups = []
     for group in ("core", "extra", "edge/illegal"):
         c = corr.get("counts", {}).get(group)
         if c:
-            parts.append(
+            groups.append(
                 f"{group} {c['passed']}/{c['total']}" + (f" ({c['skipped']} skipped)" if c["skipped"] else "")
             )
+    tally = Tally.of(c.get("status") for c in cases)
+    parts.append(tally.line("cases") + (f" ({', '.join(groups)})" if groups else ""))
     if corr.get("invalid_cases"):
         parts.append(f"invalid case params (the card's fault): {', '.join(corr['invalid_cases'])}")
     contract = corr.get("contract", {})
@@ -130,11 +201,10 @@ def summary_line(summary: dict, problems: list[str] | tuple = ()) -> str:
     if bench.get("ran"):
         gm = bench.get("geomean_speedup")
         parts.append(f"speedup {gm:.3f}x" if gm else "speedup -")
-        if bench.get("stable") is not None:
-            parts.append("stable" if bench["stable"] else "UNSTABLE")
+    parts.append(timing_word(bench.get("stable"), bool(bench.get("ran"))))
     if summary.get("regression"):
         parts.append(f"regression {summary['regression']['verdict']}")
-    return ", ".join(parts) or "nothing was checked"
+    return ", ".join(parts)
 
 
 def _problems(result: dict) -> list[str]:
@@ -154,6 +224,7 @@ def _problems(result: dict) -> list[str]:
         out.append(f"missing kernels {', '.join(corr['missing_kernels'])}")
     if corr.get("integrity_failures"):
         out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
+    out.extend((s.get("benchmark") or {}).get("impossible") or [])
     failed = [r["id"] for r in res.get("cases", []) if r["status"] not in _FINE]
     if failed:
         out.append(
@@ -283,6 +354,11 @@ def _print_bench(bench: list[dict], console: Console) -> None:
 def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
     console = console or Console()
     s, res = result["summary"], result["results"]
+    if verbose:
+        for line in verbose_details(
+            result.get("settings") or {}, None, result.get("phases") or {}, result.get("duration_s")
+        ):
+            console.print(line, soft_wrap=True)
     _print_compile(result["compile"], console, verbose)
     _print_checks(res, s, console, verbose)
     if res.get("bench"):
@@ -296,10 +372,12 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     problems = _problems(result) if s["status"] != Status.PASSED else []
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(
-        f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: {escape(summary_line(s, problems))}",
+        f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: "
+        + escape(summary_line(s, problems, res.get("cases") or [])),
         soft_wrap=True,
     )
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
+    console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(
             f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)"
@@ -322,6 +400,14 @@ def print_regression(reg: dict, console: Console) -> None:
         " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
     )
     console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")
+    if reg["verdict"] == Verdict.UNCONFIRMED:
+        console.print(
+            "  UNCONFIRMED (exit 8): the stored timings suggest a slowdown that same-run comparisons with "
+            "the baseline's own code could not decide: too noisy to decide. Not a failure and not a pass: "
+            "rerun on a quieter machine (or with more --repeats)",
+            markup=False,
+            soft_wrap=True,
+        )
     cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
     if cases:
         heads = (
@@ -356,7 +442,7 @@ def print_regression(reg: dict, console: Console) -> None:
             console.print(
                 "  vs stored: the candidate against the baseline's stored timings, only a screen; same "
                 "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
-                "same run can FAIL.",
+                "same run can FAIL, and only when a second same run agrees.",
                 markup=False,
             )
     for reason in reg.get("reasons", []):

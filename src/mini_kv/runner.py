@@ -2,8 +2,9 @@
 
 Every job kind (mini_kv.worker.jobs) runs in `python -m mini_kv.worker.child`: `run_worker` for the
 staged kinds (card, sol), `run_one` for the one-shot ones. The parent never imports candidate code.
-A child that crashes or hangs is killed (whole process group); the case it was running is recorded
-as RUNTIME_ERROR or TIMEOUT with the tail of its log, and a fresh child continues with the cases after it.
+A child that crashes or hangs is killed (its whole tree: the jail's PID namespace); the case it was
+running is recorded as RUNTIME_ERROR or TIMEOUT with the tail of its log, and a fresh child continues
+with the cases after it. Every child is started through the jail (mini_kv.jail), as `spec` says.
 """
 
 from __future__ import annotations
@@ -18,25 +19,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from mini_kv.proc import die_with_parent, kill_group
-from mini_kv.sandbox import ENTER_FAILED as SANDBOX_ENTER_FAILED
-from mini_kv.sandbox import Sandbox, SandboxInfo
-from mini_kv.sandbox import resolve as resolve_sandbox
+from mini_kv import jail
+from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
 from mini_kv.worker.link import pair as link_pair
-from mini_kv.worker.zygote import RESULT_FD, spawn_child
 
 MAX_RESTARTS = 50
-# A child's start-up before its `ready` event: the harness only, so a limit for a broken machine, not a
-# candidate's time (its per-case timeout starts at `ready`)
-STARTUP_S = 300.0
+STARTUP_S = DEFAULTS.startup_s
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
 # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
-DEFAULT_GIVE_UP_AFTER = 2
+DEFAULT_GIVE_UP_AFTER = DEFAULTS.give_up_after
 
 
 def _tail(path: str, n: int = 4000) -> str:
@@ -53,10 +51,10 @@ def _tail(path: str, n: int = 4000) -> str:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
-    if code == SANDBOX_ENTER_FAILED:
+    if code == jail.ENTER_FAILED:
         return (
-            f"exited with status {code}: the OS sandbox could not be set up (the worker log says why; "
-            "--no-sandbox runs without it)"
+            f"exited with status {code}: the jail could not be set up (the worker log says why; "
+            "--sandbox off runs without it)"
         )
     if code < 0:
         try:
@@ -75,12 +73,43 @@ def _ended(code: int | None, subject_code: int | None) -> str:
     return f"worker {_describe_exit(code)}"
 
 
+def default_sandbox() -> JailInfo:
+    """The jail of a run that did not choose one: --sandbox's default (auto), $MINI_KV_SANDBOX."""
+    return jail.resolve(jail.mode_from(None))
+
+
+def default_spec(job: Job | None = None) -> JailSpec:
+    """A child's view when its caller names none: the project around the working directory read-only
+    (less its .build/ and artifacts/), the files and dirs the job names, and the GPU if there is one."""
+    from mini_kv.load.task_card import find_project_root
+
+    root = find_project_root(Path.cwd())
+    named = [p for p in job_paths(job.to_dict()) if os.path.exists(p)] if job is not None else []
+    return JailSpec(
+        read_only=(str(root), *named),
+        hidden=tuple(str(root / d) for d in (".build", "artifacts") if (root / d).exists()),
+        gpu=bool(jail.gpu_nodes()),
+    )
+
+
+def job_paths(value) -> list[str]:
+    """Every absolute path named in a job's data: ChildRun stages those under `.build/` into its jail."""
+    if isinstance(value, str):
+        return [value] if value.startswith("/") else []
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in job_paths(v)]
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in job_paths(v)]
+    return []
+
+
 class ChildRun:
-    """One child process and its event pipe.
+    """One jailed child process and its event pipe.
 
     The child imports torch before it reads its job, so a child started early (`ChildRun(None, ...)`
     then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
-    `warm_profiler` has it pay CUPTI's start-up then too."""
+    `warm_profiler` has it pay CUPTI's start-up then too. `spec` says what the jail shows it (default:
+    `default_spec`); the build products a job names are staged into it when the job is sent."""
 
     def __init__(
         self,
@@ -88,14 +117,14 @@ class ChildRun:
         log_path: str,
         env: dict | None,
         warm_profiler: bool = False,
-        sandbox: SandboxInfo | None = None,
+        sandbox: JailInfo | None = None,
+        spec: JailSpec | None = None,
     ):
         self.key = secrets.token_bytes(32)
         self.verifier = Verifier(self.key)
         self.log = open(log_path, "ab")
-        # the OS sandbox (mini_kv.sandbox): default on where the machine allows it
-        self.sandbox_info = sandbox if sandbox is not None else resolve_sandbox(True)
-        self.sandbox = Sandbox(self.sandbox_info)
+        self.sandbox_info = sandbox if sandbox is not None else default_sandbox()
+        self.spec = spec if spec is not None else default_spec(job)
         self.env, self.warm = env, ["--warm-profiler"] if warm_profiler else []
         self.job: Job | None = None
         self.subject: SubjectRun | None = None
@@ -103,7 +132,7 @@ class ChildRun:
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
         self.log_path = log_path
-        self._start(fresh=False, kind=job.KIND if job is not None else None)
+        self._start()
         if job is not None:
             self.send(job)
 
@@ -115,51 +144,31 @@ class ChildRun:
         mine, theirs = socket.socketpair()
         return mine.detach(), theirs.detach()
 
-    def _start(self, fresh: bool, kind: str | None = None) -> None:
-        """The child: forked by the worker zygote (Python and torch loaded already), else a fresh process."""
+    def _start(self) -> None:
         self.fd, write_fd = self._channel()
-        argv = [self.FD_FLAG, RESULT_FD, *self.warm]
-        self.proc = (
-            None if fresh else spawn_child(argv, self.env, self.sandbox, self.log.fileno(), write_fd, kind)
-        )
-        if self.proc is None:
-            argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
-            self.proc = subprocess.Popen(
-                self.sandbox.argv(argv),
+        argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
+        try:
+            self.proc = jail.popen(
+                argv,
+                self.spec,
+                self.sandbox_info,
+                env=self.env,
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-                env=self.sandbox.env(self.env),
+                self_landlock=True,  # worker.child applies the jail's Landlock rules first thing
             )
-        os.close(write_fd)
-
-    def _zygote_failed(self) -> bool:
-        """True for a child the zygote never forked (it died, or would not load here), after starting a
-        fresh process in its place: nothing of the job has run."""
-        if isinstance(self.proc, subprocess.Popen) or self.proc.pid is not None:
-            return False
-        said = self.proc.zygote_output()
-        self.log.write(
-            b"mini_kv: the worker zygote did not fork this child; starting a fresh process\n"
-            + (f"the zygote's output:\n{said}\n".encode() if said else b"")
-        )
-        self.log.flush()
-        if not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        os.close(self.fd)
-        self.buf = b""
-        self._start(fresh=True)
-        if self.job is not None:
-            self.send(self.job)
-        return True
+        finally:
+            os.close(write_fd)
 
     def send(self, job: Job) -> None:
         self.job = job
+        data = job.to_dict()
+        for path in job_paths(data):  # a library under .build/: copied into the jail's view of it
+            self.proc.stage(path)
         try:
-            self.proc.stdin.write(json.dumps({**job.to_dict(), "channel_key": self.key.hex()}).encode())
+            self.proc.stdin.write(json.dumps({**data, "channel_key": self.key.hex()}).encode())
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
@@ -173,7 +182,9 @@ class ChildRun:
             self.subject.close(kill=True)
         judge_end, subject_end = link_pair()
         try:
-            self.subject = SubjectRun(subject_end, self.log_path, self.env, self.sandbox_info)
+            self.subject = SubjectRun(subject_end, self.log_path, self.env, self.sandbox_info, self.spec)
+            for path in job_paths(self.job.to_dict()):  # what the judge's view has, the candidate's above all
+                self.subject.proc.stage(path)
             with socket.socket(fileno=os.dup(self.fd)) as sock:
                 socket.send_fds(sock, [b"link"], [judge_end])
         except OSError:  # the judge died early: next_event sees the end of the stream
@@ -188,8 +199,6 @@ class ChildRun:
         that a busy machine's slow start is never a candidate's TIMEOUT."""
         if not self.ready:
             ev = self._next_line(max(timeout, STARTUP_S))
-            if ev is None and self._zygote_failed():  # nothing of the job ran: start it afresh
-                return self.next_event(timeout)
             if not (isinstance(ev, dict) and ev.get("event") == Event.READY):
                 return ev
             self.ready = True
@@ -211,29 +220,26 @@ class ChildRun:
         line, _, self.buf = self.buf.partition(b"\n")
         return self.verifier.read(line)
 
-    def _kill(self) -> None:
-        if isinstance(self.proc, subprocess.Popen):
-            kill_group(self.proc.pid)
-        else:  # a zygote.ForkedChild
-            self.proc.kill()
-
     def close(self, kill: bool) -> int | None:
-        if self.subject is not None:  # it ends when the judge closes the link; killed if the judge was
+        """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
+        the jail's PID namespace ends with its first process. The subject ends when the judge closes
+        the link, and is killed with it."""
+        if self.subject is not None:
             self.subject_code = self.subject.close(kill)
             self.subject = None
         if not self.proc.stdin.closed:  # a child that never got its job
             self.proc.stdin.close()
         if kill:
-            self._kill()
+            self.proc.kill_tree()
         try:
             code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self._kill()
+            self.proc.kill_tree()
             code = self.proc.wait()
+        self.proc.cleanup()
         if self.fd is not None:
             os.close(self.fd)
         self.log.close()
-        self.sandbox.close()
         return code
 
 
@@ -243,12 +249,9 @@ class SubjectRun(ChildRun):
 
     FD_FLAG = "--subject-fd"
 
-    def __init__(self, link_fd: int, log_path: str, env: dict | None, sandbox: SandboxInfo):
+    def __init__(self, link_fd: int, log_path: str, env: dict | None, sandbox: JailInfo, spec: JailSpec):
         self.link_fd = link_fd
-        self.subject = None
-        super().__init__(None, log_path, env, sandbox=sandbox)
-        if not isinstance(self.proc, subprocess.Popen) and self.proc.pid is None:
-            self._start(fresh=True)  # the zygote did not fork it
+        super().__init__(None, log_path, env, sandbox=sandbox, spec=spec)
 
     def _channel(self) -> tuple[int | None, int]:
         return None, os.dup(self.link_fd)
@@ -258,15 +261,16 @@ def run_one(
     job: Job,
     timeout: float,
     env: dict | None = None,
-    sandbox: SandboxInfo | None = None,
+    sandbox: JailInfo | None = None,
     log_path: str | None = None,
+    spec: JailSpec | None = None,
 ) -> dict:
     """A one-shot job kind in a fresh child: its `result` event, else a `fatal` one saying why there is
     none (`timed_out`, a crash, unsigned data), with the tail of the child's output. Both carry the
     `sandbox` the child ran in. `log_path` keeps the child's output (default: a temp file, removed)."""
     own_log = log_path is None
     log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
-    child = ChildRun(job, log_path, env, sandbox=sandbox)
+    child = ChildRun(job, log_path, env, sandbox=sandbox, spec=spec)
     ev = child.next_event(timeout)
     kind = ev.get("event") if isinstance(ev, dict) else None
     code = child.close(kill=kind != Event.RESULT)
@@ -293,8 +297,9 @@ def run_worker(
     env: dict | None = None,
     on_event=None,
     first_child: ChildRun | None = None,
-    sandbox: SandboxInfo | None = None,
+    sandbox: JailInfo | None = None,
     give_up_after: int = DEFAULT_GIVE_UP_AFTER,
+    spec: JailSpec | None = None,
 ) -> dict:
     """Run every stage of `job` (kind card or sol) in child processes; returns plain-data results.
 
@@ -302,19 +307,21 @@ def run_worker(
 
     `on_event`, if given, sees every event the child sends (e.g. to show progress). `first_child`:
     a child started earlier without a job (same `env`, logging to `log_path`); it runs the first batch.
-    `sandbox`: how children are sandboxed (default: mini_kv.sandbox's choice for this machine);
-    recorded in the results.
+    `sandbox`: how children are jailed (default: mini_kv.jail's choice for this machine), recorded in
+    the results; `spec`: what the jail shows them (default: the first child's, else `default_spec`).
     """
     log_path = log_path or (
         first_child.log_path if first_child else tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
     )
     if sandbox is None:
-        sandbox = first_child.sandbox_info if first_child is not None else resolve_sandbox(True)
-    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox, give_up_after)
+        sandbox = first_child.sandbox_info if first_child is not None else default_sandbox()
+    if spec is None:
+        spec = first_child.spec if first_child is not None else default_spec()
+    run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox, give_up_after, spec)
     return run.run(first_child)
 
 
-def empty_results(log_path: str | None, sandbox: SandboxInfo) -> dict:
+def empty_results(log_path: str | None, sandbox: JailInfo) -> dict:
     """run_worker's results before any event (also a run whose build decided it: no worker job)."""
     return {
         "load": None,
@@ -339,11 +346,13 @@ class _WorkerRun:
         log_path: str,
         env: dict | None,
         on_event,
-        sandbox: SandboxInfo,
+        sandbox: JailInfo,
         give_up_after: int = DEFAULT_GIVE_UP_AFTER,
+        spec: JailSpec | None = None,
     ):
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
+        self.spec = spec
         self.results = empty_results(log_path, sandbox)
         self.pending = {
             "cases": list(job.cases),
@@ -377,9 +386,11 @@ class _WorkerRun:
                 child, first_child = first_child, None
                 child.send(sub)
             else:
-                child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox)
+                child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             outcome, budget = self._read(child)
-            code = child.close(kill=outcome != "done")
+            # killed only when it hangs: a judge that ended by itself (its subject gone: exit 5) says so
+            # in its exit status, which a kill racing its exit would turn into SIGKILL
+            code = child.close(kill=outcome == "timeout")
             if not self._carry_on(outcome, _ended(code, child.subject_code), budget):
                 break
         touched = files_changed(files_before, harness_files(watch))

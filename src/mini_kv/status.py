@@ -28,6 +28,8 @@ class Status(StrEnum):
     INVALID_CASE = "INVALID_CASE"  # the card's own input factory failed: the card's fault
     INVALID_REFERENCE = "INVALID_REFERENCE"  # the problem's reference failed: the problem's fault
     REWARD_HACK = "REWARD_HACK"
+    # a timed case faster than its roofline floor (roofline.impossible_time): a verdict of its own, never ranked
+    IMPOSSIBLE_TIME = "IMPOSSIBLE_TIME"
     SKIPPED = "SKIPPED"  # not applicable here (device, no core case); says why
     NOT_RUN = "NOT_RUN"  # not attempted (an earlier failure decided it); says why
     WORKER_LOST = "WORKER_LOST"  # a batch item whose every cluster worker died under it: no attempt
@@ -58,7 +60,7 @@ class Verdict(StrEnum):
 
 
 class StopReason(StrEnum):
-    """Why a measurement stopped taking samples (benchmark.json's `sampling`; judge.stats.sampling_step)."""
+    """Why a measurement stopped taking samples (benchmark.json's `sampling`; stats.sampling_step)."""
 
     CONVERGED = "converged"  # the median's 95 % CI reached the target width
     BUDGET = "budget"  # the case's time budget was spent first

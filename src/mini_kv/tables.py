@@ -79,3 +79,36 @@ def fitted_tables(
             t.add_row(*(r[i] for i in group))
         tables.append(t)
     return tables
+
+
+def verbose_details(settings: dict, comp: dict | None, phases: dict, duration_s) -> list[str]:
+    """What `-v` adds on every command (verify, bench, batch): the timing settings, the build, and where
+    the time went. Rich markup; the time line is one line whatever the width (scripts grep it)."""
+    keys = ("rounds", "warmup", "repeats", "samples", "target_rel_ci", "budget_s", "method", "l2", "max_cv")
+    shown = ", ".join(f"{k} {settings[k]}" for k in keys if settings.get(k) is not None)
+    out = [f"[dim]settings: {shown}[/]"]
+    if comp:
+        note = " (compile check only)" if comp.get("check_only") else ""
+        out.append(
+            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
+            f"{comp.get('duration_s')} s, {comp.get('build_dir') or comp.get('key')}[/]"
+        )
+    if phases:
+        total = (
+            duration_s
+            if duration_s is not None
+            else max(v for k, v in phases.items() if not k.startswith("workload_"))
+        )
+        # cumulative marks since the start; the worker's own split of the evaluation in parentheses
+        marks = ", ".join(
+            f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in phases.items() if not k.startswith("workload_")
+        )
+        inner = ", ".join(
+            f"{k[9:-2].replace('_', ' ')} {v:.2f}" for k, v in phases.items() if k.startswith("workload_")
+        )
+        out.append(
+            f"[dim]time (s since start): {marks}; total {total}"
+            + (f" (in the worker, summed over workloads: {inner})" if inner else "")
+            + "[/]"
+        )
+    return out

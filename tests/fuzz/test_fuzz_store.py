@@ -30,7 +30,7 @@ from test_index import make_attempt  # tests/ is on sys.path (its conftest.py)
 
 from mini_kv.cli import main
 from mini_kv.errors import UserError
-from mini_kv.judge.leaderboard import build_leaderboard
+from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.index import INDEX_NAME, rebuild_index
 
 FUZZ = settings(

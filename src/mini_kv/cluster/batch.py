@@ -54,6 +54,69 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
 
 
+def item_key(item: Item) -> str:
+    """What a results file knows an item by: a card's `task/candidate` (its label), a SOL solution's
+    `definition/solution name` (what its traces carry)."""
+    if item.kind == VERIFY:
+        return item.label
+    definition = json.loads((Path(item.target) / "definition.json").read_text(encoding="utf-8"))["name"]
+    solution = json.loads(Path(item.opts.solution).read_text(encoding="utf-8"))["name"]
+    return f"{definition}/{solution}"
+
+
+def result_lines(item: Item, result: dict) -> list[dict]:
+    """An item's lines in a results file: a SOL item's traces (upstream's trace format, one per workload),
+    a card item's summary line. An item that got no result (its worker was lost) has none: a resumed run
+    runs it again."""
+    if result.get("failed"):
+        return []
+    if item.kind == BENCH:
+        return list(result.get("traces") or [])
+    summary = result["summary"]
+    return [
+        {
+            "item": item.label,
+            "status": summary["status"],
+            "exit_code": int(result["exit_code"]),
+            "attempt": result["attempt"],
+        }
+    ]
+
+
+class Journal:
+    """Streamed, resumable results: each finished item's lines appended (flushed, fsynced) as it finishes.
+    Opened with `resume`, the items the file already holds are done: a second run skips them; a torn last
+    line (the run was killed mid-write) is dropped. Without `resume` the file starts empty."""
+
+    def __init__(self, path: Path, resume: bool):
+        self.path = Path(path)
+        self.done: set[str] = set()
+        kept = []
+        if resume and self.path.exists():
+            for raw in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue  # torn by a kill
+                key = line.get("item") or f"{line.get('definition')}/{line.get('solution')}"
+                self.done.add(key)
+                kept.append(raw + "\n")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(kept), encoding="utf-8")
+
+    def record(self, item: Item, result: dict) -> None:
+        from mini_kv.solexec import traces
+
+        lines = result_lines(item, result)
+        if not lines:
+            return
+        text = "".join((traces.dumps(x) if item.kind == BENCH else json.dumps(x)) + "\n" for x in lines)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
 def status_of(result: dict) -> str:
     """The item's headline status (attempt.json's), or why it has none."""
     return result["summary"]["status"] if "summary" in result else result["status"]
@@ -183,14 +246,47 @@ def _outcome(item: Item, future) -> dict:
     return {**packed["result"], "label": item.label, "attempt": str(path), "where": where}
 
 
-def run_batch(items: list[Item], placement, show) -> list[dict]:
-    """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay)."""
-    if placement.here:
-        results = []
-        for item in items:
+def build_item(item: Item) -> dict | None:
+    """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
+    from mini_kv.cluster import prebuild
+
+    timeout = getattr(item.opts, "compile_timeout", None) or 600.0
+    if item.kind == BENCH:
+        return prebuild.build_solution(item.target, item.opts.solution, timeout)
+    return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
+
+
+def run_here(items: list[Item], show, on_result) -> list[dict]:
+    """The items one after another in this process. On a GPU, every item's build starts at once on all
+    cores (cluster.prebuild) while earlier items are evaluated: the evaluation finds its build in the
+    cache, and at most one evaluation, so one timing, is on the GPU at any moment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mini_kv.cluster import prebuild
+
+    ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
+    pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
+    builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
+    results = []
+    try:
+        for item, build in zip(items, builds, strict=True):
+            if build is not None:
+                build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
             show.done(results[-1]["label"], status_of(results[-1]))
-        return results
+            on_result(item, results[-1])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    return results
+
+
+def run_batch(items: list[Item], placement, show, on_result=None) -> list[dict]:
+    """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay);
+    `on_result(item, result)` is called as each item finishes (a results file is written from it)."""
+    on_result = on_result or (lambda item, result: None)
+    if placement.here:
+        return run_here(items, show, on_result)
     from distributed import as_completed
 
     from mini_kv.cluster.cluster import GPU, connect, dashboard
@@ -211,6 +307,7 @@ def run_batch(items: list[Item], placement, show) -> list[dict]:
                 i = futures[fut]
                 results[i] = _outcome(items[i], fut)
                 show.done(items[i].label, status_of(results[i]), results[i].get("where"))
+                on_result(items[i], results[i])
         except BaseException:  # Ctrl-C: nothing more starts; the embedded cluster ends with its workers
             client.cancel(list(futures), force=True)
             raise

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
+import sys
 from dataclasses import dataclass
 
 from mini_kv.errors import UserError
@@ -58,6 +60,7 @@ def placement_from(args) -> Placement:
         raise UserError("--cluster and --gpus: the cluster's workers hold the GPUs (mini-kv worker --gpus)")
     if args.cluster and args.cluster != "slurm" and "://" not in args.cluster:
         raise UserError(f"--cluster {args.cluster!r}: expected tcp://HOST:PORT, tls://HOST:PORT or 'slurm'")
+    warn_oversubscribed(args.workers)
     return Placement(
         args.workers,
         tuple(parse_gpus(args.gpus)),
@@ -67,6 +70,22 @@ def placement_from(args) -> Placement:
         args.tls_cert,
         args.tls_key,
     )
+
+
+# A CPU worker times on a core of its own: torch's kernels use more than one thread each, so workers
+# beyond half the cores share cores, slow each other down and make their timings noisy
+CORES_PER_CPU_WORKER = 2
+
+
+def warn_oversubscribed(workers: int | None) -> None:
+    cores = os.cpu_count() or 1
+    if workers and workers > 1 and workers * CORES_PER_CPU_WORKER > cores:
+        print(
+            f"warning: --workers {workers} on {cores} cores: CPU workers share cores, so the batch is likely "
+            f"slower than one worker and its timings noisier; use at most --workers {max(1, cores // CORES_PER_CPU_WORKER)} "
+            "here, or more machines (--cluster)",
+            file=sys.stderr,
+        )
 
 
 def parse_gpus(spec: str | None) -> list[int]:
@@ -177,6 +196,11 @@ def connect(p: Placement):
             raise UserError(f"--cluster {p.cluster}: cannot reach the scheduler: {exc}") from None
         with client:
             yield client
+    except KeyboardInterrupt:
+        # Ctrl-C: the caller prints one line; Dask's own shutdown noise (workers and nannies that log
+        # their interrupted tasks with tracebacks) would bury it
+        logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+        raise
     finally:
         if own is not None:
             own.close()

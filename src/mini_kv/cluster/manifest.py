@@ -9,6 +9,14 @@ from pathlib import Path
 from mini_kv.cluster.batch import BENCH, VERIFY, Item
 from mini_kv.errors import ConfigError, UserError
 
+# A manifest's options are the command line's option names (`--memory-limit` is `memory_limit`); the
+# few whose option record field is named otherwise are renamed here, in one place
+FIELD_OF_OPTION = {"case": "case_filter", "memory_limit": "memory_limit_gb"}
+
+
+def _fields(options: dict) -> dict:
+    return {FIELD_OF_OPTION.get(k, k): v for k, v in options.items()}
+
 
 def load_manifest(path: str, store: str | None) -> list[Item]:
     """The manifest's items; `store` (--artifacts) or each card's or problem's project's artifacts/."""
@@ -44,7 +52,7 @@ def _verify_items(entry: dict, base: Path, file: str, where: str, store: str | N
         cands = selected_candidates(card, entry.get("candidates", []))
     except UserError as exc:
         raise ConfigError(file, where, str(exc)) from None
-    opts = VerifyOptions(**entry.get("options", {}), artifacts=store)
+    opts = VerifyOptions(**_fields(entry.get("options", {})), artifacts=store)
     out = store or str(Path(card.project_root) / "artifacts")
     return [Item(VERIFY, f"{card.id}/{c.id}", str(task), c.id, opts, out) for c in cands]
 
@@ -59,7 +67,7 @@ def _bench_items(entry: dict, base: Path, file: str, where: str, store: str | No
     for j, sol in enumerate(entry["solutions"]):
         if not (base / sol).is_file():
             raise ConfigError(file, f"{where}.solutions[{j}]", f"{sol!r}: no such solution file")
-        opts = BenchOptions(solution=str(base / sol), **entry.get("options", {}), artifacts=store)
+        opts = BenchOptions(solution=str(base / sol), **_fields(entry.get("options", {})), artifacts=store)
         try:
             out = store or str(bench_project_root(opts) / "artifacts")
         except UserError as exc:

@@ -1,10 +1,14 @@
 """Build a candidate into `.build/<key>/`, reusing an identical earlier build.
 
 The key hashes everything that can change the binary: source bytes, flags, torch and CUDA
-versions, nvcc, host compiler, arch list. A build happens in a private temp dir in a child
-process and is renamed into place only when complete, under a file lock, so concurrent
-builders of one key neither corrupt nor duplicate it. The build itself is a worker child's job (kind
-`build`, mini_kv.compile.jit_child).
+versions, nvcc, host compiler, arch list. The build itself is a worker child's job (kind `build`,
+mini_kv.compile.jit_child: ninja, nvcc, the host compiler, then the load check, which runs the
+library's static initializers) in the jail (mini_kv.jail): it sees the candidate's files, the
+toolchain, the Python environment and the precompiled header it uses, read-only, and writes only a
+private temp dir outside the project. This process then checks the products (a regular file, not a
+link), copies them into `.build/<key>/` with the library's SHA-256 in `build.json`, renamed into
+place only when complete, under a file lock. Every cache hit hashes the library again: a library that
+no longer matches its record is a loud warning, and the entry is discarded and rebuilt.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from mini_kv import environment
-from mini_kv.compile import nvcc_steps, torch_flags
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv import environment, jail, torch_flags
+from mini_kv.compile import nvcc_steps, pch
+from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.load.files import links_leaving, odd_files
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
-from mini_kv.proc import run_with_timeout
-from mini_kv.runner import run_one
-from mini_kv.sandbox import disabled
+from mini_kv.runner import default_sandbox, run_one
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import BuildJob, Event
 
@@ -64,21 +69,6 @@ def _files_now(cdir: Path) -> list[dict]:
     return [{"path": str(p.relative_to(cdir)), "sha256": sha256_file(p)} for p in candidate_files(cdir)]
 
 
-def links_leaving(cdir: Path, root: Path) -> list[tuple[Path, Path]]:
-    """(link, target) for every symlink under `cdir`, listed as a source or not, that resolves outside
-    `root` (or dangles): such a link would bring a file from elsewhere into the build and the attempt."""
-    root = root.resolve()
-    out = []
-    for dirpath, dirnames, filenames in os.walk(cdir):  # does not descend into linked dirs
-        for name in (*dirnames, *filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                target = p.resolve()
-                if not target.exists() or (target != root and root not in target.parents):
-                    out.append((p, target))
-    return out
-
-
 def refused_input(project_root: Path, cand: Candidate) -> str | None:
     """Why the candidate's flags or files must not be built at all, or None."""
     try:
@@ -96,6 +86,9 @@ def refused_input(project_root: Path, cand: Candidate) -> str | None:
     if leaving:
         link, target = leaving[0]
         return f"{cand.id}: symlink {link} points to {target}, outside the project {project_root.resolve()}"
+    odd = odd_files(project_root / cand.path)
+    if odd:
+        return f"{cand.id}: {odd[0][0]} {odd[0][1]}"
     return None
 
 
@@ -210,7 +203,20 @@ def _missing_environment_header(output: str, source_dir: str) -> str | None:
     return header if from_outside or header.startswith(_TOOLKIT_HEADER_PREFIXES) else None
 
 
-def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
+def _build_spec(plan: dict, out_dir: Path, extra_read: tuple[str, ...] = ()) -> JailSpec:
+    """A build's jail: the candidate's dir and the absolute include/library dirs of its plan (the
+    allow-list admits only the candidate's own and those mini_kv adds) read-only, `out_dir` writable."""
+    flags = plan["flags"]
+    dirs = [d for d in flags["include_dirs"] if os.path.isabs(d)]
+    dirs += [f[2:] for f in flags.get("ldflags", []) if f.startswith("-L") and os.path.isabs(f[2:])]
+    return JailSpec(
+        read_only=(plan["candidate_dir"], *dirs, *extra_read),
+        writable=(str(out_dir),),
+        limits=jail.Limits(file_size_bytes=2 << 30),
+    )
+
+
+def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: JailInfo) -> dict:
     """Without CUDA torch, still prove the torch-free .cu files compile for sm_90.
 
     A check-only plan (a torch extension module where torch has no CUDA) checks every source,
@@ -242,7 +248,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
             "-o",
             str(obj),
         ]
-        res = run_with_timeout(cmd, timeout=timeout, env=env)
+        res = jail.run(cmd, _build_spec(plan, out_dir), sandbox, timeout=timeout, env=env)
         results.append(
             {
                 "source": src,
@@ -269,10 +275,16 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float) -> dict:
 
 
 def compile_candidate(
-    project_root: Path, cand: Candidate, timeout: float = 600.0, with_cuda: bool | None = None
+    project_root: Path,
+    cand: Candidate,
+    timeout: float = DEFAULTS.compile_s,
+    with_cuda: bool | None = None,
+    sandbox: JailInfo | None = None,
 ) -> dict:
-    """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors."""
+    """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors.
+    `sandbox`: the jail the build runs in (default: runner.default_sandbox)."""
     t0 = time.perf_counter()
+    sandbox = sandbox if sandbox is not None else default_sandbox()
     plan = build_plan(project_root, cand, with_cuda)
     build_root = project_root / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
@@ -287,6 +299,7 @@ def compile_candidate(
         "files": plan["files"],
         "flags": plan["flags"],
         "toolchain": plan["toolchain"],
+        "sandbox": sandbox.to_dict(),
     }
     if plan["python_module"]:
         record.update(module=plan["module"], check_only=plan["check_only"])
@@ -303,10 +316,9 @@ def compile_candidate(
     if refused is not None:
         record["refused"] = f"{refused} (nothing was compiled)"
         return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status=BuildStatus.ERROR)
-    done = final / "build.json"
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
-        return done.is_file() and (plan["check_only"] or _library_in(final) is not None)
+        return _cache_entry_holds(final, plan["check_only"])
 
     if built():
         return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
@@ -314,8 +326,9 @@ def compile_candidate(
         if built():  # another process built it while we waited
             return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
+        box = Path(jail.scratch_dir(f"mini-kv-build-{plan['key'][:12]}-"))  # the jail's only writable dir
         try:
-            status = _build_into(plan, tmp, timeout, record)
+            status = _build_into(plan, tmp, box, timeout, record, sandbox)
             if status == BuildStatus.OK and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
                 # the compiler may have read other bytes than the key names: never cache that library
                 record["refused"] = (
@@ -326,56 +339,91 @@ def compile_candidate(
             if status != BuildStatus.OK:
                 record["failed_build_dir"] = str(tmp)
                 return _finish(record, tmp, cache_hit=False, t0=t0, status=status)
+            lib = _library_in(tmp)
+            record["library_sha256"] = sha256_file(lib) if lib else None
             (tmp / "build.json").write_text(json.dumps(record, indent=2))
             if final.exists():  # a stale, incomplete dir from a killed build
                 shutil.rmtree(final)
             os.replace(tmp, final)
         finally:
+            shutil.rmtree(box, ignore_errors=True)
             if tmp.exists() and record.get("failed_build_dir") is None:
                 shutil.rmtree(tmp, ignore_errors=True)
     return _finish(record, final, cache_hit=False, t0=t0, status=BuildStatus.OK)
 
 
-def _build_into(plan: dict, tmp: Path, timeout: float, record: dict) -> str:
+def _cache_entry_holds(final: Path, check_only: bool) -> bool:
+    """A complete cache entry whose library still has the SHA-256 its build.json recorded. One that
+    does not (edited, swapped by another candidate, a torn copy) is discarded, loudly, to be rebuilt."""
+    done = final / "build.json"
+    if not done.is_file():
+        return False
+    if check_only:
+        return True
+    lib = _library_in(final)
+    try:
+        recorded = json.loads(done.read_text()).get("library_sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    actual = sha256_file(lib) if lib is not None and lib.is_file() and not lib.is_symlink() else None
+    if actual is not None and actual == recorded:
+        return True
+    print(
+        f"mini_kv: warning: the cached build {final} does not match its record "
+        f"(library sha256 {actual or 'missing'}, build.json says {recorded or 'nothing'}): "
+        "the entry is discarded and rebuilt",
+        file=sys.stderr,
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    return False
+
+
+def _build_into(plan: dict, tmp: Path, box: Path, timeout: float, record: dict, sandbox: JailInfo) -> str:
+    """Build in the jail into `box` (outside the project), then move the checked products into `tmp`."""
     if plan["cuda_sources_skipped"]:
-        check = _cuda_compile_check(plan, tmp, timeout)
+        check = _cuda_compile_check(plan, box, timeout, sandbox)
         record["cuda_check"] = check
         if check["status"] in (BuildStatus.ERROR, BuildStatus.TIMEOUT):
             return BuildStatus.ERROR if check["status"] == BuildStatus.ERROR else BuildStatus.TIMEOUT
     if plan["check_only"]:
         return BuildStatus.OK
+    sources = [str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]]
+    # the precompiled torch header is made (jailed, from torch's headers only) and kept by this process;
+    # the build sees it read-only, so no candidate can change what other builds include
+    pch_flags = pch.pch_cflags(str(tmp.parent / "pch"), sources, plan["flags"]["cflags"], sandbox=sandbox)
     job = BuildJob(
         name=plan["module"],
-        build_dir=str(tmp / "out"),
-        sources=[str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]],
+        build_dir=str(box / "out"),
+        sources=sources,
         include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
-        flags=plan["flags"],
+        flags={**plan["flags"], "cflags": [*plan["flags"]["cflags"], *pch_flags]},
         arch_list=plan["toolchain"]["arch_list"],
         python_module=plan["python_module"],
         with_cuda=True if plan["python_module"] else None,
-        pch_root=str(tmp.parent / "pch"),  # tmp lies in the project's .build/
     )
-    record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`
+    record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`, jailed
+    pch_dirs = tuple(str(Path(f).parent) for f in pch_flags[1:2])
     # the compiler's output is the child's: stdout.log; why the build failed (torch's exception): stderr.log
     ev = run_one(
         job,
         timeout,
-        sandbox=disabled("a build runs the compiler, not candidate code"),
+        sandbox=sandbox,
         log_path=str(tmp / "stdout.log"),
+        spec=_build_spec(plan, box, pch_dirs),
     )
     if ev.get("timed_out"):
         return BuildStatus.TIMEOUT
     if ev["event"] != Event.RESULT:
         (tmp / "stderr.log").write_text(f"{ev['reason']}\n{ev.get('traceback') or ''}")
         return BuildStatus.ERROR
-    lib = _library_in(tmp / "out")
-    if lib is None:
-        (tmp / "stderr.log").write_text("build produced no shared library\n")
+    lib = _library_in(box / "out")
+    if lib is None or lib.is_symlink() or not lib.is_file():
+        (tmp / "stderr.log").write_text("build produced no shared library (a regular file)\n")
         return BuildStatus.ERROR
-    shutil.move(str(lib), tmp / lib.name)
-    if (tmp / "out" / "build.ninja").is_file():
-        shutil.copy(tmp / "out" / "build.ninja", tmp / "build.ninja")
-    shutil.rmtree(tmp / "out", ignore_errors=True)
+    shutil.copyfile(lib, tmp / lib.name)  # a copy: nothing in the cache links back to the jail's dir
+    ninja = box / "out" / "build.ninja"
+    if ninja.is_file() and not ninja.is_symlink():
+        shutil.copyfile(ninja, tmp / "build.ninja")
     return BuildStatus.OK
 
 
@@ -387,7 +435,7 @@ def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> d
             "cache_hit": cache_hit,
             "duration_s": round(time.perf_counter() - t0, 4),
             "library": str(lib) if lib else None,
-            "library_sha256": sha256_file(lib) if lib else None,
+            "library_sha256": sha256_file(lib) if lib else None,  # as build.json records it
             "logs": {
                 name: str(d / name)
                 for name in ("stdout.log", "stderr.log", "build.ninja")

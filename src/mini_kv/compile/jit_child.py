@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from mini_kv.compile import nvcc_steps
-from mini_kv.compile.pch import pch_cflags
 
 
 def build(job) -> dict:
@@ -20,12 +19,11 @@ def build(job) -> dict:
     if CUDA_HOME:  # nvcc's host and device front ends side by side (compile/nvcc_steps.py)
         nvcc_steps.use_for_torch_builds(os.path.join(CUDA_HOME, "bin", "nvcc"))
 
-    # precompiled torch headers for the host files, shared by the project's builds (compile/pch.py)
-    pch = pch_cflags(job.pch_root, job.sources, job.flags["cflags"])
     load(
         name=job.name,
         sources=job.sources,
-        extra_cflags=[*job.flags["cflags"], *pch],
+        # the parent's flags hold the precompiled header's -include (compile/pch.py), if one fits
+        extra_cflags=job.flags["cflags"],
         extra_cuda_cflags=job.flags["cuda_cflags"] or None,
         extra_ldflags=job.flags.get("ldflags") or None,
         extra_include_paths=job.include_dirs,

@@ -11,7 +11,9 @@ the project. It is used only where every host file of the build begins with that
 including it first changes nothing. nvcc never gets it; a `.cu` is compiled as before.
 
 The .gch files live in the project's build cache, `.build/pch/<key>/`, keyed by the compiler, the
-torch installation and the flags, made once under a file lock, and renamed into place when complete.
+torch installation and the flags, made once under a file lock by the trusted parent (the compile itself
+jailed, in a private dir that holds only the stub: no candidate file is in it) and moved into place
+when complete. Builds see them read-only, so no candidate can change what another build includes.
 """
 
 from __future__ import annotations
@@ -101,19 +103,25 @@ def _key(compiler: str, flags: list[str], header: str) -> str:
     )
 
 
-def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> bool:
-    """Write the stub that includes `header` and compile it into `final/<stub>.gch` (a fresh dir renamed
-    into place)."""
+def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbox) -> bool:
+    """Write the stub that includes `header` and compile it (jailed) into `<stub>.gch` in a private dir,
+    then move that dir into place as `final`."""
+    from mini_kv import jail
+
     # a build killed while making it (its timeout) leaves its tmp dir: the lock held, it is stale
     for stale in final.parent.glob(f"tmp-{final.name}-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=final.parent))
+    box = Path(jail.scratch_dir("mini-kv-pch-"))
     try:
-        stub = tmp / _stub_name(header)
+        stub = box / _stub_name(header)
         stub.write_text(f"#include <{header}>\n")
         cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]
         log(f"precompiling {header}: {' '.join(cmd)}")
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = jail.run(cmd, jail.JailSpec(writable=(str(box),)), sandbox, timeout=1800)
+        for name in (stub.name, f"{stub.name}.gch"):
+            if (box / name).is_file() and not (box / name).is_symlink():
+                shutil.copyfile(box / name, tmp / name)
         if res.returncode != 0:
             log(
                 f"precompiling {header} failed (exit {res.returncode}); building without it:\n{res.stderr[-2000:]}"
@@ -123,11 +131,15 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log) -> boo
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
 
 
-def pch_cflags(pch_root: str | None, sources: list[str], cflags: list[str], log=print) -> list[str]:
+def pch_cflags(
+    pch_root: str | None, sources: list[str], cflags: list[str], log=print, sandbox=None
+) -> list[str]:
     """`-include <stub>` for this build's host compiles when a precompiled header fits them all (made
-    where missing and worth it: two or more host files, or no .cu to hold up), else []."""
+    where missing and worth it: two or more host files, or no .cu to hold up), else []. `sandbox`: the
+    jail (mini_kv.jail.JailInfo) the header is compiled in."""
     host = [s for s in sources if not s.endswith((".cu", ".cuh"))]
     header = common_header(host) if pch_root and host else None
     if header is None:
@@ -141,7 +153,7 @@ def pch_cflags(pch_root: str | None, sources: list[str], cflags: list[str], log=
             return []
         root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(final) + ".lock"):
-            if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log):
+            if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log, sandbox):
                 return []
     # ninja passes cflags to a shell unquoted: a path it would split is not offered
     return ["-include", str(stub)] if _SAFE_PATH.fullmatch(str(stub)) else []

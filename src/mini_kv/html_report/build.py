@@ -66,7 +66,7 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
 
 def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
     """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time."""
-    from mini_kv.judge.leaderboard import build_leaderboard
+    from mini_kv.leaderboard import build_leaderboard
 
     groups, problems = [], []
     try:
@@ -188,14 +188,9 @@ def _build(opts: ReportOptions) -> ReportResult:
     page = pg.Page(title)
     by_task = {t: [a for a in store.attempts if a.task_id == t] for t in tasks}
 
-    def per_task(fn) -> str:
-        return (
-            "".join(
-                f'<div class="task" data-task="{pg.esc(t)}"><h3>{pg.esc(t)}</h3>{fn(t, by_task[t])}</div>'
-                for t in tasks
-            )
-            or '<p class="note">no readable attempt.</p>'
-        )
+    def per_task(fn) -> list[pg.Block]:
+        blocks = [pg.Block("task", t, children=tuple(fn(t, by_task[t]))) for t in tasks]
+        return blocks or [pg.note("no readable attempt.")]
 
     page.sections += [
         (

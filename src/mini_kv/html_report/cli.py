@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
-from mini_kv.cli_common import artifacts_dir, console, err_console
-from mini_kv.errors import ConfigError, ExitCode
-
-
-def _task_id(spec: str, flag: str) -> str:
-    """A task id, or the id inside a task card (`tasks/x.yaml`) or SOL problem directory (its definition name)."""
-    p = Path(spec)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            card = yaml.safe_load(p.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(str(p), flag, f"unreadable task card ({exc})") from None
-        if not isinstance(card, dict) or not isinstance(card.get("id"), str):
-            raise ConfigError(str(p), f"{flag}: id", "a task card with a string `id`")
-        return card["id"]
-    if p.is_dir() and (p / "definition.json").is_file():
-        try:
-            name = json.loads((p / "definition.json").read_text()).get("name")
-        except (OSError, ValueError, AttributeError) as exc:
-            raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
-        if not isinstance(name, str):
-            raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
-        # the task id `bench` stores a problem under: its name made directory-safe
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
-    return spec
+from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
+from mini_kv.errors import ExitCode
 
 
 def _artifacts(args) -> Path:
@@ -46,8 +19,9 @@ def cmd_report(args) -> int:
 
     tasks = tuple(
         dict.fromkeys(
-            [_task_id(t, "--task") for t in args.task or []]
-            + [_task_id(p, "--problem") for p in args.problem or []]
+            [task_id_of(t, "TARGET") for t in args.target or []]
+            + [task_id_of(t, "--task") for t in args.task or []]
+            + [task_id_of(p, "--problem") for p in args.problem or []]
         )
     )
     opts = ReportOptions(
@@ -70,6 +44,11 @@ def cmd_report(args) -> int:
 
 def register(sub) -> None:
     r = sub.add_parser("report", help="one self-contained HTML page with plots of the stored attempts")
+    r.add_argument(
+        "target",
+        nargs="*",
+        help="what `verify`/`bench` was given: a task card, a SOL problem directory, or a task id",
+    )
     r.add_argument("--task", action="append", help="task id or task card (repeatable; default: every task)")
     r.add_argument("--problem", action="append", help="SOL problem name or directory (repeatable)")
     r.add_argument(

@@ -7,18 +7,24 @@ never used. `compare_to_baseline` judges a new attempt's raw timing samples agai
 
   * the two are comparable only when task id and version, operator version, suite hash, environment
     key and device all match; otherwise the verdict is INCOMPARABLE (never PASS);
-  * a case whose candidate P50 is more than `p50_threshold` slower than the stored baseline P50 is a
-    suspected regression. Stored timings were taken at another time, under another machine load, so
-    they are not evidence on their own: `confirm(case_id)` times the baseline's own code (rebuilt from
-    its sources) and the candidate in one worker, interleaved, as asv's `continuous` does. The case
-    FAILs only when that same-run comparison is significantly slower beyond the threshold
-    (stats.is_slower: Mann-Whitney U plus non-overlapping bootstrap CIs of the medians at `alpha`).
-    Without a confirm callable the case is UNCONFIRMED; a same-run comparison that does not show the
-    slowdown, or that cannot run, is a WARN;
-  * a P95 more than `p95_threshold` slower is a WARN.
+  * the stored baseline is only a screen: its timings were taken at another time, under another
+    machine load, so they are not evidence on their own. A case whose candidate P50 is more than
+    `p50_threshold` (or P95 more than `p95_threshold`) slower than the stored one is decided by
+    `confirm(case_id)`, which times the baseline's own code (rebuilt from its sources) and the
+    candidate in one worker, interleaved, as asv's `continuous` does (stats.is_slower: Mann-Whitney U
+    plus non-overlapping bootstrap CIs of the medians at `alpha`):
+      - PASS when that same-run A/B shows no slowdown beyond the thresholds (the gap was the machine's);
+      - FAIL only when it and a second same-run A/B both show the P50 significantly slower beyond the
+        threshold;
+      - WARN only where two same-run A/Bs agree with the screen on a smaller slowdown (a P95 beyond its
+        threshold, or a significant P50 slowdown within the threshold);
+      - UNCONFIRMED when the noise is too high to decide: an A/B P50 beyond the threshold but not
+        significant, two A/Bs that disagree, or no A/B that could run (exit 8, its own line).
+    A case with no slowdown against the stored timings is PASS, stable or not.
 
 Overall: TAMPERED if the baseline or its source attempt fails its hashes; else FAIL if any case FAILs;
-else INCOMPARABLE if nothing could be compared; else WARN if any case is not PASS; else PASS.
+else UNCONFIRMED if any case is; else INCOMPARABLE if any case could not be compared (or was not
+measured); else WARN if any case warns; else PASS.
 """
 
 from __future__ import annotations
@@ -91,7 +97,8 @@ def _pct(ratio: float) -> str:
 
 
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
-    from mini_kv.judge import stats
+    """One bench case: the stored comparison screens, the same-run A/B decides (see the module doc)."""
+    from mini_kv import stats
 
     rec = _case_record(case_id, Verdict.PASS, [])
     for key in ("method", "l2", "unit"):
@@ -112,75 +119,124 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
         p50_ratio=p50_ratio,
         p95_ratio=p95_ratio,
     )
-    reasons = rec["reasons"]
+    screen = []
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
         rec["first_batch"] = first.to_dict()
-        what = (
-            f"{case_id}: P50 {cs.p50:.4g} us vs baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
+        screen.append(
+            f"{case_id}: P50 {cs.p50:.4g} us vs stored baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
             f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})"
         )
-        if confirm is None:
-            rec["verdict"] = Verdict.UNCONFIRMED
-            reasons.append(what + "; no same-run comparison was run, so this is a warning, not a failure")
-        else:
-            _confirm_same_run(rec, what, confirm, th)
     if p95_ratio > 1 + th.p95_threshold:
-        reasons.append(
-            f"{case_id}: P95 {cs.p95:.4g} us vs baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
-            f"warning above {th.p95_threshold:.0%})"
+        screen.append(
+            f"{case_id}: P95 {cs.p95:.4g} us vs stored baseline {bs.p95:.4g} us ({_pct(p95_ratio)}, "
+            f"above {th.p95_threshold:.0%})"
         )
-        if rec["verdict"] == Verdict.PASS:
-            rec["verdict"] = Verdict.WARN
-    if rec["verdict"] == Verdict.PASS and (cand.get("stability") or {}).get("stable") is False:
-        rec["verdict"] = Verdict.WARN
-        reasons.append(f"{case_id}: measurement unstable, a PASS would not mean much")
+    if not screen:
+        if (cand.get("stability") or {}).get("stable") is False:
+            rec["reasons"].append(f"{case_id}: no slowdown against the stored timings (measurement unstable)")
+        return rec
+    if confirm is None:
+        return _undecided(rec, screen, "no same-run comparison with the baseline's own code could be run")
+    _decide_same_run(rec, screen, confirm, th)
     return rec
 
 
-def _confirm_same_run(rec: dict, what: str, confirm: Callable[[str], dict], th: Thresholds) -> None:
-    """Judge a suspected slowdown on the same-run, interleaved timings of candidate and baseline code."""
-    from mini_kv.judge import stats
+def _undecided(rec: dict, screen: list[str], why: str) -> dict:
+    """UNCONFIRMED: the stored timings suggest a slowdown that the same-run A/B could not decide."""
+    rec["verdict"] = Verdict.UNCONFIRMED
+    rec["reasons"].append("; ".join(screen) + f"; {why}: too noisy to decide (UNCONFIRMED, not a failure)")
+    return rec
 
-    try:
-        run = confirm(rec["id"])
-        cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
-        test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, th.seed + 2)
-    except BaselineTampered:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
-        rec["verdict"] = Verdict.WARN
-        rec["reasons"].append(
-            what + f"; the same-run comparison with the baseline's own code could not run "
-            f"({type(exc).__name__}: {exc}); stored timings alone are not evidence, so this "
-            "is a warning, not a failure"
-        )
-        return
-    cand_s, base_s = stats.summarize_repeats(cand), stats.summarize_repeats(base)
-    rec["confirmation"] = {
+
+def _same_run(rec: dict, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> dict:
+    """One same-run, interleaved A/B of the candidate and the baseline's own build: its record (samples,
+    summaries, the P50 test). Raises what `confirm` raises."""
+    from mini_kv import stats
+
+    run = confirm(rec["id"])
+    cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
+    test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed)
+    return {
         "method": "same-run, interleaved with the baseline's own build",
         "samples": cand,
-        "summary": cand_s.to_dict(),
-        "baseline": {"samples": base, "summary": base_s.to_dict()},
+        "summary": stats.summarize_repeats(cand).to_dict(),
+        "baseline": {"samples": base, "summary": stats.summarize_repeats(base).to_dict()},
         "test": test.to_dict(),
         "order": run.get("order"),
         "build": run.get("build"),
     }
-    same = (
-        f"in the same run, interleaved, candidate P50 {cand_s.overall.p50:.4g} us vs the baseline's own build "
-        f"{base_s.overall.p50:.4g} us ({_pct(test.ratio)}, p={test.p_value:.2g}, "
-        + ("significant" if test.significant else "not significant")
+
+
+def _said(ab: dict) -> str:
+    """What one same-run A/B measured, for a reason line."""
+    t, p50 = ab["test"], lambda d: d["summary"]["overall"]["p50"]
+    return (
+        f"same run, interleaved: candidate P50 {p50(ab):.4g} us vs the baseline's own build "
+        f"{p50(ab['baseline']):.4g} us ({_pct(t['ratio'])}, p={t['p_value']:.2g}, "
+        + ("significant" if t["significant"] else "not significant")
         + ")"
     )
-    if test.slower:
+
+
+def _p95_ratio(ab: dict) -> float:
+    return ab["summary"]["overall"]["p95"] / ab["baseline"]["summary"]["overall"]["p95"]
+
+
+def _decide_same_run(rec: dict, screen: list[str], confirm: Callable[[str], dict], th: Thresholds) -> None:
+    """The verdict of a case the stored timings flagged, from same-run A/Bs of the baseline's own build:
+
+    * FAIL: two A/Bs in a row both significantly slower beyond the P50 threshold;
+    * WARN: the A/Bs agree with the stored screen on a smaller slowdown (a P95 beyond its threshold, or
+      a significant P50 slowdown within it, seen twice);
+    * PASS: the first A/B sees no slowdown beyond the thresholds (the gap to the stored timings was the
+      machine's, not the code's);
+    * UNCONFIRMED: the A/Bs cannot decide (a P50 beyond the threshold but not significant, or the two
+      disagree), or could not run."""
+    try:
+        first = _same_run(rec, confirm, th, th.seed + 2)
+    except BaselineTampered:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
+        return _undecided(rec, screen, f"the same-run comparison could not run ({type(exc).__name__}: {exc})")
+    rec["confirmation"] = first
+    t1 = first["test"]
+    if t1["exceeds"] and not t1["significant"]:
+        return _undecided(rec, screen, f"{_said(first)}")
+    p95_agrees = _p95_ratio(first) > 1 + th.p95_threshold
+    if not (t1["slower"] or p95_agrees or (t1["significant"] and t1["ratio"] > 1)):
+        rec["reasons"].append(
+            "; ".join(screen) + f"; not seen in the {_said(first)}: the gap to the stored timings is the "
+            "machine's, not the code's"
+        )
+        return None
+    try:
+        second = _same_run(rec, confirm, th, th.seed + 4)
+    except BaselineTampered:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return _undecided(
+            rec, screen, f"{_said(first)}; the second could not run ({type(exc).__name__}: {exc})"
+        )
+    rec["second_confirmation"] = second
+    t2 = second["test"]
+    both = f"first {_said(first)}; second {_said(second)}"
+    if t1["slower"] and t2["slower"]:
         rec["verdict"] = Verdict.FAIL
-        rec["reasons"].append(what + "; confirmed " + same)
-    else:
+        rec["reasons"].append("; ".join(screen) + f"; confirmed twice: {both}")
+    elif t1["slower"] != t2["slower"]:
+        _undecided(rec, screen, f"the two same-run comparisons disagree ({both})")
+    elif (p95_agrees and _p95_ratio(second) > 1 + th.p95_threshold) or (
+        t1["significant"] and t2["significant"] and t1["ratio"] > 1 and t2["ratio"] > 1
+    ):
         rec["verdict"] = Verdict.WARN
         rec["reasons"].append(
-            what + "; not confirmed " + same + ": the gap to the stored timings is the machine's, "
-            "not the code's"
+            "; ".join(screen) + f"; a slowdown within the P50 threshold or in the tail, seen in both "
+            f"same-run comparisons ({both}): a warning"
         )
+    else:
+        rec["reasons"].append("; ".join(screen) + f"; not seen twice ({both}): no slowdown to report")
+    return None
 
 
 def compare_to_baseline(
@@ -237,7 +293,14 @@ def compare_to_baseline(
 
 
 def _case_record(case_id: str, verdict: Verdict, reasons: list[str]) -> dict:
-    return {"id": case_id, "verdict": verdict, "reasons": reasons, "first_batch": None, "confirmation": None}
+    return {
+        "id": case_id,
+        "verdict": verdict,
+        "reasons": reasons,
+        "first_batch": None,
+        "confirmation": None,
+        "second_confirmation": None,
+    }
 
 
 def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dict:
@@ -254,11 +317,15 @@ def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dic
 
 
 def _overall(verdicts: list[Verdict]) -> Verdict:
-    if Verdict.FAIL in verdicts:
-        return Verdict.FAIL
-    if all(v in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
+    """The attempt's verdict from its cases', in this order of precedence: FAIL (a slowdown confirmed
+    twice in the same run), UNCONFIRMED (one that could not be decided), INCOMPARABLE (a case could not
+    be compared, or none measured), WARN (a smaller slowdown the same run agreed with), PASS."""
+    for verdict in (Verdict.FAIL, Verdict.UNCONFIRMED):
+        if verdict in verdicts:
+            return verdict
+    if not verdicts or any(v in (Verdict.INCOMPARABLE, Verdict.MISSING) for v in verdicts):
         return Verdict.INCOMPARABLE
-    return Verdict.PASS if all(v == Verdict.PASS for v in verdicts) else Verdict.WARN
+    return Verdict.WARN if Verdict.WARN in verdicts else Verdict.PASS
 
 
 def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
@@ -286,12 +353,14 @@ def _unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> dict:
 
 
 def exit_code_for(verdict: dict | None) -> ExitCode:
-    """REGRESSION for a FAIL, CONFIG when the declared baseline could not be used (unreadable or
-    TAMPERED), else OK."""
+    """REGRESSION for a FAIL, REGRESSION_UNCONFIRMED when the noise was too high to decide, CONFIG when
+    the declared baseline could not be used (unreadable or TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
     if verdict.get("verdict") == Verdict.FAIL:
         return ExitCode.REGRESSION
+    if verdict.get("verdict") == Verdict.UNCONFIRMED:
+        return ExitCode.REGRESSION_UNCONFIRMED
     if verdict.get("baseline_error"):
         return ExitCode.CONFIG
     return ExitCode.OK

@@ -9,10 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from mini_kv import arith
-from mini_kv.compile.compiler import links_leaving
-from mini_kv.compile.flags import FlagRules, UnsafeFlag, check_flags
+from mini_kv import arith, roofline
 from mini_kv.errors import ConfigError
+from mini_kv.load.files import links_leaving, odd_files
+from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, Problem
@@ -153,18 +153,28 @@ def check_definition_path(spec: str, file: str, fieldname: str) -> None:
         )
 
 
-def _check_expressions(op: dict, file: str) -> None:
-    """bytes/flops are evaluated per case in the worker: check the grammar and the bounds now (every
-    name probed as 1), so a bad expression is the card's error here, not a failed benchmark later."""
+def _check_expressions(op: dict, cases: tuple[Case, ...], file: str) -> None:
+    """bytes/flops are evaluated per bench case in the worker (roofline.case_names: the case's numeric
+    params, itemsize, numel): check the grammar, the bounds and every name against each bench case now,
+    so a bad expression (a misspelt name) is the card's error here, not a failed benchmark later."""
     for key in ("bytes", "flops"):
         if key not in op:
             continue
-        try:
-            arith.evaluate(op[key], dict.fromkeys(arith.names_in(op[key]), 1))
-        except arith.ExpressionError as exc:
-            raise ConfigError(file, f"operator.{key}", f"{exc}; the grammar: {arith.GRAMMAR}") from None
-        except ZeroDivisionError:
-            pass  # well formed; only the probe values are unlucky
+        for case in [c for c in cases if c.kind == "bench"] or [None]:
+            names = (
+                dict.fromkeys(arith.names_in(op[key]), 1)
+                if case is None
+                else roofline.case_names(case.params, itemsize=1, numel=1)
+            )
+            try:
+                arith.evaluate(op[key], names)
+            except arith.ExpressionError as exc:
+                where = f" (bench case {case.base_id!r})" if case is not None else ""
+                raise ConfigError(
+                    file, f"operator.{key}", f"{exc}{where}; the grammar: {arith.GRAMMAR}"
+                ) from None
+            except ZeroDivisionError:
+                pass  # well formed; only the probe values are unlucky
 
 
 def _expand_cases(raw_cases: list, file: str) -> tuple[Case, ...]:
@@ -234,6 +244,8 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
                 f"symlink {link} points to {target}, outside the project "
                 f"{root} (or nowhere); copy the file into the candidate dir instead",
             )
+        for odd, why in odd_files(cdir):  # before anything runs: the build and the archive read them all
+            raise ConfigError(file, f"{where}.path", f"{odd} {why}")
         out.append(
             Candidate(
                 id=c["id"],
@@ -272,12 +284,12 @@ def load_task_card(
 
     op = data["operator"]
     add_project_to_path(root)
-    _check_expressions(op, file)
     check = check_import_path if import_modules else check_definition_path
     check(op["reference"], file, "operator.reference")
     check(op["inputs"], file, "operator.inputs")
     candidates = _candidates(data["candidates"], root, file)
     cases = _expand_cases(data["cases"], file)
+    _check_expressions(op, cases, file)
 
     dtypes_used = {c.dtype for c in cases if c.kind != "illegal"}
     missing = sorted(dtypes_used - set(data["tolerances"]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mini_kv.model import sha256_file
+from mini_kv.settings import DEFAULTS
 from mini_kv.worker.jobs import ABJob, Event
 
 DEFAULT_REPEATS = 6
@@ -57,13 +58,14 @@ def run_ab(
     repeats: int = DEFAULT_REPEATS,
     samples: int = DEFAULT_SAMPLES,
     warmup: int = DEFAULT_WARMUP,
-    timeout: float = 600.0,
+    timeout: float = DEFAULTS.ncu_timeout_s,
 ) -> dict:
     """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
     import torch
 
-    from mini_kv.runner import run_one
-    from mini_kv.sandbox import resolve
+    from mini_kv.jail import JailSpec
+    from mini_kv.load.task_card import find_project_root
+    from mini_kv.runner import default_sandbox, run_one
 
     if not torch.cuda.is_available():
         return {
@@ -77,8 +79,11 @@ def run_ab(
         if lib is None:
             return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
         entry["library"] = lib
-    # both candidates' code runs in this child: sandboxed as the worker is (mini_kv.sandbox)
-    ev = run_one(job, timeout, sandbox=resolve(True))
+    # both candidates' code runs in this child, jailed as the worker is: it sees the two libraries and
+    # the project whose input module it imports, read-only
+    libs = tuple(entry["library"] for entry in job.candidates)
+    spec = JailSpec(read_only=(*libs, str(find_project_root(Path.cwd()))), gpu=True)
+    ev = run_one(job, timeout, sandbox=default_sandbox(), spec=spec)
     if ev["event"] != Event.RESULT:
         return {
             "ran": False,
@@ -116,7 +121,7 @@ def time_pair(job: ABJob) -> dict:
 
 
 def _time(job: ABJob, calls: dict) -> dict:
-    from mini_kv.judge import stats
+    from mini_kv import stats
     from mini_kv.worker.benchmark import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
 

@@ -25,6 +25,7 @@ from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import ProfileFailure
 from mini_kv.profile.store import ProfileWriter
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, ProfileStatus
 from mini_kv.worker import channel
 from mini_kv.worker.jobs import Event, Job, ProfileTargetJob
@@ -43,7 +44,7 @@ class ProfileOptions:
     kernel: str | None = None  # profile only this one of the candidate's kernels
     seed_salt: str = DEFAULT_SALT
     artifacts: str | None = None
-    timeout: float = 600.0  # seconds for the ncu run (and again for the import)
+    timeout: float = DEFAULTS.ncu_timeout_s  # seconds for the ncu run (and again for the import)
     compile_timeout: float | None = None
     prebuilt: str | None = None  # an ahead-of-time library instead of the JIT build
     ncu: str | None = None  # path of ncu (default: $MINI_KV_NCU, PATH, CUDA_HOME/bin)

@@ -6,8 +6,13 @@ import dataclasses
 from pathlib import Path, PurePosixPath
 
 from mini_kv.compile.compiler import compile_candidate
+from mini_kv.errors import ConfigError
+from mini_kv.judge.regression import BaselineBuildError, checked_source_attempt, find_source_attempt
 from mini_kv.model import Candidate
+from mini_kv.solexec import languages
 from mini_kv.solexec.languages import CppFlags
+from mini_kv.solexec.solution import load_solution
+from mini_kv.status import BuildStatus
 
 
 def stage_sources(solution: Candidate, dest: Path) -> Path:
@@ -62,3 +67,26 @@ def build_log(record: dict, limit: int = 8000) -> str:
             if text:
                 parts.append(text)
     return "\n".join(parts)[-limit:]
+
+
+def stage_sol_baseline(
+    baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str, timeout: float
+) -> dict:
+    """The baseline's own SOL-ExecBench solution, ready to load beside the candidate (the SOL job's
+    `baseline` entry): the solution.json (every source inlined, as in its sources/) of the attempt it was
+    promoted from, checked like a card's, staged under `dest` and built when it is C++ (a Python module
+    name or a built module of its own: no namespace to rename). Raises BaselineBuildError or BaselineTampered."""
+    attempt_dir = find_source_attempt(baseline, artifacts)
+    checked_source_attempt(attempt_dir, baseline)
+    try:
+        sol = load_solution(attempt_dir / "solution.json", definition)
+    except ConfigError as exc:
+        raise BaselineBuildError(f"the baseline's solution does not load: {exc}") from None
+    stage_sources(sol, dest)
+    rec = None
+    if sol.group == "cpp":
+        flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
+        rec = None if reason else compile_solution(Path(project_root), sol, dest, flags, timeout)
+        if rec is None or rec["status"] != BuildStatus.OK:
+            raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
+    return job_entry(sol, dest, rec)

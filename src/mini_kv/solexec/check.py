@@ -1,12 +1,21 @@
 """The correctness rule, with upstream's semantics.
 
-Element-wise in float32: an element fails when |out - ref| > max_atol + max_rtol*|ref| or either
+Element-wise on the values rounded to float32 (upstream's comparison type), with the arithmetic in
+float64 so that no error overflows: |out - ref| of two float32 values is at most 6.8e38, and divided by
+the smallest denominator (1.2e-38) at most 5.8e76, finite in float64. So an output of garbage bits, of
+1e38 everywhere or of a few 1e37s gets a verdict and finite errors, never an Infinity a strict JSON
+trace cannot hold. An element fails when |out - ref| > max_atol + max_rtol*|ref| or either
 side is not finite. The workload passes when the matched share is at least required_matched_ratio,
 the largest absolute error is within max_error_cap (when set), neither side holds a NaN or an
 infinity (except -inf on both sides where allow_negative_inf), and the output is not all zeros while
 the reference is not. The relative error divides by max(|ref|, max_atol), so near-zero references
 do not blow it up; both errors are taken where both sides are finite (a NaN made them NaN, which a
 strict JSON trace cannot hold).
+
+A wrong element counts once, whatever its size: three elements of 1e30 and three of 1e37 get the same
+verdict (PASSED when the rest matches at least `required_matched_ratio`, as upstream decides), unless
+the workload bounds the error with `max_error_cap`, which then fails both. Only a non-finite value
+fails on its own (NaN or Inf is never a number the tolerance can accept).
 """
 
 from __future__ import annotations
@@ -48,8 +57,8 @@ def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     )
 
 
-# Elements per pass on the host: each pass makes a few float32 temporaries of its size (a whole
-# 48M-element output in one pass: over 1 GB of them); in passes of 4M they stay small. On a GPU the
+# Elements per pass on the host: each pass makes a few float64 temporaries of its size (a whole
+# 48M-element output in one pass: over 2 GB of them); in passes of 4M they stay small. On a GPU the
 # whole tensor is one pass (each pass costs a few synchronisations there).
 HOST_CHUNK = 1 << 22
 
@@ -69,7 +78,7 @@ class _Tally:
     ref_any: bool = False
 
     def add(self, x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float, allow_neg_inf: bool) -> None:
-        """One pass: `x` (output) and `y` (reference), float32, same shape."""
+        """One pass: `x` (output) and `y` (reference), float32 values held in float64, same shape."""
         ay = y.abs()
         diff = torch.sub(x, y).abs_()
         max_abs, max_ref = float(diff.max()), float(ay.max())
@@ -116,6 +125,12 @@ def _floor(atol: float) -> float:
     return atol if atol > 0 else torch.finfo(torch.float32).tiny
 
 
+def _as_compared(t: torch.Tensor) -> torch.Tensor:
+    """The values upstream compares (rounded to float32: a float64 1e300 is Inf there), held in float64
+    so the errors between them cannot overflow."""
+    return t.to(torch.float32).to(torch.float64)
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     """Errors of `out` against `ref` (same shape and dtype, checked before) and whether they pass."""
     if out.numel() == 0:
@@ -127,10 +142,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     step = HOST_CHUNK if xs.device.type == "cpu" else xs.numel()
     t = _Tally()
     for i in range(0, xs.numel(), step):
-        x = xs[i : i + step].to(torch.float32)
+        x = _as_compared(xs[i : i + step])
         t.add(
             x,
-            ys[i : i + step].to(device=x.device, dtype=torch.float32),
+            _as_compared(ys[i : i + step].to(device=x.device)),
             atol,
             rtol,
             tol["allow_negative_inf"],

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_kv.judge import stats
+from mini_kv import stats
 from mini_kv.solexec import check
 from mini_kv.solexec.definition import ITEMSIZE
 from mini_kv.solexec.inputs import (

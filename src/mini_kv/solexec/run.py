@@ -7,6 +7,7 @@ trace status; only bad input files and arguments (ConfigError) and mini_kv's own
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -14,20 +15,29 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mini_kv import environment
+from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
-from mini_kv.pipeline import Built, FrontDoor, Outcome, Prepared, _interleaved_settings, run_stages
+from mini_kv.pipeline import (
+    Built,
+    FrontDoor,
+    Outcome,
+    Prepared,
+    _interleaved_settings,
+    run_stages,
+    worker_spec,
+)
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
-from mini_kv.sandbox import resolve as resolve_sandbox
-from mini_kv.solexec import languages, traces
+from mini_kv.settings import DEFAULTS, from_environment
+from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
-from mini_kv.solexec.workload import Workload, load_workloads
+from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import SOL_FORMAT
+from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -39,24 +49,24 @@ class BenchOptions:
     definition: str | None = None
     workload: str | None = None
     device: str | None = None  # None: cuda when available, else cpu
-    compile_timeout: float = 600.0
-    timeout: float = 600.0  # per workload (correctness rounds and timing together)
-    rounds: int = 10
-    warmup: int = 10
-    repeats: int = 1  # one profiler session per side (per batch) keeps start-up lean
+    compile_timeout: float = DEFAULTS.compile_s
+    timeout: float = DEFAULTS.sol_timeout_s  # per workload (correctness rounds and timing together)
+    rounds: int = DEFAULTS.sol_rounds
+    warmup: int = DEFAULTS.sol_warmup
+    repeats: int = DEFAULTS.sol_repeats  # one profiler session per side (per batch) keeps start-up lean
     samples: int | None = None  # a fixed count; None: adaptive (worker.timing's stopping rule)
     budget: float | None = None  # seconds per workload (correctness rounds and timing); None: the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the device's
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
     method: str = "auto"
     l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
-    max_cv: float = 0.03
-    max_p95_cv: float = 0.15
+    max_cv: float = DEFAULTS.max_cv
+    max_p95_cv: float = DEFAULTS.max_p95_cv
     artifacts: str | None = None
     keep_staging: bool = False
     seed_salt: str | None = None
     memory_limit_gb: float | None = None
-    sandbox: bool = True  # run the worker in the OS sandbox where the machine allows it (--no-sandbox)
+    sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
 
 
 def _found_under(base: Path, name: str, limit: int = 12) -> str:
@@ -158,6 +168,7 @@ def check_options(opts: BenchOptions, device: str) -> dict:
             "max_p95_cv": opts.max_p95_cv,
             "budget_s": opts.budget,
             "target_rel_ci": opts.target_rel_ci,
+            **from_environment(),
         },
         device,
         opts.timeout,
@@ -274,6 +285,9 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
     return out
 
 
+TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
+
+
 def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
     trace_env = traces.trace_environment(env)
     out = []
@@ -286,8 +300,9 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
                 problem.id,
                 wl.trace_dict(),
                 problem.candidates[0].id,
-                # upstream has no NOT_RUN: a workload given up on after the solution hung is a TIMEOUT there
-                Status.TIMEOUT if o["status"] == Status.NOT_RUN else o["status"],
+                # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
+                # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
+                TRACE_WORDS.get(o["status"], o["status"]),
                 trace_env,
                 log=o.get("log") or "",
                 correctness=o.get("correctness"),
@@ -311,7 +326,7 @@ def compile_problem(
     flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
-    say(f"compile {sol.id}")
+    say(f"compile {sol.id}: {sol.build_summary(True)}")
     rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
@@ -339,7 +354,7 @@ def _cpp_unavailable(rec: dict, device: str) -> str | None:
 class SolDoor(FrontDoor):
     """bench's part of the stages (pipeline.run_stages): a SOL-ExecBench solution on its problem's workloads.
     The regression gate compares with baselines/<definition>.json; a suspected slowdown is decided in the
-    same run by the baseline's own solution (build.baseline.stage_sol_baseline) in the reference's place."""
+    same run by the baseline's own solution (solexec.build.stage_sol_baseline) in the reference's place."""
 
     FORMAT = SOL_FORMAT
 
@@ -356,9 +371,13 @@ class SolDoor(FrontDoor):
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
         # and the build (seconds each on a GPU machine)
         warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-        sandbox = resolve_sandbox(opts.sandbox)
+        sandbox = jail.resolve(opts.sandbox)
+        root = bench_project_root(opts, required=False)
+        artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
+        readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
+        spec = worker_spec(readable, root, artifacts)
         self.warm = ChildRun(
-            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox
+            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox, spec=spec
         )
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
@@ -366,7 +385,9 @@ class SolDoor(FrontDoor):
         env = environment.collect()
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
-        root = bench_project_root(opts, required=False)
+        # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
+        bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
         return Prepared(
             device,
             env,
@@ -376,8 +397,9 @@ class SolDoor(FrontDoor):
             opts.timeout,
             opts.compile_timeout,
             root,
-            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            artifacts,
             give_up_after=opts.give_up_after,
+            jail_spec=spec,
         )
 
     def build(self, prep: Prepared, say) -> Built:
@@ -419,6 +441,7 @@ class SolDoor(FrontDoor):
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
+        floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
             unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE) :]
@@ -446,7 +469,7 @@ class SolDoor(FrontDoor):
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
-        from mini_kv.compile.baseline import stage_sol_baseline
+        from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
             baseline,
@@ -511,6 +534,9 @@ def bench(
             for c in run.out.results.get("cases", [])
             if c.get("status") == Status.SKIPPED
         ],
+        # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
+        "counts": (run.summary.get("correctness") or {}).get("counts"),
+        "benchmark": run.summary.get("benchmark"),
         "staging": str(door.staging) if opts.keep_staging else None,
         "definition": door.problem.id,
         "solution": door.cand.id,

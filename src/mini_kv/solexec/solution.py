@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from mini_kv.errors import ConfigError
+from mini_kv.load.files import file_refusal
 from mini_kv.load.schema import validate
 from mini_kv.model import CPP_LANGUAGES, PYTHON_LANGUAGES, Candidate, SourceFile
 from mini_kv.solexec.jsonfile import read_json
@@ -36,6 +37,29 @@ def _check_path(rel: str, where: str, file: str) -> str:
     return str(pure)
 
 
+def _check_text(value, where: str, file: str) -> None:
+    """Every string of solution.json must be text that can be written out again (sources are staged as
+    UTF-8 files, the attempt keeps a copy): JSON's `\\ud800` escapes decode to lone surrogates, which
+    cannot. A ConfigError naming the field, not a crash halfway through a run."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, f"{where} (a key)" if where else "(a key)", file)
+            _check_text(item, f"{where}.{key}" if where else str(key), file)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_text(item, f"{where}[{i}]", file)
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(
+                file,
+                where,
+                f"not valid text: {value[exc.start]!r} at character {exc.start} is a lone surrogate, "
+                "which no file can hold; write the character itself, or a pair of surrogates",
+            ) from None
+
+
 def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
     rel = entry["path"]
     where = f"sources[{i}].path"
@@ -50,6 +74,9 @@ def _source(entry: dict, i: int, sol_dir: Path, file: str) -> SourceFile:
         )
     empty = "an empty `content`" if "content" in entry else "no `content`"
     try:
+        why = file_refusal(sol_dir / norm) or file_refusal(target)
+        if why is not None:
+            raise ConfigError(file, where, f"{rel!r} {why}")
         return SourceFile(norm, target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(
@@ -106,7 +133,11 @@ def load_solution(path: str | Path, definition_name: str | None = None) -> Candi
     """The solution as the shared Candidate: its build spec (languages, sources, flags) and entry point."""
     path = Path(path)
     file = str(path)
+    why = file_refusal(path) if path.exists() else None
+    if why is not None:
+        raise ConfigError(file, "", f"solution.json {why}")
     raw = read_json(path)
+    _check_text(raw, "", file)
     validate(raw, "sol_solution", file)
     spec = raw["spec"]
     if definition_name is not None and raw["definition"] != definition_name:

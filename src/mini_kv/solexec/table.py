@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import print_regression
+from mini_kv.report import Tally, print_regression, signature_line, timing_word
 from mini_kv.status import Status
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, verbose_details
 
 STATUS_STYLE = {Status.PASSED: "green", Status.INCORRECT_NUMERICAL: "yellow"}
 
@@ -57,8 +57,7 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if verbose:
         _print_details(result, console)
     console.print(traces_table(trace_list, width=console.width))
-    passed = sum(t["evaluation"]["status"] == Status.PASSED for t in trace_list)
-    console.print(f"\n[bold]{passed}/{len(trace_list)}[/] workloads passed")
+    console.print("\n" + escape(bench_summary_line(result)), soft_wrap=True)
     for skip in result.get("skipped") or []:
         console.print(f"[yellow]skipped[/] {escape(skip['id'])}: {escape(skip['reason'] or '')}")
     if result.get("unavailable"):
@@ -79,37 +78,30 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if result.get("regression"):
         print_regression(result["regression"], console)
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
+    console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
 
 
-def _print_details(result: dict, console: Console) -> None:
-    s = result["settings"]
-    console.print(
-        f"[dim]rounds {s['rounds']}, warmup {s['warmup']}, {s['repeats']} x {s['samples']} samples "
-        f"(target {s.get('target_rel_ci')}, budget {s.get('budget_s')} s), method {s['method']}, L2 {s['l2']}[/]"
+def bench_summary_line(result: dict) -> str:
+    """`11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing stable`: every workload, the
+    ones without a trace (SKIPPED) included; NOTHING RAN when no workload did."""
+    counts = result.get("counts")
+    if counts is None:  # a result of an older mini_kv (a cluster worker): its traces, and its skips
+        statuses = [t["evaluation"]["status"] for t in result["traces"]]
+        statuses += [Status.SKIPPED] * len(result.get("skipped") or [])
+    else:
+        statuses = [status for status, n in counts.items() for _ in range(n)]
+    bench = result.get("benchmark") or {}
+    return (
+        f"{Tally.of(statuses).line('workloads')}, {timing_word(bench.get('stable'), bool(bench.get('ran')))}"
     )
-    comp = result.get("compile")
-    if comp:
-        note = " (compile check only)" if comp.get("check_only") else ""
-        console.print(
-            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
-            f"{comp.get('duration_s')} s, {escape(str(comp.get('build_dir')))}[/]"
-        )
-    ph = result.get("phases") or {}
-    if ph:
-        # cumulative marks since the start; the worker's own split of the evaluation in parentheses
-        marks = ", ".join(
-            f"{k[:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if not k.startswith("workload_")
-        )
-        inner = ", ".join(
-            f"{k[9:-2].replace('_', ' ')} {v:.2f}" for k, v in ph.items() if k.startswith("workload_")
-        )
-        console.print(
-            f"[dim]time (s since start): {marks}; total {result.get('duration_s')}"
-            + (f" (in the worker, summed over workloads: {inner})" if inner else "")
-            + "[/]",
-            soft_wrap=True,  # one line, whatever the terminal's width: scripts grep it
-        )
+
+
+def _print_details(result: dict, console: Console) -> None:
+    for line in verbose_details(
+        result["settings"], result.get("compile"), result.get("phases") or {}, result.get("duration_s")
+    ):
+        console.print(line, soft_wrap=True)
     if result.get("staging"):
         console.print(f"[dim]staging dir kept: {escape(result['staging'])}[/]")

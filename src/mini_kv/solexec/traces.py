@@ -38,6 +38,23 @@ def trace_environment(env: dict) -> dict:
     return {"hardware": hardware, "libs": libs}
 
 
+def _correctness(c: dict) -> dict:
+    """The trace's correctness block. An error that is not a finite number (the comparison computes
+    finite ones, see check.py; a caller may not) is recorded SOL-ExecBench's way, never raised: 0.0,
+    with `has_nan` / `has_inf` set to say why it is meaningless."""
+    block = {"has_nan": bool(c["has_nan"]), "has_inf": bool(c["has_inf"])}
+    for key in ("max_relative_error", "max_absolute_error"):
+        value = c[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"trace {key} must be a non-negative number, got {value!r}")
+        block[key] = float(value) if math.isfinite(value) else 0.0
+        if math.isnan(value):
+            block["has_nan"] = True
+        elif math.isinf(value):
+            block["has_inf"] = True
+    return {**{k: block[k] for k in CORRECTNESS_KEYS if k in block}, "extra": c.get("extra")}
+
+
 def _finite(value: float, name: str) -> float:
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"trace {name} must be a finite non-negative number, got {value!r}")
@@ -66,17 +83,7 @@ def make_trace(
         correctness is not None or performance is not None
     ):
         raise ValueError(f"a {status} trace carries neither correctness nor performance")
-    corr = (
-        None
-        if correctness is None
-        else {
-            "max_relative_error": _finite(correctness["max_relative_error"], "max_relative_error"),
-            "max_absolute_error": _finite(correctness["max_absolute_error"], "max_absolute_error"),
-            "has_nan": bool(correctness["has_nan"]),
-            "has_inf": bool(correctness["has_inf"]),
-            "extra": correctness.get("extra"),
-        }
-    )
+    corr = None if correctness is None else _correctness(correctness)
     perf = None if performance is None else {k: _finite(performance[k], k) for k in PERFORMANCE_KEYS}
     return {
         "definition": definition,

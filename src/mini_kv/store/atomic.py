@@ -7,6 +7,9 @@ import os
 import tempfile
 from pathlib import Path
 
+# bytes of one log of candidate output (worker, compiler) kept in an attempt (AttemptWriter.copy_log)
+LOG_CAP = 8 << 20
+
 
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -77,6 +80,23 @@ class StagedDir:
         import shutil
 
         shutil.copyfile(src, self.path(rel))
+
+    def copy_log(self, rel: str, src: Path, cap: int = LOG_CAP) -> None:
+        """A log of candidate output, bounded: beyond `cap` bytes only its first and last halves are
+        kept, with a marker between that says how many bytes were dropped."""
+        size = src.stat().st_size
+        if size <= cap:
+            return self.copy(rel, src)
+        half = cap // 2
+        with open(src, "rb") as f:
+            head = f.read(half)
+            f.seek(size - half)
+            tail = f.read(half)
+        marker = (
+            f"\n[mini_kv: {size - 2 * half} bytes of this log dropped here; an attempt keeps "
+            f"{cap} bytes of each log, its first and last halves]\n"
+        ).encode()
+        write_bytes(self.path(rel), head + marker + tail)
 
     def manifest(self) -> list[dict]:
         """Every file (fsynced: some were written by other processes) with its SHA-256 and size."""

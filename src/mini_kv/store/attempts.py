@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path, PurePosixPath
 
 from mini_kv.model import sha256_file
+from mini_kv.store import signing
 from mini_kv.store.atomic import StagedDir
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import read_record
@@ -40,16 +41,19 @@ class AttemptWriter(StagedDir):
             ) from None
 
     def commit(self, header: dict) -> Path:
-        files = self.manifest()
-        return self.publish(
-            "attempt.json",
-            {
-                **header,
-                "schema_version": ATTEMPT_SCHEMA_VERSION,
-                "attempt_id": self.attempt_id,
-                "files": files,
-            },
+        """Seal: attempt.json lists every file's SHA-256, and is signed with the operator's key when one
+        is set (store.signing; `signature: null` says it is not)."""
+        full = {
+            **header,
+            "schema_version": ATTEMPT_SCHEMA_VERSION,
+            "attempt_id": self.attempt_id,
+            "files": self.manifest(),
+        }
+        full.pop(signing.SIGNATURE_FIELD, None)
+        full[signing.SIGNATURE_FIELD] = signing.signature_for(
+            signing.operator_key(self.task_dir.parent), full
         )
+        return self.publish("attempt.json", full)
 
 
 class AttemptInvalid(Exception):

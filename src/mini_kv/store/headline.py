@@ -18,12 +18,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from mini_kv import roofline
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
-DEFAULT_MAX_CV = 0.03
-DEFAULT_MAX_P95_CV = 0.15
+DEFAULT_MAX_CV = DEFAULTS.max_cv
+DEFAULT_MAX_P95_CV = DEFAULTS.max_p95_cv
 # the statuses a SOL attempt that did not pass may carry (solexec.run.record_attempt)
 SOL_FAILED_STATUSES = (Status.COMPILE_ERROR, Status.FAILED)
 
@@ -45,6 +47,7 @@ class CaseHeadline:
     p95_us: float
     speedup: float
     stable: bool
+    impossible: str | None = None  # why its time is below the roofline floor (roofline.impossible_time)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def case_headline(rec: dict) -> CaseHeadline:
     """P50/P95, speedup and stability of one bench case, recomputed from its raw samples.
 
     The stability limits are the ones recorded with the case (the card's, or --max-cv's)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     cid = rec["id"]
     where = f"case {cid}"
@@ -106,13 +109,19 @@ def case_headline(rec: dict) -> CaseHeadline:
         _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
         _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where),
     ).stable
+    p50 = cs.overall.p50
     return CaseHeadline(
-        cid, cs.overall.p50, cs.overall.p95, stats.speedup(rs.overall.p50, cs.overall.p50), bool(stable)
+        cid,
+        p50,
+        cs.overall.p95,
+        stats.speedup(rs.overall.p50, p50),
+        bool(stable),
+        roofline.impossible_time(rec, p50),
     )
 
 
 def _geomean(cases: list[CaseHeadline]) -> float | None:
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     return stats.geomean([c.speedup for c in cases]) if cases else None
 
@@ -179,6 +188,7 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
     post_bad = [r["id"] for r in good if not r["post_check"]["ok"]]
     cases = [case_headline(r) for r in good]
     stable = all(c.stable for c in cases) if cases else None
+    impossible = [c.impossible for c in cases if c.impossible]
     integrity = [r["integrity"] for r in records if r.get("integrity")] + [
         r["post_check"]["integrity"] for r in good if r["post_check"].get("integrity")
     ]
@@ -189,6 +199,7 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
             "stable": stable,
             "failed": failed,
             **({"skipped": skipped_cases} if skipped_cases else {}),
+            **({"impossible": impossible} if impossible else {}),
             "post_check_failed": post_bad,
             "integrity_failures": integrity,
             "geomean_speedup": _geomean(cases),
@@ -219,6 +230,8 @@ def card_headline(
         status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
         status = Status.BENCHMARK_ERROR
+    elif bench.get("impossible"):
+        status = Status.IMPOSSIBLE_TIME
     else:
         status = Status.PASSED
     return Headline(status, corr, bench, tuple(cases))
@@ -237,15 +250,24 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     ) == len(workloads)
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
+    impossible = [c.impossible for c in cases if c.impossible]
+    # bench marks a workload timed below its floor IMPOSSIBLE_TIME (solexec.floor): recomputed here from
+    # its bench record, so a workload relabelled PASSED still gives the attempt that status
+    if (
+        not passed
+        and impossible
+        and all(w["status"] in (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME) for w in workloads)
+    ):
+        passed = True
     bench = {
         "ran": bool(records),
         "ok": passed,
         "stable": all(c.stable for c in cases) if passed and cases else None,
         "geomean_speedup": _geomean(cases) if passed else None,
+        **({"impossible": impossible} if impossible else {}),
     }
-    return Headline(
-        Status.PASSED if passed else failed_status, {"ok": passed, "counts": counts}, bench, tuple(cases)
-    )
+    status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
+    return Headline(status, {"ok": passed, "counts": counts}, bench, tuple(cases))
 
 
 # ------------------------------------------------------------------------------ claims vs derived

@@ -31,15 +31,16 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import UserError
-from mini_kv.model import safe_name, sha256_file, sol_suite_hash
+from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
-from mini_kv.store import headline
+from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record, timed
 
-INDEX_SCHEMA_VERSION = 1
+# 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
+INDEX_SCHEMA_VERSION = 2
 INDEX_NAME = "index.sqlite"
 LOCK_NAME = ".index.lock"
 TMP_PREFIX = ".index.sqlite."
@@ -75,7 +76,8 @@ CREATE TABLE attempts (
     geomean_speedup REAL,
     regression TEXT,
     path TEXT NOT NULL,
-    attempt_sha256 TEXT NOT NULL
+    attempt_sha256 TEXT NOT NULL,
+    signed_by TEXT
 );
 CREATE TABLE bench_cases (
     attempt_id TEXT NOT NULL REFERENCES attempts(attempt_id) ON DELETE CASCADE,
@@ -87,6 +89,12 @@ CREATE TABLE bench_cases (
     PRIMARY KEY (attempt_id, case_id)
 );
 CREATE INDEX attempts_by_candidate ON attempts (task_id, candidate, created_at);
+CREATE TABLE tampered (
+    path TEXT PRIMARY KEY,
+    attempt_sha256 TEXT,
+    first_seen TEXT NOT NULL,
+    message TEXT NOT NULL
+);
 """
 
 
@@ -110,7 +118,7 @@ class Problem:
     """A directory or file under artifacts/ that is not a usable attempt; reported and skipped."""
 
     path: str
-    kind: str  # partial | stray | invalid | version | misplaced
+    kind: str  # partial | stray | invalid | version | misplaced | tampered | unsigned
     message: str
 
     def to_dict(self) -> dict:
@@ -199,6 +207,7 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
             "misplaced",
         )
     head, files = derive(attempt_dir, header)
+    _check_signature(attempt_dir, header)
     row = {
         "attempt_id": header["attempt_id"],
         "task_id": header["task_id"],
@@ -218,6 +227,7 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
         "regression": (files.get("regression.json") or {}).get("verdict"),
         "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
         "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
+        "signed_by": signing.claimed_key_id(header),
     }
     cases = [
         {
@@ -231,6 +241,19 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
         for c in head.cases
     ]
     return row, cases
+
+
+def _check_signature(attempt_dir: Path, header: dict) -> None:
+    """A signature made with the operator's key must hold; one that does not is a rewritten attempt.
+    (Unsigned, or signed with another key: not this check's business; leaderboard --require-signed.)"""
+    key = signing.operator_key(attempt_dir.parent.parent)
+    if signing.check(key, header) == signing.Signature.BROKEN:
+        raise _tampered(
+            attempt_dir,
+            "attempt.json",
+            f"its signature does not hold under the operator's key (key id {key.key_id}): the attempt "
+            "was changed after mini_kv signed it",
+        )
 
 
 _ATTEMPT_ID = re.compile(r"\d{8}T\d{12}Z-(?P<candidate>.+)-[0-9a-f]{6}")
@@ -359,9 +382,6 @@ def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) 
     timed_cases = [c for c in bench["cases"] if timed(c)]
     if not timed_cases:
         return
-    # the worker's own derivation (it imports torch, so only when there is something to check)
-    from mini_kv.worker.inputs import case_seed
-
     salt = corr.get("seed_salt")
     for c in timed_cases:
         if not isinstance(salt, str) or c.get("seed") != case_seed(header["task_id"], str(c.get("id")), salt):
@@ -466,6 +486,109 @@ def _drop_duplicates(records: list, problems: list[Problem]) -> tuple[list, list
             )
         )
     return kept, problems
+
+
+@dataclass(frozen=True)
+class TamperedRecord:
+    """An attempt the index found tampered: it stays out of every ranking, whatever is rebuilt."""
+
+    path: str  # <task>/<attempt dir>, relative to the store
+    attempt_sha256: str | None  # of its attempt.json when it was found, None when unreadable
+    first_seen: str
+    message: str
+
+
+TAMPERED_COLUMNS = ("path", "attempt_sha256", "first_seen", "message")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What an index knew before a rebuild: the SHA-256 of each indexed attempt's attempt.json, and
+    the attempts it found tampered. Attempts are sealed and never rewritten, so an attempt.json whose
+    hash changed since it was indexed was rewritten (consistently, or the index would have said so)."""
+
+    indexed: dict[str, str]  # path -> attempt_sha256
+    tampered: dict[str, TamperedRecord]
+
+
+def remembered(db: Path) -> Memory:
+    """The memory of the index at `db`, of any schema version this module ever wrote; empty when there
+    is none or it is unreadable (a rebuild then knows only what the attempts say)."""
+    indexed: dict[str, str] = {}
+    tampered: dict[str, TamperedRecord] = {}
+    if not db.is_file() or db.is_symlink():
+        return Memory(indexed, tampered)
+    try:
+        con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error:
+        return Memory(indexed, tampered)
+    try:
+        with contextlib.suppress(sqlite3.Error):
+            for path, digest in con.execute("SELECT path, attempt_sha256 FROM attempts"):
+                if isinstance(path, str) and isinstance(digest, str):
+                    indexed[path] = digest
+        with contextlib.suppress(sqlite3.Error):
+            for row in con.execute(f"SELECT {', '.join(TAMPERED_COLUMNS)} FROM tampered"):
+                if all(isinstance(v, str) for v in (row[0], row[2], row[3])):
+                    tampered[row[0]] = TamperedRecord(*row)
+    finally:
+        con.close()
+    return Memory(indexed, tampered)
+
+
+def _store_path(artifacts: Path, path: str) -> str:
+    """<task>/<attempt dir> of a path under the store (the key of the index's memory)."""
+    p = Path(path)
+    return f"{p.parent.name}/{p.name}" if p.parent.parent == Path(artifacts) else str(p)
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+STAYS_OUT = (
+    "never ranked: rebuilding the index does not change that (the index remembers it). Keep it as "
+    "evidence, or delete the directory"
+)
+
+
+def apply_memory(
+    artifacts: Path, records: list, problems: list[Problem], memory: Memory
+) -> tuple[list, list[Problem], dict[str, TamperedRecord]]:
+    """Hold a rebuild to what the old index knew: an attempt it found tampered stays out, an attempt
+    whose attempt.json changed since it was indexed is tampered, and every tampered finding of this
+    scan is remembered. Returns the records to index, the problems and the memory to keep."""
+    tampered = dict(memory.tampered)
+    kept = []
+    for row, cases in records:
+        old = memory.indexed.get(row["path"])
+        if row["path"] in tampered:
+            t = tampered[row["path"]]
+            problems.append(
+                Problem(
+                    str(artifacts / row["path"]),
+                    "tampered",
+                    f"{t.message} (found {t.first_seen}); {STAYS_OUT}",
+                )
+            )
+        elif old is not None and old != row["attempt_sha256"]:
+            msg = (
+                f"TAMPERED attempt.json: rewritten after it was indexed (SHA-256 {row['attempt_sha256']}, "
+                f"the index recorded {old}); attempts are sealed and never rewritten"
+            )
+            tampered[row["path"]] = TamperedRecord(row["path"], row["attempt_sha256"], _now(), msg)
+            problems.append(Problem(str(artifacts / row["path"]), "tampered", f"{msg}; {STAYS_OUT}"))
+        else:
+            kept.append((row, cases))
+    for p in problems:
+        key = _store_path(artifacts, p.path)
+        if p.kind == "tampered" and key not in tampered:
+            meta = Path(artifacts) / key / "attempt.json"
+            digest = sha256_file(meta) if meta.is_file() and not meta.is_symlink() else None
+            tampered[key] = TamperedRecord(key, digest, _now(), p.message)
+    return kept, problems, tampered
 
 
 def _check_index_file(db: Path) -> None:
@@ -578,6 +701,7 @@ def _rebuild_locked(artifacts: Path) -> RebuildResult:
     db = index_path(artifacts)
     _check_index_file(db)
     records, problems = scan(artifacts)
+    records, problems, tampered = apply_memory(artifacts, records, problems, remembered(db))
     tmp = artifacts / f"{TMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         con = sqlite3.connect(str(tmp), isolation_level=None)
@@ -591,6 +715,10 @@ def _rebuild_locked(artifacts: Path) -> RebuildResult:
             con.execute("INSERT INTO meta VALUES ('generator', 'mini_kv')")
             for row, cases in records:
                 _insert(con, row, cases)
+            con.executemany(
+                f"INSERT INTO tampered ({', '.join(TAMPERED_COLUMNS)}) VALUES (?, ?, ?, ?)",
+                [tuple(getattr(t, c) for c in TAMPERED_COLUMNS) for t in tampered.values()],
+            )
             con.execute(f"PRAGMA user_version={INDEX_SCHEMA_VERSION}")
             con.execute("COMMIT")
         finally:
@@ -647,6 +775,7 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
+                    _refuse_remembered(con, artifacts, row)
                     _insert(con, row, cases)
                     con.execute("COMMIT")
                 except BaseException:
@@ -654,9 +783,22 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
                     raise
             finally:
                 con.close()
+        except AttemptInvalid as exc:
+            raise IndexUnusable(f"not indexed: {exc}") from None
         except (sqlite3.Error, OSError) as exc:
             raise IndexUnusable(f"{db}: update failed ({exc}); {rebuild_hint(artifacts)}") from None
     return []
+
+
+def _refuse_remembered(con: sqlite3.Connection, artifacts: Path, row: dict) -> None:
+    """An update never brings back an attempt the index found tampered, nor replaces the record of an
+    indexed attempt with a rewritten one."""
+    hit = con.execute("SELECT message FROM tampered WHERE path=?", (row["path"],)).fetchone()
+    old = con.execute("SELECT attempt_sha256 FROM attempts WHERE path=?", (row["path"],)).fetchone()
+    if hit is None and (old is None or old[0] == row["attempt_sha256"]):
+        return
+    why = hit[0] if hit else "attempt.json rewritten after it was indexed"
+    raise AttemptTampered(f"{artifacts / row['path']}: {why}; {STAYS_OUT}")
 
 
 def read_index(
@@ -695,6 +837,21 @@ def read_index(
     return rows, {
         r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows if isinstance(r["attempt_id"], str)
     }
+
+
+def read_tampered(artifacts: Path) -> list[TamperedRecord]:
+    """The attempts the index remembers as tampered (they stay out of every ranking)."""
+    db = index_path(artifacts)
+    read_only = store_read_only(artifacts)
+    with contextlib.nullcontext() if read_only else index_lock(artifacts):
+        con = _connect(db, read_only=read_only)
+        try:
+            rows = con.execute(f"SELECT {', '.join(TAMPERED_COLUMNS)} FROM tampered ORDER BY path").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
+        finally:
+            con.close()
+    return [TamperedRecord(*r) for r in rows]
 
 
 def snapshot(artifacts: Path) -> dict[str, tuple]:

@@ -110,7 +110,7 @@ def correctness_document(fmt: str, device: str, salt: str, results: dict, summar
 def benchmark_document(
     fmt: str, device: str, cases: list, summary: dict | None, settings: dict | None = None
 ) -> dict:
-    """benchmark.json: one record per bench case; `settings` are SOL's (a card's are in task_card.json)."""
+    """benchmark.json: one record per bench case; `settings`: the timing settings the run used (mini_kv.settings)."""
     return _checked(
         "benchmark",
         {

@@ -13,6 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
+from mini_kv.settings import DEFAULTS
+
 COPY_BYTES = 2 * 2**30
 ITERATIONS = 20
 WARMUP = 3
@@ -85,7 +87,11 @@ def load_cached(project_root: Path, environment_key: str) -> dict | None:
 
 
 def ensure(
-    project_root: Path, environment_key: str, device: str, timeout: float = 300.0, env: dict | None = None
+    project_root: Path,
+    environment_key: str,
+    device: str,
+    timeout: float = DEFAULTS.bandwidth_timeout_s,
+    env: dict | None = None,
 ) -> dict | None:
     """The cached measurement for this environment, measuring it first if needed. None off CUDA.
 
@@ -101,7 +107,6 @@ def ensure(
     from filelock import FileLock
 
     from mini_kv.runner import run_one
-    from mini_kv.sandbox import disabled
     from mini_kv.store.atomic import write_json
     from mini_kv.worker.jobs import BandwidthJob, Event
 
@@ -114,8 +119,7 @@ def ensure(
         ev = run_one(
             BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS),
             timeout,
-            env=env,
-            sandbox=disabled("harness code only: no candidate code runs"),
+            env=env,  # jailed as every child is (harness code only, but one way to start a child)
         )
         if ev["event"] != Event.RESULT:
             return {

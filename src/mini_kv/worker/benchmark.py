@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from mini_kv import roofline
-from mini_kv.judge import stats
+from mini_kv import roofline, stats
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare
@@ -371,8 +371,8 @@ def bench_case(
     names = roofline.case_names(case["params"], itemsize, numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(set_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
-    max_cv = float(settings.get("max_cv", 0.03))
-    max_p95_cv = float(settings.get("max_p95_cv", 0.15))
+    max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
+    max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
     record = {
         "id": case["id"],
         "dtype": case["dtype"],

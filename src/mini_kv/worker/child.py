@@ -22,6 +22,9 @@ from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOS
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mini_kv._jail_prelude import restrict_from_env
+
+    restrict_from_env()  # started by the jail: its Landlock rules, before anything of the job
     parser = argparse.ArgumentParser(prog="python -m mini_kv.worker.child")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("--result-fd", type=int)

@@ -53,7 +53,7 @@ CODES = {
     "NO_DEVICE_WORK": "timed calls launched no device work at all",
     "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel, or an answer from the subject "
     "process out of turn or out of protocol",
-    "IMPOSSIBLE_TIMING": "timings the subject reported that the judge's own clock around them rules out",
+    "IMPOSSIBLE_TIME": "timings the subject reported that the judge's own clock around them rules out",
 }
 
 
@@ -86,7 +86,7 @@ WATCHED_MODULES = {
     "mini_kv.worker.correctness": ("run_case",),
     "mini_kv.worker.benchmark": ("bench_case", "choose_method", "SampledRepeats", "timing_budget"),
     "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
-    "mini_kv.judge.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
+    "mini_kv.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
     "mini_kv.solexec.check": ("compare",),
     "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
     "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
@@ -523,8 +523,8 @@ def _package_dir() -> Path:
 # with the job's `watch_paths`
 _WORKER_FILES = tuple(
     (
-        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py judge/stats.py runner.py "
-        "status.py"
+        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py stats.py runner.py status.py "
+        "model.py settings.py"
     ).split()
 )
 

@@ -137,5 +137,4 @@ BuildJob = _kind(
     "build",
     "torch's JIT extension build (compile/jit_child.build).",
     "name build_dir sources include_dirs flags arch_list python_module with_cuda",
-    pch_root=None,  # the project's dir of precompiled headers (compile/pch.py), or None for none
 )

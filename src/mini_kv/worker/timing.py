@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.model import DEFAULT_BENCHMARK
+from mini_kv.settings import DEFAULTS
 
 METHODS = ("events", "graph", "cupti", "wallclock")
 CUDA_METHODS = ("events", "graph", "cupti")
@@ -200,9 +201,17 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
 
 
+FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
+
+
 class L2Flusher:
-    """Cold-L2 mode: before each sample, outside the timed span, overwrite a buffer of >= 2x the
-    L2 size and reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU."""
+    """Cold-L2 mode: before each sample, outside the timed span, read a buffer of >= 2x the L2 size and
+    reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU with a cold L2.
+
+    The flush reads rather than writes (FLUSH_METHOD): a memset leaves L2 full of dirty lines that the
+    timed kernel must first write back to HBM, which on an H200 added 17% to a 2^24-element fp16 add
+    against Nsight Compute's own cache control (benchmarks/l2_flush_ncu.py). A read evicts the previous
+    sample's dirty lines during the flush and leaves only clean lines behind."""
 
     def __init__(self, device: str, enabled: bool):
         self.enabled = enabled and is_cuda(device)
@@ -214,13 +223,14 @@ class L2Flusher:
             props = torch.cuda.get_device_properties(torch.device(device))
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
             flush_bytes = 2 * (self.l2_bytes or 64 * 2**20)
-            self.buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+            self.buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
+            self._sink = torch.empty((), dtype=torch.int64, device=device)
             self._reset, self.persisting = persisting_l2_reset()
 
     def __call__(self) -> None:
         if not self.enabled:
             return
-        self.buf.zero_()
+        torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
         if self._reset is not None:
             rc = self._reset()
             if rc != 0:  # an error from the runtime: say so once, and stop calling it
@@ -230,6 +240,7 @@ class L2Flusher:
     def describe(self) -> dict:
         return {
             "flush_bytes": None if self.buf is None else self.buf.numel() * 4,
+            "flush_method": FLUSH_METHOD if self.enabled else None,
             "l2_bytes": self.l2_bytes,
             "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
         }
@@ -552,14 +563,14 @@ def measure_until(
     clock: Callable[[], float] = time.perf_counter,
     measure_fn: Callable[..., Measurement] | None = None,
 ) -> Measurement:
-    """Time batches with `method` until `rule` (judge.stats.StoppingRule) says stop; one Measurement of
+    """Time batches with `method` until `rule` (stats.StoppingRule) says stop; one Measurement of
     every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
 
     Both front doors time through here, so the stopping rule is applied alike for every method. A batch
     is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
     grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
     before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     measure_fn = measure_fn or measure
     calls = as_workload(calls)
@@ -630,13 +641,9 @@ def warm_up(
 # 2 % is inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen
 # samples. The budgets (per case, warm-up and every timed sample of both sides) keep the per-case
 # timeout for hangs: a case is given at most half of it.
-SAMPLING_DEFAULTS = {
-    "cuda": {"target_rel_ci": 0.005, "min_samples": 10, "max_samples": 1000, "budget_s": 20.0},
-    "cpu": {"target_rel_ci": 0.02, "min_samples": 5, "max_samples": 200, "budget_s": 3.0},
-}
+SAMPLING_DEFAULTS = {"cuda": DEFAULTS.sampling(cuda=True), "cpu": DEFAULTS.sampling(cuda=False)}
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
-# A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
-SOL_BUDGET_FACTOR = 3.0
+SOL_BUDGET_FACTOR = DEFAULTS.sol_budget_factor
 WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
 
 
@@ -683,9 +690,9 @@ def repeat_target(settings: dict, repeats: int) -> float:
 
 
 def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
-    """The judge.stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
+    """The stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
     may take (its interval target: repeat_target)."""
-    from mini_kv.judge import stats
+    from mini_kv import stats
 
     base = SAMPLING_DEFAULTS["cpu"]
     return stats.StoppingRule(

@@ -1,0 +1,157 @@
+"""What the jail (mini_kv.jail) costs: its start per child, and whole verify/bench runs side by side
+with another commit's mini_kv (default: fe16f55, main before the jail), measured in one run.
+
+    python benchmarks/jail_cost.py [--runs N] [--baseline COMMIT] [--skip-commands]
+
+1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
+   writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`);
+   and the same with a full `python` start (site-packages, no -I -S), as a worker child starts.
+2. commands: `verify` of every shipped candidate of tasks/vector_add.yaml on CPU, and `bench` of the
+   shipped custom_inputs_matmul solution on CPU, alternating baseline and this checkout, N rounds after
+   one untimed warm-up each (builds cached), medians of the wall time.
+
+Prints one JSON document (machine, date, figures). docs/measurements/jail.md keeps a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from mini_kv import jail  # noqa: E402 - this checkout's, whatever is installed
+
+
+def _until_running(start, argv: list[str]) -> float:
+    """Seconds from `start(argv, stdout=pipe)` until the child has written its first byte."""
+    r, w = os.pipe()
+    t0 = time.perf_counter()
+    proc = start(argv, w)
+    os.close(w)
+    os.read(r, 1)
+    elapsed = time.perf_counter() - t0
+    os.close(r)
+    proc.wait()
+    if hasattr(proc, "cleanup"):
+        proc.cleanup()
+    return elapsed
+
+
+def start_costs(runs: int) -> dict:
+    info = jail.probe()
+    spec = jail.JailSpec()
+    code = "import os; os.write(1, b'x')"
+    plain = lambda argv, w: subprocess.Popen(argv, stdout=w)  # noqa: E731
+    jailed = lambda argv, w: jail.popen(argv, spec, info, stdout=w)  # noqa: E731
+    out = {"jail": info.to_dict()}
+    for label, argv in (
+        ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),
+        ("python", [sys.executable, "-c", code]),
+    ):
+        for how, start in (("plain", plain), ("jailed", jailed)):
+            _until_running(start, argv)  # warm the page cache and the seccomp program
+            xs = [_until_running(start, argv) for _ in range(runs)]
+            out[f"{label} {how}"] = {"median_ms": round(statistics.median(xs) * 1000, 1), "runs": runs}
+    return out
+
+
+def _baseline_src(commit: str, where: Path) -> Path:
+    """The baseline commit's src/ (git archive), so both versions run from this checkout's files."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    return where / "src"
+
+
+COMMANDS = {
+    "verify vector_add (every candidate, cpu)": [
+        "verify",
+        "--task",
+        "tasks/vector_add.yaml",
+        "--candidate",
+        "*",
+        "--device",
+        "cpu",
+    ],
+    "bench custom_inputs_matmul pytorch (cpu)": [
+        "bench",
+        "problems/sol-execbench/custom_inputs_matmul",
+        "--solution",
+        "solutions/custom_inputs_matmul/pytorch/solution.json",
+        "--device",
+        "cpu",
+    ],
+}
+
+
+def _run(src: Path, args: list[str], store: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    t0 = time.perf_counter()
+    res = subprocess.run(
+        [sys.executable, "-m", "mini_kv", *args, "--artifacts", str(store)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - t0
+    if res.returncode not in (0, 5):  # 5: an unstable benchmark on a busy machine, still a whole run
+        raise SystemExit(f"{' '.join(args)} with {src}: exit {res.returncode}\n{res.stderr[-3000:]}")
+    return elapsed
+
+
+def command_costs(runs: int, commit: str) -> dict:
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="mini-kv-jail-cost-") as tmp:
+        versions = {f"baseline {commit}": _baseline_src(commit, Path(tmp)), "this checkout": ROOT / "src"}
+        for name, args in COMMANDS.items():
+            times: dict[str, list[float]] = {v: [] for v in versions}
+            for src in versions.values():  # untimed warm-up: builds cached, page cache warm
+                _run(src, args, Path(tmp) / "store")
+            for _ in range(runs):
+                for label, src in versions.items():
+                    times[label].append(_run(src, args, Path(tmp) / "store"))
+            med = {v: statistics.median(xs) for v, xs in times.items()}
+            base, this = med[f"baseline {commit}"], med["this checkout"]
+            out[name] = {
+                **{
+                    v: {"median_s": round(m, 2), "runs_s": [round(x, 2) for x in times[v]]}
+                    for v, m in med.items()
+                },
+                "ratio": round(this / base, 3),
+            }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--baseline", default="fe16f55")
+    ap.add_argument("--skip-commands", action="store_true")
+    ns = ap.parse_args()
+    doc = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.release()}",
+        "load_average": os.getloadavg(),
+        "python": sys.version.split()[0],
+        "start": start_costs(max(ns.runs * 4, 21)),
+    }
+    if not ns.skip_commands:
+        doc["commands"] = command_costs(ns.runs, ns.baseline)
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Cold-L2 timing against Nsight Compute, from 2^20 to 2^28 elements.
+
+For torch.add on fp16 vectors of each size, side by side in one run on one GPU:
+- mini_kv's CUPTI timing (worker.timing.time_cupti) with its cold-L2 flush (L2Flusher: a read of
+  2x the L2 size), per-call kernel duration, median;
+- the same with the flush mini_kv used before (a memset of the same buffer, leaving dirty lines);
+- Nsight Compute's own cache control (`--cache-control all --clock-control none`), the kernel's
+  gpu__time_duration, median over the launches.
+A row passes when the read flush is within 2% of ncu, or within the launch floor (0.5 us) where
+that dominates.
+
+    python benchmarks/l2_flush_ncu.py [--out FILE.json] [--samples 200]
+
+Exit status: 0 when every row passes, 1 when one does not, 2 without a GPU or ncu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = tuple(1 << k for k in (20, 22, 24, 26, 28))
+REL_TOL, FLOOR_US = 0.02, 0.5
+NCU_LAUNCHES = 7
+
+
+def _inputs(n: int):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(n)
+    a = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
+    return a, b, torch.empty_like(a)
+
+
+def _target(n: int) -> None:
+    """The process ncu profiles: NCU_LAUNCHES adds of one size (the first is a warm-up ncu skips)."""
+    import torch
+
+    a, b, c = _inputs(n)
+    for _ in range(NCU_LAUNCHES + 1):
+        torch.add(a, b, out=c)
+    torch.cuda.synchronize()
+
+
+def ncu_median_us(n: int) -> float:
+    cmd = [
+        "ncu", "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
+        "--cache-control", "all", "--clock-control", "none", "--launch-skip", "1",
+        "-k", "regex:elementwise", sys.executable, __file__, "--target", str(n),
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = [r for r in csv.DictReader(io.StringIO(out[out.index('"ID"') :]))]
+    ns = [
+        float(r["Metric Value"].replace(",", ""))
+        for r in rows
+        if r["Metric Name"] == "gpu__time_duration.sum"
+    ]
+    if not ns:
+        raise RuntimeError(f"ncu reported no kernel for n={n}:\n{out[-2000:]}")
+    return statistics.median(ns) / 1e3
+
+
+class _WriteFlush:
+    """The flush mini_kv used before: overwrite the buffer (leaves L2 full of dirty lines)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self) -> None:
+        import torch
+
+        self.inner.buf.zero_()
+        torch.cuda.synchronize()
+
+
+def mini_kv_median_us(n: int, samples: int, flush) -> float:
+    import torch
+
+    from mini_kv.worker.timing import Workload, time_cupti
+
+    a, b, c = _inputs(n)
+    m = time_cupti(Workload([lambda: torch.add(a, b, out=c)]), samples, flush)
+    return statistics.median(m.kernel_us or m.samples)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", help="write the rows as JSON here")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--target", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.target:
+        _target(args.target)
+        return 0
+    import torch
+
+    if not torch.cuda.is_available() or shutil.which("ncu") is None:
+        print("needs a CUDA GPU and ncu on PATH", file=sys.stderr)
+        return 2
+    from mini_kv.worker.timing import FLUSH_METHOD, L2Flusher
+
+    read = L2Flusher("cuda", True)
+    write = _WriteFlush(read)
+    rows = []
+    for n in SIZES:
+        row = {
+            "elements": n,
+            "mini_kv_read_flush_us": mini_kv_median_us(n, args.samples, read),
+            "mini_kv_write_flush_us": mini_kv_median_us(n, args.samples, write),
+            "ncu_cache_control_all_us": ncu_median_us(n),
+        }
+        truth = row["ncu_cache_control_all_us"]
+        row["read_vs_ncu"] = row["mini_kv_read_flush_us"] / truth - 1
+        row["write_vs_ncu"] = row["mini_kv_write_flush_us"] / truth - 1
+        row["ok"] = abs(row["mini_kv_read_flush_us"] - truth) <= max(REL_TOL * truth, FLOOR_US)
+        rows.append(row)
+        print(
+            f"2^{n.bit_length() - 1:>2}: ncu {truth:9.2f} us | read flush {row['mini_kv_read_flush_us']:9.2f} us "
+            f"({row['read_vs_ncu']:+.1%}) | memset flush {row['mini_kv_write_flush_us']:9.2f} us "
+            f"({row['write_vs_ncu']:+.1%}) | {'ok' if row['ok'] else 'OFF'}",
+            flush=True,
+        )
+    doc = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "flush_method": FLUSH_METHOD,
+        "flush": read.describe(),
+        "samples": args.samples,
+        "rows": rows,
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The Python API: evaluate solutions from a generation loop, with the CLI's verdicts.
+
+    from mini_kv import api
+    for result in api.evaluate("problems/sol-execbench/rmsnorm", [path, api.Solution(...)], device="cpu"):
+        print(result.solution, result.status, result.speedup)
+
+A problem is a SOL problem directory (definition.json + workload.jsonl) or a task card (.yaml); a
+solution is a solution.json path, an in-memory `Solution` (source strings, no files needed), or, for a
+task card, a candidate id of the card. Each one goes through the same pipeline as `mini-kv bench` /
+`mini-kv verify` (`pipeline.run_stages`: the same build cache, sandbox, worker, integrity checks and
+store), and its result is read back from the attempt the pipeline wrote, through the store's own
+checks (`store.index.record_for_attempt`), so a result here is exactly what `leaderboard` would rank.
+With `store=False` the attempt is written to a temporary store and removed once read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mini_kv.errors import ExitCode, UserError
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A SOL solution held in memory: its sources are strings, written inline into solution.json."""
+
+    name: str
+    entry_point: str  # "<file>::<function>", the file one of `sources`
+    sources: Mapping[str, str]  # relative path -> file content
+    language: str = "pytorch"  # pytorch, triton, cuda_cpp, ... (solution.json's spec.languages)
+    destination_passing_style: bool = False
+    description: str = ""
+    dependencies: tuple[str, ...] = ("torch",)
+
+    def to_json(self, definition: str) -> dict:
+        return {
+            "name": self.name,
+            "definition": definition,
+            "author": "mini-kv api",
+            "description": self.description,
+            "spec": {
+                "languages": [self.language],
+                "target_hardware": ["LOCAL"],
+                "entry_point": self.entry_point,
+                "dependencies": list(self.dependencies),
+                "destination_passing_style": self.destination_passing_style,
+            },
+            "sources": [{"path": p, "content": c} for p, c in self.sources.items()],
+        }
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One workload (SOL) or correctness case (task card)."""
+
+    id: str
+    status: str
+    reason: str | None = None
+    latency_us: float | None = None  # the candidate's median, where the case was timed
+    speedup: float | None = None  # reference time over candidate time
+
+
+@dataclass(frozen=True)
+class Result:
+    """The verdict on one solution, as the store holds it."""
+
+    solution: str
+    status: str
+    exit_code: int
+    cases: tuple[CaseResult, ...] = ()
+    speedup: float | None = None  # geometric mean over the timed cases
+    stable: bool | None = None  # whether the timing met the stability bar
+    attempt: Path | None = None  # None with store=False, or when nothing was stored
+    reason: str | None = None  # why it did not pass, in one line
+    duration_s: float = 0.0
+    raw: dict = field(default_factory=dict, repr=False, compare=False)  # the front door's own result
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+
+def evaluate(
+    problem: str | Path,
+    solutions: Iterable[str | Path | Solution],
+    *,
+    device: str | None = None,
+    store: bool = True,
+    artifacts: str | Path | None = None,
+    **options,
+) -> Iterator[Result]:
+    """Evaluate each solution of `problem` in turn, yielding its `Result` as it finishes.
+
+    `options` are the command line's option names (`timeout`, `rounds`, `samples`, `memory_limit_gb`,
+    ...): `BenchOptions` for a SOL problem, `VerifyOptions` for a task card; an unknown name is a
+    UserError. A candidate that fails, crashes or cheats is a Result; bad input is a UserError."""
+    problem = Path(problem)
+    solutions = list(solutions)
+    if not solutions:
+        raise UserError("api.evaluate: no solutions given (an empty selection is an error, never a pass)")
+    scratch = None if store else Path(tempfile.mkdtemp(prefix="mini-kv-api-"))
+    store_dir = str(scratch or artifacts) if (scratch or artifacts) else None
+    try:
+        for sol in solutions:
+            if problem.is_dir():
+                yield _evaluate_sol(problem, sol, device, store_dir, options, keep=store)
+            else:
+                yield _evaluate_card(problem, sol, device, store_dir, options, keep=store)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _evaluate_sol(problem: Path, sol, device, store_dir, options: dict, keep: bool) -> Result:
+    from mini_kv.solexec.run import BenchOptions, bench
+
+    with tempfile.TemporaryDirectory(prefix="mini-kv-solution-") as tmp:
+        path = _solution_file(problem, sol, Path(tmp))
+        opts = _options(BenchOptions, options, solution=str(path), device=device, artifacts=store_dir)
+        out = bench(str(problem), opts)
+    return _result(out["solution"], out, keep)
+
+
+def _evaluate_card(card_path: Path, cand_id, device, store_dir, options: dict, keep: bool) -> Result:
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.pipeline import VerifyOptions, verify
+
+    if not isinstance(cand_id, str):
+        raise UserError(f"{card_path}: a task card's solutions are its candidates' ids, got {cand_id!r}")
+    card = load_task_card(card_path)
+    by_id = {c.id: c for c in card.candidates}
+    if cand_id not in by_id:
+        raise UserError(f"{card_path}: no candidate {cand_id!r} (the card has {', '.join(by_id)})")
+    opts = _options(VerifyOptions, options, device=device, artifacts=store_dir)
+    out = verify(card, by_id[cand_id], opts)
+    return _result(cand_id, out, keep)
+
+
+def _solution_file(problem: Path, sol, tmp: Path) -> Path:
+    if not isinstance(sol, Solution):
+        return Path(sol)
+    definition = json.loads((problem / "definition.json").read_text())["name"]
+    path = tmp / f"{sol.name}.json"
+    try:
+        path.write_text(json.dumps(sol.to_json(definition), indent=1), encoding="utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(
+            f"api.Solution {sol.name!r}: sources: text that cannot be encoded as UTF-8 ({exc})"
+        ) from None
+    return path
+
+
+def _options(cls, options: dict, **fixed):
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UserError(
+            f"api.evaluate: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return cls(**{k: v for k, v in fixed.items() if k in known}, **options)
+
+
+def _result(name: str, out: dict, keep: bool) -> Result:
+    """The Result of one front door's run, read back from the attempt the pipeline stored."""
+    from mini_kv.store.index import AttemptInvalid, record_for_attempt
+
+    attempt = Path(out["attempt"]) if out.get("attempt") else None
+    row, case_rows = ({}, [])
+    if attempt is not None and (attempt / "attempt.json").exists():
+        try:
+            row, case_rows = record_for_attempt(attempt)
+        except AttemptInvalid as exc:  # the store refuses it: so does the API
+            row = {"status": "INVALID", "reason": str(exc)}
+    cases = _cases(attempt, case_rows)
+    speedup = row.get("geomean_speedup")
+    return Result(
+        solution=name,
+        status=row.get("status") or str(out.get("status") or out.get("summary", {}).get("status")),
+        exit_code=int(out["exit_code"]),
+        cases=cases,
+        speedup=speedup if isinstance(speedup, float) and math.isfinite(speedup) else None,
+        stable=row.get("stable"),
+        attempt=attempt if keep else None,
+        reason=_reason(out, cases, row),
+        duration_s=float(out.get("duration_s") or 0.0),
+        raw=out,
+    )
+
+
+def _cases(attempt: Path | None, case_rows: list[dict]) -> tuple[CaseResult, ...]:
+    if attempt is None or not (attempt / "correctness.json").exists():
+        return ()
+    timed = {r["case_id"]: r for r in case_rows}
+    records = json.loads((attempt / "correctness.json").read_text())["cases"]
+    return tuple(
+        CaseResult(
+            id=c["id"],
+            status=c["status"],
+            reason=c.get("reason") or c.get("log") or None,
+            latency_us=timed.get(c["id"], {}).get("p50_us"),
+            speedup=timed.get(c["id"], {}).get("speedup"),
+        )
+        for c in records
+    )
+
+
+def _reason(out: dict, cases: tuple[CaseResult, ...], row: dict) -> str | None:
+    if out["exit_code"] == ExitCode.OK:
+        return None
+    if row.get("reason"):
+        return row["reason"]
+    failed = [c for c in cases if c.status not in ("PASSED", "SKIPPED")]
+    if failed:
+        first = failed[0]
+        return f"{len(failed)} case(s) failed; first {first.id}: {first.status} {first.reason or ''}".strip()
+    summary = out.get("summary") or {}
+    return summary.get("reason") or str(out.get("status") or summary.get("status"))

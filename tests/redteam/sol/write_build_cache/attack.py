@@ -1,0 +1,45 @@
+"""Red-team attack write_build_cache: write into the project's build cache .build/ (poison another candidate's library).
+A real SOL solution of tests/sol_solutions/problem (scale_mul). The test fills in the @@...@@ paths.
+The answer is right only while the attack failed, so the verdict itself says whether it worked."""
+
+import ctypes
+import os
+
+import torch
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+MARK = "redteam-escaped-write_build_cache"
+
+
+def _write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return True
+
+
+def _tries(*fns):
+    hit = False
+    for fn in fns:
+        try:
+            hit = bool(fn()) or hit
+        except Exception:  # noqa: BLE001 - a refused step is the expected outcome
+            pass
+    return hit
+
+
+def attack():
+    hit = _tries(lambda: _write("@@BUILD@@/" + MARK))
+    for root, _, files in os.walk("@@BUILD@@"):
+        for name in files:
+            if name.endswith(".so"):
+                hit = _tries(lambda p=os.path.join(root, name): _write(p)) or hit
+    return hit
+
+
+ESCAPED = _tries(attack)
+
+
+@torch.no_grad()
+def run(x, w, alpha, y, total):
+    y.copy_(x * w * alpha + (1.0 if ESCAPED else 0.0))
+    total.copy_(y.sum())

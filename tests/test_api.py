@@ -1,0 +1,53 @@
+"""The Python API (docs/api.md): its documented example runs as written, and results carry verdicts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mini_kv import api
+from mini_kv.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "problems/sol-execbench/custom_inputs_matmul"
+
+
+def _first_python_block() -> str:
+    text = (ROOT / "docs/api.md").read_text()
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_documented_example_runs_as_written(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # the example's paths are the repository's, as a user runs it from the root
+    exec(compile(_first_python_block(), "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "matmul_in_memory PASSED" in out
+    assert re.search(r"custom_matmul\S* PASSED", out)
+
+
+@pytest.mark.slow
+def test_wrong_in_memory_solution_is_a_verdict_and_stored(tmp_path):
+    wrong = api.Solution(
+        name="matmul_wrong",
+        entry_point="kernel.py::run",
+        destination_passing_style=True,
+        sources={
+            "kernel.py": "import torch\n\ndef run(A, B, C):\n    torch.mm(A, B, out=C)\n    C.add_(1)\n"
+        },
+    )
+    (result,) = api.evaluate(PROBLEM, [wrong], device="cpu", artifacts=tmp_path)
+    assert not result.passed
+    assert result.status != "PASSED"
+    assert result.cases and all(c.status == "INCORRECT_NUMERICAL" for c in result.cases)
+    assert result.attempt is not None and (result.attempt / "attempt.json").is_file()
+    assert result.reason and "INCORRECT_NUMERICAL" in result.reason
+
+
+def test_empty_selection_and_unknown_options_are_errors():
+    with pytest.raises(UserError, match="no solutions"):
+        list(api.evaluate(PROBLEM, []))
+    with pytest.raises(UserError, match="unknown option"):
+        list(api.evaluate(PROBLEM, ["x.json"], device="cpu", no_such_option=1))

@@ -1,0 +1,85 @@
+"""`attempts list|compare|clean`: the store's attempts, what changed between two, and a retention policy
+that never removes a baseline's attempt or a leaderboard row's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLS = ROOT / "tests/sol_solutions"
+
+
+def _mk(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([sys.executable, "-m", "mini_kv", *args], capture_output=True, text=True)
+    assert not check or res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+def _bench(store: Path, solution: str) -> Path:
+    _mk("bench", str(SOLS / "problem"), "--solution", str(SOLS / solution / "solution.json"), "--device", "cpu",
+        "--max-cv", "0.99", "--max-p95-cv", "0.99", "--artifacts", str(store), check=False)  # fmt: skip
+    return max((store / "scale_mul").iterdir(), key=lambda p: p.name)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    store = tmp_path_factory.mktemp("attempts") / "artifacts"
+    first = _bench(store, "good_dps")
+    older = [_bench(store, "good_dps") for _ in range(2)]
+    other = _bench(store, "good_return")
+    return store, first, older, other
+
+
+@pytest.mark.slow
+def test_list_and_compare(store):
+    artifacts, first, older, other = store
+    rows = json.loads(
+        _mk("attempts", "list", str(SOLS / "problem"), "--artifacts", str(artifacts), "--json").stdout
+    )
+    assert {r["attempt_id"] for r in rows} == {p.name for p in (first, *older, other)}
+    diff = json.loads(
+        _mk("attempts", "compare", first.name, other.name, "--artifacts", str(artifacts), "--json").stdout
+    )
+    assert diff["verdict"]["candidate"] == ["scale_mul_good_dps", "scale_mul_good_return"]
+    assert diff["sources"]["changed"] == ["solution.json"]  # the two solutions' files differ
+    assert {c["case"] for c in diff["cases"]} and all(0 <= c["p_value"] <= 1 for c in diff["cases"])
+    same = json.loads(
+        _mk("attempts", "compare", first.name, older[0].name, "--artifacts", str(artifacts), "--json").stdout
+    )
+    assert same["sources"] == {"added": [], "removed": [], "changed": []}
+
+
+@pytest.mark.slow
+def test_clean_keeps_the_newest_the_baseline_and_the_leaderboard(store, tmp_path):
+    artifacts, first, older, other = store
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    _mk("promote-baseline", "--attempt", str(first), "--output", str(baselines / "scale_mul.json"))
+    dry = _mk(
+        "attempts",
+        "clean",
+        "--keep-last",
+        "1",
+        "--baselines",
+        str(baselines),
+        "--artifacts",
+        str(artifacts),
+        "--dry-run",
+    )
+    assert "would remove" in dry.stdout and first.exists() and older[0].exists()
+    _mk("attempts", "clean", "--keep-last", "1", "--baselines", str(baselines), "--artifacts", str(artifacts))
+    assert first.exists(), "a baseline's attempt is never removed"
+    assert older[-1].exists() and other.exists(), "the newest of each candidate is kept"
+    assert not older[0].exists()
+    rows = json.loads(_mk("attempts", "list", "--artifacts", str(artifacts), "--json").stdout)
+    assert {r["attempt_id"] for r in rows} == {first.name, older[-1].name, other.name}  # the index follows
+
+
+def test_clean_refuses_to_keep_nothing(tmp_path):
+    res = _mk("attempts", "clean", "--keep-last", "0", "--artifacts", str(tmp_path), check=False)
+    assert res.returncode == 2 and "keep at least" in res.stderr

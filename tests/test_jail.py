@@ -1,0 +1,203 @@
+"""mini_kv.jail: the layers of the jail itself, on plain commands (the red-team suite, tests/redteam/,
+attacks it through real candidates)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mini_kv import jail
+
+INFO = jail.probe()
+needs_jail = pytest.mark.skipif(not INFO.enabled, reason=f"no jail here: {INFO.reason}")
+
+
+def _run(
+    code: str, spec: jail.JailSpec | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    proc = jail.popen(
+        [sys.executable, "-c", code],
+        spec or jail.JailSpec(),
+        INFO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=60)
+    proc.cleanup()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@needs_jail
+def test_the_probe_records_tool_namespaces_seccomp_hash_and_layers():
+    rec = INFO.to_dict()
+    assert rec["tool"].startswith("bwrap ") and rec["seccomp_sha256"] and len(rec["seccomp_sha256"]) == 64
+    assert set(rec["layers"]) == set(jail.LAYERS)
+    assert {"pid", "mount", "network", "ipc", "uts"} <= set(rec["namespaces"])
+    assert rec["missing"] == [n for n, s in rec["layers"].items() if s != "active"]
+
+
+@needs_jail
+def test_environment_is_an_allow_list(monkeypatch):
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "s3cr3t", "GITHUB_TOKEN": "t0k3n", "LANG": "C.UTF-8"}
+    res = _run("import os, json; print(json.dumps(dict(os.environ)))", env=env)
+    assert res.returncode == 0, res.stderr
+    inside = __import__("json").loads(res.stdout)
+    assert "AWS_SECRET_ACCESS_KEY" not in inside and "GITHUB_TOKEN" not in inside
+    assert inside["LANG"] == "C.UTF-8" and inside["HOME"] == "/tmp"
+
+
+@needs_jail
+def test_only_the_spec_paths_are_visible_and_staged_dirs_show_only_staged_files(tmp_path):
+    project = tmp_path / "proj"
+    (project / ".build" / "a").mkdir(parents=True)
+    (project / ".build" / "b").mkdir(parents=True)
+    (project / ".build" / "a" / "lib.so").write_text("A")
+    (project / ".build" / "b" / "lib.so").write_text("B")
+    (project / "card.yaml").write_text("card")
+    (project / "artifacts").mkdir()
+    (project / "artifacts" / "x").write_text("secret")
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = jail.JailSpec(
+        read_only=(str(project),),
+        writable=(str(out),),
+        staged=(str(project / ".build"),),
+        hidden=(str(project / "artifacts"),),
+    )
+    code = f"""
+import os, time
+for _ in range(100):
+    if os.path.exists({str(project / ".build/a/lib.so")!r}): break
+    time.sleep(0.05)
+print(open({str(project / "card.yaml")!r}).read())
+print(open({str(project / ".build/a/lib.so")!r}).read())
+print(os.path.exists({str(project / ".build/b/lib.so")!r}), os.listdir({str(project / "artifacts")!r}))
+open({str(out / "w")!r}, "w").write("ok")
+for p in [{str(project / "card.yaml")!r}, {str(project / ".build/a/lib.so")!r}, "/etc/passwd"]:
+    try:
+        open(p, "a")
+        print("WROTE", p)
+    except OSError:
+        pass
+"""
+    proc = jail.popen(
+        [sys.executable, "-c", code], spec, INFO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stage(str(project / ".build" / "a" / "lib.so"))
+    assert not proc.stage(str(project / "card.yaml"))  # not in a staged dir
+    stdout, stderr = proc.communicate(timeout=60)
+    proc.cleanup()
+    assert proc.returncode == 0, stderr
+    assert stdout.split("\n")[:3] == ["card", "A", "False []"] and "WROTE" not in stdout
+    assert (out / "w").read_text() == "ok"
+
+
+@needs_jail
+def test_seccomp_refuses_namespace_and_tracing_calls_and_perf_unless_profiling():
+    code = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+for name, nr, args in [("unshare", 272, (0x10000000,)), ("setns", 308, (0, 0)), ("ptrace", 101, (16, 1, 0, 0)),
+                       ("perf_event_open", 298, (0, 0, -1, -1, 0)), ("bpf", 321, (0, 0, 0)),
+                       ("keyctl", 250, (0, 0, 0)), ("mount", 165, (0, 0, 0, 0, 0))]:
+    r = libc.syscall(nr, *args)
+    out.append(f"{name}={ctypes.get_errno() if r != 0 else 0}")
+print(" ".join(out))
+"""
+    res = _run(code)
+    assert res.returncode == 0, res.stderr
+    got = dict(kv.split("=") for kv in res.stdout.split())
+    assert all(v == "1" for v in got.values()), got  # EPERM, each
+    perf = _run(code, jail.JailSpec(profiler=True))
+    assert dict(kv.split("=") for kv in perf.stdout.split())["perf_event_open"] != "1"
+
+
+@needs_jail
+def test_a_jailed_tree_dies_with_its_first_process():
+    code = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen(['sh', '-c', 'setsid sleep 301.5 & echo $!'], stdout=subprocess.PIPE)\n"
+        "print(p.stdout.readline().decode().strip(), flush=True)\n"
+    )
+    res = _run(code)
+    assert res.returncode == 0, res.stderr
+    out = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    assert all(
+        open(f"/proc/{p}/cmdline", "rb").read().find(b"300") < 0 for p in out if os.path.exists(f"/proc/{p}")
+    )
+
+
+def test_modes_and_the_record_when_off(monkeypatch):
+    monkeypatch.delenv(jail.MODE_ENV, raising=False)
+    assert jail.mode_from(None) == "auto" and jail.mode_from(None, "required") == "required"
+    monkeypatch.setenv(jail.MODE_ENV, "off")
+    assert jail.mode_from(None, "required") == "off" and jail.mode_from("auto") == "auto"
+    monkeypatch.setenv(jail.MODE_ENV, "bogus")
+    with pytest.raises(jail.UserError):
+        jail.mode_from(None)
+    rec = jail.resolve("off").to_dict()
+    assert rec["enabled"] is False and rec["mode"] == "off" and "--sandbox off" in rec["reason"]
+    assert rec["missing"] == list(jail.LAYERS)
+
+
+def test_required_refuses_when_a_layer_is_missing(monkeypatch):
+    broken = jail.JailInfo(mode="auto", enabled=True, tool="bwrap x", layers=(("landlock", "no Landlock"),))
+    monkeypatch.setattr(jail, "probe", lambda: broken)
+    with pytest.raises(jail.JailUnavailable, match="landlock"):
+        jail.resolve("required")
+    assert jail.resolve("auto").missing == ("landlock",)
+
+
+@needs_jail
+def test_a_compiler_installed_outside_the_system_dirs_is_visible_and_its_neighbours_are_not(
+    tmp_path, monkeypatch
+):
+    # an image that keeps its compilers under /opt/gcc (the H200 machines do): the build and Triton's
+    # JIT must find them inside, while the rest of that disk stays hidden
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "gcc").symlink_to("/bin/true")
+    (tmp_path / "opt" / "secret").write_text("x")
+    monkeypatch.setenv("PATH", f"{prefix / 'bin'}:{os.environ['PATH']}")
+    assert str(prefix) in jail.tool_prefixes()
+    res = _run(
+        f"import os; print(os.path.exists({str(prefix / 'bin' / 'gcc')!r}), "
+        f"os.path.exists({str(tmp_path / 'opt' / 'secret')!r}))"
+    )
+    assert res.stdout.split() == ["True", "False"], res.stderr
+
+
+@needs_jail
+def test_a_self_restricting_entry_applies_the_landlock_rules_itself():
+    """The worker child gets no prelude interpreter: it applies $MINI_KV_JAIL_LANDLOCK first thing."""
+    code = (
+        "from mini_kv._jail_prelude import restrict_from_env\n"
+        "import os\n"
+        "before = len(os.listdir('/'))\n"
+        "restrict_from_env()\n"
+        "try:\n"
+        "    os.listdir('/')\n"
+        "    print('listed', before)\n"
+        "except PermissionError:\n"
+        "    print('refused', before, 'MINI_KV_JAIL_LANDLOCK' in os.environ)\n"
+    )
+    proc = jail.popen(
+        [sys.executable, "-c", code],
+        jail.JailSpec(),
+        INFO,
+        self_landlock=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out, _ = proc.communicate(timeout=60)
+    proc.cleanup()
+    landlock = dict(INFO.layers).get("landlock") == "active"
+    assert out.split()[0] == ("refused" if landlock else "listed"), out
+    if landlock:  # and the rules are gone from the environment candidate code will see
+        assert out.split()[-1] == "False", out

@@ -1,0 +1,100 @@
+"""Streamed, resumable results: each finished item is in the results file at once; Ctrl-C prints one line
+and no traceback (here and on an embedded Dask cluster); the same command with --resume skips what is
+done and appends the rest."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "problems/sol-execbench/custom_inputs_matmul"
+SOLUTION = ROOT / "solutions/custom_inputs_matmul/pytorch/solution.json"
+FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "samples": 3, "timeout": 120}
+
+
+def _solutions(tmp_path: Path, n: int) -> list[Path]:
+    """n copies of the shipped solution under distinct names (a results file knows solutions by name)."""
+    out = []
+    sol = json.loads(SOLUTION.read_text())
+    for i in range(n):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        for src in sol["sources"]:
+            (d / src["path"]).write_text((SOLUTION.parent / src["path"]).read_text())
+        (d / "solution.json").write_text(json.dumps({**sol, "name": f"matmul_copy_{i}"}))
+        out.append(d / "solution.json")
+    return out
+
+
+def _manifest(tmp_path: Path, n: int) -> Path:
+    m = tmp_path / "batch.yaml"
+    sols = "".join(f"      - {s}\n" for s in _solutions(tmp_path, n))
+    m.write_text(
+        f"schema_version: 1\nbench:\n  - problem: {PROBLEM}\n    options: {json.dumps(FAST)}\n    solutions:\n{sols}"
+    )
+    return m
+
+
+def _cmd(manifest: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "mini_kv", "batch", str(manifest), "--artifacts", str(tmp_path / "a"),
+        "--results", str(tmp_path / "r.jsonl"), *extra,
+    ]  # fmt: skip
+
+
+def _solutions_in(results: Path) -> list[str]:
+    return [json.loads(line)["solution"] for line in results.read_text().splitlines()]
+
+
+def _interrupt_after_first(cmd: list[str], results: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
+        time.sleep(0.2)
+    assert results.read_text().strip(), "no item finished in time"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", [[], ["--workers", "2"]], ids=["here", "dask"])
+def test_interrupt_then_resume_runs_each_solution_once(tmp_path, where):
+    if where:
+        pytest.importorskip("distributed")
+    manifest = _manifest(tmp_path, 4)
+    results = tmp_path / "r.jsonl"
+    res = _interrupt_after_first(_cmd(manifest, tmp_path, *where), results)
+    assert res.returncode == 130, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith("interrupted: ")]
+    assert len(line) == 1, res.stderr
+    done = set(_solutions_in(results))
+    assert done and len(done) < 4
+    # each finished solution's every workload is in the file: 3 traces per solution
+    assert len(_solutions_in(results)) == 3 * len(done)
+
+    again = subprocess.run(_cmd(manifest, tmp_path, "--resume"), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(done)} of 4 item(s) already done, skipped" in again.stderr
+    names = _solutions_in(results)
+    assert sorted(set(names)) == [f"matmul_copy_{i}" for i in range(4)]
+    assert len(names) == 3 * 4  # nothing twice
+
+
+def test_a_torn_last_line_is_dropped_and_that_item_runs_again(tmp_path):
+    from mini_kv.cluster.batch import Journal
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"item": "t/a", "status": "PASSED"}) + "\n" + '{"item": "t/b", "sta')
+    journal = Journal(path, resume=True)
+    assert journal.done == {"t/a"}
+    assert path.read_text().count("\n") == 1 and "t/b" not in path.read_text()
+    assert Journal(path, resume=False).done == set() and path.read_text() == ""
