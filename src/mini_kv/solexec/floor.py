@@ -9,8 +9,7 @@ performance block: its time is not a measurement of work."""
 
 from __future__ import annotations
 
-from mini_kv import roofline
-from mini_kv import stats
+from mini_kv import roofline, stats
 from mini_kv.solexec.definition import Definition
 from mini_kv.solexec.workload import Workload
 from mini_kv.status import Status
