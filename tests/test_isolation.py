@@ -60,9 +60,13 @@ def test_planted_failure_is_a_recorded_status(cli, tmp_path, candidate):
 
 
 @pytest.mark.slow
-def test_forged_result_channel_is_detected(cli, tmp_path):
+def test_a_forged_record_reaches_no_channel(cli, tmp_path):
+    """The planted op writes a PASS record to every pipe it holds: the candidate runs in the subject,
+    which holds no pipe to the parent and no key, so the record lands nowhere and the case's verdict is
+    the judge's own comparison (the op computes the right sum). The channel's own check of unsigned
+    bytes is tests/test_jobs.py's."""
     res, summary, corr = _verify(cli, tmp_path, "forge")
-    assert res.returncode == ExitCode.CORRECTNESS
-    assert "FORGED_RESULT_CHANNEL" in summary["correctness"]["integrity_failures"]
-    forged = [i for i in corr["incidents"] if i.get("integrity") == "FORGED_RESULT_CHANNEL"]
-    assert forged and forged[0]["case"] == "n33-float32"
+    case = next(c for c in corr["cases"] if c["id"] == "n33-float32")
+    assert case["status"] == "PASSED" and "calls" in case, case
+    assert not [i for i in corr["incidents"] if i.get("integrity") == "FORGED_RESULT_CHANNEL"]
+    assert res.returncode == ExitCode.OK, summary

@@ -14,6 +14,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,8 @@ from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker.channel import Verifier
-from mini_kv.worker.jobs import Event, Job
+from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
+from mini_kv.worker.link import pair as link_pair
 
 MAX_RESTARTS = 50
 STARTUP_S = DEFAULTS.startup_s
@@ -60,6 +62,15 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with status {code}"
+
+
+def _ended(code: int | None, subject_code: int | None) -> str:
+    """How a worker ended, for the record: a judge whose subject was lost says how the subject ended."""
+    if code == SUBJECT_LOST_EXIT:
+        return f"the subject process (the one running the candidate) {_describe_exit(subject_code)}"
+    if code == SUBJECT_DROPPED_EXIT:
+        return "the judge dropped its subject, which broke the protocol (the case's record says how)"
+    return f"worker {_describe_exit(code)}"
 
 
 def default_sandbox() -> JailInfo:
@@ -116,6 +127,8 @@ class ChildRun:
         self.spec = spec if spec is not None else default_spec(job)
         self.env, self.warm = env, ["--warm-profiler"] if warm_profiler else []
         self.job: Job | None = None
+        self.subject: SubjectRun | None = None
+        self.subject_code: int | None = None  # how the subject ended (close)
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
         self.ended = False  # its result pipe closed: it is exiting (or exited) by itself
@@ -124,9 +137,17 @@ class ChildRun:
         if job is not None:
             self.send(job)
 
+    FD_FLAG = "--result-fd"
+
+    def _channel(self) -> tuple[int | None, int]:
+        """(this end, the child's end) of the result channel: a socket, so that the judge's end of
+        the link to its subject can be handed over on it (send)."""
+        mine, theirs = socket.socketpair()
+        return mine.detach(), theirs.detach()
+
     def _start(self) -> None:
-        self.fd, write_fd = os.pipe()
-        argv = [sys.executable, "-m", "mini_kv.worker.child", "--result-fd", str(write_fd), *self.warm]
+        self.fd, write_fd = self._channel()
+        argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
         try:
             self.proc = jail.popen(
                 argv,
@@ -152,6 +173,26 @@ class ChildRun:
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
+        if job.KIND in SUBJECT_KINDS:
+            self._start_subject()
+
+    def _start_subject(self) -> None:
+        """The subject, the process that runs the candidate, started as this child is (so jailed alike),
+        and the judge's end of the link between them handed to the judge on the result channel."""
+        if self.subject is not None:
+            self.subject.close(kill=True)
+        judge_end, subject_end = link_pair()
+        try:
+            self.subject = SubjectRun(subject_end, self.log_path, self.env, self.sandbox_info, self.spec)
+            for path in job_paths(self.job.to_dict()):  # what the judge's view has, the candidate's above all
+                self.subject.proc.stage(path)
+            with socket.socket(fileno=os.dup(self.fd)) as sock:
+                socket.send_fds(sock, [b"link"], [judge_end])
+        except OSError:  # the judge died early: next_event sees the end of the stream
+            pass
+        finally:
+            os.close(judge_end)
+            os.close(subject_end)
 
     def next_event(self, timeout: float) -> dict | None | str:
         """An event dict, None at end of stream, or 'timeout'. `timeout` counts from the child's
@@ -183,7 +224,11 @@ class ChildRun:
 
     def close(self, kill: bool) -> int | None:
         """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
-        the jail's PID namespace ends with its first process."""
+        the jail's PID namespace ends with its first process. The subject ends when the judge closes
+        the link, and is killed with it."""
+        if self.subject is not None:
+            self.subject_code = self.subject.close(kill)
+            self.subject = None
         if not self.proc.stdin.closed:  # a child that never got its job
             self.proc.stdin.close()
         if kill and self.ended:  # a child that died (its pipe closed): let bwrap report how it died
@@ -199,9 +244,24 @@ class ChildRun:
             self.proc.kill_tree()
             code = self.proc.wait()
         self.proc.cleanup()
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
         self.log.close()
         return code
+
+
+class SubjectRun(ChildRun):
+    """The subject child of a judge: started like every worker child, with its end of the link to the
+    judge where the result channel would be. It has no job, no key and nothing to tell the parent."""
+
+    FD_FLAG = "--subject-fd"
+
+    def __init__(self, link_fd: int, log_path: str, env: dict | None, sandbox: JailInfo, spec: JailSpec):
+        self.link_fd = link_fd
+        super().__init__(None, log_path, env, sandbox=sandbox, spec=spec)
+
+    def _channel(self) -> tuple[int | None, int]:
+        return None, os.dup(self.link_fd)
 
 
 def run_one(
@@ -335,8 +395,10 @@ class _WorkerRun:
             else:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             outcome, budget = self._read(child)
-            code = child.close(kill=outcome != "done")
-            if not self._carry_on(outcome, code, budget):
+            # killed only when it hangs: a judge that ended by itself (its subject gone: exit 5) says so
+            # in its exit status, which a kill racing its exit would turn into SIGKILL
+            code = child.close(kill=outcome == "timeout")
+            if not self._carry_on(outcome, _ended(code, child.subject_code), budget):
                 break
         touched = files_changed(files_before, harness_files(watch))
         if touched:
@@ -422,7 +484,7 @@ class _WorkerRun:
             _forged(self.current, ev["line"], "unsigned data on the result channel: ")
         )
 
-    def _carry_on(self, outcome: str, code: int | None, budget: float) -> bool:
+    def _carry_on(self, outcome: str, ended: str, budget: float) -> bool:
         """After a child ended: record what its end means; whether a fresh child continues."""
         load = self.results["load"]
         if outcome == "done" or (load is not None and not load["ok"]):
@@ -430,18 +492,14 @@ class _WorkerRun:
         if load is None:
             self.results["load"] = {
                 "ok": False,
-                "reason": f"worker {_describe_exit(code)} before loading the op",
+                "reason": f"{ended} before loading the op",
                 "timed_out": outcome == "timeout",
                 "log_tail": _tail(self.log_path),
                 "stage": self.current[0] if self.current else None,
             }  # what it was loading
             return False
         status = Status.TIMEOUT if outcome == "timeout" else Status.RUNTIME_ERROR
-        reason = (
-            f"no result within {budget:.0f} s; process group killed"
-            if outcome == "timeout"
-            else f"worker {_describe_exit(code)}"
-        )
+        reason = f"no result within {budget:.0f} s; process group killed" if outcome == "timeout" else ended
         self.timeouts_in_row = self.timeouts_in_row + 1 if outcome == "timeout" else 0
         if self.current is None:
             self.results["incidents"].append(

@@ -126,13 +126,13 @@ def run_target(job: dict) -> dict:
 
     from mini_kv.profile.target import input_digest
     from mini_kv.solexec import check
-    from mini_kv.solexec.evaluate import _import_solution, _load_reference
     from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
+    from mini_kv.worker.loader import import_solution, load_module
 
     device, sol, case = job.device, job.solution, job.case
     torch.cuda.set_device(torch.device(device))
-    reference = _load_reference(job.reference_file)
-    fn = getattr(_import_solution(sol), sol["entry_function"])
+    reference = load_module(job.reference_file)
+    fn = getattr(import_solution(sol), sol["entry_function"])
     sig, wl = case["signature"], case["workload"]
     args = make_inputs(sig, wl, vars(reference), device, int(job.seed), {})
     pristine = clone_inputs(args)

@@ -8,17 +8,13 @@ CUDA, wall clock on CPU) and statistics; candidate and reference are timed alike
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import importlib.util
 import itertools
 import math
-import os
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
 import torch
 
@@ -40,6 +36,8 @@ from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.jobs import Event
+from mini_kv.worker.loader import load_module
+from mini_kv.worker.remote import RemoteGuard, RemoteOp, SpotCheck, workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -73,9 +71,8 @@ class Context:
     device: str
     salt: str
     settings: dict
-    snapshot: dict
     safetensors_cache: dict = field(default_factory=dict)
-    guard: Guard | None = None
+    guard: Guard | RemoteGuard | None = None
     rounds_run: int | None = None  # the correctness rounds the last workload's budget allowed
     # (seconds, bytes, warm) of a correctness round so far: what a larger workload will cost (_note_round_cost)
     round_cost: tuple[float, int, bool] | None = None
@@ -89,8 +86,8 @@ class Context:
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
 
     def __post_init__(self) -> None:
-        if self.guard is None:
-            self.guard = Guard(self.snapshot)
+        if self.guard is None:  # the solution in this process (a test's): the harness as it is now
+            self.guard = Guard(integrity.snapshot())
 
 
 class Verdict(Exception):
@@ -379,18 +376,33 @@ def _input_sets(ctx: Context, sig: dict, workload: dict, cold: bool) -> list[lis
     ]
 
 
-def _calls(ctx: Context, sig: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
+def _spot_check(ctx: Context, sig: dict, workload: dict, n_inputs: int, n_outputs: int) -> SpotCheck:
+    """How the judge checks a timed call of the solution (remote.RemoteWorkload): the reference on the
+    set's values, the outputs compared as a correctness round compares them; spare values from their
+    own seed."""
+
+    def wrong(args: list, outs) -> str | None:
+        refs = run_reference(ctx, sig, args[:n_inputs])
+        outs = outs if ctx.dps else normalize_outputs(outs, sig, ctx.device)
+        _structure(sig, outs, refs)
+        found = _first_wrong(sig, outs, refs, workload["tolerance"])
+        return None if found is None else f"output {found[0]!r}: {found[1]}"
+
+    seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0spot-check")
+    outputs = tuple(range(n_inputs, n_inputs + n_outputs))
+    return SpotCheck(wrong, _inputs(ctx, sig, workload, seed), outputs)
+
+
+def _calls(ctx: Context, sig: dict, workload: dict, sets: list[list]) -> tuple[Workload, Workload, list]:
     """Rotating candidate and reference (or baseline) calls; DPS calls write into per-set output buffers."""
-    outs = [allocate_outputs(sig, ctx.device) if ctx.dps else None for _ in sets]
+    outs = [allocate_outputs(sig, ctx.device) if ctx.dps else [] for _ in sets]
     ref_sets = [clone_inputs(s) for s in sets]
-    fn, (ref, ref_dps) = ctx.solution_fn, ctx.baseline or (ctx.reference_fn, False)
+    ref, ref_dps = ctx.baseline or (ctx.reference_fn, False)
     ref_outs = [allocate_outputs(sig, ctx.device) if ref_dps else [] for _ in sets]
-    cand = [
-        (lambda s=s, o=o: fn(*s, *o)) if ctx.dps else (lambda s=s: fn(*s))
-        for s, o in zip(sets, outs, strict=True)
-    ]
-    refc = [lambda s=s, o=o: ref(*s, *o) for s, o in zip(ref_sets, ref_outs, strict=True)]
-    return Workload(cand), Workload(refc), ref_sets
+    spot = _spot_check(ctx, sig, workload, len(sets[0]), len(outs[0]))
+    cand = workload_of(ctx.solution_fn, [[*s, *o] for s, o in zip(sets, outs, strict=True)], spot)
+    refc = workload_of(ref, [[*s, *o] for s, o in zip(ref_sets, ref_outs, strict=True)])
+    return cand, refc, ref_sets
 
 
 def _measure_alike(
@@ -461,7 +473,7 @@ def timing(
     lap = _laps({} if phase_s is None else phase_s)
     t0 = time.perf_counter()
     sets = _input_sets(ctx, sig, workload, cold)
-    cand, ref, ref_sets = _calls(ctx, sig, sets)
+    cand, ref, ref_sets = _calls(ctx, sig, workload, sets)
     lap("inputs")
     warm = warm_up(
         [cand, ref], int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), ctx.device
@@ -664,67 +676,44 @@ class SolEvaluator:
         self.ctx, self.chan = ctx, chan
 
     @classmethod
-    def load(cls, job, chan: Channel) -> SolEvaluator | None:
+    def load(cls, job, chan: Channel, subject) -> SolEvaluator | None:
         # a `begin` before each import: should the process exit, crash or hang inside one, the parent
         # knows whose code it was (the reference's: INVALID_REFERENCE, not the solution's fault)
         chan.send(event=Event.BEGIN, stage="reference", case="(loading the reference)")
         try:
-            reference = _load_reference(job.reference_file)
+            reference = load_module(job.reference_file)
             ref_fn = reference.run
         except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
             return _fail(
                 chan, Status.INVALID_REFERENCE, f"the reference does not load: {type(exc).__name__}: {exc}"
             )
-        snap = integrity.snapshot()
         sol = job.solution
         chan.send(event=Event.BEGIN, stage="solution", case="(importing the solution)")
-        try:
-            module = _import_solution(sol)
-        except Exception as exc:  # noqa: BLE001 - a solution that cannot be imported cannot be built
-            what = "built module" if sol["group"] == "cpp" else sol["entry_file"]
-            return _fail(
-                chan,
-                Status.COMPILE_ERROR,
-                f"importing the solution ({what}) failed: {type(exc).__name__}: {exc}",
-            )
-        fn = getattr(module, sol["entry_function"], None)
-        if not callable(fn):
-            return _fail(
-                chan,
-                Status.COMPILE_ERROR,
-                f"the solution has no function {sol['entry_function']!r} "
-                f"(entry point {sol['entry_file']}::{sol['entry_function']})",
-            )
-        try:
-            integrity.Guard(snap).check("importing the solution")
-        except integrity.Violation as v:
-            return _fail(chan, Status.REWARD_HACK, integrity.reward_hack_log(v.code, v.message))
+        reply = subject.request(
+            "load", kind="sol", device=job.device, solution=sol, memory_limit_bytes=job.memory_limit_bytes
+        )
+        failed = _load_failed(reply, sol)
+        if failed:
+            return _fail(chan, *failed)
         baseline = None
         if job.baseline:  # the regression gate's same-run comparison: in the reference's place in timing
-            try:
-                baseline = (
-                    getattr(_import_beside(job.baseline, job.solution), job.baseline["entry_function"]),
-                    job.baseline["dps"],
-                )
-                integrity.Guard(snap).check("loading the baseline's solution")
-            except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
-                return _fail(
-                    chan,
-                    Status.RUNTIME_ERROR,
-                    f"the baseline's solution did not load: {type(exc).__name__}: {exc}",
-                )
+            reply = subject.request("load_baseline", baseline=job.baseline, solution=sol)
+            if not reply.get("ok"):  # a violation too: either way no same-run comparison
+                why = (reply.get("error") or reply.get("violation") or {}).get("message")
+                return _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {why}")
+            baseline = (RemoteOp(subject, "baseline"), job.baseline["dps"])
         chan.send(event=Event.LOAD, ok=True)
         return cls(
             Context(
                 definition_name=job.definition_name,
-                solution_fn=fn,
+                solution_fn=RemoteOp(subject, "candidate"),
                 reference_fn=ref_fn,
                 reference_ns=vars(reference),
                 dps=job.solution["dps"],
                 device=job.device,
                 salt=job.salt,
                 settings=job.settings,
-                snapshot=snap,
+                guard=RemoteGuard(subject),
                 baseline=baseline,
             ),
             chan,
@@ -737,43 +726,25 @@ class SolEvaluator:
         return evaluate_workload(self.ctx, case, phase_s), {"phase_s": phase_s}
 
 
-def _load_reference(path: str, name: str = "mini_kv_sol_reference"):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    # a real file: decorators such as @triton.jit read the source back with inspect
-    spec.loader.exec_module(module)
-    return module
-
-
-def _import_solution(sol: dict):
-    if sol["group"] == "cpp":  # the torch extension module the compiler built
-        return _load_reference(sol["library"], sol["module"])
-    sys.path.insert(0, sol["dir"])  # so the entry file can import the solution's other files
-    name = ".".join(PurePosixPath(sol["entry_file"]).with_suffix("").parts)
-    return importlib.import_module(name)
-
-
-def _import_beside(base: dict, sol: dict):
-    """The baseline's solution beside the candidate's (the regression gate). Python modules are imported by
-    name: the candidate's step out of sys.modules while the baseline's (same names) are imported."""
-    if base["group"] == "cpp":  # a built module named after its build key
-        return _import_solution(base)
-
-    def under(d: str) -> list[str]:
-        return [
-            n
-            for n, m in list(sys.modules.items())
-            if (getattr(m, "__file__", None) or "").startswith(d + os.sep)
-        ]
-
-    theirs = {n: sys.modules.pop(n) for n in under(sol["dir"])}
-    try:
-        return _import_solution(base)
-    finally:
-        sys.path.remove(base["dir"])
-        for n in under(base["dir"]):
-            del sys.modules[n]
-        sys.modules.update(theirs)
+def _load_failed(reply: dict, sol: dict) -> tuple[str, str] | None:
+    """(status, reason) of a solution the subject could not load, or None when it loaded."""
+    if reply.get("ok") is True:
+        return None
+    if isinstance(reply.get("violation"), dict):
+        v = reply["violation"]
+        return Status.REWARD_HACK, integrity.reward_hack_log(str(v.get("code")), str(v.get("message")))
+    if reply.get("missing_entry"):
+        return (
+            Status.COMPILE_ERROR,
+            f"the solution has no function {sol['entry_function']!r} "
+            f"(entry point {sol['entry_file']}::{sol['entry_function']})",
+        )
+    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+    what = "built module" if sol["group"] == "cpp" else sol["entry_file"]
+    return (
+        Status.COMPILE_ERROR,
+        f"importing the solution ({what}) failed: {err.get('type')}: {err.get('message')}",
+    )
 
 
 def _fail(chan: Channel, status: str, reason: str) -> None:

@@ -17,6 +17,7 @@ from mini_kv.status import Status
 from mini_kv.worker import integrity
 from mini_kv.worker.compare import compare
 from mini_kv.worker.inputs import case_seed, clone_args, make_case_inputs, tensor_nbytes
+from mini_kv.worker.remote import SpotCheck, workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -24,7 +25,6 @@ from mini_kv.worker.timing import (
     NoDeviceWorkError,
     TimingError,
     TimingGuardError,
-    Workload,
     is_cuda,
     is_fixed_count,
     measure,
@@ -80,10 +80,6 @@ def choose_method(
             continue
         return method, fallbacks
     raise AssertionError("empty method chain")
-
-
-def _bind(fn, args):
-    return lambda: fn(*args)
 
 
 def timed(fn):
@@ -296,6 +292,20 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float) -> tuple[dic
     return warm, budget_s, too_large(warm["seconds_per_call"], budget_s, device) if budget_s else None
 
 
+def _spot_check(reference, factory, case: dict, tolerance: dict, device: str, salt: str) -> SpotCheck:
+    """How the judge checks a timed call of the candidate (remote.RemoteWorkload): the reference on a
+    copy of the set's values, compared within the card's tolerance; spare values from their own seed."""
+
+    def wrong(args: list, out) -> str | None:
+        res = compare(out, reference(*clone_args(args)), tolerance["atol"], tolerance["rtol"], errors=False)
+        return None if res["ok"] else res.get("reason")
+
+    spare = make_case_inputs(
+        factory, case["params"], case["dtype"], device, case_seed("spot-check", case["id"], salt)
+    )
+    return SpotCheck(wrong, spare)
+
+
 def bench_case(
     op,
     reference,
@@ -325,8 +335,9 @@ def bench_case(
     args, n_sets = cand_sets[0], len(cand_sets)
     ref_sets = [clone_args(s) for s in cand_sets]
     # one rotation each, kept across warm-up, probes and repeats: no two consecutive calls share buffers
-    cand_calls = Workload([_bind(op, s) for s in cand_sets])
-    ref_calls = Workload([_bind(reference, s) for s in ref_sets])
+    spot = _spot_check(reference, factory, case, tolerance, device, salt)
+    cand_calls = workload_of(op, cand_sets, spot)
+    ref_calls = workload_of(reference, ref_sets)
     # cold: one captured launch per input set, so consecutive replayed launches use different buffers
     launches = n_sets if cold else launches_hot
     flush = L2Flusher(device, cold)

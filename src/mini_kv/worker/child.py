@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import traceback
 
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
-from mini_kv.worker.jobs import Event, Job
+from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,10 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("--result-fd", type=int)
     out.add_argument("--result-file")
+    out.add_argument("--subject-fd", type=int, help="run as the subject of a judge, linked on this fd")
     parser.add_argument("--job", help=f"the job's JSON file (default: stdin); the key is then in ${KEY_ENV}")
     parser.add_argument("--warm-profiler", action="store_true")
     ns = parser.parse_args(argv)
     import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
+
+    if ns.subject_fd is not None:
+        from mini_kv.worker.subject import serve
+
+        return serve(ns.subject_fd)
 
     if ns.warm_profiler:
         _warm_profiler()
@@ -48,12 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = Job.from_dict(data)
         _limit_memory(job)
+        if job.KIND in SUBJECT_KINDS:
+            return run_job(job, chan, _link_fd(ns.result_fd))
         return HANDLERS[job.KIND](job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
         chan.send(
             event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
         )
         return 3
+
+
+def _link_fd(result_fd: int) -> int:
+    """The judge's end of the link to its subject, which the parent sends on the result channel."""
+    with socket.socket(fileno=os.dup(result_fd)) as sock:
+        _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    if len(fds) != 1:
+        raise RuntimeError("the parent sent no link to a subject")
+    return fds[0]
 
 
 def _warm_profiler() -> None:
@@ -93,17 +111,32 @@ def _set_device(device: str) -> None:
     torch.set_num_threads(1)
 
 
-def run_job(job: Job, chan: Channel) -> int:
-    """A problem's candidate (kinds `card` and `sol`), loaded by its format's evaluator (_evaluator), then
-    one loop over the stages: the correctness cases (a SOL workload's record holds its timing too), the
-    contract checks, the bench cases; a `begin` event before each."""
+def run_job(job: Job, chan: Channel, link_fd: int) -> int:
+    """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator
+    (_evaluator), then one loop over the stages: the correctness cases (a SOL workload's record holds its
+    timing too), the contract checks, the bench cases; a `begin` event before each. A subject that is
+    gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a new pair."""
+    from mini_kv.worker.remote import Subject, SubjectLost
+
     _set_device(job.device)
-    ev = _evaluator(job.KIND).load(job, chan)
+    subject = Subject(link_fd, job.device)
+    try:
+        return _run_stages(job, chan, subject)
+    except SubjectLost as lost:
+        print(f"mini_kv: {lost}", file=sys.stderr, flush=True)
+        return SUBJECT_DROPPED_EXIT if subject.broken else SUBJECT_LOST_EXIT
+    finally:
+        subject.close()
+
+
+def _run_stages(job: Job, chan: Channel, subject) -> int:
+    ev = _evaluator(job.KIND).load(job, chan, subject)
     if ev is None:  # a failed `load` event was sent
         return 0
     for case in job.cases:
         rec, extra = ev.correctness(case)
         chan.send(event=Event.CASE, record=rec, **extra)
+        _stop_if_broken(subject)
         if rec["status"] == Status.RUNTIME_ERROR and any(
             m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
         ):
@@ -111,11 +144,22 @@ def run_job(job: Job, chan: Channel) -> int:
     for name in getattr(job, "contract", []):
         chan.send(event=Event.BEGIN, stage="contract", case=name)
         chan.send(event=Event.CONTRACT, name=name, record=ev.contract(name))
+        _stop_if_broken(subject)
     for case in getattr(job, "bench_cases", []):
         chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
         chan.send(event=Event.BENCH, record=ev.bench(case))
+        _stop_if_broken(subject)
     chan.send(event=Event.DONE)
     return 0
+
+
+def _stop_if_broken(subject) -> None:
+    """After a record: a subject that broke the protocol is asked nothing more (the parent goes on with
+    a fresh pair for what is left)."""
+    from mini_kv.worker.remote import SubjectLost
+
+    if subject.broken:
+        raise SubjectLost(f"the subject broke the protocol ({subject.broken})")
 
 
 def _evaluator(kind: str):
@@ -137,47 +181,39 @@ class CardEvaluator:
         self.factory, self.guard = factory, guard
 
     @classmethod
-    def load(cls, job: Job, chan: Channel) -> CardEvaluator | None:
-        """The evaluator with the candidate loaded under the Guard, or None after a failed `load` event."""
-        from mini_kv.worker import integrity, loader
+    def load(cls, job: Job, chan: Channel, subject) -> CardEvaluator | None:
+        """The evaluator with the candidate loaded in the subject under its Guard, or None after a
+        failed `load` event. The reference and the card's input factory are loaded here, in the judge."""
         from mini_kv.worker.inputs import import_path
+        from mini_kv.worker.remote import RemoteGuard, RemoteOp
 
         if job.project_root and job.project_root not in sys.path:
             sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
         reference, factory = import_path(job.reference), import_path(job.inputs)
-        # what the harness relies on, before any candidate code runs (the library's static initialisers)
-        guard = integrity.Guard(integrity.snapshot())
-        known = loader.op_names()
-        try:
-            op = loader.load_op(job.library, job.op)
-        except Exception as exc:  # noqa: BLE001
-            hint = loader.registration_hint(job.op, loader.op_names() - known)
-            return chan.send(event=Event.LOAD, ok=False, reason=f"{type(exc).__name__}: {exc}", hint=hint)
-        try:
-            guard.check("loading the library")
-        except integrity.Violation as v:
-            return chan.send(event=Event.LOAD, ok=False, integrity=v.code, reason=str(v))
-        kernels = loader.registered_kernels(job.op)
-        # no CPU or Meta kernel often means the kernels went to another namespace or op name: say which
-        hint = (
-            None
-            if kernels.get("CPU") and kernels.get("Meta")
-            else loader.registration_hint(job.op, loader.op_names() - known)
+        reply = subject.request(
+            "load",
+            kind="card",
+            device=job.device,
+            library=job.library,
+            op=job.op,
+            project_root=job.project_root,
+            inputs=job.inputs,
+            memory_limit_bytes=job.memory_limit_bytes,
         )
+        if not reply.get("ok"):
+            return chan.send(event=Event.LOAD, ok=False, **_load_failure(reply))
         if job.baseline:
             # the regression gate's same-run comparison: the baseline's own build, under its own
             # dispatcher namespace, takes the reference's place in the interleaved timing
-            try:
-                reference = loader.load_op(job.baseline["library"], job.baseline["op"])
-                guard.check("loading the baseline's library")
-            except Exception as exc:  # noqa: BLE001 - a Violation too: either way no same-run comparison
+            reply_b = subject.request("load_baseline", library=job.baseline["library"], op=job.baseline["op"])
+            if not reply_b.get("ok"):  # a violation too: either way no same-run comparison
+                why = _load_failure(reply_b)["reason"]
                 return chan.send(
-                    event=Event.LOAD,
-                    ok=False,
-                    reason=f"the baseline's build did not load: {type(exc).__name__}: {exc}",
+                    event=Event.LOAD, ok=False, reason=f"the baseline's build did not load: {why}"
                 )
-        chan.send(event=Event.LOAD, ok=True, kernels=kernels, hint=hint)
-        return cls(job, chan, op, reference, factory, guard)
+            reference = RemoteOp(subject, "baseline")
+        chan.send(event=Event.LOAD, ok=True, kernels=reply.get("kernels"), hint=reply.get("hint"))
+        return cls(job, chan, RemoteOp(subject, "candidate"), reference, factory, RemoteGuard(subject))
 
     def correctness(self, case: dict) -> tuple[dict, dict]:
         from mini_kv.worker import correctness
@@ -200,16 +236,20 @@ class CardEvaluator:
         return rec, {}
 
     def contract(self, name: str) -> dict:
-        from mini_kv.worker import contract, integrity
+        """opcheck or gradcheck, run in the subject (they call the op in ways only torch knows): its
+        record is the subject's claim, and a violation there fails the check."""
+        from mini_kv.worker import integrity
 
         job = self.job
-        check = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}[name]
-        rec = check(self.op, self.factory, job.task_id, job.all_cases, job.device, job.salt)
         try:
-            self.guard.check(f"after {name}")
+            reply = self.op.subject.ask(
+                "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
+            )
         except integrity.Violation as v:
-            rec = {**rec, "status": Status.FAILED, "integrity": v.code, "reason": str(v)}
-        return rec
+            return {"status": Status.FAILED, "integrity": v.code, "reason": str(v)}
+        except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
+            return {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
+        return reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
 
     def bench(self, case: dict) -> dict:
         from mini_kv.worker import benchmark, integrity
@@ -241,6 +281,16 @@ class CardEvaluator:
             }
 
 
+def _load_failure(reply: dict) -> dict:
+    """The `load` event's fields for a subject that could not load the candidate, or reported a
+    violation while it did."""
+    if isinstance(reply.get("violation"), dict):
+        v = reply["violation"]
+        return {"integrity": v.get("code"), "reason": f"{v.get('code')}: {v.get('message')}"}
+    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+    return {"reason": f"{err.get('type')}: {err.get('message')}", "hint": reply.get("hint")}
+
+
 def _one_shot(path: str):
     """A kind with one answer, `path`'s function of the job, sent as a `result` event (an exception
     becomes a `fatal` one in main)."""
@@ -257,8 +307,6 @@ def _one_shot(path: str):
 
 
 HANDLERS = {
-    "card": run_job,
-    "sol": run_job,
     "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
     "ab": _one_shot("mini_kv.profile.ab:time_pair"),
     "profile_target": _one_shot("mini_kv.profile.target:run"),

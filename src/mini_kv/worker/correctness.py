@@ -21,7 +21,8 @@ import torch
 from mini_kv.status import Status
 from mini_kv.worker.compare import compare, inputs_unchanged, matches, tensor_errors
 from mini_kv.worker.inputs import case_seed, clone_args, describe_args, make_case_inputs, upcast_args
-from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, poison, same_bytes
+from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, same_bytes
+from mini_kv.worker.remote import poison_before, refresh
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 
@@ -108,14 +109,14 @@ def _call(op, args, guard: Guard | None, device: str, when: str):
     except Violation:
         raise
     except Exception as exc:  # noqa: BLE001 - the candidate raising is a result
-        raise _Raised(exc, traceback.format_exc()[-4000:]) from None
+        raise _Raised(exc, getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]) from None
 
 
 def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard) -> dict:
     atol, rtol = tolerance["atol"], tolerance["rtol"]
     pristine = clone_args(args)
     ref_args = clone_args(args)
-    poison(_nbytes(args), device)
+    poison_before(op, _nbytes(args), device)
     out = _call(op, args, guard, device, "the call before the reference")
     if not inputs_unchanged(pristine, args):
         raise Violation("INPUT_MUTATED", "the op modified its inputs (a functional op must not)")
@@ -155,6 +156,7 @@ def _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard,
     only: the first call's statistics are the ones reported.)"""
     time.sleep(SETTLE_S)
     _sync(device)
+    refresh(op)
     if matches(out, ref, atol, rtol):
         raise Violation(
             "THREAD_ESCAPE",
@@ -182,7 +184,7 @@ def _second_call(op, reference, factory, case, device, salt, seed, out, ref, ato
     )
     pristine2 = clone_args(args2)
     ref2 = reference(*clone_args(args2))
-    poison([out.numel() * out.element_size()], device)
+    poison_before(op, [out.numel() * out.element_size()], device)
     out2 = _call(op, args2, guard, device, "the call after the reference")
     if not inputs_unchanged(pristine2, args2):
         raise Violation("INPUT_MUTATED", "the op modified its inputs on the second call")

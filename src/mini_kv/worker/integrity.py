@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,9 +48,12 @@ CODES = {
     "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
     "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
     "the reference's values are small",
-    "STALE_OUTPUT_AFTER_TIMING": "wrong after the timed calls, or on new values written into the same buffers",
+    "STALE_OUTPUT_AFTER_TIMING": "a timed call's output wrong when the judge checked it, or wrong after the "
+    "timed calls, or on new values written into the same buffers",
     "NO_DEVICE_WORK": "timed calls launched no device work at all",
-    "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel",
+    "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel, or an answer from the subject "
+    "process out of turn or out of protocol",
+    "IMPOSSIBLE_TIME": "timings the subject reported that the judge's own clock around them rules out",
 }
 
 
@@ -368,27 +372,57 @@ def plain_tensor_problem(out) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class SubjectView:
+    """What the subject saw of an output that the judge's copy of it cannot show: `finding`, a
+    (code, message) of check_output's about the candidate's own tensor (a view of an input); `buf`, the
+    buffer the copy is in; `same_memory`, the buffers of earlier outputs that the tensor shared memory
+    with there."""
+
+    finding: tuple[str, str] | None
+    buf: int
+    same_memory: frozenset[int]
+
+
+# the judge's copies of outputs, by id() (worker/remote.py fills it and empties it as they go)
+SUBJECT_VIEWS: dict[int, SubjectView] = {}
+
+
 def check_output(out, inputs, reference_outputs=(), earlier_outputs=()) -> None:
     """Raise Violation unless `out` is a plain tensor that shares memory with none of `inputs`,
     the reference's outputs or the candidate's earlier outputs (all kept alive by the caller, so a
     freed buffer cannot be handed back). Something that is no tensor at all is left to the
-    comparison (a wrong type is a contract failure, not a cheat)."""
+    comparison (a wrong type is a contract failure, not a cheat). For an output copied out of the
+    subject, what the subject saw of its memory counts the same (SUBJECT_VIEWS)."""
     if not isinstance(out, torch.Tensor):
         return
+    seen = SUBJECT_VIEWS.get(id(out))
+    found = (seen and seen.finding) or output_finding(out, inputs, reference_outputs, earlier_outputs)
+    if not found and seen:
+        earlier = {SUBJECT_VIEWS[id(e)].buf for e in earlier_outputs if id(e) in SUBJECT_VIEWS}
+        if earlier & seen.same_memory:
+            found = ("REPLAYED_RESULT", "the output is the same memory as an earlier call's output")
+    if found:
+        raise Violation(*found)
+
+
+def output_finding(
+    out: torch.Tensor, inputs, reference_outputs=(), earlier_outputs=()
+) -> tuple[str, str] | None:
+    """check_output's (code, message), or None."""
     msg = plain_tensor_problem(out)
     if msg:
-        raise Violation("OUTPUT_NOT_PLAIN_TENSOR", msg)
+        return "OUTPUT_NOT_PLAIN_TENSOR", msg
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and overlaps(out, a):
-            raise Violation("OUTPUT_ALIASES_INPUT", f"the output shares memory with input {i}")
+            return "OUTPUT_ALIASES_INPUT", f"the output shares memory with input {i}"
     for r in reference_outputs:
         if isinstance(r, torch.Tensor) and overlaps(out, r):
-            raise Violation(
-                "OUTPUT_ALIASES_REFERENCE", "the output shares memory with the reference's output"
-            )
+            return "OUTPUT_ALIASES_REFERENCE", "the output shares memory with the reference's output"
     for e in earlier_outputs:
         if isinstance(e, torch.Tensor) and overlaps(out, e):
-            raise Violation("REPLAYED_RESULT", "the output is the same memory as an earlier call's output")
+            return "REPLAYED_RESULT", "the output is the same memory as an earlier call's output"
+    return None
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -33,6 +33,11 @@ class JobError(ValueError):
 
 
 JOB_KINDS: dict[str, type[Job]] = {}
+# the kinds that run candidate code: the child that gets the job is the judge, and the candidate runs in
+# a subject process beside it (worker/subject.py), the two linked by a socket the parent makes
+SUBJECT_KINDS = frozenset({"card", "sol"})
+SUBJECT_LOST_EXIT = 5  # the judge's exit status when its subject is gone (the parent says how it ended)
+SUBJECT_DROPPED_EXIT = 6  # ... when it stopped asking a subject that broke the protocol (the case says how)
 
 
 class Job:

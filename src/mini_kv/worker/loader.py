@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import PurePosixPath
+
 import torch
 
 DISPATCH_KEYS = ("CPU", "CUDA", "Meta", "Autograd")
@@ -63,3 +69,42 @@ def registration_hint(qualname: str, registered: set[str]) -> str | None:
     if f"{ns}::{name}" in mine:
         return None  # the op is the card's: its kernels are simply missing
     return f"the library registers {', '.join(mine[:6])}{' ...' if len(mine) > 6 else ''}, not {qualname}"
+
+
+def load_module(path: str, name: str = "mini_kv_sol_reference"):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # a real file: decorators such as @triton.jit read the source back with inspect
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_solution(sol: dict):
+    if sol["group"] == "cpp":  # the torch extension module the compiler built
+        return load_module(sol["library"], sol["module"])
+    sys.path.insert(0, sol["dir"])  # so the entry file can import the solution's other files
+    name = ".".join(PurePosixPath(sol["entry_file"]).with_suffix("").parts)
+    return importlib.import_module(name)
+
+
+def import_beside(base: dict, sol: dict):
+    """The baseline's solution beside the candidate's (the regression gate). Python modules are imported by
+    name: the candidate's step out of sys.modules while the baseline's (same names) are imported."""
+    if base["group"] == "cpp":  # a built module named after its build key
+        return import_solution(base)
+
+    def under(d: str) -> list[str]:
+        return [
+            n
+            for n, m in list(sys.modules.items())
+            if (getattr(m, "__file__", None) or "").startswith(d + os.sep)
+        ]
+
+    theirs = {n: sys.modules.pop(n) for n in under(sol["dir"])}
+    try:
+        return import_solution(base)
+    finally:
+        sys.path.remove(base["dir"])
+        for n in under(base["dir"]):
+            del sys.modules[n]
+        sys.modules.update(theirs)

@@ -103,6 +103,8 @@ class Measurement:
 class Workload:
     """Input sets to rotate through; each call takes the next, continuing across measurements."""
 
+    remote = False  # a candidate's rotation lives in the subject (worker.remote.RemoteWorkload)
+
     def __init__(self, calls: Sequence[Call]):
         if not calls:
             raise ValueError("no calls to time")
@@ -526,6 +528,8 @@ def measure(
     calls = as_workload(calls)
     if method in CUDA_METHODS and not is_cuda(device):
         raise ValueError(f"timing method {method!r} needs a CUDA device, not {device}")
+    if calls.remote:  # timed next to the candidate, in the subject, bounded by this process's clock
+        return calls.measure(method, samples, device, flush.enabled, launches)
     threads_before = threading.active_count()
     if method == "events":
         res = time_events(calls, samples, flush)

@@ -1,0 +1,310 @@
+"""The subject: the one process that runs candidate code, and nothing but what the judge asks of it.
+
+Started by the parent like any worker child (`python -m mini_kv.worker.child --subject-fd N`, jailed
+the same way), it holds no channel key and no job: it knows only its end of the link to the judge
+(mini_kv.worker.link). The judge sends each request; the subject loads the candidate, calls it on
+tensors the judge shares with it (mini_kv.worker.shared), times it, and answers.
+
+What runs here runs beside the candidate, which can change any of it, so an answer is a claim, never a
+verdict: the judge compares the outputs, bounds the timings with its own clock, and takes a report of
+a violation (the in-process defences of mini_kv.worker.integrity still run here, around every call)
+only as evidence against the candidate, which is all a forged one could be.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import torch
+
+from mini_kv.worker import integrity, loader, shared
+from mini_kv.worker.inputs import import_path
+from mini_kv.worker.link import Link, LinkClosed
+from mini_kv.worker.timing import L2Flusher, Workload, measure
+
+OWN_IDS = -1  # buffers the subject makes (returned outputs) count down from here; the judge's count up
+
+
+class Subject:
+    """The subject's state: what it loaded, the buffers it maps, the outputs it handed over."""
+
+    def __init__(self):
+        self.targets: dict[str, object] = {}
+        self.device = "cpu"
+        self.guard: integrity.Guard | None = None
+        self.buffers: dict[int, shared.Buffer] = {}
+        self.views: dict[tuple, torch.Tensor] = {}  # one tensor object per view: its id() stays stable
+        # own buffer id -> (the candidate's output behind it, its view in the buffer)
+        self.handed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.workloads: dict[int, Workload] = {}
+        self.next_own = OWN_IDS
+        self.factory = None
+        self.flushers: dict[bool, L2Flusher] = {}
+        self.last_outputs: dict[int, dict[int, object]] = {}
+        self.workload_sets: dict[int, list[list]] = {}
+
+    # ------------------------------------------------------------------ requests
+
+    def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        self._map(msg.get("new", []), fds)
+        for buf in msg.get("free", []):
+            self._drop(buf)
+        handler = getattr(self, "do_" + str(msg.get("request")), None)
+        if handler is None:
+            return {
+                "ok": False,
+                "error": _error_of(ValueError(f"unknown request {msg.get('request')!r}")),
+            }, []
+        try:
+            return handler(msg)
+        except integrity.Violation as v:
+            return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
+        except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
+            return {"ok": False, "error": _error_of(exc)}, []
+
+    def do_load(self, msg: dict) -> tuple[dict, list[int]]:
+        """The candidate (and the regression gate's baseline), loaded under the Guard."""
+        self.device = msg["device"]
+        _settle_device(self.device, msg.get("memory_limit_bytes"))
+        if msg.get("project_root") and msg["project_root"] not in sys.path:
+            sys.path.append(msg["project_root"])
+        self.factory = import_path(msg["inputs"]) if msg.get("inputs") else None
+        self.guard = integrity.Guard(integrity.snapshot())
+        known = loader.op_names()
+        fields = {}
+        if msg["kind"] == "card":
+            try:
+                self.targets["candidate"] = loader.load_op(msg["library"], msg["op"])
+            except Exception as exc:  # noqa: BLE001 - with a hint at what the library did register
+                hint = loader.registration_hint(msg["op"], loader.op_names() - known)
+                return {"ok": False, "error": _error_of(exc), "hint": hint}, []
+            kernels = loader.registered_kernels(msg["op"])
+            missing = not (kernels.get("CPU") and kernels.get("Meta"))
+            fields = {
+                "kernels": kernels,
+                "hint": loader.registration_hint(msg["op"], loader.op_names() - known) if missing else None,
+            }
+        else:
+            module = loader.import_solution(msg["solution"])
+            fn = getattr(module, msg["solution"]["entry_function"], None)
+            if not callable(fn):
+                return {"ok": False, "missing_entry": True}, []
+            self.targets["candidate"] = fn
+        self.guard.check("loading the candidate")
+        return {"ok": True, **fields}, []
+
+    def do_load_baseline(self, msg: dict) -> tuple[dict, list[int]]:
+        if "library" in msg:
+            self.targets["baseline"] = loader.load_op(msg["library"], msg["op"])
+        else:
+            module = loader.import_beside(msg["baseline"], msg["solution"])
+            self.targets["baseline"] = getattr(module, msg["baseline"]["entry_function"])
+        self.guard.check("loading the baseline")
+        return {"ok": True}, []
+
+    def do_call(self, msg: dict) -> tuple[dict, list[int]]:
+        """One call under the Guard; the outputs it returned copied into buffers the judge maps."""
+        args = [self._decode(a) for a in msg["args"]]
+        outputs = [args[i] for i in msg.get("outputs", [])]  # destination-passing: written in place
+        fn = self.targets[msg["target"]]
+        integrity.poison(
+            [int(n) for n in msg.get("poison", [])], self.device
+        )  # freed blocks hold no right values
+        out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
+        new, fds = [], []
+        encoded = self._encode_out(out, args, new, fds)
+        self._refresh()
+        return {"ok": True, "out": encoded, "new": new}, fds
+
+    def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
+        """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize()
+        self._refresh()
+        return {"ok": True}, []
+
+    def do_check(self, msg: dict) -> tuple[dict, list[int]]:
+        self.guard.check(msg["when"])
+        return {"ok": True}, []
+
+    def do_workload(self, msg: dict) -> tuple[dict, list[int]]:
+        """A rotation of input sets to time `target` on (timing.Workload, kept across measurements)."""
+        fn = self.targets[msg["target"]]
+        sets = [[self._decode(a) for a in s] for s in msg["sets"]]
+        # each set's latest output kept (a store, no copy, inside the timed span): the judge spot-checks it
+        last = self.last_outputs[msg["id"]] = {}
+        calls = [(lambda k=k, a=a: last.__setitem__(k, fn(*a))) for k, a in enumerate(sets)]
+        self.workloads[msg["id"]] = Workload(calls)
+        self.workload_sets[msg["id"]] = sets
+        return {"ok": True}, []
+
+    def do_spot(self, msg: dict) -> tuple[dict, list[int]]:
+        """The latest output of a workload's timed calls on one input set, copied out for the judge."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize()
+        new, fds = [], []
+        k = int(msg["set"])
+        out = self.last_outputs[msg["workload"]].get(k)
+        encoded = self._encode_out(out, self.workload_sets[msg["workload"]][k], new, fds)
+        return {"ok": True, "out": encoded, "new": new}, fds
+
+    def do_run(self, msg: dict) -> tuple[dict, list[int]]:
+        """One untimed call of a workload (the warm-up)."""
+        self.workloads[msg["workload"]].next()()
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize()
+        return {"ok": True}, []
+
+    def do_measure(self, msg: dict) -> tuple[dict, list[int]]:
+        """One batch of timed calls, with the checks that belong next to the timer: no thread left
+        behind, the harness intact."""
+        threads = integrity.os_threads()
+        cold = bool(msg["cold"])
+        if cold not in self.flushers:
+            self.flushers[cold] = L2Flusher(self.device, cold)
+        m = measure(
+            self.workloads[msg["workload"]],
+            msg["method"],
+            int(msg["samples"]),
+            self.device,
+            self.flushers[cold],
+            int(msg["launches"]),
+        )
+        left = (
+            integrity.foreign_threads(integrity.os_threads() - threads) if msg["method"] != "cupti" else set()
+        )
+        if left:
+            raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing")
+        self.guard.check("after timing")
+        return {
+            "ok": True,
+            "method": m.method,
+            "samples": m.samples,
+            "calls_per_sample": m.calls_per_sample,
+            "kernel_us": m.kernel_us,
+            "notes": m.notes,
+            "pos": self.workloads[msg["workload"]].pos,  # where the rotation goes on: the judge's spot checks
+        }, []
+
+    def do_contract(self, msg: dict) -> tuple[dict, list[int]]:
+        from mini_kv.worker import contract
+
+        check = {"opcheck": contract.opcheck, "gradcheck": contract.gradcheck}[msg["name"]]
+        rec = check(
+            self.targets["candidate"], self.factory, msg["task_id"], msg["cases"], self.device, msg["salt"]
+        )
+        self.guard.check(f"after {msg['name']}")
+        return {"ok": True, "record": rec}, []
+
+    # ------------------------------------------------------------------ buffers and values
+
+    def _map(self, new: list[dict], fds: list[int]) -> None:
+        if len(new) != len(fds):
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("buffers and file descriptors do not match")
+        for spec, fd in zip(new, fds, strict=True):
+            self.buffers[spec["id"]] = shared.receive(spec["id"], fd, spec["nbytes"], spec["device"])
+
+    def _drop(self, buf: int) -> None:
+        self.buffers.pop(buf, None)
+        self.handed.pop(buf, None)
+        for key in [k for k in self.views if k[0] == buf]:
+            del self.views[key]
+
+    def _decode(self, value):
+        if isinstance(value, dict) and "t" in value:
+            spec = shared.TensorSpec.from_dict(value["t"])
+            key = (spec.buf, spec.dtype, spec.shape, spec.stride)
+            if key not in self.views:
+                self.views[key] = self.buffers[spec.buf].view(spec)
+            return self.views[key]
+        if isinstance(value, dict) and "seq" in value:
+            items = [self._decode(v) for v in value["seq"]]
+            return tuple(items) if value.get("tuple") else items
+        if isinstance(value, dict) and "e" in value:  # an empty tensor: nothing to share
+            return torch.empty(
+                value["e"]["shape"], dtype=getattr(torch, value["e"]["dtype"]), device=self.device
+            )
+        return value["v"]
+
+    def _encode_out(self, out, args, new: list, fds: list):
+        """What the call returned, as the judge will see it: each tensor checked for what only this
+        side can see (a subclass, a view of an input or of an earlier output), then copied out."""
+        if isinstance(out, torch.Tensor):
+            problem = integrity.plain_tensor_problem(out)
+            if problem:  # it cannot be copied out faithfully (a subclass computes when read)
+                raise integrity.Violation("OUTPUT_NOT_PLAIN_TENSOR", problem)
+            found = integrity.output_finding(out, args)
+            same = [b for b, (o, _) in self.handed.items() if integrity.overlaps(out, o)]
+            spec = self._hand_over(out, new, fds)
+            return {"t": spec.to_dict(), "finding": found, "same_memory": same}
+        if isinstance(out, (tuple, list)):
+            items = [self._encode_out(o, args, new, fds) for o in out]
+            return {"seq": items, "tuple": isinstance(out, tuple)}
+        if isinstance(out, dict) and all(isinstance(k, str) for k in out):
+            return {"map": {k: self._encode_out(v, args, new, fds) for k, v in out.items()}}
+        if out is None or isinstance(out, (bool, int, float, str)):
+            return {"v": out}
+        return {"opaque": type(out).__name__}
+
+    def _hand_over(self, out: torch.Tensor, new: list, fds: list) -> shared.TensorSpec:
+        nbytes = out.numel() * out.element_size()
+        buf = shared.create(self.next_own, nbytes, str(out.device))
+        self.next_own -= 1
+        self.buffers[buf.id] = buf
+        new.append({"id": buf.id, "nbytes": nbytes, "device": str(out.device)})
+        fds.append(buf.fd)
+        contiguous = tuple(torch.empty(out.shape, device="meta").stride())
+        spec = shared.TensorSpec(buf.id, shared.dtype_name(out.dtype), tuple(out.shape), contiguous)
+        self.handed[buf.id] = (out, buf.view(spec))
+        with torch.no_grad():
+            self.handed[buf.id][1].copy_(out)
+        return spec
+
+    def _refresh(self) -> None:
+        """Work the candidate does on its outputs after a call returned (a thread, a later call) shows
+        in the judge's copies: they are taken again after every call and when the judge asks."""
+        with torch.no_grad():
+            for out, view in self.handed.values():
+                view.copy_(out)
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize()  # the copies landed before the judge reads them
+
+
+def _settle_device(device: str, memory_limit: int | None) -> None:
+    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
+        torch.cuda.set_device(torch.device(device))
+    torch.set_num_threads(1)  # as the judge: the reference gets no parallelism the candidate lacks
+    if memory_limit and torch.device(device).type != "cuda":
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+
+def _error_of(exc: BaseException) -> dict:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:4000],
+        "traceback": traceback.format_exc()[-4000:],
+    }
+
+
+def serve(fd: int) -> int:
+    """Answer the judge until it closes the link."""
+    link = Link(fd)
+    subject = Subject()
+    while True:
+        try:
+            msg, fds = link.recv()
+        except LinkClosed:
+            return 0
+        reply, out_fds = subject.handle(msg, fds)
+        try:
+            link.send({**reply, "seq": msg.get("seq")}, out_fds)
+        finally:
+            for b in subject.buffers.values():
+                if b.fd in out_fds:
+                    b.close_fd()

@@ -1,0 +1,379 @@
+"""The judge/subject split (worker/subject.py, worker/remote.py, worker/shared.py, worker/link.py): shared
+tensors both sides see in place, the subject's answers taken only as claims, the judge's clock bounding
+its timings. The whole-run verdicts (a solution that forges, dies, lies) are in tests/test_sol_bench.py
+and tests/exploits/."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from mini_kv.worker import link, shared
+from mini_kv.worker.integrity import Violation, check_output
+from mini_kv.worker.remote import (
+    RemoteGuard,
+    RemoteOp,
+    SpotCheck,
+    Subject,
+    SubjectLost,
+    check_claim,
+    workload_of,
+)
+from mini_kv.worker.timing import L2Flusher, Measurement, measure
+
+SOLUTION = """
+import os
+import torch
+
+def add(x, w):
+    return x + w
+
+def scale_in_place(x, w, out):
+    out.copy_(x * w)
+
+def mutate(x, w):
+    x.add_(1)
+    return x + w
+
+def alias(x, w):
+    return x
+
+def address(x, w):
+    return torch.tensor(float(x.data_ptr() % 1000003))
+
+def die(x, w):
+    os._exit(0)
+
+_seen = {}
+
+def lazy_when_timed(x, w):
+    import sys
+    frame, timed = sys._getframe(1), False
+    while frame is not None:
+        timed = timed or frame.f_code.co_name.startswith("time_")
+        frame = frame.f_back
+    if timed and id(x) in _seen:
+        return _seen[id(x)]
+    _seen[id(x)] = out = x + w
+    return out
+
+def add_into(x, w, out):
+    torch.add(x, w, out=out)
+"""
+
+
+@pytest.fixture
+def subject(tmp_path):
+    """A real subject process on one end of a link; its judge-side handle, device `cpu`."""
+    (tmp_path / "sol").mkdir()
+    (tmp_path / "sol" / "main.py").write_text(SOLUTION)
+    judge_end, subject_end = link.pair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
+        pass_fds=(subject_end,),
+    )
+    os.close(subject_end)
+    sub = Subject(judge_end, "cpu")
+    sub.sol_dir = str(tmp_path / "sol")
+    yield sub
+    sub.close()
+    proc.wait(timeout=30)
+
+
+def load(sub: Subject, entry: str) -> RemoteOp:
+    sol = {"group": "python", "dir": sub.sol_dir, "entry_file": "main.py", "entry_function": entry}
+    sub.ask("load", kind="sol", device="cpu", solution=sol)
+    return RemoteOp(sub, "candidate")
+
+
+def test_a_call_sees_the_judges_tensors_and_returns_a_copy(subject):
+    op = load(subject, "add")
+    x, w = torch.randn(5, 3), torch.randn(3, 5).t()  # a strided input keeps its strides
+    want = x + w
+    out = op(x, w)
+    assert type(out) is torch.Tensor and torch.equal(out, want)
+    assert torch.equal(op(x, w), want)  # the same tensors again: no new buffers
+    assert subject.next_id == 3
+
+
+def test_destination_passing_writes_land_in_the_judges_tensor(subject):
+    op = load(subject, "scale_in_place")
+    x, w, out = torch.randn(64), torch.randn(64), torch.full((64,), float("nan"))
+    assert op.call([x, w, out], outputs=[out]) is None
+    assert torch.equal(out, x * w)
+
+
+def test_a_mutated_input_is_seen_by_the_judge_in_place(subject):
+    op = load(subject, "mutate")
+    x, w = torch.zeros(8), torch.ones(8)
+    op(x, w)
+    assert torch.equal(x, torch.ones(8))
+
+
+def test_the_judge_rewriting_an_input_keeps_its_address_in_the_subject(subject):
+    op = load(subject, "address")
+    x, w = torch.zeros(8), torch.ones(8)
+    first = float(op(x, w))
+    x.data.copy_(torch.randn(8))  # what the check after timing does: new values, same buffer
+    assert float(op(x, w)) == first
+
+
+def test_an_output_that_is_an_input_is_a_violation_where_the_engine_checks(subject):
+    op = load(subject, "alias")
+    x, w = torch.randn(4), torch.randn(4)
+    out = op(x, w)
+    with pytest.raises(Violation) as v:
+        check_output(out, [x, w])
+    assert v.value.code == "OUTPUT_ALIASES_INPUT"
+
+
+def test_the_subject_raising_is_the_candidates_exception_by_name(subject):
+    op = load(subject, "add")
+    with pytest.raises(Exception) as e:
+        op(torch.randn(3), torch.randn(4))
+    assert type(e.value).__name__ == "RuntimeError" and "size of tensor" in str(e.value)
+
+
+def test_a_subject_that_dies_ends_the_judges_job(subject):
+    op = load(subject, "die")
+    with pytest.raises(SubjectLost):
+        op(torch.randn(3), torch.randn(3))
+
+
+def test_guard_checks_run_in_the_subject(subject):
+    load(subject, "add")
+    RemoteGuard(subject).check("now")  # nothing changed there
+
+
+def test_timing_runs_in_the_subject_and_is_bounded_by_the_judges_clock(subject):
+    op = load(subject, "add")
+    wl = workload_of(op, [[torch.randn(1000), torch.randn(1000)], [torch.randn(1000), torch.randn(1000)]])
+    m = measure(wl, "wallclock", 7, "cpu", L2Flusher("cpu", False))
+    assert m.method == "wallclock" and len(m.samples) == 7 and all(s > 0 for s in m.samples)
+
+
+def _add_check(outputs=()):
+    def wrong(args, out):
+        out = out[0] if isinstance(out, list) else out
+        return None if torch.allclose(out, args[0] + args[1]) else "not x + w"
+
+    return SpotCheck(wrong, [torch.randn(256), torch.randn(256)], outputs)
+
+
+def test_timed_calls_are_spot_checked_with_new_values_in_their_buffers(subject):
+    """A cache keyed on id() returns the result of the values the buffer held before: caught."""
+    op = load(subject, "lazy_when_timed")
+    sets = [[torch.randn(256), torch.randn(256)] for _ in range(2)]
+    for s in sets:
+        op(*s)  # checked calls: right, and remembered
+    wl = workload_of(op, sets, _add_check())
+    with pytest.raises(Violation) as v:
+        measure(wl, "wallclock", 4, "cpu", L2Flusher("cpu", False))
+    assert v.value.code == "STALE_OUTPUT_AFTER_TIMING"
+
+
+def test_honest_timed_calls_pass_their_spot_checks_and_keep_their_values(subject):
+    op = load(subject, "add")
+    sets = [[torch.randn(256), torch.randn(256)] for _ in range(3)]
+    before = [[t.clone() for t in s] for s in sets]
+    wl = workload_of(op, sets, _add_check())
+    for _ in range(4):
+        measure(wl, "wallclock", 2, "cpu", L2Flusher("cpu", False))
+    assert all(
+        torch.equal(a, b) for s, p in zip(sets, before, strict=True) for a, b in zip(s, p, strict=True)
+    )
+
+
+def test_destination_passing_timed_calls_are_checked_in_their_poisoned_buffers(subject):
+    op = load(subject, "add_into")
+    sets = [[torch.randn(256), torch.randn(256), torch.empty(256)] for _ in range(2)]
+    measure(workload_of(op, sets, _add_check(outputs=(2,))), "wallclock", 3, "cpu", L2Flusher("cpu", False))
+    lazy = load(subject, "scale_in_place")  # writes x * w: wrong for the check, whatever the buffer held
+    with pytest.raises(Violation, match="STALE_OUTPUT_AFTER_TIMING"):
+        measure(
+            workload_of(lazy, sets, _add_check(outputs=(2,))), "wallclock", 3, "cpu", L2Flusher("cpu", False)
+        )
+
+
+def _fake_subject(answer):
+    """A judge-side Subject whose other end answers every request with `answer(request)`."""
+    judge_end, other = link.pair()
+    peer = link.Link(other)
+
+    def serve():
+        try:
+            while True:
+                msg, _ = peer.recv()
+                reply = answer(msg)
+                if reply is not None:
+                    peer.send(reply)
+        except (link.LinkClosed, OSError):
+            pass
+        peer.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return Subject(judge_end, "cpu")
+
+
+@pytest.fixture
+def fake_subject():
+    made = []
+
+    def make(answer):
+        made.append(_fake_subject(answer))
+        return made[-1]
+
+    yield make
+    for sub in made:
+        sub.close()
+
+
+def test_an_answer_out_of_turn_is_a_forged_channel(fake_subject):
+    sub = fake_subject(lambda msg: {"ok": True, "seq": msg["seq"] + 1})
+    with pytest.raises(Violation) as v:
+        sub.ask("check", when="now")
+    assert v.value.code == "FORGED_RESULT_CHANNEL"
+    with pytest.raises(SubjectLost, match="broke the protocol"):  # and it is asked nothing more
+        sub.ask("check", when="again")
+
+
+def test_a_violation_code_the_harness_does_not_know_is_a_forged_channel(fake_subject):
+    sub = fake_subject(lambda msg: {"ok": False, "seq": msg["seq"], "violation": {"code": "ALL_GOOD"}})
+    with pytest.raises(Violation) as v:
+        sub.ask("check", when="now")
+    assert v.value.code == "FORGED_RESULT_CHANNEL"
+
+
+def test_an_output_in_a_buffer_the_subject_never_sent_is_a_forged_channel(fake_subject):
+    spec = shared.TensorSpec(-7, "float32", (4,), (1,)).to_dict()
+    sub = fake_subject(lambda msg: {"ok": True, "seq": msg["seq"], "out": {"t": spec}})
+    with pytest.raises(Violation) as v:
+        RemoteOp(sub, "candidate")(1.0)
+    assert v.value.code == "FORGED_RESULT_CHANNEL"
+
+
+def test_an_unsealed_buffer_from_the_subject_is_refused():
+    """A memory file the subject could shrink under the judge's mapping (a SIGBUS in the judge)."""
+    judge_end, other = link.pair()
+    peer = link.Link(other)
+
+    def serve():
+        msg, _ = peer.recv()
+        fd = os.memfd_create("x")
+        os.ftruncate(fd, 16)
+        spec = shared.TensorSpec(-1, "float32", (4,), (1,)).to_dict()
+        socket.send_fds(
+            peer.sock,
+            [
+                __import__("json")
+                .dumps(
+                    {
+                        "ok": True,
+                        "seq": msg["seq"],
+                        "out": {"t": spec},
+                        "new": [{"id": -1, "nbytes": 16, "device": "cpu"}],
+                    }
+                )
+                .encode()
+            ],
+            [fd],
+        )
+        os.close(fd)
+        peer.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    sub = Subject(judge_end, "cpu")
+    with pytest.raises(Violation) as v:
+        RemoteOp(sub, "candidate")(1.0)
+    sub.close()
+    assert v.value.code == "FORGED_RESULT_CHANNEL" and "sealed" in v.value.message
+
+
+@pytest.mark.parametrize(
+    "samples, elapsed_s, method, ok",
+    [
+        ([100.0] * 10, 0.0012, "wallclock", True),  # 1 ms of calls in 1.2 ms
+        ([1000.0] * 10, 0.005, "wallclock", False),  # 10 ms timed in a batch of 5 ms
+        ([25.0] * 100, 0.1, "wallclock", False),  # a 40th of 0.1 s claimed: the rest unaccounted for
+        ([25.0] * 100, 0.1, "cupti", True),  # device time: flushes and syncs sit between the samples
+        ([float("nan")] * 3, 1.0, "wallclock", False),
+        ([-1.0] * 3, 1.0, "cupti", False),
+    ],
+)
+def test_claimed_samples_the_judges_clock_rules_out_are_refused(samples, elapsed_s, method, ok):
+    m = Measurement(method, samples)
+    if ok:
+        check_claim(m, method, len(samples), elapsed_s)
+        return
+    with pytest.raises(Violation) as v:
+        check_claim(m, method, len(samples), elapsed_s)
+    assert v.value.code == "IMPOSSIBLE_TIME"
+
+
+def test_another_count_or_method_than_asked_is_refused():
+    with pytest.raises(Violation, match="IMPOSSIBLE_TIME"):
+        check_claim(Measurement("wallclock", [1.0] * 3), "wallclock", 5, 1.0)
+    with pytest.raises(Violation, match="IMPOSSIBLE_TIME"):
+        check_claim(Measurement("events", [1.0] * 3), "cupti", 3, 1.0)
+
+
+def test_a_cpu_buffer_is_shared_in_place_across_processes():
+    buf = shared.create(1, 32, "cpu")
+    view = buf.view(shared.TensorSpec(1, "float32", (8,), (1,)))
+    view.fill_(2.0)
+    code = (
+        "import sys, torch; from mini_kv.worker import shared;"
+        "b = shared.receive(1, int(sys.argv[1]), 32, 'cpu');"
+        "v = b.view(shared.TensorSpec(1, 'float32', (8,), (1,))); assert float(v.sum()) == 16.0; v.fill_(3.0)"
+    )
+    subprocess.run([sys.executable, "-c", code, str(buf.fd)], pass_fds=(buf.fd,), check=True)
+    assert torch.equal(view, torch.full((8,), 3.0))
+
+
+@pytest.mark.gpu
+def test_a_cuda_buffer_is_shared_in_place_across_processes():
+    """cuMem allocations exported as POSIX fds: what works across the jail's PID namespace."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    buf = shared.create(1, 4096, "cuda:0")
+    view = buf.view(shared.TensorSpec(1, "float32", (1024,), (1,)))
+    view.fill_(2.0)
+    torch.cuda.synchronize()
+    code = (
+        "import sys, torch; from mini_kv.worker import shared;"
+        "b = shared.receive(1, int(sys.argv[1]), 4096, 'cuda:0');"
+        "v = b.view(shared.TensorSpec(1, 'float32', (1024,), (1,)));"
+        "assert float(v.sum()) == 2048.0; v.fill_(3.0); torch.cuda.synchronize()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(buf.fd)], pass_fds=(buf.fd,), check=True)
+    assert torch.equal(view, torch.full((1024,), 3.0, device="cuda:0"))
+
+
+@pytest.mark.gpu
+def test_a_cuda_call_through_the_subject(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    (tmp_path / "main.py").write_text(SOLUTION)
+    judge_end, subject_end = link.pair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
+        pass_fds=(subject_end,),
+    )
+    os.close(subject_end)
+    sub = Subject(judge_end, "cuda:0")
+    sol = {"group": "python", "dir": str(tmp_path), "entry_file": "main.py", "entry_function": "add"}
+    sub.ask("load", kind="sol", device="cuda:0", solution=sol)
+    op = RemoteOp(sub, "candidate")
+    x, w = torch.randn(1 << 20, device="cuda:0"), torch.randn(1 << 20, device="cuda:0")
+    out = op(x, w)
+    assert out.is_cuda and torch.equal(out, x + w)
+    m = measure(workload_of(op, [[x, w]]), "events", 5, "cuda:0", L2Flusher("cuda:0", False))
+    assert len(m.samples) == 5
+    sub.close()
+    proc.wait(timeout=60)
