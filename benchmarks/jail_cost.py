@@ -4,8 +4,9 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
     python benchmarks/jail_cost.py [--runs N] [--baseline COMMIT] [--skip-commands]
 
 1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
-   writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`);
-   and the same with a full `python` start (site-packages, no -I -S), as a worker child starts.
+   writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`):
+   jailed as a worker child starts (it applies Landlock itself) and as a tool starts (through the
+   Landlock prelude); and the same with a full `python` start (site-packages, no -I -S).
 2. commands: `verify` of every shipped candidate of tasks/vector_add.yaml on CPU, and `bench` of the
    shipped custom_inputs_matmul solution on CPU, alternating baseline and this checkout, N rounds after
    one untimed warm-up each (builds cached), medians of the wall time.
@@ -53,13 +54,16 @@ def start_costs(runs: int) -> dict:
     spec = jail.JailSpec()
     code = "import os; os.write(1, b'x')"
     plain = lambda argv, w: subprocess.Popen(argv, stdout=w)  # noqa: E731
-    jailed = lambda argv, w: jail.popen(argv, spec, info, stdout=w)  # noqa: E731
+    # as a worker child starts: it applies the Landlock rules itself, no prelude interpreter
+    worker = lambda argv, w: jail.popen(argv, spec, info, stdout=w, self_landlock=True)  # noqa: E731
+    # as a tool starts (nvcc, ncu): the prelude applies Landlock, then execs it
+    tool = lambda argv, w: jail.popen(argv, spec, info, stdout=w)  # noqa: E731
     out = {"jail": info.to_dict()}
     for label, argv in (
         ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),
         ("python", [sys.executable, "-c", code]),
     ):
-        for how, start in (("plain", plain), ("jailed", jailed)):
+        for how, start in (("plain", plain), ("jailed as a worker", worker), ("jailed as a tool", tool)):
             _until_running(start, argv)  # warm the page cache and the seccomp program
             xs = [_until_running(start, argv) for _ in range(runs)]
             out[f"{label} {how}"] = {"median_ms": round(statistics.median(xs) * 1000, 1), "runs": runs}
@@ -67,9 +71,9 @@ def start_costs(runs: int) -> dict:
 
 
 def _baseline_src(commit: str, where: Path) -> Path:
-    """The baseline commit's src/ (git archive), so both versions run from this checkout's files."""
+    """The baseline commit's src/ and schemas/ (git archive); both versions run on this checkout's files."""
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True
+        ["git", "-C", str(ROOT), "archive", commit, "src", "schemas"], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
     return where / "src"

@@ -35,8 +35,7 @@ SECTIONS = (
 )
 FLAGS = [
     "--headless",
-    "--sandbox",
-    "off",
+    "--no-sandbox",  # Chromium's own flag (its sandbox needs namespaces a container may lack)
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",

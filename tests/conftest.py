@@ -31,9 +31,9 @@ def run_cli(*args, cwd=ROOT, timeout=900, env=None, fresh_process=False):
 
     In this process (mini_kv.cli.main with stdout and stderr captured, from `cwd`) unless `env` is
     given, `fresh_process` is set or MINI_KV_TEST_CLI=subprocess: the command's own workers are fresh
-    processes either way, forked from this test process's worker zygote, so a test saves the 8-10 s of
-    CPU that a new interpreter importing torch and starting its own zygote costs (about 40 commands
-    in the suite). `env` needs a process of its own: the zygote and the environment key read it.
+    processes either way (fresh jailed children), so a test saves the few seconds of CPU that a new
+    interpreter importing torch costs (about 40 commands in the suite). `env` needs a process of its
+    own: the environment key reads it.
     `python -m mini_kv` itself is run by the tests that say `fresh_process=True` and by test_packaging."""
     if env is None and not fresh_process and os.environ.get("MINI_KV_TEST_CLI") != "subprocess":
         return _run_in_process([str(a) for a in args], cwd)

@@ -44,3 +44,12 @@ def test_compile_timeout_kills_the_build(cli, tmp_path):
     assert not _compilers_alive("slow_build/op.cpp"), "a compiler process outlived the timeout"
     compile_rec = json.loads((Path(summary["attempt"]) / "compile.json").read_text())
     assert not (Path(compile_rec["build_dir"]) / "build.json").exists()  # not cached
+    # a build killed outright (no finally ran) leaves its scratch dir: the next build of the key clears it
+    stale = Path(compile_rec["build_dir"]).parent / f"tmp-{compile_rec['key'][:12]}-killed"
+    stale.mkdir()
+    again = cli(
+        "verify", "--task", CARD, "--candidate", "slow_build", "--compile-timeout", "4",
+        "--artifacts", str(tmp_path), "--json", timeout=300,
+    )  # fmt: skip
+    assert again.returncode == ExitCode.COMPILE
+    assert not stale.exists()

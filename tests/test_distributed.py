@@ -125,15 +125,9 @@ def _busy_workers(client_pid: int, count: int = 1, timeout: float = 120) -> list
 
 
 def _is_worker_child(pid: int) -> bool:
-    """A candidate's worker child: a fresh `mini_kv.worker.child` process, or one the worker zygote forked
-    (it keeps the zygote's command line; its parent is the zygote)."""
-    if "mini_kv.worker.child" in _cmdline(pid):
-        return True
-    try:
-        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return False
-    return "mini_kv.worker.zygote" in _cmdline(pid) and "mini_kv.worker.zygote" in _cmdline(ppid)
+    """A candidate's worker child: a `mini_kv.worker.child` process (in its jail, or the bwrap that holds
+    it: both name the entry point on their command line)."""
+    return "mini_kv.worker.child" in _cmdline(pid)
 
 
 def _cmdline(pid: int) -> str:

@@ -297,8 +297,7 @@ def _parse(text: str) -> _Dom:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",
-    "--sandbox",
-    "off",
+    "--no-sandbox",  # Chromium's own flag (its sandbox needs namespaces a container may lack)
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",

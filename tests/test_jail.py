@@ -201,3 +201,18 @@ def test_a_self_restricting_entry_applies_the_landlock_rules_itself():
     assert out.split()[0] == ("refused" if landlock else "listed"), out
     if landlock:  # and the rules are gone from the environment candidate code will see
         assert out.split()[-1] == "False", out
+
+
+def test_summary_lines_name_the_missing_layers():
+    from mini_kv.report import jail_note
+    from mini_kv.solexec.table import bench_summary_line
+
+    assert jail_note(jail.resolve("off").to_dict()) == "jail off: turned off (--sandbox off)"
+    partial = jail.JailInfo(
+        mode="auto", enabled=True, layers=(("landlock", "no Landlock"), ("seccomp", "active"))
+    )
+    assert jail_note(partial.to_dict()) == "jail missing landlock"
+    whole = jail.JailInfo(mode="auto", enabled=True, layers=(("seccomp", "active"),))
+    assert jail_note(whole.to_dict()) is None
+    line = bench_summary_line({"traces": [], "counts": {"PASSED": 1}, "sandbox": partial.to_dict()})
+    assert line.endswith(", jail missing landlock"), line

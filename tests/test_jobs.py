@@ -96,7 +96,7 @@ def test_the_timeout_counts_from_the_childs_ready_not_its_start_up(tmp_path, mon
     ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path, 3), sandbox=NO_SANDBOX)
     assert not ev.get("timed_out") and "in measure" in ev.get("traceback", ""), ev
     # a start-up past its own limit is still a timeout (another directory: another environment, so a
-    # fresh worker zygote, which pays the slow start-up; the one above has paid its own already)
+    # fresh child, which pays the slow start-up again)
     monkeypatch.setattr(runner, "STARTUP_S", 2.0)
     (tmp_path / "slower").mkdir()
     ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path / "slower", 6), sandbox=NO_SANDBOX)

@@ -57,6 +57,11 @@ def _interrupt_after_first(cmd: list[str], results: Path) -> subprocess.Complete
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
+        if proc.poll() is not None:  # it ended before any item finished: say why
+            out, err = proc.communicate()
+            pytest.fail(
+                f"the batch ended (exit {proc.returncode}) before its first item finished:\n{err[-3000:]}"
+            )
         time.sleep(0.2)
     assert results.read_text().strip(), "no item finished in time"
     proc.send_signal(signal.SIGINT)

@@ -108,11 +108,14 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
     monkeypatch.setattr(compiler.environment, "nvcc_info", lambda: {"path": "/usr/bin/nvcc", "version": "x"})
+    # the check runs jailed (jail.run); record what it would run instead
     monkeypatch.setattr(
-        compiler, "run_with_timeout", lambda cmd, timeout, env=None: seen.append((cmd, env)) or Done()
+        compiler.jail,
+        "run",
+        lambda cmd, spec, info, timeout, env=None, **kw: seen.append((cmd, env)) or Done(),
     )
     plan = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
-    assert compiler._cuda_compile_check(plan, tmp_path, timeout=5)["status"] == "ok"
+    assert compiler._cuda_compile_check(plan, tmp_path, timeout=5, sandbox=None)["status"] == "ok"
     ((cmd, env),) = seen
     # through nvcc's front ends side by side (compile/nvcc_steps.py), running that nvcc
     assert cmd[1].endswith("nvcc_steps.py") and env["MINI_KV_NVCC"] == "/usr/bin/nvcc"

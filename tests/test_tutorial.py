@@ -84,10 +84,16 @@ def test_the_tutorial_runs_as_written(tmp_path):
             r = run(cmd)
         if " verify " in cmd:
             last_verify = cmd
-        assert r.returncode == 0, f"{payload}\nexit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        # the second verify is judged against the baseline: on a busy machine the gate may be too noisy
+        # to decide (UNCONFIRMED, exit 8), which is neither a pass nor a failure of the tutorial
+        ok = (0, 8) if " verify " in cmd and last_verify and "regression vs" in r.stdout else (0,)
+        assert r.returncode in ok, f"{payload}\nexit {r.returncode}\n{r.stdout}\n{r.stderr}"
         outputs.append((payload, r.stdout))
     verify_1, verify_2 = [out for cmd, out in outputs if " verify " in cmd]
-    assert "PASSED v0: core 4/4, edge/illegal 2/2, opcheck 1/1" in verify_1
+    assert (
+        "PASSED v0: 6 passed, 0 failed, 0 skipped, 0 not run of 6 cases (core 4/4, edge/illegal 2/2), opcheck 1/1"
+        in " ".join(verify_1.split())
+    )
     assert (tmp_path / "baselines" / "scaled_add.json").is_file()
     assert "regression vs baselines/scaled_add.json" in verify_2
     board = outputs[-1][1]

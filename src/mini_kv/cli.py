@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mini_kv.cli_batch import add_junit_argument
+from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
     artifacts_dir,
@@ -131,7 +131,7 @@ def cmd_verify(args) -> int:
     ]
     from mini_kv.cli_batch import print_batch, run_items
 
-    return print_batch(run_items(items, where), args)
+    return print_batch(run_items(items, where, args=args), args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
     vr.add_argument("--task", required=True, help="task card YAML")
     add_junit_argument(vr)
+    add_selection_arguments(vr)
     vr.add_argument(
         "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
     )

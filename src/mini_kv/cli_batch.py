@@ -4,17 +4,98 @@ batch's one display (cli_common.BatchDisplay), its reports and its one exit code
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import re
+import warnings
 from pathlib import Path
 
-from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console
+from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console, task_id_of
+from mini_kv.errors import UserError
+
+_KEYWORD_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not\b|[^\s()]+)")
 
 
-def run_items(items, where, results: str | None = None, resume: bool = False) -> list[dict]:
+def keyword_matches(expr: str, name: str) -> bool:
+    """pytest's -k: words are substrings of `name` (case-insensitive), joined by and, or, not and
+    parentheses. Anything else is a UserError."""
+    tokens = _KEYWORD_TOKEN.findall(expr)
+    if "".join(tokens).replace(" ", "") != expr.replace(" ", "") or not tokens:
+        raise UserError(f"-k {expr!r}: expected words joined by and, or, not and parentheses")
+    code = " ".join(
+        t if t in ("(", ")", "and", "or", "not") else repr(t.lower() in name.lower()) for t in tokens
+    )
+    allowed = (ast.Expression, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or, ast.Constant)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # `True (False)` warns before it fails
+            tree = ast.parse(code, mode="eval")
+    except SyntaxError:
+        tree = None
+    if tree is None or not all(isinstance(n, allowed) for n in ast.walk(tree)):
+        raise UserError(f"-k {expr!r}: not a valid expression of words, and, or, not and parentheses")
+    return bool(eval(compile(tree, "-k", "eval"), {"__builtins__": {}}))  # noqa: S307 - booleans only
+
+
+def _last_status(item) -> str | None:
+    """The status of the item's newest stored attempt, or None when it has none."""
+    from mini_kv.cluster.batch import VERIFY
+    from mini_kv.store.index import read_index
+
+    if item.kind == VERIFY:
+        task, cand = item.label.split("/", 1)
+    else:
+        task, cand = (
+            task_id_of(item.target, "PROBLEM_DIR"),
+            json.loads(Path(item.opts.solution).read_text())["name"],
+        )
+    try:
+        rows, _ = read_index(Path(item.store), "task_id = ? AND candidate = ?", (task, cand))
+    except UserError:  # no index yet: nothing ran before
+        return None
+    return rows[-1]["status"] if rows else None
+
+
+def select_items(items: list, args) -> list:
+    """-k EXPR over the items' names (a card's `task/candidate`, a solution's problem, file and name), then
+    --lf: only the items whose newest attempt did not pass (or that never ran). Selecting nothing is an
+    error."""
+    from mini_kv.cluster.batch import item_key
+
+    keyword, last_failed = getattr(args, "keyword", None), getattr(args, "last_failed", False)
+    if keyword:
+        items = [it for it in items if keyword_matches(keyword, f"{it.label} {item_key(it)}")]
+    if last_failed:
+        items = [it for it in items if _last_status(it) != "PASSED"]
+    if not items:
+        raise UserError(
+            "the selection is empty"
+            + (f": -k {keyword!r} matches no candidate or solution" if keyword else "")
+            + ("; --lf: every selected item passed last time" if last_failed else "")
+        )
+    return items
+
+
+def add_selection_arguments(p) -> None:
+    p.add_argument(
+        "-k", dest="keyword", metavar="EXPR",
+        help="only candidates/solutions whose names match EXPR (pytest's -k: words, and, or, not)",
+    )  # fmt: skip
+    p.add_argument(
+        "-x", "--exitfirst", action="store_true", help="stop at the first candidate or solution that fails"
+    )
+    p.add_argument("--lf", "--last-failed", dest="last_failed", action="store_true",
+                   help="only the candidates/solutions whose last stored attempt did not pass")  # fmt: skip
+
+
+def run_items(items, where, results: str | None = None, resume: bool = False, args=None) -> list[dict]:
     """The items' results, each one appended to `results` (a JSONL file) as it finishes. With `resume`,
-    the items that file already holds are skipped. Ctrl-C prints one line and no traceback."""
+    the items that file already holds are skipped. Ctrl-C prints one line and no traceback. `args`
+    brings -k, --lf and -x (select_items; stop after the first item that did not pass)."""
     from mini_kv.cluster.batch import Journal, item_key, run_batch
 
+    if args is not None:
+        items = select_items(items, args)
     journal = Journal(Path(results), resume) if results else None
     todo = [it for it in items if journal is None or item_key(it) not in journal.done]
     if len(todo) < len(items):
@@ -30,9 +111,15 @@ def run_items(items, where, results: str | None = None, resume: bool = False) ->
         if journal is not None:
             journal.record(item, result)
 
+    stop_first = bool(getattr(args, "exitfirst", False))
     try:
         with BatchDisplay(len(todo)) as show:
-            return run_batch(todo, where, show, on_result)
+            results = run_batch(todo, where, show, on_result, stop_first)
+        if len(results) < len(todo):
+            err_console.print(
+                f"-x: stopped at the first failure; {len(todo) - len(results)} not run", markup=False
+            )
+        return results
     except KeyboardInterrupt:
         stored = sum(1 for r in finished if r.get("attempt"))
         err_console.print(
@@ -170,7 +257,7 @@ def cmd_batch(args) -> int:
     items = load_manifest(args.manifest, args.artifacts)
     for store in sorted({item.store for item in items}):
         check_store_writable(Path(store))
-    results = run_items(items, placement_from(args), args.results, args.resume)
+    results = run_items(items, placement_from(args), args.results, args.resume, args)
     if not results:  # every item was done by an earlier run of the same command
         console.print(f"nothing left to run: every item is in {args.results}", markup=False, soft_wrap=True)
         return 0
@@ -219,6 +306,7 @@ def register(sub) -> None:
     )
     add_resume_argument(b, "--results")
     add_junit_argument(b)
+    add_selection_arguments(b)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mini_kv.cli_batch import add_junit_argument, add_resume_argument
+from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selection_arguments
 from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
@@ -32,6 +32,7 @@ def add_arguments(p) -> None:
     )
     add_resume_argument(p, "-o")
     add_junit_argument(p)
+    add_selection_arguments(p)
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
@@ -163,7 +164,7 @@ def cmd_bench(args) -> int:
         )
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
-    results = run_items(items, where, args.output, getattr(args, "resume", False))
+    results = run_items(items, where, args.output, getattr(args, "resume", False), args)
     lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
     if not results:  # every solution was done by an earlier run of the same command
         console.print(

@@ -13,19 +13,21 @@ unavailable with the reason:
 - filesystem: deny by default. The root is an empty tmpfs; read-only binds of the system (/usr, the
   few /etc files the loader and compilers read), the Python environment (every `sys.path` entry) and
   `JailSpec.read_only`; `JailSpec.writable` dirs bound writable; a private /tmp (tmpfs, size capped)
-  as scratch for TMPDIR, HOME, Triton's and CUDA's caches; `JailSpec.hidden` paths masked. Never
-  $HOME, the host's /tmp, socket files, the artifact store or `.build/` (callers hide the last two);
+  as scratch for TMPDIR, HOME, Triton's and CUDA's caches; `JailSpec.hidden` paths masked;
+  `JailSpec.staged` dirs (a project's .build/) empty but for what the parent copies in
+  (`Jailed.stage`). Never $HOME, the host's /tmp, socket files, the artifact store or another build;
   GPU runs get /dev/nvidia* and nothing else of the host's /dev;
 - capabilities: all dropped (`--cap-drop ALL`), `no_new_privs` set;
 - seccomp: a filter of our own (libseccomp through `pyseccomp`, handed to bwrap as BPF) refuses
   mount, umount2, pivot_root, setns, unshare, namespace flags of clone, clone3, ptrace,
   process_vm_readv/writev, bpf, keyctl/add_key/request_key, kexec_*, the module calls, io_uring,
   open_by_handle_at, the new mount API, and perf_event_open unless `JailSpec.profiler`;
-- landlock: where the kernel has it, `_jail_prelude.py` (the first program inside) restricts the
-  process tree to the same paths (read-only or writable as bound), TCP connect/bind (unless
-  profiling) and signals/abstract sockets outside its domain;
-- process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC (which binds only for a
-  non-zero uid: a caller that is not root);
+- landlock: where the kernel has it, `_jail_prelude.py` (the first program inside; or the worker
+  child itself, first thing: `self_landlock`) restricts the process tree to the same paths (read-only
+  or writable as bound), TCP connect/bind (unless profiling) and signals/abstract sockets outside its
+  domain;
+- process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC, which binds only for a non-zero
+  uid: a caller that is not root, or as root without a cgroup the jail run as `HOST_UID` (`run_as`);
 - rlimits: open files, file size, CPU time (`Limits`);
 - environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
   parent's environment never reach the jail.
@@ -35,11 +37,16 @@ line naming the fix, when one is missing; `required` raises `JailUnavailable` (e
 layer is active; `off` runs the command as it is, recorded as off. The mode comes from
 `--sandbox`, else `MINI_KV_SANDBOX`, else the project's setting.
 
-    info = jail.resolve("auto")                  # the honest record (cached probe)
-    spec = jail.JailSpec(read_only=(project,), hidden=(project / ".build",), gpu=True)
+The outer bwrap is set up by `setpriv --pdeathsig KILL` and `prlimit` (`_launcher`), not by a Popen
+preexec_fn, which would make Popen fork the whole parent (tens of ms with torch loaded).
+
+    info = jail.resolve("auto")                  # the honest record (cached probe); JailUnavailable
+    spec = jail.JailSpec(read_only=(project,), staged=(project / ".build",), gpu=True)
     proc = jail.popen([sys.executable, "-m", "mini_kv.worker.child", ...], spec, info, stdout=log)
+    proc.stage(library)                          # a file under a staged dir, copied in
     ...
     proc.kill_tree(); proc.wait(); proc.cleanup()   # or just proc.wait(); proc.cleanup()
+    jail.run(cmd, spec, info, timeout=600)       # a tool, its output bounded (OUTPUT_CAP per stream)
 """
 
 from __future__ import annotations
@@ -408,9 +415,10 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
         (
             "process_cap",
             state(
-                pids is not None or os.geteuid() != 0,
-                "no writable pids cgroup and uid 0 (RLIMIT_NPROC does not bind root): "
-                "run as a non-root user or give the container a writable pids cgroup",
+                pids is not None or os.geteuid() != 0 or run_as() is not None,
+                "no writable pids cgroup and uid 0 (RLIMIT_NPROC does not bind root), and the Python "
+                "environment is not readable by others (so the jail cannot run as another uid): run as a "
+                "non-root user, give the container a writable pids cgroup, or make the environment readable",
             ),
         ),
         ("rlimits", state(seen["nofile"] == Limits().open_files, "limits not applied")),
@@ -575,8 +583,8 @@ def _ro_args(paths: list[str]) -> list[str]:
     for p in sorted(dict.fromkeys(paths), key=lambda x: (x.count("/"), x)):
         if os.path.islink(p) and p in SYSTEM_DIRS:
             out += ["--symlink", os.readlink(p), p]
-        elif os.path.exists(p):
-            out += ["--ro-bind", p, p]
+        elif os.path.exists(p) and (run_as() is None or _others_can_read(p)):
+            out += ["--ro-bind", p, p]  # (a path the jail's own uid cannot read would stop bwrap)
     return out
 
 
@@ -595,8 +603,15 @@ TOOL_ENV = ("CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC")
 def tool_prefixes() -> list[str]:
     """The install prefix (the dir above `bin/`) of each build tool found on PATH or named by $CC and the
     like, through wrappers' symlinks, where it is not a system dir already."""
-    found = [shutil.which(t) for t in TOOLS] + [
-        shutil.which(os.environ.get(v, "").split(" ")[0] or "-") for v in TOOL_ENV
+    return list(
+        _tool_prefixes(os.environ.get("PATH", os.defpath), tuple(os.environ.get(v, "") for v in TOOL_ENV))
+    )
+
+
+@functools.lru_cache(maxsize=8)  # a PATH search per tool is milliseconds, and every jail asks
+def _tool_prefixes(path: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    found = [shutil.which(t, path=path) for t in TOOLS] + [
+        shutil.which(v.split(" ")[0] or "-", path=path) for v in named
     ]
     out = []
     for path in filter(None, found):
@@ -607,7 +622,7 @@ def tool_prefixes() -> list[str]:
                 prefix == s or prefix.startswith(s + "/") for s in SYSTEM_DIRS
             ):
                 out.append(prefix)
-    return list(dict.fromkeys(out))
+    return tuple(dict.fromkeys(out))
 
 
 def read_paths(spec: JailSpec) -> list[str]:
@@ -616,11 +631,22 @@ def read_paths(spec: JailSpec) -> list[str]:
     ld = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p.startswith("/")]
     cuda = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
-    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *tools, *tool_prefixes(), *extra]
+    found = [p for p in [*tools, *tool_prefixes()] if not _shows_too_much(p)]
+    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *found, *extra]
+
+
+def _shows_too_much(path: str) -> bool:
+    """A tool dir found in the environment that would show $HOME or the host's /tmp whole: left out."""
+    real = os.path.realpath(path)
+    whole = [os.path.realpath(os.path.expanduser("~")), os.path.realpath(tempfile.gettempdir())]
+    return real == "/" or any(w == real or w.startswith(real.rstrip("/") + "/") for w in whole)
 
 
 def landlock_rules(spec: JailSpec) -> dict:
-    reads = [p for p in read_paths(spec) if os.path.exists(p)]
+    """The Landlock rules for the same view bwrap builds: what is bound read-only (the staged dirs
+    too, wherever a symlink puts them) may be read and executed, the writable dirs written."""
+    staged = [os.path.realpath(d) for d in spec.staged if os.path.isdir(d)]
+    reads = [p for p in [*read_paths(spec), *staged] if os.path.exists(p)]
     writes = [SCRATCH, "/dev", "/proc", *[os.path.realpath(p) for p in spec.writable]]
     if spec.gpu:
         reads.append("/sys")
@@ -633,7 +659,7 @@ def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) ->
     steps: list[tuple[str, list[str]]] = []
     finish: list[str] = []
     for p in dict.fromkeys(read_only):
-        if os.path.exists(p):
+        if os.path.exists(p) and (run_as() is None or _others_can_read(p)):
             steps.append((p, ["--ro-bind", p, p]))
     for p in spec.writable:
         real = os.path.realpath(p)
@@ -698,6 +724,41 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
     return env
 
 
+# as root without a pids cgroup, the jail runs as this uid instead, so RLIMIT_NPROC binds (it ignores
+# uid 0, in any namespace): possible where everything the jail must read is readable by others.
+# MINI_KV_JAIL_HOST_UID=0 keeps root (process_cap then unavailable)
+HOST_UID = int(os.environ.get("MINI_KV_JAIL_HOST_UID", "65534"))
+
+
+def _others_can_read(path: str) -> bool:
+    """Whether a uid with no rights of its own can reach and read `path` (each parent searchable)."""
+    p = Path(path)
+    try:
+        for d in [*reversed(p.parents), p]:
+            mode = d.stat().st_mode
+            if not mode & 0o001 or (d == p and not mode & 0o004):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def run_as() -> int | None:
+    """The uid the jail runs as when it must not run as root: None where it runs as the caller (not
+    root, or a pids cgroup caps processes, or the Python environment is not readable by others)."""
+    if (
+        os.geteuid() != 0
+        or HOST_UID == 0
+        or _pids_cgroup_root() is not None
+        or shutil.which("setpriv") is None
+    ):
+        return None
+    # the Python environment and the working directory (the project, normally) must be readable by it
+    needed = [*python_paths(), os.getcwd()]
+    return HOST_UID if all(_others_can_read(p) for p in needed) else None
+
+
 def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
     """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
     (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
@@ -707,7 +768,9 @@ def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] 
     setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
     if setpriv is None or prlimit is None:
         return None
-    out = [setpriv, "--pdeathsig", "KILL", "--", prlimit]
+    uid = run_as() if nproc else None
+    drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
+    out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
     out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
     if procs_file is not None:
@@ -779,7 +842,7 @@ def _copy_regular(src: Path, dest: Path) -> None:
     if src.is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
-        shutil.copymode(src, dest)
+        os.chmod(dest, 0o755 if os.access(src, os.X_OK) else 0o644)  # readable by the jail's uid
     elif src.is_dir():
         for child in src.iterdir():
             _copy_regular(child, dest / child.name)
@@ -805,7 +868,7 @@ def popen(
         return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
     root = _pids_cgroup_root()
     group = _PidsGroup(root, spec.limits.processes) if root is not None else None
-    nproc = os.geteuid() != 0
+    nproc = os.geteuid() != 0 or run_as() is not None
     # inside, the working directory is the caller's where the jail shows it (`python -m` puts it on
     # sys.path, as a project's modules expect), else the scratch dir
     chdir = kwargs.pop("cwd", None) or os.getcwd()
@@ -824,6 +887,12 @@ def popen(
             group.join()
         _set_limits(spec.limits, nproc)
 
+    if run_as() is not None:  # the jail's uid must write its writable dirs and read its inboxes
+        for d in [*spec.writable, *inboxes.values()]:
+            os.chown(d, run_as(), run_as())
+        for d in spec.read_only:  # mini_kv's own temp dirs (staged sources) are made private
+            if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
+                os.chmod(d, 0o755)
     launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
     try:
         proc = Jailed(

@@ -491,6 +491,8 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: Problem, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
+        self.warm: ChildRun | None = None  # the worker, started before its job (prepare)
+        self.scratch: str | None = None  # its log's directory, removed by close
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
 
@@ -504,21 +506,48 @@ class CardDoor(FrontDoor):
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
         env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        sandbox, artifacts = (
+            jail.resolve(opts.sandbox),
+            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+        )
+        spec = worker_spec([root, opts.prebuilt], root, artifacts)
+        # the worker (a fresh jailed process) imports torch while this process builds: started before
+        # its job is known, after the bandwidth probe (which must not share the CPU with it)
+        self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
+        warm = device.startswith("cuda") and not opts.skip_benchmark
+        self.warm = ChildRun(
+            None,
+            os.path.join(self.scratch, "worker.log"),
+            None,
+            warm_profiler=warm,
+            sandbox=sandbox,
+            spec=spec,
+        )
         return Prepared(
             device,
             env,
             opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16),
-            jail.resolve(opts.sandbox),
+            sandbox,
             benchmark_settings(card, opts, device, opts.timeout or card.timeouts["case_s"]),
             opts.timeout or card.timeouts["case_s"],
             opts.compile_timeout or card.timeouts["compile_s"],
             root,
-            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
+            artifacts,
             opts.give_up_after,
-            worker_spec(
-                [root, opts.prebuilt], root, Path(opts.artifacts) if opts.artifacts else root / "artifacts"
-            ),
+            spec,
         )
+
+    def first_child(self) -> ChildRun | None:
+        child, self.warm = self.warm, None
+        return child
+
+    def close(self) -> None:
+        if self.warm is not None:  # never sent a job (the build failed, or an error on the way)
+            self.warm.close(kill=True)
+            self.warm = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def build(self, prep: Prepared, say) -> Built:
         """compile.json's record: the content-addressed build, or the --prebuilt library as it is."""
@@ -540,6 +569,7 @@ class CardDoor(FrontDoor):
                 self.cand,
                 timeout=prep.compile_timeout,
                 with_cuda=None if prep.device.startswith("cuda") else False,
+                sandbox=prep.sandbox,  # the run's jail mode (--sandbox) for its build too
             )
         )
 

@@ -177,6 +177,17 @@ def bench_table(cases: list[dict], width: int = 200):
     return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
+def jail_note(record: dict | None) -> str | None:
+    """For a run's summary line: the jail's missing layers (mini_kv.jail.JailInfo.to_dict's record), or
+    None when every layer was active."""
+    if not record:
+        return None
+    if not record.get("enabled"):
+        return f"jail off: {record.get('reason') or 'no record'}"
+    missing = record.get("missing") or []
+    return f"jail missing {', '.join(missing)}" if missing else None
+
+
 def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[dict] = ()) -> str:
     """`35 passed, 0 failed, 0 skipped, 0 not run of 35 cases (core 12/12, extra 9/9, ...), opcheck 1/1,
     speedup 1.020x, timing stable`; what went wrong first when something did."""
@@ -370,6 +381,8 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     if result.get("regression"):
         print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
+    gaps = jail_note(res.get("sandbox"))  # every summary line names the jail's missing layers
+    problems = [*problems, gaps] if gaps else problems
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(
         f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: "

@@ -132,6 +132,7 @@ class ChildRun:
         self.judge_end: int | None = None  # the judge's end of the link, until handed to it
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
+        self.ended = False  # its result pipe closed: it is exiting (or exited) by itself
         self.log_path = log_path
         self._start()
         if job is None or job.KIND in SUBJECT_KINDS:
@@ -232,6 +233,7 @@ class ChildRun:
                 return "timeout"
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
+                self.ended = True
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
@@ -249,6 +251,11 @@ class ChildRun:
             self.judge_end = None
         if not self.proc.stdin.closed:  # a child that never got its job
             self.proc.stdin.close()
+        if kill and self.ended:  # a child that died (its pipe closed): let bwrap report how it died
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if kill:
             self.proc.kill_tree()
         try:

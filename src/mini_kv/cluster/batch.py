@@ -256,7 +256,7 @@ def build_item(item: Item) -> dict | None:
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
 
 
-def run_here(items: list[Item], show, on_result) -> list[dict]:
+def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
     """The items one after another in this process. On a GPU, every item's build starts at once on all
     cores (cluster.prebuild) while earlier items are evaluated: the evaluation finds its build in the
     cache, and at most one evaluation, so one timing, is on the GPU at any moment."""
@@ -275,18 +275,20 @@ def run_here(items: list[Item], show, on_result) -> list[dict]:
             results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
             show.done(results[-1]["label"], status_of(results[-1]))
             on_result(item, results[-1])
+            if stop_first and results[-1]["exit_code"] != ExitCode.OK:
+                break  # -x: the items after it are not run
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
     return results
 
 
-def run_batch(items: list[Item], placement, show, on_result=None) -> list[dict]:
+def run_batch(items: list[Item], placement, show, on_result=None, stop_first: bool = False) -> list[dict]:
     """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay);
     `on_result(item, result)` is called as each item finishes (a results file is written from it)."""
     on_result = on_result or (lambda item, result: None)
     if placement.here:
-        return run_here(items, show, on_result)
+        return run_here(items, show, on_result, stop_first)
     from distributed import as_completed
 
     from mini_kv.cluster.cluster import GPU, connect, dashboard
@@ -308,7 +310,10 @@ def run_batch(items: list[Item], placement, show, on_result=None) -> list[dict]:
                 results[i] = _outcome(items[i], fut)
                 show.done(items[i].label, status_of(results[i]), results[i].get("where"))
                 on_result(items[i], results[i])
+                if stop_first and results[i]["exit_code"] != ExitCode.OK:
+                    client.cancel(list(futures), force=True)
+                    break
         except BaseException:  # Ctrl-C: nothing more starts; the embedded cluster ends with its workers
             client.cancel(list(futures), force=True)
             raise
-        return results
+        return [r for r in results if r is not None]  # -x leaves the cancelled ones out

@@ -325,6 +325,10 @@ def compile_candidate(
     with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
         if built():  # another process built it while we waited
             return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
+        # under this key's lock no other build of it runs: its older scratch dirs are leftovers of a
+        # killed build or an earlier failure (whose logs its attempt already copied)
+        for stale in build_root.glob(f"tmp-{plan['key'][:12]}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
         box = Path(jail.scratch_dir(f"mini-kv-build-{plan['key'][:12]}-"))  # the jail's only writable dir
         try:

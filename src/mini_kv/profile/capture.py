@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import secrets
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mini_kv import environment
+from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
@@ -245,25 +247,39 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
     """Run ncu around the target (the worker child running `job`), re-import, parse; fills `rec`,
     raises ProfileFailure with the reason."""
     w.json("job.json", job.to_dict())
-    # the worker child, with its signed events in a file: ncu stands between it and this process
+    # the worker child, with its signed events in a file: ncu stands between it and this process. Both
+    # run jailed; they write only into `box`, from which this process copies the report and the events
     key = secrets.token_bytes(32)
-    files = ["--job", str(w.path("job.json")), "--result-file", str(w.path("target.events"))]
-    target = [sys.executable, "-m", "mini_kv.worker.child", *files]
-    report_base = w.path(REPORT[: -len(".ncu-rep")])
-    cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-    run = ncu_mod.run_logged(
-        "profile",
-        cmd,
-        w.path("logs/ncu-profile.log"),
-        timeout,
-        env={**_target_env(), channel.KEY_ENV: key.hex()},
-        cwd=cwd,
-    )
+    box = Path(jail.scratch_dir("mini-kv-ncu-"))
+    try:
+        shutil.copyfile(w.path("job.json"), box / "job.json")
+        files = ["--job", str(box / "job.json"), "--result-file", str(box / "target.events")]
+        target = [sys.executable, "-m", "mini_kv.worker.child", *files]
+        report_base = box / REPORT[: -len(".ncu-rep")]
+        cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
+        run = ncu_mod.run_logged(
+            "profile",
+            cmd,
+            w.path("logs/ncu-profile.log"),
+            timeout,
+            env={**_target_env(), channel.KEY_ENV: key.hex()},
+            cwd=cwd,
+            spec=_ncu_spec(ncu, job, cwd, box),
+        )
+        for name in (REPORT, "target.events"):  # regular files only: nothing links back into the jail
+            if (box / name).is_file() and not (box / name).is_symlink():
+                shutil.copyfile(box / name, w.path(name))
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
     rec["ncu"]["commands"].append(_public(run))
     _target_result(w, key)
     _judge_profile_run(run, w, rec)
     imp = ncu_mod.run_logged(
-        "import", ncu_mod.import_command(ncu, w.path(REPORT)), w.path("logs/ncu-import.log"), timeout
+        "import",
+        ncu_mod.import_command(ncu, w.path(REPORT)),
+        w.path("logs/ncu-import.log"),
+        timeout,
+        spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(w.path(REPORT)))),
     )
     rec["ncu"]["commands"].append(_public(imp))
     if imp["timed_out"] or imp["returncode"] != 0 or not imp["_stdout"].strip():
@@ -284,6 +300,29 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
         },
     )
     rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
+
+
+def _ncu_home(ncu: str) -> str:
+    """Nsight Compute's installation (ncu is often a link from the CUDA toolkit's bin/ into it)."""
+    return str(Path(os.path.realpath(ncu)).parent)
+
+
+def _ncu_spec(ncu: str, job: Job, cwd: str, box: Path) -> jail.JailSpec:
+    """ncu and its target in one jail: ncu's installation, the project and what the job names
+    read-only (the project's .build/ and artifacts/ hidden but for the named library), `box` writable,
+    the GPU, perf_event_open and TCP on the jail's own loopback (ncu talks to its target over it)."""
+    from mini_kv.load.task_card import find_project_root
+    from mini_kv.runner import job_paths
+
+    root = find_project_root(Path(cwd))
+    named = [p for p in job_paths(job.to_dict()) if os.path.exists(p)]
+    return jail.JailSpec(
+        read_only=(_ncu_home(ncu), str(root), *named),
+        writable=(str(box),),
+        hidden=tuple(str(root / d) for d in (".build", "artifacts") if (root / d).exists()),
+        gpu=True,
+        profiler=True,
+    )
 
 
 def _target_result(w: ProfileWriter, key: bytes) -> None:

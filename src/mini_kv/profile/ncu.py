@@ -82,11 +82,21 @@ def import_command(ncu: str, report: Path) -> list[str]:
 
 
 def run_logged(
-    name: str, cmd: list[str], log: Path, timeout: float, env: dict | None = None, cwd: str | None = None
+    name: str,
+    cmd: list[str],
+    log: Path,
+    timeout: float,
+    env: dict | None = None,
+    cwd: str | None = None,
+    spec=None,
 ) -> dict:
-    """Run `cmd`, keep stdout+stderr in `log`; the record goes into profile.json."""
+    """Run `cmd` jailed (mini_kv.jail, as `spec` says: ncu reads what the target made), keep
+    stdout+stderr in `log`; the record goes into profile.json."""
+    from mini_kv import jail
+    from mini_kv.runner import default_sandbox
+
     t0 = time.perf_counter()
-    res = run_with_timeout(cmd, timeout=timeout, env=env, cwd=cwd)
+    res = jail.run(cmd, spec or jail.JailSpec(), default_sandbox(), timeout=timeout, env=env, cwd=cwd)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(
         f"$ {' '.join(cmd)}\n--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}\n"

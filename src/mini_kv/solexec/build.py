@@ -33,10 +33,13 @@ def solution_build(solution: Candidate, staged: Path, extra: CppFlags) -> Candid
 
 
 def compile_solution(
-    project_root: Path, solution: Candidate, staged: Path, extra: CppFlags, timeout: float
+    project_root: Path, solution: Candidate, staged: Path, extra: CppFlags, timeout: float, sandbox=None
 ) -> dict:
-    """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs."""
-    return compile_candidate(project_root, solution_build(solution, staged, extra), timeout=timeout)
+    """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs.
+    `sandbox`: the jail (mini_kv.jail.JailInfo) the build runs in; default: the compiler's."""
+    return compile_candidate(
+        project_root, solution_build(solution, staged, extra), timeout=timeout, sandbox=sandbox
+    )
 
 
 def job_entry(solution: Candidate, staged: Path, compile_rec: dict | None) -> dict:

@@ -327,7 +327,14 @@ def compile_problem(
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {sol.id}: {sol.build_summary(True)}")
-    rec = compile_solution(bench_project_root(opts), sol, staging / "solution", flags, opts.compile_timeout)
+    rec = compile_solution(
+        bench_project_root(opts),
+        sol,
+        staging / "solution",
+        flags,
+        opts.compile_timeout,
+        jail.resolve(opts.sandbox),
+    )
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(
             problem,
@@ -543,6 +550,7 @@ def bench(
         "duration_s": round(time.perf_counter() - t0, 3),
         "phases": run.phases,
         "regression": run.regression,
+        "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
     }
 
 

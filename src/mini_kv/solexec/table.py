@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import Tally, print_regression, signature_line, timing_word
+from mini_kv.report import Tally, jail_note, print_regression, signature_line, timing_word
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -93,8 +93,10 @@ def bench_summary_line(result: dict) -> str:
     else:
         statuses = [status for status, n in counts.items() for _ in range(n)]
     bench = result.get("benchmark") or {}
+    gaps = jail_note(result.get("sandbox"))  # every summary line names the jail's missing layers
     return (
         f"{Tally.of(statuses).line('workloads')}, {timing_word(bench.get('stable'), bool(bench.get('ran')))}"
+        + (f", {gaps}" if gaps else "")
     )
 
 
