@@ -242,10 +242,7 @@ class ChildRun:
     def close(self, kill: bool) -> int | None:
         """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
         the jail's PID namespace ends with its first process. The subject ends when the judge closes
-        the link, and is killed with it."""
-        if self.subject is not None:
-            self.subject_code = self.subject.close(kill)
-            self.subject = None
+        the link, and is killed once the judge has ended (by then a subject that died has said how)."""
         if self.judge_end is not None:  # a child closed before its job: the link never handed over
             os.close(self.judge_end)
             self.judge_end = None
@@ -264,6 +261,9 @@ class ChildRun:
             self.proc.kill_tree()
             code = self.proc.wait()
         self.proc.cleanup()
+        if self.subject is not None:
+            self.subject_code = self.subject.close(kill=True)
+            self.subject = None
         if self.fd is not None:
             os.close(self.fd)
         self.log.close()
@@ -416,9 +416,7 @@ class _WorkerRun:
             else:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             outcome, budget = self._read(child)
-            # killed only when it hangs: a judge that ended by itself (its subject gone: exit 5) says so
-            # in its exit status, which a kill racing its exit would turn into SIGKILL
-            code = child.close(kill=outcome == "timeout")
+            code = child.close(kill=outcome != "done")
             if not self._carry_on(outcome, _ended(code, child.subject_code), budget):
                 break
         touched = files_changed(files_before, harness_files(watch))
