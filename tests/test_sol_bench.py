@@ -353,8 +353,9 @@ def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, mo
 
     monkeypatch.setattr(runner.ChildRun, "__init__", spy)
     test_unavailable_language_is_reported_not_crashed(tmp_path)
-    assert len(started) == 1
-    assert started[0].proc.poll() is not None and started[0].proc.stdin.closed
+    judges = [c for c in started if not isinstance(c, runner.SubjectRun)]
+    assert len(judges) == 1 and len(started) == 2  # the judge and the subject started with it
+    assert all(c.proc.poll() is not None for c in started) and judges[0].proc.stdin.closed
 
 
 def test_cudnn_frontend_headers_are_found_beside_the_wheel_or_reported_missing(tmp_path, monkeypatch):

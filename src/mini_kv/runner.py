@@ -129,11 +129,14 @@ class ChildRun:
         self.job: Job | None = None
         self.subject: SubjectRun | None = None
         self.subject_code: int | None = None  # how the subject ended (close)
+        self.judge_end: int | None = None  # the judge's end of the link, until handed to it
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
         self.ended = False  # its result pipe closed: it is exiting (or exited) by itself
         self.log_path = log_path
         self._start()
+        if job is None or job.KIND in SUBJECT_KINDS:
+            self._spawn_subject()
         if job is not None:
             self.send(job)
 
@@ -174,25 +177,39 @@ class ChildRun:
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
         if job.KIND in SUBJECT_KINDS:
-            self._start_subject()
-
-    def _start_subject(self) -> None:
-        """The subject, the process that runs the candidate, started as this child is (so jailed alike),
-        and the judge's end of the link between them handed to the judge on the result channel."""
-        if self.subject is not None:
+            self._link_subject()
+        elif self.subject is not None:  # started early for a kind that needs none
             self.subject.close(kill=True)
-        judge_end, subject_end = link_pair()
+            self.subject = None
+
+    HAS_SUBJECT = True
+
+    def _spawn_subject(self) -> None:
+        """The subject, the process that runs the candidate, started as this child is (so jailed alike)
+        and with it (its start-up, torch above all, overlaps the judge's and the parent's work)."""
+        if not self.HAS_SUBJECT:
+            return
+        self.judge_end, subject_end = link_pair()
         try:
             self.subject = SubjectRun(subject_end, self.log_path, self.env, self.sandbox_info, self.spec)
-            for path in job_paths(self.job.to_dict()):  # what the judge's view has, the candidate's above all
-                self.subject.proc.stage(path)
+        finally:
+            os.close(subject_end)
+
+    def _link_subject(self) -> None:
+        """The job's files staged into the subject's view too (the candidate's above all), and the
+        judge's end of the link handed to the judge on the result channel."""
+        if self.subject is None:
+            self._spawn_subject()
+        for path in job_paths(self.job.to_dict()):
+            self.subject.proc.stage(path)
+        try:
             with socket.socket(fileno=os.dup(self.fd)) as sock:
-                socket.send_fds(sock, [b"link"], [judge_end])
+                socket.send_fds(sock, [b"link"], [self.judge_end])
         except OSError:  # the judge died early: next_event sees the end of the stream
             pass
         finally:
-            os.close(judge_end)
-            os.close(subject_end)
+            os.close(self.judge_end)
+            self.judge_end = None
 
     def next_event(self, timeout: float) -> dict | None | str:
         """An event dict, None at end of stream, or 'timeout'. `timeout` counts from the child's
@@ -225,10 +242,10 @@ class ChildRun:
     def close(self, kill: bool) -> int | None:
         """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
         the jail's PID namespace ends with its first process. The subject ends when the judge closes
-        the link, and is killed with it."""
-        if self.subject is not None:
-            self.subject_code = self.subject.close(kill)
-            self.subject = None
+        the link, and is killed once the judge has ended (by then a subject that died has said how)."""
+        if self.judge_end is not None:  # a child closed before its job: the link never handed over
+            os.close(self.judge_end)
+            self.judge_end = None
         if not self.proc.stdin.closed:  # a child that never got its job
             self.proc.stdin.close()
         if kill and self.ended:  # a child that died (its pipe closed): let bwrap report how it died
@@ -244,6 +261,9 @@ class ChildRun:
             self.proc.kill_tree()
             code = self.proc.wait()
         self.proc.cleanup()
+        if self.subject is not None:
+            self.subject_code = self.subject.close(kill=True)
+            self.subject = None
         if self.fd is not None:
             os.close(self.fd)
         self.log.close()
@@ -255,6 +275,7 @@ class SubjectRun(ChildRun):
     judge where the result channel would be. It has no job, no key and nothing to tell the parent."""
 
     FD_FLAG = "--subject-fd"
+    HAS_SUBJECT = False
 
     def __init__(self, link_fd: int, log_path: str, env: dict | None, sandbox: JailInfo, spec: JailSpec):
         self.link_fd = link_fd
@@ -395,9 +416,7 @@ class _WorkerRun:
             else:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             outcome, budget = self._read(child)
-            # killed only when it hangs: a judge that ended by itself (its subject gone: exit 5) says so
-            # in its exit status, which a kill racing its exit would turn into SIGKILL
-            code = child.close(kill=outcome == "timeout")
+            code = child.close(kill=outcome != "done")
             if not self._carry_on(outcome, _ended(code, child.subject_code), budget):
                 break
         touched = files_changed(files_before, harness_files(watch))
