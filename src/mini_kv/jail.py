@@ -848,6 +848,33 @@ def _copy_regular(src: Path, dest: Path) -> None:
             _copy_regular(child, dest / child.name)
 
 
+def _popen_unjailed(cmd: list[str], env: dict | None, **kwargs) -> subprocess.Popen:
+    """The jail is off: `cmd` as it would run without mini_kv's jail (no rlimits), in its own session."""
+    launch = _launcher(Limits(), False, None)
+    if launch is None:
+        return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+    return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
+
+
+def _inside_dir(cwd: str | None, spec: JailSpec) -> str | None:
+    """The working directory inside: the caller's where the jail shows it (`python -m` puts it on
+    sys.path, as a project's modules expect), else None (the scratch dir)."""
+    chdir = cwd or os.getcwd()
+    return chdir if _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]) else None
+
+
+def _hand_over(spec: JailSpec, inboxes: dict[str, str]) -> None:
+    """When the jail runs as another uid: it must write its writable dirs and read its inboxes, and
+    mini_kv's own temp dirs (staged sources) are made readable to it."""
+    if run_as() is None:
+        return
+    for d in [*spec.writable, *inboxes.values()]:
+        os.chown(d, run_as(), run_as())
+    for d in spec.read_only:
+        if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
+            os.chmod(d, 0o755)
+
+
 def popen(
     cmd: list[str],
     spec: JailSpec,
@@ -861,19 +888,11 @@ def popen(
     `self_landlock`: `cmd` is a mini_kv entry that calls `_jail_prelude.restrict_from_env` before
     anything else (the worker child), so no prelude interpreter is started for it."""
     if not info.enabled:
-        launch = _launcher(Limits(), False, None)
-        if launch is None:
-            return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
-        # no rlimits when the jail is off: the command runs as it would without mini_kv's jail
-        return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
+        return _popen_unjailed(cmd, env, **kwargs)
     root = _pids_cgroup_root()
     group = _PidsGroup(root, spec.limits.processes) if root is not None else None
     nproc = os.geteuid() != 0 or run_as() is not None
-    # inside, the working directory is the caller's where the jail shows it (`python -m` puts it on
-    # sys.path, as a project's modules expect), else the scratch dir
-    chdir = kwargs.pop("cwd", None) or os.getcwd()
-    if not _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]):
-        chdir = None
+    chdir = _inside_dir(kwargs.pop("cwd", None), spec)
     fd = _seccomp_fd(spec.profiler)
     inboxes = {
         os.path.realpath(d): tempfile.mkdtemp(prefix="mini-kv-inbox-")
@@ -887,23 +906,13 @@ def popen(
             group.join()
         _set_limits(spec.limits, nproc)
 
-    if run_as() is not None:  # the jail's uid must write its writable dirs and read its inboxes
-        for d in [*spec.writable, *inboxes.values()]:
-            os.chown(d, run_as(), run_as())
-        for d in spec.read_only:  # mini_kv's own temp dirs (staged sources) are made private
-            if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
-                os.chmod(d, 0o755)
+    _hand_over(spec, inboxes)
     launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
+    landlock = {LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}
     try:
         proc = Jailed(
-            [
-                *(launch or []),
-                *argv(cmd, spec, info, fd, inboxes, str(chdir) if chdir else None, self_landlock),
-            ],
-            env={
-                **environment(env, spec),
-                **({LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}),
-            },
+            [*(launch or []), *argv(cmd, spec, info, fd, inboxes, chdir, self_landlock)],
+            env={**environment(env, spec), **landlock},
             start_new_session=True,
             preexec_fn=before_exec if launch is None else None,
             pass_fds=(*kwargs.pop("pass_fds", ()), fd),

@@ -71,65 +71,74 @@ def build_leaderboard(
     if rebuild or not index_path(artifacts).exists():
         problems.extend(rebuild_index(artifacts).problems)
     where = f"status='{Status.PASSED}' AND stable=1 AND geomean_speedup IS NOT NULL"
-    params: tuple = ()
-    if task:
-        where += " AND task_id=?"
-        params = (task,)
-    rows, cases = read_index(artifacts, where, params)
+    rows, cases = read_index(artifacts, where + (" AND task_id=?" if task else ""), (task,) if task else ())
     problems.extend(_remembered_tampered(artifacts, task, {p.path for p in problems}))
-    latest: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
-    for row in sorted(rows, key=lambda r: (str(r["created_at"]), str(r["attempt_id"])), reverse=True):
-        key = (str(row["task_id"]), str(row["candidate"]))
-        if key in latest:
-            continue
-        try:
-            found = checked_row(artifacts, row, cases.get(row["attempt_id"], []))
-        except AttemptInvalid as exc:
-            path = artifacts / str(row["path"])
-            msg = str(exc)
-            msg = msg[len(str(path)) + 2 :] if msg.startswith(f"{path}: ") else msg
-            problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
-            continue
-        state = signature_state(signing_key, found[0]["signed_by"])
-        if require_signed and state != signing.Signature.VALID:
-            problems.append(Problem(str(artifacts / str(row["path"])), "unsigned", _unsigned_why(state)))
-            continue
-        latest[key] = ({**found[0], "signature": str(state)}, found[1])
-    groups: dict[tuple, list[dict]] = {}
-    cases = {row["attempt_id"]: rcases for row, rcases in latest.values()}
-    for row, _ in latest.values():
-        groups.setdefault(tuple(row[k] for k in GROUP_KEYS), []).append(row)
-    out_groups = []
-    for gkey in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
-        members = sorted(groups[gkey], key=lambda r: (-r["geomean_speedup"], r["candidate"]))
-        entries = []
-        for rank, r in enumerate(members, start=1):
-            entries.append(
-                {
-                    "rank": rank,
-                    "candidate": r["candidate"],
-                    "geomean_speedup": r["geomean_speedup"],
-                    "attempt_id": r["attempt_id"],
-                    "created_at": r["created_at"],
-                    "path": r["path"],
-                    "regression": r["regression"],
-                    "signature": r["signature"],
-                    "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
-                }
-            )
-        out_groups.append({**dict(zip(GROUP_KEYS, gkey, strict=True)), "entries": entries})
+    latest = _latest_valid(artifacts, rows, cases, signing_key, require_signed, problems)
     return {
         "schema_version": LEADERBOARD_SCHEMA_VERSION,
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "artifacts": str(artifacts),
         "task": task,
-        "groups": out_groups,
+        "groups": _ranked_groups(latest),
         "problems": [p.to_dict() for p in problems],
         "signing": {
             "key_id": None if signing_key is None else signing_key.key_id,
             "required": require_signed,
         },
     }
+
+
+def _latest_valid(
+    artifacts: Path, rows: list[dict], cases: dict, signing_key, require_signed: bool, problems: list[Problem]
+) -> dict[tuple[str, str], tuple[dict, list[dict]]]:
+    """Per (task, candidate), its newest attempt that passes every check (and, with `require_signed`,
+    whose signature holds); each one that fails is added to `problems`."""
+    latest: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
+    for row in sorted(rows, key=lambda r: (str(r["created_at"]), str(r["attempt_id"])), reverse=True):
+        key = (str(row["task_id"]), str(row["candidate"]))
+        if key in latest:
+            continue
+        path = artifacts / str(row["path"])
+        try:
+            found = checked_row(artifacts, row, cases.get(row["attempt_id"], []))
+        except AttemptInvalid as exc:
+            msg = str(exc)
+            msg = msg[len(str(path)) + 2 :] if msg.startswith(f"{path}: ") else msg
+            problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
+            continue
+        state = signature_state(signing_key, found[0]["signed_by"])
+        if require_signed and state != signing.Signature.VALID:
+            problems.append(Problem(str(path), "unsigned", _unsigned_why(state)))
+            continue
+        latest[key] = ({**found[0], "signature": str(state)}, found[1])
+    return latest
+
+
+def _ranked_groups(latest: dict[tuple[str, str], tuple[dict, list[dict]]]) -> list[dict]:
+    """The attempts grouped by what makes them comparable (GROUP_KEYS), each group ranked by speedup."""
+    groups: dict[tuple, list[dict]] = {}
+    cases = {row["attempt_id"]: rcases for row, rcases in latest.values()}
+    for row, _ in latest.values():
+        groups.setdefault(tuple(row[k] for k in GROUP_KEYS), []).append(row)
+    out = []
+    for gkey in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+        members = sorted(groups[gkey], key=lambda r: (-r["geomean_speedup"], r["candidate"]))
+        entries = [
+            {
+                "rank": rank,
+                "candidate": r["candidate"],
+                "geomean_speedup": r["geomean_speedup"],
+                "attempt_id": r["attempt_id"],
+                "created_at": r["created_at"],
+                "path": r["path"],
+                "regression": r["regression"],
+                "signature": r["signature"],
+                "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
+            }
+            for rank, r in enumerate(members, start=1)
+        ]
+        out.append({**dict(zip(GROUP_KEYS, gkey, strict=True)), "entries": entries})
+    return out
 
 
 def signature_state(key: signing.SigningKey | None, signed_by: str | None) -> signing.Signature:
