@@ -151,7 +151,9 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     key = sha256_text(canonical_json(keyed))
     return {
         "candidate": cand.id,
-        "candidate_dir": str(cdir),
+        # by its real path (not in the key): the jail binds what a path names, and a project's .build/
+        # (where a baseline's sources are staged) may be a symlink
+        "candidate_dir": str(Path(cdir).resolve()),
         "sources": sources,
         "files": files,
         "flags": flags,
