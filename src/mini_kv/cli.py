@@ -9,6 +9,7 @@ from pathlib import Path
 from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
+    add_sandbox_argument,
     artifacts_dir,
     console,
     options_from,
@@ -206,14 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="label what mini_kv cannot detect but that changes timings (power cap, "
         "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
     )
-    vr.add_argument(
-        "--sandbox",
-        choices=("auto", "required", "off"),
-        help="the jail around candidate code and its build: auto (default: every layer this machine "
-        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
-        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
-        "see docs/security.md",
-    )
+    add_sandbox_argument(vr)
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
     )

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selection_arguments
-from mini_kv.cli_common import VERBOSE_HELP, artifacts_dir, console, options_from, run_command
+from mini_kv.cli_common import (
+    VERBOSE_HELP,
+    add_sandbox_argument,
+    artifacts_dir,
+    console,
+    options_from,
+    run_command,
+)
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
 
@@ -101,14 +108,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
     )
-    p.add_argument(
-        "--sandbox",
-        choices=("auto", "required", "off"),
-        help="the jail around candidate code and its build: auto (default: every layer this machine "
-        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
-        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
-        "see docs/security.md",
-    )
+    add_sandbox_argument(p)
 
 
 def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:

@@ -205,3 +205,15 @@ def task_id_of(spec: str, flag: str) -> str:
         # the task id `bench` stores a problem under: its name made directory-safe
         return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
     return spec
+
+
+def add_sandbox_argument(p) -> None:
+    """--sandbox, as verify and bench take it (mini_kv.jail.mode_from reads it)."""
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
+    )
