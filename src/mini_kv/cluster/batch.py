@@ -54,14 +54,45 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
 
 
-def item_key(item: Item) -> str:
-    """What a results file knows an item by: a card's `task/candidate` (its label), a SOL solution's
-    `definition/solution name` (what its traces carry)."""
+def item_key(item: Item) -> tuple[str, str, str]:
+    """What a results file knows an item by: a card's (verify, task, candidate), a SOL solution's
+    (bench, definition name, solution name), the names its traces carry. A tuple, never the names joined:
+    SOL names may contain "/" (definition "a/b" with solution "c" is not definition "a" with "b/c")."""
     if item.kind == VERIFY:
-        return item.label
+        task, candidate = item.label.split("/", 1)  # a card's id is an identifier: no "/" in it
+        return (VERIFY, task, candidate)
     definition = json.loads((Path(item.target) / "definition.json").read_text(encoding="utf-8"))["name"]
     solution = json.loads(Path(item.opts.solution).read_text(encoding="utf-8"))["name"]
-    return f"{definition}/{solution}"
+    return (BENCH, definition, solution)
+
+
+def line_key(line: dict) -> tuple[str, str, str] | None:
+    """The item a results file's line belongs to (item_key's tuple), or None for a line that is neither
+    a card's summary line nor a SOL trace. Both kinds of line carry their names in fields of their own
+    (a card's `item` is `task/candidate`, the task an identifier), so files written before the key was a
+    tuple read the same."""
+    if isinstance(line.get("item"), str) and "/" in line["item"]:
+        task, candidate = line["item"].split("/", 1)
+        return (VERIFY, task, candidate)
+    if isinstance(line.get("definition"), str) and isinstance(line.get("solution"), str):
+        return (BENCH, line["definition"], line["solution"])
+    return None
+
+
+def check_distinct_keys(items: list[Item]) -> None:
+    """A results file cannot tell apart two SOL solutions of one definition with the same name: with
+    one, a resumed run would skip the second as done. Refused before anything runs."""
+    seen: dict[tuple[str, str, str], Item] = {}
+    for item in items:
+        key = item_key(item)
+        if key in seen:
+            first = seen[key]
+            raise UserError(
+                f"{getattr(item.opts, 'solution', item.label)}: solution name {key[2]!r} of definition "
+                f"{key[1]!r} is also the name of {getattr(first.opts, 'solution', first.label)}; a results "
+                "file knows a solution by its definition and solution names, so they must differ"
+            )
+        seen[key] = item
 
 
 def result_lines(item: Item, result: dict) -> list[dict]:
@@ -90,15 +121,21 @@ class Journal:
 
     def __init__(self, path: Path, resume: bool):
         self.path = Path(path)
-        self.done: set[str] = set()
+        self.done: set[tuple[str, str, str]] = set()
         kept = []
         if resume and self.path.exists():
-            for raw in self.path.read_text(encoding="utf-8").splitlines():
+            for number, raw in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
                 try:
                     line = json.loads(raw)
                 except ValueError:
                     continue  # torn by a kill
-                key = line.get("item") or f"{line.get('definition')}/{line.get('solution')}"
+                key = line_key(line) if isinstance(line, dict) else None
+                if key is None:
+                    raise UserError(
+                        f"{self.path}: line {number}: neither a SOL trace (definition, solution) nor a "
+                        "task card's result (item: task/candidate); not a results file of mini-kv batch "
+                        "or bench -o"
+                    )
                 self.done.add(key)
                 kept.append(raw + "\n")
         self.path.parent.mkdir(parents=True, exist_ok=True)
