@@ -658,7 +658,8 @@ def _cuda_plan(problems: dict[str, Problem]):
         rounds += [(p, "pytorch", k) for k in (*PY_KINDS, *GPU_CHEATS, "correct_shipped")]
     by_language = {lang: [r for r in rounds if r[1] == lang] for lang in ("cuda_cpp", "triton", "pytorch")}
     # interleave the languages so that any prefix is about a third each
-    yield from (r for trio in zip(*(itertools.cycle(v) for v in by_language.values())) for r in trio)
+    cycles = [itertools.cycle(v) for v in by_language.values()]
+    yield from (r for trio in zip(*cycles, strict=False) for r in trio)
 
 
 def make(problem: Problem, language: str, kind: str, tag: str) -> Made | None:
