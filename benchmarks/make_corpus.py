@@ -170,11 +170,11 @@ def _gelu_mul_kernel(g_ptr, u_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(u_ptr + offs, mask=mask, other=0.0)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
     t = 2.0 * tl.sigmoid(2.0 * inner) - 1.0  # tanh(inner)
-    act = (0.5 * g * (1.0 + t)).to(tl.bfloat16)  # rounded to bf16, as the reference does
-    tl.store(out_ptr + offs, act * u, mask=mask)
+    act = (0.5 * g * (1.0 + t)).to(tl.bfloat16).to(tl.float32)  # rounded to bf16, as the reference does
+    tl.store(out_ptr + offs, (act * u).to(tl.bfloat16), mask=mask)
 
 
 def _core(x, gate_proj, up_proj):
