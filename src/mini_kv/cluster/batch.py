@@ -19,6 +19,7 @@ import socket
 import tempfile
 import traceback
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -293,10 +294,11 @@ def build_item(item: Item) -> dict | None:
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
 
 
-def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
-    """The items one after another in this process. On a GPU, every item's build starts at once on all
-    cores (cluster.prebuild) while earlier items are evaluated: the evaluation finds its build in the
-    cache, and at most one evaluation, so one timing, is on the GPU at any moment."""
+def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, dict]]:
+    """Each item and its result as it finishes, one after another in this process. On a GPU, every
+    item's build starts at once on all cores (cluster.prebuild) while earlier items are evaluated: the
+    evaluation finds its build in the cache, and at most one evaluation, so one timing, is on the GPU at
+    any moment. Closing the generator early cancels the builds not yet started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -304,19 +306,29 @@ def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> li
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
-    results = []
     try:
         for item, build in zip(items, builds, strict=True):
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
-            results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
-            show.done(results[-1]["label"], status_of(results[-1]))
-            on_result(item, results[-1])
-            if stop_first and results[-1]["exit_code"] != ExitCode.OK:
-                break  # -x: the items after it are not run
+            progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
+            yield item, {**run_item(item, progress, line), "label": item.label}
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
+    """The items' results (evaluate_here), shown and handed to `on_result` as each finishes."""
+    from contextlib import closing
+
+    results = []
+    with closing(evaluate_here(items, show)) as finished:
+        for item, result in finished:
+            results.append(result)
+            show.done(result["label"], status_of(result))
+            on_result(item, result)
+            if stop_first and result["exit_code"] != ExitCode.OK:
+                break  # -x: the items after it are not run
     return results
 
 
