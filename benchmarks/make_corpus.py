@@ -37,7 +37,7 @@ SOLUTIONS = ROOT / "solutions"
 # workload until `give_up_after` of them in a row timed out: both kept small so a hang is cheap.
 OPTIONS = {
     "cpu": {"timeout": 15.0, "give_up_after": 1, "rounds": 2, "warmup": 1, "samples": 5},
-    "cuda": {"timeout": 60.0, "give_up_after": 1},
+    "cuda": {"timeout": 30.0, "give_up_after": 1},
 }
 DEFAULT_COUNT = {"cpu": 20, "cuda": 240}
 # problems whose workloads are small enough for a CPU (gemma3's are 77-GFLOP bf16 matmuls, rmsnorm's

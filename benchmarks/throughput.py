@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "where": f", GPUs {args.gpus}" if args.gpus and not args.sequential else "",
         "options": data.get("options") or {},
         "cpus": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": [round(x, 2) for x in os.getloadavg()],  # 1, 5 and 15 minutes, at the start
     }
     try:
         with BusySampler(gpu_indices(device, args.gpus)) as busy:
@@ -361,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.artifacts:
             shutil.rmtree(store, ignore_errors=True)
+    meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     rep = report(entries, verdicts, stages, wall, busy.fraction, meta)
     if args.json:
         print(json.dumps(rep))
