@@ -234,3 +234,22 @@ def test_a_gpu_jail_tells_triton_where_libcuda_is(tmp_path, monkeypatch):
         assert jail.environment(None, jail.JailSpec(gpu=True))["TRITON_LIBCUDA_PATH"] == "/elsewhere"
     finally:
         jail.libcuda_dir.cache_clear()
+
+
+def test_a_fresh_projects_build_cache_and_store_are_masked_from_the_start(tmp_path):
+    """A worker starts before the build and the attempt create .build/ and artifacts/: the spec makes
+    them, so that they are masked even then (not the host's cache, other candidates' libraries in it)."""
+    from mini_kv.pipeline import worker_spec
+
+    info = jail.probe()
+    if not info.enabled:
+        pytest.skip(f"no jail here: {info.reason}")
+    project = tmp_path / "project"
+    project.mkdir()
+    spec = worker_spec([project], project, project / "artifacts")
+    (project / ".build" / "other").mkdir()
+    (project / ".build" / "other" / "lib.so").write_bytes(b"another candidate's library")
+    (project / "artifacts" / "attempt.json").write_text("{}")
+    res = jail.run(["sh", "-c", f"ls -A {project}/.build {project}/artifacts"], spec, info, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "other" not in res.stdout and "attempt.json" not in res.stdout, res.stdout
