@@ -4,8 +4,10 @@ attacks it through real candidates)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -253,3 +255,24 @@ def test_a_fresh_projects_build_cache_and_store_are_masked_from_the_start(tmp_pa
     res = jail.run(["sh", "-c", f"ls -A {project}/.build {project}/artifacts"], spec, info, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "other" not in res.stdout and "attempt.json" not in res.stdout, res.stdout
+
+
+def test_mini_kvs_own_temp_dirs_are_opened_to_the_jails_uid(tmp_path, monkeypatch):
+    """Where the jail runs as a uid of its own, what mini_kv staged for it in 0700 temp dirs (a profile's
+    target inside one, a baseline's renamed sources in .build/) is made readable; other dirs are not."""
+    import tempfile
+
+    monkeypatch.setattr(jail, "run_as", lambda: 65534)
+    staging = Path(tempfile.mkdtemp(prefix="mini-kv-test-"))
+    build = tmp_path / ".build"
+    build.mkdir()
+    baseline = Path(tempfile.mkdtemp(prefix="baseline-src-", dir=build))
+    private = Path(tempfile.mkdtemp(prefix="users-own-", dir=tmp_path))
+    try:
+        (staging / "target").mkdir()
+        spec = jail.JailSpec(read_only=(str(staging / "target"), str(baseline), str(private)))
+        jail._hand_over(spec, {})
+        assert staging.stat().st_mode & 0o777 == 0o755 and baseline.stat().st_mode & 0o777 == 0o755
+        assert private.stat().st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(staging)
