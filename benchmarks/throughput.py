@@ -5,9 +5,9 @@
 Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_items`, what `mini-kv
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
 Dask cluster with --gpus), or with --sequential one `python -m mini_kv bench` call per solution, as a
-user's loop does today. Prints solutions per hour, the time per stage, the GPU busy fraction (NVML's
-utilization, sampled; n/a without a GPU) and every verdict that differs from its label. Exit status 1 if
-any verdict is wrong, 2 on bad input.
+user's loop does today. Prints solutions per hour, the time per stage, the GPU busy fraction (the
+GPUs' utilization sampled through NVML or nvidia-smi; n/a without a GPU) and every verdict that differs
+from its label. Exit status 1 if any verdict is wrong, 2 on bad input.
 
 A verdict is read back from the stored attempt: attempt.json's status as the store recomputes it, the
 statuses of its traces and its geometric-mean speedup. It is wrong when the status differs from the
@@ -157,35 +157,70 @@ def is_right(expect: dict, got: Verdict) -> bool:
 
 
 class BusySampler:
-    """NVML's utilization of the GPUs (the fraction of each sample period a kernel ran), sampled every
-    0.2 s in a thread: its mean is the busy fraction. Unavailable (None) without NVML or a GPU."""
+    """The GPUs' utilization (the fraction of each sample period a kernel ran), sampled about every 0.2 s
+    in a thread, through NVML (pynvml) or else `nvidia-smi -lms 200`: its mean is the busy fraction.
+    `source` says which, or why there is none (no GPU, neither tool)."""
 
     def __init__(self, indices: list[int]):
         self.samples: list[float] = []
-        self.handles = []
+        self.source = "no GPU" if not indices else "neither pynvml nor nvidia-smi"
+        self._indices = indices
         self._stop = threading.Event()
+        self._read = None
+        self._proc = None
+        if indices:
+            self._read = self._nvml() or self._nvidia_smi()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _nvml(self):
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-            self._util = pynvml.nvmlDeviceGetUtilizationRates
-        except Exception:  # noqa: BLE001 - no NVML, no GPU: the figure is n/a
-            self.handles = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self._indices]
+        except Exception:  # noqa: BLE001 - no pynvml or no NVML: try nvidia-smi
+            return None
+        self.source = "NVML"
+
+        def read():
+            if self._stop.wait(0.2):
+                return None
+            return [pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+
+        return read
+
+    def _nvidia_smi(self):
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return None
+        ids = ",".join(map(str, self._indices))
+        self._proc = subprocess.Popen(
+            [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200", "-i", ids],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.source = "nvidia-smi"
+
+        def read():
+            line = self._proc.stdout.readline()
+            return [float(line)] if line.strip().replace(".", "", 1).isdigit() else ([] if line else None)
+
+        return read
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.samples.append(sum(self._util(h).gpu for h in self.handles) / (100.0 * len(self.handles)))
+        while not self._stop.is_set() and (values := self._read()) is not None:
+            self.samples += [v / 100.0 for v in values]
 
     def __enter__(self):
-        if self.handles:
+        if self._read is not None:
             self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        if self.handles:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait()
+        if self._read is not None:
             self._thread.join()
 
     @property
@@ -309,8 +344,10 @@ def print_report(rep: dict) -> None:
     for stage, secs in rep["stages_s"].items():
         print(f"  {stage:<22} {secs:9.1f} s")
     busy = rep["gpu_busy_fraction"]
+    src = rep["gpu_busy_source"]
     print(
-        "GPU busy: " + ("n/a (no GPU)" if busy is None else f"{100 * busy:.0f}% (NVML utilization, sampled)")
+        "GPU busy: "
+        + (f"n/a ({src})" if busy is None else f"{100 * busy:.0f}% (utilization, sampled by {src})")
     )
     print(f"verdicts: {rep['right']} right, {len(rep['wrong'])} wrong")
     for w in rep["wrong"]:
@@ -362,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.artifacts:
             shutil.rmtree(store, ignore_errors=True)
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    meta["gpu_busy_source"] = busy.source
     rep = report(entries, verdicts, stages, wall, busy.fraction, meta)
     if args.json:
         print(json.dumps(rep))
