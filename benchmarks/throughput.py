@@ -1,6 +1,7 @@
 """Solutions per hour through the batch evaluator, on a labelled corpus (benchmarks/make_corpus.py).
 
-    python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--sequential] [--json]
+    python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--part K/N]
+                                        [--sequential] [--json]
 
 Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_items`, what `mini-kv
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
