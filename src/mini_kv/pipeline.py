@@ -480,6 +480,7 @@ STATUS_CODES = {
     Status.INVALID_CASE: ExitCode.CONFIG,
     Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
     Status.IMPOSSIBLE_TIME: ExitCode.BENCHMARK,  # a time faster than physics: the benchmark stage's verdict
+    Status.REWARD_HACK: ExitCode.CORRECTNESS,  # a defence fired (status.VIOLATIONS): as bench's traces exit
     Status.PASSED: ExitCode.OK,
 }
 

@@ -28,7 +28,7 @@ from mini_kv.solexec.inputs import (
     make_inputs,
     normalize_outputs,
 )
-from mini_kv.status import Status
+from mini_kv.status import Status, violation_status
 from mini_kv.worker import integrity
 from mini_kv.worker.benchmark import SampledRepeats, input_set_count, sampling_record, timed, timing_budget
 from mini_kv.worker.channel import Channel
@@ -108,8 +108,8 @@ def _tb() -> str:
 
 
 def _hack(code: str, log: str) -> Verdict:
-    """REWARD_HACK with the defence's reason code first in the log (codes: mini_kv.worker.integrity)."""
-    return Verdict(Status.REWARD_HACK, integrity.reward_hack_log(code, log))
+    """The violation's status (status.VIOLATIONS) with the defence's reason code first in the log."""
+    return Verdict(violation_status(code), integrity.reward_hack_log(code, log))
 
 
 def _check_integrity(ctx: Context, when: str) -> None:
@@ -732,7 +732,8 @@ def _load_failed(reply: dict, sol: dict) -> tuple[str, str] | None:
         return None
     if isinstance(reply.get("violation"), dict):
         v = reply["violation"]
-        return Status.REWARD_HACK, integrity.reward_hack_log(str(v.get("code")), str(v.get("message")))
+        code = str(v.get("code"))
+        return violation_status(code), integrity.reward_hack_log(code, str(v.get("message")))
     if reply.get("missing_entry"):
         return (
             Status.COMPILE_ERROR,

@@ -35,7 +35,7 @@ from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
-from mini_kv.status import BuildStatus, Status
+from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
@@ -281,7 +281,7 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
             hit = [incident["case"]] if incident.get("case") in out else list(out)
             for uuid in hit:
-                out[uuid] = {"status": Status.REWARD_HACK, "log": incident["reason"]}
+                out[uuid] = {"status": violation_status(incident["integrity"]), "log": incident["reason"]}
     return out
 
 

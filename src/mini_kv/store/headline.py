@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mini_kv import roofline
 from mini_kv.settings import DEFAULTS
-from mini_kv.status import BuildStatus, Status
+from mini_kv.status import BuildStatus, Status, verdict_of, verdict_of_statuses
 from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
@@ -224,8 +224,12 @@ def card_headline(
         bench, cases = summarize_benchmark(bench_records, skipped)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
+    # a defence that fired decides the status, whichever stage saw it (status.VIOLATIONS)
+    violated = verdict_of([*corr["integrity_failures"], *(bench.get("integrity_failures") or [])])
     if corr["invalid_cases"]:
         status = Status.INVALID_CASE
+    elif violated:
+        status = violated
     elif not corr["ok"]:
         status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
@@ -267,6 +271,8 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
         **({"impossible": impossible} if impossible else {}),
     }
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
+    if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
+        status = verdict_of_statuses(counts) or status
     return Headline(status, {"ok": passed, "counts": counts}, bench, tuple(cases))
 
 

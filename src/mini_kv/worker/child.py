@@ -246,7 +246,7 @@ class CardEvaluator:
                 "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
             )
         except integrity.Violation as v:
-            return {"status": Status.FAILED, "integrity": v.code, "reason": str(v)}
+            return {"status": v.status, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
             return {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
         return reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
@@ -271,7 +271,7 @@ class CardEvaluator:
                 self.guard,
             )
         except integrity.Violation as v:
-            return {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
+            return {"id": case["id"], "status": v.status, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
             return {
                 "id": case["id"],

@@ -89,7 +89,7 @@ def run_case(
             **_checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard),
         }
     except Violation as v:
-        return {**record, "status": Status.INCORRECT, "integrity": v.code, "reason": str(v)}
+        return {**record, "status": v.status, "integrity": v.code, "reason": str(v)}
     except _Raised as r:
         return {
             **record,

@@ -25,36 +25,11 @@ from pathlib import Path
 
 import torch
 
+from mini_kv.status import VIOLATIONS, violation_status
 from mini_kv.worker.compare import fp64_chunks, raw_bytes
 
-# reason code -> what it means (the text appears in docs/integrity.md as well)
-CODES = {
-    "HARNESS_TAMPERED": "a function the verdict or the timer depends on was replaced, or the process "
-    "state the harness set (environment, thread settings, trace hooks, files) changed",
-    "PRECISION_FLAGS_CHANGED": "a torch.backends precision switch (TF32, reduced-precision reductions, "
-    "float32 matmul precision) changed",
-    "STREAM_SWITCHED": "the current CUDA stream is not the one the harness set",
-    "STREAM_ESCAPE": "the output was not ready on the caller's stream when the call returned: work on "
-    "another stream not joined back",
-    "THREAD_ESCAPE": "work left running after the call returned (a new thread, or an output that "
-    "completed after the call without another call)",
-    "DEFERRED_WORK": "the output was completed by a later call",
-    "OUTPUT_NOT_PLAIN_TENSOR": "the output is not exactly a torch.Tensor with real, dense storage",
-    "OUTPUT_ALIASES_INPUT": "the output shares memory with an input",
-    "OUTPUT_ALIASES_REFERENCE": "the output shares memory with the reference's output",
-    "INPUT_MUTATED": "the call changed its inputs",
-    "CALL_ORDER_DEPENDENT": "right or wrong depending on when it is called (before or after the reference, "
-    "or how many calls came before)",
-    "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
-    "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
-    "the reference's values are small",
-    "STALE_OUTPUT_AFTER_TIMING": "a timed call's output wrong when the judge checked it, or wrong after the "
-    "timed calls, or on new values written into the same buffers",
-    "NO_DEVICE_WORK": "timed calls launched no device work at all",
-    "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel, or an answer from the subject "
-    "process out of turn or out of protocol",
-    "IMPOSSIBLE_TIME": "timings the subject reported that the judge's own clock around them rules out",
-}
+# reason code -> what it means; the codes, their statuses and meanings are mini_kv.status.VIOLATIONS
+CODES = {code: v.meaning for code, v in VIOLATIONS.items()}
 
 
 class Violation(Exception):
@@ -64,6 +39,11 @@ class Violation(Exception):
         assert code in CODES, code
         super().__init__(f"{code}: {message}")
         self.code, self.message = code, message
+
+    @property
+    def status(self):
+        """The verdict for it, the same in both front doors (status.VIOLATIONS)."""
+        return violation_status(self.code)
 
 
 # ------------------------------------------------------------------------------ harness snapshot
