@@ -83,16 +83,12 @@ def test_the_same_violation_gets_the_same_status_through_both_front_doors(tmp_pa
         str(tmp_path / "sol"),
         "-o",
         str(out),
-        "--json",
         timeout=600,
     )
     traces = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
     assert traces and all(t["evaluation"]["log"].startswith("PRECISION_FLAGS_CHANGED:") for t in traces)
-    sol_attempt = json.loads(
-        (Path(json.loads(next(ln for ln in sol.stdout.splitlines() if ln.startswith("{")))["attempt"]))
-        .joinpath("attempt.json")
-        .read_text()
-    )
+    (attempt,) = (tmp_path / "sol").glob("*/*/attempt.json")
+    sol_attempt = json.loads(attempt.read_text())
 
     want = violation_status("PRECISION_FLAGS_CHANGED")
     assert {c["status"] for c in flagged} == {want}

@@ -482,6 +482,31 @@ def rewrite_in_place(targets, sources) -> None:
                 t.data.copy_(s)
 
 
+PERTURB_SHARE = 1 / 32  # of one input's elements, rewritten before a spot-checked batch
+
+
+def perturb_in_place(targets, spares, rng) -> None:
+    """Rewrite one contiguous block (PERTURB_SHARE of its elements, at a random place) of one floating-point
+    input, chosen at random by size, with the spare values there; in place as rewrite_in_place writes, so
+    address, shape, id and version counter stay. The rest of the values stay too: a result cache keyed on
+    the shape and a sample of the values (not the whole content) hits on the old key and hands back the
+    old result, which the spot check then finds wrong in more than the tolerance's share of elements.
+    Integer inputs (indices, offsets, lengths) are left whole: a mix of two valid ones may be invalid."""
+    pairs = [
+        (t, s)
+        for t, s in zip(targets, spares, strict=True)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()
+    ]
+    if not pairs:
+        return
+    t, s = rng.choices(pairs, weights=[t.numel() for t, _ in pairs])[0]
+    n = t.numel()
+    size = min(n, max(1, int(n * PERTURB_SHARE) + 1))
+    start = rng.randrange(n - size + 1)
+    with torch.no_grad():
+        t.data.view(-1)[start : start + size].copy_(s.reshape(-1)[start : start + size])
+
+
 def poison(sizes, device) -> None:
     """Fill freed blocks of the likely output sizes with NaN (0xFF bytes), so an output that is
     allocated and not written (handed back from a freed buffer) does not hold stale right values."""

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 import torch
 
 from mini_kv.worker import shared
-from mini_kv.worker.integrity import CODES, SUBJECT_VIEWS, SubjectView, Violation, rewrite_in_place
+from mini_kv.worker.integrity import (
+    CODES,
+    SUBJECT_VIEWS,
+    SubjectView,
+    Violation,
+    perturb_in_place,
+    rewrite_in_place,
+)
 from mini_kv.worker.integrity import poison as integrity_poison
 from mini_kv.worker.link import Link, LinkClosed, LinkError
 from mini_kv.worker.timing import (
@@ -324,6 +331,7 @@ class RemoteWorkload(Workload):
         super().__init__([None] * len(sets))
         self.subject, self.id, self.sets, self.spot = op.subject, next(self._ids), sets, spot
         self.pos = 0  # the subject's place in the rotation after the last batch (its claim)
+        self._batches, self._kept = 0, []
         encoded = [[self.subject.encode(a) for a in s] for s in sets]
         self.subject.ask("workload", id=self.id, target=op.target, sets=encoded)
 
@@ -357,21 +365,31 @@ class RemoteWorkload(Workload):
 
     def _arm(self, samples: int) -> int:
         """Before a batch: choose at random one of the input sets it will call (every batch calls at
-        least `samples` calls, from where the rotation stands), give it the spare values and poison
-        its destination-passing outputs, so that only work done in this batch can pass the check."""
+        least `samples` calls, from where the rotation stands), give it new values and poison its
+        destination-passing outputs, so that only work done in this batch can pass the check. The new
+        values alternate between two kinds, the first batch taking the second: every element the spare's (a result kept for the old
+        address, id, shape or version counter is wrong), and one block of the set's own values changed
+        (integrity.perturb_in_place: a result kept for the old shape and a sample of the values is)."""
         k = (self.pos + random.randrange(min(samples, len(self.sets)))) % len(self.sets)
-        self._swap(k)
+        self._swap(k, partial=self._batches % 2 == 0)
+        self._batches += 1
         for i in self.spot.outputs:
             _poison(self.sets[k][i])
         return k
 
-    def _swap(self, k: int) -> None:
-        """Exchange set k's input values with the spare ones, in place (rewrite_in_place)."""
-        inputs = [i for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
-        theirs = [self.sets[k][i] for i in inputs]
-        mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
-        rewrite_in_place(theirs, [self.spot.spare[j] for j in range(len(inputs))])
-        rewrite_in_place([self.spot.spare[j] for j in range(len(inputs))], mine)
+    def _swap(self, k: int, partial: bool = False) -> None:
+        """Set k's input values replaced, in place (rewrite_in_place), the old ones kept to put back."""
+        theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
+        self._kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
+        if partial:
+            perturb_in_place(theirs, self.spot.spare[: len(theirs)], random)
+        else:
+            rewrite_in_place(theirs, self.spot.spare[: len(theirs)])
+
+    def _restore(self, k: int) -> None:
+        theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
+        rewrite_in_place(theirs, self._kept)
+        self._kept = []
 
     def _spot_check(self, k: int) -> None:
         """After the batch: the outputs of its last call on set k, judged here; then set k's own
@@ -390,7 +408,7 @@ class RemoteWorkload(Workload):
                 f"a timed call on input set {k}, checked after timing its batch, with new values in its "
                 f"input buffers: {why} (right when checked, wrong when timed: it skipped work or replayed a result)",
             )
-        self._swap(k)
+        self._restore(k)
 
 
 def _poison(t) -> None:

@@ -24,6 +24,7 @@ a multi-kernel op's launches stay outside the span.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import ctypes
 import functools
@@ -90,6 +91,11 @@ class TimingGuardError(RuntimeError):
     pass
 
 
+class DeferredWorkError(RuntimeError):
+    """A timed call's output changed between its return and the end of its batch: work deferred to later
+    calls (cross-call batching) or left running. The subject reports it as DEFERRED_WORK."""
+
+
 @dataclass
 class Measurement:
     method: str
@@ -101,15 +107,27 @@ class Measurement:
 
 
 class Workload:
-    """Input sets to rotate through; each call takes the next, continuing across measurements."""
+    """Input sets to rotate through; each call takes the next, continuing across measurements.
+
+    `written(k)`, where given, is (what the latest call on set k returned, set k's arguments, DPS
+    outputs among them): fingerprinted when each timed call returns, outside the timed span
+    (`returned`), and again later: a returned value once DEFERRED_WINDOW more calls have run and after
+    the batch's final sync, a set's arguments after that sync (`settled`). A change is work the call
+    left for later: a candidate that batches its calls (returns unwritten outputs and writes them in
+    one merged pass in a later call) or finishes call j's output in call j+1 shrinks the time per
+    call. (An honest call never writes a returned output again: one output handed back twice is
+    already REPLAYED_RESULT.)"""
 
     remote = False  # a candidate's rotation lives in the subject (worker.remote.RemoteWorkload)
 
-    def __init__(self, calls: Sequence[Call]):
+    def __init__(self, calls: Sequence[Call], written: Callable[[int], tuple] | None = None):
         if not calls:
             raise ValueError("no calls to time")
         self.calls = list(calls)
         self.pos = 0
+        self.written = written
+        self._window: collections.deque = collections.deque()  # (set, returned value, its fingerprint)
+        self._args: dict[int, list[torch.Tensor]] = {}  # set -> its arguments' fingerprint
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -118,6 +136,63 @@ class Workload:
         fn = self.calls[self.pos % len(self.calls)]
         self.pos += 1
         return fn
+
+    def returned(self) -> None:
+        """The call just timed has returned (and, on CUDA, was synchronised): fingerprint what it wrote."""
+        if self.written is None:
+            return
+        k = (self.pos - 1) % len(self.calls)
+        value, args = self.written(k)
+        self._args[k] = fingerprint(args)
+        self._window.append((k, value, fingerprint(value)))
+        if len(self._window) > DEFERRED_WINDOW:
+            _unchanged(*self._window.popleft())
+
+    def settled(self, device: str) -> None:
+        """After a batch: every fingerprint taken must still hold (DeferredWorkError otherwise)."""
+        if not self._window and not self._args:
+            return
+        if is_cuda(device):
+            torch.cuda.synchronize()
+        window, args, self._window, self._args = self._window, self._args, collections.deque(), {}
+        for k, value, before in window:
+            _unchanged(k, value, before)
+        for k, before in sorted(args.items()):
+            _unchanged(k, self.written(k)[1], before)
+
+
+DEFERRED_WINDOW = 16  # timed calls after which a returned output is fingerprinted again
+
+
+def _unchanged(k: int, value, before: list[torch.Tensor]) -> None:
+    after = fingerprint(value)
+    if len(after) != len(before) or not all(map(torch.equal, before, after)):
+        raise DeferredWorkError(
+            f"input set {k}: what a timed call wrote changed after the call returned (work deferred to "
+            "later calls, or left running)"
+        )
+
+
+FINGERPRINT_ELEMENTS = 4096  # per tensor: a deferred output is written whole, so a sample shows it
+
+
+def fingerprint(value) -> list[torch.Tensor]:
+    """The bytes of up to FINGERPRINT_ELEMENTS evenly spaced elements of every tensor in `value` (nested
+    tuples, lists, dicts), copied: cheap enough to take after every timed call, outside its span."""
+    out: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif type(v) is torch.Tensor and v.numel() and v.layout == torch.strided:
+            with torch.no_grad():
+                flat = v.detach().reshape(-1)
+                step = max(1, flat.numel() // FINGERPRINT_ELEMENTS)
+                out.append(flat[::step].contiguous().view(torch.uint8).clone())
+    return out
 
 
 def as_workload(calls: Call | Sequence[Call] | Workload) -> Workload:
@@ -272,6 +347,7 @@ def time_events(calls: Workload, samples: int, flush: L2Flusher) -> Measurement:
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3)
+        calls.returned()
     return Measurement("events", out)
 
 
@@ -463,6 +539,7 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
                 host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
                 torch.cuda.synchronize()  # inside the range: launches from other threads until now count
             _spin_host(CUPTI_MARGIN_US)
+            calls.returned()  # after the margin: its copies stay outside every iteration's range
             # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
             hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
     except BaseException:
@@ -513,6 +590,7 @@ def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
         if cuda:
             torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e6)
+        calls.returned()
     return Measurement("wallclock", out)
 
 
@@ -541,6 +619,7 @@ def measure(
         res = time_wallclock(calls, samples, device)
     else:
         raise ValueError(f"unknown timing method {method!r}")
+    calls.settled(device)
     if threading.active_count() != threads_before:
         raise TimingGuardError(
             f"thread count changed during timing ({threads_before} -> "
