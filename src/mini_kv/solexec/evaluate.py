@@ -433,6 +433,7 @@ def _measure_alike(
                         device,
                         flush,
                         per_sample_s=plan.cost.get(who),
+                        floor=plan.floor,
                     )
                 except TimingError as exc:
                     if method is not None or len(fallbacks) + 1 >= len(chain):
@@ -483,7 +484,7 @@ def timing(
     _check_integrity(ctx, "before timing")
     threads = threading.active_count()
     flush = L2Flusher(ctx.device, cold)
-    budget = budget_less_post_check(budget_s, t0, warm, len(sets), ctx.round_s)
+    budget = budget_less_post_check(budget_s, t0, warm, len(sets), ctx.round_s, settings)
     lap("checks")
     try:
         method, fallbacks, samples, sampling = timed(
@@ -518,13 +519,13 @@ def timing(
 
 
 def budget_less_post_check(
-    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s: float | None
+    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s: float | None, settings: dict
 ) -> dict:
     """timing_budget less what the output check after timing (_post_check) will cost: two passes per
     input set, each about a correctness round (both calls and the comparison), at the quickest round
     this workload ran. Without it a large workload's sampling spent the whole budget and that check
     pushed it past its budget."""
-    budget = timing_budget(budget_s, started, warm)
+    budget = timing_budget(budget_s, started, warm, settings)
     budget["left_s"] -= POST_CHECK_PASSES * n_sets * (round_s or 0.0)
     return budget
 

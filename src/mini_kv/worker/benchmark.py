@@ -31,6 +31,7 @@ from mini_kv.worker.timing import (
     measure_until,
     method_chain,
     repeat_target,
+    sample_floor,
     stopping_rule,
     warm_up,
 )
@@ -138,12 +139,15 @@ def post_timing_check(
     return {"ok": True, "reason": None}
 
 
-def timing_budget(budget_s: float | None, started: float, warm: dict) -> dict:
+def timing_budget(budget_s: float | None, started: float, warm: dict, settings: dict) -> dict:
     """What a case's measurements may spend: the budget left since `started` (before the warm-up) and the
-    warm-up's seconds per call of each side (what one sample costs)."""
+    warm-up's seconds per call of each side (what one sample costs), and the samples a measurement takes
+    whatever is left (timing.sample_floor)."""
+    cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
     return {
         "left_s": (budget_s or float("inf")) - (time.perf_counter() - started),
-        "cost": dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True)),
+        "cost": cost,
+        "floor_samples": sample_floor(settings, budget_s, cost["reference"]),
     }
 
 
@@ -157,6 +161,7 @@ class SampledRepeats:
         self.share = max(0.0, budget["left_s"]) / (2 * self.count)
         self.deadline = time.perf_counter() + budget["left_s"]
         self.cost = budget["cost"]
+        self.floor = int(budget.get("floor_samples") or 1)
         self.samples: dict[str, list] = {"candidate": [], "reference": []}
         self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
 
@@ -198,6 +203,7 @@ def _repeats(
                     flush,
                     launches,
                     per_sample_s=plan.cost.get(who),
+                    floor=plan.floor,
                     measure_fn=measure,  # this module's name: the seam tests script timings through
                 )
             )
@@ -349,7 +355,7 @@ def bench_case(
     method, fallbacks = timed(lambda: choose_method(chain, [cand_calls, ref_calls], device, flush, launches))
     if guard is not None:
         guard.check("before timing")
-    budget = timing_budget(budget_s, t0, warm)
+    budget = timing_budget(budget_s, t0, warm, settings)
     samples, kernel, order_log, sampling = _repeats(
         {"candidate": cand_calls, "reference": ref_calls},
         method,

@@ -641,6 +641,7 @@ def measure_until(
     per_sample_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
     measure_fn: Callable[..., Measurement] | None = None,
+    floor: int = 1,
 ) -> Measurement:
     """Time batches with `method` until `rule` (stats.StoppingRule) says stop; one Measurement of
     every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
@@ -648,8 +649,10 @@ def measure_until(
     Both front doors time through here, so the stopping rule is applied alike for every method. A batch
     is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
     grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
-    before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
+    before the first batch (from the warm-up), so a slow op's first batch already fits the budget.
+    `floor` (sample_floor): the budget does not stop sampling before that many samples."""
     from mini_kv import stats
+    from mini_kv.status import StopReason
 
     measure_fn = measure_fn or measure
     calls = as_workload(calls)
@@ -662,6 +665,8 @@ def measure_until(
     while True:
         elapsed = clock() - t0
         stop, n = stats.sampling_step(rule, samples, elapsed, cost)
+        if stop == StopReason.BUDGET and len(samples) < floor:
+            stop, n = None, floor - len(samples)
         if stop is not None:
             break
         m = measure_fn(calls, method, n, device, flush, launches)
@@ -685,6 +690,21 @@ def measure_until(
         kernel_us=kernel if kernel else None,
         notes=notes,
     )
+
+
+def sample_floor(settings: dict, budget_s: float | None, reference_s: float | None) -> int:
+    """The fewest samples each measurement of a case takes, whatever its budget has left: the minimum
+    count (`min_samples`), lowered only where the reference itself could not take that many in its share
+    of the whole budget (`reference_s`: one reference call's seconds in the warm-up, measured by the
+    judge). The candidate cannot steer it: a candidate that sleeps in its warm-up calls spends the budget
+    that sizes the batches (without a floor, both sides then stopped after one sample, the candidate's
+    choice of which), not this count."""
+    base = SAMPLING_DEFAULTS["cpu"]
+    least = int(settings.get("min_samples") or base["min_samples"])
+    if is_fixed_count(settings) or not budget_s or not math.isfinite(budget_s) or not reference_s:
+        return least
+    share = budget_s * (1 - WARMUP_SHARE) / (2 * max(1, int(settings.get("repeats") or 1)))
+    return max(1, min(least, int(share / reference_s)))
 
 
 def _finite_or_none(x: float) -> float | None:
