@@ -216,3 +216,21 @@ def test_summary_lines_name_the_missing_layers():
     assert jail_note(whole.to_dict()) is None
     line = bench_summary_line({"traces": [], "counts": {"PASSED": 1}, "sandbox": partial.to_dict()})
     assert line.endswith(", jail missing landlock"), line
+
+
+def test_a_gpu_jail_tells_triton_where_libcuda_is(tmp_path, monkeypatch):
+    """Triton looks libcuda up with `ldconfig -p`, which fails inside where the jail's uid cannot read
+    /etc/ld.so.cache; a GPU jail names the driver's dir instead (one the jail shows)."""
+    lib = tmp_path / "driver"
+    lib.mkdir()
+    (lib / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(lib))
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    jail.libcuda_dir.cache_clear()
+    try:
+        assert jail.environment(None, jail.JailSpec(gpu=True))["TRITON_LIBCUDA_PATH"] == str(lib)
+        assert "TRITON_LIBCUDA_PATH" not in jail.environment(None, jail.JailSpec())
+        monkeypatch.setenv("TRITON_LIBCUDA_PATH", "/elsewhere")  # the user's own setting wins
+        assert jail.environment(None, jail.JailSpec(gpu=True))["TRITON_LIBCUDA_PATH"] == "/elsewhere"
+    finally:
+        jail.libcuda_dir.cache_clear()
