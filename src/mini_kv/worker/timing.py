@@ -276,12 +276,56 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
 
 
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = (
+    0x06  # cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+)
+
+
+@functools.cache
+def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int] | None, str]:
+    """(set, get, how): the device's persisting-L2 limit (the set-aside a kernel's access-policy window may
+    keep lines in across a flush), through the runtime torch loaded or else the driver (ctypes, as
+    persisting_l2_reset finds them). `set(0)` before every timed call leaves a candidate no carve-out."""
+    found = []
+    for path in _loaded_libraries("libcudart"):
+        try:
+            lib = ctypes.CDLL(path)
+            found.append(
+                (lib.cudaDeviceSetLimit, lib.cudaDeviceGetLimit, os.path.basename(path), "cudaDevice")
+            )
+        except (OSError, AttributeError):
+            continue
+    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
+        try:
+            lib = ctypes.CDLL(name)
+            found.append((lib.cuCtxSetLimit, lib.cuCtxGetLimit, os.path.basename(name), "cuCtx"))
+        except (OSError, AttributeError):
+            continue
+    if not found:
+        return None, None, "not available"
+    setter, getter, lib, prefix = found[0]
+    setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]
+    getter.restype, getter.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+
+    def set_limit(nbytes: int) -> int:
+        return int(setter(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, nbytes))
+
+    def get_limit() -> int:
+        value = ctypes.c_size_t(0)
+        rc = getter(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)
+        return int(value.value) if rc == 0 else -1
+
+    return set_limit, get_limit, f"{prefix}SetLimit(persisting L2, 0) via ctypes on {lib}"
+
+
 FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
 
 
 class L2Flusher:
-    """Cold-L2 mode: before each sample, outside the timed span, read a buffer of >= 2x the L2 size and
-    reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU with a cold L2.
+    """Before each sample, outside the timed span, on CUDA: the persisting-L2 limit set to 0 (hot and cold:
+    a candidate that sets one, with an access-policy window on its data, keeps those lines through a
+    flush and a reset). Cold-L2 mode also reads a buffer of >= 2x the L2 size and resets persisting-L2
+    lines; then waits for both, so the span starts on an idle GPU with a cold L2.
 
     The flush reads rather than writes (FLUSH_METHOD): a memset leaves L2 full of dirty lines that the
     timed kernel must first write back to HBM, which on an H200 added 17% to a 2^24-element fp16 add
@@ -294,6 +338,9 @@ class L2Flusher:
         self.l2_bytes = None
         self.persisting = "not needed (hot L2)"
         self._reset = None
+        self._no_carve_out, self.limit = None, "not needed (not CUDA)"
+        if is_cuda(device):
+            self._no_carve_out, _, self.limit = persisting_l2_limit()
         if self.enabled:
             props = torch.cuda.get_device_properties(torch.device(device))
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
@@ -303,6 +350,8 @@ class L2Flusher:
             self._reset, self.persisting = persisting_l2_reset()
 
     def __call__(self) -> None:
+        if self._no_carve_out is not None and self._no_carve_out(0) != 0:
+            self._no_carve_out, self.limit = None, f"failed via {self.limit}"  # say so once, stop calling it
         if not self.enabled:
             return
         torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
@@ -318,6 +367,7 @@ class L2Flusher:
             "flush_method": FLUSH_METHOD if self.enabled else None,
             "l2_bytes": self.l2_bytes,
             "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
+            "persisting_l2_limit": self.limit,
         }
 
 
