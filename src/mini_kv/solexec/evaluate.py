@@ -37,7 +37,7 @@ from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.jobs import Event
 from mini_kv.worker.loader import load_module
-from mini_kv.worker.remote import RemoteGuard, RemoteOp, SpotCheck, workload_of
+from mini_kv.worker.remote import RemoteGuard, RemoteOp, SpotCheck, census_next, kernels_record, workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -110,6 +110,18 @@ def _tb() -> str:
 def _hack(code: str, log: str) -> Verdict:
     """The violation's status (status.VIOLATIONS) with the defence's reason code first in the log."""
     return Verdict(violation_status(code), integrity.reward_hack_log(code, log))
+
+
+def _own_kernels(ctx: Context) -> dict | None:
+    """The census of the first round's call (remote.kernels_record); under --require-own-kernels, library
+    compute in it is LIBRARY_DELEGATION."""
+    rec = kernels_record(ctx.solution_fn)
+    if rec is not None and ctx.settings.get("require_own_kernels"):
+        try:
+            integrity.check_own_kernels(rec)
+        except integrity.Violation as v:
+            raise _hack(v.code, v.message) from None
+    return rec
 
 
 def _check_integrity(ctx: Context, when: str) -> None:
@@ -240,6 +252,8 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
         inputs = _inputs(ctx, sig, workload, seed)
         pristine = clone_inputs(inputs)
         first = r % 2 == 0
+        if r == 0:
+            census_next(ctx.solution_fn)  # whose ops and kernels the first call runs (_own_kernels)
         if first:
             outs = _solve(ctx, sig, inputs, r)
             refs = run_reference(ctx, sig, pristine)
@@ -630,6 +644,7 @@ def evaluate_workload(ctx: Context, case: dict, phase_s: dict | None = None) -> 
     try:
         worst = correctness_rounds(ctx, sig, workload)
         record["correctness"] = _correctness_block(worst)
+        record["kernels"] = _own_kernels(ctx)
         phase_s["correctness"] = time.perf_counter() - t0
         budget = ctx.settings.get("budget_s")
         # timing gets what the correctness rounds left of the workload's budget, and at least half of it

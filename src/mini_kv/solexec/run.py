@@ -564,6 +564,8 @@ def bench(
         "phases": run.phases,
         "regression": run.regression,
         "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
+        # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v shows them
+        "kernels": {c["id"]: c["kernels"] for c in run.out.results.get("cases", []) if c.get("kernels")},
     }
 
 

@@ -57,6 +57,9 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if verbose:
         _print_details(result, console)
     console.print(traces_table(trace_list, width=console.width))
+    if verbose:
+        for uuid, census in (result.get("kernels") or {}).items():
+            console.print(escape(kernels_line(uuid, census)), soft_wrap=True)
     console.print("\n" + escape(bench_summary_line(result)), soft_wrap=True)
     for skip in result.get("skipped") or []:
         console.print(f"[yellow]skipped[/] {escape(skip['id'])}: {escape(skip['reason'] or '')}")
@@ -81,6 +84,16 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
+
+
+def kernels_line(uuid: str, census: dict) -> str:
+    """`kernels <uuid>: own: a, b; library: aten::mul, ...`: whose compute the workload's first call ran."""
+    library = census.get("library") or []
+    own = sorted(
+        [k for k in census.get("kernels", {}) if k not in library]
+        + [o for o in census.get("ops", {}) if not o.startswith("aten::")]
+    )
+    return f"kernels {uuid}: own: {', '.join(own) or 'none'}; library: {', '.join(library) or 'none'}"
 
 
 def bench_summary_line(result: dict) -> str:

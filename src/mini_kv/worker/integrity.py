@@ -10,6 +10,7 @@ docs/integrity.md has the threat model and the cost of each check.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -17,6 +18,7 @@ import hmac
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -513,6 +515,75 @@ def poison(sizes, device) -> None:
     for nbytes in sizes:
         if nbytes > 0:
             torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=device)  # allocated, filled, freed
+
+
+# ------------------------------------------------------------------------------ whose kernels ran
+
+# aten ops that move, shape, allocate or fill memory and compute nothing: a candidate with kernels of its
+# own still calls them (an output allocated with torch.empty, a view, a copy into a DPS output)
+STRUCTURAL_OPS = frozenset(
+    (
+        "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full "
+        "full_like new_zeros new_ones new_full zero_ fill_ copy_ clone contiguous to _to_copy detach detach_ "
+        "lift_fresh alias view _unsafe_view reshape _reshape_alias as_strided expand expand_as permute "
+        "transpose t unsqueeze squeeze flatten unflatten select slice narrow split split_with_sizes chunk "
+        "unbind resize_ set_ item _local_scalar_dense resolve_conj resolve_neg is_nonzero size stride numel view_as _has_compatible_"
+        "shallow_copy_type record_stream"
+    ).split()
+)
+# CUDA kernels of the libraries torch brings (aten's own, cuBLAS/cuBLASLt, cuDNN, CUB, Thrust): names as
+# CUPTI records them. A candidate's Triton, CUDA or CUTLASS kernel has a name of its own.
+LIBRARY_KERNEL = re.compile(
+    r"at::|^void (cub|thrust|cudnn)|cublas|cudnn|_xmma_|^sm\d+_|^(ampere|volta|turing|hopper)_|^nvjet_"
+    r"|gemv2?[NT]?_kernel|gemmSN|splitKreduce|^cutlass_\d+_(tensorop|wmma|simt)_"
+)
+_NOT_COMPUTE = re.compile(r"^Memcpy|^Memset|^cuda|^cu[A-Z]")  # copies, fills and runtime calls
+
+
+@contextlib.contextmanager
+def kernel_census(device: str):
+    """Record what ran inside the block: `ops` (operator name -> count, as torch's dispatcher reports them to
+    its profiler; aten's own are `aten::...`, a custom op's `<namespace>::<op>`) and, on CUDA, `kernels`
+    (device kernel name -> count, from CUPTI). The dict yielded is filled when the block ends."""
+    from torch.autograd.profiler import profile
+
+    census: dict[str, dict[str, int]] = {"ops": {}, "kernels": {}}
+    cuda = torch.device(device).type == "cuda"
+    prof = profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True)
+    with prof:
+        yield census
+        if cuda:
+            torch.cuda.synchronize()
+    for ev in prof.kineto_results.events():
+        on_device = cuda and ev.device_type() == torch.autograd.DeviceType.CUDA
+        name = ev.name()
+        if on_device and not _NOT_COMPUTE.match(name):
+            census["kernels"][name] = census["kernels"].get(name, 0) + 1
+        elif not on_device and "::" in name and not name.startswith(("mini_kv::", "cuda")):
+            census["ops"][name] = census["ops"].get(name, 0) + 1
+
+
+def library_work(census: dict) -> list[str]:
+    """The compute the candidate's call left to libraries: aten ops that are not STRUCTURAL_OPS, and CUDA
+    kernels whose names are the libraries' (LIBRARY_KERNEL)."""
+    ops = [
+        n
+        for n in census.get("ops", {})
+        if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS
+    ]
+    return sorted(ops) + sorted(k for k in census.get("kernels", {}) if LIBRARY_KERNEL.search(k))
+
+
+def check_own_kernels(census: dict) -> None:
+    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's."""
+    found = library_work(census)
+    if found:
+        shown = ", ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else "")
+        raise Violation(
+            "LIBRARY_DELEGATION",
+            f"the candidate's call ran library compute ({shown}); --require-own-kernels accepts only "
+            "kernels of its own beside allocation, views and copies",
+        )
 
 
 # ------------------------------------------------------------------------------ parent side

@@ -35,6 +35,7 @@ from mini_kv.worker.integrity import (
     SUBJECT_VIEWS,
     SubjectView,
     Violation,
+    library_work,
     perturb_in_place,
     rewrite_in_place,
 )
@@ -275,6 +276,8 @@ class RemoteOp:
     def __init__(self, subject: Subject, target: str):
         self.subject, self.target = subject, target
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
+        self.census: dict | None = None  # what the last census call ran (census_next, census_of)
+        self._census_next = False
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -284,9 +287,12 @@ class RemoteOp:
         encoded = [self.subject.encode(a) for a in args]
         where = [next(i for i, a in enumerate(args) if a is o) for o in outputs]
         poison, self.poison = self.poison, []
+        census, self._census_next = self._census_next, False
         reply = self.subject.ask(
-            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison
+            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison, census=census
         )
+        if census:
+            self.census = _census(reply.get("census"))
         return self.subject.decode(reply.get("out"))
 
     def refresh(self) -> None:
@@ -460,6 +466,35 @@ def poison_before(op, sizes: list[int], device: str) -> None:
         op.poison = list(sizes)
     else:
         integrity_poison(sizes, device)
+
+
+def _census(value) -> dict:
+    """The subject's census (its claim: name -> count of ops and kernels), kept to its expected shape."""
+    value = value if isinstance(value, dict) else {}
+    return {
+        part: {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
+        for part in ("ops", "kernels")
+        if isinstance(value.get(part), dict)
+    }
+
+
+def census_next(op) -> None:
+    """Take a census of the ops and kernels the candidate's next call runs (integrity.kernel_census); a
+    no-op in-process."""
+    if isinstance(op, RemoteOp):
+        op._census_next = True
+
+
+def census_of(op) -> dict | None:
+    """The census taken since census_next, or None (in-process, or none taken)."""
+    return op.census if isinstance(op, RemoteOp) else None
+
+
+def kernels_record(op) -> dict | None:
+    """What a record says of the census since census_next: {ops, kernels, library} (library: the compute
+    left to libraries, integrity.library_work), or None without one."""
+    census = census_of(op)
+    return None if census is None else {**census, "library": library_work(census)}
 
 
 def refresh(op) -> None:

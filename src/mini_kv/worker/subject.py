@@ -112,11 +112,16 @@ class Subject:
         integrity.poison(
             [int(n) for n in msg.get("poison", [])], self.device
         )  # freed blocks hold no right values
-        out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
+        census = None
+        if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
+            with integrity.kernel_census(self.device) as census:
+                out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
+        else:
+            out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
         new, fds = [], []
         encoded = self._encode_out(out, args, new, fds)
         self._refresh()
-        return {"ok": True, "out": encoded, "new": new}, fds
+        return {"ok": True, "out": encoded, "new": new, **({"census": census} if census else {})}, fds
 
     def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
         """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
