@@ -897,8 +897,20 @@ def _hand_over(spec: JailSpec, inboxes: dict[str, str]) -> None:
     for d in [*spec.writable, *inboxes.values()]:
         os.chown(d, run_as(), run_as())
     for d in spec.read_only:
-        if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
-            os.chmod(d, 0o755)
+        for p in (Path(d), *Path(d).parents):  # a dir inside one too (a profile's staged target)
+            if _own_temp_dir(p):
+                os.chmod(p, 0o755)
+
+
+# the temp dirs mini_kv makes (0700, as tempfile makes them) for files a jail reads: in the temp dir, and
+# a baseline's renamed sources in a project's .build/
+OWN_TEMP_PREFIXES = ("mini-kv-", "baseline-src-")
+
+
+def _own_temp_dir(p: Path) -> bool:
+    return p.name.startswith(OWN_TEMP_PREFIXES) and (
+        p.parent == Path(tempfile.gettempdir()) or p.parent.name == ".build"
+    )
 
 
 def popen(
