@@ -245,6 +245,7 @@ class Guard:
     def __init__(self, snap: dict):
         self.snap = snap
         self.calls = 0
+        self.hold = StreamHold()
 
     def check(self, when: str) -> None:
         bad = violations(self.snap)
@@ -257,24 +258,35 @@ class Guard:
         when the call returned, the harness intact. `outputs` (DPS) are the buffers written."""
         cuda = torch.device(device).type == "cuda"
         before = os_threads()
+        if cuda:
+            self.hold.start()
+        t0 = time.perf_counter()
         out = fn(*args)
+        host_s = time.perf_counter() - t0
         self.calls += 1
         # A library may start a worker pool on its first call (a JIT compiler, a runtime); a thread
         # per call, or one that still holds work, shows on a later call or in the output re-read.
         new = foreign_threads(os_threads() - before) if self.calls > 1 else set()
-        early = []
+        early, held = [], []
         if cuda:
+            written = cuda_tensors([out, *outputs])
+            held = self.hold.snapshot(written, host_s)
             # copies queued on the caller's stream before any sync: what a caller that trusts stream
             # order reads. Work left on an unjoined side stream has not landed in them yet.
-            for t in [out, *outputs] if not isinstance(out, (tuple, list)) else [*out, *outputs]:
-                if type(t) is torch.Tensor and t.is_cuda and t.numel():
-                    early.append((t, t.clone()))
+            early = [(t, t.clone()) for t in written]
             torch.cuda.synchronize()
         self.check(f"after {when}")
         if new:
             raise Violation(
                 "THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned"
             )
+        for t, copy in held:
+            if same_bytes(t, copy):
+                raise Violation(
+                    "STREAM_ESCAPE",
+                    f"{when}: the output was written while the caller's stream was still held before the "
+                    "call: by work on a stream not made to wait for the caller's",
+                )
         for t, copy in early:
             if not same_bytes(t, copy):
                 raise Violation(
@@ -283,6 +295,72 @@ class Guard:
                     "the caller's stream was not made to wait for",
                 )
         return out
+
+
+def cuda_tensors(value) -> list[torch.Tensor]:
+    """The non-empty plain CUDA tensors in `value` (nested tuples, lists, dicts): what a call wrote."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif type(v) is torch.Tensor and v.is_cuda and v.numel():
+            out.append(v)
+    return out
+
+
+class StreamHold:
+    """Stream order whatever the size of the work. Before a checked CUDA call the caller's stream is held
+    by a spin kernel; when the call returns, each output is copied on a stream of the harness's own that
+    does not wait for it. If the hold was still on when those copies ended (an event after the spin says
+    so), no work ordered after the caller's stream can have run yet: an output that already holds its
+    final bytes was written by work on a stream that did not wait for the caller's (the cheat that made
+    STREAM_ESCAPE depend on size: small side-stream work finished before the caller's copy of it ran).
+    Where the hold ended first (the call synchronised, or its host side outlasted the spin) the check
+    is skipped; each hold lasts three times the last call's host side, within [MIN_S, MAX_S]. Freed blocks of the last outputs' sizes are
+    filled first, so a new output does not start out holding an earlier call's bytes."""
+
+    MIN_S, MAX_S = 0.001, 0.02
+    CLOCK_HZ = 2.0e9  # the spin's cycles per second (a slower clock only holds longer)
+
+    def __init__(self):
+        self.seconds = self.MIN_S
+        self.sizes: list[int] = []
+        self.ended = None
+        self.stream = None
+        self.skipped = 0  # checks skipped because the hold had ended (docs: what it cannot see)
+
+    def start(self) -> None:
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            self.ended = None
+            return
+        poison(self.sizes, "cuda")
+        sleep(int(self.seconds * self.CLOCK_HZ))
+        self.ended = torch.cuda.Event()
+        self.ended.record()
+
+    def snapshot(self, tensors: list[torch.Tensor], host_s: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(output, its copy taken while the hold was on) for each output; [] when that cannot be said."""
+        ended, self.ended = self.ended, None
+        self.sizes = [t.numel() * t.element_size() for t in tensors]
+        # the next hold outlasts this call's host side three times over (a one-off JIT build is forgotten)
+        self.seconds = min(self.MAX_S, max(self.MIN_S, 3 * host_s))
+        if ended is None or not tensors:
+            return []
+        if self.stream is None:
+            self.stream = torch.cuda.Stream()
+        with torch.cuda.stream(self.stream):
+            copies = [(t, t.clone()) for t in tensors]
+            done = torch.cuda.Event()
+            done.record()
+        done.synchronize()
+        if ended.query():  # the hold ended before the copies did: they may hold ordered work's bytes
+            self.skipped += 1
+            return []
+        return copies
 
 
 # CUDA driver and profiler threads start lazily (first launch on a device, first profiler session)
