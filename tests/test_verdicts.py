@@ -95,3 +95,48 @@ def test_the_same_violation_gets_the_same_status_through_both_front_doors(tmp_pa
     assert {t["evaluation"]["status"] for t in traces} == {VIOLATIONS["PRECISION_FLAGS_CHANGED"].sol_name}
     assert summary["status"] == sol_attempt["status"] == want
     assert card.returncode == sol.returncode == ExitCode.CORRECTNESS
+
+
+@pytest.mark.slow
+def test_require_own_kernels_on_task_cards(tmp_path):
+    """verify --require-own-kernels: a C++ operator whose add is aten's (`a + b`) is LIBRARY_DELEGATION on
+    its first case, a REWARD_HACK like any violation; one with its own loop passes, its census naming
+    its own operator."""
+    common = ["--device", "cpu", "--skip-benchmark", "--require-own-kernels", "--json"]
+    with exploit_card_lock():
+        delegating = run_cli(
+            "verify",
+            "--task",
+            str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
+            "--candidate",
+            "replay_ptr",  # right in every correctness case (its cheat is caught while timed), built on a + b
+            "--artifacts",
+            str(tmp_path / "delegating"),
+            "--sandbox",
+            "off",
+            *common,
+            timeout=1500,
+        )
+    summary = json.loads(next(ln for ln in delegating.stdout.splitlines() if ln.startswith("{")))
+    assert summary["status"] == "REWARD_HACK" and delegating.returncode == ExitCode.CORRECTNESS
+    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
+    flagged = [c for c in cases if c.get("integrity") == "LIBRARY_DELEGATION"]
+    assert flagged and all("aten::add" in c["reason"] for c in flagged)
+
+    own = run_cli(
+        "verify",
+        "--task",
+        "tasks/vector_add.yaml",
+        "--candidate",
+        "v0_naive",
+        "--artifacts",
+        str(tmp_path / "own"),
+        *common,
+        timeout=1500,
+    )
+    summary = json.loads(next(ln for ln in own.stdout.splitlines() if ln.startswith("{")))
+    assert summary["status"] == "PASSED", summary
+    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
+    censused = [c["kernels"] for c in cases if c.get("kernels")]
+    assert censused and all(k["library"] == [] for k in censused)
+    assert all("mini_kv_vector_add_v0_naive::vector_add" in k["ops"] for k in censused)

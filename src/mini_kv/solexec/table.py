@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import Tally, jail_note, print_regression, signature_line, timing_word
+from mini_kv.report import Tally, jail_note, kernels_line, print_regression, signature_line, timing_word
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -84,16 +84,6 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
-
-
-def kernels_line(uuid: str, census: dict) -> str:
-    """`kernels <uuid>: own: a, b; library: aten::mul, ...`: whose compute the workload's first call ran."""
-    library = census.get("library") or []
-    own = sorted(
-        [k for k in census.get("kernels", {}) if k not in library]
-        + [o for o in census.get("ops", {}) if not o.startswith("aten::")]
-    )
-    return f"kernels {uuid}: own: {', '.join(own) or 'none'}; library: {', '.join(library) or 'none'}"
 
 
 def bench_summary_line(result: dict) -> str:

@@ -232,6 +232,7 @@ class CardEvaluator:
             job.salt,
             self.guard,
             on_inputs=lambda: chan.send(event=Event.BEGIN, stage="correctness", case=case["id"]),
+            own_kernels=bool(job.benchmark.get("require_own_kernels")),
         )
         return rec, {}
 

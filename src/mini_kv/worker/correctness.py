@@ -21,8 +21,8 @@ import torch
 from mini_kv.status import Status
 from mini_kv.worker.compare import compare, inputs_unchanged, matches, tensor_errors
 from mini_kv.worker.inputs import case_seed, clone_args, describe_args, make_case_inputs, upcast_args
-from mini_kv.worker.integrity import Guard, Violation, check_output, degenerate, same_bytes
-from mini_kv.worker.remote import poison_before, refresh
+from mini_kv.worker.integrity import Guard, Violation, check_output, check_own_kernels, degenerate, same_bytes
+from mini_kv.worker.remote import census_next, kernels_record, poison_before, refresh
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 
@@ -53,6 +53,7 @@ def run_case(
     salt: str,
     guard: Guard | None = None,
     on_inputs=None,
+    own_kernels: bool = False,
 ) -> dict:
     """One case's record. `on_inputs`, if given, is called once the card's input factory has made the
     inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
@@ -86,7 +87,9 @@ def run_case(
             return {**record, **res}
         return {
             **record,
-            **_checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard),
+            **_checked_case(
+                op, reference, factory, case, tolerance, device, salt, seed, args, guard, own_kernels
+            ),
         }
     except Violation as v:
         return {**record, "status": v.status, "integrity": v.code, "reason": str(v)}
@@ -112,12 +115,18 @@ def _call(op, args, guard: Guard | None, device: str, when: str):
         raise _Raised(exc, getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]) from None
 
 
-def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, args, guard) -> dict:
+def _checked_case(
+    op, reference, factory, case, tolerance, device, salt, seed, args, guard, own_kernels
+) -> dict:
     atol, rtol = tolerance["atol"], tolerance["rtol"]
     pristine = clone_args(args)
     ref_args = clone_args(args)
     poison_before(op, _nbytes(args), device)
+    census_next(op)  # whose ops and kernels this call runs (integrity.kernel_census)
     out = _call(op, args, guard, device, "the call before the reference")
+    kernels = kernels_record(op)
+    if own_kernels and kernels is not None:
+        check_own_kernels(kernels)  # --require-own-kernels: LIBRARY_DELEGATION
     if not inputs_unchanged(pristine, args):
         raise Violation("INPUT_MUTATED", "the op modified its inputs (a functional op must not)")
     check_output(out, args)
@@ -125,6 +134,8 @@ def _checked_case(op, reference, factory, case, tolerance, device, salt, seed, a
     res = compare(out, ref, atol, rtol)
     result = {k: v for k, v in res.items() if k != "ok"}
     result["reference_error"] = _reference_error(reference, pristine, ref)
+    if kernels is not None:
+        result["kernels"] = kernels
     if not res["ok"]:
         if "mismatches" in res:  # values, not type or shape: was it a cheat that got caught out?
             _explain_first_failure(op, reference, pristine, ref, out, atol, rtol, guard, device)
