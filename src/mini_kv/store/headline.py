@@ -244,25 +244,26 @@ def card_headline(
 # ---------------------------------------------------------------------------------- SOL format
 
 
+def _sol_passed(workloads: list, counts: dict, impossible: bool) -> bool:
+    """Every workload passed (a SKIPPED one, too large for the device within its budget, neither passes
+    nor fails), or was timed below its floor: bench marks that IMPOSSIBLE_TIME (solexec.floor), and it is
+    recomputed here from the bench record, so a workload relabelled PASSED still gives the attempt that
+    status."""
+    passed = counts.get(Status.PASSED, 0)
+    if passed > 0 and passed + counts.get(Status.SKIPPED, 0) == len(workloads):
+        return True
+    ok = (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME)
+    return impossible and all(w["status"] in ok for w in workloads)
+
+
 def sol_headline(workloads: list, bench_records: list, failed_status: str = Status.FAILED) -> Headline:
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
     counts = dict(Counter(w["status"] for w in workloads))
-    # a workload SKIPPED (too large for the device within its budget, with its reason) neither passes nor fails
-    passed = counts.get(Status.PASSED, 0) > 0 and counts.get(Status.PASSED, 0) + counts.get(
-        Status.SKIPPED, 0
-    ) == len(workloads)
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     impossible = [c.impossible for c in cases if c.impossible]
-    # bench marks a workload timed below its floor IMPOSSIBLE_TIME (solexec.floor): recomputed here from
-    # its bench record, so a workload relabelled PASSED still gives the attempt that status
-    if (
-        not passed
-        and impossible
-        and all(w["status"] in (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME) for w in workloads)
-    ):
-        passed = True
+    passed = _sol_passed(workloads, counts, bool(impossible))
     bench = {
         "ran": bool(records),
         "ok": passed,
