@@ -111,7 +111,8 @@ class Workload:
 
     `written(k)`, where given, is (what the latest call on set k returned, set k's arguments, DPS
     outputs among them): fingerprinted when each timed call returns, outside the timed span
-    (`returned`), and again later: a returned value once DEFERRED_WINDOW more calls have run and after
+    (`returned`), and again later: a returned value once DEFERRED_WINDOW more calls have run (fewer when
+    they hold more than DEFERRED_BYTES) and after
     the batch's final sync, a set's arguments after that sync (`settled`). A change is work the call
     left for later: a candidate that batches its calls (returns unwritten outputs and writes them in
     one merged pass in a later call) or finishes call j's output in call j+1 shrinks the time per
@@ -128,6 +129,7 @@ class Workload:
         self.written = written
         self._window: collections.deque = collections.deque()  # (set, returned value, its fingerprint)
         self._args: dict[int, list[torch.Tensor]] = {}  # set -> its arguments' fingerprint
+        self._held = 0  # bytes of the returned values the window keeps alive
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -145,8 +147,12 @@ class Workload:
         value, args = self.written(k)
         self._args[k] = fingerprint(args)
         self._window.append((k, value, fingerprint(value)))
-        if len(self._window) > DEFERRED_WINDOW:
-            _unchanged(*self._window.popleft())
+        self._held += _nbytes(value)
+        # the outputs held for a later look stay few and small: a large workload's would fill the device
+        while len(self._window) > 1 and (len(self._window) > DEFERRED_WINDOW or self._held > DEFERRED_BYTES):
+            k0, value0, before = self._window.popleft()
+            self._held -= _nbytes(value0)
+            _unchanged(k0, value0, before)
 
     def settled(self, device: str) -> None:
         """After a batch: every fingerprint taken must still hold (DeferredWorkError otherwise)."""
@@ -155,6 +161,7 @@ class Workload:
         if is_cuda(device):
             torch.cuda.synchronize()
         window, args, self._window, self._args = self._window, self._args, collections.deque(), {}
+        self._held = 0
         for k, value, before in window:
             _unchanged(k, value, before)
         for k, before in sorted(args.items()):
@@ -162,6 +169,15 @@ class Workload:
 
 
 DEFERRED_WINDOW = 16  # timed calls after which a returned output is fingerprinted again
+DEFERRED_BYTES = 256 * 2**20  # at most this much of returned outputs kept alive for it (at least one)
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
 def _unchanged(k: int, value, before: list[torch.Tensor]) -> None:
