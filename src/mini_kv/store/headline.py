@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mini_kv import roofline
 from mini_kv.settings import DEFAULTS
-from mini_kv.status import BuildStatus, Status, verdict_of, verdict_of_statuses
+from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
 from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
@@ -334,6 +334,19 @@ def _case_claims(head: Headline, records: list, check) -> None:
         check("benchmark.json", f"{where} candidate p95", overall.get("p95"), c.p95_us)
 
 
+# an attempt's status before each violation had one status (status.VIOLATIONS): a caught task card was
+# INCORRECT or BENCHMARK_ERROR, a caught SOL solution FAILED. Neither word nor the new one is ranked, so
+# reading the old one as the new one lets no rewrite gain anything.
+_WORDS_BEFORE_VIOLATIONS = frozenset({Status.INCORRECT, Status.BENCHMARK_ERROR, Status.FAILED})
+
+
+def _status_word(said, derived):
+    """`said`, or `derived` where `said` is what an attempt written before the one vocabulary says."""
+    if derived in VIOLATION_STATUSES and said in _WORDS_BEFORE_VIOLATIONS:
+        return derived
+    return said
+
+
 def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: dict) -> list[str]:
     """Every place where a stored claim differs from the recomputation, as 'file field: says X, records give Y'."""
     out = []
@@ -342,7 +355,7 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         if not _same(said, derived):
             out.append(f"{file} {field}: says {said!r}, its records give {derived!r}")
 
-    check("attempt.json", "status", header.get("status"), head.status)
+    check("attempt.json", "status", _status_word(header.get("status"), head.status), head.status)
     _benchmark_claims(head, header, benchmark, check, out)
     derived_ok = None if head.correctness is None else head.correctness["ok"]
     for file, block in (
