@@ -140,3 +140,14 @@ def test_require_own_kernels_on_task_cards(tmp_path):
     censused = [c["kernels"] for c in cases if c.get("kernels")]
     assert censused and all(k["library"] == [] for k in censused)
     assert all("mini_kv_vector_add_v0_naive::vector_add" in k["ops"] for k in censused)
+
+
+def test_an_attempt_written_before_the_vocabulary_still_reads():
+    """A caught cheat's attempt said INCORRECT (task card) or FAILED (SOL) before each violation had one
+    status; it reads as the status its records now give, while any other claim still has to match."""
+    from mini_kv.store.headline import _status_word
+
+    assert _status_word("INCORRECT", Status.REWARD_HACK) == Status.REWARD_HACK
+    assert _status_word("FAILED", Status.IMPOSSIBLE_TIME) == Status.IMPOSSIBLE_TIME
+    assert _status_word("PASSED", Status.REWARD_HACK) == "PASSED"  # a rewrite to PASSED stays a mismatch
+    assert _status_word("INCORRECT", Status.PASSED) == "INCORRECT"
