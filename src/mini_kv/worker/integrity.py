@@ -565,26 +565,28 @@ def rewrite_in_place(targets, sources) -> None:
 PERTURB_SHARE = 1 / 32  # of one input's elements, rewritten before a spot-checked batch
 
 
-def perturb_in_place(targets, spares, rng) -> None:
+def perturb_in_place(targets, spares, rng) -> bool:
     """Rewrite one contiguous block (PERTURB_SHARE of its elements, at a random place) of one floating-point
     input, chosen at random by size, with the spare values there; in place as rewrite_in_place writes, so
     address, shape, id and version counter stay. The rest of the values stay too: a result cache keyed on
     the shape and a sample of the values (not the whole content) hits on the old key and hands back the
     old result, which the spot check then finds wrong in more than the tolerance's share of elements.
-    Integer inputs (indices, offsets, lengths) are left whole: a mix of two valid ones may be invalid."""
+    Integer inputs (indices, offsets, lengths) are left whole: a mix of two valid ones may be invalid.
+    False when there is no floating-point input to rewrite so."""
     pairs = [
         (t, s)
         for t, s in zip(targets, spares, strict=True)
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()
     ]
     if not pairs:
-        return
+        return False
     t, s = rng.choices(pairs, weights=[t.numel() for t, _ in pairs])[0]
     n = t.numel()
     size = min(n, max(1, int(n * PERTURB_SHARE) + 1))
     start = rng.randrange(n - size + 1)
     with torch.no_grad():
         t.data.view(-1)[start : start + size].copy_(s.reshape(-1)[start : start + size])
+    return True
 
 
 def poison(sizes, device) -> None:

@@ -396,10 +396,8 @@ class RemoteWorkload(Workload):
         """Set k's input values replaced, in place (rewrite_in_place), the old ones kept to put back."""
         theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
         self._kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
-        if partial:
-            perturb_in_place(theirs, self.spot.spare[: len(theirs)], random)
-        else:
-            rewrite_in_place(theirs, self.spot.spare[: len(theirs)])
+        if not (partial and perturb_in_place(theirs, self.spot.spare[: len(theirs)], random)):
+            rewrite_in_place(theirs, self.spot.spare[: len(theirs)])  # every element (or no float input)
 
     def _restore(self, k: int) -> None:
         theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
