@@ -6,11 +6,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
 from mini_kv.html_report.collect import PROFILES_DIR, Skipped, Store, load_store
 from mini_kv.status import ProfileStatus
+
+if TYPE_CHECKING:
+    from mini_kv.leaderboard import Group
+    from mini_kv.store.index import Problem
 
 
 @dataclass(frozen=True)
@@ -64,19 +69,21 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
     )
 
 
-def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
-    """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time."""
+def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[Problem], str | None]:
+    """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time: its groups, its
+    problems, and why there is none (or None)."""
     from mini_kv.leaderboard import build_leaderboard
 
-    groups, problems = [], []
+    groups: list[Group] = []
+    problems: list[Problem] = []
     try:
         for t in tasks:
             board = build_leaderboard(artifacts, task=t)
-            groups.extend(board.get("groups", []))
-            problems.extend(board.get("problems", []))
+            groups.extend(board.groups)
+            problems.extend(board.problems)
     except (UserError, OSError) as exc:  # e.g. a read-only store without an index: the rest still builds
-        return None, str(exc)
-    return {"groups": groups, "problems": problems}, None
+        return [], [], str(exc)
+    return groups, problems, None
 
 
 def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skipped]]:
@@ -173,16 +180,15 @@ def _build(opts: ReportOptions) -> ReportResult:
     links = pg.Links(out.parent)
     png = opts.png_dir is not None
     selected_ids = {a.attempt_id for a in store.attempts} if opts.attempts else None
-    board, board_error = _board(artifacts, tasks) if tasks else (None, None)
+    groups, problems, board_error = _board(artifacts, tasks) if tasks else ([], [], None)
     comparisons, prof_skipped = _profiles(artifacts, set(tasks))
     skipped = list(store.skipped) + prof_skipped
     listed = {s.path for s in skipped}
     # the leaderboard's own refusals (tampered after indexing, ...)
-    for p in (board or {}).get("problems", []):
-        path = str(p.get("path"))
-        if path not in listed and Path(path).parent.name in set(tasks):
-            skipped.append(Skipped(path, str(p.get("message"))))
-            listed.add(path)
+    for p in problems:
+        if p.path not in listed and Path(p.path).parent.name in set(tasks):
+            skipped.append(Skipped(p.path, p.message))
+            listed.add(p.path)
 
     title = "mini_kv report: " + (", ".join(tasks) if tasks else "no readable attempt")
     page = pg.Page(title)
@@ -196,7 +202,7 @@ def _build(opts: ReportOptions) -> ReportResult:
         (
             "leaderboard",
             "Leaderboard",
-            pg.leaderboard_section(board, board_error, store, links, selected_ids),
+            pg.leaderboard_section(groups, board_error, store, links, selected_ids),
         ),
         ("attempts", "Attempts", pg.attempts_section(store, links)),
         ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png))),

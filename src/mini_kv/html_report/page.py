@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
@@ -20,6 +21,9 @@ from markupsafe import Markup
 from mini_kv.html_report import charts
 from mini_kv.html_report.collect import Attempt, BenchCase, Skipped, Store
 from mini_kv.status import Status
+
+if TYPE_CHECKING:
+    from mini_kv.leaderboard import Group
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def group_title(g: tuple) -> str:
 
 
 def leaderboard_section(
-    board: dict | None, error: str | None, store: Store, links: Links, selected_ids: set[str] | None
+    groups: list[Group], error: str | None, store: Store, links: Links, selected_ids: set[str] | None
 ) -> list[Block]:
     out = [
         note(
@@ -167,35 +171,26 @@ def leaderboard_section(
         return [*out, Block("warn", f"leaderboard unavailable: {error}")]
     by_id = {a.attempt_id: a for a in store.attempts}
     shown = 0
-    for g in (board or {}).get("groups", []):
-        entries = [
-            e for e in g.get("entries", []) if selected_ids is None or e.get("attempt_id") in selected_ids
-        ]
+    for g in groups:
+        entries = [e for e in g.entries if selected_ids is None or e.attempt_id in selected_ids]
         if not entries:
             continue
         shown += 1
-        out.append(
-            Block("h3", group_title((g["task_id"], str(g["suite_hash"]), g["environment_key"], g["device"])))
-        )
+        out.append(Block("h3", group_title((g.task_id, g.suite_hash, g.environment_key, g.device))))
         rows = []
         for e in entries:
-            a = by_id.get(e.get("attempt_id"))
-            cases = ", ".join(
-                f"{k} {v:.3f}×"
-                for k, v in sorted((e.get("cases") or {}).items())
-                if isinstance(v, (int, float))
-            )
-            where = links.to(store.artifacts / e["path"], str(e.get("attempt_id"))) if e.get("path") else "-"
-            speed = e.get("geomean_speedup")
+            a = by_id.get(e.attempt_id)
+            cases = ", ".join(f"{k} {v:.3f}×" for k, v in sorted(e.cases.items()))
+            where = links.to(store.artifacts / e.path, e.attempt_id)
             rows.append(
                 [
-                    n(e.get("rank")),
-                    e.get("candidate"),
-                    n(f"{num(speed if isinstance(speed, (int, float)) else None, '.3f')}×"),
+                    n(e.rank),
+                    e.candidate,
+                    n(f"{num(e.geomean_speedup, '.3f')}×"),
                     cases,
-                    e.get("regression") or "-",
+                    e.regression or "-",
                     below(where, links.files(a)) if a else where,
-                    e.get("created_at"),
+                    e.created_at,
                 ]
             )
         out.append(
