@@ -77,15 +77,11 @@ def compare(a: Path, b: Path) -> dict:
     """What differs between two attempts: their verdicts, sources, environment and per-case latency
     (medians and a two-sided Mann-Whitney U test on the raw samples). Both pass the store's checks."""
     from mini_kv import stats
-    from mini_kv.store.index import derive, record_for_attempt
+    from mini_kv.store.index import check_attempt
 
     out: dict = {"a": str(a), "b": str(b)}
-    heads = {}
-    for name, path in (("a", a), ("b", b)):
-        row, _ = record_for_attempt(path)  # hashes and claims checked, as any reader of the store does
-        header = json.loads((path / "attempt.json").read_text())
-        heads[name] = (row, header, derive(path, header)[1])
-    (ra, ha, fa), (rb, hb, fb) = heads["a"], heads["b"]
+    # hashes and claims checked, as any reader of the store does
+    (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
     out["verdict"] = {
         k: [getattr(ra, k), getattr(rb, k)]
         for k in ("task_id", "candidate", "status", "stable", "geomean_speedup")

@@ -203,20 +203,36 @@ def _attempt_json_file(path: Path, rel: str) -> dict:
         raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
 
 
+@dataclass(frozen=True)
+class CheckedAttempt:
+    """An attempt that passed every check of the store (check_attempt): what every reader of an attempt
+    uses, so none re-reads its files or takes a figure from what the attempt says about itself."""
+
+    header: dict  # attempt.json, with `path`
+    files: dict[str, dict]  # its JSON files (KNOWN_JSON_FILES it lists), by name, as read and checked
+    row: AttemptRow  # the headline, recomputed from the per-case records
+    cases: tuple[CaseRow, ...]
+
+
 def read_checked_attempt(attempt_dir: Path) -> dict:
     """attempt.json of an attempt another record may rely on (a baseline is promoted from it, or rebuilt
-    from its sources): it passes every check the index applies (record_for_attempt), else AttemptInvalid."""
-    record_for_attempt(attempt_dir)
-    return read_attempt(Path(attempt_dir), verify=False)  # its files were just hashed
+    from its sources): it passes every check the index applies (check_attempt), else AttemptInvalid."""
+    return check_attempt(attempt_dir).header
 
 
 def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ...]]:
-    """The index row and bench-case rows of one attempt; raises AttemptInvalid if it is not usable.
+    """The index row and bench-case rows of one attempt (check_attempt); AttemptInvalid if it is not usable."""
+    checked = check_attempt(attempt_dir)
+    return checked.row, checked.cases
+
+
+def check_attempt(attempt_dir: Path) -> CheckedAttempt:
+    """One attempt, checked as the index checks it; raises AttemptInvalid if it is not usable.
 
     Reads the attempt through read_attempt, so every listed file's SHA-256 is checked first; then
     cross-checks the header's ids against the files they name and recomputes the headline (status,
-    stability, speedups, geometric mean) from the per-case records (`headline.derive`). The row holds
-    the recomputed values; any stored claim that differs from them is AttemptTampered.
+    stability, speedups, geometric mean) from the per-case records (`derive`). The row holds the
+    recomputed values; any stored claim that differs from them is AttemptTampered.
     """
     attempt_dir = Path(attempt_dir)
     header = read_attempt(attempt_dir)  # valid against its schema, then every listed size and SHA-256
@@ -257,7 +273,7 @@ def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ..
     cases = tuple(
         CaseRow(row.attempt_id, c.id, c.p50_us, c.p95_us, c.speedup, int(c.stable)) for c in head.cases
     )
-    return row, cases
+    return CheckedAttempt(header, files, row, cases)
 
 
 def _check_signature(attempt_dir: Path, header: dict) -> None:
