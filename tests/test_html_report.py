@@ -192,12 +192,22 @@ def make_task_attempt(
                 "schema_version": 1,
                 "verdict": verdict,
                 "reasons": [],
-                "thresholds": {"p50_threshold": 0.05},
+                "thresholds": {
+                    "p50_threshold": 0.05,
+                    "p95_threshold": 0.1,
+                    "alpha": 0.01,
+                    "n_boot": 2000,
+                    "seed": 0,
+                },
+                "keys": [],
                 "baseline": {"attempt_id": "base-attempt"},
                 "cases": [
                     {
                         "id": "bench_64k-float32",
                         "verdict": verdict,
+                        "reasons": [],
+                        "first_batch": None,
+                        "confirmation": None,
                         "baseline": {"p50": 10.0, "p95": 11.0, "n": 300},
                     }
                 ],

@@ -584,3 +584,17 @@ def test_sol_solution_relabelled(sol_store):
     _edit_json(a / "solution.json", lambda s: s.update(name="someone_else"))
     _reseal(a)
     _caught(rebuild_index(art).problems, a, "solution.json")
+
+
+def test_a_listed_regression_verdict_that_breaks_its_schema_is_tampered(store):
+    """A verdict slipped in and listed with its real hash (a PASS with no cases, to hide a FAIL): the
+    index checks regression.json against schemas/regression.schema.json, so it is never ranked."""
+    art, slow, _, _ = store
+    (slow / "regression.json").write_text(json.dumps({"schema_version": 1, "verdict": "PASS", "reasons": []}))
+    _edit_json(
+        slow / "attempt.json",
+        lambda h: h["files"].append({"path": "regression.json", "sha256": "0" * 64, "size": 0}),
+    )
+    _reseal(slow)
+    p = _caught(rebuild_index(art).problems, slow, "regression.json")
+    assert "required field is missing" in p.message

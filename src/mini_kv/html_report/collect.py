@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.judge.regression import RegressionVerdict
+from mini_kv.load.codec import from_json
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
@@ -79,14 +81,6 @@ class CorrCase:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    baseline_attempt: str | None
-    threshold: float | None
-    cases: tuple[tuple[str, str, float | None], ...]  # (case id, verdict, baseline P50 µs)
-
-
-@dataclass(frozen=True)
 class Attempt:
     task_id: str
     candidate: str
@@ -105,7 +99,7 @@ class Attempt:
     bench: tuple[BenchCase, ...]
     correctness: tuple[CorrCase, ...]
     contract: tuple[tuple[str, str], ...]  # (check, status): opcheck, gradcheck, integrity, kernels
-    regression: Verdict | None
+    regression: RegressionVerdict | None  # regression.json, when the attempt was judged against a baseline
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -253,22 +247,6 @@ def _contract(correctness: dict, benchmark: dict) -> tuple[tuple[str, str], ...]
     return tuple(checks)
 
 
-def _verdict(reg: dict | None) -> Verdict | None:
-    if not isinstance(reg, dict) or "verdict" not in reg:
-        return None
-    cases = tuple(
-        (str(c.get("id")), str(c.get("verdict")), _num((c.get("baseline") or {}).get("p50")))
-        for c in reg.get("cases") or []
-        if isinstance(c, dict)
-    )
-    return Verdict(
-        str(reg["verdict"]),
-        (reg.get("baseline") or {}).get("attempt_id"),
-        _num((reg.get("thresholds") or {}).get("p50_threshold")),
-        cases,
-    )
-
-
 def _workloads(path: Path, listed: set[str]) -> dict[str, dict]:
     if "workload.jsonl" not in listed:
         return {}
@@ -310,7 +288,9 @@ def read_one(path: Path) -> Attempt:
             bench=tuple(_bench_case(c) for c in bench["cases"]),
             correctness=cases,
             contract=_contract(corr, bench),
-            regression=_verdict(files.get("regression.json")),
+            regression=from_json(RegressionVerdict, files["regression.json"])
+            if "regression.json" in files
+            else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedAttempt(f"unexpected content ({type(exc).__name__}: {exc})") from None

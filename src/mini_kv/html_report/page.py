@@ -435,9 +435,9 @@ def baseline_band(attempts: list[Attempt], case_id: str) -> tuple[float, float] 
     was judged against a baseline recorded it; None when none was."""
     band = None
     for a in sorted(attempts, key=lambda a: (a.created_at, a.attempt_id)):
-        for case, _, base in a.regression.cases if a.regression else ():
-            if case == case_id and base is not None:
-                band = (base, base * (1 + (a.regression.threshold or 0.0)))
+        for c in a.regression.cases if a.regression else ():
+            if c.id == case_id and c.baseline is not None:
+                band = (c.baseline.p50, c.baseline.p50 * (1 + a.regression.thresholds.p50_threshold))
     return band
 
 
@@ -477,7 +477,7 @@ def _history_group(page: Page, g: tuple, members: list[Attempt], png: bool) -> l
             a.candidate,
             a.created_at,
             a.regression.verdict if a.regression else "no baseline",
-            a.regression.baseline_attempt or "-" if a.regression else "-",
+            a.regression.baseline.get("attempt_id") or "-" if a.regression else "-",
             ", ".join(f"{c.id} {us(c.candidate.p50)}" for c in a.bench if c.candidate),
         ]
         for cand in sorted(by_cand)

@@ -23,7 +23,12 @@ R = TypeVar("R")
 def to_json(value: Any) -> Any:
     """A record (or any value holding records) as JSON data."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            # an optional field the record does not have is left out (metadata {"omit_none": True})
+            if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
+        }
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (list, tuple)):

@@ -50,6 +50,8 @@ LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
 KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
+# the schemas/ they are checked against (correctness.json and benchmark.json: store.records)
+FILE_SCHEMAS = {"regression.json": "regression"}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
 KNOWN_JSON_FILES = tuple(
     (
@@ -196,7 +198,7 @@ def _attempt_json_file(path: Path, rel: str) -> dict:
     try:
         if rel in ("correctness.json", "benchmark.json"):
             return read_record(path / rel)
-        return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel))
+        return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel), FILE_SCHEMAS.get(rel))
     except RecordUnusable as exc:
         if exc.reason == "schema":  # its hash matched: rewritten, and the file list fixed up
             raise _tampered(path, rel, str(exc)[len(exc.file) + 2 :]) from None
