@@ -40,7 +40,7 @@ from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
 from mini_kv.status import Status, Verdict
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import read_record, timed
+from mini_kv.store.records import timed
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
@@ -494,38 +494,33 @@ def check_manifest(baseline: dict, path: Path) -> None:
 def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
     """(header, benchmark.json, environment.json) of an attempt fit to be a baseline: every check of the
     index (schema, hashed files inside the attempt, ids, a headline its records give), PASSED, benchmarked
-    and stable; UserError naming what is wrong otherwise."""
+    and stable by that recomputed headline; UserError naming what is wrong otherwise."""
     from mini_kv.store.attempts import AttemptInvalid
-    from mini_kv.store.index import read_checked_attempt
+    from mini_kv.store.index import check_attempt
 
     try:
-        header = read_checked_attempt(attempt_dir)
+        checked = check_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise UserError(f"{where}: {exc}") from None
     except (OSError, RecursionError) as exc:
         raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-    if header.get("status") != Status.PASSED:
+    row = checked.row
+    if row.status != Status.PASSED:
         raise UserError(
-            f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
-            "can become a baseline"
+            f"{where}: its status is {row.status}; only a PASSED (fully correct) attempt can become a baseline"
         )
-    bsum, listed = header.get("benchmark") or {}, {f["path"] for f in header.get("files", [])}
-    if not bsum.get("ran") or "benchmark.json" not in listed:
+    if row.stable is None:
         raise UserError(
             f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
             "with the benchmark"
         )
-    if bsum.get("stable") is not True:
+    if not row.stable:
         raise UserError(
-            f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
+            f"{where}: its benchmark was not stable (stable=False); a baseline must be "
             "reproducible: verify again on a quiet machine and promote a stable attempt"
         )
-    # both listed (the index requires them of every format), so read_checked_attempt hashed them
-    bench, env = (
-        read_record(attempt_dir / "benchmark.json"),
-        read_versioned(attempt_dir / "environment.json", 1),
-    )
-    return header, bench, env
+    # the index requires both of every format, so the check read and hashed them
+    return checked.header, checked.files["benchmark.json"], checked.files["environment.json"]
 
 
 def _baseline_cases(bench: dict, where: str) -> list[dict]:
