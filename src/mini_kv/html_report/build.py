@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
-from mini_kv.html_report.collect import PROFILES_DIR, Skipped, Store, load_store
+from mini_kv.html_report.collect import PROFILES_DIR, ProfilePair, Skipped, Store, load_store
 from mini_kv.status import ProfileStatus
 
 if TYPE_CHECKING:
@@ -86,9 +86,9 @@ def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[Problem
     return groups, problems, None
 
 
-def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skipped]]:
+def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list[Skipped]]:
     """Comparisons of the verified profiles of each (task, case): the first candidate against each other."""
-    from mini_kv.profile.compare import deltas, refusals
+    from mini_kv.profile.compare import ident, metric_rows, refusals
     from mini_kv.profile.store import ProfileUnusable, read_profile
 
     root = artifacts / PROFILES_DIR
@@ -111,19 +111,9 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
         group.sort(key=lambda d: (d["candidate"]["id"], d.get("created_at", "")))
         a = group[0]
         for b in group[1:]:
-            ident = [
-                {"task": x["task"]["id"], "case": x["case"]["id"], "candidate": x["candidate"]["id"]}
-                for x in (a, b)
-            ]
             why = refusals(a, b)
-            out.append(
-                {
-                    "A": ident[0],
-                    "B": ident[1],
-                    "refused": "; ".join(f"{r['code']} ({r['message']})" for r in why),
-                    **({} if why else deltas(a, b)),
-                }
-            )
+            refused = "; ".join(f"{r.code} ({r.message})" for r in why)
+            out.append(ProfilePair(ident(a), ident(b), refused, () if why else metric_rows(a, b)))
     return out, skipped
 
 

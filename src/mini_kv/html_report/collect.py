@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.load.codec import from_json
+from mini_kv.profile.compare import Ident, MetricRow
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
@@ -105,6 +106,16 @@ class Attempt:
     def group(self) -> tuple[str, str, str, str]:
         """What the leaderboard groups by: only timings of one suite, environment and device compare."""
         return (self.task_id, self.suite_hash, self.environment_key, self.device)
+
+
+@dataclass(frozen=True)
+class ProfilePair:
+    """Two profiles of one (task, case): their metric rows, or why they do not compare."""
+
+    A: Ident
+    B: Ident
+    refused: str  # "" when they compare
+    rows: tuple[MetricRow, ...]
 
 
 @dataclass

@@ -19,7 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from mini_kv.html_report import charts
-from mini_kv.html_report.collect import Attempt, BenchCase, Skipped, Store
+from mini_kv.html_report.collect import Attempt, BenchCase, ProfilePair, Skipped, Store
 from mini_kv.status import Status
 
 if TYPE_CHECKING:
@@ -499,7 +499,7 @@ def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
     return out or [note("no timed attempt.")]
 
 
-def profiles_section(comparisons: list[dict], skipped: list[Skipped]) -> list[Block]:
+def profiles_section(comparisons: list[ProfilePair], skipped: list[Skipped]) -> list[Block]:
     if not comparisons:
         return [
             note(
@@ -513,19 +513,19 @@ def profiles_section(comparisons: list[dict], skipped: list[Skipped]) -> list[Bl
 
     out = []
     for cmp in comparisons:
-        a, b = cmp["A"], cmp["B"]
-        out.append(Block("h3", f"{a['task']} / {a['case']}: A = {a['candidate']}, B = {b['candidate']}"))
-        if cmp.get("refused"):
-            out.append(Block("warn", f"not comparable: {cmp['refused']}"))
+        a, b = cmp.A, cmp.B
+        out.append(Block("h3", f"{a.task} / {a.case}: A = {a.candidate}, B = {b.candidate}"))
+        if cmp.refused:
+            out.append(Block("warn", f"not comparable: {cmp.refused}"))
             continue
         rows = [
             [
-                r["label"],
-                n(fmt(r["A"], r["kind"])),
-                n(fmt(r["B"], r["kind"])),
-                n(f"{r['ratio']:.3g}" if r["ratio"] is not None else "-"),
+                r.label,
+                n(fmt(r.A, r.kind)),
+                n(fmt(r.B, r.kind)),
+                n(f"{r.ratio:.3g}" if r.ratio is not None else "-"),
             ]
-            for r in cmp["rows"]
+            for r in cmp.rows
         ]
         out.append(table("profiles", ["metric", "A", "B", "B/A"], rows))
     return out
