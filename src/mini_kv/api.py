@@ -22,8 +22,12 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.errors import ExitCode, UserError
+
+if TYPE_CHECKING:
+    from mini_kv.store.index import CaseRow
 
 
 @dataclass(frozen=True)
@@ -180,50 +184,51 @@ def _result(name: str, out: dict, keep: bool) -> Result:
     from mini_kv.store.index import AttemptInvalid, record_for_attempt
 
     attempt = Path(out["attempt"]) if out.get("attempt") else None
-    row, case_rows = ({}, [])
+    row, case_rows, invalid = None, (), None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
             row, case_rows = record_for_attempt(attempt)
         except AttemptInvalid as exc:  # the store refuses it: so does the API
-            row = {"status": "INVALID", "reason": str(exc)}
+            invalid = str(exc)
     cases = _cases(attempt, case_rows)
-    speedup = row.get("geomean_speedup")
+    speedup = row.geomean_speedup if row else None
+    said = str(out.get("status") or out.get("summary", {}).get("status"))
     return Result(
         solution=name,
-        status=row.get("status") or str(out.get("status") or out.get("summary", {}).get("status")),
+        status="INVALID" if invalid else row.status if row else said,
         exit_code=int(out["exit_code"]),
         cases=cases,
         speedup=speedup if isinstance(speedup, float) and math.isfinite(speedup) else None,
-        stable=row.get("stable"),
+        stable=row.stable if row else None,
         attempt=attempt if keep else None,
-        reason=_reason(out, cases, row),
+        reason=_reason(out, cases, invalid),
         duration_s=float(out.get("duration_s") or 0.0),
         raw=out,
     )
 
 
-def _cases(attempt: Path | None, case_rows: list[dict]) -> tuple[CaseResult, ...]:
+def _cases(attempt: Path | None, case_rows: tuple[CaseRow, ...]) -> tuple[CaseResult, ...]:
     if attempt is None or not (attempt / "correctness.json").exists():
         return ()
-    timed = {r["case_id"]: r for r in case_rows}
+    timed = {r.case_id: r for r in case_rows}
     records = json.loads((attempt / "correctness.json").read_text())["cases"]
     return tuple(
         CaseResult(
             id=c["id"],
             status=c["status"],
             reason=c.get("reason") or c.get("log") or None,
-            latency_us=timed.get(c["id"], {}).get("p50_us"),
-            speedup=timed.get(c["id"], {}).get("speedup"),
+            latency_us=timed[c["id"]].p50_us if c["id"] in timed else None,
+            speedup=timed[c["id"]].speedup if c["id"] in timed else None,
         )
         for c in records
     )
 
 
-def _reason(out: dict, cases: tuple[CaseResult, ...], row: dict) -> str | None:
+def _reason(out: dict, cases: tuple[CaseResult, ...], invalid: str | None) -> str | None:
     if out["exit_code"] == ExitCode.OK:
         return None
-    if row.get("reason"):
-        return row["reason"]
+    if invalid:
+        return invalid
     failed = [c for c in cases if c.status not in ("PASSED", "SKIPPED")]
     if failed:
         first = failed[0]

@@ -53,7 +53,7 @@ def _last_status(item) -> str | None:
         rows, _ = read_index(Path(item.store), "task_id = ? AND candidate = ?", (task, cand))
     except UserError:  # no index yet: nothing ran before
         return None
-    return rows[-1]["status"] if rows else None
+    return rows[-1].status if rows else None
 
 
 def select_items(items: list, args) -> list:
