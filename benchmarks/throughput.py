@@ -160,8 +160,8 @@ def verdict_of(attempt: str | None, fallback: str, note: str = "") -> Verdict:
     traces = Path(attempt) / "traces.jsonl"
     lines = traces.read_text(encoding="utf-8").splitlines() if traces.is_file() else []
     workloads = Counter(json.loads(x)["evaluation"]["status"] for x in lines if x.strip())
-    speedup = row.get("geomean_speedup")
-    return Verdict(row["status"], workloads, speedup if isinstance(speedup, float) else None, attempt, note)
+    speedup = row.geomean_speedup
+    return Verdict(row.status, workloads, speedup if isinstance(speedup, float) else None, attempt, note)
 
 
 def is_right(expect: dict, got: Verdict) -> bool:
