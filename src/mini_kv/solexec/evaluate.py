@@ -27,12 +27,14 @@ from mini_kv.solexec.inputs import (
     clone_inputs,
     make_inputs,
     normalize_outputs,
+    unwritten,
 )
 from mini_kv.status import Status
-from mini_kv.worker import integrity
+from mini_kv.worker import explain, integrity
 from mini_kv.worker.benchmark import SampledRepeats, input_set_count, sampling_record, timed, timing_budget
 from mini_kv.worker.channel import Channel
 from mini_kv.worker.compare import inputs_unchanged
+from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed
 from mini_kv.worker.integrity import Guard, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.jobs import Event
@@ -51,6 +53,7 @@ from mini_kv.worker.timing import (
     warm_up,
 )
 
+SLOW_SHARE = 0.8  # a round where the solution's call took more than this share is the solution's slowness
 MIN_ROUNDS = 2  # both call orders (solution first, reference first), however tight the budget
 # the output check after timing makes two passes on each input set (the same inputs, then new values
 # written into the same buffers), each about a correctness round
@@ -84,6 +87,13 @@ class Context:
     # POST_CHECK_PASSES of them per input set from the timing budget
     round_s: float | None = None
     baseline: tuple | None = None  # (function, dps) timed in the reference's place: the regression gate
+    # (bytes, the solution's call, the reference's, workload) where the solution was too slow for the budget:
+    # no larger workload is run (it would be no quicker), and the reason names the solution, not the size
+    slow_call: tuple[int, float, float, str] | None = None
+    round_calls: tuple[float, float, str] | None = (
+        None  # (solution's call, reference's, workload) of round_cost
+    )
+    dps_returned: str | None = None  # what a destination-passing solution's last call returned, if anything
 
     def __post_init__(self) -> None:
         if self.guard is None:  # the solution in this process (a test's): the harness as it is now
@@ -126,7 +136,10 @@ def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = 
     try:
         if ctx.dps:
             outs = outputs if outputs is not None else allocate_outputs(sig, ctx.device)
-            guard.call(ctx.solution_fn, [*inputs, *outs], ctx.device, "the solution's call", outputs=outs)
+            returned = guard.call(
+                ctx.solution_fn, [*inputs, *outs], ctx.device, "the solution's call", outputs=outs
+            )
+            ctx.dps_returned = None if returned is None else explain.describe_value(returned)
             return outs
         result = guard.call(ctx.solution_fn, list(inputs), ctx.device, "the solution's call")
     except integrity.Violation as v:
@@ -136,7 +149,7 @@ def call_solution(ctx: Context, sig: dict, inputs: list, outputs: list | None = 
 
 def run_reference(ctx: Context, sig: dict, inputs: list) -> list:
     try:
-        refs = normalize_outputs(ctx.reference_fn(*clone_inputs(inputs)), sig, ctx.device)
+        refs = normalize_outputs(ctx.reference_fn(*clone_inputs(inputs)), sig, ctx.device, "the reference")
         _sync(ctx.device)
     except Exception as exc:  # noqa: BLE001
         raise Verdict(
@@ -203,10 +216,10 @@ def _solve(ctx: Context, sig: dict, inputs: list, r: int) -> list:
         return call_solution(ctx, sig, inputs)
     except Verdict:
         raise
+    except WrongReturn as exc:  # what it returned is the candidate's part: no traceback of mini_kv's frames
+        raise Verdict(Status.RUNTIME_ERROR, f"round {r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the solution raising is a result
-        raise Verdict(
-            Status.RUNTIME_ERROR, f"round {r}: solution raised {type(exc).__name__}: {exc}\n{_tb()}"
-        ) from None
+        raise Verdict(Status.RUNTIME_ERROR, f"round {r}: {explain.raised(exc, _tb())}") from None
 
 
 def _first_wrong(sig: dict, outs: list, refs: list, tol: dict) -> tuple[str, str] | None:
@@ -233,19 +246,25 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     nbytes = signature_bytes(sig)
     _skip_if_too_large(ctx, nbytes)
     marks = [time.perf_counter()]  # each round's start, then the last one's end
+    calls = None  # (the solution's call, the reference's, the workload) of the last round, in seconds
     for r in range(rounds):
         if r == 1:
-            rounds = _rounds_within_budget(ctx, rounds, marks[1] - marks[0], nbytes)
+            rounds = _rounds_within_budget(ctx, rounds, marks[1] - marks[0], nbytes, calls)  # round 0's
         seed = case_seed(ctx.definition_name, workload["uuid"], f"{ctx.salt}\0round-{r}")
         inputs = _inputs(ctx, sig, workload, seed)
         pristine = clone_inputs(inputs)
         first = r % 2 == 0
+        t0 = time.perf_counter()
         if first:
             outs = _solve(ctx, sig, inputs, r)
+            t1 = time.perf_counter()
             refs = run_reference(ctx, sig, pristine)
+            call_s, ref_s = t1 - t0, time.perf_counter() - t1
         else:
             refs = run_reference(ctx, sig, inputs)
+            t1 = time.perf_counter()
             outs = _solve(ctx, sig, inputs, r)
+            call_s, ref_s = time.perf_counter() - t1, t1 - t0
         if r == 0:
             _check_integrity(ctx, "after the first call")
         _structure(sig, outs, refs)
@@ -262,16 +281,20 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
             worst = _worst(worst, res)
             if not res["ok"]:
                 _explain_wrong_round(ctx, sig, r, first, pristine, outs, refs, prev, tol)
+                reason = res["reason"]
+                if ctx.dps and unwritten(out):
+                    reason = explain.never_written(spec["name"], ctx.dps_returned)
                 raise Verdict(
-                    Status.INCORRECT_NUMERICAL, f"round {r}, output {spec['name']!r}: {res['reason']}", worst
+                    Status.INCORRECT_NUMERICAL, f"round {r}, output {spec['name']!r}: {reason}", worst
                 )
             why = degenerate(out, ref, float(tol["max_atol"]))
             if why:
                 raise _hack("DEGENERATE_OUTPUT", f"round {r}, output {spec['name']!r}: {why}")
         prev = (inputs, outs, refs)
         marks.append(time.perf_counter())
+        calls = (call_s, ref_s, workload["uuid"])
         if r < 2:
-            _note_round_cost(ctx, nbytes, marks[-1] - marks[-2], warm=r == 1)
+            _note_round_cost(ctx, nbytes, marks[-1] - marks[-2], warm=r == 1, calls=calls)
         if r + 1 >= rounds:
             break
     ctx.rounds_run = min(rounds, int(ctx.settings["rounds"]))
@@ -279,7 +302,7 @@ def correctness_rounds(ctx: Context, sig: dict, workload: dict) -> dict:
     return worst
 
 
-def _note_round_cost(ctx: Context, nbytes: int, seconds: float, warm: bool) -> None:
+def _note_round_cost(ctx: Context, nbytes: int, seconds: float, warm: bool, calls: tuple) -> None:
     """What _skip_if_too_large scales by bytes: a second round's time where there is one, the largest
     workload's, over a first round's, which holds one-off costs that say nothing about size (a
     library's first call, a plan built on first use: on an H200 a cuDNN solution's first round took
@@ -288,6 +311,7 @@ def _note_round_cost(ctx: Context, nbytes: int, seconds: float, warm: bool) -> N
     cur = ctx.round_cost
     if cur is None or (warm, nbytes) >= (cur[2], cur[1]):
         ctx.round_cost = (seconds, nbytes, warm)
+        ctx.round_calls = calls
 
 
 def signature_bytes(sig: dict) -> int:
@@ -304,6 +328,8 @@ def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
     small round's per-byte cost underestimates (1.7x on CPU at rmsnorm's 169-227 MiB): the larger
     estimate decides."""
     budget = ctx.settings.get("budget_s")
+    if budget and ctx.slow_call and nbytes >= ctx.slow_call[0]:  # no quicker than where it was too slow
+        raise Verdict(Status.SKIPPED, explain.slow_solution_earlier(ctx.device, *ctx.slow_call[1:], budget))
     bases = [ctx.too_large] if ctx.too_large else []  # a workload measured too large bounds any size
     if ctx.round_cost is not None and nbytes > ctx.round_cost[1]:
         bases.append(ctx.round_cost[:2])
@@ -311,6 +337,10 @@ def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
         return
     estimate, seconds, seen = max((s * nbytes / max(1, b), s, b) for s, b in bases)
     if estimate * MIN_ROUNDS > budget:
+        calls = ctx.round_calls
+        if ctx.round_cost and seconds == ctx.round_cost[0] and calls and calls[0] > SLOW_SHARE * seconds:
+            # the round scaled was the solution's own time (the reference's was small): say so, not size
+            raise Verdict(Status.SKIPPED, explain.slow_solution_earlier(ctx.device, *calls, budget))
         raise Verdict(
             Status.SKIPPED,
             f"too large for {ctx.device} within the budget: a correctness round would take about "
@@ -320,13 +350,21 @@ def _skip_if_too_large(ctx: Context, nbytes: int) -> None:
         )
 
 
-def _rounds_within_budget(ctx: Context, rounds: int, first_s: float, nbytes: int) -> int:
+def _rounds_within_budget(ctx: Context, rounds: int, first_s: float, nbytes: int, calls: tuple) -> int:
     """The rounds that fit in half the workload's budget (at least MIN_ROUNDS), given the first round's
-    time; a workload where MIN_ROUNDS alone outrun the whole budget is SKIPPED, saying why."""
+    time; a workload where MIN_ROUNDS alone outrun the whole budget is SKIPPED, saying why: the
+    solution's slowness where its call took most of the round (`calls`: its seconds, the reference's,
+    the workload), else the workload's size."""
     budget = ctx.settings.get("budget_s")
     if not budget or rounds <= 1:
         return rounds
     if first_s * MIN_ROUNDS > budget:
+        call_s, ref_s, uuid = calls
+        if call_s > SLOW_SHARE * first_s:  # not the size: the reference on the same inputs was quick
+            ctx.slow_call = (nbytes, call_s, ref_s, uuid)
+            raise Verdict(
+                Status.SKIPPED, explain.slow_solution(ctx.device, call_s, ref_s, MIN_ROUNDS, budget)
+            )
         if ctx.too_large is None or nbytes < ctx.too_large[1]:
             ctx.too_large = (first_s, nbytes)
         raise Verdict(
