@@ -11,11 +11,20 @@ from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.tables import Column, fitted_tables
 
-LIST_COLUMNS = ("attempt_id", "candidate", "status", "device", "stable", "geomean_speedup", "created_at")
+LIST_COLUMNS = (
+    "attempt_id",
+    "candidate",
+    "status",
+    "device",
+    "stable",
+    "geomean_speedup",
+    "source",
+    "created_at",
+)
 
 
 def cmd_list(args) -> int:
-    from mini_kv.store.index import read_index
+    from mini_kv.store.index import read_index, source_label
 
     artifacts = artifacts_dir(args)
     task = task_id_of(args.target, "TARGET") if args.target else None
@@ -26,7 +35,12 @@ def cmd_list(args) -> int:
         print(json.dumps(rows, indent=1))
         return ExitCode.OK
     for task_id in dict.fromkeys(r["task_id"] for r in rows):
-        cells = [[_cell(r[c]) for c in LIST_COLUMNS] for r in rows if r["task_id"] == task_id]
+        mine = [
+            {**r, "source": source_label(r["source_commit"], r["source_dirty"])}
+            for r in rows
+            if r["task_id"] == task_id
+        ]
+        cells = [[_cell(r[c]) for c in LIST_COLUMNS] for r in mine]
         columns = [Column(c.replace("_", " ")) for c in LIST_COLUMNS]
         for t in fitted_tables(task_id, columns, cells, console.width, keys=1):
             console.print(t)

@@ -31,6 +31,7 @@ from mini_kv.store.index import (
     read_tampered,
     rebuild_index,
     record_for_attempt,
+    source_label,
 )
 
 LEADERBOARD_SCHEMA_VERSION = 1
@@ -133,6 +134,8 @@ def _ranked_groups(latest: dict[tuple[str, str], tuple[dict, list[dict]]]) -> li
                 "path": r["path"],
                 "regression": r["regression"],
                 "signature": r["signature"],
+                "source_commit": r.get("source_commit"),
+                "source_dirty": None if r.get("source_dirty") is None else bool(r["source_dirty"]),
                 "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
             }
             for rank, r in enumerate(members, start=1)
@@ -311,7 +314,7 @@ def rich_tables(board: dict, width: int = 180) -> list:
 
     columns = [
         Column(h) for h in ("rank", "candidate", "geomean speedup", "per case", "regression", "signed")
-    ] + [Column("attempt"), Column("created")]
+    ] + [Column("commit"), Column("attempt"), Column("created")]
     out = []
     for g in board["groups"]:
         title = f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  device {g['device']}"
@@ -323,6 +326,7 @@ def rich_tables(board: dict, width: int = 180) -> list:
                 "\n".join(f"{k} {v:.3f}x" for k, v in sorted(e["cases"].items()) if v is not None),
                 e["regression"] or "-",
                 e["signature"],
+                source_label(e.get("source_commit"), e.get("source_dirty")),
                 e["attempt_id"],
                 e["created_at"],
             ]

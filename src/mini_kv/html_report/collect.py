@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs, load_attempt_file, read_attempt
+from mini_kv.store.index import source_label
 from mini_kv.store.records import SOL_FORMAT
 
 PROFILES_DIR = "profiles"  # artifacts/profiles/ holds Nsight Compute profiles, not attempts
@@ -103,6 +104,7 @@ class Attempt:
     correctness: tuple[CorrCase, ...]
     contract: tuple[tuple[str, str], ...]  # (check, status): opcheck, gradcheck, integrity, kernels
     regression: Verdict | None
+    source: str = "-"  # the candidate's git commit (store.index.source_label)
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -312,6 +314,9 @@ def read_one(path: Path) -> Attempt:
             correctness=cases,
             contract=_contract(header, corr),
             regression=_verdict(_json(header, "regression.json", listed)),
+            source=source_label(
+                (header.get("source") or {}).get("commit"), (header.get("source") or {}).get("dirty")
+            ),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedAttempt(f"unexpected content ({type(exc).__name__}: {exc})") from None

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from mini_kv.html_report import charts
 from mini_kv.html_report.collect import Attempt, BenchCase, Skipped, Store
 from mini_kv.status import Status
+from mini_kv.store.index import source_label
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ def leaderboard_section(
                     n(f"{num(speed if isinstance(speed, (int, float)) else None, '.3f')}×"),
                     cases,
                     e.get("regression") or "-",
+                    source_label(e.get("source_commit"), e.get("source_dirty")),
                     below(where, links.files(a)) if a else where,
                     e.get("created_at"),
                 ]
@@ -201,7 +203,7 @@ def leaderboard_section(
         out.append(
             table(
                 "leaderboard",
-                "rank | candidate | geomean speedup | per case | regression | attempt / files | created",
+                "rank | candidate | geomean speedup | per case | regression | commit | attempt / files | created",
                 rows,
             )
         )
@@ -227,6 +229,7 @@ def attempts_section(store: Store, links: Links) -> list[Block]:
             a.regression.verdict if a.regression else "-",
             a.device,
             a.environment_key,
+            a.source,
             a.created_at,
             below(links.to(a.path, a.attempt_id), links.files(a)),
         ]
@@ -236,7 +239,7 @@ def attempts_section(store: Store, links: Links) -> list[Block]:
         table(
             "attempts",
             "task | candidate | status | stable | geomean speedup"
-            " | regression | device | environment | created | attempt / files",
+            " | regression | device | environment | commit | created | attempt / files",
             rows,
         )
     ]

@@ -40,7 +40,7 @@ from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record, timed
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
-INDEX_SCHEMA_VERSION = 2
+INDEX_SCHEMA_VERSION = 3  # 3: the candidate's git commit (source_commit, source_dirty)
 INDEX_NAME = "index.sqlite"
 LOCK_NAME = ".index.lock"
 TMP_PREFIX = ".index.sqlite."
@@ -77,7 +77,9 @@ CREATE TABLE attempts (
     regression TEXT,
     path TEXT NOT NULL,
     attempt_sha256 TEXT NOT NULL,
-    signed_by TEXT
+    signed_by TEXT,
+    source_commit TEXT,
+    source_dirty INTEGER
 );
 CREATE TABLE bench_cases (
     attempt_id TEXT NOT NULL REFERENCES attempts(attempt_id) ON DELETE CASCADE,
@@ -107,6 +109,13 @@ def _columns(table: str) -> tuple[str, ...]:
 
 
 ATTEMPT_COLUMNS, CASE_COLUMNS = _columns("attempts"), _columns("bench_cases")
+
+
+def source_label(commit: str | None, dirty) -> str:
+    """An attempt's source commit as tables show it: 12 hex digits, `+dirty` where its tree differed."""
+    if not commit:
+        return "-"
+    return commit[:12] + ("+dirty" if dirty else "")
 
 
 class IndexUnusable(UserError):
@@ -228,6 +237,8 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
         "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
         "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
         "signed_by": signing.claimed_key_id(header),
+        "source_commit": (header.get("source") or {}).get("commit"),
+        "source_dirty": None if not header.get("source") else int(bool(header["source"]["dirty"])),
     }
     cases = [
         {
