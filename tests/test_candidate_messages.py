@@ -76,6 +76,7 @@ def traces(tmp_path_factory):
         t = json.loads(line)
         got.setdefault(t["solution"].removeprefix("scale_mul_"), {})[t["workload"]["uuid"]] = t["evaluation"]
     assert set(got) == set(SOLUTIONS), res.stdout + res.stderr
+    got["stdout"] = res.stdout
     return got
 
 
@@ -164,3 +165,11 @@ def test_candidate_frames_drop_mini_kvs_own_and_keep_the_candidates():
     assert "main.py" in kept and "subject.py" not in kept and kept.endswith("ValueError: 1")
     only_ours = tb.replace('"/tmp/sol/main.py"', f'"{MINI_KV_SRC}/x.py"')
     assert explain.candidate_frames(only_ours) == ""
+
+
+def test_the_same_failure_on_every_workload_is_printed_once(traces):
+    """As for triton_ref_vecadd's reference on CPU (one traceback per workload, three times over): the
+    report prints a log once and refers back to it."""
+    out = " ".join(traces["stdout"].split())
+    assert out.count("the solution returned None; expected") == 1, traces["stdout"]
+    assert "the same log as workload 0" in out

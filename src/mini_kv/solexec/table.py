@@ -70,9 +70,15 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if failed and not result.get("unavailable"):
         shown = failed if verbose else failed[:3]
         console.print(f"\n[bold red]Logs ({len(failed)}):[/]")
+        first_with: dict[str, int] = {}  # a log already shown (the same failure on every workload): said once
         for i, ev in shown:
             console.print(f"\n[bold]Workload {i}[/] ([red]{ev['status']}[/]):")
-            console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
+            log = ev["log"].rstrip()
+            if log in first_with:
+                console.print(f"the same log as workload {first_with[log]}")
+                continue
+            first_with[log] = i
+            console.print(escape(log if verbose else log[-2000:]))
         if len(shown) < len(failed):
             console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
     if result.get("regression"):
