@@ -5,7 +5,7 @@
 # trusting the tool over (silent compiles, tracebacks on Ctrl-C or for a candidate's failure, the same
 # traceback three times, cut tables, dead links, stray files) and the run fails on the first one seen.
 #
-#   scripts/first_hour.sh            # set-up: a venv over this Python's packages, mini_kv editable in it
+#   scripts/first_hour.sh            # set-up: this Python's packages, the clone's src/ on PYTHONPATH
 #   FIRST_HOUR_SETUP=readme scripts/first_hour.sh   # set-up: the README's pip command, as written
 #   FIRST_HOUR_KEEP=1 ...            # keep the clone and its logs (the path is printed)
 set -euo pipefail
@@ -42,10 +42,9 @@ step "set-up (README, Quick start)"
 if [ "${FIRST_HOUR_SETUP:-venv}" = readme ]; then
     python -m pip install torch==2.13.0 -e '.[dev]'
     MK=(python -m mini_kv)
-else  # this machine's packages, and the clone's mini_kv in front of them (nothing else changes)
-    python -m venv --system-site-packages --without-pip "$WORK/venv"  # pip: the system's, seen through
-    "$WORK/venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
-    MK=("$WORK/venv/bin/python" -m mini_kv)
+else  # this machine's packages, the clone's mini_kv in front of the installed one (nothing is installed)
+    export PYTHONPATH=$WORK/repo/src
+    MK=(python -m mini_kv)
 fi
 "${MK[@]}" --help >/dev/null
 
