@@ -1,6 +1,6 @@
 """`mini-kv new card`: a card and a candidate scaffolded from a reference function, read back by the strict
-loader, that `verify` runs at once (INCORRECT: the kernels are not written yet) and passes once the
-kernels are written."""
+loader, that `verify` passes once the two kernels are written (one build: the stub's own verify, INCORRECT
+with "not written yet", would cost a second cold build of a C++ extension)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _summary(res) -> dict:
 
 
 @pytest.mark.slow
-def test_a_scaffolded_card_validates_verifies_and_passes_once_its_kernels_are_written(project):
+def test_a_scaffolded_card_validates_and_passes_verify_once_its_kernels_are_written(project):
     res = run_cli(
         "new",
         "card",
@@ -52,6 +52,7 @@ def test_a_scaffolded_card_validates_verifies_and_passes_once_its_kernels_are_wr
     card = project / "tasks" / "my_add.yaml"
     op = project / "candidates" / "my_add" / "v0" / "op.cpp"
     assert run_cli("validate-task", card).returncode == ExitCode.OK
+    assert "the CPU kernel is not written yet" in op.read_text()
     args = [
         "verify",
         "--task",
@@ -63,10 +64,6 @@ def test_a_scaffolded_card_validates_verifies_and_passes_once_its_kernels_are_wr
         "--artifacts",
         project / "a",
     ]
-    first = run_cli(*args, cwd=project)
-    assert first.returncode == ExitCode.CORRECTNESS, first.stdout + first.stderr
-    corr = json.loads((project / "a" / "my_add").glob("*/correctness.json").__next__().read_text())
-    assert all("the CPU kernel is not written yet" in c["reason"] for c in corr["cases"]), corr["cases"]
     source = op.read_text()
     start, end = source.index("at::Tensor my_add_cpu"), source.index("}  // namespace")
     op.write_text(source[:start] + CPU_KERNEL + "\n" + META_KERNEL + "\n" + source[end:])
