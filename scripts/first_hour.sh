@@ -64,10 +64,11 @@ v_text() { "${MK[@]}" "$1" --help | tr -s ' \n' ' ' | grep -o -- '-v, --verbose 
 [ "$(v_text verify)" = "$(v_text bench)" ] || fail "verify -v and bench -v are documented differently"
 
 step "a card with an unknown name in an expression"
-sed 's/flops: numel/flops: 2*rowz*cols/' tasks/vector_add.yaml >"$WORK/bad_card.yaml"
-run bad_card "${MK[@]}" validate-task "$WORK/bad_card.yaml"
+sed 's/flops: numel/flops: 2*rowz*cols/' tasks/vector_add.yaml >tasks/bad_card.yaml
+run bad_card "${MK[@]}" validate-task tasks/bad_card.yaml
+rm tasks/bad_card.yaml
 expect_rc 2 bad_card
-grep -q "rowz" "$LOGS/bad_card.log" || fail "validate-task did not name the unknown name"
+grep -q "rowz" "$LOGS/bad_card.log" || { cat "$LOGS/bad_card.log"; fail "validate-task did not name the unknown name"; }
 
 step "an operator of one's own"
 mkdir -p candidates/my_add
