@@ -127,16 +127,30 @@ if ! python -c "import bokeh" 2>/dev/null && grep -q "dashboard" "$LOGS/batch.lo
 fi
 
 step "Ctrl-C in a batch"
+cat >"$WORK/long_batch.yaml" <<EOF
+schema_version: 1
+verify:
+  - task: $PWD/tasks/vector_add.yaml
+    candidates: ["*"]
+    options: {device: cpu, bench_all: true}
+EOF
 set +e
-"${MK[@]}" batch "$WORK/batch.yaml" >"$LOGS/batch_int.log" 2>&1 &
+set -m  # a job of its own, as in a terminal: a background job of a script would ignore SIGINT
+"${MK[@]}" batch "$WORK/long_batch.yaml" >"$LOGS/batch_int.log" 2>&1 &
 pid=$!
-sleep "${FIRST_HOUR_INTERRUPT_AFTER:-8}"
+set +m
+for _ in $(seq 600); do  # Ctrl-C once it is timing its first candidate
+    grep -q "benchmark 1/" "$LOGS/batch_int.log" && break
+    sleep 0.5
+done
 kill -INT "$pid"
 wait "$pid"
+RC=$?
 set -e
 no_traceback_of_ours batch_int
-grep -q "interrupted" "$LOGS/batch_int.log" || grep -q "^summary" "$LOGS/batch_int.log" ||
-    fail "Ctrl-C said neither what was stored nor what was not run"
+grep -q "^interrupted: " "$LOGS/batch_int.log" ||
+    { tail -20 "$LOGS/batch_int.log"; fail "Ctrl-C did not say what was stored and what was not run"; }
+[ "$RC" -eq 130 ] || fail "Ctrl-C exited $RC, not 130"
 
 step "no files left behind"
 stray=$(find .build -maxdepth 1 -name 'tmp-*' 2>/dev/null | head -5)
