@@ -6,7 +6,7 @@ fewer timed calls, and do two back-to-back runs agree?
     PYTHONPATH=$PWD/src python benchmarks/adaptive_vs_fixed.py OUT.json --device cpu     # smaller scope
 
 Scope: every shipped task card's bench cases that run on the device, timed by the card door's own
-`worker.benchmark.bench_case` (the card's default candidate against its reference: the card's
+`worker.formats.bench_record` (the card's default candidate against its reference: the card's
 settings, adaptive, then `--fixed` samples in one repeat), and the SOL rmsnorm problem's workloads
 (solutions/rmsnorm/pytorch against the definition's reference, cold L2 on CUDA as `bench` times them,
 one repeat per side through `worker.timing.measure_until`). On CPU only the workloads with at most
@@ -88,7 +88,8 @@ def card_cases(device: str) -> list[dict]:
 
 
 def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
-    from mini_kv.worker.benchmark import bench_case
+    from mini_kv.worker import engine
+    from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 
     card = entry["card"]
     base = timing.sampling_settings(dict(card.benchmark), device, card.timeouts["case_s"])
@@ -100,19 +101,16 @@ def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
         ("fixed", {**base, "samples": fixed, "repeats": 1, "budget_s": None}),
     ):
         t0 = time.perf_counter()
-        rec = bench_case(
+        fmt = CardFormat(
+            card.id,
+            device,
+            salt,
             entry["op"],
             entry["reference"],
             entry["factory"],
-            card.id,
-            entry["case"],
-            settings,
-            tol,
-            device,
-            salt,
-            None,
-            exprs,
+            {entry["case"]["dtype"]: tol},
         )
+        rec = bench_record(engine.Job.local(fmt), CardCase.of(entry["case"]), settings, None, exprs)
         out[mode] = _side_summary(rec, time.perf_counter() - t0)
         if "p50_us" not in out[mode]:  # skipped as too large for the device: no fixed count either
             out["fixed"] = {"status": "not run", "reason": "the adaptive run did not time this case"}
@@ -183,7 +181,7 @@ def sol_cases(device: str, cpu_max_rows: int) -> list[dict]:
 
 def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
     """As `bench` times a workload: cold L2 and rotating input sets on CUDA, one repeat per side."""
-    from mini_kv.worker.benchmark import input_set_count
+    from mini_kv.worker.engine import input_set_count
 
     cuda = device.startswith("cuda")
     g = torch.Generator(device="cpu").manual_seed(entry["rows"])

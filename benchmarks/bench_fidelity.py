@@ -104,7 +104,7 @@ def card_rows(device: str, salt: str, compile_timeout: float):
 
 
 def measure_row(fn, args, device: str, flush, samples: int, launches: int) -> dict:
-    from mini_kv.worker.benchmark import choose_method
+    from mini_kv.worker.engine import choose_method
     from mini_kv.worker.timing import AUTO_CHAIN, TimingError, Workload, measure
 
     calls = Workload([lambda: fn(*args)])

@@ -13,12 +13,12 @@ import torch
 
 from mini_kv import stats
 from mini_kv.load.schema import load_schema
-from mini_kv.solexec.evaluate import budget_less_post_check
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
 from mini_kv.store.records import benchmark_document
-from mini_kv.worker import timing
-from mini_kv.worker.benchmark import SampledRepeats, bench_case, timing_budget
+from mini_kv.worker import engine, timing
+from mini_kv.worker.engine import SampledRepeats, timing_budget
+from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import L2Flusher, Measurement, measure_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,8 +150,8 @@ def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing(
     budget, so sampling to the end of the budget does not push the workload past its timeout."""
     warm = {"seconds_per_call": (0.01, 0.02)}
     t0 = time.perf_counter()
-    plain = timing_budget(10.0, t0, warm)
-    kept = budget_less_post_check(10.0, t0, warm, n_sets=3, round_s=0.5)
+    plain = timing_budget(10.0, t0, warm, 3, None)
+    kept = timing_budget(10.0, t0, warm, n_sets=3, round_s=0.5)
     assert plain["left_s"] - kept["left_s"] == pytest.approx(3.0, abs=0.05)  # two passes per input set
     assert kept["cost"] == plain["cost"] == {"candidate": 0.01, "reference": 0.02}
     # the repeats share what is left, and stop at its end
@@ -159,7 +159,7 @@ def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing(
     assert plan.share == pytest.approx(kept["left_s"] / 4, abs=0.01)
     assert plan.deadline - time.perf_counter() <= 7.0 + 0.05
     # before any correctness round has run (no round time yet) nothing is kept back
-    none = budget_less_post_check(10.0, t0, warm, n_sets=3, round_s=None)
+    none = timing_budget(10.0, t0, warm, n_sets=3, round_s=None)
     assert none["left_s"] == pytest.approx(plain["left_s"], abs=0.05)
 
 
@@ -250,9 +250,8 @@ SETTINGS = {"method": "auto", "l2": "hot", "warmup": 3, "repeats": 3, "max_cv": 
 
 def _bench(op, settings):
     case = {"id": "c0", "dtype": "float32", "params": {"n": 4096}}
-    return bench_case(
-        op, _add, _factory, "t", case, settings, {"atol": 1e-6, "rtol": 1e-6}, "cpu", "salt", None, {}
-    )
+    fmt = CardFormat("t", "cpu", "salt", op, _add, _factory, {"float32": {"atol": 1e-6, "rtol": 1e-6}})
+    return bench_record(engine.Job.local(fmt), CardCase.of(case), settings, None, {})
 
 
 def _valid(records: list) -> dict:

@@ -150,7 +150,7 @@ def test_a_wrong_return_says_what_came_back_and_what_was_expected_without_our_tr
 
 def test_a_destination_passing_solution_that_returns_its_result_is_told_it_never_wrote_the_output(traces):
     for log in _logs(traces, "dps_returns").values():
-        assert "never written: output 'y' still holds the fill" in log, log
+        assert "output 'y' was never written: it still holds the fill" in log, log
         assert "returned a tuple of 2 value(s)" in log and "NaN" not in log, log
 
 

@@ -285,7 +285,7 @@ def test_namespace_and_op_name_mismatches_are_named():
 
 
 def test_a_load_failure_without_an_exception_carries_no_traceback():
-    from mini_kv.solexec import evaluate
+    from mini_kv.worker import formats
 
     sent = []
 
@@ -293,12 +293,12 @@ def test_a_load_failure_without_an_exception_carries_no_traceback():
         def send(self, **event):
             sent.append(event)
 
-    evaluate._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
+    formats._fail(Chan(), "COMPILE_ERROR", "the solution has no function 'run'")
     assert sent[0]["traceback"] is None
     try:
         raise ValueError("boom")
     except ValueError:
-        evaluate._fail(Chan(), "COMPILE_ERROR", "import failed")
+        formats._fail(Chan(), "COMPILE_ERROR", "import failed")
     assert "ValueError: boom" in sent[1]["traceback"]
 
 

@@ -70,33 +70,21 @@ def test_a_solution_that_exits_at_import_is_still_its_own_fault(tmp_path):
 def test_a_card_factory_failure_is_the_cards_fault():
     from mini_kv.references.vector_add import make_inputs
     from mini_kv.store.headline import summarize_correctness
-    from mini_kv.worker.correctness import run_case
+    from mini_kv.worker import engine
+    from mini_kv.worker.formats import CardCase, CardFormat, correctness_record
+
+    def run(case: dict, made: list) -> dict:
+        tol = {"float32": {"atol": 0, "rtol": 0}}
+        fmt = CardFormat(
+            "vector_add", "cpu", "salt", lambda a, b: a + b, lambda a, b: a + b, make_inputs, tol
+        )
+        return correctness_record(engine.Job.local(fmt), CardCase.of(case), on_inputs=lambda: made.append(1))
 
     case = {"id": "neg-float32", "kind": "core", "dtype": "float32", "params": {"n": -5}}
     made = []
-    rec = run_case(
-        lambda a, b: a + b,
-        lambda a, b: a + b,
-        make_inputs,
-        "vector_add",
-        case,
-        {"atol": 0, "rtol": 0},
-        "cpu",
-        "salt",
-        on_inputs=lambda: made.append(1),
-    )
+    rec = run(case, made)
     assert rec["status"] == "INVALID_CASE" and "params {'n': -5}" in rec["reason"] and not made
-    ok = run_case(
-        lambda a, b: a + b,
-        lambda a, b: a + b,
-        make_inputs,
-        "vector_add",
-        {**case, "id": "n8-float32", "params": {"n": 8}},
-        {"atol": 0, "rtol": 0},
-        "cpu",
-        "salt",
-        on_inputs=lambda: made.append(1),
-    )
+    ok = run({**case, "id": "n8-float32", "params": {"n": 8}}, made)
     assert ok["status"] == "PASSED" and made == [1]
     summary = summarize_correctness(
         {

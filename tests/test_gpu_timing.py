@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mini_kv.references import vector_add
-from mini_kv.worker import bandwidth, benchmark
+from mini_kv.worker import bandwidth, engine
+from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
     AUTO_CHAIN,
     CuptiUnavailableError,
@@ -70,6 +71,12 @@ def test_events_include_launch_overhead_graph_does_not(hot):
     assert graph < events
 
 
+def _bench(op, case: dict, settings: dict) -> dict:
+    tol = {case["dtype"]: {"atol": 1e-3, "rtol": 1e-3}}
+    fmt = CardFormat("vector_add", DEV, "salt", op, vector_add.reference, vector_add.make_inputs, tol)
+    return bench_record(engine.Job.local(fmt), CardCase.of(case), settings, None, {})
+
+
 def test_cold_mode_uses_distinct_buffers_per_call():
     seen = []
 
@@ -88,25 +95,13 @@ def test_cold_mode_uses_distinct_buffers_per_call():
         "max_p95_cv": 0.5,
     }
     case = {"id": "bench_1m-float16", "dtype": "float16", "params": {"n": 1 << 20}}
-    rec = benchmark.bench_case(
-        recording,
-        vector_add.reference,
-        vector_add.make_inputs,
-        "vector_add",
-        case,
-        settings,
-        {"atol": 1e-3, "rtol": 1e-3},
-        DEV,
-        "salt",
-        None,
-        {},
-    )
+    rec = _bench(recording, case, settings)
     assert rec["l2"] == "cold" and rec["method"] == "events"
     assert rec["input_sets"] == 8  # small inputs: as many sets as graph launches
     assert rec["l2_flush"]["flush_bytes"] >= 2 * (rec["l2_flush"]["l2_bytes"] or 0)
     assert rec["post_check"]["ok"]
-    rotated = seen[1:-16]  # warm-up, probes and timed calls: after the sizing call, before the post-check
-    assert len(rotated) == 2 + benchmark.PROBE_SAMPLES + 2 * 10
+    rotated = seen[:-16]  # warm-up, probes and timed calls: before the post-check
+    assert len(rotated) == 2 + engine.PROBE_SAMPLES + 2 * 10
     assert len(set(rotated)) == 8
     assert all(x != y for x, y in zip(rotated, rotated[1:], strict=False)), "consecutive calls shared inputs"
     # the post-check re-checks every input set, then every set again with new values in the same buffers
@@ -131,19 +126,7 @@ def test_cold_graph_captures_one_launch_per_input_set():
         "max_p95_cv": 0.5,
     }
     case = {"id": "bench_1m-float16", "dtype": "float16", "params": {"n": 1 << 20}}
-    rec = benchmark.bench_case(
-        recording,
-        vector_add.reference,
-        vector_add.make_inputs,
-        "vector_add",
-        case,
-        settings,
-        {"atol": 1e-3, "rtol": 1e-3},
-        DEV,
-        "salt",
-        None,
-        {},
-    )
+    rec = _bench(recording, case, settings)
     assert rec["method"] == "graph" and rec["calls_per_sample"] == rec["input_sets"] == 6
     assert len(set(seen)) == 6
 
@@ -184,11 +167,11 @@ def test_graph_capture_refusal_falls_back(hot):
     with pytest.raises(GraphCaptureError, match="capture"):
         measure(syncing, "graph", 3, DEV, hot)
     torch.add(a, b).sum().item()  # the device is still usable
-    method, fallbacks = benchmark.choose_method(["graph", "events"], [[syncing]], DEV, hot, 20)
+    method, fallbacks = engine.choose_method(["graph", "events"], [[syncing]], DEV, hot, 20)
     assert method == "events"
     assert fallbacks[0]["method"] == "graph" and "capture" in fallbacks[0]["reason"]
     # auto tries CUPTI first, which times a syncing op without trouble
-    assert benchmark.choose_method(list(AUTO_CHAIN), [[syncing]], DEV, hot, 20) == ("cupti", [])
+    assert engine.choose_method(list(AUTO_CHAIN), [[syncing]], DEV, hot, 20) == ("cupti", [])
 
 
 def test_auto_falls_back_to_graph_when_the_profiler_is_busy(hot):
@@ -196,9 +179,7 @@ def test_auto_falls_back_to_graph_when_the_profiler_is_busy(hot):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         with pytest.raises(CuptiUnavailableError):
             measure(lambda: torch.add(a, b), "cupti", 3, DEV, hot)
-        method, fallbacks = benchmark.choose_method(
-            list(AUTO_CHAIN), [[lambda: torch.add(a, b)]], DEV, hot, 20
-        )
+        method, fallbacks = engine.choose_method(list(AUTO_CHAIN), [[lambda: torch.add(a, b)]], DEV, hot, 20)
     assert method == "graph" and fallbacks[0]["method"] == "cupti"
 
 

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from mini_kv.errors import ExitCode
-from mini_kv.solexec import check, inputs, traces
+from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
 from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
+from mini_kv.worker import compare, inputs
+from mini_kv.worker.compare import compare_matched
 from mini_kv.worker.explain import WrongReturn
 
 TEST_PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
@@ -20,7 +22,7 @@ TOL = dict(DEFAULT_TOLERANCE)
 def test_within_tolerance_passes_with_exact_errors():
     ref = torch.tensor([1.0, 2.0, -4.0, 0.0])
     out = ref + torch.tensor([0.005, -0.02, 0.04, 0.0])  # 0.02 <= 0.01 + 0.01*2; 0.04 <= 0.01 + 0.04
-    res = check.compare(out, ref, TOL)
+    res = compare_matched(out, ref, TOL)
     assert res["ok"], res
     assert res["max_absolute_error"] == pytest.approx(0.04)
     assert res["max_relative_error"] == pytest.approx(0.01)  # 0.04 / 4 (denominator floored at atol)
@@ -30,19 +32,19 @@ def test_matched_ratio_decides():
     ref = torch.zeros(100)
     out = ref.clone()
     out[:1] = 1.0  # 1 % of elements off: 99 % matched is exactly the default requirement
-    assert check.compare(out, ref, TOL)["ok"]
+    assert compare_matched(out, ref, TOL)["ok"]
     out[:2] = 1.0
-    res = check.compare(out, ref, TOL)
+    res = compare_matched(out, ref, TOL)
     assert not res["ok"] and "matched 98.0000% < required 99.00%" in res["reason"]
-    assert check.compare(out, ref, {**TOL, "required_matched_ratio": 0.98})["ok"]
+    assert compare_matched(out, ref, {**TOL, "required_matched_ratio": 0.98})["ok"]
 
 
 def test_max_error_cap():
     ref = torch.zeros(1000)
     out = ref.clone()
     out[0] = 5.0
-    assert check.compare(out, ref, TOL)["ok"]
-    res = check.compare(out, ref, {**TOL, "max_error_cap": 1.0})
+    assert compare_matched(out, ref, TOL)["ok"]
+    res = compare_matched(out, ref, {**TOL, "max_error_cap": 1.0})
     assert not res["ok"] and "max_error_cap" in res["reason"]
 
 
@@ -76,7 +78,7 @@ def test_the_passes_and_the_finite_fast_path_give_the_whole_tensor_rule(seed, mo
     """Random outputs against random references, some with NaN, Inf, -inf on both sides, zeros and
     overflowing differences, in passes of 7 elements: every statistic and the verdict as the rule on
     whole tensors gives them."""
-    monkeypatch.setattr(check, "HOST_CHUNK", 7)
+    monkeypatch.setattr(compare, "HOST_CHUNK", 7)
     g = torch.Generator().manual_seed(seed)
     n = int(torch.randint(1, 60, (1,), generator=g))
     ref = torch.randn(n, generator=g) * 10 ** float(torch.randint(-3, 4, (1,), generator=g))
@@ -91,54 +93,54 @@ def test_the_passes_and_the_finite_fast_path_give_the_whole_tensor_rule(seed, mo
         both = torch.randint(0, n, (1,), generator=g)
         out[both], ref[both] = float("-inf"), float("-inf")
     tol = {**TOL, "allow_negative_inf": seed % 2 == 0, "max_atol": [0.0, 0.01, 0.1][seed % 3]}
-    got, want = check.compare(out, ref, tol), _whole_tensor_rule(out, ref, tol)
+    got, want = compare_matched(out, ref, tol), _whole_tensor_rule(out, ref, tol)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=0.0), (key, out, ref)
-    monkeypatch.setattr(check, "HOST_CHUNK", 1 << 22)  # one pass: the same verdict and reason
-    assert check.compare(out, ref, tol) == got
+    monkeypatch.setattr(compare, "HOST_CHUNK", 1 << 22)  # one pass: the same verdict and reason
+    assert compare_matched(out, ref, tol) == got
 
 
 def test_nan_and_inf_fail_even_when_rare():
     ref = torch.ones(1000)
     out = ref.clone()
     out[3] = float("nan")
-    res = check.compare(out, ref, TOL)
+    res = compare_matched(out, ref, TOL)
     assert not res["ok"] and res["has_nan"] and "output holds NaN" in res["reason"]
     assert math.isfinite(res["max_absolute_error"])  # strict JSON: no NaN in the trace
     out[3] = float("inf")
-    res = check.compare(out, ref, TOL)
+    res = compare_matched(out, ref, TOL)
     assert not res["ok"] and res["has_inf"] and not res["has_nan"]
-    res = check.compare(ref, out, TOL)
+    res = compare_matched(ref, out, TOL)
     assert not res["ok"] and "reference holds" in res["reason"]
 
 
 def test_negative_infinity_only_when_allowed_and_matching():
     ref = torch.tensor([float("-inf"), 1.0])
     out = ref.clone()
-    assert not check.compare(out, ref, TOL)["ok"]
+    assert not compare_matched(out, ref, TOL)["ok"]
     allowed = {**TOL, "allow_negative_inf": True}
-    res = check.compare(out, ref, allowed)
+    res = compare_matched(out, ref, allowed)
     assert res["ok"] and not res["has_inf"]
-    assert not check.compare(torch.tensor([float("inf"), 1.0]), ref, allowed)["ok"]
+    assert not compare_matched(torch.tensor([float("inf"), 1.0]), ref, allowed)["ok"]
 
 
 def test_all_zero_output_against_nonzero_reference_fails():
     ref = torch.full((10,), 1e-3)  # every element within atol of zero
-    res = check.compare(torch.zeros(10), ref, TOL)
+    res = compare_matched(torch.zeros(10), ref, TOL)
     assert not res["ok"] and "all zeros" in res["reason"]
-    assert check.compare(torch.zeros(10), torch.zeros(10), TOL)["ok"]
+    assert compare_matched(torch.zeros(10), torch.zeros(10), TOL)["ok"]
 
 
 def test_low_precision_and_integer_dtypes():
     ref = torch.randn(64).to(torch.bfloat16)
-    assert check.compare(ref.clone(), ref, TOL)["ok"]
+    assert compare_matched(ref.clone(), ref, TOL)["ok"]
     ints = torch.arange(10, dtype=torch.int32)
-    assert check.compare(ints.clone(), ints, TOL)["ok"]
-    assert not check.compare(ints + 1, ints, TOL)["ok"]
+    assert compare_matched(ints.clone(), ints, TOL)["ok"]
+    assert not compare_matched(ints + 1, ints, TOL)["ok"]
     packed = torch.randint(0, 256, (8,), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-    assert check.compare(packed.clone(), packed, TOL)["ok"]
+    assert compare_matched(packed.clone(), packed, TOL)["ok"]
     other = (packed.view(torch.uint8) ^ 1).view(torch.float4_e2m1fn_x2)
-    assert not check.compare(other, packed, TOL)["ok"]
+    assert not compare_matched(other, packed, TOL)["ok"]
 
 
 def _trace(status, **kw):
@@ -357,7 +359,7 @@ REF = torch.cat([torch.zeros(3), torch.linspace(-2.0, 2.0, 997)])
 )
 def test_every_huge_or_garbage_output_gets_finite_errors_and_a_trace(name, out):
     for tol in (TOL, {**TOL, "max_atol": 0.0}, {**TOL, "max_atol": 0.0, "max_rtol": 0.0}):
-        res = check.compare(out, REF, tol)
+        res = compare_matched(out, REF, tol)
         assert math.isfinite(res["max_absolute_error"]) and math.isfinite(res["max_relative_error"]), (
             name,
             res,
@@ -376,11 +378,11 @@ def test_the_verdict_does_not_depend_on_the_size_of_the_wrong_values(value):
     so 1e30 and 1e37 and float32's largest all PASS (they used to crash the trace writer above 1e37);
     with a `max_error_cap` they all fail; three NaNs or Infs fail on their own."""
     out = _with(REF, value, 3)
-    assert check.compare(out, REF, TOL)["ok"]
-    capped = check.compare(out, REF, {**TOL, "max_error_cap": 1.0})
+    assert compare_matched(out, REF, TOL)["ok"]
+    capped = compare_matched(out, REF, {**TOL, "max_error_cap": 1.0})
     assert not capped["ok"] and "max_error_cap" in capped["reason"]
     for bad in (float("nan"), float("inf"), float("-inf")):
-        res = check.compare(_with(REF, bad, 3), REF, TOL)
+        res = compare_matched(_with(REF, bad, 3), REF, TOL)
         assert not res["ok"] and "NaN or Inf" in res["reason"]
         assert res["has_nan"] or res["has_inf"]
 
@@ -388,7 +390,7 @@ def test_the_verdict_does_not_depend_on_the_size_of_the_wrong_values(value):
 def test_float64_outputs_beyond_float32_are_compared_as_upstream_does():
     """Upstream compares in float32, where a float64 1e300 is Inf: it fails as a non-finite value."""
     ref = REF.to(torch.float64)
-    res = check.compare(_with(ref, 1e300, 3), ref, TOL)
+    res = compare_matched(_with(ref, 1e300, 3), ref, TOL)
     assert not res["ok"] and res["has_inf"] and math.isfinite(res["max_relative_error"])
 
 

@@ -159,7 +159,7 @@ def _safetensors(path: Path, tensors: dict) -> Path:
 def test_safetensors_inputs_are_checked_at_load_and_read_exactly(tmp_path):
     import torch
 
-    from mini_kv.solexec.safetensors_file import load_tensor
+    from mini_kv.load.safetensors_file import load_tensor
 
     w = torch.arange(8, dtype=torch.float32)
     _safetensors(

@@ -16,7 +16,8 @@ from mini_kv import pipeline, report
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.references import vector_add
-from mini_kv.worker import bandwidth, benchmark, timing
+from mini_kv.worker import bandwidth, engine, timing
+from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
     AUTO_CHAIN,
     ITERATION_MARK,
@@ -209,22 +210,22 @@ def test_cli_method_choices():
 
 
 def test_input_set_count():
-    assert benchmark.input_set_count(10**6, cold=False) == 1
-    assert benchmark.input_set_count(1000, cold=True) == benchmark.MAX_INPUT_SETS
-    assert benchmark.input_set_count(1000, cold=True, max_sets=7) == 7
+    assert engine.input_set_count(10**6, cold=False) == 1
+    assert engine.input_set_count(1000, cold=True) == engine.MAX_INPUT_SETS
+    assert engine.input_set_count(1000, cold=True, max_sets=7) == 7
     # far too big for the budget: still two, so consecutive calls never share buffers
-    assert benchmark.input_set_count(10**12, cold=True) == 2
+    assert engine.input_set_count(10**12, cold=True) == 2
     # 4 GiB free -> 1 GiB budget -> 1 GiB / (2 * 100 MiB) = 5
-    assert benchmark.input_set_count(100 * 2**20, cold=True, free_bytes=4 * 2**30) == 5
+    assert engine.input_set_count(100 * 2**20, cold=True, free_bytes=4 * 2**30) == 5
 
 
 def test_set_seeds_are_distinct_and_set0_is_the_case_seed():
     from mini_kv.worker.inputs import case_seed
 
-    seeds = [benchmark.set_seed("t", "c", "salt", k) for k in range(5)]
+    seeds = [engine.set_seed("t", "c", "salt", k) for k in range(5)]
     assert seeds[0] == case_seed("t", "c", "salt")
     assert len(set(seeds)) == 5
-    assert benchmark.set_seed("t", "c", "other", 1) != seeds[1]  # secret salt changes every set
+    assert engine.set_seed("t", "c", "other", 1) != seeds[1]  # secret salt changes every set
 
 
 # -------------------------------------------------------------------- method fallback
@@ -244,8 +245,8 @@ def _fake_measure(failing: dict):
 
 def test_auto_falls_back_and_records_why(monkeypatch):
     fake, calls = _fake_measure({"cupti": CuptiUnavailableError("torch.profiler could not start: busy")})
-    monkeypatch.setattr(benchmark, "measure", fake)
-    method, fallbacks = benchmark.choose_method(list(AUTO_CHAIN), [[None], [None]], "cuda", None, 20)
+    monkeypatch.setattr(engine, "measure", fake)
+    method, fallbacks = engine.choose_method(list(AUTO_CHAIN), [[None], [None]], "cuda", None, 20)
     assert method == "graph"
     assert fallbacks == [{"method": "cupti", "reason": "torch.profiler could not start: busy"}]
     assert calls == ["cupti", "graph", "graph"]  # the failed method is not retried for the reference
@@ -253,31 +254,31 @@ def test_auto_falls_back_and_records_why(monkeypatch):
 
 def test_auto_falls_back_twice(monkeypatch):
     fake, _ = _fake_measure({"cupti": CuptiUnavailableError("c"), "graph": GraphCaptureError("g")})
-    monkeypatch.setattr(benchmark, "measure", fake)
-    method, fallbacks = benchmark.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
+    monkeypatch.setattr(engine, "measure", fake)
+    method, fallbacks = engine.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
     assert method == "events" and [f["method"] for f in fallbacks] == ["cupti", "graph"]
 
 
 def test_an_op_without_device_work_does_not_fall_back(monkeypatch):
     # graph replay of a capture with no kernels would time nothing: the case must fail instead
     fake, _ = _fake_measure({"cupti": NoDeviceWorkError("the op launched no CUDA kernel")})
-    monkeypatch.setattr(benchmark, "measure", fake)
+    monkeypatch.setattr(engine, "measure", fake)
     with pytest.raises(NoDeviceWorkError):
-        benchmark.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
+        engine.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
 
 
 def test_explicit_method_does_not_fall_back(monkeypatch):
     fake, _ = _fake_measure({"graph": GraphCaptureError("no")})
-    monkeypatch.setattr(benchmark, "measure", fake)
+    monkeypatch.setattr(engine, "measure", fake)
     with pytest.raises(GraphCaptureError):
-        benchmark.choose_method(["graph"], [[None]], "cuda", None, 20)
+        engine.choose_method(["graph"], [[None]], "cuda", None, 20)
 
 
 def test_candidate_errors_are_not_fallbacks(monkeypatch):
     fake, _ = _fake_measure({"cupti": RuntimeError("the candidate crashed")})
-    monkeypatch.setattr(benchmark, "measure", fake)
+    monkeypatch.setattr(engine, "measure", fake)
     with pytest.raises(RuntimeError, match="crashed"):
-        benchmark.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
+        engine.choose_method(list(AUTO_CHAIN), [[None]], "cuda", None, 20)
 
 
 # ---------------------------------------------------------------- bench_case on CPU
@@ -297,19 +298,10 @@ CASE = {"id": "bench-float32", "dtype": "float32", "params": {"n": 4096}}
 
 
 def _bench(settings, op=vector_add.reference):
-    return benchmark.bench_case(
-        op,
-        vector_add.reference,
-        vector_add.make_inputs,
-        "vector_add",
-        CASE,
-        settings,
-        TOL,
-        "cpu",
-        "salt",
-        None,
-        {"flops": "numel"},
+    fmt = CardFormat(
+        "vector_add", "cpu", "salt", op, vector_add.reference, vector_add.make_inputs, {"float32": TOL}
     )
+    return bench_record(engine.Job.local(fmt), CardCase.of(CASE), settings, None, {"flops": "numel"})
 
 
 def test_bench_case_cpu_record():
@@ -341,7 +333,7 @@ def _scripted_measure(samples_by_call):
     it = iter(samples_by_call)
 
     def fake(calls, method, samples, device, flush, launches=20):
-        if samples == benchmark.PROBE_SAMPLES:
+        if samples == engine.PROBE_SAMPLES:
             return Measurement(method, [1.0] * samples)
         return Measurement(method, next(it))
 
@@ -351,7 +343,7 @@ def _scripted_measure(samples_by_call):
 def test_gate_and_speedup_from_scripted_samples(monkeypatch):
     # order per repeat: c,r / r,c / c,r ; candidate 10 µs, reference 25 µs, no spread
     seq = [[10.0] * 5, [25.0] * 5, [25.0] * 5, [10.0] * 5, [10.0] * 5, [25.0] * 5]
-    monkeypatch.setattr(benchmark, "measure", _scripted_measure(seq))
+    monkeypatch.setattr(engine, "measure", _scripted_measure(seq))
     rec = _bench(SETTINGS)
     assert rec["speedup"] == pytest.approx(2.5)
     assert rec["stability"] == {"stable": True, "reasons": [], "max_cv": 0.03, "max_p95_cv": 0.15}
@@ -360,12 +352,12 @@ def test_gate_and_speedup_from_scripted_samples(monkeypatch):
 def test_gate_flags_a_drifting_candidate(monkeypatch):
     # candidate P50 per repeat 10, 11, 12: robust CV = 1.4826 * 1 / 11 = 13.5% > 3%
     seq = [[10.0] * 5, [25.0] * 5, [25.0] * 5, [11.0] * 5, [12.0] * 5, [25.0] * 5]
-    monkeypatch.setattr(benchmark, "measure", _scripted_measure(seq))
+    monkeypatch.setattr(engine, "measure", _scripted_measure(seq))
     rec = _bench(SETTINGS)
     assert not rec["stability"]["stable"]
     assert "candidate p50_robust_cv" in rec["stability"]["reasons"][0]
     # a looser, configured gate accepts the same samples
-    monkeypatch.setattr(benchmark, "measure", _scripted_measure(seq))
+    monkeypatch.setattr(engine, "measure", _scripted_measure(seq))
     rec = _bench({**SETTINGS, "max_cv": 0.2})
     assert rec["stability"]["stable"] and rec["stability"]["max_cv"] == 0.2
 
@@ -375,7 +367,7 @@ def test_post_check_catches_an_op_that_goes_wrong_after_timing():
 
     def degrading(a, b):
         state["n"] += 1
-        return a + b if state["n"] < 20 else a - b
+        return a + b if state["n"] < 19 else a - b  # wrong from the post-timing check on
 
     rec = _bench(SETTINGS, op=degrading)
     assert not rec["post_check"]["ok"] and "input set 0" in rec["post_check"]["reason"]

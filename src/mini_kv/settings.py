@@ -39,6 +39,8 @@ class Settings:
     samples: int | str = "auto"  # "auto": adaptive (Sampling); an integer: a fixed count per repeat
     graph_launches: int = 20
     cases: str = "bench"
+    # cold L2: at most this many rotating input sets per side (memory permitting), both formats
+    max_input_sets: int = 20
     # the stability gate: the robust CV of the P50s (and of the candidate's P95s) across repeats
     max_cv: float = 0.03
     max_p95_cv: float = 0.15
@@ -58,7 +60,9 @@ class Settings:
     sol_budget_factor: float = 3.0
     # `bench` (SOL-ExecBench problems): upstream's shape, one profiler session per side
     sol_timeout_s: float = 600.0  # per workload, correctness rounds and timing together
-    sol_rounds: int = 10
+    sol_rounds: int = (
+        10  # correctness rounds per workload (a task card's case: two, worker/formats.CARD_ROUNDS)
+    )
     sol_warmup: int = 10
     sol_repeats: int = 1
 

@@ -1,7 +1,7 @@
 """Fuzzing what a candidate can output (issue 35 finding 8): generated output tensors (values, dtypes,
 shapes, NaN/Inf, garbage bits) through the comparisons and the trace writer.
 
-Properties: the SOL comparison (solexec.check.compare) and the task-card one (worker.compare.compare)
+Properties: the SOL comparison (worker.compare.compare_matched) and the task-card one (worker.compare.compare)
 never raise; the SOL one's errors are finite non-negative numbers whatever the output holds, its
 verdict agrees with its counts, and the trace built from it (PASSED or INCORRECT_NUMERICAL) is strict
 JSON; a wrong shape, dtype or type is a verdict (not ok, with a reason), never an exception."""
@@ -15,8 +15,9 @@ from fuzz_settings import examples
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mini_kv.solexec import check, traces
+from mini_kv.solexec import traces
 from mini_kv.worker import compare as card_compare
+from mini_kv.worker.compare import compare_matched
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int8, torch.uint8]
 SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e38, -1e38, 3.4e38, 1e37, 1e30, 1e-45, 65504.0, 1e300]
@@ -82,7 +83,7 @@ TOL = {"max_atol": 1e-2, "max_rtol": 1e-2, "required_matched_ratio": 0.99, "max_
 )
 def test_the_sol_comparison_and_the_trace_writer_never_raise(pair, tol):
     out, ref = pair
-    res = check.compare(out, ref, tol)
+    res = compare_matched(out, ref, tol)
     for key in ("max_absolute_error", "max_relative_error"):
         assert isinstance(res[key], float) and math.isfinite(res[key]) and res[key] >= 0, (key, res)
     assert 0.0 <= res["matched_ratio"] <= 1.0

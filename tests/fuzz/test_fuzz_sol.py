@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from mini_kv import arith
 from mini_kv.errors import ConfigError, ExitCode
-from mini_kv.solexec import safetensors_file
+from mini_kv.load import safetensors_file
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import MAX_TENSOR_BYTES, load_workloads

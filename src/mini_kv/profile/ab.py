@@ -122,7 +122,7 @@ def time_pair(job: ABJob) -> dict:
 
 def _time(job: ABJob, calls: dict) -> dict:
     from mini_kv import stats
-    from mini_kv.worker.benchmark import choose_method, timed
+    from mini_kv.worker.engine import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
 
     device = job.device

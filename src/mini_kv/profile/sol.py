@@ -125,8 +125,8 @@ def run_target(job: dict) -> dict:
     import torch
 
     from mini_kv.profile.target import input_digest
-    from mini_kv.solexec import check
-    from mini_kv.solexec.inputs import allocate_outputs, clone_inputs, make_inputs, normalize_outputs
+    from mini_kv.worker.compare import compare_matched
+    from mini_kv.worker.inputs import allocate_outputs, clone_args, make_inputs, normalize_outputs
     from mini_kv.worker.loader import import_solution, load_module
 
     device, sol, case = job.device, job.solution, job.case
@@ -135,14 +135,14 @@ def run_target(job: dict) -> dict:
     fn = getattr(import_solution(sol), sol["entry_function"])
     sig, wl = case["signature"], case["workload"]
     args = make_inputs(sig, wl, vars(reference), device, int(job.seed), {})
-    pristine = clone_inputs(args)
+    pristine = clone_args(args)
     outs = allocate_outputs(sig, device) if sol["dps"] else []
     for _ in range(int(job.warmup) + int(job.calls)):
         res = fn(*args, *outs)
     torch.cuda.synchronize()
     outs = outs if sol["dps"] else normalize_outputs(res, sig, device)
     checks = [
-        check.compare(o, r, wl["tolerance"])
+        compare_matched(o, r, wl["tolerance"])
         for o, r in zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)
     ]
     bad = next((c for c in checks if not c["ok"]), None)

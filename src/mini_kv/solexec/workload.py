@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mini_kv.errors import ConfigError
+from mini_kv.load import safetensors_file
 from mini_kv.load.schema import validate
-from mini_kv.solexec import safetensors_file
 from mini_kv.solexec.definition import Definition
 from mini_kv.solexec.jsonfile import parse_json, read_text
 

@@ -112,10 +112,11 @@ def _set_device(device: str) -> None:
 
 
 def run_job(job: Job, chan: Channel, link_fd: int) -> int:
-    """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator
-    (_evaluator), then one loop over the stages: the correctness cases (a SOL workload's record holds its
-    timing too), the contract checks, the bench cases; a `begin` event before each. A subject that is
-    gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a new pair."""
+    """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator,
+    then one loop over the kind's steps: a card's correctness cases, contract checks and bench cases, a
+    SOL problem's workloads (each record holds its timing too); a `begin` event before each. A subject
+    that is gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a
+    new pair."""
     from mini_kv.worker.remote import Subject, SubjectLost
 
     _set_device(job.device)
@@ -130,25 +131,23 @@ def run_job(job: Job, chan: Channel, link_fd: int) -> int:
 
 
 def _run_stages(job: Job, chan: Channel, subject) -> int:
-    ev = _evaluator(job.KIND).load(job, chan, subject)
+    """The kind's evaluator (worker/formats.EVALUATORS) loaded, then each of its steps over the job's list
+    of items, one event per item (its record); the engine (worker/engine.py) does the checking."""
+    from mini_kv.worker.formats import EVALUATORS
+
+    ev = EVALUATORS[job.KIND].load(job, chan, subject)
     if ev is None:  # a failed `load` event was sent
         return 0
-    for case in job.cases:
-        rec, extra = ev.correctness(case)
-        chan.send(event=Event.CASE, record=rec, **extra)
-        _stop_if_broken(subject)
-        if rec["status"] == Status.RUNTIME_ERROR and any(
-            m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
-        ):
-            return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
-    for name in getattr(job, "contract", []):
-        chan.send(event=Event.BEGIN, stage="contract", case=name)
-        chan.send(event=Event.CONTRACT, name=name, record=ev.contract(name))
-        _stop_if_broken(subject)
-    for case in getattr(job, "bench_cases", []):
-        chan.send(event=Event.BEGIN, stage="benchmark", case=case["id"])
-        chan.send(event=Event.BENCH, record=ev.bench(case))
-        _stop_if_broken(subject)
+    for step in ev.STEPS:
+        for item in getattr(job, step.over, None) or []:
+            fields = getattr(ev, step.method)(item)
+            chan.send(event=step.event, **fields)
+            _stop_if_broken(subject)
+            rec = fields["record"]
+            if rec.get("status") == Status.RUNTIME_ERROR and any(
+                m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
+            ):
+                return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     chan.send(event=Event.DONE)
     return 0
 
@@ -160,135 +159,6 @@ def _stop_if_broken(subject) -> None:
 
     if subject.broken:
         raise SubjectLost(f"the subject broke the protocol ({subject.broken})")
-
-
-def _evaluator(kind: str):
-    """A format's strategy for run_job: `load(job, chan)` -> an evaluator (or None), whose `correctness(case)`,
-    `contract(name)` and `bench(case)` give the records."""
-    if kind == "card":
-        return CardEvaluator
-    from mini_kv.solexec.evaluate import SolEvaluator
-
-    return SolEvaluator
-
-
-class CardEvaluator:
-    """Kind `card`: the candidate's dispatcher op against the card's reference, checked by worker/correctness.py
-    (cases), worker/contract.py (opcheck, gradcheck) and timed by worker/benchmark.py."""
-
-    def __init__(self, job: Job, chan: Channel, op, reference, factory, guard):
-        self.job, self.chan, self.op, self.reference = job, chan, op, reference
-        self.factory, self.guard = factory, guard
-
-    @classmethod
-    def load(cls, job: Job, chan: Channel, subject) -> CardEvaluator | None:
-        """The evaluator with the candidate loaded in the subject under its Guard, or None after a
-        failed `load` event. The reference and the card's input factory are loaded here, in the judge."""
-        from mini_kv.worker.inputs import import_path
-        from mini_kv.worker.remote import RemoteGuard, RemoteOp
-
-        if job.project_root and job.project_root not in sys.path:
-            sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
-        reference, factory = import_path(job.reference), import_path(job.inputs)
-        reply = subject.request(
-            "load",
-            kind="card",
-            device=job.device,
-            library=job.library,
-            op=job.op,
-            project_root=job.project_root,
-            inputs=job.inputs,
-            memory_limit_bytes=job.memory_limit_bytes,
-        )
-        if not reply.get("ok"):
-            return chan.send(event=Event.LOAD, ok=False, **_load_failure(reply))
-        if job.baseline:
-            # the regression gate's same-run comparison: the baseline's own build, under its own
-            # dispatcher namespace, takes the reference's place in the interleaved timing
-            reply_b = subject.request("load_baseline", library=job.baseline["library"], op=job.baseline["op"])
-            if not reply_b.get("ok"):  # a violation too: either way no same-run comparison
-                why = _load_failure(reply_b)["reason"]
-                return chan.send(
-                    event=Event.LOAD, ok=False, reason=f"the baseline's build did not load: {why}"
-                )
-            reference = RemoteOp(subject, "baseline")
-        chan.send(event=Event.LOAD, ok=True, kernels=reply.get("kernels"), hint=reply.get("hint"))
-        return cls(job, chan, RemoteOp(subject, "candidate"), reference, factory, RemoteGuard(subject))
-
-    def correctness(self, case: dict) -> tuple[dict, dict]:
-        from mini_kv.worker import correctness
-
-        job, chan = self.job, self.chan
-        # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
-        chan.send(event=Event.BEGIN, stage="inputs", case=case["id"])
-        rec = correctness.run_case(
-            self.op,
-            self.reference,
-            self.factory,
-            job.task_id,
-            case,
-            job.tolerances.get(case["dtype"]),
-            job.device,
-            job.salt,
-            self.guard,
-            on_inputs=lambda: chan.send(event=Event.BEGIN, stage="correctness", case=case["id"]),
-        )
-        return rec, {}
-
-    def contract(self, name: str) -> dict:
-        """opcheck or gradcheck, run in the subject (they call the op in ways only torch knows): its
-        record is the subject's claim, and a violation there fails the check."""
-        from mini_kv.worker import integrity
-
-        job = self.job
-        try:
-            reply = self.op.subject.ask(
-                "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
-            )
-        except integrity.Violation as v:
-            return {"status": Status.FAILED, "integrity": v.code, "reason": str(v)}
-        except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
-            return {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
-        return reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
-
-    def bench(self, case: dict) -> dict:
-        from mini_kv.worker import benchmark, integrity
-
-        job = self.job
-        try:
-            return benchmark.bench_case(
-                self.op,
-                self.reference,
-                self.factory,
-                job.task_id,
-                case,
-                job.benchmark,
-                job.tolerances[case["dtype"]],
-                job.device,
-                job.salt,
-                job.peak_bw,
-                job.exprs,
-                self.guard,
-            )
-        except integrity.Violation as v:
-            return {"id": case["id"], "status": Status.BENCHMARK_ERROR, "integrity": v.code, "reason": str(v)}
-        except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-            return {
-                "id": case["id"],
-                "status": Status.BENCHMARK_ERROR,
-                "reason": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc()[-4000:],
-            }
-
-
-def _load_failure(reply: dict) -> dict:
-    """The `load` event's fields for a subject that could not load the candidate, or reported a
-    violation while it did."""
-    if isinstance(reply.get("violation"), dict):
-        v = reply["violation"]
-        return {"integrity": v.get("code"), "reason": f"{v.get('code')}: {v.get('message')}"}
-    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-    return {"reason": f"{err.get('type')}: {err.get('message')}", "hint": reply.get("hint")}
 
 
 def _one_shot(path: str):

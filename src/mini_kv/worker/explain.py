@@ -125,7 +125,7 @@ def never_written(name: str, returned: str | None) -> str:
     its call returned instead (describe_value), if anything."""
     got = "" if returned is None else f", and the call returned {returned} instead"
     return (
-        f"never written: output {name!r} still holds the fill mini_kv put in it before the call{got} "
+        f"output {name!r} was never written: it still holds the fill mini_kv put in it before the call{got} "
         "(destination-passing style: the solution must write its results into the output tensors it is "
         "given, after the inputs)"
     )

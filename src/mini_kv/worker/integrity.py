@@ -80,16 +80,22 @@ WATCHED_MODULES = {
     "mini_kv.worker.compare": tuple(
         (
             "compare matches tensor_errors values_match fp64_chunks chunk_errors CPU_CHUNK inputs_unchanged "
-            "raw_bytes"
+            "raw_bytes compare_matched"
         ).split()
     ),
-    "mini_kv.worker.correctness": ("run_case",),
-    "mini_kv.worker.benchmark": ("bench_case", "choose_method", "SampledRepeats", "timing_budget"),
-    "mini_kv.worker.inputs": ("make_case_inputs", "clone_args", "case_seed"),
+    "mini_kv.worker.engine": (
+        "correctness",
+        "time_case",
+        "post_check",
+        "call",
+        "choose_method",
+        "SampledRepeats",
+    ),
+    "mini_kv.worker.formats": ("CardFormat", "SolFormat", "evaluate_workload"),
+    "mini_kv.worker.inputs": (
+        "make_case_inputs clone_args case_seed make_inputs allocate_outputs normalize_outputs"
+    ).split(),
     "mini_kv.stats": ("summarize_repeats", "summarize", "speedup", "stability", "sampling_step"),
-    "mini_kv.solexec.check": ("compare",),
-    "mini_kv.solexec.inputs": ("make_inputs", "allocate_outputs", "normalize_outputs", "clone_inputs"),
-    "mini_kv.solexec.evaluate": ("evaluate_workload", "correctness_rounds", "timing", "call_solution"),
     "mini_kv.worker.integrity": ("Guard", "check_output", "degenerate", "snapshot", "violations"),
 }
 _TORCH_FUNCS = ("allclose", "equal", "isclose", "isfinite", "isnan", "isinf", "where", "testing.assert_close")
@@ -521,12 +527,7 @@ def _package_dir() -> Path:
 # the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
 # which may be edited in a working tree while a long run goes on); a card's reference module comes
 # with the job's `watch_paths`
-_WORKER_FILES = tuple(
-    (
-        "worker/*.py solexec/check.py solexec/evaluate.py solexec/inputs.py stats.py runner.py status.py "
-        "model.py settings.py"
-    ).split()
-)
+_WORKER_FILES = tuple(("worker/*.py stats.py runner.py status.py model.py settings.py").split())
 
 
 def harness_files(extra=()) -> dict[str, tuple[int, int]]:

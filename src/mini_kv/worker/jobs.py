@@ -104,7 +104,7 @@ CardJob = _kind(
 SolJob = _kind(
     "SolJob",
     "sol",
-    "A SOL-ExecBench solution on its problem's workloads (solexec/evaluate.SolEvaluator).",
+    "A SOL-ExecBench solution on its problem's workloads (worker/formats.SolEvaluator).",
     "device salt settings definition_name reference_file solution cases memory_limit_bytes",
     baseline=None,
 )
