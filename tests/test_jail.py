@@ -4,8 +4,10 @@ attacks it through real candidates)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +218,61 @@ def test_summary_lines_name_the_missing_layers():
     assert jail_note(whole.to_dict()) is None
     line = bench_summary_line({"traces": [], "counts": {"PASSED": 1}, "sandbox": partial.to_dict()})
     assert line.endswith(", jail missing landlock"), line
+
+
+def test_a_gpu_jail_tells_triton_where_libcuda_is(tmp_path, monkeypatch):
+    """Triton looks libcuda up with `ldconfig -p`, which fails inside where the jail's uid cannot read
+    /etc/ld.so.cache; a GPU jail names the driver's dir instead (one the jail shows)."""
+    lib = tmp_path / "driver"
+    lib.mkdir()
+    (lib / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(lib))
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    jail.libcuda_dir.cache_clear()
+    try:
+        assert jail.environment(None, jail.JailSpec(gpu=True))["TRITON_LIBCUDA_PATH"] == str(lib)
+        assert "TRITON_LIBCUDA_PATH" not in jail.environment(None, jail.JailSpec())
+        monkeypatch.setenv("TRITON_LIBCUDA_PATH", "/elsewhere")  # the user's own setting wins
+        assert jail.environment(None, jail.JailSpec(gpu=True))["TRITON_LIBCUDA_PATH"] == "/elsewhere"
+    finally:
+        jail.libcuda_dir.cache_clear()
+
+
+def test_a_fresh_projects_build_cache_and_store_are_masked_from_the_start(tmp_path):
+    """A worker starts before the build and the attempt create .build/ and artifacts/: the spec makes
+    them, so that they are masked even then (not the host's cache, other candidates' libraries in it)."""
+    from mini_kv.pipeline import worker_spec
+
+    info = jail.probe()
+    if not info.enabled:
+        pytest.skip(f"no jail here: {info.reason}")
+    project = tmp_path / "project"
+    project.mkdir()
+    spec = worker_spec([project], project, project / "artifacts")
+    (project / ".build" / "other").mkdir()
+    (project / ".build" / "other" / "lib.so").write_bytes(b"another candidate's library")
+    (project / "artifacts" / "attempt.json").write_text("{}")
+    res = jail.run(["sh", "-c", f"ls -A {project}/.build {project}/artifacts"], spec, info, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "other" not in res.stdout and "attempt.json" not in res.stdout, res.stdout
+
+
+def test_mini_kvs_own_temp_dirs_are_opened_to_the_jails_uid(tmp_path, monkeypatch):
+    """Where the jail runs as a uid of its own, what mini_kv staged for it in 0700 temp dirs (a profile's
+    target inside one, a baseline's renamed sources in .build/) is made readable; other dirs are not."""
+    import tempfile
+
+    monkeypatch.setattr(jail, "run_as", lambda: 65534)
+    staging = Path(tempfile.mkdtemp(prefix="mini-kv-test-"))
+    build = tmp_path / ".build"
+    build.mkdir()
+    baseline = Path(tempfile.mkdtemp(prefix="baseline-src-", dir=build))
+    private = Path(tempfile.mkdtemp(prefix="users-own-", dir=tmp_path))
+    try:
+        (staging / "target").mkdir()
+        spec = jail.JailSpec(read_only=(str(staging / "target"), str(baseline), str(private)))
+        jail._hand_over(spec, {})
+        assert staging.stat().st_mode & 0o777 == 0o755 and baseline.stat().st_mode & 0o777 == 0o755
+        assert private.stat().st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(staging)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mini_kv.compile import pch
 
 
@@ -77,3 +79,22 @@ def test_a_failed_or_killed_header_build_leaves_no_dirs_behind(tmp_path):
     assert pch._make("false", [], "ATen/ATen.h", final, logged.append, jail.probe()) is False
     assert not stale.exists() and not final.exists() and list(final.parent.iterdir()) == []
     assert "failed" in logged[-1]
+
+
+def test_a_made_header_is_readable_by_the_jails_own_uid(tmp_path):
+    """Where no pids cgroup caps a jail, builds run as an unprivileged uid of their own: a header dir
+    left 0700 (mkdtemp's mode) was silently missing from every build's view."""
+    import shutil
+
+    from mini_kv import jail
+
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    final = tmp_path / "pch" / "k"
+    final.parent.mkdir(parents=True)
+    assert pch._make(compiler, [], "stddef.h", final, print, jail.probe()) is True
+    for p in (final, *final.iterdir()):
+        assert p.stat().st_mode & 0o005 == 0o005 if p.is_dir() else p.stat().st_mode & 0o004, oct(
+            p.stat().st_mode
+        )

@@ -25,7 +25,7 @@ from mini_kv.worker.remote import (
     check_claim,
     workload_of,
 )
-from mini_kv.worker.timing import L2Flusher, Measurement, measure
+from mini_kv.worker.timing import L2Flusher, Measurement, measure, warm_up
 
 SOLUTION = """
 import os
@@ -377,3 +377,14 @@ def test_a_cuda_call_through_the_subject(tmp_path):
     assert len(m.samples) == 5
     sub.close()
     proc.wait(timeout=60)
+
+
+def test_spot_checks_stay_in_step_with_the_rotation_after_a_warm_up(subject):
+    """Warm-up calls move the subject's rotation: a batch of fewer calls than there are sets must be
+    checked on a set it called (an honest destination-passing op, its check set's outputs poisoned)."""
+    op = load(subject, "add_into")
+    sets = [[torch.randn(256), torch.randn(256), torch.empty(256)] for _ in range(4)]
+    for _ in range(20):
+        wl = workload_of(op, sets, _add_check(outputs=(2,)))
+        warm_up([wl], 1, float("inf"), "cpu")
+        measure(wl, "wallclock", 1, "cpu", L2Flusher("cpu", False))

@@ -60,6 +60,7 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     comp = json.loads((_attempt(second.stdout) / "compile.json").read_text())
     assert comp["cache_hit"] is True
     assert comp["duration_s"] < 1.0
+    assert Path(comp["library"]).parent.stat().st_mode & 0o005 == 0o005  # a jail's own uid reads it
     assert len(list((tmp_path / "vector_add").iterdir())) == 2  # append-only: both attempts kept
 
 

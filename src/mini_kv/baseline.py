@@ -87,7 +87,7 @@ def build_baseline(
     build_root.mkdir(parents=True, exist_ok=True)
     # a private copy: the key hashes file contents and relative paths, not where they lie, so the
     # same baseline is a cache hit next time although this directory is gone by then
-    with tempfile.TemporaryDirectory(prefix="baseline-src-", dir=build_root) as tmp:
+    with tempfile.TemporaryDirectory(prefix="baseline-src-", dir=build_root) as tmp:  # jail.OWN_TEMP_PREFIXES
         renamed = 0
         src_root = attempt_dir / "sources"
         for f in sorted(p for p in src_root.rglob("*") if p.is_file()):

@@ -720,8 +720,34 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
     env["PATH"] = os.pathsep.join(
         dict.fromkeys(p for p in path if p and _under(os.path.realpath(p), visible) or p.startswith("/usr"))
     )
+    if spec.gpu and "TRITON_LIBCUDA_PATH" not in env:
+        found = libcuda_dir()
+        if found and _under(found, visible):
+            env["TRITON_LIBCUDA_PATH"] = found
     env.update(dict(spec.env))
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def libcuda_dir() -> str | None:
+    """The dir of the driver's libcuda.so.1 as this process sees it. Triton finds it at first use with
+    `ldconfig -p`, which reads /etc/ld.so.cache: where the jail's own uid may not read that file (an
+    image that keeps it 0600), every Triton kernel failed inside with CalledProcessError;
+    TRITON_LIBCUDA_PATH tells Triton instead."""
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if d.startswith("/") and os.path.isfile(os.path.join(d, "libcuda.so.1")):
+            return d
+    ldconfig = shutil.which("ldconfig") or shutil.which("ldconfig", path="/sbin:/usr/sbin")
+    if ldconfig is None:
+        return None
+    try:
+        out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if line.strip().startswith("libcuda.so.1 ") and "=>" in line:
+            return os.path.dirname(line.split("=>", 1)[1].strip())
+    return None
 
 
 # as root without a pids cgroup, the jail runs as this uid instead, so RLIMIT_NPROC binds (it ignores
@@ -871,8 +897,20 @@ def _hand_over(spec: JailSpec, inboxes: dict[str, str]) -> None:
     for d in [*spec.writable, *inboxes.values()]:
         os.chown(d, run_as(), run_as())
     for d in spec.read_only:
-        if Path(d).name.startswith("mini-kv-") and Path(d).parent == Path(tempfile.gettempdir()):
-            os.chmod(d, 0o755)
+        for p in (Path(d), *Path(d).parents):  # a dir inside one too (a profile's staged target)
+            if _own_temp_dir(p):
+                os.chmod(p, 0o755)
+
+
+# the temp dirs mini_kv makes (0700, as tempfile makes them) for files a jail reads: in the temp dir, and
+# a baseline's renamed sources in a project's .build/
+OWN_TEMP_PREFIXES = ("mini-kv-", "baseline-src-")
+
+
+def _own_temp_dir(p: Path) -> bool:
+    return p.name.startswith(OWN_TEMP_PREFIXES) and (
+        p.parent == Path(tempfile.gettempdir()) or p.parent.name == ".build"
+    )
 
 
 def popen(

@@ -136,11 +136,16 @@ WORKER_FILE_CAP = 256 << 20
 def worker_spec(readable: list[Path | str | None], project: Path | None, artifacts: Path | None) -> JailSpec:
     """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
     names show), the artifact store hidden; the GPU where there is one."""
-    build = [str(project / ".build")] if project is not None and (project / ".build").is_dir() else []
+    # both made now if missing: a child starts before the build and the attempt create them, and a dir
+    # that did not exist when its jail was made is not masked (the whole build cache showed, as the
+    # host's files: 0700 ones unreadable to the jail's uid, so a fresh project's first build did not load)
+    hide = [d for d in (project / ".build" if project else None, artifacts) if d is not None]
+    for d in hide:
+        d.mkdir(parents=True, exist_ok=True)
     return JailSpec(
         read_only=tuple(str(p) for p in readable if p is not None and os.path.exists(p)),
-        staged=tuple(build),
-        hidden=(str(artifacts),) if artifacts is not None and artifacts.exists() else (),
+        staged=(str(project / ".build"),) if project is not None else (),
+        hidden=(str(artifacts),) if artifacts is not None else (),
         gpu=bool(jail.gpu_nodes()),
         limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP),
     )

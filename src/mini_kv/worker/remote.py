@@ -328,7 +328,16 @@ class RemoteWorkload(Workload):
         self.subject.ask("workload", id=self.id, target=op.target, sets=encoded)
 
     def next(self):
-        return lambda: self.subject.ask("run", workload=self.id)
+        """One untimed call (the warm-up) on the set the rotation is at, in step with the subject's
+        rotation: _arm chooses among the sets the next batch calls from `pos` (out of step after a
+        warm-up, a set the batch did not call was checked: an honest destination-passing solution's
+        poisoned outputs, STALE_OUTPUT_AFTER_TIMING on an H200)."""
+
+        def call():
+            self.subject.ask("run", workload=self.id)
+            self.pos += 1
+
+        return call
 
     def measure(self, method: str, samples: int, device: str, cold: bool, launches: int) -> Measurement:
         """One batch timed in the subject, bracketed by this process's clock (check_claim), with one of

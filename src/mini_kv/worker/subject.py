@@ -142,12 +142,15 @@ class Subject:
 
     def do_spot(self, msg: dict) -> tuple[dict, list[int]]:
         """The latest output of a workload's timed calls on one input set, copied out for the judge."""
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()
         new, fds = [], []
         k = int(msg["set"])
         out = self.last_outputs[msg["workload"]].get(k)
         encoded = self._encode_out(out, self.workload_sets[msg["workload"]][k], new, fds)
+        if torch.device(self.device).type == "cuda":
+            # the copies into the new shared buffers have landed before the judge, another process on
+            # the device, reads them (before, it read them while they were being written: on an H200
+            # honest solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
+            torch.cuda.synchronize()
         return {"ok": True, "out": encoded, "new": new}, fds
 
     def do_run(self, msg: dict) -> tuple[dict, list[int]]:
