@@ -63,9 +63,9 @@ class Settings:
     sol_budget_factor: float = 3.0
     # `bench` (SOL-ExecBench problems): upstream's shape, one profiler session per side
     sol_timeout_s: float = 600.0  # per workload, correctness rounds and timing together
-    sol_rounds: int = (
-        10  # correctness rounds per workload (a task card's case: two, worker/formats.CARD_ROUNDS)
-    )
+    sol_rounds: int = 10  # correctness rounds per workload
+    # a task card's case: the candidate before the reference on one input set, then after it on a second
+    card_rounds: int = 2
     sol_warmup: int = 10
     sol_repeats: int = 1
 
