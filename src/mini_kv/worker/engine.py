@@ -598,12 +598,12 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     lap("sampling")
     post = post_check(job, case, sets, ref_sets)
     job.guard.check("after the post-timing check")
-    lap("checks")
     calls_per = launches if method == "graph" else 1
     l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
     record = timing_record(
         plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
     )
+    lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
     itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
     return Timed(record, post, set_bytes, numel, itemsize)
 
