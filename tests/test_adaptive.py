@@ -248,9 +248,9 @@ def _slow_add(x, y):
 SETTINGS = {"method": "auto", "l2": "hot", "warmup": 3, "repeats": 3, "max_cv": 0.5, "max_p95_cv": 1.0}
 
 
-def _bench(op, settings):
+def _bench(op, settings, reference=_add):
     case = {"id": "c0", "dtype": "float32", "params": {"n": 4096}}
-    fmt = CardFormat("t", "cpu", "salt", op, _add, _factory, {"float32": {"atol": 1e-6, "rtol": 1e-6}})
+    fmt = CardFormat("t", "cpu", "salt", op, reference, _factory, {"float32": {"atol": 1e-6, "rtol": 1e-6}})
     return bench_record(engine.Job.local(fmt), CardCase.of(case), settings, None, {})
 
 
@@ -288,19 +288,32 @@ def test_a_case_slower_than_its_budget_is_timed_with_fewer_samples():
     rec = _bench(_slow_add, settings)
     assert time.perf_counter() - t0 < 2 * 2.5 + 2.0  # the budget, plus the post-timing check's calls
     assert StopReason.BUDGET in rec["sampling"]["stopped"]
-    # fewer than the minimum count: each repeat's share of the budget holds one 0.3 s call
-    assert set(rec["candidate"]["sampling"]["taken"]) == {1} != {settings["min_samples"]}
+    # each repeat's share of the budget holds one 0.3 s call, but the floor (timing.sample_floor) is not
+    # the candidate's to lower: the reference could take the minimum count in its share, so the candidate
+    # takes it too, and the budget cuts the repeats instead
+    assert set(rec["candidate"]["sampling"]["taken"]) == {settings["min_samples"]}
     assert set(rec["candidate"]["sampling"]["stopped"]) == {StopReason.BUDGET}
+    assert rec["sampling"]["repeats_run"] < SETTINGS["repeats"]
     _valid([rec])
 
 
 def test_a_case_too_large_for_its_budget_is_skipped_with_the_reason():
     settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 0.2}, "cpu", 120.0)
-    rec = _bench(_slow_add, settings)
+    rec = _bench(_slow_add, settings, reference=_slow_add)  # the reference itself outruns the budget
     assert rec["status"] == Status.SKIPPED and "too large for cpu" in rec["reason"]
     _valid([rec])
     summary, cases = summarize_benchmark([rec], skipped=False)
     assert summary["ok"] and summary["skipped"] == ["c0"] and summary["failed"] == [] and not cases
+
+
+def test_a_candidate_alone_too_slow_for_the_budget_fails_rather_than_skips():
+    """A skip is neutral (the attempt passes on the other cases), so the candidate's own warm-up time,
+    which it can make what it likes by sleeping, cannot buy one: where the reference fits, it fails."""
+    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 0.2}, "cpu", 120.0)
+    rec = _bench(_slow_add, settings)
+    assert rec["status"] == Status.BENCHMARK_ERROR and "too slow to time" in rec["reason"], rec
+    summary, _ = summarize_benchmark([rec], skipped=False)
+    assert not summary["ok"] and summary["failed"] == ["c0"]
 
 
 def test_records_without_sampling_still_validate():

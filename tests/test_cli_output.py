@@ -468,7 +468,8 @@ def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
 
 
 def test_leaderboard_at_80_columns_keeps_ids_whole():
-    from mini_kv.leaderboard import rich_tables
+    from mini_kv.leaderboard import Board, rich_tables
+    from mini_kv.load.codec import from_json
 
     entry = {
         "rank": 1,
@@ -479,8 +480,15 @@ def test_leaderboard_at_80_columns_keeps_ids_whole():
         "signature": "unsigned",
         "attempt_id": "20261204T170749227007Z-v2_vectorized_long_name-d750e2",
         "created_at": "2026-12-04T17:07:49+00:00",
+        "path": "rmsnorm/20261204T170749227007Z-v2_vectorized_long_name-d750e2",
     }
-    board = {
+    doc = {
+        "schema_version": 1,
+        "generated_at": "2026-12-04T17:08:00+00:00",
+        "artifacts": "artifacts",
+        "task": None,
+        "problems": [],
+        "signing": {"key_id": None, "required": False},
         "groups": [
             {
                 "task_id": "rmsnorm",
@@ -489,9 +497,9 @@ def test_leaderboard_at_80_columns_keeps_ids_whole():
                 "device": "cpu",
                 "entries": [entry],
             }
-        ]
+        ],
     }
-    text = "".join(_render(t) for t in rich_tables(board, 80))
+    text = "".join(_render(t) for t in rich_tables(from_json(Board, doc), 80))
     assert max(len(ln) for ln in text.splitlines()) <= 80
     assert "…" not in text
     for cell in (entry["candidate"], "1.235x", "bench_4096x8192-float16 1.500x"):

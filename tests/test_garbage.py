@@ -95,8 +95,8 @@ def test_every_kind_of_garbage_is_reported_and_skipped(tmp_path):
         assert text in by[name].message, (name, by[name].message)
     # the leaderboard sees the same store and still works
     board = build_leaderboard(tmp_path, rebuild=True)
-    assert [e["candidate"] for g in board["groups"] for e in g["entries"]] == ["v0"]
-    assert len(board["problems"]) == len(expect)
+    assert [e.candidate for g in board.groups for e in g.entries] == ["v0"]
+    assert len(board.problems) == len(expect)
 
 
 def test_future_attempt_schema_version_is_refused_with_what_to_do(tmp_path):
@@ -142,20 +142,19 @@ def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
     # a changed listed file breaks the seal; the leaderboard falls back to the previous valid attempt
     (new / "correctness.json").write_text("{}")
     board = build_leaderboard(tmp_path)
-    (entry,) = board["groups"][0]["entries"]
-    assert entry["attempt_id"] == old.name
-    assert [p["path"] for p in board["problems"]] == [str(new)]
+    (entry,) = board.groups[0].entries
+    assert entry.attempt_id == old.name
+    assert [p.path for p in board.problems] == [str(new)]
     # editing attempt.json itself (not covered by its own hash list) is caught against the index
     header = json.loads((old / "attempt.json").read_text())
     original = header["benchmark"]["geomean_speedup"]
     header["benchmark"]["geomean_speedup"] = 99.0
     (old / "attempt.json").write_text(json.dumps(header))
     board = build_leaderboard(tmp_path)
-    assert board["groups"] == []
+    assert board.groups == ()
     # the edited headline differs from the recomputation from the hashed records
     assert any(
-        p["kind"] == "tampered" and "attempt.json benchmark.geomean_speedup" in p["message"]
-        for p in board["problems"]
+        p.kind == "tampered" and "attempt.json benchmark.geomean_speedup" in p.message for p in board.problems
     )
     # an edit outside the headline is still caught against the SHA-256 the index recorded
     header = json.loads((old / "attempt.json").read_text())
@@ -163,12 +162,12 @@ def test_tampering_after_indexing_is_caught_by_the_leaderboard(tmp_path):
     header["duration_s"] = 7.0
     (old / "attempt.json").write_text(json.dumps(header))
     board = build_leaderboard(tmp_path)
-    assert board["groups"] == []
-    assert any("rewritten after it was indexed" in p["message"] for p in board["problems"])
+    assert board.groups == ()
+    assert any("rewritten after it was indexed" in p.message for p in board.problems)
 
 
 def test_a_store_without_attempts_is_fine(tmp_path):
     (tmp_path / "vector_add").mkdir()
     result = rebuild_index(tmp_path)
     assert result.attempts == 0 and result.problems == []
-    assert build_leaderboard(tmp_path)["groups"] == []
+    assert build_leaderboard(tmp_path).groups == ()

@@ -192,12 +192,22 @@ def make_task_attempt(
                 "schema_version": 1,
                 "verdict": verdict,
                 "reasons": [],
-                "thresholds": {"p50_threshold": 0.05},
+                "thresholds": {
+                    "p50_threshold": 0.05,
+                    "p95_threshold": 0.1,
+                    "alpha": 0.01,
+                    "n_boot": 2000,
+                    "seed": 0,
+                },
+                "keys": [],
                 "baseline": {"attempt_id": "base-attempt"},
                 "cases": [
                     {
                         "id": "bench_64k-float32",
                         "verdict": verdict,
+                        "reasons": [],
+                        "first_batch": None,
+                        "confirmation": None,
                         "baseline": {"p50": 10.0, "p95": 11.0, "n": 300},
                     }
                 ],
@@ -632,3 +642,20 @@ def test_baseline_band_comes_from_the_newest_judged_attempt_of_any_candidate(tmp
     assert baseline_band(attempts, "bench_64k-float32") == pytest.approx((20.0, 21.0))
     assert baseline_band(attempts[:1], "bench_64k-float32") == pytest.approx((10.0, 10.5))
     assert baseline_band(attempts, "other") is None
+
+
+def test_an_attempt_that_claims_a_better_headline_than_its_records_is_skipped(store, tmp_path):
+    """attempt.json is not in its own manifest: a candidate rewriting its claimed speedup and status is
+    caught by the recomputation from the per-case records (store.index.check_attempt), as the
+    leaderboard catches it; the report never shows the claimed figure."""
+    forged = store["v1"]
+    header = json.loads((forged / "attempt.json").read_text())
+    header["status"] = "PASSED"
+    header["benchmark"] = {**(header.get("benchmark") or {}), "geomean_speedup": 99.0, "stable": True}
+    (forged / "attempt.json").write_text(json.dumps(header))
+    from mini_kv.html_report.collect import load_store
+
+    read = load_store(store["art"])
+    assert forged.name not in {a.attempt_id for a in read.attempts}
+    (why,) = [s.reason for s in read.skipped if Path(s.path).name == forged.name]
+    assert "TAMPERED attempt.json" in why and "geomean_speedup" in why

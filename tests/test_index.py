@@ -301,11 +301,11 @@ def test_rows_carry_the_header_and_bench_cases(tmp_path):
     rebuild_index(tmp_path)
     rows, cases = read_index(tmp_path)
     (row,) = rows
-    assert row["attempt_id"] == a.name and row["path"] == f"vector_add/{a.name}"
-    assert row["status"] == "PASSED" and row["stable"] == 1 and row["device"] == "cpu"
-    assert row["suite_hash"] == SUITE and row["environment_key"] == ENV_KEY
-    assert row["geomean_speedup"] == pytest.approx(np.sqrt(2.0), rel=0.05)
-    assert {c["case_id"] for c in cases[a.name]} == {"bench_a", "bench_b"}
+    assert row.attempt_id == a.name and row.path == f"vector_add/{a.name}"
+    assert row.status == "PASSED" and row.stable == 1 and row.device == "cpu"
+    assert row.suite_hash == SUITE and row.environment_key == ENV_KEY
+    assert row.geomean_speedup == pytest.approx(np.sqrt(2.0), rel=0.05)
+    assert {c.case_id for c in cases[a.name]} == {"bench_a", "bench_b"}
 
 
 def test_update_creates_the_index_then_adds_attempts(tmp_path):

@@ -12,6 +12,7 @@ from conftest import run_cli
 from test_index import ENV_KEY, env_key_of, make_attempt
 
 from mini_kv.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
+from mini_kv.load.codec import to_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,27 +58,27 @@ def store(tmp_path) -> tuple[Path, dict[str, Path]]:
 
 def _entries(board) -> dict[tuple, list[tuple[int, str]]]:
     return {
-        (g["task_id"], g["environment_key"], g["device"]): [(e["rank"], e["candidate"]) for e in g["entries"]]
-        for g in board["groups"]
+        (g.task_id, g.environment_key, g.device): [(e.rank, e.candidate) for e in g.entries]
+        for g in board.groups
     }
 
 
 def test_latest_valid_attempt_per_candidate_grouped_and_ranked(store):
     art, a = store
     board = build_leaderboard(art)
-    assert board["schema_version"] == 1 and board["problems"] == []
+    assert board.schema_version == 1 and board.problems == ()
     assert _entries(board) == {
         ("rmsnorm", ENV_KEY, "cpu"): [(1, "r0")],
         ("vector_add", ENV_KEY, "cpu"): [(1, "v1"), (2, "v0"), (3, "v3"), (4, "v2")],
         ("vector_add", env_key_of("gpu-env-0002"), "cuda:0"): [(1, "v6")],
     }
-    group = next(g for g in board["groups"] if g["task_id"] == "vector_add" and g["device"] == "cpu")
-    by = {e["candidate"]: e for e in group["entries"]}
-    assert by["v0"]["attempt_id"] == a["v0"].name  # latest, not the faster older one
-    assert by["v3"]["attempt_id"] == a["v3"].name  # newer attempts were incorrect / unstable
-    assert by["v1"]["geomean_speedup"] == pytest.approx(2.0, rel=0.05)
-    assert set(by["v1"]["cases"]) == {"bench_a", "bench_b"}
-    speeds = [e["geomean_speedup"] for e in group["entries"]]
+    group = next(g for g in board.groups if g.task_id == "vector_add" and g.device == "cpu")
+    by = {e.candidate: e for e in group.entries}
+    assert by["v0"].attempt_id == a["v0"].name  # latest, not the faster older one
+    assert by["v3"].attempt_id == a["v3"].name  # newer attempts were incorrect / unstable
+    assert by["v1"].geomean_speedup == pytest.approx(2.0, rel=0.05)
+    assert set(by["v1"].cases) == {"bench_a", "bench_b"}
+    speeds = [e.geomean_speedup for e in group.entries]
     assert speeds == sorted(speeds, reverse=True)
 
 
@@ -92,7 +93,23 @@ def test_json_and_csv_export(store, tmp_path):
     board = build_leaderboard(art)
     export_json(board, tmp_path / "out" / "lb.json")
     export_csv(board, tmp_path / "out" / "lb.csv")
-    assert json.loads((tmp_path / "out" / "lb.json").read_text()) == json.loads(json.dumps(board))
+    doc = json.loads((tmp_path / "out" / "lb.json").read_text())
+    assert doc == json.loads(json.dumps(to_json(board)))
+    # the layout readers of the export rely on
+    assert set(doc) == {
+        "schema_version",
+        "generated_at",
+        "artifacts",
+        "task",
+        "groups",
+        "problems",
+        "signing",
+    }
+    assert set(doc["groups"][0]) == {"task_id", "suite_hash", "environment_key", "device", "entries"}
+    assert set(doc["groups"][0]["entries"][0]) == {
+        "rank", "candidate", "geomean_speedup", "attempt_id", "created_at", "path", "regression", "signature", "cases"
+    }  # fmt: skip
+    assert doc["signing"] == {"key_id": None, "required": False}
     with open(tmp_path / "out" / "lb.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == CSV_COLUMNS
@@ -107,7 +124,7 @@ def test_json_and_csv_export(store, tmp_path):
     assert all(r["schema_version"] == "1" for r in rows)
     v1 = next(r for r in rows if r["candidate"] == "v1")
     assert v1["attempt_id"] == a["v1"].name
-    assert float(v1["geomean_speedup"]) == board["groups"][1]["entries"][0]["geomean_speedup"]
+    assert float(v1["geomean_speedup"]) == board.groups[1].entries[0].geomean_speedup
 
 
 def test_cli_leaderboard_exports(store, tmp_path, capsys):
@@ -142,7 +159,7 @@ def test_new_attempts_reach_the_leaderboard_through_update_index(store):
     newer = make_attempt(art, candidate="v2", seed=20, speedups={"bench_a": 9.0}, created_at=_day(9))
     update_index(art, newer)
     board = build_leaderboard(art, task="vector_add")
-    assert board["groups"][0]["entries"][0]["attempt_id"] == newer.name
+    assert board.groups[0].entries[0].attempt_id == newer.name
 
 
 # ------------------------------------------------------------------------------ end to end (real verify)

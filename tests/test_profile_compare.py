@@ -9,7 +9,7 @@ import pytest
 from test_profile_capture import FIX, ROOT, cli, fake_ncu, run_profile  # noqa: F401 - fixture
 
 from mini_kv.profile import ab
-from mini_kv.profile.compare import compare, deltas, load_pair
+from mini_kv.profile.compare import compare, load_pair, metric_rows
 from mini_kv.profile.reasons import CompareRefused
 
 VECTOR_ADD = ROOT / "tasks" / "vector_add.yaml"
@@ -27,30 +27,30 @@ def refused(a, b, artifacts=Path("/nonexistent")) -> list[str]:
     with pytest.raises(CompareRefused) as exc:
         compare(str(a), str(b), artifacts)
     assert exc.value.exit_code == 2
-    return [r["code"] for r in exc.value.reasons]
+    return [r.code for r in exc.value.reasons]
 
 
 def test_deltas_of_v0_and_v1(pair):
-    res = compare(str(pair[0]), str(pair[1]), Path("/nonexistent"))
-    rows = {r["key"]: r for r in res["rows"]}
-    assert (rows["grid_size"]["A"], rows["grid_size"]["B"], rows["grid_size"]["ratio"]) == (32, 4096, 128)
-    assert rows["block_size"]["ratio"] == 4
+    res, _, _ = compare(str(pair[0]), str(pair[1]), Path("/nonexistent"))
+    rows = {r.key: r for r in res.rows}
+    assert (rows["grid_size"].A, rows["grid_size"].B, rows["grid_size"].ratio) == (32, 4096, 128)
+    assert rows["block_size"].ratio == 4
     for key in ("waves_per_sm", "achieved_occupancy_pct", "dram_throughput_pct", "dram_bandwidth_Bps"):
-        assert rows[key]["ratio"] == pytest.approx(rows[key]["B"] / rows[key]["A"])
-    assert "not latency" in rows["duration_ns"]["label"]
-    assert res["A"]["candidate"] == "v0_naive" and res["B"]["candidate"] == "v1_block_reduce"
-    stalls = res["stalls"]
-    reasons = [s["reason"] for s in stalls]
+        assert rows[key].ratio == pytest.approx(rows[key].B / rows[key].A)
+    assert "not latency" in rows["duration_ns"].label
+    assert res.A.candidate == "v0_naive" and res.B.candidate == "v1_block_reduce"
+    stalls = res.stalls
+    reasons = [s.reason for s in stalls]
     assert len(reasons) == len(set(reasons)) and "long_scoreboard" in reasons
     # ordered by the larger of the two values
-    peaks = [max(s["A"] or 0, s["B"] or 0) for s in stalls]
+    peaks = [max(s.A or 0, s.B or 0) for s in stalls]
     assert peaks == sorted(peaks, reverse=True)
 
 
 def test_profile_ids_resolve_under_artifacts(pair):
     artifacts = pair[0].parents[1]
-    res = compare(pair[0].name, pair[1].name, artifacts)
-    assert res["A"]["profile_id"] == pair[0].name
+    res, _, _ = compare(pair[0].name, pair[1].name, artifacts)
+    assert res.A.profile_id == pair[0].name
 
 
 def test_task_mismatch(fake_ncu, monkeypatch, tmp_path, pair):  # noqa: F811
@@ -84,7 +84,7 @@ def test_environment_mismatch_machine(fake_ncu, monkeypatch, pair):  # noqa: F81
     with pytest.raises(CompareRefused) as exc:
         compare(str(pair[0]), other["path"], Path("/nonexistent"))
     (r,) = exc.value.reasons
-    assert r["code"] == "ENVIRONMENT_MISMATCH" and r["fields"]["environment_key"]["B"] == "another-machine"
+    assert r.code == "ENVIRONMENT_MISMATCH" and r.fields["environment_key"]["B"] == "another-machine"
 
 
 def test_input_mismatch_seed(fake_ncu, monkeypatch, pair):  # noqa: F811
@@ -118,8 +118,8 @@ def test_tampered_and_invalid_are_refused(pair, tmp_path):
 def test_deltas_handle_missing_optional_metrics(pair):
     a, b = load_pair(str(pair[0]), str(pair[1]), Path("/nonexistent"))
     a["summary"]["registers_per_thread"] = None
-    row = next(r for r in deltas(a, b)["rows"] if r["key"] == "registers_per_thread")
-    assert row["A"] is None and row["ratio"] is None
+    row = next(r for r in metric_rows(a, b) if r.key == "registers_per_thread")
+    assert row.A is None and row.ratio is None
 
 
 # ----------------------------------------------------------------------------------- CLI

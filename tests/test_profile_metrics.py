@@ -64,10 +64,10 @@ LAUNCH = {"v0_naive": (-(-ROWS // 128), 128), "v1_block_reduce": (ROWS, 512)}
 @pytest.mark.parametrize("cand", ["v0_naive", "v1_block_reduce"])
 def test_fixture_yields_one_row_and_every_required_metric(cand):
     res = m.analyze(fixture(cand), candidate_filter(cand))
-    s = res["summary"]
+    s = res.summary
     grid, block = LAUNCH[cand]
     assert (s["grid_size"], s["block_size"]) == (grid, block)
-    assert res["kernel"]["Kernel Name"] == s["kernel_name"]
+    assert res.kernel["Kernel Name"] == s["kernel_name"]
     for concept in m.REQUIRED:
         assert s[concept] is not None and s[concept] >= 0, concept
     assert 0 < s["achieved_occupancy_pct"] <= 100
@@ -82,7 +82,7 @@ def test_one_candidates_filter_does_not_match_the_other():
         m.analyze(fixture("v1_block_reduce"), candidate_filter("v0_naive"))
     assert exc.value.code == "NO_MATCHING_KERNEL"
     assert exc.value.details["kernels"] == [
-        m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce"))["summary"]["kernel_name"]
+        m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce")).summary["kernel_name"]
     ]
 
 
@@ -98,7 +98,7 @@ def test_real_profile_json_fixture_matches_its_csv(cand):
     assert doc["status"] == "ok" and doc["candidate"]["id"] == cand
     from mini_kv.profile.store import same_values
 
-    assert same_values(m.analyze(fixture(cand), doc["ncu"]["kernel_filter"])["summary"], doc["summary"])
+    assert same_values(m.analyze(fixture(cand), doc["ncu"]["kernel_filter"]).summary, doc["summary"])
 
 
 # ------------------------------------------------------------------------- kernel filter
@@ -187,7 +187,7 @@ def test_other_kernels_rows_do_not_count():
     other = list(rows[2])
     other[0], other[rows[0].index("Kernel Name")] = "1", "void at::native::reduce_kernel<512, 1>(T3)"
     res = m.analyze(render(rows + [other]), candidate_filter("v0_naive"))
-    assert res["rows"] == 2 and res["kernel"]["ID"] == "0"
+    assert res.rows == 2 and res.kernel["ID"] == "0"
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_alternative_metric_name_is_used_and_recorded():
         "dram__throughput.avg.pct_of_peak_sustained_elapsed",
         "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     )
-    s = m.analyze(text, candidate_filter("v0_naive"))["summary"]
+    s = m.analyze(text, candidate_filter("v0_naive")).summary
     assert s["sources"]["dram_throughput_pct"] == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 
 
@@ -284,7 +284,7 @@ def test_units_are_converted_to_base(value, unit, concept, expected):
 
 
 def test_scaled_units_give_the_same_summary_as_base_units():
-    base = m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce"))["summary"]
+    base = m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce")).summary
     scaled = edit_metric(
         fixture("v1_block_reduce"),
         "dram__bytes.sum.per_second",
@@ -292,7 +292,7 @@ def test_scaled_units_give_the_same_summary_as_base_units():
         "Gbyte/second",
     )
     scaled = edit_metric(scaled, "gpu__time_duration.sum", f"{base['duration_ns'] / 1e3:.6f}", "usecond")
-    s = m.analyze(scaled, candidate_filter("v1_block_reduce"))["summary"]
+    s = m.analyze(scaled, candidate_filter("v1_block_reduce")).summary
     assert s["dram_bandwidth_Bps"] == pytest.approx(base["dram_bandwidth_Bps"])
     assert s["duration_ns"] == pytest.approx(base["duration_ns"])
 
@@ -301,7 +301,7 @@ def test_prof_lines_around_the_table_are_ignored():
     text = (
         "==PROF== Connected to process 1\n" + fixture("v0_naive") + "==PROF== Disconnected from process 1\n"
     )
-    assert m.analyze(text, candidate_filter("v0_naive"))["summary"]["grid_size"] == LAUNCH["v0_naive"][0]
+    assert m.analyze(text, candidate_filter("v0_naive")).summary["grid_size"] == LAUNCH["v0_naive"][0]
 
 
 def test_not_issued_variants_and_selected_are_not_stall_reasons():
@@ -309,7 +309,7 @@ def test_not_issued_variants_and_selected_are_not_stall_reasons():
     rows[0].append("smsp__average_warps_issue_stalled_long_scoreboard_not_issued_per_issue_active.ratio")
     rows[1].append("")
     rows[2].append("99")
-    s = m.analyze(render(rows), candidate_filter("v0_naive"))["summary"]
+    s = m.analyze(render(rows), candidate_filter("v0_naive")).summary
     reasons = [t["reason"] for t in s["top_stalls"]]
     assert "long_scoreboard_not_issued" not in reasons and "selected" not in reasons
     assert reasons.count("long_scoreboard") == 1

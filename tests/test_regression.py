@@ -498,7 +498,7 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     assert json.loads((a / "regression.json").read_text()) == verdict
     update_index(store, a)
     rows, _ = read_index(store)
-    assert rows[0]["regression"] == verdict["verdict"] == PASS
+    assert rows[0].regression == verdict["verdict"] == PASS
 
 
 def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):

@@ -100,6 +100,58 @@ def test_a_torn_last_line_is_dropped_and_that_item_runs_again(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({"item": "t/a", "status": "PASSED"}) + "\n" + '{"item": "t/b", "sta')
     journal = Journal(path, resume=True)
-    assert journal.done == {"t/a"}
+    assert journal.done == {("verify", "t", "a")}
     assert path.read_text().count("\n") == 1 and "t/b" not in path.read_text()
     assert Journal(path, resume=False).done == set() and path.read_text() == ""
+
+
+def _sol_item(tmp_path: Path, definition: str, solution: str, where: str):
+    """A batch item of a SOL solution named `solution` for a definition named `definition`."""
+    from mini_kv.cluster.batch import BENCH, Item
+    from mini_kv.solexec.run import BenchOptions
+
+    d = tmp_path / where
+    d.mkdir()
+    (d / "definition.json").write_text(json.dumps({"name": definition}))
+    (d / "solution.json").write_text(json.dumps({"name": solution, "definition": definition}))
+    opts = BenchOptions(solution=str(d / "solution.json"))
+    return Item(BENCH, f"{where}:{solution}", str(d), None, opts, str(tmp_path / "a"))
+
+
+def test_names_with_a_slash_are_not_taken_for_one_another(tmp_path):
+    """definition "ops/rms" with solution "v1" and definition "ops" with solution "rms/v1" joined by "/"
+    are the same string: a resumed run skipped the second when the first was done."""
+    from mini_kv.cluster.batch import Journal, item_key
+
+    done = _sol_item(tmp_path, "ops/rms", "v1", "p1")
+    other = _sol_item(tmp_path, "ops", "rms/v1", "p2")
+    path = tmp_path / "r.jsonl"
+    trace = {"definition": "ops/rms", "workload": {}, "solution": "v1", "evaluation": {"status": "PASSED"}}
+    card_line = {"item": "rmsnorm/fast", "status": "PASSED", "exit_code": 0, "attempt": "x"}
+    path.write_text(json.dumps(trace) + "\n" + json.dumps(card_line) + "\n")
+    journal = Journal(path, resume=True)
+    assert item_key(done) in journal.done
+    assert item_key(other) not in journal.done
+    assert ("verify", "rmsnorm", "fast") in journal.done  # a card's line, as files have always held it
+
+
+def test_two_solutions_one_name_are_refused_with_a_results_file(tmp_path):
+    from mini_kv.cli_batch import run_items
+    from mini_kv.errors import UserError
+
+    first = _sol_item(tmp_path, "ops", "v1", "p1")
+    second = _sol_item(tmp_path, "ops", "v1", "p2")
+    with pytest.raises(UserError, match="solution name 'v1' of definition 'ops' is also the name of"):
+        run_items([first, second], None, results=str(tmp_path / "r.jsonl"))
+    assert not (tmp_path / "r.jsonl").exists()  # refused before anything ran or was written
+
+
+def test_a_file_that_is_not_a_results_file_is_refused_on_resume(tmp_path):
+    from mini_kv.cluster.batch import Journal
+    from mini_kv.errors import UserError
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"hello": 1}) + "\n")
+    with pytest.raises(UserError, match="line 1: neither a SOL trace"):
+        Journal(path, resume=True)
+    assert path.read_text() == json.dumps({"hello": 1}) + "\n"  # left as it was

@@ -43,11 +43,11 @@ def _rewrite(attempt: Path, speedup: float = 50.0, seed: int = 1, signature="kee
 
 
 def _ranked(board) -> dict[str, float]:
-    return {e["candidate"]: e["geomean_speedup"] for g in board["groups"] for e in g["entries"]}
+    return {e.candidate: e.geomean_speedup for g in board.groups for e in g.entries}
 
 
 def _messages(board) -> str:
-    return "\n".join(p["message"] for p in board["problems"])
+    return "\n".join(p.message for p in board.problems)
 
 
 @pytest.fixture
@@ -82,9 +82,9 @@ def test_a_consistent_rewrite_is_tampered_and_the_message_does_not_launder_it(un
     _rewrite(slow)
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
-    (p,) = [p for p in board["problems"] if p["path"] == str(slow)]
-    assert p["kind"] == "tampered" and "rewritten after it was indexed" in p["message"]
-    assert "rebuild-index" not in p["message"]  # the advice that used to launder it
+    (p,) = [p for p in board.problems if p.path == str(slow)]
+    assert p.kind == "tampered" and "rewritten after it was indexed" in p.message
+    assert "rebuild-index" not in p.message  # the advice that used to launder it
 
 
 @pytest.mark.parametrize("how", ["rebuild_index", "leaderboard --rebuild", "rebuild-index twice"])
@@ -105,7 +105,7 @@ def test_a_consistent_rewrite_never_ranks_whatever_is_rebuilt(unsigned_store, ho
     out = capsys.readouterr()
     for board in (build_leaderboard(art), build_leaderboard(art, rebuild=True)):
         assert _ranked(board) == {"v1": pytest.approx(3.0, rel=0.05)}
-        assert any(p["path"] == str(slow) and p["kind"] == "tampered" for p in board["problems"])
+        assert any(p.path == str(slow) and p.kind == "tampered" for p in board.problems)
     assert "50.0" not in out.out
 
 
@@ -135,7 +135,7 @@ def test_without_a_key_a_deleted_index_forgets_which_is_why_require_signed_exist
     (art / INDEX_NAME).unlink()
     board = build_leaderboard(art, rebuild=True)
     assert _ranked(board)["v0"] == pytest.approx(50.0, rel=0.05)
-    assert board["groups"][0]["entries"][0]["signature"] == "unsigned"
+    assert board.groups[0].entries[0].signature == "unsigned"
 
 
 # ---------------------------------------------------------------------------------------- signatures
@@ -146,7 +146,7 @@ def test_attempts_are_signed_with_the_key_and_unsigned_without(signed_store, tmp
     sig = json.loads((slow / "attempt.json").read_text())["signature"]
     assert sig["algorithm"] == "hmac-sha256" and len(sig["mac"]) == 64
     assert KEY not in (slow / "attempt.json").read_text()
-    assert {e["signature"] for g in build_leaderboard(art)["groups"] for e in g["entries"]} == {"valid"}
+    assert {e.signature for g in build_leaderboard(art).groups for e in g.entries} == {"valid"}
     monkeypatch.delenv(signing.KEY_ENV)
     bare = make_attempt(tmp_path / "other", candidate="v9", seed=9)
     assert json.loads((bare / "attempt.json").read_text())["signature"] is None
@@ -164,11 +164,11 @@ def test_a_rewritten_signed_attempt_never_ranks_with_require_signed(signed_store
     for rebuild in (False, True):
         board = build_leaderboard(art, rebuild=rebuild, require_signed=True)
         assert _ranked(board) == {"v1": pytest.approx(3.0, rel=0.05)}
-        (p,) = [p for p in board["problems"] if p["path"] == str(slow)] or [
-            p.to_dict() for p in rebuild_index(art).problems if p.path == str(slow)
+        (p,) = [p for p in board.problems if p.path == str(slow)] or [
+            p for p in rebuild_index(art).problems if p.path == str(slow)
         ]
-        assert p["kind"] == ("unsigned" if signature == "drop" and index == "deleted" else "tampered")
-        assert "rebuild-index" not in p["message"]
+        assert p.kind == ("unsigned" if signature == "drop" and index == "deleted" else "tampered")
+        assert "rebuild-index" not in p.message
 
 
 def test_a_signature_that_does_not_hold_is_tampered_even_without_require_signed(signed_store):
@@ -196,7 +196,7 @@ def test_an_attempt_signed_with_another_key_is_not_ranked_under_require_signed(s
     monkeypatch.setenv(signing.KEY_ENV, OTHER_KEY)
     board = build_leaderboard(art, require_signed=True)
     assert _ranked(board) == {}
-    assert {p["kind"] for p in board["problems"]} == {"unsigned"}
+    assert {p.kind for p in board.problems} == {"unsigned"}
     assert "another key" in _messages(board)
     assert "2 unsigned" in why_nothing_ranked(art, board)
 

@@ -68,7 +68,7 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     assert {c["id"] for c in bench_rec["cases"]} == {"small", "tall"}
     assert all(c["method"] == "wallclock" for c in bench_rec["cases"])
     rows, _ = read_index(tmp_path / "artifacts")
-    assert [(r["task_id"], r["status"]) for r in rows] == [("scale_mul", "PASSED")]
+    assert [(r.task_id, r.status) for r in rows] == [("scale_mul", "PASSED")]
     # where the time went: marks since the start, in order, and the worker's own split
     ph = result["phases"]
     marks = [ph[k] for k in ("prepared_s", "built_s", "worker_ready_s", "evaluated_s", "recorded_s")]

@@ -107,7 +107,7 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     from mini_kv.store.index import read_index
 
     rows, _ = read_index(project / "artifacts")
-    assert {r["candidate"]: r["regression"] for r in rows}["scale_mul_slowed"] == FAIL
+    assert {r.candidate: r.regression for r in rows}["scale_mul_slowed"] == FAIL
 
     # unchanged code: never a FAIL (on a loaded CPU the same-run A/B may be too noisy: UNCONFIRMED, exit 8)
     again = _bench(good)

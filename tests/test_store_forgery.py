@@ -20,7 +20,7 @@ from test_index import env_key_of, fixture_env, make_attempt
 
 from mini_kv.cli import main
 from mini_kv.leaderboard import build_leaderboard
-from mini_kv.store.index import INDEX_NAME, IndexUnusable, read_index, rebuild_index, snapshot
+from mini_kv.store.index import INDEX_NAME, IndexUnusable, Problem, read_index, rebuild_index, snapshot
 
 # ------------------------------------------------------------------------------------------- tools
 
@@ -53,27 +53,21 @@ def _edit_json(path: Path, fn) -> None:
     path.write_text(json.dumps(obj))
 
 
-def _problem(problems, attempt: Path | str) -> dict:
-    found = [
-        p if isinstance(p, dict) else p.to_dict()
-        for p in problems
-        if (p if isinstance(p, dict) else p.to_dict())["path"] == str(attempt)
-    ]
+def _problem(problems, attempt: Path | str) -> Problem:
+    found = [p for p in problems if p.path == str(attempt)]
     assert found, f"{attempt} not reported; problems: {problems}"
     return found[0]
 
 
-def _caught(problems, attempt: Path | str, file: str, kinds=("tampered",)) -> dict:
+def _caught(problems, attempt: Path | str, file: str, kinds=("tampered",)) -> Problem:
     p = _problem(problems, attempt)
-    assert p["kind"] in kinds, p
-    assert file in p["message"], p
+    assert p.kind in kinds, p
+    assert file in p.message, p
     return p
 
 
 def _ranked(board) -> dict[str, tuple[str, float]]:
-    return {
-        e["candidate"]: (e["attempt_id"], e["geomean_speedup"]) for g in board["groups"] for e in g["entries"]
-    }
+    return {e.candidate: (e.attempt_id, e.geomean_speedup) for g in board.groups for e in g.entries}
 
 
 def _sql(art: Path, stmt: str, params: tuple = ()) -> None:
@@ -108,8 +102,8 @@ def test_index_row_edited_to_speedup_99_is_tampered_not_ranked(store):
     _sql(art, "UPDATE attempts SET geomean_speedup=99 WHERE attempt_id=?", (slow.name,))
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board) and 99 not in [s for _, s in _ranked(board).values()]
-    p = _caught(board["problems"], slow, INDEX_NAME)
-    assert "geomean_speedup" in p["message"] and "rebuild-index" in p["message"]
+    p = _caught(board.problems, slow, INDEX_NAME)
+    assert "geomean_speedup" in p.message and "rebuild-index" in p.message
     assert "v0" in _ranked(build_leaderboard(art, rebuild=True))  # the attempt itself is fine
 
 
@@ -118,7 +112,7 @@ def test_skip_benchmark_row_relabelled_stable_at_50x_is_tampered_not_ranked(stor
     _sql(art, "UPDATE attempts SET stable=1, geomean_speedup=50 WHERE attempt_id=?", (skipped.name,))
     board = build_leaderboard(art)
     assert "v2" not in _ranked(board)
-    _caught(board["problems"], skipped, INDEX_NAME)
+    _caught(board.problems, skipped, INDEX_NAME)
 
 
 def test_headline_geomean_42_in_attempt_json_is_tampered_even_after_rebuild(store):
@@ -126,7 +120,7 @@ def test_headline_geomean_42_in_attempt_json_is_tampered_even_after_rebuild(stor
     _edit_json(slow / "attempt.json", lambda h: h["benchmark"].update(geomean_speedup=42.0))
     result = rebuild_index(art)
     p = _caught(result.problems, slow, "attempt.json")
-    assert "benchmark.geomean_speedup" in p["message"] and "42" in p["message"]
+    assert "benchmark.geomean_speedup" in p.message and "42" in p.message
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board) and 42.0 not in [s for _, s in _ranked(board).values()]
 
@@ -262,7 +256,7 @@ def test_swapped_benchmark_json_with_fixed_up_hashes_and_headline(store):
     _reseal(slow, {"benchmark": fast_head["benchmark"]})
     result = rebuild_index(art)
     p = _caught(result.problems, slow, "benchmark.json")
-    assert "seed_salt" in p["message"]
+    assert "seed_salt" in p.message
     assert _ranked(build_leaderboard(art))["v1"][0] == fast.name and "v0" not in _ranked(
         build_leaderboard(art)
     )
@@ -282,7 +276,7 @@ def test_attempt_copied_under_another_task_with_its_header_relabelled(store):
     _reseal(copy, {"task_id": "rmsnorm"})
     result = rebuild_index(art)
     _caught(result.problems, copy, "task_card.json")
-    assert "rmsnorm" not in {g["task_id"] for g in build_leaderboard(art)["groups"]}
+    assert "rmsnorm" not in {g.task_id for g in build_leaderboard(art).groups}
 
 
 def test_duplicate_attempt_ids_are_both_reported(store):
@@ -295,7 +289,7 @@ def test_duplicate_attempt_ids_are_both_reported(store):
     result = rebuild_index(art)
     for d in (skipped, copy):
         p = _caught(result.problems, f"{d.parent.name}/{d.name}", "attempt.json")
-        assert "also claimed" in p["message"]
+        assert "also claimed" in p.message
     assert skipped.name not in snapshot(art)
 
 
@@ -305,7 +299,7 @@ def test_attempt_directory_that_is_a_symlink_out_of_the_store(store, tmp_path):
     shutil.move(str(slow), str(outside))
     slow.symlink_to(outside, target_is_directory=True)
     result = rebuild_index(art)
-    assert _problem(result.problems, slow)["kind"] == "stray"
+    assert _problem(result.problems, slow).kind == "stray"
     # and an index row that still points there (indexed before the swap) is not ranked either
     _sql(art, "DELETE FROM attempts")
     shutil.move(str(outside), str(art / "tmp"))
@@ -316,7 +310,7 @@ def test_attempt_directory_that_is_a_symlink_out_of_the_store(store, tmp_path):
     slow.symlink_to(outside, target_is_directory=True)
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
-    _caught(board["problems"], slow, INDEX_NAME)
+    _caught(board.problems, slow, INDEX_NAME)
 
 
 def test_listed_file_that_is_a_symlink(store):
@@ -325,7 +319,7 @@ def test_listed_file_that_is_a_symlink(store):
     (slow / "benchmark.json").symlink_to(fast / "benchmark.json")
     _reseal(slow)
     p = _caught(rebuild_index(art).problems, slow, "benchmark.json")
-    assert "symbolic link" in p["message"]
+    assert "symbolic link" in p.message
 
 
 def test_listed_directory_that_is_a_symlink(store, tmp_path):
@@ -334,7 +328,7 @@ def test_listed_directory_that_is_a_symlink(store, tmp_path):
     shutil.move(str(slow / "logs"), str(outside))
     (slow / "logs").symlink_to(outside, target_is_directory=True)
     p = _caught(rebuild_index(art).problems, slow, "logs")
-    assert "symbolic link" in p["message"]
+    assert "symbolic link" in p.message
 
 
 @pytest.mark.parametrize(
@@ -346,14 +340,14 @@ def test_dotdot_absolute_and_unnormalised_manifest_names(store, name):
         slow / "attempt.json", lambda h: h["files"].append({"path": name, "sha256": "0" * 64, "size": 0})
     )
     p = _caught(rebuild_index(art).problems, slow, "attempt.json", kinds=("tampered", "invalid"))
-    assert "files[" in p["message"]
+    assert "files[" in p.message
 
 
 def test_extra_unlisted_file(store):
     art, slow, _, _ = store
     (slow / "regression.json").write_text(json.dumps({"schema_version": 1, "verdict": "PASS"}))
     p = _caught(rebuild_index(art).problems, slow, "regression.json")
-    assert "not listed" in p["message"]
+    assert "not listed" in p.message
 
 
 def test_unlisted_fifo_is_reported_without_hanging(store):
@@ -372,15 +366,15 @@ def test_index_row_pointing_to_a_missing_attempt(store):
     )
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
-    _caught(board["problems"], art / "vector_add" / "20260101T000000000000Z-v0-ffffff", INDEX_NAME)
+    _caught(board.problems, art / "vector_add" / "20260101T000000000000Z-v0-ffffff", INDEX_NAME)
 
 
 def test_index_row_relabelled_to_another_task(store):
     art, slow, _, _ = store
     _sql(art, "UPDATE attempts SET task_id='rmsnorm' WHERE attempt_id=?", (slow.name,))
     board = build_leaderboard(art)
-    assert "rmsnorm" not in {g["task_id"] for g in board["groups"]}
-    _caught(board["problems"], slow, INDEX_NAME)
+    assert "rmsnorm" not in {g.task_id for g in board.groups}
+    _caught(board.problems, slow, INDEX_NAME)
 
 
 def test_index_row_citing_a_path_outside_the_store(store):
@@ -388,7 +382,7 @@ def test_index_row_citing_a_path_outside_the_store(store):
     _sql(art, "UPDATE attempts SET path='../../' || path WHERE attempt_id=?", (slow.name,))
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
-    assert any(p["kind"] == "tampered" and INDEX_NAME in p["message"] for p in board["problems"])
+    assert any(p.kind == "tampered" and INDEX_NAME in p.message for p in board.problems)
 
 
 def test_index_bench_case_speedup_edited(store):
@@ -396,8 +390,8 @@ def test_index_bench_case_speedup_edited(store):
     _sql(art, "UPDATE bench_cases SET speedup=40 WHERE attempt_id=?", (slow.name,))
     board = build_leaderboard(art)
     assert "v0" not in _ranked(board)
-    p = _caught(board["problems"], slow, INDEX_NAME)
-    assert "bench_cases" in p["message"]
+    p = _caught(board.problems, slow, INDEX_NAME)
+    assert "bench_cases" in p.message
 
 
 def test_case_changed_manifest_names(store):
@@ -411,7 +405,7 @@ def test_case_changed_manifest_names(store):
         ),
     )
     p = _caught(rebuild_index(art).problems, slow, "attempt.json")
-    assert "listed twice" in p["message"]
+    assert "listed twice" in p.message
 
 
 def test_case_changed_name_replacing_the_listed_record(store):
@@ -434,7 +428,7 @@ def test_environment_key_forged_to_join_another_environment(store):
     _edit_json(slow / "environment.json", lambda e: e.update(key=other))
     _reseal(slow, {"environment_key": other})
     p = _caught(rebuild_index(art).problems, slow, "environment.json")
-    assert "not the key of the environment" in p["message"]
+    assert "not the key of the environment" in p.message
 
 
 def test_environment_key_in_header_only(store):
@@ -451,7 +445,7 @@ def test_huge_declared_size_is_tampered_without_reading(store, size):
         lambda h: [f.update(size=size) for f in h["files"] if f["path"] == "benchmark.json"],
     )
     p = _caught(rebuild_index(art).problems, slow, "benchmark.json")
-    assert "SHA-256 and size" in p["message"]
+    assert "SHA-256 and size" in p.message
 
 
 def test_per_case_speedup_forged_in_benchmark_json(store):
@@ -459,7 +453,7 @@ def test_per_case_speedup_forged_in_benchmark_json(store):
     _edit_json(slow / "benchmark.json", lambda b: b["cases"][0].update(speedup=9.0))
     _reseal(slow)
     p = _caught(rebuild_index(art).problems, slow, "benchmark.json")
-    assert "case bench_a speedup" in p["message"]
+    assert "case bench_a speedup" in p.message
 
 
 def test_unstable_measurement_relabelled_stable(tmp_path):
@@ -474,8 +468,8 @@ def test_unstable_measurement_relabelled_stable(tmp_path):
     )
     _reseal(shaky, {"benchmark": {"stable": True}})
     p = _caught(rebuild_index(art).problems, shaky, "benchmark.json")
-    assert "stability.stable" in p["message"] or "summary.stable" in p["message"]
-    assert build_leaderboard(art)["groups"] == []
+    assert "stability.stable" in p.message or "summary.stable" in p.message
+    assert build_leaderboard(art).groups == ()
 
 
 def test_incorrect_attempt_relabelled_passed(tmp_path):
@@ -484,7 +478,7 @@ def test_incorrect_attempt_relabelled_passed(tmp_path):
     _edit_json(wrong / "correctness.json", lambda c: c["summary"].update(ok=True))
     _reseal(wrong, {"status": "PASSED", "correctness": {"ok": True}, "exit_code": 0})
     _caught(rebuild_index(art).problems, wrong, "attempt.json")
-    assert build_leaderboard(art)["groups"] == []
+    assert build_leaderboard(art).groups == ()
 
 
 def test_format_relabelled_to_sol(store):
@@ -519,7 +513,7 @@ def test_index_is_the_same_after_every_forgery_is_removed(store):
     result = rebuild_index(art)
     assert result.problems == [] and result.attempts == 3
     rows, _ = read_index(art)
-    assert {r["attempt_id"] for r in rows} == {slow.name, fast.name, skipped.name}
+    assert {r.attempt_id for r in rows} == {slow.name, fast.name, skipped.name}
 
 
 # ------------------------------------------------------------------------ SOL-ExecBench attempts
@@ -549,8 +543,8 @@ def test_sol_attempt_headline_is_reproduced_from_its_records(sol_store):
     assert result.problems == [] and result.attempts == 1
     (row,) = read_index(art)[0]
     header = json.loads((a / "attempt.json").read_text())
-    assert row["status"] == header["status"] == "PASSED"
-    assert row["geomean_speedup"] == pytest.approx(header["benchmark"]["geomean_speedup"], rel=1e-12)
+    assert row.status == header["status"] == "PASSED"
+    assert row.geomean_speedup == pytest.approx(header["benchmark"]["geomean_speedup"], rel=1e-12)
 
 
 def test_sol_headline_forged_in_attempt_json(sol_store):
@@ -564,7 +558,7 @@ def test_sol_failed_workload_relabelled_passed(sol_store):
     _edit_json(a / "correctness.json", lambda c: c["cases"][0].update(status="INCORRECT_NUMERICAL"))
     _reseal(a)
     p = _caught(rebuild_index(art).problems, a, "attempt.json")
-    assert "status" in p["message"]
+    assert "status" in p.message
 
 
 def test_sol_per_workload_speedup_forged(sol_store):
@@ -582,7 +576,7 @@ def test_sol_workloads_changed_so_the_suite_is_another(sol_store):
     (a / "workload.jsonl").write_text("\n".join(lines[:1]) + "\n")
     _reseal(a)
     p = _caught(rebuild_index(art).problems, a, "attempt.json")
-    assert "suite_hash" in p["message"]
+    assert "suite_hash" in p.message
 
 
 def test_sol_solution_relabelled(sol_store):
@@ -590,3 +584,17 @@ def test_sol_solution_relabelled(sol_store):
     _edit_json(a / "solution.json", lambda s: s.update(name="someone_else"))
     _reseal(a)
     _caught(rebuild_index(art).problems, a, "solution.json")
+
+
+def test_a_listed_regression_verdict_that_breaks_its_schema_is_tampered(store):
+    """A verdict slipped in and listed with its real hash (a PASS with no cases, to hide a FAIL): the
+    index checks regression.json against schemas/regression.schema.json, so it is never ranked."""
+    art, slow, _, _ = store
+    (slow / "regression.json").write_text(json.dumps({"schema_version": 1, "verdict": "PASS", "reasons": []}))
+    _edit_json(
+        slow / "attempt.json",
+        lambda h: h["files"].append({"path": "regression.json", "sha256": "0" * 64, "size": 0}),
+    )
+    _reseal(slow)
+    p = _caught(rebuild_index(art).problems, slow, "regression.json")
+    assert "required field is missing" in p.message

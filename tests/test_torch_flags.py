@@ -107,7 +107,9 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
         returncode, timed_out, output = 0, False, ""
 
     monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
-    monkeypatch.setattr(compiler.environment, "nvcc_info", lambda: {"path": "/usr/bin/nvcc", "version": "x"})
+    monkeypatch.setattr(
+        compiler.environment, "nvcc_info", lambda: compiler.environment.Tool("/usr/bin/nvcc", "x")
+    )
     # the check runs jailed (jail.run); record what it would run instead
     monkeypatch.setattr(
         compiler.jail,

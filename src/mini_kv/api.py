@@ -22,8 +22,12 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.errors import ExitCode, UserError
+
+if TYPE_CHECKING:
+    from mini_kv.store.index import CaseRow
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ def evaluate(
     `options` are the command line's option names (`timeout`, `rounds`, `samples`, `memory_limit_gb`,
     ...): `BenchOptions` for a SOL problem, `VerifyOptions` for a task card; an unknown name is a
     UserError. A candidate that fails, crashes or cheats is a Result; bad input is a UserError."""
+    from mini_kv.cluster.batch import evaluate_here
+
     problem = Path(problem)
     solutions = list(solutions)
     if not solutions:
@@ -107,46 +113,51 @@ def evaluate(
     scratch = None if store else Path(tempfile.mkdtemp(prefix="mini-kv-api-"))
     store_dir = str(scratch or artifacts) if (scratch or artifacts) else None
     try:
-        for sol in solutions:
-            if problem.is_dir():
-                yield _evaluate_sol(problem, sol, device, store_dir, options, keep=store)
-            else:
-                yield _evaluate_card(problem, sol, device, store_dir, options, keep=store)
+        with tempfile.TemporaryDirectory(prefix="mini-kv-solutions-") as tmp:
+            # every input checked (and every in-memory solution written) before anything runs
+            items = [
+                _sol_item(problem, sol, Path(tmp) / str(i), device, store_dir, options)
+                if problem.is_dir()
+                else _card_item(problem, sol, device, store_dir, options)
+                for i, sol in enumerate(solutions)
+            ]
+            for item, out in evaluate_here(items):
+                yield _result(out.get("solution") or item.candidate, out, keep=store)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _evaluate_sol(problem: Path, sol, device, store_dir, options: dict, keep: bool) -> Result:
-    from mini_kv.solexec.run import BenchOptions, bench
+def _sol_item(problem: Path, sol, tmp: Path, device, store_dir, options: dict):
+    from mini_kv.cluster.batch import BENCH, Item
+    from mini_kv.solexec.run import BenchOptions
 
-    with tempfile.TemporaryDirectory(prefix="mini-kv-solution-") as tmp:
-        path = _solution_file(problem, sol, Path(tmp))
-        opts = _options(BenchOptions, options, solution=str(path), device=device, artifacts=store_dir)
-        out = bench(str(problem), opts)
-    return _result(out["solution"], out, keep)
+    path = _solution_file(problem, sol, tmp)
+    opts = _options(BenchOptions, options, solution=str(path), device=device, artifacts=store_dir)
+    return Item(BENCH, f"{problem.name}:{path}", str(problem), None, opts, store_dir or "")
 
 
-def _evaluate_card(card_path: Path, cand_id, device, store_dir, options: dict, keep: bool) -> Result:
+def _card_item(card_path: Path, cand_id, device, store_dir, options: dict):
+    from mini_kv.cluster.batch import VERIFY, Item
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.pipeline import VerifyOptions, verify
+    from mini_kv.pipeline import VerifyOptions
 
     if not isinstance(cand_id, str):
         raise UserError(f"{card_path}: a task card's solutions are its candidates' ids, got {cand_id!r}")
     card = load_task_card(card_path)
-    by_id = {c.id: c for c in card.candidates}
-    if cand_id not in by_id:
-        raise UserError(f"{card_path}: no candidate {cand_id!r} (the card has {', '.join(by_id)})")
+    ids = [c.id for c in card.candidates]
+    if cand_id not in ids:
+        raise UserError(f"{card_path}: no candidate {cand_id!r} (the card has {', '.join(ids)})")
     opts = _options(VerifyOptions, options, device=device, artifacts=store_dir)
-    out = verify(card, by_id[cand_id], opts)
-    return _result(cand_id, out, keep)
+    return Item(VERIFY, f"{card.id}/{cand_id}", str(card_path), cand_id, opts, store_dir or "")
 
 
 def _solution_file(problem: Path, sol, tmp: Path) -> Path:
     if not isinstance(sol, Solution):
         return Path(sol)
     definition = json.loads((problem / "definition.json").read_text())["name"]
-    path = tmp / f"{sol.name}.json"
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "solution.json"
     try:
         path.write_text(json.dumps(sol.to_json(definition), indent=1), encoding="utf-8")
     except UnicodeEncodeError as exc:
@@ -173,50 +184,51 @@ def _result(name: str, out: dict, keep: bool) -> Result:
     from mini_kv.store.index import AttemptInvalid, record_for_attempt
 
     attempt = Path(out["attempt"]) if out.get("attempt") else None
-    row, case_rows = ({}, [])
+    row, case_rows, invalid = None, (), None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
             row, case_rows = record_for_attempt(attempt)
         except AttemptInvalid as exc:  # the store refuses it: so does the API
-            row = {"status": "INVALID", "reason": str(exc)}
+            invalid = str(exc)
     cases = _cases(attempt, case_rows)
-    speedup = row.get("geomean_speedup")
+    speedup = row.geomean_speedup if row else None
+    said = str(out.get("status") or out.get("summary", {}).get("status"))
     return Result(
         solution=name,
-        status=row.get("status") or str(out.get("status") or out.get("summary", {}).get("status")),
+        status="INVALID" if invalid else row.status if row else said,
         exit_code=int(out["exit_code"]),
         cases=cases,
         speedup=speedup if isinstance(speedup, float) and math.isfinite(speedup) else None,
-        stable=row.get("stable"),
+        stable=row.stable if row else None,
         attempt=attempt if keep else None,
-        reason=_reason(out, cases, row),
+        reason=_reason(out, cases, invalid),
         duration_s=float(out.get("duration_s") or 0.0),
         raw=out,
     )
 
 
-def _cases(attempt: Path | None, case_rows: list[dict]) -> tuple[CaseResult, ...]:
+def _cases(attempt: Path | None, case_rows: tuple[CaseRow, ...]) -> tuple[CaseResult, ...]:
     if attempt is None or not (attempt / "correctness.json").exists():
         return ()
-    timed = {r["case_id"]: r for r in case_rows}
+    timed = {r.case_id: r for r in case_rows}
     records = json.loads((attempt / "correctness.json").read_text())["cases"]
     return tuple(
         CaseResult(
             id=c["id"],
             status=c["status"],
             reason=c.get("reason") or c.get("log") or None,
-            latency_us=timed.get(c["id"], {}).get("p50_us"),
-            speedup=timed.get(c["id"], {}).get("speedup"),
+            latency_us=timed[c["id"]].p50_us if c["id"] in timed else None,
+            speedup=timed[c["id"]].speedup if c["id"] in timed else None,
         )
         for c in records
     )
 
 
-def _reason(out: dict, cases: tuple[CaseResult, ...], row: dict) -> str | None:
+def _reason(out: dict, cases: tuple[CaseResult, ...], invalid: str | None) -> str | None:
     if out["exit_code"] == ExitCode.OK:
         return None
-    if row.get("reason"):
-        return row["reason"]
+    if invalid:
+        return invalid
     failed = [c for c in cases if c.status not in ("PASSED", "SKIPPED")]
     if failed:
         first = failed[0]

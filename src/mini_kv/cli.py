@@ -9,6 +9,7 @@ from pathlib import Path
 from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
+    add_integrity_arguments,
     add_sandbox_argument,
     artifacts_dir,
     console,
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
     )
     add_sandbox_argument(vr)
+    add_integrity_arguments(vr, sol=False)
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
     )

@@ -6,15 +6,20 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.tables import Column, fitted_tables
 
+if TYPE_CHECKING:
+    from mini_kv.store.index import AttemptRow
+
 LIST_COLUMNS = ("attempt_id", "candidate", "status", "device", "stable", "geomean_speedup", "created_at")
 
 
 def cmd_list(args) -> int:
+    from mini_kv.load.codec import to_json
     from mini_kv.store.index import read_index
 
     artifacts = artifacts_dir(args)
@@ -23,10 +28,10 @@ def cmd_list(args) -> int:
     if not rows:
         raise UserError(f"no attempts{f' of task {task}' if task else ''} in {artifacts}")
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(to_json(rows), indent=1))
         return ExitCode.OK
-    for task_id in dict.fromkeys(r["task_id"] for r in rows):
-        cells = [[_cell(r[c]) for c in LIST_COLUMNS] for r in rows if r["task_id"] == task_id]
+    for task_id in dict.fromkeys(r.task_id for r in rows):
+        cells = [[_cell(getattr(r, c)) for c in LIST_COLUMNS] for r in rows if r.task_id == task_id]
         columns = [Column(c.replace("_", " ")) for c in LIST_COLUMNS]
         for t in fitted_tables(task_id, columns, cells, console.width, keys=1):
             console.print(t)
@@ -72,17 +77,14 @@ def compare(a: Path, b: Path) -> dict:
     """What differs between two attempts: their verdicts, sources, environment and per-case latency
     (medians and a two-sided Mann-Whitney U test on the raw samples). Both pass the store's checks."""
     from mini_kv import stats
-    from mini_kv.store.index import derive, record_for_attempt
+    from mini_kv.store.index import check_attempt
 
     out: dict = {"a": str(a), "b": str(b)}
-    heads = {}
-    for name, path in (("a", a), ("b", b)):
-        row, _ = record_for_attempt(path)  # hashes and claims checked, as any reader of the store does
-        header = json.loads((path / "attempt.json").read_text())
-        heads[name] = (row, header, derive(path, header)[1])
-    (ra, ha, fa), (rb, hb, fb) = heads["a"], heads["b"]
+    # hashes and claims checked, as any reader of the store does
+    (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
     out["verdict"] = {
-        k: [ra.get(k), rb.get(k)] for k in ("task_id", "candidate", "status", "stable", "geomean_speedup")
+        k: [getattr(ra, k), getattr(rb, k)]
+        for k in ("task_id", "candidate", "status", "stable", "geomean_speedup")
     }
     sa, sb = _sources(a, ha), _sources(b, hb)
     out["sources"] = {
@@ -163,23 +165,22 @@ def protected(artifacts: Path, baselines: Path) -> dict[str, str]:
             continue
         if isinstance(source.get("attempt_id"), str):
             keep[source["attempt_id"]] = f"baseline {f}"
-    board = build_leaderboard(artifacts)
-    for g in board["groups"]:
-        for e in g["entries"]:
-            keep.setdefault(e["attempt_id"], f"leaderboard rank {e['rank']} of {g['task_id']}")
+    for g in build_leaderboard(artifacts).groups:
+        for e in g.entries:
+            keep.setdefault(e.attempt_id, f"leaderboard rank {e.rank} of {g.task_id}")
     return keep
 
 
-def plan_clean(rows: list[dict], keep_last: int, keep: dict[str, str]) -> list[dict]:
+def plan_clean(rows: list[AttemptRow], keep_last: int, keep: dict[str, str]) -> list[AttemptRow]:
     """The attempts to remove: all but the newest `keep_last` of each (task, candidate), never one in
     `keep`."""
-    by_candidate: dict[tuple, list[dict]] = {}
+    by_candidate: dict[tuple, list[AttemptRow]] = {}
     for r in rows:
-        by_candidate.setdefault((r["task_id"], r["candidate"]), []).append(r)
+        by_candidate.setdefault((r.task_id, r.candidate), []).append(r)
     out = []
     for group in by_candidate.values():
-        group.sort(key=lambda r: (r["created_at"], r["attempt_id"]), reverse=True)
-        out += [r for r in group[keep_last:] if r["attempt_id"] not in keep]
+        group.sort(key=lambda r: (r.created_at, r.attempt_id), reverse=True)
+        out += [r for r in group[keep_last:] if r.attempt_id not in keep]
     return out
 
 
@@ -195,10 +196,10 @@ def cmd_clean(args) -> int:
     keep = protected(artifacts, baselines)
     doomed = plan_clean(rows, args.keep_last, keep)
     for r in doomed:
-        console.print(f"{'would remove' if args.dry_run else 'remove'} {r['path']}", markup=False)
+        console.print(f"{'would remove' if args.dry_run else 'remove'} {r.path}", markup=False)
         if not args.dry_run:
-            shutil.rmtree(artifacts / r["path"])
-    kept = [f"{a} ({why})" for a, why in keep.items() if any(r["attempt_id"] == a for r in rows)]
+            shutil.rmtree(artifacts / r.path)
+    kept = [f"{a} ({why})" for a, why in keep.items() if any(r.attempt_id == a for r in rows)]
     if kept:
         err_console.print("kept whatever the policy: " + "; ".join(kept), markup=False, soft_wrap=True)
     if doomed and not args.dry_run:

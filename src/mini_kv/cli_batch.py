@@ -53,7 +53,7 @@ def _last_status(item) -> str | None:
         rows, _ = read_index(Path(item.store), "task_id = ? AND candidate = ?", (task, cand))
     except UserError:  # no index yet: nothing ran before
         return None
-    return rows[-1]["status"] if rows else None
+    return rows[-1].status if rows else None
 
 
 def select_items(items: list, args) -> list:
@@ -64,7 +64,7 @@ def select_items(items: list, args) -> list:
 
     keyword, last_failed = getattr(args, "keyword", None), getattr(args, "last_failed", False)
     if keyword:
-        items = [it for it in items if keyword_matches(keyword, f"{it.label} {item_key(it)}")]
+        items = [it for it in items if keyword_matches(keyword, " ".join((it.label, *item_key(it)[1:])))]
     if last_failed:
         items = [it for it in items if _last_status(it) != "PASSED"]
     if not items:
@@ -92,10 +92,12 @@ def run_items(items, where, results: str | None = None, resume: bool = False, ar
     """The items' results, each one appended to `results` (a JSONL file) as it finishes. With `resume`,
     the items that file already holds are skipped. Ctrl-C prints one line and no traceback. `args`
     brings -k, --lf and -x (select_items; stop after the first item that did not pass)."""
-    from mini_kv.cluster.batch import Journal, item_key, run_batch
+    from mini_kv.cluster.batch import Journal, check_distinct_keys, item_key, run_batch
 
     if args is not None:
         items = select_items(items, args)
+    if results:
+        check_distinct_keys(items)
     journal = Journal(Path(results), resume) if results else None
     todo = [it for it in items if journal is None or item_key(it) not in journal.done]
     if len(todo) < len(items):

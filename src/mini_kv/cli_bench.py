@@ -10,6 +10,7 @@ from pathlib import Path
 from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
+    add_integrity_arguments,
     add_sandbox_argument,
     artifacts_dir,
     console,
@@ -109,6 +110,7 @@ def add_arguments(p) -> None:
         "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
     )
     add_sandbox_argument(p)
+    add_integrity_arguments(p, sol=True)
 
 
 def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:

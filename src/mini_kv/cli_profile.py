@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
 from mini_kv.errors import ExitCode
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
+
+if TYPE_CHECKING:
+    from mini_kv.profile.compare import Comparison
 
 
 def _fmt_summary(s: dict) -> str:
@@ -76,15 +80,15 @@ def cmd_profile(args) -> int:
     return res["exit_code"]
 
 
-def _print_comparison(result: dict, timing: dict, console) -> None:
+def _print_comparison(result: Comparison, timing: dict, console) -> None:
     from rich.table import Table
 
     from mini_kv.profile.compare import fmt
 
-    a, b = result["A"], result["B"]
+    a, b = result.A, result.B
     console.print(
-        f"A: {a['candidate']} ({a['profile_id']})\nB: {b['candidate']} ({b['profile_id']})\n"
-        f"task {a['task']}, case {a['case']}: same environment, same inputs",
+        f"A: {a.candidate} ({a.profile_id})\nB: {b.candidate} ({b.profile_id})\n"
+        f"task {a.task}, case {a.case}: same environment, same inputs",
         soft_wrap=True,
     )
 
@@ -99,15 +103,12 @@ def _print_comparison(result: dict, timing: dict, console) -> None:
     show(
         "Nsight Compute: what explains the difference",
         ("metric", "A", "B", "B/A"),
-        (
-            (r["label"], fmt(r["A"], r["kind"]), fmt(r["B"], r["kind"]), ratio(r["ratio"]))
-            for r in result["rows"]
-        ),
+        ((r.label, fmt(r.A, r.kind), fmt(r.B, r.kind), ratio(r.ratio)) for r in result.rows),
     )
     show(
         "top warp stall reasons (warps stalled per issue-active cycle)",
         ("stall reason", "A", "B"),
-        ((r["reason"], two(r["A"]), two(r["B"])) for r in result["stalls"]),
+        ((r.reason, two(r.A), two(r.B)) for r in result.stalls),
     )
     if not timing.get("ran"):
         console.print(f"A/B timing: not run: {timing['reason']}", soft_wrap=True)
@@ -116,20 +117,20 @@ def _print_comparison(result: dict, timing: dict, console) -> None:
     console.print(
         f"A/B timing (one process, same inputs, order alternating over {timing['repeats']} repeats x "
         f"{timing['samples_per_repeat']} samples; {timing['method']}: {timing['timer']}):\n"
-        f"  A {a['candidate']}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
-        f"  B {b['candidate']}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"
+        f"  A {a.candidate}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
+        f"  B {b.candidate}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"
         f"  B/A latency {timing['b_over_a']:.3f}x (speedup of B over A {1 / timing['b_over_a']:.2f}x)",
         soft_wrap=True,
     )
 
 
 def cmd_compare_profiles(args) -> int:
+    from mini_kv.load.codec import to_json
     from mini_kv.profile.ab import run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json
 
-    result = compare(args.a, args.b, artifacts_dir(args))
-    a, b = result.pop("profiles")
+    result, a, b = compare(args.a, args.b, artifacts_dir(args))
     sol = "workload" in (a["case"]["kind"], b["case"]["kind"])
     timing = (
         {"ran": False, "reason": "--no-timing"}
@@ -145,7 +146,7 @@ def cmd_compare_profiles(args) -> int:
     )
     _print_comparison(result, timing, console)
     if args.json:
-        write_json(Path(args.json), {"schema_version": 1, **result, "timing": timing})
+        write_json(Path(args.json), {"schema_version": 1, **to_json(result), "timing": timing})
     return ExitCode.BENCHMARK if timing.get("error") else ExitCode.OK
 
 

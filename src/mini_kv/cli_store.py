@@ -13,13 +13,10 @@ def print_problems(problems, err_console) -> None:
     from rich.markup import escape
 
     for p in problems:
-        d = p if isinstance(p, dict) else p.to_dict()
         label = (
-            "[red]skipped (TAMPERED)[/]"
-            if d["kind"] == "tampered"
-            else f"[yellow]skipped[/] ({escape(d['kind'])})"
+            "[red]skipped (TAMPERED)[/]" if p.kind == "tampered" else f"[yellow]skipped[/] ({escape(p.kind)})"
         )
-        err_console.print(f"{label} {escape(d['path'])}: {escape(d['message'])}", soft_wrap=True)
+        err_console.print(f"{label} {escape(p.path)}: {escape(p.message)}", soft_wrap=True)
 
 
 def cmd_promote_baseline(args) -> int:
@@ -54,6 +51,7 @@ def _check_rebuildable(artifacts: Path, what: str) -> None:
 
 
 def cmd_rebuild_index(args) -> int:
+    from mini_kv.load.codec import to_json
     from mini_kv.store.index import rebuild_index
 
     _check_rebuildable(artifacts_dir(args), "rebuild-index")
@@ -64,7 +62,7 @@ def cmd_rebuild_index(args) -> int:
                 {
                     "index": str(result.index),
                     "attempts": result.attempts,
-                    "problems": [p.to_dict() for p in result.problems],
+                    "problems": to_json(result.problems),
                 },
                 indent=2,
             )
@@ -80,7 +78,7 @@ def _known_tasks(artifacts: Path) -> list[str]:
     from mini_kv.store.index import read_index
 
     rows, _ = read_index(artifacts)
-    return sorted({r["task_id"] for r in rows})
+    return sorted({r.task_id for r in rows})
 
 
 def _check_leaderboard_args(args, artifacts: Path) -> None:
@@ -129,8 +127,8 @@ def cmd_leaderboard(args) -> int:
     board = lb.build_leaderboard(
         artifacts, task=args.task, rebuild=args.rebuild, require_signed=args.require_signed
     )
-    print_problems(board["problems"], err_console)
-    if args.task and not board["groups"] and args.task not in _known_tasks(artifacts):
+    print_problems(board.problems, err_console)
+    if args.task and not board.groups and args.task not in _known_tasks(artifacts):
         from mini_kv.errors import UserError
 
         known = _known_tasks(artifacts)

@@ -25,16 +25,16 @@ def checks(build_dir: Path) -> list[dict]:
     )
     try:
         t = environment.torch_info()
-        row("torch", t["version"], True)
+        row("torch", t.version, True)
         row(
             "torch CUDA",
-            t["cuda"] or "none (CPU build)",
-            t["cuda"] is not None,
+            t.cuda or "none (CPU build)",
+            t.cuda is not None,
             "CUDA kernels (CPU kernels still verify)",
             "install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu130)",
         )
-        if t["devices"]:
-            for d in t["devices"]:
+        if t.devices:
+            for d in t.devices:
                 row(
                     f"GPU {d['index']}",
                     f"{d['name']} (compute capability {d['capability']}, "
@@ -54,8 +54,8 @@ def checks(build_dir: Path) -> list[dict]:
     nv = environment.nvcc_info()
     row(
         "nvcc",
-        f"{nv['path']} ({nv['version']})" if nv["path"] else "not found",
-        nv["path"] is not None,
+        f"{nv.path} ({nv.version})" if nv.path else "not found",
+        nv.path is not None,
         "CUDA compile and the .cu compile check",
         "install the CUDA toolkit and put nvcc on PATH",
     )
@@ -70,13 +70,13 @@ def checks(build_dir: Path) -> list[dict]:
     cxx = environment.cxx_info()
     row(
         "host compiler",
-        cxx["version"] or "not found",
-        cxx["path"] is not None,
+        cxx.version or "not found",
+        cxx.path is not None,
         "every build",
         "install g++ (apt-get install g++)",
     )
     nj = environment.ninja_info()
-    row("ninja", nj["version"] or "not found", nj["path"] is not None, "every build", "pip install ninja")
+    row("ninja", nj.version or "not found", nj.path is not None, "every build", "pip install ninja")
     build_dir.mkdir(parents=True, exist_ok=True) if build_dir.parent.exists() else None
     writable = build_dir.is_dir() and os.access(build_dir, os.W_OK)
     row("build dir", str(build_dir), writable, "compile", f"make {build_dir} writable")

@@ -8,10 +8,27 @@ import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from mini_kv import torch_flags
 from mini_kv.errors import UserError
 from mini_kv.model import canonical_json, sha256_text
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A program of the toolchain: where it is, and the line that says its version (None: not found)."""
+
+    path: str | None
+    version: str | None
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    version: str
+    cuda: str | None  # the CUDA torch was built with; None: a CPU build
+    cuda_available: bool
+    devices: tuple[dict, ...]  # each visible GPU as environment.json's `gpu` records it
 
 
 def _first_line(cmd: list[str]) -> str | None:
@@ -24,14 +41,14 @@ def _first_line(cmd: list[str]) -> str | None:
 
 
 @functools.cache
-def nvcc_info() -> dict:
+def nvcc_info() -> Tool:
     path = shutil.which("nvcc")
     if path is None:
         cuda_home = cuda_home_dir()
         cand = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else None
         path = cand if cand and os.path.isfile(cand) else None
     if path is None:
-        return {"path": None, "version": None}
+        return Tool(None, None)
     try:
         out = subprocess.run(
             [path, "--version"], capture_output=True, text=True, timeout=30, check=False
@@ -39,7 +56,7 @@ def nvcc_info() -> dict:
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     release = next((ln.strip() for ln in out.splitlines() if "release" in ln), None)
-    return {"path": path, "version": release}
+    return Tool(path, release)
 
 
 def cuda_home_dir() -> str | None:
@@ -53,39 +70,36 @@ def cuda_home_dir() -> str | None:
 
 
 @functools.cache
-def cxx_info() -> dict:
+def cxx_info() -> Tool:
     cxx = os.environ.get("CXX", "c++")
-    return {"path": shutil.which(cxx), "version": _first_line([cxx, "--version"])}
+    return Tool(shutil.which(cxx), _first_line([cxx, "--version"]))
 
 
 @functools.cache
-def ninja_info() -> dict:
-    return {"path": shutil.which("ninja"), "version": _first_line(["ninja", "--version"])}
+def ninja_info() -> Tool:
+    return Tool(shutil.which("ninja"), _first_line(["ninja", "--version"]))
 
 
-def torch_info() -> dict:
+def _gpu(i: int) -> dict:
     import torch
 
-    info = {
-        "version": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_available": bool(torch.cuda.is_available()),
-        "devices": [],
+    p = torch.cuda.get_device_properties(i)
+    return {
+        "index": i,
+        "name": p.name,
+        "capability": f"{p.major}.{p.minor}",
+        "sm_count": p.multi_processor_count,
+        "memory_bytes": p.total_memory,
+        "l2_bytes": getattr(p, "L2_cache_size", None),
     }
-    if info["cuda_available"]:
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            info["devices"].append(
-                {
-                    "index": i,
-                    "name": p.name,
-                    "capability": f"{p.major}.{p.minor}",
-                    "sm_count": p.multi_processor_count,
-                    "memory_bytes": p.total_memory,
-                    "l2_bytes": getattr(p, "L2_cache_size", None),
-                }
-            )
-    return info
+
+
+def torch_info() -> TorchInfo:
+    import torch
+
+    available = bool(torch.cuda.is_available())
+    devices = tuple(_gpu(i) for i in range(torch.cuda.device_count())) if available else ()
+    return TorchInfo(torch.__version__, torch.version.cuda, available, devices)
 
 
 @functools.cache
@@ -100,7 +114,7 @@ def cuda_arch_list(devices: list[dict] | None = None) -> list[str]:
     env = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if env:
         return sorted(set(env.replace(";", " ").split()))
-    return sorted({d["capability"] for d in (torch_info()["devices"] if devices is None else devices)})
+    return sorted({d["capability"] for d in (torch_info().devices if devices is None else devices)})
 
 
 def torch_has_cuda_build() -> bool:
@@ -152,24 +166,22 @@ def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
     names what mini_kv cannot see but that changes timings (a power cap, a clock setting, a container
     image): runs with different tags are never compared."""
     t = torch_info()
-    device = None
-    if t["devices"]:
-        device = t["devices"][gpu_index or 0]
+    device = t.devices[gpu_index or 0] if t.devices else None
     env = {
         "schema_version": 1,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "torch": t["version"],
-        "torch_cuda": t["cuda"],
+        "torch": t.version,
+        "torch_cuda": t.cuda,
         "device_kind": "cuda" if device else "cpu",
         "gpu": device,
         "driver": driver_version() if device else None,
-        "nvcc": nvcc_info()["version"],
-        "cxx": cxx_info()["version"],
+        "nvcc": nvcc_info().version,
+        "cxx": cxx_info().version,
         "executable": sys.executable,
-        "build_flags": build_flags(t["devices"]),
+        "build_flags": build_flags(list(t.devices)),
         "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
     }
     env["key"] = environment_key(env)

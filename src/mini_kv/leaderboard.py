@@ -14,9 +14,11 @@ import csv
 import datetime as dt
 import io
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mini_kv.errors import UserError
+from mini_kv.load.codec import to_json
 from mini_kv.status import Status
 from mini_kv.store import signing
 from mini_kv.store.atomic import write_bytes, write_json
@@ -25,6 +27,8 @@ from mini_kv.store.index import (
     ATTEMPT_COLUMNS,
     CASE_COLUMNS,
     STAYS_OUT,
+    AttemptRow,
+    CaseRow,
     Problem,
     index_path,
     read_index,
@@ -42,6 +46,53 @@ REDERIVE = (
     "`leaderboard --require-signed`)"
 )
 GROUP_KEYS = ("task_id", "suite_hash", "environment_key", "device")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ranked attempt: the newest valid one of its candidate."""
+
+    rank: int
+    candidate: str
+    geomean_speedup: float
+    attempt_id: str
+    created_at: str
+    path: str
+    regression: str | None
+    signature: str  # store.signing.Signature
+    cases: dict[str, float]  # case id -> speedup
+
+
+@dataclass(frozen=True)
+class Group:
+    """Attempts measured on one suite, in one environment, on one device (GROUP_KEYS): ranked together."""
+
+    task_id: str
+    suite_hash: str
+    environment_key: str
+    device: str
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class SigningState:
+    key_id: str | None  # of the operator's key, None without one
+    required: bool  # --require-signed
+
+
+@dataclass(frozen=True)
+class Board:
+    """The leaderboard; its JSON export is `to_json(board)`."""
+
+    schema_version: int
+    generated_at: str
+    artifacts: str
+    task: str | None
+    groups: tuple[Group, ...]
+    problems: tuple[Problem, ...]
+    signing: SigningState
+
+
 CSV_COLUMNS = tuple(
     (
         "schema_version task_id suite_hash environment_key device rank candidate geomean_speedup "
@@ -52,8 +103,8 @@ CSV_COLUMNS = tuple(
 
 def build_leaderboard(
     artifacts: Path, task: str | None = None, rebuild: bool = False, require_signed: bool = False
-) -> dict:
-    """The leaderboard as plain data: {"schema_version", "generated_at", "groups": [...], "problems": [...]}.
+) -> Board:
+    """The leaderboard: its groups of ranked attempts, and the problems found on the way.
 
     Reads the index (building it first when there is none, or when `rebuild`); every attempt that would
     be shown is re-verified, and one that fails is reported and replaced by that candidate's previous
@@ -74,71 +125,71 @@ def build_leaderboard(
     rows, cases = read_index(artifacts, where + (" AND task_id=?" if task else ""), (task,) if task else ())
     problems.extend(_remembered_tampered(artifacts, task, {p.path for p in problems}))
     latest = _latest_valid(artifacts, rows, cases, signing_key, require_signed, problems)
-    return {
-        "schema_version": LEADERBOARD_SCHEMA_VERSION,
-        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "artifacts": str(artifacts),
-        "task": task,
-        "groups": _ranked_groups(latest),
-        "problems": [p.to_dict() for p in problems],
-        "signing": {
-            "key_id": None if signing_key is None else signing_key.key_id,
-            "required": require_signed,
-        },
-    }
+    return Board(
+        schema_version=LEADERBOARD_SCHEMA_VERSION,
+        generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        artifacts=str(artifacts),
+        task=task,
+        groups=_ranked_groups(latest),
+        problems=tuple(problems),
+        signing=SigningState(None if signing_key is None else signing_key.key_id, require_signed),
+    )
 
 
 def _latest_valid(
-    artifacts: Path, rows: list[dict], cases: dict, signing_key, require_signed: bool, problems: list[Problem]
-) -> dict[tuple[str, str], tuple[dict, list[dict]]]:
+    artifacts: Path,
+    rows: list[AttemptRow],
+    cases: dict[str, tuple[CaseRow, ...]],
+    signing_key,
+    require_signed: bool,
+    problems: list[Problem],
+) -> list[tuple[tuple, Entry]]:
     """Per (task, candidate), its newest attempt that passes every check (and, with `require_signed`,
-    whose signature holds); each one that fails is added to `problems`."""
-    latest: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
-    for row in sorted(rows, key=lambda r: (str(r["created_at"]), str(r["attempt_id"])), reverse=True):
-        key = (str(row["task_id"]), str(row["candidate"]))
+    whose signature holds), unranked, with its group key; each one that fails is added to `problems`."""
+    latest: dict[tuple[str, str], Entry] = {}
+    groups: dict[tuple[str, str], tuple] = {}
+    for row in sorted(rows, key=lambda r: (str(r.created_at), str(r.attempt_id)), reverse=True):
+        key = (str(row.task_id), str(row.candidate))
         if key in latest:
             continue
-        path = artifacts / str(row["path"])
+        path = artifacts / str(row.path)
         try:
-            found = checked_row(artifacts, row, cases.get(row["attempt_id"], []))
+            real, real_cases = checked_row(artifacts, row, cases.get(row.attempt_id, ()))
         except AttemptInvalid as exc:
             msg = str(exc)
             msg = msg[len(str(path)) + 2 :] if msg.startswith(f"{path}: ") else msg
             problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
             continue
-        state = signature_state(signing_key, found[0]["signed_by"])
+        state = signature_state(signing_key, real.signed_by)
         if require_signed and state != signing.Signature.VALID:
             problems.append(Problem(str(path), "unsigned", _unsigned_why(state)))
             continue
-        latest[key] = ({**found[0], "signature": str(state)}, found[1])
-    return latest
+        groups[key] = tuple(getattr(real, k) for k in GROUP_KEYS)
+        latest[key] = Entry(
+            0,
+            real.candidate,
+            real.geomean_speedup,
+            real.attempt_id,
+            real.created_at,
+            real.path,
+            real.regression,
+            str(state),
+            {c.case_id: c.speedup for c in real_cases},
+        )
+    return [(groups[k], e) for k, e in latest.items()]
 
 
-def _ranked_groups(latest: dict[tuple[str, str], tuple[dict, list[dict]]]) -> list[dict]:
+def _ranked_groups(latest: list[tuple[tuple, Entry]]) -> tuple[Group, ...]:
     """The attempts grouped by what makes them comparable (GROUP_KEYS), each group ranked by speedup."""
-    groups: dict[tuple, list[dict]] = {}
-    cases = {row["attempt_id"]: rcases for row, rcases in latest.values()}
-    for row, _ in latest.values():
-        groups.setdefault(tuple(row[k] for k in GROUP_KEYS), []).append(row)
+    groups: dict[tuple, list[Entry]] = {}
+    for gkey, entry in latest:
+        groups.setdefault(gkey, []).append(entry)
     out = []
     for gkey in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
-        members = sorted(groups[gkey], key=lambda r: (-r["geomean_speedup"], r["candidate"]))
-        entries = [
-            {
-                "rank": rank,
-                "candidate": r["candidate"],
-                "geomean_speedup": r["geomean_speedup"],
-                "attempt_id": r["attempt_id"],
-                "created_at": r["created_at"],
-                "path": r["path"],
-                "regression": r["regression"],
-                "signature": r["signature"],
-                "cases": {c["case_id"]: c["speedup"] for c in cases[r["attempt_id"]]},
-            }
-            for rank, r in enumerate(members, start=1)
-        ]
-        out.append({**dict(zip(GROUP_KEYS, gkey, strict=True)), "entries": entries})
-    return out
+        members = sorted(groups[gkey], key=lambda e: (-e.geomean_speedup, e.candidate))
+        entries = tuple(replace(e, rank=rank) for rank, e in enumerate(members, start=1))
+        out.append(Group(*gkey, entries=entries))
+    return tuple(out)
 
 
 def signature_state(key: signing.SigningKey | None, signed_by: str | None) -> signing.Signature:
@@ -168,23 +219,25 @@ def _remembered_tampered(artifacts: Path, task: str | None, reported: set[str]) 
     ]
 
 
-def checked_row(artifacts: Path, row: dict, cases: list[dict]) -> tuple[dict, list[dict]]:
+def checked_row(
+    artifacts: Path, row: AttemptRow, cases: tuple[CaseRow, ...]
+) -> tuple[AttemptRow, tuple[CaseRow, ...]]:
     """The index row of an attempt, re-derived from the attempt it cites: its directory must be
     `artifacts/<task_id>/<attempt_id>`, pass every check of the index (hashes, ids, headline recomputed
     from the per-case records) and give exactly this row, bench cases included. AttemptInvalid, or
     AttemptTampered naming index.sqlite when the row was edited, otherwise."""
     db = index_path(artifacts)
-    task, attempt = row.get("task_id"), row.get("attempt_id")
+    task, attempt = row.task_id, row.attempt_id
     if not (
         isinstance(task, str)
         and isinstance(attempt, str)
-        and row.get("path") == f"{task}/{attempt}"
+        and row.path == f"{task}/{attempt}"
         and _plain_name(task)
         and _plain_name(attempt)
     ):
         raise AttemptTampered(
-            f"{artifacts / str(row.get('path'))}: TAMPERED {db.name}: the row of attempt "
-            f"{attempt!r} (task {task!r}) cites {row.get('path')!r}, not <task>/<attempt id>; " + REDERIVE
+            f"{artifacts / str(row.path)}: TAMPERED {db.name}: the row of attempt "
+            f"{attempt!r} (task {task!r}) cites {row.path!r}, not <task>/<attempt id>; " + REDERIVE
         )
     path = artifacts / task / attempt
     if not path.is_dir() or path.is_symlink():
@@ -195,25 +248,26 @@ def checked_row(artifacts: Path, row: dict, cases: list[dict]) -> tuple[dict, li
         real_row, real_cases = record_for_attempt(path)
     except OSError as exc:
         raise AttemptInvalid(f"{path}: could not be read ({exc})") from None
-    if real_row["attempt_sha256"] != row.get("attempt_sha256"):
+    if real_row.attempt_sha256 != row.attempt_sha256:
         raise AttemptTampered(
             f"{path}: TAMPERED attempt.json: rewritten after it was indexed (its SHA-256 is not "
             f"the one {db.name} recorded); {STAYS_OUT}"
         )
-    wrong = [c for c in ATTEMPT_COLUMNS if not _same(row.get(c), real_row[c])]
-    key = lambda c: str(c.get("case_id"))  # noqa: E731
+    wrong = [c for c in ATTEMPT_COLUMNS if not _same(getattr(row, c), getattr(real_row, c))]
+    key = lambda c: str(c.case_id)  # noqa: E731
     mine = sorted(cases, key=key)
     if len(mine) != len(real_cases) or any(
-        not _same(a.get(k), b[k])
+        not _same(getattr(a, k), getattr(b, k))
         for a, b in zip(mine, sorted(real_cases, key=key), strict=False)
         for k in CASE_COLUMNS
     ):
         wrong.append("bench_cases")
     if wrong:
+        said = getattr(row, wrong[0], cases)
+        real = getattr(real_row, wrong[0], real_cases)
         raise AttemptTampered(
             f"{path}: TAMPERED {db.name}: its row differs from the attempt it cites in "
-            f"{', '.join(wrong)} (e.g. {wrong[0]}: index {row.get(wrong[0])!r}, attempt "
-            f"{real_row.get(wrong[0])!r}); never ranked. {REDERIVE}"
+            f"{', '.join(wrong)} (e.g. {wrong[0]}: index {said!r}, attempt {real!r}); never ranked. {REDERIVE}"
         )
     return real_row, real_cases
 
@@ -235,25 +289,25 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def why_nothing_ranked(artifacts: Path, board: dict) -> str:
+def why_nothing_ranked(artifacts: Path, board: Board) -> str:
     """Why an empty leaderboard is empty: what the indexed attempts are, and what was skipped."""
     from collections import Counter
 
-    task = board.get("task")
+    task = board.task
     rows, _ = read_index(artifacts, "task_id=?" if task else "", (task,) if task else ())
     why: Counter[str] = Counter()
     for r in rows:
-        if r["status"] != Status.PASSED:
-            why[f"not PASSED ({r['status']})"] += 1
-        elif r["stable"] is None or r["geomean_speedup"] is None:
+        if r.status != Status.PASSED:
+            why[f"not PASSED ({r.status})"] += 1
+        elif r.stable is None or r.geomean_speedup is None:
             why["not benchmarked (--skip-benchmark, or no bench case timed)"] += 1
-        elif not r["stable"]:
+        elif not r.stable:
             why[
                 "timing unstable (robust CV above the limit: rerun on a quieter machine, or raise --max-cv)"
             ] += 1
         else:
             why["correct and stable"] += 1
-    skipped = Counter(p["kind"] for p in board["problems"])
+    skipped = Counter(p.kind for p in board.problems)
     where = f" for task {task}" if task else ""
     if not rows and not skipped:
         return f"nothing to rank{where}: no attempt in the index (run `mini-kv verify` or `mini-kv bench`)"
@@ -261,50 +315,47 @@ def why_nothing_ranked(artifacts: Path, board: dict) -> str:
     line = f"nothing to rank{where}: of {len(rows)} indexed attempt(s), " + (", ".join(parts) or "none")
     if skipped:
         line += "; skipped: " + ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
-    if board["signing"]["required"] and skipped.get("unsigned"):
+    if board.signing.required and skipped.get("unsigned"):
         line += (
             f"; --require-signed ranks only attempts signed with the operator's key (key id "
-            f"{board['signing']['key_id']}): attempts written without {signing.KEY_ENV} or "
+            f"{board.signing.key_id}): attempts written without {signing.KEY_ENV} or "
             f"{signing.KEY_FILE_ENV} set are unsigned"
         )
     return line
 
 
-def to_csv(board: dict) -> str:
+def to_csv(board: Board) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-    for g in board["groups"]:
-        for e in g["entries"]:
+    for g in board.groups:
+        for e in g.entries:
             w.writerow(
                 [
-                    board["schema_version"],
-                    g["task_id"],
-                    g["suite_hash"],
-                    g["environment_key"],
-                    g["device"],
-                    e["rank"],
-                    e["candidate"],
-                    repr(e["geomean_speedup"]),
-                    e["attempt_id"],
-                    e["created_at"],
-                    e["regression"] or "",
-                    e["signature"],
-                    ";".join(f"{k}={v!r}" for k, v in sorted(e["cases"].items())),
+                    board.schema_version,
+                    *(getattr(g, k) for k in GROUP_KEYS),
+                    e.rank,
+                    e.candidate,
+                    repr(e.geomean_speedup),
+                    e.attempt_id,
+                    e.created_at,
+                    e.regression or "",
+                    e.signature,
+                    ";".join(f"{k}={v!r}" for k, v in sorted(e.cases.items())),
                 ]
             )
     return buf.getvalue()
 
 
-def export_json(board: dict, path: Path) -> None:
-    write_json(Path(path), board)
+def export_json(board: Board, path: Path) -> None:
+    write_json(Path(path), to_json(board))
 
 
-def export_csv(board: dict, path: Path) -> None:
+def export_csv(board: Board, path: Path) -> None:
     write_bytes(Path(path), to_csv(board).encode("utf-8"))
 
 
-def rich_tables(board: dict, width: int = 180) -> list:
+def rich_tables(board: Board, width: int = 180) -> list:
     """The board's groups as tables that fit `width` (tables.fitted_tables: ids and numbers are never
     cut; columns that do not fit go to a second table that repeats rank and candidate)."""
     from mini_kv.tables import Column, fitted_tables
@@ -313,20 +364,20 @@ def rich_tables(board: dict, width: int = 180) -> list:
         Column(h) for h in ("rank", "candidate", "geomean speedup", "per case", "regression", "signed")
     ] + [Column("attempt"), Column("created")]
     out = []
-    for g in board["groups"]:
-        title = f"{g['task_id']}  suite {str(g['suite_hash'])[:12]}  env {g['environment_key']}  device {g['device']}"
+    for g in board.groups:
+        title = f"{g.task_id}  suite {str(g.suite_hash)[:12]}  env {g.environment_key}  device {g.device}"
         rows = [
             [
-                str(e["rank"]),
-                e["candidate"],
-                f"{e['geomean_speedup']:.3f}x",
-                "\n".join(f"{k} {v:.3f}x" for k, v in sorted(e["cases"].items()) if v is not None),
-                e["regression"] or "-",
-                e["signature"],
-                e["attempt_id"],
-                e["created_at"],
+                str(e.rank),
+                e.candidate,
+                f"{e.geomean_speedup:.3f}x",
+                "\n".join(f"{k} {v:.3f}x" for k, v in sorted(e.cases.items()) if v is not None),
+                e.regression or "-",
+                e.signature,
+                e.attempt_id,
+                e.created_at,
             ]
-            for e in g["entries"]
+            for e in g.entries
         ]
         out += fitted_tables(title, columns, rows, width, keys=2)
     return out

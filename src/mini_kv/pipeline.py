@@ -21,7 +21,7 @@ from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
-from mini_kv.settings import from_environment
+from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -52,6 +52,7 @@ class VerifyOptions:
     budget: float | None = None  # seconds of timing per bench case; None: the card's, else the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    require_own_kernels: bool = DEFAULTS.require_own_kernels  # LIBRARY_DELEGATION unless own kernels ran
 
 
 def benchmark_settings(
@@ -71,6 +72,8 @@ def benchmark_settings(
     ):
         if getattr(opts, opt) is not None:
             settings[key] = getattr(opts, opt)
+    if opts.require_own_kernels:  # recorded (and in the suite hash) only when asked for
+        settings["require_own_kernels"] = True
     settings.update(from_environment())
     if device is None:
         return settings
@@ -485,6 +488,7 @@ STATUS_CODES = {
     Status.INVALID_CASE: ExitCode.CONFIG,
     Status.BENCHMARK_ERROR: ExitCode.BENCHMARK,
     Status.IMPOSSIBLE_TIME: ExitCode.BENCHMARK,  # a time faster than physics: the benchmark stage's verdict
+    Status.REWARD_HACK: ExitCode.CORRECTNESS,  # a defence fired (status.VIOLATIONS): as bench's traces exit
     Status.PASSED: ExitCode.OK,
 }
 

@@ -328,6 +328,16 @@ def _print_compile(comp: dict, console: Console, verbose: bool) -> None:
             console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
 
 
+def kernels_line(uuid: str, census: dict) -> str:
+    """`kernels <uuid>: own: a, b; library: aten::mul, ...`: whose compute the workload's first call ran."""
+    library = census.get("library") or []
+    own = sorted(
+        [k for k in census.get("kernels", {}) if k not in library]
+        + [o for o in census.get("ops", {}) if not o.startswith("aten::")]
+    )
+    return f"kernels {uuid}: own: {', '.join(own) or 'none'}; library: {', '.join(library) or 'none'}"
+
+
 def _print_checks(res: dict, summary: dict, console: Console, verbose: bool) -> None:
     """The load, the cases, the contract checks and the kernels the op did not register."""
     load = res.get("load")
@@ -339,6 +349,10 @@ def _print_checks(res: dict, summary: dict, console: Console, verbose: bool) -> 
         console.print(case_table(res["cases"], width=console.width))
         for line in case_details(res["cases"], verbose):
             console.print(line, markup=False, soft_wrap=True)
+        if verbose:  # whose compute each case's first call ran (integrity.kernel_census)
+            for case in res["cases"]:
+                if case.get("kernels"):
+                    console.print(kernels_line(case["id"], case["kernels"]), markup=False, soft_wrap=True)
     for name, rec in res.get("contract", {}).items():
         console.print(
             f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),

@@ -68,6 +68,11 @@ class Settings:
     card_rounds: int = 2
     sol_warmup: int = 10
     sol_repeats: int = 1
+    # `bench --extra-workloads N`: unseen workloads drawn from the definition's var axes with this seed
+    extra_workloads: int = 0
+    extra_workloads_seed: int = 0
+    # `--require-own-kernels`: refuse a candidate whose calls ran only library kernels (LIBRARY_DELEGATION)
+    require_own_kernels: bool = False
 
     def benchmark(self) -> dict:
         """A card's `benchmark:` section when it sets nothing."""

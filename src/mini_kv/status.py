@@ -8,6 +8,7 @@ the JSON Schemas under `schemas/`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -33,6 +34,112 @@ class Status(StrEnum):
     SKIPPED = "SKIPPED"  # not applicable here (device, no core case); says why
     NOT_RUN = "NOT_RUN"  # not attempted (an earlier failure decided it); says why
     WORKER_LOST = "WORKER_LOST"  # a batch item whose every cluster worker died under it: no attempt
+
+
+@dataclass(frozen=True)
+class ViolationClass:
+    """One class of integrity violation: the status every front door gives a case, workload or attempt
+    where it fired (`status`), SOL-ExecBench's word for it in a trace (`sol_name`: upstream has no
+    IMPOSSIBLE_TIME), and what it means (docs/integrity.md renders this table: `violation_table`)."""
+
+    status: Status
+    sol_name: Status
+    meaning: str
+
+
+def _hack(meaning: str) -> ViolationClass:
+    return ViolationClass(Status.REWARD_HACK, Status.REWARD_HACK, meaning)
+
+
+# The one verdict vocabulary: reason code -> its class. Task cards (`verify`) and SOL-ExecBench (`bench`)
+# both read the status here, whichever check or engine saw the violation first.
+VIOLATIONS: dict[str, ViolationClass] = {
+    "HARNESS_TAMPERED": _hack(
+        "a function the verdict or the timer depends on was replaced, or the process state the harness "
+        "set (environment, thread settings, trace hooks, files) changed"
+    ),
+    "PRECISION_FLAGS_CHANGED": _hack(
+        "a torch.backends precision switch (TF32, reduced-precision reductions, float32 matmul "
+        "precision) changed"
+    ),
+    "STREAM_SWITCHED": _hack("the current CUDA stream is not the one the harness set"),
+    "STREAM_ESCAPE": _hack(
+        "the output was not ready on the caller's stream when the call returned: work on another stream "
+        "not joined back"
+    ),
+    "THREAD_ESCAPE": _hack(
+        "work left running after the call returned (a new thread, or an output that completed after "
+        "the call without another call)"
+    ),
+    "DEFERRED_WORK": _hack(
+        "the output was completed by a later call (in a correctness round, or a timed call's output "
+        "that changed between its return and the end of its batch)"
+    ),
+    "OUTPUT_NOT_PLAIN_TENSOR": _hack("the output is not exactly a torch.Tensor with real, dense storage"),
+    "OUTPUT_ALIASES_INPUT": _hack("the output shares memory with an input"),
+    "OUTPUT_ALIASES_REFERENCE": _hack("the output shares memory with the reference's output"),
+    "INPUT_MUTATED": _hack("the call changed its inputs"),
+    "CALL_ORDER_DEPENDENT": _hack(
+        "right or wrong depending on when it is called (before or after the reference, or how many "
+        "calls came before)"
+    ),
+    "REPLAYED_RESULT": _hack(
+        "the output was not computed from this call's inputs (a cached or earlier result)"
+    ),
+    "DEGENERATE_OUTPUT": _hack(
+        "an all-zero, constant or near-zero output that passes the tolerance only because the "
+        "reference's values are small"
+    ),
+    "STALE_OUTPUT_AFTER_TIMING": _hack(
+        "a timed call's output wrong when the judge checked it, or wrong after the timed calls, or on "
+        "new values written into the same buffers"
+    ),
+    "NO_DEVICE_WORK": _hack("timed calls launched no device work at all"),
+    "FORGED_RESULT_CHANNEL": _hack(
+        "unsigned data on the worker's result channel, or an answer from the subject process out of "
+        "turn or out of protocol"
+    ),
+    "LIBRARY_DELEGATION": _hack(
+        "under --require-own-kernels: the candidate's calls ran no kernel of its own, only library "
+        "ones (aten, cuBLAS, cuDNN...)"
+    ),
+    "IMPOSSIBLE_TIME": ViolationClass(
+        Status.IMPOSSIBLE_TIME,
+        Status.REWARD_HACK,
+        "timings the subject claimed that the judge's own clock rules out, or a time below the "
+        "roofline floor",
+    ),
+}
+
+# which status wins when several violations fired in one attempt
+_SEVERITY = (Status.REWARD_HACK, Status.IMPOSSIBLE_TIME)
+
+
+def violation_status(code: str) -> Status:
+    """The status of a case, workload or attempt where the defence `code` fired (VIOLATIONS). A code no
+    defence gives (a subject naming one it made up) is a cheat all the same."""
+    return VIOLATIONS[code].status if code in VIOLATIONS else Status.REWARD_HACK
+
+
+def verdict_of(codes) -> Status | None:
+    """The status of an attempt whose records name these reason codes (None without any)."""
+    return verdict_of_statuses({VIOLATIONS[c].status for c in codes if c in VIOLATIONS})
+
+
+def verdict_of_statuses(statuses) -> Status | None:
+    """The status of an attempt whose cases or workloads have these statuses, where one is a
+    violation's (None without any)."""
+    return next((s for s in _SEVERITY if s in statuses), None)
+
+
+VIOLATION_STATUSES = frozenset(v.status for v in VIOLATIONS.values())
+
+
+def violation_table() -> str:
+    """VIOLATIONS as the Markdown table docs/integrity.md holds (a test keeps the two equal)."""
+    rows = ["| code | status | SOL-ExecBench trace | what was seen |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{c}` | `{v.status}` | `{v.sol_name}` | {v.meaning} |" for c, v in VIOLATIONS.items()]
+    return "\n".join(rows)
 
 
 # what a task-card attempt's status means for the exit code's severity (see errors.ExitCode)
@@ -84,3 +191,7 @@ class ProfileStatus(StrEnum):
 
     OK = "ok"
     FAILED = "failed"
+
+
+if __name__ == "__main__":  # the verdict table docs/integrity.md holds
+    print(violation_table())

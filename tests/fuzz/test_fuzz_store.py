@@ -68,9 +68,9 @@ def pristine(tmp_path_factory) -> tuple[Path, dict]:
 
 def _ranked(board: dict) -> dict[str, tuple]:
     return {
-        e["candidate"]: (e["attempt_id"], e["geomean_speedup"], tuple(sorted(e["cases"].items())))
-        for g in board["groups"]
-        for e in g["entries"]
+        e.candidate: (e.attempt_id, e.geomean_speedup, tuple(sorted(e.cases.items())))
+        for g in board.groups
+        for e in g.entries
     }
 
 
@@ -160,7 +160,7 @@ def _reseal(attempt: Path) -> None:
     try:
         header = json.loads(meta.read_text())
         for e in header["files"]:
-            data = (attempt / e["path"]).read_bytes()
+            data = (attempt / e.path).read_bytes()
             e.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
     except (ValueError, KeyError, TypeError, OSError, AttributeError):
         return  # attempt.json itself no longer has a usable file list: nothing to fix up

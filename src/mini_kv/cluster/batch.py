@@ -19,6 +19,7 @@ import socket
 import tempfile
 import traceback
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -54,14 +55,45 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
 
 
-def item_key(item: Item) -> str:
-    """What a results file knows an item by: a card's `task/candidate` (its label), a SOL solution's
-    `definition/solution name` (what its traces carry)."""
+def item_key(item: Item) -> tuple[str, str, str]:
+    """What a results file knows an item by: a card's (verify, task, candidate), a SOL solution's
+    (bench, definition name, solution name), the names its traces carry. A tuple, never the names joined:
+    SOL names may contain "/" (definition "a/b" with solution "c" is not definition "a" with "b/c")."""
     if item.kind == VERIFY:
-        return item.label
+        task, candidate = item.label.split("/", 1)  # a card's id is an identifier: no "/" in it
+        return (VERIFY, task, candidate)
     definition = json.loads((Path(item.target) / "definition.json").read_text(encoding="utf-8"))["name"]
     solution = json.loads(Path(item.opts.solution).read_text(encoding="utf-8"))["name"]
-    return f"{definition}/{solution}"
+    return (BENCH, definition, solution)
+
+
+def line_key(line: dict) -> tuple[str, str, str] | None:
+    """The item a results file's line belongs to (item_key's tuple), or None for a line that is neither
+    a card's summary line nor a SOL trace. Both kinds of line carry their names in fields of their own
+    (a card's `item` is `task/candidate`, the task an identifier), so files written before the key was a
+    tuple read the same."""
+    if isinstance(line.get("item"), str) and "/" in line["item"]:
+        task, candidate = line["item"].split("/", 1)
+        return (VERIFY, task, candidate)
+    if isinstance(line.get("definition"), str) and isinstance(line.get("solution"), str):
+        return (BENCH, line["definition"], line["solution"])
+    return None
+
+
+def check_distinct_keys(items: list[Item]) -> None:
+    """A results file cannot tell apart two SOL solutions of one definition with the same name: with
+    one, a resumed run would skip the second as done. Refused before anything runs."""
+    seen: dict[tuple[str, str, str], Item] = {}
+    for item in items:
+        key = item_key(item)
+        if key in seen:
+            first = seen[key]
+            raise UserError(
+                f"{getattr(item.opts, 'solution', item.label)}: solution name {key[2]!r} of definition "
+                f"{key[1]!r} is also the name of {getattr(first.opts, 'solution', first.label)}; a results "
+                "file knows a solution by its definition and solution names, so they must differ"
+            )
+        seen[key] = item
 
 
 def result_lines(item: Item, result: dict) -> list[dict]:
@@ -90,15 +122,21 @@ class Journal:
 
     def __init__(self, path: Path, resume: bool):
         self.path = Path(path)
-        self.done: set[str] = set()
+        self.done: set[tuple[str, str, str]] = set()
         kept = []
         if resume and self.path.exists():
-            for raw in self.path.read_text(encoding="utf-8").splitlines():
+            for number, raw in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
                 try:
                     line = json.loads(raw)
                 except ValueError:
                     continue  # torn by a kill
-                key = line.get("item") or f"{line.get('definition')}/{line.get('solution')}"
+                key = line_key(line) if isinstance(line, dict) else None
+                if key is None:
+                    raise UserError(
+                        f"{self.path}: line {number}: neither a SOL trace (definition, solution) nor a "
+                        "task card's result (item: task/candidate); not a results file of mini-kv batch "
+                        "or bench -o"
+                    )
                 self.done.add(key)
                 kept.append(raw + "\n")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,10 +294,11 @@ def build_item(item: Item) -> dict | None:
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
 
 
-def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
-    """The items one after another in this process. On a GPU, every item's build starts at once on all
-    cores (cluster.prebuild) while earlier items are evaluated: the evaluation finds its build in the
-    cache, and at most one evaluation, so one timing, is on the GPU at any moment."""
+def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, dict]]:
+    """Each item and its result as it finishes, one after another in this process. On a GPU, every
+    item's build starts at once on all cores (cluster.prebuild) while earlier items are evaluated: the
+    evaluation finds its build in the cache, and at most one evaluation, so one timing, is on the GPU at
+    any moment. Closing the generator early cancels the builds not yet started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -267,19 +306,29 @@ def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> li
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
-    results = []
     try:
         for item, build in zip(items, builds, strict=True):
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
-            results.append({**run_item(item, show.row(item.label), show.line), "label": item.label})
-            show.done(results[-1]["label"], status_of(results[-1]))
-            on_result(item, results[-1])
-            if stop_first and results[-1]["exit_code"] != ExitCode.OK:
-                break  # -x: the items after it are not run
+            progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
+            yield item, {**run_item(item, progress, line), "label": item.label}
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
+    """The items' results (evaluate_here), shown and handed to `on_result` as each finishes."""
+    from contextlib import closing
+
+    results = []
+    with closing(evaluate_here(items, show)) as finished:
+        for item, result in finished:
+            results.append(result)
+            show.done(result["label"], status_of(result))
+            on_result(item, result)
+            if stop_first and result["exit_code"] != ExitCode.OK:
+                break  # -x: the items after it are not run
     return results
 
 

@@ -101,8 +101,8 @@ def toolchain(with_cuda: bool) -> dict:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "with_cuda": with_cuda,
-        "nvcc": environment.nvcc_info()["version"],
-        "cxx": environment.cxx_info()["version"],
+        "nvcc": environment.nvcc_info().version,
+        "cxx": environment.cxx_info().version,
         "arch_list": environment.cuda_arch_list() if with_cuda else [],
         # how nvcc's steps ran (compile/nvcc_steps.py), keyed so that switching it off builds afresh
         **({"nvcc_steps": "side_by_side" if nvcc_steps.enabled() else "nvcc"} if with_cuda else {}),
@@ -228,7 +228,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: Jail
     cu = [s for s in plan["cuda_sources_skipped"] if check_all or s.endswith(".cu")]
     if not cu:
         return {"status": BuildStatus.SKIPPED, "note": "no .cu sources"}
-    nvcc = environment.nvcc_info()["path"]
+    nvcc = environment.nvcc_info().path
     if nvcc is None:
         return {"status": BuildStatus.SKIPPED, "note": "nvcc not found: .cu files were not compile-checked"}
     extra = _torch_extension_includes(plan) if plan.get("python_module") else []

@@ -6,11 +6,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
-from mini_kv.html_report.collect import PROFILES_DIR, Skipped, Store, load_store
+from mini_kv.html_report.collect import PROFILES_DIR, ProfilePair, Skipped, Store, load_store
 from mini_kv.status import ProfileStatus
+
+if TYPE_CHECKING:
+    from mini_kv.leaderboard import Group
+    from mini_kv.store.index import Problem
 
 
 @dataclass(frozen=True)
@@ -64,24 +69,26 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
     )
 
 
-def _board(artifacts: Path, tasks: list[str]) -> tuple[dict | None, str | None]:
-    """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time."""
+def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[Problem], str | None]:
+    """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time: its groups, its
+    problems, and why there is none (or None)."""
     from mini_kv.leaderboard import build_leaderboard
 
-    groups, problems = [], []
+    groups: list[Group] = []
+    problems: list[Problem] = []
     try:
         for t in tasks:
             board = build_leaderboard(artifacts, task=t)
-            groups.extend(board.get("groups", []))
-            problems.extend(board.get("problems", []))
+            groups.extend(board.groups)
+            problems.extend(board.problems)
     except (UserError, OSError) as exc:  # e.g. a read-only store without an index: the rest still builds
-        return None, str(exc)
-    return {"groups": groups, "problems": problems}, None
+        return [], [], str(exc)
+    return groups, problems, None
 
 
-def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skipped]]:
+def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list[Skipped]]:
     """Comparisons of the verified profiles of each (task, case): the first candidate against each other."""
-    from mini_kv.profile.compare import deltas, refusals
+    from mini_kv.profile.compare import ident, metric_rows, refusals
     from mini_kv.profile.store import ProfileUnusable, read_profile
 
     root = artifacts / PROFILES_DIR
@@ -104,19 +111,9 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[dict], list[Skippe
         group.sort(key=lambda d: (d["candidate"]["id"], d.get("created_at", "")))
         a = group[0]
         for b in group[1:]:
-            ident = [
-                {"task": x["task"]["id"], "case": x["case"]["id"], "candidate": x["candidate"]["id"]}
-                for x in (a, b)
-            ]
             why = refusals(a, b)
-            out.append(
-                {
-                    "A": ident[0],
-                    "B": ident[1],
-                    "refused": "; ".join(f"{r['code']} ({r['message']})" for r in why),
-                    **({} if why else deltas(a, b)),
-                }
-            )
+            refused = "; ".join(f"{r.code} ({r.message})" for r in why)
+            out.append(ProfilePair(ident(a), ident(b), refused, () if why else metric_rows(a, b)))
     return out, skipped
 
 
@@ -173,16 +170,15 @@ def _build(opts: ReportOptions) -> ReportResult:
     links = pg.Links(out.parent)
     png = opts.png_dir is not None
     selected_ids = {a.attempt_id for a in store.attempts} if opts.attempts else None
-    board, board_error = _board(artifacts, tasks) if tasks else (None, None)
+    groups, problems, board_error = _board(artifacts, tasks) if tasks else ([], [], None)
     comparisons, prof_skipped = _profiles(artifacts, set(tasks))
     skipped = list(store.skipped) + prof_skipped
     listed = {s.path for s in skipped}
     # the leaderboard's own refusals (tampered after indexing, ...)
-    for p in (board or {}).get("problems", []):
-        path = str(p.get("path"))
-        if path not in listed and Path(path).parent.name in set(tasks):
-            skipped.append(Skipped(path, str(p.get("message"))))
-            listed.add(path)
+    for p in problems:
+        if p.path not in listed and Path(p.path).parent.name in set(tasks):
+            skipped.append(Skipped(p.path, p.message))
+            listed.add(p.path)
 
     title = "mini_kv report: " + (", ".join(tasks) if tasks else "no readable attempt")
     page = pg.Page(title)
@@ -196,7 +192,7 @@ def _build(opts: ReportOptions) -> ReportResult:
         (
             "leaderboard",
             "Leaderboard",
-            pg.leaderboard_section(board, board_error, store, links, selected_ids),
+            pg.leaderboard_section(groups, board_error, store, links, selected_ids),
         ),
         ("attempts", "Attempts", pg.attempts_section(store, links)),
         ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png))),

@@ -1,9 +1,11 @@
 """What the report shows, read from the attempt store alone: typed, read-only views of attempts.
 
-Attempts are listed with the store's own readers (iter_attempt_dirs, read_attempt: every listed
-file's SHA-256 is checked) and their JSON files are turned into the small frozen records below once,
-here, so the charts and the page never touch raw dicts. An attempt that cannot be read or whose files
-do not have the expected shape becomes a `Skipped` entry with the reason; the page still builds.
+Attempts are listed and read with the store's own reader (store.index.check_attempt: every listed
+file's SHA-256, the ids, and the headline recomputed from the per-case records, exactly as the index
+and the leaderboard check them) and their JSON files are turned into the small frozen records below
+once, here, so the charts and the page never touch raw dicts. An attempt that fails a check (tampered,
+misplaced) or whose files do not have the expected shape becomes a `Skipped` entry with the reason;
+the page still builds.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.judge.regression import RegressionVerdict
+from mini_kv.load.codec import from_json
+from mini_kv.profile.compare import Ident, MetricRow
 from mini_kv.status import Status
-from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs, load_attempt_file, read_attempt
+from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
+from mini_kv.store.index import check_attempt
 from mini_kv.store.records import SOL_FORMAT
 
 PROFILES_DIR = "profiles"  # artifacts/profiles/ holds Nsight Compute profiles, not attempts
@@ -76,14 +82,6 @@ class CorrCase:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    baseline_attempt: str | None
-    threshold: float | None
-    cases: tuple[tuple[str, str, float | None], ...]  # (case id, verdict, baseline P50 µs)
-
-
-@dataclass(frozen=True)
 class Attempt:
     task_id: str
     candidate: str
@@ -102,12 +100,22 @@ class Attempt:
     bench: tuple[BenchCase, ...]
     correctness: tuple[CorrCase, ...]
     contract: tuple[tuple[str, str], ...]  # (check, status): opcheck, gradcheck, integrity, kernels
-    regression: Verdict | None
+    regression: RegressionVerdict | None  # regression.json, when the attempt was judged against a baseline
 
     @property
     def group(self) -> tuple[str, str, str, str]:
         """What the leaderboard groups by: only timings of one suite, environment and device compare."""
         return (self.task_id, self.suite_hash, self.environment_key, self.device)
+
+
+@dataclass(frozen=True)
+class ProfilePair:
+    """Two profiles of one (task, case): their metric rows, or why they do not compare."""
+
+    A: Ident
+    B: Ident
+    refused: str  # "" when they compare
+    rows: tuple[MetricRow, ...]
 
 
 @dataclass
@@ -234,10 +242,12 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
     return tuple(out)
 
 
-def _contract(header: dict, correctness: dict) -> tuple[tuple[str, str], ...]:
-    summ = correctness.get("summary") or header.get("correctness") or {}
+def _contract(correctness: dict, benchmark: dict) -> tuple[tuple[str, str], ...]:
+    """The contract checks as correctness.json and benchmark.json summarise them (claims_mismatch holds
+    those summaries to what the per-case records give)."""
+    summ = correctness.get("summary") or {}
     checks = [(k, str(v)) for k, v in sorted((summ.get("contract") or {}).items())]
-    bench = header.get("benchmark") or {}
+    bench = benchmark.get("summary") or {}
     integrity = list(summ.get("integrity_failures") or []) + list(bench.get("integrity_failures") or [])
     checks.append(
         ("integrity", f"{Status.FAILED}: " + ", ".join(map(str, integrity)) if integrity else Status.PASSED)
@@ -246,26 +256,6 @@ def _contract(header: dict, correctness: dict) -> tuple[tuple[str, str], ...]:
     if missing:
         checks.append(("kernels", f"{Status.FAILED}: missing " + ", ".join(map(str, missing))))
     return tuple(checks)
-
-
-def _verdict(reg: dict | None) -> Verdict | None:
-    if not isinstance(reg, dict) or "verdict" not in reg:
-        return None
-    cases = tuple(
-        (str(c.get("id")), str(c.get("verdict")), _num((c.get("baseline") or {}).get("p50")))
-        for c in reg.get("cases") or []
-        if isinstance(c, dict)
-    )
-    return Verdict(
-        str(reg["verdict"]),
-        (reg.get("baseline") or {}).get("attempt_id"),
-        _num((reg.get("thresholds") or {}).get("p50_threshold")),
-        cases,
-    )
-
-
-def _json(header: dict, rel: str, listed: set[str]) -> dict:
-    return load_attempt_file(header, rel) if rel in listed else {}
 
 
 def _workloads(path: Path, listed: set[str]) -> dict[str, dict]:
@@ -281,37 +271,37 @@ def _workloads(path: Path, listed: set[str]) -> dict[str, dict]:
 
 def read_one(path: Path) -> Attempt:
     """One attempt as the report sees it; AttemptInvalid or MalformedAttempt when it cannot be used."""
-    header = read_attempt(path)  # re-hashes every listed file
-    listed = {str(f.get("path")) for f in header.get("files") or [] if isinstance(f, dict)}
+    checked = check_attempt(path)
+    header, files, row = checked.header, checked.files, checked.row
+    listed = {f["path"] for f in header["files"]}
     try:
-        env = _json(header, "environment.json", listed)
-        bench = _json(header, "benchmark.json", listed)
-        corr = _json(header, "correctness.json", listed)
+        bench, corr = files["benchmark.json"], files["correctness.json"]
         sol = header.get("format") == SOL_FORMAT
         if sol:
-            cases = _sol_corr(corr, _json(header, "definition.json", listed), _workloads(path, listed))
+            cases = _sol_corr(corr, files["definition.json"], _workloads(path, listed))
         else:
-            cases = _task_corr(corr, _json(header, "task_card.json", listed).get("card") or {})
-        bsum = header.get("benchmark") or {}
+            cases = _task_corr(corr, files["task_card.json"].get("card") or {})
         return Attempt(
-            task_id=str(header["task_id"]),
-            candidate=str(header["candidate"]),
-            attempt_id=str(header["attempt_id"]),
-            created_at=str(header.get("created_at") or ""),
-            status=str(header.get("status")),
-            device=str(header.get("device")),
-            environment_key=str(header.get("environment_key")),
-            suite_hash=str(header.get("suite_hash")),
+            task_id=row.task_id,
+            candidate=row.candidate,
+            attempt_id=row.attempt_id,
+            created_at=str(row.created_at or ""),
+            status=row.status,
+            device=str(row.device),
+            environment_key=str(row.environment_key),
+            suite_hash=str(row.suite_hash),
             fmt="sol-execbench" if sol else "task",
             path=Path(path),
             files=tuple(sorted(listed)),
-            environment=env,
-            geomean=_num(bsum.get("geomean_speedup")),
-            stable=bsum.get("stable") if isinstance(bsum.get("stable"), bool) else None,
-            bench=tuple(_bench_case(c) for c in bench.get("cases") or [] if isinstance(c, dict)),
+            environment=files["environment.json"],
+            geomean=_num(row.geomean_speedup),
+            stable=None if row.stable is None else bool(row.stable),
+            bench=tuple(_bench_case(c) for c in bench["cases"]),
             correctness=cases,
-            contract=_contract(header, corr),
-            regression=_verdict(_json(header, "regression.json", listed)),
+            contract=_contract(corr, bench),
+            regression=from_json(RegressionVerdict, files["regression.json"])
+            if "regression.json" in files
+            else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedAttempt(f"unexpected content ({type(exc).__name__}: {exc})") from None
@@ -336,7 +326,7 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
         except (AttemptInvalid, MalformedAttempt, OSError) as exc:
             msg = str(exc)
             store.skipped.append(Skipped(str(d), msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg))
-        except UserError as exc:  # load_attempt_file's ConfigError: an unreadable JSON file
+        except UserError as exc:  # e.g. an unreadable JSON file
             store.skipped.append(Skipped(str(d), str(exc)))
     store.attempts.sort(key=lambda a: (a.task_id, a.candidate, a.created_at, a.attempt_id))
     return store

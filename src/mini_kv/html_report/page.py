@@ -13,13 +13,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
 
 from mini_kv.html_report import charts
-from mini_kv.html_report.collect import Attempt, BenchCase, Skipped, Store
+from mini_kv.html_report.collect import Attempt, BenchCase, ProfilePair, Skipped, Store
 from mini_kv.status import Status
+
+if TYPE_CHECKING:
+    from mini_kv.leaderboard import Group
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def group_title(g: tuple) -> str:
 
 
 def leaderboard_section(
-    board: dict | None, error: str | None, store: Store, links: Links, selected_ids: set[str] | None
+    groups: list[Group], error: str | None, store: Store, links: Links, selected_ids: set[str] | None
 ) -> list[Block]:
     out = [
         note(
@@ -167,35 +171,26 @@ def leaderboard_section(
         return [*out, Block("warn", f"leaderboard unavailable: {error}")]
     by_id = {a.attempt_id: a for a in store.attempts}
     shown = 0
-    for g in (board or {}).get("groups", []):
-        entries = [
-            e for e in g.get("entries", []) if selected_ids is None or e.get("attempt_id") in selected_ids
-        ]
+    for g in groups:
+        entries = [e for e in g.entries if selected_ids is None or e.attempt_id in selected_ids]
         if not entries:
             continue
         shown += 1
-        out.append(
-            Block("h3", group_title((g["task_id"], str(g["suite_hash"]), g["environment_key"], g["device"])))
-        )
+        out.append(Block("h3", group_title((g.task_id, g.suite_hash, g.environment_key, g.device))))
         rows = []
         for e in entries:
-            a = by_id.get(e.get("attempt_id"))
-            cases = ", ".join(
-                f"{k} {v:.3f}×"
-                for k, v in sorted((e.get("cases") or {}).items())
-                if isinstance(v, (int, float))
-            )
-            where = links.to(store.artifacts / e["path"], str(e.get("attempt_id"))) if e.get("path") else "-"
-            speed = e.get("geomean_speedup")
+            a = by_id.get(e.attempt_id)
+            cases = ", ".join(f"{k} {v:.3f}×" for k, v in sorted(e.cases.items()))
+            where = links.to(store.artifacts / e.path, e.attempt_id)
             rows.append(
                 [
-                    n(e.get("rank")),
-                    e.get("candidate"),
-                    n(f"{num(speed if isinstance(speed, (int, float)) else None, '.3f')}×"),
+                    n(e.rank),
+                    e.candidate,
+                    n(f"{num(e.geomean_speedup, '.3f')}×"),
                     cases,
-                    e.get("regression") or "-",
+                    e.regression or "-",
                     below(where, links.files(a)) if a else where,
-                    e.get("created_at"),
+                    e.created_at,
                 ]
             )
         out.append(
@@ -440,9 +435,9 @@ def baseline_band(attempts: list[Attempt], case_id: str) -> tuple[float, float] 
     was judged against a baseline recorded it; None when none was."""
     band = None
     for a in sorted(attempts, key=lambda a: (a.created_at, a.attempt_id)):
-        for case, _, base in a.regression.cases if a.regression else ():
-            if case == case_id and base is not None:
-                band = (base, base * (1 + (a.regression.threshold or 0.0)))
+        for c in a.regression.cases if a.regression else ():
+            if c.id == case_id and c.baseline is not None:
+                band = (c.baseline.p50, c.baseline.p50 * (1 + a.regression.thresholds.p50_threshold))
     return band
 
 
@@ -482,7 +477,7 @@ def _history_group(page: Page, g: tuple, members: list[Attempt], png: bool) -> l
             a.candidate,
             a.created_at,
             a.regression.verdict if a.regression else "no baseline",
-            a.regression.baseline_attempt or "-" if a.regression else "-",
+            a.regression.baseline.get("attempt_id") or "-" if a.regression else "-",
             ", ".join(f"{c.id} {us(c.candidate.p50)}" for c in a.bench if c.candidate),
         ]
         for cand in sorted(by_cand)
@@ -504,7 +499,7 @@ def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -
     return out or [note("no timed attempt.")]
 
 
-def profiles_section(comparisons: list[dict], skipped: list[Skipped]) -> list[Block]:
+def profiles_section(comparisons: list[ProfilePair], skipped: list[Skipped]) -> list[Block]:
     if not comparisons:
         return [
             note(
@@ -518,19 +513,19 @@ def profiles_section(comparisons: list[dict], skipped: list[Skipped]) -> list[Bl
 
     out = []
     for cmp in comparisons:
-        a, b = cmp["A"], cmp["B"]
-        out.append(Block("h3", f"{a['task']} / {a['case']}: A = {a['candidate']}, B = {b['candidate']}"))
-        if cmp.get("refused"):
-            out.append(Block("warn", f"not comparable: {cmp['refused']}"))
+        a, b = cmp.A, cmp.B
+        out.append(Block("h3", f"{a.task} / {a.case}: A = {a.candidate}, B = {b.candidate}"))
+        if cmp.refused:
+            out.append(Block("warn", f"not comparable: {cmp.refused}"))
             continue
         rows = [
             [
-                r["label"],
-                n(fmt(r["A"], r["kind"])),
-                n(fmt(r["B"], r["kind"])),
-                n(f"{r['ratio']:.3g}" if r["ratio"] is not None else "-"),
+                r.label,
+                n(fmt(r.A, r.kind)),
+                n(fmt(r.B, r.kind)),
+                n(f"{r.ratio:.3g}" if r.ratio is not None else "-"),
             ]
-            for r in cmp["rows"]
+            for r in cmp.rows
         ]
         out.append(table("profiles", ["metric", "A", "B", "B/A"], rows))
     return out

@@ -40,7 +40,7 @@ from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
 from mini_kv.status import Status, Verdict
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import read_record, timed
+from mini_kv.store.records import timed
 
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
@@ -96,33 +96,102 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
-def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> dict:
+# regression.json's records (schemas/regression.schema.json); the codec writes them, omitting the
+# optional fields a case or a verdict does not have
+_OPTIONAL = {"omit_none": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class Times:
+    p50: float
+    p95: float
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseVerdict:
+    """One bench case judged against the baseline."""
+
+    id: str
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    first_batch: dict | None = None  # stats.is_slower of the stored screen, when the P50 was beyond it
+    confirmation: dict | None = None  # the first same-run A/B (_same_run)
+    second_confirmation: dict | None = None
+    baseline: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    candidate: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    p50_ratio: float | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    p95_ratio: float | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+
+    def said(self, verdict: Verdict | None = None, *reasons: str, **more) -> CaseVerdict:
+        """This case with `verdict` (None: unchanged), `reasons` added and `more` fields set."""
+        return dataclasses.replace(
+            self, verdict=verdict or self.verdict, reasons=(*self.reasons, *reasons), **more
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyMatch:
+    key: str
+    baseline: object
+    attempt: object
+    match: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionVerdict:
+    """An attempt judged against a baseline: regression.json."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    thresholds: Thresholds
+    keys: tuple[KeyMatch, ...] = ()
+    baseline: dict = dataclasses.field(default_factory=dict)  # the baseline's task id and source attempt
+    cases: tuple[CaseVerdict, ...] = ()
+    schema_version: int = REGRESSION_SCHEMA_VERSION
+    baseline_error: str | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    tampered_file: str | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    baseline_file: dict | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+
+
+def verdict_document(verdict: RegressionVerdict) -> dict:
+    """regression.json's content, checked against its schema (what the store writes and reads)."""
+    from mini_kv.load.codec import to_json
+    from mini_kv.load.schema import validate
+
+    doc = to_json(verdict)
+    validate(doc, "regression", "regression.json")
+    return doc
+
+
+def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> CaseVerdict:
     """One bench case: the stored comparison screens, the same-run A/B decides (see the module doc)."""
     from mini_kv import stats
 
-    rec = _case_record(case_id, Verdict.PASS, [])
-    for key in ("method", "l2", "unit"):
-        if key in base and base.get(key) != cand.get(key):
-            rec.update(verdict=Verdict.INCOMPARABLE)
-            rec["reasons"].append(
-                f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}"
-            )
-    if rec["verdict"] == Verdict.INCOMPARABLE:
-        return rec
+    differs = [
+        f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}"
+        for key in ("method", "l2", "unit")
+        if key in base and base.get(key) != cand.get(key)
+    ]
+    if differs:
+        return CaseVerdict(case_id, Verdict.INCOMPARABLE, tuple(differs))
     base_flat = _flat(_as_repeats(base["samples"]))
     cand_flat = _flat(_as_repeats(cand["candidate"]["samples"]))
     bs, cs = stats.summarize(base_flat), stats.summarize(cand_flat)
     p50_ratio, p95_ratio = cs.p50 / bs.p50, cs.p95 / bs.p95
-    rec.update(
-        baseline={"p50": bs.p50, "p95": bs.p95, "n": bs.n},
-        candidate={"p50": cs.p50, "p95": cs.p95, "n": cs.n},
+    rec = CaseVerdict(
+        case_id,
+        Verdict.PASS,
+        (),
+        baseline=Times(bs.p50, bs.p95, bs.n),
+        candidate=Times(cs.p50, cs.p95, cs.n),
         p50_ratio=p50_ratio,
         p95_ratio=p95_ratio,
     )
     screen = []
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
-        rec["first_batch"] = first.to_dict()
+        rec = rec.said(first_batch=first.to_dict())
         screen.append(
             f"{case_id}: P50 {cs.p50:.4g} us vs stored baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
             f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})"
@@ -134,27 +203,25 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
         )
     if not screen:
         if (cand.get("stability") or {}).get("stable") is False:
-            rec["reasons"].append(f"{case_id}: no slowdown against the stored timings (measurement unstable)")
+            return rec.said(None, f"{case_id}: no slowdown against the stored timings (measurement unstable)")
         return rec
     if confirm is None:
         return _undecided(rec, screen, "no same-run comparison with the baseline's own code could be run")
-    _decide_same_run(rec, screen, confirm, th)
-    return rec
+    return _decide_same_run(rec, screen, confirm, th)
 
 
-def _undecided(rec: dict, screen: list[str], why: str) -> dict:
+def _undecided(rec: CaseVerdict, screen: list[str], why: str, **more) -> CaseVerdict:
     """UNCONFIRMED: the stored timings suggest a slowdown that the same-run A/B could not decide."""
-    rec["verdict"] = Verdict.UNCONFIRMED
-    rec["reasons"].append("; ".join(screen) + f"; {why}: too noisy to decide (UNCONFIRMED, not a failure)")
-    return rec
+    why = "; ".join(screen) + f"; {why}: too noisy to decide (UNCONFIRMED, not a failure)"
+    return rec.said(Verdict.UNCONFIRMED, why, **more)
 
 
-def _same_run(rec: dict, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> dict:
+def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> dict:
     """One same-run, interleaved A/B of the candidate and the baseline's own build: its record (samples,
     summaries, the P50 test). Raises what `confirm` raises."""
     from mini_kv import stats
 
-    run = confirm(rec["id"])
+    run = confirm(case_id)
     cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
     test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed)
     return {
@@ -183,7 +250,9 @@ def _p95_ratio(ab: dict) -> float:
     return ab["summary"]["overall"]["p95"] / ab["baseline"]["summary"]["overall"]["p95"]
 
 
-def _decide_same_run(rec: dict, screen: list[str], confirm: Callable[[str], dict], th: Thresholds) -> None:
+def _decide_same_run(
+    rec: CaseVerdict, screen: list[str], confirm: Callable[[str], dict], th: Thresholds
+) -> CaseVerdict:
     """The verdict of a case the stored timings flagged, from same-run A/Bs of the baseline's own build:
 
     * FAIL: two A/Bs in a row both significantly slower beyond the P50 threshold;
@@ -194,49 +263,46 @@ def _decide_same_run(rec: dict, screen: list[str], confirm: Callable[[str], dict
     * UNCONFIRMED: the A/Bs cannot decide (a P50 beyond the threshold but not significant, or the two
       disagree), or could not run."""
     try:
-        first = _same_run(rec, confirm, th, th.seed + 2)
+        first = _same_run(rec.id, confirm, th, th.seed + 2)
     except BaselineTampered:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
         return _undecided(rec, screen, f"the same-run comparison could not run ({type(exc).__name__}: {exc})")
-    rec["confirmation"] = first
+    rec = rec.said(confirmation=first)
     t1 = first["test"]
     if t1["exceeds"] and not t1["significant"]:
         return _undecided(rec, screen, f"{_said(first)}")
     p95_agrees = _p95_ratio(first) > 1 + th.p95_threshold
     if not (t1["slower"] or p95_agrees or (t1["significant"] and t1["ratio"] > 1)):
-        rec["reasons"].append(
+        return rec.said(
+            None,
             "; ".join(screen) + f"; not seen in the {_said(first)}: the gap to the stored timings is the "
-            "machine's, not the code's"
+            "machine's, not the code's",
         )
-        return None
     try:
-        second = _same_run(rec, confirm, th, th.seed + 4)
+        second = _same_run(rec.id, confirm, th, th.seed + 4)
     except BaselineTampered:
         raise
     except Exception as exc:  # noqa: BLE001
         return _undecided(
             rec, screen, f"{_said(first)}; the second could not run ({type(exc).__name__}: {exc})"
         )
-    rec["second_confirmation"] = second
+    rec = rec.said(second_confirmation=second)
     t2 = second["test"]
     both = f"first {_said(first)}; second {_said(second)}"
     if t1["slower"] and t2["slower"]:
-        rec["verdict"] = Verdict.FAIL
-        rec["reasons"].append("; ".join(screen) + f"; confirmed twice: {both}")
-    elif t1["slower"] != t2["slower"]:
-        _undecided(rec, screen, f"the two same-run comparisons disagree ({both})")
-    elif (p95_agrees and _p95_ratio(second) > 1 + th.p95_threshold) or (
+        return rec.said(Verdict.FAIL, "; ".join(screen) + f"; confirmed twice: {both}")
+    if t1["slower"] != t2["slower"]:
+        return _undecided(rec, screen, f"the two same-run comparisons disagree ({both})")
+    if (p95_agrees and _p95_ratio(second) > 1 + th.p95_threshold) or (
         t1["significant"] and t2["significant"] and t1["ratio"] > 1 and t2["ratio"] > 1
     ):
-        rec["verdict"] = Verdict.WARN
-        rec["reasons"].append(
+        return rec.said(
+            Verdict.WARN,
             "; ".join(screen) + f"; a slowdown within the P50 threshold or in the tail, seen in both "
-            f"same-run comparisons ({both}): a warning"
+            f"same-run comparisons ({both}): a warning",
         )
-    else:
-        rec["reasons"].append("; ".join(screen) + f"; not seen twice ({both}): no slowdown to report")
-    return None
+    return rec.said(None, "; ".join(screen) + f"; not seen twice ({both}): no slowdown to report")
 
 
 def compare_to_baseline(
@@ -246,6 +312,17 @@ def compare_to_baseline(
     confirm: Callable[[str], dict] | None = None,
     thresholds: Thresholds | dict | None = None,
 ) -> dict:
+    """regression.json's content for one attempt judged against a baseline (`judge`)."""
+    return verdict_document(judge(baseline, attempt_header, benchmark_json, confirm, thresholds))
+
+
+def judge(
+    baseline: dict,
+    attempt_header: dict,
+    benchmark_json: dict,
+    confirm: Callable[[str], dict] | None = None,
+    thresholds: Thresholds | dict | None = None,
+) -> RegressionVerdict:
     """The regression verdict of one attempt against a baseline (both already validated).
 
     `attempt_header` needs task_id, task_version, operator.version, suite_hash, environment_key, device;
@@ -255,65 +332,55 @@ def compare_to_baseline(
     repeats, or one flat list). It may raise BaselineTampered: the verdict is then TAMPERED.
     """
     th = Thresholds.of(thresholds)
-    keys = []
-    for name, get in COMPARABLE_KEYS:
-        b, a = get(baseline), get(attempt_header)
-        keys.append({"key": name, "baseline": b, "attempt": a, "match": b is not None and b == a})
-    out: dict = {
-        "schema_version": REGRESSION_SCHEMA_VERSION,
-        "verdict": Verdict.INCOMPARABLE,
-        "reasons": [],
-        "thresholds": dataclasses.asdict(th),
-        "keys": keys,
-        "baseline": {"task_id": baseline.get("task_id"), **(baseline.get("source") or {})},
-        "cases": [],
-    }
-    mismatched = [k for k in keys if not k["match"]]
+    keys = tuple(
+        KeyMatch(
+            name,
+            get(baseline),
+            get(attempt_header),
+            get(baseline) is not None and get(baseline) == get(attempt_header),
+        )
+        for name, get in COMPARABLE_KEYS
+    )
+    out = RegressionVerdict(
+        Verdict.INCOMPARABLE,
+        (),
+        th,
+        keys,
+        {"task_id": baseline.get("task_id"), **(baseline.get("source") or {})},
+    )
+    mismatched = [k for k in keys if not k.match]
     if mismatched:
-        out["reasons"] = [
-            f"{k['key']} differs: attempt {k['attempt']!r}, baseline {k['baseline']!r}" for k in mismatched
-        ]
-        out["reasons"].append(
+        reasons = [f"{k.key} differs: attempt {k.attempt!r}, baseline {k.baseline!r}" for k in mismatched]
+        reasons.append(
             "not comparable with this baseline; promote a baseline measured under the same "
             "task, suite and environment"
         )
-        return out
+        return dataclasses.replace(out, reasons=tuple(reasons))
     measured = {c.get("id"): c for c in benchmark_json.get("cases", []) if isinstance(c, dict)}
     try:
-        out["cases"] = [
+        cases = tuple(
             _case_verdict(base, measured.get(base["id"]), confirm, th) for base in baseline["cases"]
-        ]
+        )
     except BaselineTampered as exc:
-        return tampered_verdict(exc, th)
-    out["reasons"] = [r for c in out["cases"] for r in c["reasons"]]
-    out["verdict"] = _overall([c["verdict"] for c in out["cases"]])
-    if out["verdict"] == Verdict.INCOMPARABLE:
-        out["reasons"].append("no bench case could be compared with the baseline")
-    return out
+        return _tampered_verdict(exc, th)
+    verdict = _overall([c.verdict for c in cases])
+    reasons = [r for c in cases for r in c.reasons]
+    if verdict == Verdict.INCOMPARABLE:
+        reasons.append("no bench case could be compared with the baseline")
+    return dataclasses.replace(out, verdict=verdict, reasons=tuple(reasons), cases=cases)
 
 
-def _case_record(case_id: str, verdict: Verdict, reasons: list[str]) -> dict:
-    return {
-        "id": case_id,
-        "verdict": verdict,
-        "reasons": reasons,
-        "first_batch": None,
-        "confirmation": None,
-        "second_confirmation": None,
-    }
-
-
-def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> dict:
+def _case_verdict(base: dict, cand: dict | None, confirm, th: Thresholds) -> CaseVerdict:
     """One bench case: MISSING when not timed, INCOMPARABLE when its samples cannot be compared."""
     case_id = base["id"]
     if cand is None or not timed(cand):
         why = "not measured in this attempt" if cand is None else f"benchmark failed ({cand.get('status')})"
-        return _case_record(case_id, Verdict.MISSING, [f"{case_id}: {why}"])
+        return CaseVerdict(case_id, Verdict.MISSING, (f"{case_id}: {why}",))
     try:
         return _compare_case(case_id, base, cand, confirm, th)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:  # malformed samples: not judged
         why = f"{case_id}: samples cannot be compared ({type(exc).__name__}: {exc})"
-        return _case_record(case_id, Verdict.INCOMPARABLE, [why])
+        return CaseVerdict(case_id, Verdict.INCOMPARABLE, (why,))
 
 
 def _overall(verdicts: list[Verdict]) -> Verdict:
@@ -328,28 +395,20 @@ def _overall(verdicts: list[Verdict]) -> Verdict:
     return Verdict.WARN if Verdict.WARN in verdicts else Verdict.PASS
 
 
-def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None = None) -> dict:
+def _tampered_verdict(
+    exc: BaselineTampered, thresholds: Thresholds | dict | None, **where
+) -> RegressionVerdict:
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
     why = (
         f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
         "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`"
     )
-    return _unused_baseline(Verdict.TAMPERED, why, thresholds, tampered_file=exc.path)
+    return _unused_baseline(Verdict.TAMPERED, why, thresholds, tampered_file=exc.path, **where)
 
 
-def _unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> dict:
+def _unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> RegressionVerdict:
     """The verdict when the baseline could not be used (`baseline_error` says why): neither PASS nor FAIL."""
-    return {
-        "schema_version": REGRESSION_SCHEMA_VERSION,
-        "verdict": verdict,
-        "reasons": [why],
-        "baseline_error": why,
-        **where,
-        "thresholds": dataclasses.asdict(Thresholds.of(thresholds)),
-        "keys": [],
-        "baseline": {},
-        "cases": [],
-    }
+    return RegressionVerdict(verdict, (why,), Thresholds.of(thresholds), baseline_error=why, **where)
 
 
 def exit_code_for(verdict: dict | None) -> ExitCode:
@@ -435,38 +494,33 @@ def check_manifest(baseline: dict, path: Path) -> None:
 def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
     """(header, benchmark.json, environment.json) of an attempt fit to be a baseline: every check of the
     index (schema, hashed files inside the attempt, ids, a headline its records give), PASSED, benchmarked
-    and stable; UserError naming what is wrong otherwise."""
+    and stable by that recomputed headline; UserError naming what is wrong otherwise."""
     from mini_kv.store.attempts import AttemptInvalid
-    from mini_kv.store.index import read_checked_attempt
+    from mini_kv.store.index import check_attempt
 
     try:
-        header = read_checked_attempt(attempt_dir)
+        checked = check_attempt(attempt_dir)
     except AttemptInvalid as exc:
         raise UserError(f"{where}: {exc}") from None
     except (OSError, RecursionError) as exc:
         raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-    if header.get("status") != Status.PASSED:
+    row = checked.row
+    if row.status != Status.PASSED:
         raise UserError(
-            f"{where}: its status is {header.get('status')}; only a PASSED (fully correct) attempt "
-            "can become a baseline"
+            f"{where}: its status is {row.status}; only a PASSED (fully correct) attempt can become a baseline"
         )
-    bsum, listed = header.get("benchmark") or {}, {f["path"] for f in header.get("files", [])}
-    if not bsum.get("ran") or "benchmark.json" not in listed:
+    if row.stable is None:
         raise UserError(
             f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
             "with the benchmark"
         )
-    if bsum.get("stable") is not True:
+    if not row.stable:
         raise UserError(
-            f"{where}: its benchmark was not stable (stable={bsum.get('stable')}); a baseline must be "
+            f"{where}: its benchmark was not stable (stable=False); a baseline must be "
             "reproducible: verify again on a quiet machine and promote a stable attempt"
         )
-    # both listed (the index requires them of every format), so read_checked_attempt hashed them
-    bench, env = (
-        read_record(attempt_dir / "benchmark.json"),
-        read_versioned(attempt_dir / "environment.json", 1),
-    )
-    return header, bench, env
+    # the index requires both of every format, so the check read and hashed them
+    return checked.header, checked.files["benchmark.json"], checked.files["environment.json"]
 
 
 def _baseline_cases(bench: dict, where: str) -> list[dict]:
@@ -660,13 +714,14 @@ def check_baseline(
         baseline = load_baseline(path)
         _check_source_attempt(baseline, artifacts)
     except BaselineTampered as exc:
-        return {**tampered_verdict(exc, thresholds), "baseline_file": ref}
+        return verdict_document(_tampered_verdict(exc, thresholds, baseline_file=ref))
     except (UserError, OSError) as exc:
-        return _unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds, baseline_file=ref)
+        return verdict_document(
+            _unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds, baseline_file=ref)
+        )
     confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
-    verdict = compare_to_baseline(baseline, header, {"cases": bench_cases}, confirm, thresholds)
-    verdict["baseline_file"] = ref
-    return verdict
+    verdict = judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
+    return verdict_document(dataclasses.replace(verdict, baseline_file=ref))
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from

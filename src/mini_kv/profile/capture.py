@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.load.codec import to_json
 from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
@@ -294,12 +295,12 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
         "metrics.json",
         {
             "schema_version": 1,
-            "kernel": result["kernel"],
-            "metrics": result["metrics"],
-            "rows": result["rows"],
+            "kernel": result.kernel,
+            "metrics": to_json(result.metrics),
+            "rows": result.rows,
         },
     )
-    rec["kernel"], rec["summary"] = result["kernel"], result["summary"]
+    rec["kernel"], rec["summary"] = result.kernel, result.summary
 
 
 def _ncu_home(ncu: str) -> str:

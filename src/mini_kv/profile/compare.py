@@ -9,6 +9,7 @@ the latency comparison is the A/B timing (`mini_kv.profile.ab`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mini_kv.profile.reasons import CompareRefused
@@ -31,6 +32,58 @@ ROWS = (
 )
 
 
+_OPTIONAL = {"omit_none": True}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why two profiles do not compare: a code of reasons.COMPARE_REASONS."""
+
+    code: str
+    message: str
+    profile: str | None = field(default=None, metadata=_OPTIONAL)  # "A" or "B": the side at fault
+    fields: dict | None = field(default=None, metadata=_OPTIONAL)  # field -> {"A": ..., "B": ...}
+
+
+@dataclass(frozen=True)
+class Ident:
+    """Which profile a side of the comparison is."""
+
+    profile_id: str
+    path: str
+    candidate: str
+    task: str
+    case: str
+    kernel: str
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    label: str
+    key: str  # the summary's field
+    kind: str  # how to show it (fmt)
+    A: object
+    B: object
+    ratio: float | None  # B/A, for numbers
+
+
+@dataclass(frozen=True)
+class StallRow:
+    reason: str
+    A: float | None
+    B: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """compare-profiles' result (its --json, with the timing beside)."""
+
+    A: Ident
+    B: Ident
+    rows: tuple[MetricRow, ...]
+    stalls: tuple[StallRow, ...]
+
+
 def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
     """Both profiles, verified; CompareRefused with every reason found (either side)."""
     docs, problems = [], []
@@ -38,52 +91,31 @@ def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
         try:
             doc = read_profile(resolve(spec, artifacts))
         except ProfileUnusable as exc:
-            problems.append({"code": exc.code, "message": f"{label}: {exc.message}", "profile": label})
+            problems.append(Refusal(exc.code, f"{label}: {exc.message}", label))
             docs.append(None)
             continue
         if doc["status"] != ProfileStatus.OK:
             r = doc["reason"] or {}
-            problems.append(
-                {
-                    "code": "PROFILE_FAILED",
-                    "profile": label,
-                    "message": f"{label} ({doc['profile_id']}) failed: {r.get('code')}: {r.get('message')}",
-                }
-            )
+            why = f"{label} ({doc['profile_id']}) failed: {r.get('code')}: {r.get('message')}"
+            problems.append(Refusal("PROFILE_FAILED", why, label))
         docs.append(doc)
     if problems:
         raise CompareRefused(problems)
     return docs[0], docs[1]
 
 
-def _task_key(d: dict) -> dict:
-    t = d["task"]
-    return {"id": t["id"], "version": t["version"], "operator_version": t["operator"]["version"]}
-
-
-def _case_key(d: dict) -> dict:
-    c = d["case"]
-    return {"id": c["id"], "dtype": c["dtype"], "params": c["params"]}
-
-
-def _env_key(d: dict) -> dict:
-    return {"environment_key": d["environment_key"], "device": d["device"], "ncu": d["ncu"]["version"]}
-
-
-def _input_key(d: dict) -> dict:
-    c = d["case"]
-    return {"seed": c["seed"], "input_sha256": c["input_sha256"]}
-
-
+# what must be equal for two profiles to compare: (refusal code, the fields, read from profile.json)
 CHECKS = (
-    ("TASK_MISMATCH", _task_key),
-    ("CASE_MISMATCH", _case_key),
-    ("ENVIRONMENT_MISMATCH", _env_key),
-    ("INPUT_MISMATCH", _input_key),
-)
+    ("TASK_MISMATCH", lambda d: {"id": d["task"]["id"], "version": d["task"]["version"],
+                                 "operator_version": d["task"]["operator"]["version"]}),
+    ("CASE_MISMATCH", lambda d: {k: d["case"][k] for k in ("id", "dtype", "params")}),
+    ("ENVIRONMENT_MISMATCH", lambda d: {"environment_key": d["environment_key"], "device": d["device"],
+                                        "ncu": d["ncu"]["version"]}),
+    ("INPUT_MISMATCH", lambda d: {k: d["case"][k] for k in ("seed", "input_sha256")}),
+)  # fmt: skip
 
 
-def refusals(a: dict, b: dict) -> list[dict]:
+def refusals(a: dict, b: dict) -> list[Refusal]:
     """Every comparability check that fails, with the differing fields."""
     out = []
     for code, key in CHECKS:
@@ -93,51 +125,48 @@ def refusals(a: dict, b: dict) -> list[dict]:
             diff = {"input_sha256": {"A": None, "B": None}}  # an unknown digest proves nothing
         if diff:
             shown = ", ".join(f"{k} {v['A']!r} vs {v['B']!r}" for k, v in diff.items())
-            out.append({"code": code, "message": shown, "fields": diff})
+            out.append(Refusal(code, shown, fields=diff))
     return out
 
 
-def _stall_rows(sa: dict, sb: dict) -> list[dict]:
+def _stall_rows(sa: dict, sb: dict) -> tuple[StallRow, ...]:
     """The union of both profiles' top stall reasons, by the larger of the two values."""
     va = {s["reason"]: s["value"] for s in sa["top_stalls"]}
     vb = {s["reason"]: s["value"] for s in sb["top_stalls"]}
     reasons = sorted(set(va) | set(vb), key=lambda r: (-max(va.get(r, 0.0), vb.get(r, 0.0)), r))
-    return [{"reason": r, "A": va.get(r), "B": vb.get(r)} for r in reasons]
+    return tuple(StallRow(r, va.get(r), vb.get(r)) for r in reasons)
 
 
-def deltas(a: dict, b: dict) -> dict:
-    """The comparison rows (A, B, B/A) and the stall table."""
+def metric_rows(a: dict, b: dict) -> tuple[MetricRow, ...]:
+    """The comparison rows (A, B, B/A) of two profiles' summaries."""
     sa, sb = a["summary"], b["summary"]
     rows = []
     for label, key, kind in ROWS:
         va, vb = sa.get(key), sb.get(key)
-        ratio = (
-            vb / va
-            if kind != "text" and isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
-            else None
-        )
-        rows.append({"label": label, "key": key, "kind": kind, "A": va, "B": vb, "ratio": ratio})
-    return {"rows": rows, "stalls": _stall_rows(sa, sb)}
+        numbers = kind != "text" and isinstance(va, (int, float)) and isinstance(vb, (int, float))
+        rows.append(MetricRow(label, key, kind, va, vb, vb / va if numbers and va else None))
+    return tuple(rows)
 
 
-def compare(a_spec: str, b_spec: str, artifacts: Path) -> dict:
-    """Both profiles read and checked, then the deltas; CompareRefused if they do not compare."""
+def compare(a_spec: str, b_spec: str, artifacts: Path) -> tuple[Comparison, dict, dict]:
+    """Both profiles read and checked, then the deltas (and both profile.json documents);
+    CompareRefused if they do not compare."""
     a, b = load_pair(a_spec, b_spec, artifacts)
     problems = refusals(a, b)
     if problems:
         raise CompareRefused(problems)
-    return {"A": _ident(a), "B": _ident(b), **deltas(a, b), "profiles": (a, b)}
+    return Comparison(ident(a), ident(b), metric_rows(a, b), _stall_rows(a["summary"], b["summary"])), a, b
 
 
-def _ident(d: dict) -> dict:
-    return {
-        "profile_id": d["profile_id"],
-        "path": d["path"],
-        "candidate": d["candidate"]["id"],
-        "task": d["task"]["id"],
-        "case": d["case"]["id"],
-        "kernel": d["summary"]["kernel_name"],
-    }
+def ident(d: dict) -> Ident:
+    return Ident(
+        d["profile_id"],
+        d["path"],
+        d["candidate"]["id"],
+        d["task"]["id"],
+        d["case"]["id"],
+        d["summary"]["kernel_name"],
+    )
 
 
 def fmt(value, kind: str) -> str:

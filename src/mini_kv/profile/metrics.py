@@ -12,8 +12,40 @@ from __future__ import annotations
 import csv
 import io
 import re
+from dataclasses import dataclass
 
 from mini_kv.profile.reasons import ProfileFailure
+
+
+@dataclass(frozen=True)
+class RawCsv:
+    """ncu's raw-page CSV: the header, each metric column's unit, the data rows (column -> cell)."""
+
+    header: tuple[str, ...]
+    units: dict[str, str]
+    rows: tuple[dict[str, str], ...]
+    metric_columns: tuple[str, ...]  # ncu metric names are <unit>__<counter>...
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of the target row, as ncu printed it and as a number (None: n/a)."""
+
+    raw: str
+    unit: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The target kernel's row: its launch columns, its metrics (metrics.json) and the summary
+    (profile.json's `summary`, schemas/profile.schema.json)."""
+
+    kernel: dict[str, str]
+    metrics: dict[str, Metric]
+    summary: dict
+    rows: int  # data rows in the CSV
+
 
 # Each concept of the summary, and the metric names that provide it, preferred first. Alternatives
 # exist because sections name some quantities differently across GPUs and ncu versions.
@@ -102,7 +134,7 @@ def _records(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO("\n".join(lines))))
 
 
-def parse_raw_csv(text: str) -> dict:
+def parse_raw_csv(text: str) -> RawCsv:
     """Header, units and data rows of a raw-page CSV; CSV_UNPARSABLE if it is not one."""
     try:
         rows = _records(text)
@@ -130,8 +162,7 @@ def parse_raw_csv(text: str) -> dict:
         if len(r) != len(header):
             raise ProfileFailure("CSV_UNPARSABLE", f"row {n} has {len(r)} cells, the header {len(header)}")
         data.append(dict(zip(header, r, strict=True)))
-    metric_cols = [h for h in header if "__" in h]  # ncu metric names are <unit>__<counter>...
-    return {"header": header, "units": units, "rows": data, "metric_columns": metric_cols}
+    return RawCsv(tuple(header), units, tuple(data), tuple(h for h in header if "__" in h))
 
 
 def kernel_regex(names: list[str]) -> str:
@@ -145,11 +176,11 @@ def kernel_regex(names: list[str]) -> str:
     return rf"^(.*[^A-Za-z0-9_])?({alt})([^A-Za-z0-9_].*)?$"
 
 
-def select_row(parsed: dict, pattern: str) -> dict:
+def select_row(parsed: RawCsv, pattern: str) -> dict[str, str]:
     """The single data row whose kernel name matches; NO_MATCHING_KERNEL or MULTIPLE_MATCHING_KERNELS."""
     rx = re.compile(pattern)
-    names = [r["Kernel Name"] for r in parsed["rows"]]
-    hits = [r for r in parsed["rows"] if rx.search(r["Kernel Name"])]
+    names = [r["Kernel Name"] for r in parsed.rows]
+    hits = [r for r in parsed.rows if rx.search(r["Kernel Name"])]
     if not hits:
         raise ProfileFailure(
             "NO_MATCHING_KERNEL",
@@ -168,19 +199,16 @@ def select_row(parsed: dict, pattern: str) -> dict:
     return hits[0]
 
 
-def row_metrics(parsed: dict, row: dict) -> dict:
-    """{metric: {"raw", "unit", "value"}} for every metric column of the row."""
-    return {
-        m: {"raw": row[m], "unit": parsed["units"].get(m, ""), "value": parse_number(row[m])}
-        for m in parsed["metric_columns"]
-    }
+def row_metrics(parsed: RawCsv, row: dict[str, str]) -> dict[str, Metric]:
+    """Every metric column of the row, by name."""
+    return {m: Metric(row[m], parsed.units.get(m, ""), parse_number(row[m])) for m in parsed.metric_columns}
 
 
-def _pick(metrics: dict, names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in metrics and metrics[n]["value"] is not None), None)
+def _pick(metrics: dict[str, Metric], names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if n in metrics and metrics[n].value is not None), None)
 
 
-def summarize(metrics: dict, kernel_name: str) -> dict:
+def summarize(metrics: dict[str, Metric], kernel_name: str) -> dict:
     """The comparison's view of one kernel; MISSING_METRICS names every absent concept."""
     missing = [
         f"{c} ({' or '.join(names)})" for c, names in REQUIRED.items() if _pick(metrics, names) is None
@@ -190,8 +218,8 @@ def summarize(metrics: dict, kernel_name: str) -> dict:
         hit = STALL.match(name)
         reason = hit.group("reason") if hit else ""
         # "<reason>_not_issued" variants count a subset of the same stalls: never a reason of their own
-        if hit and reason not in NOT_STALLS and not reason.endswith("_not_issued") and m["value"] is not None:
-            stalls.append({"reason": reason, "metric": name, "value": m["value"]})
+        if hit and reason not in NOT_STALLS and not reason.endswith("_not_issued") and m.value is not None:
+            stalls.append({"reason": reason, "metric": name, "value": m.value})
     if not stalls:
         missing.append(f"warp stall reasons ({STALL_REQUIRED})")
     if missing:
@@ -203,7 +231,7 @@ def summarize(metrics: dict, kernel_name: str) -> dict:
             out[concept] = None
             continue
         try:
-            out[concept] = to_base(metrics[name]["value"], metrics[name]["unit"], concept)
+            out[concept] = to_base(metrics[name].value, metrics[name].unit, concept)
         except ValueError as exc:
             raise ProfileFailure("CSV_UNPARSABLE", f"{name}: {exc}") from None
         out["sources"][concept] = name
@@ -213,14 +241,14 @@ def summarize(metrics: dict, kernel_name: str) -> dict:
     return out
 
 
-def analyze(text: str, pattern: str) -> dict:
+def analyze(text: str, pattern: str) -> Analysis:
     """parse -> select the target row -> metrics -> summary; raises ProfileFailure with the reason."""
     parsed = parse_raw_csv(text)
     row = select_row(parsed, pattern)
     metrics = row_metrics(parsed, row)
-    return {
-        "kernel": {h: row[h] for h in parsed["header"] if h not in parsed["metric_columns"]},
-        "metrics": metrics,
-        "summary": summarize(metrics, row["Kernel Name"]),
-        "rows": len(parsed["rows"]),
-    }
+    return Analysis(
+        {h: row[h] for h in parsed.header if h not in parsed.metric_columns},
+        metrics,
+        summarize(metrics, row["Kernel Name"]),
+        len(parsed.rows),
+    )

@@ -69,14 +69,14 @@ class ProfileFailure(Exception):
 class CompareRefused(UserError):
     """compare-profiles will not compare these two profiles; `reasons` lists every code found."""
 
-    def __init__(self, reasons: list[dict]):
+    def __init__(self, reasons: list):  # profile.compare.Refusal records
         self.reasons = reasons
         for r in reasons:
-            if r["code"] not in COMPARE_REASONS:
-                raise ValueError(f"unknown compare refusal code {r['code']!r}")
-        text = "; ".join(f"{r['code']}: {r['message']}" for r in reasons)
+            if r.code not in COMPARE_REASONS:
+                raise ValueError(f"unknown compare refusal code {r.code!r}")
+        text = "; ".join(f"{r.code}: {r.message}" for r in reasons)
         super().__init__(f"refusing to compare: {text}", ExitCode.CONFIG)
 
     @property
     def code(self) -> str:
-        return self.reasons[0]["code"]
+        return self.reasons[0].code

@@ -115,7 +115,7 @@ def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
     if "raw.csv" not in listed:
         raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: a successful profile must list raw.csv")
     try:
-        again = analyze((path / "raw.csv").read_text(), doc["ncu"]["kernel_filter"])["summary"]
+        again = analyze((path / "raw.csv").read_text(), doc["ncu"]["kernel_filter"]).summary
     except ProfileFailure as exc:
         raise ProfileUnusable(
             "PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})"

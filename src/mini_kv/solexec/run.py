@@ -34,8 +34,8 @@ from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
-from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, load_workloads
-from mini_kv.status import BuildStatus, Status
+from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
+from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
@@ -66,6 +66,9 @@ class BenchOptions:
     keep_staging: bool = False
     seed_salt: str | None = None
     memory_limit_gb: float | None = None
+    extra_workloads: int = DEFAULTS.extra_workloads  # unseen workloads drawn from the var axes (workload.py)
+    extra_workloads_seed: int = DEFAULTS.extra_workloads_seed
+    require_own_kernels: bool = DEFAULTS.require_own_kernels  # LIBRARY_DELEGATION unless own kernels ran
     sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
 
 
@@ -110,6 +113,7 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
     def_path, wl_path = problem_files(problem_dir, opts)
     definition = load_definition(def_path)
     workloads = load_workloads(wl_path, definition)
+    workloads += extra_workloads(definition, workloads, opts.extra_workloads, opts.extra_workloads_seed)
     if not Path(opts.solution).is_file():
         sol = Path(opts.solution)
         where = sol if sol.is_dir() else sol.parent
@@ -146,6 +150,8 @@ def check_options(opts: BenchOptions, device: str) -> dict:
         check_timing(opts.method, l2, device)
     except ValueError as exc:
         raise UserError(f"--method/--l2: {exc}") from None
+    if opts.extra_workloads < 0:
+        raise UserError(f"--extra-workloads must be at least 0, got {opts.extra_workloads}")
     for name in ("rounds", "warmup", "repeats", "samples"):
         if getattr(opts, name) is not None and getattr(opts, name) < (0 if name == "warmup" else 1):
             raise UserError(
@@ -168,6 +174,13 @@ def check_options(opts: BenchOptions, device: str) -> dict:
             "max_p95_cv": opts.max_p95_cv,
             "budget_s": opts.budget,
             "target_rel_ci": opts.target_rel_ci,
+            # recorded (and part of the suite hash) only when asked for: attempts without stay comparable
+            **(
+                {"extra_workloads": {"count": opts.extra_workloads, "seed": opts.extra_workloads_seed}}
+                if opts.extra_workloads
+                else {}
+            ),
+            **({"require_own_kernels": True} if opts.require_own_kernels else {}),
             **from_environment(),
         },
         device,
@@ -281,7 +294,7 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
             hit = [incident["case"]] if incident.get("case") in out else list(out)
             for uuid in hit:
-                out[uuid] = {"status": Status.REWARD_HACK, "log": incident["reason"]}
+                out[uuid] = {"status": violation_status(incident["integrity"]), "log": incident["reason"]}
     return out
 
 
@@ -551,6 +564,8 @@ def bench(
         "phases": run.phases,
         "regression": run.regression,
         "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
+        # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v shows them
+        "kernels": {c["id"]: c["kernels"] for c in run.out.results.get("cases", []) if c.get("kernels")},
     }
 
 

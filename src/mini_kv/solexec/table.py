@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import Tally, jail_note, print_regression, signature_line, timing_word
+from mini_kv.report import Tally, jail_note, kernels_line, print_regression, signature_line, timing_word
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -57,6 +57,9 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
     if verbose:
         _print_details(result, console)
     console.print(traces_table(trace_list, width=console.width))
+    if verbose:
+        for uuid, census in (result.get("kernels") or {}).items():
+            console.print(escape(kernels_line(uuid, census)), soft_wrap=True)
     console.print("\n" + escape(bench_summary_line(result)), soft_wrap=True)
     for skip in result.get("skipped") or []:
         console.print(f"[yellow]skipped[/] {escape(skip['id'])}: {escape(skip['reason'] or '')}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,4 +215,66 @@ def load_workloads(path: str | Path, definition: Definition) -> list[Workload]:
         out.append(wl)
     if not out:
         raise ConfigError(file, "", "no workloads (expected one JSON object per line)")
+    return out
+
+
+# ------------------------------------------------------------------------------- unseen workloads
+
+EXTRA_FILE = "--extra-workloads"  # what an extra workload's `file` names: the option that drew it
+EXTRA_TRIES = 200  # draws per workload before giving up on finding var-axis values not already used
+
+
+def _axis_range(values: list[int]) -> tuple[int, int]:
+    """Where an unseen value of a var axis is drawn: between the smallest and the largest shipped value
+    (no larger, so the device that holds the shipped workloads holds these), or, for an axis every
+    shipped workload sets alike, between half that value and the value."""
+    lo, hi = min(values), max(values)
+    return (max(1, lo // 2), hi) if lo == hi else (lo, hi)
+
+
+def extra_workloads(definition: Definition, shipped: list[Workload], count: int, seed: int) -> list[Workload]:
+    """`count` workloads whose var-axis values no shipped workload has, drawn with `seed` from the ranges
+    the shipped ones span (_axis_range); each takes the input descriptors and tolerance of a shipped
+    workload drawn with them. A solution specialised to the shipped shapes (a shape-keyed fast path,
+    hard-coded sizes) meets shapes it has not seen. The same seed draws the same workloads, so an attempt
+    that records the seed and the workloads (its workload.jsonl) can be run again."""
+    if count <= 0:
+        return []
+    if not definition.var_axes:
+        raise ConfigError(definition.path, "axes", f"{EXTRA_FILE} needs a var axis to draw; there is none")
+    for wl in shipped:
+        for name, desc in wl.inputs.items():
+            if desc["type"] == "safetensors":
+                raise ConfigError(
+                    wl.file,
+                    f"line {wl.line}: inputs.{name}.type",
+                    f"{EXTRA_FILE} draws new shapes, which a safetensors file does not have; "
+                    "use it with random, scalar or custom inputs",
+                )
+    rng = random.Random(seed)
+    ranges = {a: _axis_range([int(wl.axes[a]) for wl in shipped]) for a in definition.var_axes}
+    seen = {tuple(int(wl.axes[a]) for a in definition.var_axes) for wl in shipped}
+    out = []
+    for i in range(count):
+        for _ in range(EXTRA_TRIES):
+            values = tuple(rng.randint(*ranges[a]) for a in definition.var_axes)
+            if values not in seen:
+                break
+        else:
+            raise ConfigError(
+                definition.path,
+                "axes",
+                f"{EXTRA_FILE} {count}: no var-axis values left to draw in {ranges} that no workload has",
+            )
+        seen.add(values)
+        model = rng.choice(shipped)
+        raw = {
+            "uuid": f"extra-{seed}-{i}",
+            "axes": dict(zip(definition.var_axes, values, strict=True)),
+            "inputs": {k: dict(v) for k, v in model.inputs.items()},
+            "tolerance": {
+                k: v for k, v in model.tolerance.items() if v != DEFAULT_TOLERANCE.get(k, object())
+            },
+        }
+        out.append(parse_workload(raw, definition, EXTRA_FILE, i + 1, Path(model.file).parent.resolve()))
     return out

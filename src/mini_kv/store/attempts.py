@@ -16,7 +16,6 @@ from mini_kv.model import sha256_file
 from mini_kv.store import signing
 from mini_kv.store.atomic import StagedDir
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import read_record
 
 ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
@@ -166,12 +165,6 @@ def verify_files(path: Path, files) -> None:
                 f"{path}: {p.relative_to(path)} is not listed in attempt.json (added after "
                 "the attempt was sealed)"
             )
-
-
-def load_attempt_file(attempt: dict, rel: str):
-    """One JSON object of an already verified attempt (correctness.json, benchmark.json: version 2)."""
-    path = Path(attempt["path"]) / rel
-    return read_record(path) if rel in ("correctness.json", "benchmark.json") else read_versioned(path, None)
 
 
 def iter_attempt_dirs(artifacts: Path):

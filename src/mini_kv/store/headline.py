@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mini_kv import roofline
 from mini_kv.settings import DEFAULTS
-from mini_kv.status import BuildStatus, Status
+from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
 from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
@@ -224,8 +224,12 @@ def card_headline(
         bench, cases = summarize_benchmark(bench_records, skipped)
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
+    # a defence that fired decides the status, whichever stage saw it (status.VIOLATIONS)
+    violated = verdict_of([*corr["integrity_failures"], *(bench.get("integrity_failures") or [])])
     if corr["invalid_cases"]:
         status = Status.INVALID_CASE
+    elif violated:
+        status = violated
     elif not corr["ok"]:
         status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
@@ -240,25 +244,26 @@ def card_headline(
 # ---------------------------------------------------------------------------------- SOL format
 
 
+def _sol_passed(workloads: list, counts: dict, impossible: bool) -> bool:
+    """Every workload passed (a SKIPPED one, too large for the device within its budget, neither passes
+    nor fails), or was timed below its floor: bench marks that IMPOSSIBLE_TIME (solexec.floor), and it is
+    recomputed here from the bench record, so a workload relabelled PASSED still gives the attempt that
+    status."""
+    passed = counts.get(Status.PASSED, 0)
+    if passed > 0 and passed + counts.get(Status.SKIPPED, 0) == len(workloads):
+        return True
+    ok = (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME)
+    return impossible and all(w["status"] in ok for w in workloads)
+
+
 def sol_headline(workloads: list, bench_records: list, failed_status: str = Status.FAILED) -> Headline:
     """The headline of a SOL-ExecBench attempt: PASSED only when there are workloads and every one
     passed; `failed_status` is the status otherwise (COMPILE_ERROR or FAILED)."""
     counts = dict(Counter(w["status"] for w in workloads))
-    # a workload SKIPPED (too large for the device within its budget, with its reason) neither passes nor fails
-    passed = counts.get(Status.PASSED, 0) > 0 and counts.get(Status.PASSED, 0) + counts.get(
-        Status.SKIPPED, 0
-    ) == len(workloads)
     records = [r for r in bench_records if timed(r)]
     cases = [case_headline(r) for r in records]
     impossible = [c.impossible for c in cases if c.impossible]
-    # bench marks a workload timed below its floor IMPOSSIBLE_TIME (solexec.floor): recomputed here from
-    # its bench record, so a workload relabelled PASSED still gives the attempt that status
-    if (
-        not passed
-        and impossible
-        and all(w["status"] in (Status.PASSED, Status.SKIPPED, Status.IMPOSSIBLE_TIME) for w in workloads)
-    ):
-        passed = True
+    passed = _sol_passed(workloads, counts, bool(impossible))
     bench = {
         "ran": bool(records),
         "ok": passed,
@@ -267,6 +272,8 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
         **({"impossible": impossible} if impossible else {}),
     }
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
+    if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
+        status = verdict_of_statuses(counts) or status
     return Headline(status, {"ok": passed, "counts": counts}, bench, tuple(cases))
 
 
@@ -327,6 +334,19 @@ def _case_claims(head: Headline, records: list, check) -> None:
         check("benchmark.json", f"{where} candidate p95", overall.get("p95"), c.p95_us)
 
 
+# an attempt's status before each violation had one status (status.VIOLATIONS): a caught task card was
+# INCORRECT or BENCHMARK_ERROR, a caught SOL solution FAILED. Neither word nor the new one is ranked, so
+# reading the old one as the new one lets no rewrite gain anything.
+_WORDS_BEFORE_VIOLATIONS = frozenset({Status.INCORRECT, Status.BENCHMARK_ERROR, Status.FAILED})
+
+
+def _status_word(said, derived):
+    """`said`, or `derived` where `said` is what an attempt written before the one vocabulary says."""
+    if derived in VIOLATION_STATUSES and said in _WORDS_BEFORE_VIOLATIONS:
+        return derived
+    return said
+
+
 def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: dict) -> list[str]:
     """Every place where a stored claim differs from the recomputation, as 'file field: says X, records give Y'."""
     out = []
@@ -335,7 +355,7 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
         if not _same(said, derived):
             out.append(f"{file} {field}: says {said!r}, its records give {derived!r}")
 
-    check("attempt.json", "status", header.get("status"), head.status)
+    check("attempt.json", "status", _status_word(header.get("status"), head.status), head.status)
     _benchmark_claims(head, header, benchmark, check, out)
     derived_ok = None if head.correctness is None else head.correctness["ok"]
     for file, block in (

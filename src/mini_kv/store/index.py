@@ -24,7 +24,7 @@ import os
 import re
 import secrets
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from filelock import FileLock
@@ -50,6 +50,8 @@ LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
 KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
+# the schemas/ they are checked against (correctness.json and benchmark.json: store.records)
+FILE_SCHEMAS = {"regression.json": "regression"}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
 KNOWN_JSON_FILES = tuple(
     (
@@ -98,17 +100,6 @@ CREATE TABLE tampered (
 """
 
 
-def _columns(table: str) -> tuple[str, ...]:
-    """The columns of `table` in _DDL, in order (the one place they are named)."""
-    body = _DDL.split(f"CREATE TABLE {table} (")[1].split(");")[0]
-    return tuple(
-        line.split()[0] for line in body.strip().splitlines() if not line.lstrip().startswith("PRIMARY")
-    )
-
-
-ATTEMPT_COLUMNS, CASE_COLUMNS = _columns("attempts"), _columns("bench_cases")
-
-
 class IndexUnusable(UserError):
     """The index cannot be read or written; the message says what to do (usually `rebuild-index`)."""
 
@@ -121,8 +112,45 @@ class Problem:
     kind: str  # partial | stray | invalid | version | misplaced | tampered | unsigned
     message: str
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt as the index holds it (table `attempts`, in column order): every value recomputed
+    from the attempt's hashed records by record_for_attempt, never taken from its claims."""
+
+    attempt_id: str
+    task_id: str
+    task_version: str | None
+    operator_name: str | None
+    operator_version: str | None
+    candidate: str
+    status: str
+    device: str | None
+    suite_hash: str | None
+    environment_key: str | None
+    created_at: str | None
+    stable: int | None  # 1/0; None when nothing was timed
+    geomean_speedup: float | None
+    regression: str | None  # the regression verdict, when the attempt was judged against a baseline
+    path: str  # <task>/<attempt_id>, relative to the store
+    attempt_sha256: str
+    signed_by: str | None  # the key id its signature claims
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One timed bench case of an attempt (table `bench_cases`), recomputed from its raw samples."""
+
+    attempt_id: str
+    case_id: str
+    p50_us: float
+    p95_us: float
+    speedup: float
+    stable: int
+
+
+ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptRow))
+CASE_COLUMNS = tuple(f.name for f in fields(CaseRow))
 
 
 @dataclass
@@ -170,27 +198,43 @@ def _attempt_json_file(path: Path, rel: str) -> dict:
     try:
         if rel in ("correctness.json", "benchmark.json"):
             return read_record(path / rel)
-        return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel))
+        return read_versioned(path / rel, KNOWN_FILE_VERSIONS.get(rel), FILE_SCHEMAS.get(rel))
     except RecordUnusable as exc:
         if exc.reason == "schema":  # its hash matched: rewritten, and the file list fixed up
             raise _tampered(path, rel, str(exc)[len(exc.file) + 2 :]) from None
         raise AttemptInvalid(str(exc), "version" if exc.reason == "version" else None) from None
 
 
+@dataclass(frozen=True)
+class CheckedAttempt:
+    """An attempt that passed every check of the store (check_attempt): what every reader of an attempt
+    uses, so none re-reads its files or takes a figure from what the attempt says about itself."""
+
+    header: dict  # attempt.json, with `path`
+    files: dict[str, dict]  # its JSON files (KNOWN_JSON_FILES it lists), by name, as read and checked
+    row: AttemptRow  # the headline, recomputed from the per-case records
+    cases: tuple[CaseRow, ...]
+
+
 def read_checked_attempt(attempt_dir: Path) -> dict:
     """attempt.json of an attempt another record may rely on (a baseline is promoted from it, or rebuilt
-    from its sources): it passes every check the index applies (record_for_attempt), else AttemptInvalid."""
-    record_for_attempt(attempt_dir)
-    return read_attempt(Path(attempt_dir), verify=False)  # its files were just hashed
+    from its sources): it passes every check the index applies (check_attempt), else AttemptInvalid."""
+    return check_attempt(attempt_dir).header
 
 
-def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
-    """The index row and bench-case rows of one attempt; raises AttemptInvalid if it is not usable.
+def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ...]]:
+    """The index row and bench-case rows of one attempt (check_attempt); AttemptInvalid if it is not usable."""
+    checked = check_attempt(attempt_dir)
+    return checked.row, checked.cases
+
+
+def check_attempt(attempt_dir: Path) -> CheckedAttempt:
+    """One attempt, checked as the index checks it; raises AttemptInvalid if it is not usable.
 
     Reads the attempt through read_attempt, so every listed file's SHA-256 is checked first; then
     cross-checks the header's ids against the files they name and recomputes the headline (status,
-    stability, speedups, geometric mean) from the per-case records (`headline.derive`). The row holds
-    the recomputed values; any stored claim that differs from them is AttemptTampered.
+    stability, speedups, geometric mean) from the per-case records (`derive`). The row holds the
+    recomputed values; any stored claim that differs from them is AttemptTampered.
     """
     attempt_dir = Path(attempt_dir)
     header = read_attempt(attempt_dir)  # valid against its schema, then every listed size and SHA-256
@@ -208,39 +252,30 @@ def record_for_attempt(attempt_dir: Path) -> tuple[dict, list[dict]]:
         )
     head, files = derive(attempt_dir, header)
     _check_signature(attempt_dir, header)
-    row = {
-        "attempt_id": header["attempt_id"],
-        "task_id": header["task_id"],
-        "task_version": header["task_version"],
-        "operator_name": header["operator"]["name"],
-        "operator_version": header["operator"]["version"],
-        "candidate": header["candidate"],
-        "status": str(head.status),
-        "device": header.get("device"),
-        "suite_hash": header["suite_hash"],
-        "environment_key": header["environment_key"],
-        "created_at": header["created_at"],
-        "stable": None
-        if head.benchmark is None or head.benchmark["stable"] is None
-        else int(bool(head.benchmark["stable"])),
-        "geomean_speedup": None if head.benchmark is None else head.benchmark.get("geomean_speedup"),
-        "regression": (files.get("regression.json") or {}).get("verdict"),
-        "path": f"{attempt_dir.parent.name}/{attempt_dir.name}",
-        "attempt_sha256": sha256_file(attempt_dir / "attempt.json"),
-        "signed_by": signing.claimed_key_id(header),
-    }
-    cases = [
-        {
-            "attempt_id": row["attempt_id"],
-            "case_id": c.id,
-            "p50_us": c.p50_us,
-            "p95_us": c.p95_us,
-            "speedup": c.speedup,
-            "stable": int(c.stable),
-        }
-        for c in head.cases
-    ]
-    return row, cases
+    stable = None if head.benchmark is None else head.benchmark["stable"]
+    row = AttemptRow(
+        attempt_id=header["attempt_id"],
+        task_id=header["task_id"],
+        task_version=header["task_version"],
+        operator_name=header["operator"]["name"],
+        operator_version=header["operator"]["version"],
+        candidate=header["candidate"],
+        status=str(head.status),
+        device=header.get("device"),
+        suite_hash=header["suite_hash"],
+        environment_key=header["environment_key"],
+        created_at=header["created_at"],
+        stable=None if stable is None else int(bool(stable)),
+        geomean_speedup=None if head.benchmark is None else head.benchmark.get("geomean_speedup"),
+        regression=(files.get("regression.json") or {}).get("verdict"),
+        path=f"{attempt_dir.parent.name}/{attempt_dir.name}",
+        attempt_sha256=sha256_file(attempt_dir / "attempt.json"),
+        signed_by=signing.claimed_key_id(header),
+    )
+    cases = tuple(
+        CaseRow(row.attempt_id, c.id, c.p50_us, c.p95_us, c.speedup, int(c.stable)) for c in head.cases
+    )
+    return CheckedAttempt(header, files, row, cases)
 
 
 def _check_signature(attempt_dir: Path, header: dict) -> None:
@@ -416,10 +451,13 @@ def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
         )
 
 
-def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]:
+IndexRecord = tuple[AttemptRow, tuple[CaseRow, ...]]
+
+
+def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
     """Every valid attempt's rows, plus a Problem for everything else found under artifacts/."""
     artifacts = Path(artifacts)
-    records: list[tuple[dict, list[dict]]] = []
+    records: list[IndexRecord] = []
     problems: list[Problem] = []
     if not artifacts.is_dir():
         return records, problems
@@ -464,24 +502,26 @@ def scan(artifacts: Path) -> tuple[list[tuple[dict, list[dict]]], list[Problem]]
     return _drop_duplicates(records, problems)
 
 
-def _drop_duplicates(records: list, problems: list[Problem]) -> tuple[list, list[Problem]]:
+def _drop_duplicates(
+    records: list[IndexRecord], problems: list[Problem]
+) -> tuple[list[IndexRecord], list[Problem]]:
     """Attempt ids are unique: two directories claiming one id (a copy relabelled under another task)
     are both reported and neither is indexed, since nothing tells which one is the original."""
     where: dict[str, list[str]] = {}
     for row, _ in records:
-        where.setdefault(row["attempt_id"], []).append(row["path"])
+        where.setdefault(row.attempt_id, []).append(row.path)
     kept = []
     for row, cases in records:
-        paths = where[row["attempt_id"]]
+        paths = where[row.attempt_id]
         if len(paths) == 1:
             kept.append((row, cases))
             continue
-        others = ", ".join(p for p in paths if p != row["path"])
+        others = ", ".join(p for p in paths if p != row.path)
         problems.append(
             Problem(
-                row["path"],
+                row.path,
                 "tampered",
-                f"TAMPERED attempt.json: attempt_id {row['attempt_id']!r} "
+                f"TAMPERED attempt.json: attempt_id {row.attempt_id!r} "
                 f"is also claimed by {others}; attempt ids are unique, so one is a copy",
             )
         )
@@ -555,31 +595,31 @@ STAYS_OUT = (
 
 
 def apply_memory(
-    artifacts: Path, records: list, problems: list[Problem], memory: Memory
-) -> tuple[list, list[Problem], dict[str, TamperedRecord]]:
+    artifacts: Path, records: list[IndexRecord], problems: list[Problem], memory: Memory
+) -> tuple[list[IndexRecord], list[Problem], dict[str, TamperedRecord]]:
     """Hold a rebuild to what the old index knew: an attempt it found tampered stays out, an attempt
     whose attempt.json changed since it was indexed is tampered, and every tampered finding of this
     scan is remembered. Returns the records to index, the problems and the memory to keep."""
     tampered = dict(memory.tampered)
     kept = []
     for row, cases in records:
-        old = memory.indexed.get(row["path"])
-        if row["path"] in tampered:
-            t = tampered[row["path"]]
+        old = memory.indexed.get(row.path)
+        if row.path in tampered:
+            t = tampered[row.path]
             problems.append(
                 Problem(
-                    str(artifacts / row["path"]),
+                    str(artifacts / row.path),
                     "tampered",
                     f"{t.message} (found {t.first_seen}); {STAYS_OUT}",
                 )
             )
-        elif old is not None and old != row["attempt_sha256"]:
+        elif old is not None and old != row.attempt_sha256:
             msg = (
-                f"TAMPERED attempt.json: rewritten after it was indexed (SHA-256 {row['attempt_sha256']}, "
+                f"TAMPERED attempt.json: rewritten after it was indexed (SHA-256 {row.attempt_sha256}, "
                 f"the index recorded {old}); attempts are sealed and never rewritten"
             )
-            tampered[row["path"]] = TamperedRecord(row["path"], row["attempt_sha256"], _now(), msg)
-            problems.append(Problem(str(artifacts / row["path"]), "tampered", f"{msg}; {STAYS_OUT}"))
+            tampered[row.path] = TamperedRecord(row.path, row.attempt_sha256, _now(), msg)
+            problems.append(Problem(str(artifacts / row.path), "tampered", f"{msg}; {STAYS_OUT}"))
         else:
             kept.append((row, cases))
     for p in problems:
@@ -654,17 +694,17 @@ def _connect(db: Path, read_only: bool = False) -> sqlite3.Connection:
     return con
 
 
-def _insert(con: sqlite3.Connection, row: dict, cases: list[dict]) -> None:
-    con.execute("DELETE FROM bench_cases WHERE attempt_id=?", (row["attempt_id"],))
+def _insert(con: sqlite3.Connection, row: AttemptRow, cases: tuple[CaseRow, ...]) -> None:
+    con.execute("DELETE FROM bench_cases WHERE attempt_id=?", (row.attempt_id,))
     con.execute(
         f"INSERT OR REPLACE INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})",
-        [row[c] for c in ATTEMPT_COLUMNS],
+        astuple(row),
     )
     con.executemany(
         f"INSERT OR REPLACE INTO bench_cases ({', '.join(CASE_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(CASE_COLUMNS))})",
-        [[c[k] for k in CASE_COLUMNS] for c in cases],
+        [astuple(c) for c in cases],
     )
 
 
@@ -790,21 +830,23 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
     return []
 
 
-def _refuse_remembered(con: sqlite3.Connection, artifacts: Path, row: dict) -> None:
+def _refuse_remembered(con: sqlite3.Connection, artifacts: Path, row: AttemptRow) -> None:
     """An update never brings back an attempt the index found tampered, nor replaces the record of an
     indexed attempt with a rewritten one."""
-    hit = con.execute("SELECT message FROM tampered WHERE path=?", (row["path"],)).fetchone()
-    old = con.execute("SELECT attempt_sha256 FROM attempts WHERE path=?", (row["path"],)).fetchone()
-    if hit is None and (old is None or old[0] == row["attempt_sha256"]):
+    hit = con.execute("SELECT message FROM tampered WHERE path=?", (row.path,)).fetchone()
+    old = con.execute("SELECT attempt_sha256 FROM attempts WHERE path=?", (row.path,)).fetchone()
+    if hit is None and (old is None or old[0] == row.attempt_sha256):
         return
     why = hit[0] if hit else "attempt.json rewritten after it was indexed"
-    raise AttemptTampered(f"{artifacts / row['path']}: {why}; {STAYS_OUT}")
+    raise AttemptTampered(f"{artifacts / row.path}: {why}; {STAYS_OUT}")
 
 
 def read_index(
     artifacts: Path, where: str = "", params: tuple = ()
-) -> tuple[list[dict], dict[str, list[dict]]]:
-    """Attempt rows (optionally filtered by an SQL `where` over `attempts`) and their bench cases, by attempt id."""
+) -> tuple[list[AttemptRow], dict[str, tuple[CaseRow, ...]]]:
+    """Attempt rows (optionally filtered by an SQL `where` over `attempts`) and their bench cases, by
+    attempt id. Values are as the file holds them: an index edited by hand may hold anything, and the
+    leaderboard re-derives every row it shows (leaderboard.checked_row)."""
     db = index_path(artifacts)
     read_only = store_read_only(artifacts)
     # a read-only store gets no lock (it cannot be created there; nobody of ours can write there either)
@@ -820,22 +862,22 @@ def read_index(
                     + rebuild_hint(artifacts)
                 )
             rows = [
-                dict(r)
+                AttemptRow(*(r[c] for c in ATTEMPT_COLUMNS))
                 for r in con.execute(
                     f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
                     "ORDER BY task_id, candidate, created_at, attempt_id",
                     params,
                 )
             ]
-            cases: dict[str, list[dict]] = {}
+            cases: dict[str, list[CaseRow]] = {}
             for r in con.execute("SELECT * FROM bench_cases ORDER BY attempt_id, case_id"):
-                cases.setdefault(r["attempt_id"], []).append(dict(r))
+                cases.setdefault(r["attempt_id"], []).append(CaseRow(*(r[c] for c in CASE_COLUMNS)))
         except sqlite3.DatabaseError as exc:
             raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
         finally:
             con.close()
     return rows, {
-        r["attempt_id"]: cases.get(r["attempt_id"], []) for r in rows if isinstance(r["attempt_id"], str)
+        r.attempt_id: tuple(cases.get(r.attempt_id, ())) for r in rows if isinstance(r.attempt_id, str)
     }
 
 
@@ -857,10 +899,4 @@ def read_tampered(artifacts: Path) -> list[TamperedRecord]:
 def snapshot(artifacts: Path) -> dict[str, tuple]:
     """The index content as comparable plain data: attempt id -> (row values, bench-case values)."""
     rows, cases = read_index(artifacts)
-    return {
-        r["attempt_id"]: (
-            tuple(r[c] for c in ATTEMPT_COLUMNS),
-            tuple(tuple(c[k] for k in CASE_COLUMNS) for c in cases[r["attempt_id"]]),
-        )
-        for r in rows
-    }
+    return {r.attempt_id: (astuple(r), tuple(astuple(c) for c in cases[r.attempt_id])) for r in rows}

@@ -34,7 +34,7 @@ from mini_kv.worker import integrity
 from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
-from mini_kv.worker.remote import SpotCheck, poison_before, refresh, workload_of
+from mini_kv.worker.remote import SpotCheck, census_next, kernels_record, poison_before, refresh, workload_of
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -48,6 +48,7 @@ from mini_kv.worker.timing import (
     measure_until,
     method_chain,
     repeat_target,
+    sample_floor,
     stopping_rule,
     warm_up,
 )
@@ -138,6 +139,8 @@ class Job:
     fmt: object
     guard: object
     budget: RoundBudget = field(default_factory=lambda: RoundBudget(None, "cpu"))
+    own_kernels: bool = False  # --require-own-kernels: library compute in a case's census is a violation
+    kernels: dict | None = None  # the census of the current case's first call (remote.kernels_record)
 
     @classmethod
     def local(cls, fmt, budget_s: float | None = None) -> Job:
@@ -244,7 +247,11 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
     pristine = clone_args(args)
     if r % 2 == 0:
         poison_before(fmt.candidate, _nbytes(args), fmt.device)
+        if r == 0:
+            census_next(fmt.candidate)  # whose ops and kernels the case's first call runs
         outs = call(job, case, args, "the call before the reference")
+        if r == 0:
+            _own_kernels(job)
         refs = fmt.expected(case, pristine)
     else:
         refs = fmt.expected(case, args)
@@ -275,6 +282,14 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
             "an earlier call's output changed after it returned (written by a later call or by work left running)",
         )
     return _Round(pristine, outs, refs, [o.detach().clone() for o in outs], checked)
+
+
+def _own_kernels(job: Job) -> None:
+    """The case's census (job.kernels, for its record); under --require-own-kernels, library compute in
+    it is LIBRARY_DELEGATION (integrity.check_own_kernels)."""
+    job.kernels = kernels_record(job.fmt.candidate)
+    if job.own_kernels and job.kernels is not None:
+        integrity.check_own_kernels(job.kernels)
 
 
 def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, prev: _Round | None) -> None:
@@ -419,20 +434,26 @@ def timed(fn):
 
 @dataclass(frozen=True)
 class Budget:
-    """What a case's measurements may spend: `left_s`, and `cost`, each side's seconds per call."""
+    """What a case's measurements may spend: `left_s`, `cost` (each side's seconds per call) and
+    `floor_samples` (the samples a measurement takes whatever is left)."""
 
     left_s: float
     cost: dict
+    floor_samples: int = 1
 
 
-def timing_budget(budget_s: float | None, started: float, warm: dict, n_sets: int, round_s) -> Budget:
+def timing_budget(
+    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s, settings: dict | None = None
+) -> Budget:
     """The budget left since `started` (before the warm-up) less what the post-timing check will cost
     (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
-    case's sampling spent the whole budget and the check pushed it past), and the warm-up's seconds per
-    call of each side (what one sample costs)."""
+    case's sampling spent the whole budget and the check pushed it past), the warm-up's seconds per call
+    of each side (what one sample costs), and the samples a measurement takes whatever is left
+    (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
     cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
-    return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost)
+    floor = sample_floor(settings or {}, budget_s, cost["reference"])
+    return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
 
 class SampledRepeats:
@@ -445,6 +466,7 @@ class SampledRepeats:
         self.share = max(0.0, budget.left_s) / (2 * self.count)
         self.deadline = time.perf_counter() + budget.left_s
         self.cost = budget.cost
+        self.floor = budget.floor_samples
         self.samples: dict[str, list] = {"candidate": [], "reference": []}
         self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
         self.kernel_us: dict[str, list] = {"candidate": [], "reference": []}
@@ -500,6 +522,7 @@ def _repeats(
                     launches,
                     plan.cost.get(who),
                     measure_fn=measure,
+                    floor=plan.floor,
                 )
             )
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
@@ -559,8 +582,19 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
     warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
     cost = warm["seconds_per_call"]
     if budget_s and None not in cost and sum(cost) > budget_s:
-        why = f"too large for {device} within the timing budget: one call of each side took {sum(cost):.3g} s"
-        raise Failure(Failure.SKIPPED, f"{why}, over {limit}", stats={"warmup": warm})
+        why = f"one call of each side took {sum(cost):.3g} s, over {limit}"
+        if 2 * cost[1] <= budget_s:
+            # the reference fits: the candidate is what is slow, which a candidate that sleeps through its
+            # warm-up calls can claim at will. A skip is neutral (the attempt passes on the rest), so it is
+            # decided by the reference's call alone, measured here; the candidate's slowness is a failure.
+            raise Failure(
+                Failure.TIMING,
+                f"the candidate is too slow to time within the budget: {why} (the reference's: {cost[1]:.3g} s)",
+                stats={"warmup": warm},
+            )
+        raise Failure(
+            Failure.SKIPPED, f"too large for {device} within the timing budget: {why}", stats={"warmup": warm}
+        )
     return warm
 
 
@@ -590,7 +624,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     chain = method_chain(settings["method"], fmt.device)
     method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
     job.guard.check("before timing")
-    budget = timing_budget(budget_s, t0, warm, len(sets), round_s)
+    budget = timing_budget(budget_s, t0, warm, len(sets), round_s, settings)
     lap("checks")
     plan = _repeats(
         {"candidate": cand, "reference": ref}, method, settings, job, flush, launches, budget, first

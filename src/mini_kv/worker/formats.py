@@ -6,8 +6,8 @@ output reader and the comparison rule. Each kind registers its steps (EVALUATORS
 worker.child.run_job runs, over which of the job's lists, sending which event): a card's correctness
 cases, contract checks and bench cases; a SOL problem's workloads (correctness rounds, then timing).
 The kinds differ only in what they load and in the records they send: a Failure of the engine's becomes
-the door's own status here (a card's INCORRECT with an integrity code, SOL's REWARD_HACK with the code
-first in its log).
+the door's own record here; a violation has its code's one status in both (status.VIOLATIONS: a card's
+record with an integrity code, SOL's trace with the code first in its log).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from mini_kv import roofline
 from mini_kv.settings import DEFAULTS
-from mini_kv.status import Status
+from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
 from mini_kv.worker.compare import compare, compare_matched, tensor_errors
 from mini_kv.worker.engine import Checked, Failure
@@ -160,7 +160,7 @@ class CardEvaluator:
 
     def __init__(self, job, chan, fmt: CardFormat, guard):
         self.job, self.chan, self.fmt = job, chan, fmt
-        self.engine = engine.Job(fmt, guard)
+        self.engine = engine.Job(fmt, guard, own_kernels=bool(job.benchmark.get("require_own_kernels")))
 
     @classmethod
     def load(cls, job, chan, subject) -> CardEvaluator | None:
@@ -225,7 +225,7 @@ class CardEvaluator:
                 "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
             )
         except Violation as v:
-            record = {"status": Status.FAILED, "integrity": v.code, "reason": str(v)}
+            record = {"status": v.status, "integrity": v.code, "reason": str(v)}
         except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
             record = {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
         else:
@@ -251,9 +251,14 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
     except Failure as f:
         if f.kind == Failure.SKIPPED:
             return {"id": c.id, "status": Status.SKIPPED, "reason": f.message, **(f.stats or {})}
-        code = f.code if f.kind == Failure.VIOLATION else None
-        why = f"{f.code}: {f.message}" if code else f.message
-        return {"id": c.id, "status": Status.BENCHMARK_ERROR, "integrity": code, "reason": why}
+        if f.kind == Failure.VIOLATION:
+            return {
+                "id": c.id,
+                "status": violation_status(f.code),
+                "integrity": f.code,
+                "reason": f"{f.code}: {f.message}",
+            }
+        return {"id": c.id, "status": Status.BENCHMARK_ERROR, "integrity": None, "reason": f.message}
     names = roofline.case_names(c.params, t.itemsize, t.numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(t.set_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
@@ -287,6 +292,7 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
         if on_inputs is not None:
             on_inputs()
 
+    ej.kernels = None
     try:
         if c.kind == "illegal":
             args = ej.fmt.inputs(c, seed)
@@ -294,9 +300,10 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
             return {**record, **_run_illegal(ej, args)}
         passed = engine.correctness(ej, c, CARD_ROUNDS, made)
     except Failure as f:
-        return {**record, **_card_failure(f)}
+        return {**record, **_card_failure(f), **_census(ej)}
     return {
         **record,
+        **_census(ej),
         **(passed.stats or {}),
         "reference_error": passed.reference_error,
         "status": Status.PASSED,
@@ -304,10 +311,15 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
     }
 
 
+def _census(ej: engine.Job) -> dict:
+    """The case's census for its record (whose compute its first call ran), where one was taken."""
+    return {"kernels": ej.kernels} if ej.kernels is not None else {}
+
+
 def _card_failure(f: Failure) -> dict:
     """A card's correctness record fields for a Failure of the engine's."""
     if f.kind == Failure.VIOLATION:
-        return {"status": Status.INCORRECT, "integrity": f.code, "reason": f"{f.code}: {f.message}"}
+        return {"status": violation_status(f.code), "integrity": f.code, "reason": f"{f.code}: {f.message}"}
     if f.kind == Failure.WRONG:
         return {**(f.stats or {}), "status": Status.INCORRECT, "reason": f.message}
     if f.kind == Failure.RAISED:
@@ -332,7 +344,7 @@ def _run_illegal(ej: engine.Job, args: list) -> dict:
                 "raised": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             }
     except Violation as v:
-        return {"status": Status.INCORRECT, "integrity": v.code, "reason": str(v)}
+        return {"status": v.status, "integrity": v.code, "reason": str(v)}
     return {"status": Status.INCORRECT, "reason": "the op accepted illegal input instead of raising an error"}
 
 
@@ -491,10 +503,12 @@ _SOL_WRONG = {
 def _sol_failure(f: Failure) -> tuple[str, str]:
     """(status, log) of a SOL trace for a Failure of the engine's."""
     if f.kind == Failure.VIOLATION:
-        return Status.REWARD_HACK, reward_hack_log(f.code, f.message)
+        return violation_status(f.code), reward_hack_log(f.code, f.message)
     if f.kind == Failure.WRONG:
         if f.code == "type":
-            return Status.REWARD_HACK, reward_hack_log("OUTPUT_NOT_PLAIN_TENSOR", f.message)
+            return violation_status("OUTPUT_NOT_PLAIN_TENSOR"), reward_hack_log(
+                "OUTPUT_NOT_PLAIN_TENSOR", f.message
+            )
         return _SOL_WRONG.get(f.code, Status.INCORRECT_NUMERICAL), f.message
     if f.kind == Failure.RAISED:
         return Status.RUNTIME_ERROR, f"solution raised {f.message}\n{f.tb}"
@@ -540,7 +554,12 @@ class SolEvaluator:
 
     def __init__(self, job, chan, fmt: SolFormat, guard):
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
-        self.engine = engine.Job(fmt, guard, engine.RoundBudget(job.settings.get("budget_s"), job.device))
+        self.engine = engine.Job(
+            fmt,
+            guard,
+            engine.RoundBudget(job.settings.get("budget_s"), job.device),
+            own_kernels=bool(job.settings.get("require_own_kernels")),
+        )
 
     @classmethod
     def load(cls, job, chan, subject) -> SolEvaluator | None:
@@ -605,6 +624,7 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
     }
     settings = ev.settings
     t0 = time.perf_counter()
+    ev.engine.kernels = None
     try:
         passed = engine.correctness(ev.engine, case, int(settings["rounds"]))
         record["correctness"] = correctness_block(passed.stats)
@@ -633,6 +653,8 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
             phase_s["correctness"] = spent
         elif "timing" not in phase_s:
             phase_s["timing"] = spent - phase_s["correctness"]
+    if ev.engine.kernels is not None:  # whose compute its first call ran (integrity.kernel_census)
+        record["kernels"] = ev.engine.kernels
     record["finished_at"] = dt.datetime.now().isoformat()
     return record
 
@@ -657,7 +679,8 @@ def _sol_load_failed(reply: dict, sol: dict) -> tuple[str, str] | None:
         return None
     if isinstance(reply.get("violation"), dict):
         v = reply["violation"]
-        return Status.REWARD_HACK, reward_hack_log(str(v.get("code")), str(v.get("message")))
+        code = str(v.get("code"))
+        return violation_status(code), reward_hack_log(code, str(v.get("message")))
     if reply.get("missing_entry"):
         return (
             Status.COMPILE_ERROR,

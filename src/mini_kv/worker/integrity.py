@@ -10,6 +10,7 @@ docs/integrity.md has the threat model and the cost of each check.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -17,6 +18,7 @@ import hmac
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -25,36 +27,11 @@ from pathlib import Path
 
 import torch
 
+from mini_kv.status import VIOLATIONS, violation_status
 from mini_kv.worker.compare import fp64_chunks, raw_bytes
 
-# reason code -> what it means (the text appears in docs/integrity.md as well)
-CODES = {
-    "HARNESS_TAMPERED": "a function the verdict or the timer depends on was replaced, or the process "
-    "state the harness set (environment, thread settings, trace hooks, files) changed",
-    "PRECISION_FLAGS_CHANGED": "a torch.backends precision switch (TF32, reduced-precision reductions, "
-    "float32 matmul precision) changed",
-    "STREAM_SWITCHED": "the current CUDA stream is not the one the harness set",
-    "STREAM_ESCAPE": "the output was not ready on the caller's stream when the call returned: work on "
-    "another stream not joined back",
-    "THREAD_ESCAPE": "work left running after the call returned (a new thread, or an output that "
-    "completed after the call without another call)",
-    "DEFERRED_WORK": "the output was completed by a later call",
-    "OUTPUT_NOT_PLAIN_TENSOR": "the output is not exactly a torch.Tensor with real, dense storage",
-    "OUTPUT_ALIASES_INPUT": "the output shares memory with an input",
-    "OUTPUT_ALIASES_REFERENCE": "the output shares memory with the reference's output",
-    "INPUT_MUTATED": "the call changed its inputs",
-    "CALL_ORDER_DEPENDENT": "right or wrong depending on when it is called (before or after the reference, "
-    "or how many calls came before)",
-    "REPLAYED_RESULT": "the output was not computed from this call's inputs (a cached or earlier result)",
-    "DEGENERATE_OUTPUT": "an all-zero, constant or near-zero output that passes the tolerance only because "
-    "the reference's values are small",
-    "STALE_OUTPUT_AFTER_TIMING": "a timed call's output wrong when the judge checked it, or wrong after the "
-    "timed calls, or on new values written into the same buffers",
-    "NO_DEVICE_WORK": "timed calls launched no device work at all",
-    "FORGED_RESULT_CHANNEL": "unsigned data on the worker's result channel, or an answer from the subject "
-    "process out of turn or out of protocol",
-    "IMPOSSIBLE_TIME": "timings the subject reported that the judge's own clock around them rules out",
-}
+# reason code -> what it means; the codes, their statuses and meanings are mini_kv.status.VIOLATIONS
+CODES = {code: v.meaning for code, v in VIOLATIONS.items()}
 
 
 class Violation(Exception):
@@ -64,6 +41,11 @@ class Violation(Exception):
         assert code in CODES, code
         super().__init__(f"{code}: {message}")
         self.code, self.message = code, message
+
+    @property
+    def status(self):
+        """The verdict for it, the same in both front doors (status.VIOLATIONS)."""
+        return violation_status(self.code)
 
 
 # ------------------------------------------------------------------------------ harness snapshot
@@ -269,6 +251,7 @@ class Guard:
     def __init__(self, snap: dict):
         self.snap = snap
         self.calls = 0
+        self.hold = StreamHold()
 
     def check(self, when: str) -> None:
         bad = violations(self.snap)
@@ -281,24 +264,35 @@ class Guard:
         when the call returned, the harness intact. `outputs` (DPS) are the buffers written."""
         cuda = torch.device(device).type == "cuda"
         before = os_threads()
+        if cuda:
+            self.hold.start()
+        t0 = time.perf_counter()
         out = fn(*args)
+        host_s = time.perf_counter() - t0
         self.calls += 1
         # A library may start a worker pool on its first call (a JIT compiler, a runtime); a thread
         # per call, or one that still holds work, shows on a later call or in the output re-read.
         new = foreign_threads(os_threads() - before) if self.calls > 1 else set()
-        early = []
+        early, held = [], []
         if cuda:
+            written = cuda_tensors([out, *outputs])
+            held = self.hold.snapshot(written, host_s)
             # copies queued on the caller's stream before any sync: what a caller that trusts stream
             # order reads. Work left on an unjoined side stream has not landed in them yet.
-            for t in [out, *outputs] if not isinstance(out, (tuple, list)) else [*out, *outputs]:
-                if type(t) is torch.Tensor and t.is_cuda and t.numel():
-                    early.append((t, t.clone()))
+            early = [(t, t.clone()) for t in written]
             torch.cuda.synchronize()
         self.check(f"after {when}")
         if new:
             raise Violation(
                 "THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned"
             )
+        for t, copy in held:
+            if same_bytes(t, copy):
+                raise Violation(
+                    "STREAM_ESCAPE",
+                    f"{when}: the output was written while the caller's stream was still held before the "
+                    "call: by work on a stream not made to wait for the caller's",
+                )
         for t, copy in early:
             if not same_bytes(t, copy):
                 raise Violation(
@@ -307,6 +301,72 @@ class Guard:
                     "the caller's stream was not made to wait for",
                 )
         return out
+
+
+def cuda_tensors(value) -> list[torch.Tensor]:
+    """The non-empty plain CUDA tensors in `value` (nested tuples, lists, dicts): what a call wrote."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif type(v) is torch.Tensor and v.is_cuda and v.numel():
+            out.append(v)
+    return out
+
+
+class StreamHold:
+    """Stream order whatever the size of the work. Before a checked CUDA call the caller's stream is held
+    by a spin kernel; when the call returns, each output is copied on a stream of the harness's own that
+    does not wait for it. If the hold was still on when those copies ended (an event after the spin says
+    so), no work ordered after the caller's stream can have run yet: an output that already holds its
+    final bytes was written by work on a stream that did not wait for the caller's (the cheat that made
+    STREAM_ESCAPE depend on size: small side-stream work finished before the caller's copy of it ran).
+    Where the hold ended first (the call synchronised, or its host side outlasted the spin) the check
+    is skipped; each hold lasts three times the last call's host side, within [MIN_S, MAX_S]. Freed blocks of the last outputs' sizes are
+    filled first, so a new output does not start out holding an earlier call's bytes."""
+
+    MIN_S, MAX_S = 0.001, 0.02
+    CLOCK_HZ = 2.0e9  # the spin's cycles per second (a slower clock only holds longer)
+
+    def __init__(self):
+        self.seconds = self.MIN_S
+        self.sizes: list[int] = []
+        self.ended = None
+        self.stream = None
+        self.skipped = 0  # checks skipped because the hold had ended (docs: what it cannot see)
+
+    def start(self) -> None:
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            self.ended = None
+            return
+        poison(self.sizes, "cuda")
+        sleep(int(self.seconds * self.CLOCK_HZ))
+        self.ended = torch.cuda.Event()
+        self.ended.record()
+
+    def snapshot(self, tensors: list[torch.Tensor], host_s: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(output, its copy taken while the hold was on) for each output; [] when that cannot be said."""
+        ended, self.ended = self.ended, None
+        self.sizes = [t.numel() * t.element_size() for t in tensors]
+        # the next hold outlasts this call's host side three times over (a one-off JIT build is forgotten)
+        self.seconds = min(self.MAX_S, max(self.MIN_S, 3 * host_s))
+        if ended is None or not tensors:
+            return []
+        if self.stream is None:
+            self.stream = torch.cuda.Stream()
+        with torch.cuda.stream(self.stream):
+            copies = [(t, t.clone()) for t in tensors]
+            done = torch.cuda.Event()
+            done.record()
+        done.synchronize()
+        if ended.query():  # the hold ended before the copies did: they may hold ordered work's bytes
+            self.skipped += 1
+            return []
+        return copies
 
 
 # CUDA driver and profiler threads start lazily (first launch on a device, first profiler session)
@@ -508,12 +568,108 @@ def rewrite_in_place(targets, sources) -> None:
                 t.data.copy_(s)
 
 
+PERTURB_SHARE = 1 / 32  # of one input's elements, rewritten before a spot-checked batch
+
+
+def perturb_in_place(targets, spares, rng) -> bool:
+    """Rewrite one contiguous block (PERTURB_SHARE of its elements, at a random place) of one floating-point
+    input, chosen at random by size, with the spare values there; in place as rewrite_in_place writes, so
+    address, shape, id and version counter stay. The rest of the values stay too: a result cache keyed on
+    the shape and a sample of the values (not the whole content) hits on the old key and hands back the
+    old result, which the spot check then finds wrong in more than the tolerance's share of elements.
+    Integer inputs (indices, offsets, lengths) are left whole: a mix of two valid ones may be invalid.
+    False when there is no floating-point input to rewrite so."""
+    pairs = [
+        (t, s)
+        for t, s in zip(targets, spares, strict=True)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()
+    ]
+    if not pairs:
+        return False
+    t, s = rng.choices(pairs, weights=[t.numel() for t, _ in pairs])[0]
+    n = t.numel()
+    size = min(n, max(1, int(n * PERTURB_SHARE) + 1))
+    start = rng.randrange(n - size + 1)
+    with torch.no_grad():
+        t.data.view(-1)[start : start + size].copy_(s.reshape(-1)[start : start + size])
+    return True
+
+
 def poison(sizes, device) -> None:
     """Fill freed blocks of the likely output sizes with NaN (0xFF bytes), so an output that is
     allocated and not written (handed back from a freed buffer) does not hold stale right values."""
     for nbytes in sizes:
         if nbytes > 0:
             torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=device)  # allocated, filled, freed
+
+
+# ------------------------------------------------------------------------------ whose kernels ran
+
+# aten ops that move, shape, allocate or fill memory and compute nothing: a candidate with kernels of its
+# own still calls them (an output allocated with torch.empty, a view, a copy into a DPS output)
+STRUCTURAL_OPS = frozenset(
+    (
+        "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full "
+        "full_like new_zeros new_ones new_full zero_ fill_ copy_ clone contiguous to _to_copy detach detach_ "
+        "lift_fresh alias view _unsafe_view reshape _reshape_alias as_strided expand expand_as permute "
+        "transpose t unsqueeze squeeze flatten unflatten select slice narrow split split_with_sizes chunk "
+        "unbind resize_ set_ item _local_scalar_dense resolve_conj resolve_neg is_nonzero size stride numel view_as _has_compatible_"
+        "shallow_copy_type record_stream"
+    ).split()
+)
+# CUDA kernels of the libraries torch brings (aten's own, cuBLAS/cuBLASLt, cuDNN, CUB, Thrust): names as
+# CUPTI records them. A candidate's Triton, CUDA or CUTLASS kernel has a name of its own.
+LIBRARY_KERNEL = re.compile(
+    r"at::|^void (cub|thrust|cudnn)|cublas|cudnn|_xmma_|^sm\d+_|^(ampere|volta|turing|hopper)_|^nvjet_"
+    r"|gemv2?[NT]?_kernel|gemmSN|splitKreduce|^cutlass_\d+_(tensorop|wmma|simt)_"
+)
+_NOT_COMPUTE = re.compile(r"^Memcpy|^Memset|^cuda|^cu[A-Z]")  # copies, fills and runtime calls
+
+
+@contextlib.contextmanager
+def kernel_census(device: str):
+    """Record what ran inside the block: `ops` (operator name -> count, as torch's dispatcher reports them to
+    its profiler; aten's own are `aten::...`, a custom op's `<namespace>::<op>`) and, on CUDA, `kernels`
+    (device kernel name -> count, from CUPTI). The dict yielded is filled when the block ends."""
+    from torch.autograd.profiler import profile
+
+    census: dict[str, dict[str, int]] = {"ops": {}, "kernels": {}}
+    cuda = torch.device(device).type == "cuda"
+    prof = profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True)
+    with prof:
+        yield census
+        if cuda:
+            torch.cuda.synchronize()
+    for ev in prof.kineto_results.events():
+        on_device = cuda and ev.device_type() == torch.autograd.DeviceType.CUDA
+        name = ev.name()
+        if on_device and not _NOT_COMPUTE.match(name):
+            census["kernels"][name] = census["kernels"].get(name, 0) + 1
+        elif not on_device and "::" in name and not name.startswith(("mini_kv::", "cuda")):
+            census["ops"][name] = census["ops"].get(name, 0) + 1
+
+
+def library_work(census: dict) -> list[str]:
+    """The compute the candidate's call left to libraries: aten ops that are not STRUCTURAL_OPS, and CUDA
+    kernels whose names are the libraries' (LIBRARY_KERNEL)."""
+    ops = [
+        n
+        for n in census.get("ops", {})
+        if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS
+    ]
+    return sorted(ops) + sorted(k for k in census.get("kernels", {}) if LIBRARY_KERNEL.search(k))
+
+
+def check_own_kernels(census: dict) -> None:
+    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's."""
+    found = library_work(census)
+    if found:
+        shown = ", ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else "")
+        raise Violation(
+            "LIBRARY_DELEGATION",
+            f"the candidate's call ran library compute ({shown}); --require-own-kernels accepts only "
+            "kernels of its own beside allocation, views and copies",
+        )
 
 
 # ------------------------------------------------------------------------------ parent side

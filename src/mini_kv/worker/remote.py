@@ -30,7 +30,15 @@ from dataclasses import dataclass
 import torch
 
 from mini_kv.worker import shared
-from mini_kv.worker.integrity import CODES, SUBJECT_VIEWS, SubjectView, Violation, rewrite_in_place
+from mini_kv.worker.integrity import (
+    CODES,
+    SUBJECT_VIEWS,
+    SubjectView,
+    Violation,
+    library_work,
+    perturb_in_place,
+    rewrite_in_place,
+)
 from mini_kv.worker.integrity import poison as integrity_poison
 from mini_kv.worker.link import Link, LinkClosed, LinkError
 from mini_kv.worker.timing import (
@@ -50,7 +58,9 @@ CLOCK_SLACK_S = 0.002
 # small, so most of the batch's time must be in them. What is left unexplained beyond this share of
 # the batch and this much per sample is time the samples do not own up to: an impossible claim.
 WALL_UNEXPLAINED_SHARE = 0.5
-WALL_GAP_PER_SAMPLE_S = 50e-6
+WALL_GAP_PER_SAMPLE_S = (
+    100e-6  # the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
+)
 WALL_GAP_FIXED_S = 0.02
 
 
@@ -268,6 +278,8 @@ class RemoteOp:
     def __init__(self, subject: Subject, target: str):
         self.subject, self.target = subject, target
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
+        self.census: dict | None = None  # what the last census call ran (census_next, census_of)
+        self._census_next = False
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -277,9 +289,12 @@ class RemoteOp:
         encoded = [self.subject.encode(a) for a in args]
         where = [next(i for i, a in enumerate(args) if a is o) for o in outputs]
         poison, self.poison = self.poison, []
+        census, self._census_next = self._census_next, False
         reply = self.subject.ask(
-            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison
+            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison, census=census
         )
+        if census:
+            self.census = _census(reply.get("census"))
         return self.subject.decode(reply.get("out"))
 
     def refresh(self) -> None:
@@ -324,6 +339,7 @@ class RemoteWorkload(Workload):
         super().__init__([None] * len(sets))
         self.subject, self.id, self.sets, self.spot = op.subject, next(self._ids), sets, spot
         self.pos = 0  # the subject's place in the rotation after the last batch (its claim)
+        self._batches, self._kept = 0, []
         encoded = [[self.subject.encode(a) for a in s] for s in sets]
         self.subject.ask("workload", id=self.id, target=op.target, sets=encoded)
 
@@ -366,21 +382,29 @@ class RemoteWorkload(Workload):
 
     def _arm(self, samples: int) -> int:
         """Before a batch: choose at random one of the input sets it will call (every batch calls at
-        least `samples` calls, from where the rotation stands), give it the spare values and poison
-        its destination-passing outputs, so that only work done in this batch can pass the check."""
+        least `samples` calls, from where the rotation stands), give it new values and poison its
+        destination-passing outputs, so that only work done in this batch can pass the check. The new
+        values alternate between two kinds, the first batch taking the second: every element the spare's (a result kept for the old
+        address, id, shape or version counter is wrong), and one block of the set's own values changed
+        (integrity.perturb_in_place: a result kept for the old shape and a sample of the values is)."""
         k = (self.pos + random.randrange(min(samples, len(self.sets)))) % len(self.sets)
-        self._swap(k)
+        self._swap(k, partial=self._batches % 2 == 0)
+        self._batches += 1
         for i in self.spot.outputs:
             _poison(self.sets[k][i])
         return k
 
-    def _swap(self, k: int) -> None:
-        """Exchange set k's input values with the spare ones, in place (rewrite_in_place)."""
-        inputs = [i for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
-        theirs = [self.sets[k][i] for i in inputs]
-        mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
-        rewrite_in_place(theirs, [self.spot.spare[j] for j in range(len(inputs))])
-        rewrite_in_place([self.spot.spare[j] for j in range(len(inputs))], mine)
+    def _swap(self, k: int, partial: bool = False) -> None:
+        """Set k's input values replaced, in place (rewrite_in_place), the old ones kept to put back."""
+        theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
+        self._kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in theirs]
+        if not (partial and perturb_in_place(theirs, self.spot.spare[: len(theirs)], random)):
+            rewrite_in_place(theirs, self.spot.spare[: len(theirs)])  # every element (or no float input)
+
+    def _restore(self, k: int) -> None:
+        theirs = [a for i, a in enumerate(self.sets[k]) if i not in self.spot.outputs]
+        rewrite_in_place(theirs, self._kept)
+        self._kept = []
 
     def _spot_check(self, k: int) -> None:
         """After the batch: the outputs of its last call on set k, judged here; then set k's own
@@ -399,7 +423,7 @@ class RemoteWorkload(Workload):
                 f"a timed call on input set {k}, checked after timing its batch, with new values in its "
                 f"input buffers: {why} (right when checked, wrong when timed: it skipped work or replayed a result)",
             )
-        self._swap(k)
+        self._restore(k)
 
 
 def _poison(t) -> None:
@@ -451,6 +475,35 @@ def poison_before(op, sizes: list[int], device: str) -> None:
         op.poison = list(sizes)
     else:
         integrity_poison(sizes, device)
+
+
+def _census(value) -> dict:
+    """The subject's census (its claim: name -> count of ops and kernels), kept to its expected shape."""
+    value = value if isinstance(value, dict) else {}
+    return {
+        part: {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
+        for part in ("ops", "kernels")
+        if isinstance(value.get(part), dict)
+    }
+
+
+def census_next(op) -> None:
+    """Take a census of the ops and kernels the candidate's next call runs (integrity.kernel_census); a
+    no-op in-process."""
+    if isinstance(op, RemoteOp):
+        op._census_next = True
+
+
+def census_of(op) -> dict | None:
+    """The census taken since census_next, or None (in-process, or none taken)."""
+    return op.census if isinstance(op, RemoteOp) else None
+
+
+def kernels_record(op) -> dict | None:
+    """What a record says of the census since census_next: {ops, kernels, library} (library: the compute
+    left to libraries, integrity.library_work), or None without one."""
+    census = census_of(op)
+    return None if census is None else {**census, "library": library_work(census)}
 
 
 def refresh(op) -> None:

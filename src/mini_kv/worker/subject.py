@@ -22,7 +22,7 @@ import torch
 from mini_kv.worker import integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
-from mini_kv.worker.timing import L2Flusher, Workload, measure
+from mini_kv.worker.timing import DeferredWorkError, L2Flusher, Workload, measure
 
 OWN_IDS = -1  # buffers the subject makes (returned outputs) count down from here; the judge's count up
 
@@ -112,11 +112,16 @@ class Subject:
         integrity.poison(
             [int(n) for n in msg.get("poison", [])], self.device
         )  # freed blocks hold no right values
-        out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
+        census = None
+        if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
+            with integrity.kernel_census(self.device) as census:
+                out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
+        else:
+            out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
         new, fds = [], []
         encoded = self._encode_out(out, args, new, fds)
         self._refresh()
-        return {"ok": True, "out": encoded, "new": new}, fds
+        return {"ok": True, "out": encoded, "new": new, **({"census": census} if census else {})}, fds
 
     def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
         """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
@@ -136,7 +141,9 @@ class Subject:
         # each set's latest output kept (a store, no copy, inside the timed span): the judge spot-checks it
         last = self.last_outputs[msg["id"]] = {}
         calls = [(lambda k=k, a=a: last.__setitem__(k, fn(*a))) for k, a in enumerate(sets)]
-        self.workloads[msg["id"]] = Workload(calls)
+        # what a call on set k wrote (its output, DPS outputs among its arguments): timing.Workload's
+        # deferred-work check fingerprints it when each timed call returns and after the batch
+        self.workloads[msg["id"]] = Workload(calls, written=lambda k: (last.get(k), sets[k]))
         self.workload_sets[msg["id"]] = sets
         return {"ok": True}, []
 
@@ -167,14 +174,17 @@ class Subject:
         cold = bool(msg["cold"])
         if cold not in self.flushers:
             self.flushers[cold] = L2Flusher(self.device, cold)
-        m = measure(
-            self.workloads[msg["workload"]],
-            msg["method"],
-            int(msg["samples"]),
-            self.device,
-            self.flushers[cold],
-            int(msg["launches"]),
-        )
+        try:
+            m = measure(
+                self.workloads[msg["workload"]],
+                msg["method"],
+                int(msg["samples"]),
+                self.device,
+                self.flushers[cold],
+                int(msg["launches"]),
+            )
+        except DeferredWorkError as exc:
+            raise integrity.Violation("DEFERRED_WORK", f"while timing: {exc}") from None
         if torch.device(self.device).type == "cuda":
             torch.cuda.synchronize()  # the outputs the judge spot-checks have landed
         left = (

@@ -24,6 +24,7 @@ a multi-kernel op's launches stay outside the span.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import ctypes
 import functools
@@ -90,6 +91,11 @@ class TimingGuardError(RuntimeError):
     pass
 
 
+class DeferredWorkError(RuntimeError):
+    """A timed call's output changed between its return and the end of its batch: work deferred to later
+    calls (cross-call batching) or left running. The subject reports it as DEFERRED_WORK."""
+
+
 @dataclass
 class Measurement:
     method: str
@@ -101,15 +107,29 @@ class Measurement:
 
 
 class Workload:
-    """Input sets to rotate through; each call takes the next, continuing across measurements."""
+    """Input sets to rotate through; each call takes the next, continuing across measurements.
+
+    `written(k)`, where given, is (what the latest call on set k returned, set k's arguments, DPS
+    outputs among them): fingerprinted when each timed call returns, outside the timed span
+    (`returned`), and again later: a returned value once DEFERRED_WINDOW more calls have run (fewer when
+    they hold more than DEFERRED_BYTES) and after
+    the batch's final sync, a set's arguments after that sync (`settled`). A change is work the call
+    left for later: a candidate that batches its calls (returns unwritten outputs and writes them in
+    one merged pass in a later call) or finishes call j's output in call j+1 shrinks the time per
+    call. (An honest call never writes a returned output again: one output handed back twice is
+    already REPLAYED_RESULT.)"""
 
     remote = False  # a candidate's rotation lives in the subject (worker.remote.RemoteWorkload)
 
-    def __init__(self, calls: Sequence[Call]):
+    def __init__(self, calls: Sequence[Call], written: Callable[[int], tuple] | None = None):
         if not calls:
             raise ValueError("no calls to time")
         self.calls = list(calls)
         self.pos = 0
+        self.written = written
+        self._window: collections.deque = collections.deque()  # (set, returned value, its fingerprint)
+        self._args: dict[int, list[torch.Tensor]] = {}  # set -> its arguments' fingerprint
+        self._held = 0  # bytes of the returned values the window keeps alive
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -118,6 +138,78 @@ class Workload:
         fn = self.calls[self.pos % len(self.calls)]
         self.pos += 1
         return fn
+
+    def returned(self) -> None:
+        """The call just timed has returned (and, on CUDA, was synchronised): fingerprint what it wrote."""
+        if self.written is None:
+            return
+        k = (self.pos - 1) % len(self.calls)
+        value, args = self.written(k)
+        if value is None:  # destination-passing: what it wrote is among its arguments
+            self._args[k] = fingerprint(args)
+        self._window.append((k, value, fingerprint(value)))
+        self._held += _nbytes(value)
+        # the outputs held for a later look stay few and small: a large workload's would fill the device
+        while len(self._window) > 1 and (len(self._window) > DEFERRED_WINDOW or self._held > DEFERRED_BYTES):
+            k0, value0, before = self._window.popleft()
+            self._held -= _nbytes(value0)
+            _unchanged(k0, value0, before)
+
+    def settled(self, device: str) -> None:
+        """After a batch: every fingerprint taken must still hold (DeferredWorkError otherwise)."""
+        if not self._window and not self._args:
+            return
+        if is_cuda(device):
+            torch.cuda.synchronize()
+        window, args, self._window, self._args = self._window, self._args, collections.deque(), {}
+        self._held = 0
+        for k, value, before in window:
+            _unchanged(k, value, before)
+        for k, before in sorted(args.items()):
+            _unchanged(k, self.written(k)[1], before)
+
+
+DEFERRED_WINDOW = 16  # timed calls after which a returned output is fingerprinted again
+DEFERRED_BYTES = 256 * 2**20  # at most this much of returned outputs kept alive for it (at least one)
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def _unchanged(k: int, value, before: list[torch.Tensor]) -> None:
+    after = fingerprint(value)
+    if len(after) != len(before) or not all(map(torch.equal, before, after)):
+        raise DeferredWorkError(
+            f"input set {k}: what a timed call wrote changed after the call returned (work deferred to "
+            "later calls, or left running)"
+        )
+
+
+FINGERPRINT_ELEMENTS = 4096  # per tensor: a deferred output is written whole, so a sample shows it
+
+
+def fingerprint(value) -> list[torch.Tensor]:
+    """The bytes of up to FINGERPRINT_ELEMENTS evenly spaced elements of every tensor in `value` (nested
+    tuples, lists, dicts), copied: cheap enough to take after every timed call, outside its span."""
+    out: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif type(v) is torch.Tensor and v.numel() and v.layout == torch.strided:
+            with torch.no_grad():
+                flat = v.detach().reshape(-1)
+                step = max(1, flat.numel() // FINGERPRINT_ELEMENTS)
+                out.append(flat[::step].contiguous().view(torch.uint8).clone())
+    return out
 
 
 def as_workload(calls: Call | Sequence[Call] | Workload) -> Workload:
@@ -201,12 +293,56 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
 
 
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = (
+    0x06  # cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+)
+
+
+@functools.cache
+def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int] | None, str]:
+    """(set, get, how): the device's persisting-L2 limit (the set-aside a kernel's access-policy window may
+    keep lines in across a flush), through the runtime torch loaded or else the driver (ctypes, as
+    persisting_l2_reset finds them). `set(0)` before every timed call leaves a candidate no carve-out."""
+    found = []
+    for path in _loaded_libraries("libcudart"):
+        try:
+            lib = ctypes.CDLL(path)
+            found.append(
+                (lib.cudaDeviceSetLimit, lib.cudaDeviceGetLimit, os.path.basename(path), "cudaDevice")
+            )
+        except (OSError, AttributeError):
+            continue
+    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
+        try:
+            lib = ctypes.CDLL(name)
+            found.append((lib.cuCtxSetLimit, lib.cuCtxGetLimit, os.path.basename(name), "cuCtx"))
+        except (OSError, AttributeError):
+            continue
+    if not found:
+        return None, None, "not available"
+    setter, getter, lib, prefix = found[0]
+    setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]
+    getter.restype, getter.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+
+    def set_limit(nbytes: int) -> int:
+        return int(setter(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, nbytes))
+
+    def get_limit() -> int:
+        value = ctypes.c_size_t(0)
+        rc = getter(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)
+        return int(value.value) if rc == 0 else -1
+
+    return set_limit, get_limit, f"{prefix}SetLimit(persisting L2, 0) via ctypes on {lib}"
+
+
 FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
 
 
 class L2Flusher:
-    """Cold-L2 mode: before each sample, outside the timed span, read a buffer of >= 2x the L2 size and
-    reset persisting-L2 lines; then wait for both, so the span starts on an idle GPU with a cold L2.
+    """Before each sample, outside the timed span, on CUDA: the persisting-L2 limit set to 0 (hot and cold:
+    a candidate that sets one, with an access-policy window on its data, keeps those lines through a
+    flush and a reset). Cold-L2 mode also reads a buffer of >= 2x the L2 size and resets persisting-L2
+    lines; then waits for both, so the span starts on an idle GPU with a cold L2.
 
     The flush reads rather than writes (FLUSH_METHOD): a memset leaves L2 full of dirty lines that the
     timed kernel must first write back to HBM, which on an H200 added 17% to a 2^24-element fp16 add
@@ -219,6 +355,9 @@ class L2Flusher:
         self.l2_bytes = None
         self.persisting = "not needed (hot L2)"
         self._reset = None
+        self._no_carve_out, self.limit = None, "not needed (not CUDA)"
+        if is_cuda(device):
+            self._no_carve_out, _, self.limit = persisting_l2_limit()
         if self.enabled:
             props = torch.cuda.get_device_properties(torch.device(device))
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
@@ -228,6 +367,8 @@ class L2Flusher:
             self._reset, self.persisting = persisting_l2_reset()
 
     def __call__(self) -> None:
+        if self._no_carve_out is not None and self._no_carve_out(0) != 0:
+            self._no_carve_out, self.limit = None, f"failed via {self.limit}"  # say so once, stop calling it
         if not self.enabled:
             return
         torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
@@ -243,6 +384,7 @@ class L2Flusher:
             "flush_method": FLUSH_METHOD if self.enabled else None,
             "l2_bytes": self.l2_bytes,
             "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
+            "persisting_l2_limit": self.limit,
         }
 
 
@@ -272,6 +414,7 @@ def time_events(calls: Workload, samples: int, flush: L2Flusher) -> Measurement:
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3)
+        calls.returned()
     return Measurement("events", out)
 
 
@@ -463,6 +606,7 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
                 host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
                 torch.cuda.synchronize()  # inside the range: launches from other threads until now count
             _spin_host(CUPTI_MARGIN_US)
+            calls.returned()  # after the margin: its copies stay outside every iteration's range
             # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
             hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
     except BaseException:
@@ -513,6 +657,7 @@ def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
         if cuda:
             torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e6)
+        calls.returned()
     return Measurement("wallclock", out)
 
 
@@ -541,6 +686,7 @@ def measure(
         res = time_wallclock(calls, samples, device)
     else:
         raise ValueError(f"unknown timing method {method!r}")
+    calls.settled(device)
     if threading.active_count() != threads_before:
         raise TimingGuardError(
             f"thread count changed during timing ({threads_before} -> "
@@ -562,6 +708,7 @@ def measure_until(
     per_sample_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
     measure_fn: Callable[..., Measurement] | None = None,
+    floor: int = 1,
 ) -> Measurement:
     """Time batches with `method` until `rule` (stats.StoppingRule) says stop; one Measurement of
     every sample taken, with `notes["sampling"]` = {taken, stopped, batches, rel_ci}.
@@ -569,8 +716,10 @@ def measure_until(
     Both front doors time through here, so the stopping rule is applied alike for every method. A batch
     is one `measure` call (one profiler session for cupti, one graph capture for graph), so batches
     grow geometrically rather than one sample at a time. `per_sample_s` estimates one sample's cost
-    before the first batch (from the warm-up), so a slow op's first batch already fits the budget."""
+    before the first batch (from the warm-up), so a slow op's first batch already fits the budget.
+    `floor` (sample_floor): the budget does not stop sampling before that many samples."""
     from mini_kv import stats
+    from mini_kv.status import StopReason
 
     measure_fn = measure_fn or measure
     calls = as_workload(calls)
@@ -583,6 +732,8 @@ def measure_until(
     while True:
         elapsed = clock() - t0
         stop, n = stats.sampling_step(rule, samples, elapsed, cost)
+        if stop == StopReason.BUDGET and len(samples) < floor:
+            stop, n = None, floor - len(samples)
         if stop is not None:
             break
         m = measure_fn(calls, method, n, device, flush, launches)
@@ -606,6 +757,21 @@ def measure_until(
         kernel_us=kernel if kernel else None,
         notes=notes,
     )
+
+
+def sample_floor(settings: dict, budget_s: float | None, reference_s: float | None) -> int:
+    """The fewest samples each measurement of a case takes, whatever its budget has left: the minimum
+    count (`min_samples`), lowered only where the reference itself could not take that many in its share
+    of the whole budget (`reference_s`: one reference call's seconds in the warm-up, measured by the
+    judge). The candidate cannot steer it: a candidate that sleeps in its warm-up calls spends the budget
+    that sizes the batches (without a floor, both sides then stopped after one sample, the candidate's
+    choice of which), not this count."""
+    base = SAMPLING_DEFAULTS["cpu"]
+    least = int(settings.get("min_samples") or base["min_samples"])
+    if is_fixed_count(settings) or not budget_s or not math.isfinite(budget_s) or not reference_s:
+        return least
+    share = budget_s * (1 - WARMUP_SHARE) / (2 * max(1, int(settings.get("repeats") or 1)))
+    return max(1, min(least, int(share / reference_s)))
 
 
 def _finite_or_none(x: float) -> float | None:

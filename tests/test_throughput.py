@@ -1,0 +1,104 @@
+"""The labelled corpus (benchmarks/make_corpus.py) and the throughput benchmark (benchmarks/throughput.py):
+the 20-solution CPU corpus through the batch evaluator with no wrong verdict, and a mislabelled solution
+reported as wrong (exit 1)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[f"benchmarks_{name}"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+make_corpus, throughput = _module("make_corpus"), _module("throughput")
+
+
+def _corpus(out: Path, *args: str) -> dict:
+    assert make_corpus.main(["--out", str(out), *args]) == 0
+    return json.loads((out / "corpus.json").read_text())
+
+
+def test_the_gpu_corpus_mixes_languages_and_verdicts_with_distinct_sources(tmp_path):
+    corpus = _corpus(tmp_path / "c")
+    sols = corpus["solutions"]
+    assert corpus["device"] == "cuda" and len(sols) >= 200
+    langs = Counter(s["language"] for s in sols)
+    assert all(langs[lang] >= len(sols) // 3 - 1 for lang in ("pytorch", "triton", "cuda_cpp")), langs
+    kinds = {s["kind"] for s in sols}
+    for kind in ("correct", "correct_shipped", "slow", "off_by_one", "wrong_dtype", "wrong_shape", "nan",
+                 "compile_error", "crash_raise", "crash_exit", "crash_os_exit", "hang", "cheat_gc_reference",
+                 "cheat_skip_when_timed", "cheat_set_stream"):  # fmt: skip
+        assert kind in kinds
+    assert {s["expect"]["status"] for s in sols} == {"PASSED", "FAILED", "COMPILE_ERROR"}
+    # every C++ build is cold: no two solutions share their sources
+    digests = {
+        hashlib.sha256(
+            b"".join(p.read_bytes() for p in sorted((tmp_path / "c" / s["solution"]).parent.iterdir()))
+        ).hexdigest()
+        for s in sols
+    }
+    assert len(digests) == len(sols) == len({s["name"] for s in sols})
+
+
+def test_a_stratified_slice_keeps_the_mix():
+    entries = [
+        throughput.Entry(f"s{i}", Path("x"), Path("p"), lang, "k", {"status": status})
+        for i, (lang, status) in enumerate(
+            [("pytorch", "PASSED")] * 10 + [("triton", "PASSED")] * 5 + [("cuda_cpp", "FAILED")] * 5
+        )
+    ]
+    got = throughput.stratified(entries, 6)
+    assert Counter(e.language for e in got) == {"pytorch": 2, "triton": 2, "cuda_cpp": 2}
+    assert throughput.stratified(entries, None) == entries
+
+
+def test_an_empty_or_missing_corpus_is_an_error(tmp_path, capsys):
+    assert throughput.main([str(tmp_path)]) == 2
+    assert "corpus.json: no such file" in capsys.readouterr().err
+    (tmp_path / "corpus.json").write_text(json.dumps({"schema_version": 1, "device": "cpu", "solutions": []}))
+    assert throughput.main([str(tmp_path)]) == 2
+    assert "no solutions" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_path, capsys):
+    corpus = _corpus(tmp_path / "c", "--device", "cpu")
+    assert len(corpus["solutions"]) == 20
+    # one more solution, a correct one, labelled as a cheat: the benchmark must call that verdict wrong
+    liar = dict(next(s for s in corpus["solutions"] if s["kind"] == "correct"))
+    src = (tmp_path / "c" / liar["solution"]).parent
+    dst = src.with_name(src.name + "-mislabelled")
+    dst.mkdir()
+    (dst / "kernel.py").write_text((src / "kernel.py").read_text())
+    spec = json.loads((src / "solution.json").read_text())
+    (dst / "solution.json").write_text(json.dumps({**spec, "name": spec["name"] + "-mislabelled"}))
+    corpus["solutions"].append(
+        {**liar, "name": spec["name"] + "-mislabelled", "solution": str((dst / "solution.json").relative_to(tmp_path / "c")),
+         "expect": {"status": "FAILED", "workload_status": "REWARD_HACK"}}
+    )  # fmt: skip
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps(corpus))
+
+    code = throughput.main([str(tmp_path / "c"), "--device", "cpu", "--json"])
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1
+    assert [w["solution"] for w in rep["wrong"]] == [spec["name"] + "-mislabelled"], rep["wrong"]
+    assert rep["wrong"][0]["got"] == "PASSED"
+    assert rep["right"] == 20 and rep["solutions"] == 21
+    assert rep["gpu_busy_fraction"] is None and rep["solutions_per_hour"] > 0
+    assert rep["stages_s"]["evaluate"] > 0
+    kinds = Counter(s["kind"] for s in corpus["solutions"])
+    assert kinds["hang"] == 1 and kinds["cheat_forge_channel"] == 1 and kinds["crash_os_exit"] == 1

@@ -1,0 +1,153 @@
+"""One verdict vocabulary: each reason code has one status (mini_kv.status.VIOLATIONS), docs/integrity.md
+shows that table, and the same violation gets the same status through `verify` (a task card) and
+`bench` (a SOL-ExecBench solution)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import exploit_card_lock, run_cli
+
+from mini_kv.errors import ExitCode
+from mini_kv.status import VIOLATIONS, Status, verdict_of, violation_status, violation_table
+from mini_kv.worker import integrity
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPLOITS = ROOT / "tests" / "exploits"
+
+
+def test_docs_table_is_the_code_table():
+    text = (ROOT / "docs" / "integrity.md").read_text()
+    found = re.search(r"<!-- violations:begin[^>]*-->\n(.*?)\n<!-- violations:end -->", text, re.S)
+    assert found, "docs/integrity.md has no generated verdict table"
+    assert found.group(1) == violation_table(), "regenerate it: python -m mini_kv.status"
+
+
+def test_every_code_has_one_status_and_the_defences_use_it():
+    assert set(integrity.CODES) == set(VIOLATIONS)
+    for code, cls in VIOLATIONS.items():
+        assert integrity.Violation(code, "x").status == cls.status == violation_status(code)
+        assert cls.sol_name in {Status.REWARD_HACK}  # upstream's word for every cheat
+    assert verdict_of(["IMPOSSIBLE_TIME", "STREAM_ESCAPE"]) == Status.REWARD_HACK
+    assert verdict_of(["IMPOSSIBLE_TIME"]) == Status.IMPOSSIBLE_TIME
+    assert verdict_of([]) is None
+    assert violation_status("MADE_UP_BY_THE_SUBJECT") == Status.REWARD_HACK
+
+
+@pytest.mark.slow
+def test_the_same_violation_gets_the_same_status_through_both_front_doors(tmp_path):
+    """TF32 switched on by the candidate: a C++ task-card operator through `verify`, a Python SOL
+    solution through `bench`. The case and the workload, the two attempts and the two exit codes agree."""
+    with exploit_card_lock():
+        card = run_cli(
+            "verify",
+            "--task",
+            str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
+            "--candidate",
+            "tf32",
+            "--artifacts",
+            str(tmp_path / "card"),
+            "--device",
+            "cpu",
+            "--sandbox",
+            "off",
+            "--skip-benchmark",
+            "--json",
+            timeout=1500,
+        )
+    summary = json.loads(next(ln for ln in card.stdout.splitlines() if ln.startswith("{")))
+    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
+    flagged = [c for c in cases if c.get("integrity")]
+    assert flagged and {c["integrity"] for c in flagged} == {"PRECISION_FLAGS_CHANGED"}, cases
+
+    out = tmp_path / "traces.jsonl"
+    sol = run_cli(
+        "bench",
+        str(ROOT / "tests" / "sol_solutions" / "problem"),
+        "--solution",
+        str(EXPLOITS / "sol" / "tf32" / "solution.json"),
+        "--device",
+        "cpu",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--repeats",
+        "1",
+        "--samples",
+        "3",
+        "--artifacts",
+        str(tmp_path / "sol"),
+        "-o",
+        str(out),
+        timeout=600,
+    )
+    traces = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
+    assert traces and all(t["evaluation"]["log"].startswith("PRECISION_FLAGS_CHANGED:") for t in traces)
+    (attempt,) = (tmp_path / "sol").glob("*/*/attempt.json")
+    sol_attempt = json.loads(attempt.read_text())
+
+    want = violation_status("PRECISION_FLAGS_CHANGED")
+    assert {c["status"] for c in flagged} == {want}
+    assert {t["evaluation"]["status"] for t in traces} == {VIOLATIONS["PRECISION_FLAGS_CHANGED"].sol_name}
+    assert summary["status"] == sol_attempt["status"] == want
+    assert card.returncode == sol.returncode == ExitCode.CORRECTNESS
+
+
+@pytest.mark.slow
+def test_require_own_kernels_on_task_cards(tmp_path):
+    """verify --require-own-kernels: a C++ operator whose add is aten's (`a + b`) is LIBRARY_DELEGATION on
+    its first case, a REWARD_HACK like any violation; one with its own loop passes, its census naming
+    its own operator."""
+    common = ["--device", "cpu", "--skip-benchmark", "--require-own-kernels", "--json"]
+    with exploit_card_lock():
+        delegating = run_cli(
+            "verify",
+            "--task",
+            str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
+            "--candidate",
+            "replay_ptr",  # right in every correctness case (its cheat is caught while timed), built on a + b
+            "--artifacts",
+            str(tmp_path / "delegating"),
+            "--sandbox",
+            "off",
+            *common,
+            timeout=1500,
+        )
+    summary = json.loads(next(ln for ln in delegating.stdout.splitlines() if ln.startswith("{")))
+    assert summary["status"] == "REWARD_HACK" and delegating.returncode == ExitCode.CORRECTNESS
+    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
+    flagged = [c for c in cases if c.get("integrity") == "LIBRARY_DELEGATION"]
+    assert flagged and all("aten::add" in c["reason"] for c in flagged)
+
+    own = run_cli(
+        "verify",
+        "--task",
+        "tasks/vector_add.yaml",
+        "--candidate",
+        "v0_naive",
+        "--artifacts",
+        str(tmp_path / "own"),
+        *common,
+        timeout=1500,
+    )
+    summary = json.loads(next(ln for ln in own.stdout.splitlines() if ln.startswith("{")))
+    assert summary["status"] == "PASSED", summary
+    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
+    censused = [c["kernels"] for c in cases if c.get("kernels")]
+    assert censused and all(k["library"] == [] for k in censused)
+    assert all("mini_kv_vector_add_v0_naive::vector_add" in k["ops"] for k in censused)
+
+
+def test_an_attempt_written_before_the_vocabulary_still_reads():
+    """A caught cheat's attempt said INCORRECT (task card) or FAILED (SOL) before each violation had one
+    status; it reads as the status its records now give, while any other claim still has to match."""
+    from mini_kv.store.headline import _status_word
+
+    assert _status_word("INCORRECT", Status.REWARD_HACK) == Status.REWARD_HACK
+    assert _status_word("FAILED", Status.IMPOSSIBLE_TIME) == Status.IMPOSSIBLE_TIME
+    assert _status_word("PASSED", Status.REWARD_HACK) == "PASSED"  # a rewrite to PASSED stays a mismatch
+    assert _status_word("INCORRECT", Status.PASSED) == "INCORRECT"
