@@ -34,7 +34,15 @@ from mini_kv.worker import integrity
 from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
-from mini_kv.worker.remote import SpotCheck, census_next, kernels_record, poison_before, refresh, workload_of
+from mini_kv.worker.remote import (
+    SpotCheck,
+    census_next,
+    kernels_record,
+    poison_before,
+    refresh,
+    stream_hold_next,
+    workload_of,
+)
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -249,6 +257,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
         poison_before(fmt.candidate, _nbytes(args), fmt.device)
         if r == 0:
             census_next(fmt.candidate)  # whose ops and kernels the case's first call runs
+        stream_hold_next(fmt.candidate)  # fresh inputs: stream order checked whatever the size
         outs = call(job, case, args, "the call before the reference")
         if r == 0:
             _own_kernels(job)
@@ -256,6 +265,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
     else:
         refs = fmt.expected(case, args)
         poison_before(fmt.candidate, _nbytes(prev.outs) if prev else [], fmt.device)
+        stream_hold_next(fmt.candidate)
         outs = call(job, case, args, "the call after the reference")
     if r == 0:
         job.guard.check("after the first call")
