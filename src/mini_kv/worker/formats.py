@@ -402,7 +402,7 @@ class SolFormat:
     def expected(self, case: SolCase, args: list) -> list:
         sig = case.signature
         try:
-            refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device)
+            refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device, "the reference")
             if torch.device(self.device).type == "cuda":
                 torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001
@@ -510,8 +510,9 @@ def _sol_failure(f: Failure) -> tuple[str, str]:
                 "OUTPUT_NOT_PLAIN_TENSOR", f.message
             )
         return _SOL_WRONG.get(f.code, Status.INCORRECT_NUMERICAL), f.message
-    if f.kind == Failure.RAISED:
-        return Status.RUNTIME_ERROR, f"solution raised {f.message}\n{f.tb}"
+    if f.kind == Failure.RAISED:  # `plain`: a message that says all (explain: a sys.exit, a wrong return)
+        said = f.message if f.code == "plain" else f"solution raised {f.message}"
+        return Status.RUNTIME_ERROR, said + (f"\n{f.tb}" if f.tb else "")
     if f.kind == Failure.SKIPPED:
         return Status.SKIPPED, f.message
     if f.kind == Failure.UNUSABLE and f.code == "reference":

@@ -120,6 +120,7 @@ class Subject:
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         exc = _named(str(err.get("type") or "SubjectError"))(str(err.get("message", ""))[:4000])
         exc.remote_traceback = str(err.get("traceback", ""))[-4000:]
+        exc.plain = err.get("plain") is True  # its message says all (explain.system_exit)
         raise exc
 
     def request(self, op: str, /, **fields) -> dict:
