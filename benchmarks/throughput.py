@@ -1,6 +1,7 @@
 """Solutions per hour through the batch evaluator, on a labelled corpus (benchmarks/make_corpus.py).
 
-    python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--sequential] [--json]
+    python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--part K/N]
+                                        [--sequential] [--json]
 
 Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_items`, what `mini-kv
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
@@ -14,14 +15,15 @@ statuses of its traces and its geometric-mean speedup. It is wrong when the stat
 label's, or, for a FAILED one, when a failing workload's status is not the label's `workload_status`.
 A slow-but-correct solution whose speedup is not below 1 is listed apart (timing, not a verdict).
 
---limit N takes a stratified slice: the solutions grouped by (label, language), one from each group in
-turn, so a slice of 60 keeps the corpus's mix of languages and verdicts.
+--limit N takes a stratified slice: the solutions grouped by (label, language), each group its share of
+N, so a slice of 60 keeps the corpus's mix of languages and verdicts. --part K/N runs the K-th of N
+interleaved parts of that slice, so that N calls (each within a time limit) run one slice between them;
+the slice's rate is then its size over the sum of the parts' wall times.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
@@ -101,14 +103,32 @@ def load_corpus(corpus_dir: Path) -> tuple[dict, list[Entry]]:
 
 
 def stratified(entries: list[Entry], limit: int | None) -> list[Entry]:
-    """`limit` entries, one from each (label, language) group in turn, each group in corpus order."""
+    """`limit` entries in the corpus's proportions of (label, language) groups: every group one while
+    `limit` allows, then one at a time to the group furthest below its share; each group's entries taken
+    evenly spread over it; the slice keeps the corpus's order."""
     if limit is None or limit >= len(entries):
         return entries
     groups: dict[tuple, list[Entry]] = {}
     for e in entries:
         groups.setdefault(e.stratum, []).append(e)
-    order = itertools.chain.from_iterable(itertools.zip_longest(*groups.values()))
-    return [e for e in order if e is not None][:limit]
+    target = {k: limit * len(g) / len(entries) for k, g in groups.items()}
+    share = dict.fromkeys(groups, 1 if limit >= len(groups) else 0)
+    first = {k: n for n, k in enumerate(groups)}
+    while sum(share.values()) < limit:  # one more to the group furthest below its share
+        k = max(
+            (k for k in groups if share[k] < len(groups[k])), key=lambda k: (target[k] - share[k], -first[k])
+        )
+        share[k] += 1
+    chosen = {id(g[(i * len(g)) // share[k]]) for k, g in groups.items() for i in range(share[k])}
+    return [e for e in entries if id(e) in chosen]
+
+
+def part_of(entries: list[Entry], part: str | None) -> list[Entry]:
+    """`K/N`: every N-th entry from the K-th, so that N calls run one slice between them."""
+    if part is None:
+        return entries
+    k, n = (int(x) for x in part.split("/"))
+    return entries[k - 1 :: n]
 
 
 # ------------------------------------------------------------------------------------ verdicts
@@ -363,22 +383,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", help="'all' or '0,1': an embedded Dask cluster, one worker per GPU")
     ap.add_argument("--limit", type=int, help="a stratified slice of N solutions (by label and language)")
     ap.add_argument("--sequential", action="store_true", help="one `mini_kv bench` call per solution")
+    ap.add_argument(
+        "--part",
+        metavar="K/N",
+        help="only the K-th of N interleaved parts of the slice (to split a long run)",
+    )
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--artifacts", help="the attempt store (default: a temporary one, removed at the end)")
     args = ap.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit {args.limit}: expected a positive number of solutions")
+    if args.part is not None and not (
+        re.fullmatch(r"[1-9][0-9]*/[1-9][0-9]*", args.part)
+        and int(args.part.split("/")[0]) <= int(args.part.split("/")[1])
+    ):
+        ap.error(f"--part {args.part}: expected K/N with 1 <= K <= N")
     try:
         data, entries = load_corpus(Path(args.corpus))
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    entries = stratified(entries, args.limit)
+    entries = part_of(stratified(entries, args.limit), args.part)
     device = args.device or data.get("device") or "cpu"
     store = Path(args.artifacts) if args.artifacts else Path(tempfile.mkdtemp(prefix="mini-kv-throughput-"))
     meta = {
         "corpus": str(args.corpus),
         "mode": "sequential CLI calls" if args.sequential else "batch evaluator",
+        "slice": {"limit": args.limit, "part": args.part},
         "device": device,
         "where": f", GPUs {args.gpus}" if args.gpus and not args.sequential else "",
         "options": data.get("options") or {},

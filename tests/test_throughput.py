@@ -62,8 +62,15 @@ def test_a_stratified_slice_keeps_the_mix():
         )
     ]
     got = throughput.stratified(entries, 6)
-    assert Counter(e.language for e in got) == {"pytorch": 2, "triton": 2, "cuda_cpp": 2}
+    langs = Counter(e.language for e in got)
+    assert len(got) == 6 and langs["pytorch"] == 3 and langs["triton"] >= 1 and langs["cuda_cpp"] >= 1
+    assert [e.name for e in got] == sorted((e.name for e in got), key=lambda n: int(n[1:]))  # corpus order
     assert throughput.stratified(entries, None) == entries
+    # every group is represented while the limit allows, however small its share
+    few = throughput.stratified(entries[:11] + entries[15:16], 3)
+    assert Counter(e.language for e in few) == {"pytorch": 1, "triton": 1, "cuda_cpp": 1}
+    parts = [throughput.part_of(got, f"{k}/4") for k in (1, 2, 3, 4)]
+    assert sorted(e.name for p in parts for e in p) == sorted(e.name for e in got)
 
 
 def test_an_empty_or_missing_corpus_is_an_error(tmp_path, capsys):

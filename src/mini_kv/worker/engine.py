@@ -35,7 +35,15 @@ from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
-from mini_kv.worker.remote import SpotCheck, census_next, kernels_record, poison_before, refresh, workload_of
+from mini_kv.worker.remote import (
+    SpotCheck,
+    census_next,
+    kernels_record,
+    poison_before,
+    refresh,
+    stream_hold_next,
+    workload_of,
+)
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -57,10 +65,6 @@ from mini_kv.worker.timing import (
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 PROBE_SAMPLES = 3
 MAX_INPUT_SETS = DEFAULTS.max_input_sets
-# Cold L2: input sets of at most this many bytes (candidate and reference sets together), and at most
-# this share of the free device memory, but always two or more so consecutive calls never share buffers.
-COLD_SET_BUDGET_BYTES = 8 * 2**30
-COLD_SET_FREE_SHARE = 0.25
 SLOW_SHARE = 0.8  # a round where the candidate's call took more than this share is the candidate's slowness
 MIN_ROUNDS = 2  # both call orders (candidate first, reference first), however tight the budget
 # Setting a case up (its inputs and the reference's outputs) is repeated about twice more by the
@@ -274,6 +278,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
         poison_before(fmt.candidate, _nbytes(args), fmt.device)
         if r == 0:
             census_next(fmt.candidate)  # whose ops and kernels the case's first call runs
+        stream_hold_next(fmt.candidate)  # fresh inputs: stream order checked whatever the size
         outs = call(job, case, args, "the call before the reference")
         t1 = time.perf_counter()
         if r == 0:
@@ -284,6 +289,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
         refs = fmt.expected(case, args)
         t1 = time.perf_counter()
         poison_before(fmt.candidate, _nbytes(prev.outs) if prev else [], fmt.device)
+        stream_hold_next(fmt.candidate)
         outs = call(job, case, args, "the call after the reference")
         calls = (time.perf_counter() - t1, t1 - t0, case.id)
     if r == 0:
@@ -453,9 +459,9 @@ def input_set_count(
     """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
     if not cold:
         return 1
-    budget = COLD_SET_BUDGET_BYTES
+    budget = DEFAULTS.input_set_bytes
     if free_bytes is not None:
-        budget = min(budget, int(free_bytes * COLD_SET_FREE_SHARE))
+        budget = min(budget, int(free_bytes * DEFAULTS.input_set_free_share))
     fits = budget // max(1, 2 * set_bytes)  # candidate and reference each hold their own copy
     return int(max(2, min(max_sets, fits)))
 
@@ -492,26 +498,28 @@ def timed(fn):
         raise Violation(code, f"while timing: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What a case's measurements may spend: `left_s`, `cost` (each side's seconds per call) and
+    `floor_samples` (the samples a measurement takes whatever is left)."""
+
+    left_s: float
+    cost: dict
+    floor_samples: int = 1
+
+
 def timing_budget(
-    budget_s: float | None,
-    started: float,
-    warm: dict,
-    n_sets: int,
-    round_s: float | None,
-    settings: dict | None = None,
-):
-    """What a case's measurements may spend ({left_s, cost, floor_samples}): the budget left since `started`
-    (before the warm-up) less what the post-timing check will cost (POST_CHECK_PASSES per input set, each
-    about the quickest correctness round: without it a large case's sampling spent the whole budget and the
-    check pushed it past), the warm-up's seconds per call of each side (what one sample costs), and the
-    samples a measurement takes whatever is left (timing.sample_floor: not the candidate's to steer)."""
+    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s, settings: dict | None = None
+) -> Budget:
+    """The budget left since `started` (before the warm-up) less what the post-timing check will cost
+    (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
+    case's sampling spent the whole budget and the check pushed it past), the warm-up's seconds per call
+    of each side (what one sample costs), and the samples a measurement takes whatever is left
+    (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
     cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
-    return {
-        "left_s": left - POST_CHECK_PASSES * n_sets * (round_s or 0.0),
-        "cost": cost,
-        "floor_samples": sample_floor(settings or {}, budget_s, cost["reference"]),
-    }
+    floor = sample_floor(settings or {}, budget_s, cost["reference"])
+    return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
 
 class SampledRepeats:
@@ -519,12 +527,12 @@ class SampledRepeats:
     measurement's share of it, no new repeat once it is spent (the first always runs, for both sides),
     each side's samples, kernel times and how its sampling stopped, and who went first in each."""
 
-    def __init__(self, settings: dict, budget: dict):
+    def __init__(self, settings: dict, budget: Budget):
         self.count = int(settings["repeats"])
-        self.share = max(0.0, budget["left_s"]) / (2 * self.count)
-        self.deadline = time.perf_counter() + budget["left_s"]
-        self.cost = budget["cost"]
-        self.floor = int(budget.get("floor_samples") or 1)
+        self.share = max(0.0, budget.left_s) / (2 * self.count)
+        self.deadline = time.perf_counter() + budget.left_s
+        self.cost = budget.cost
+        self.floor = budget.floor_samples
         self.samples: dict[str, list] = {"candidate": [], "reference": []}
         self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
         self.kernel_us: dict[str, list] = {"candidate": [], "reference": []}
@@ -557,8 +565,8 @@ class SampledRepeats:
 
 
 def _repeats(
-    calls: dict, method: str, settings: dict, job: Job, flush, launches: int, budget: dict, first: int
-):
+    calls: dict, method: str, settings: dict, job: Job, flush, launches: int, budget: Budget, first: int
+) -> SampledRepeats:
     """Every repeat, alternating who goes first (the candidate on even repeats when `first` is even, so
     single-repeat runs alternate across cases); each measurement samples by the stopping rule within its
     share of the case's budget, and the harness is checked after each."""
@@ -690,12 +698,12 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     lap("sampling")
     post = post_check(job, case, sets, ref_sets)
     job.guard.check("after the post-timing check")
-    lap("checks")
     calls_per = launches if method == "graph" else 1
     l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
     record = timing_record(
         plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
     )
+    lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
     itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
     return Timed(record, post, set_bytes, numel, itemsize)
 

@@ -118,6 +118,7 @@ class Subject:
             [int(n) for n in msg.get("poison", [])], self.device
         )  # freed blocks hold no right values
         census = None
+        self.guard.hold_next = bool(msg.get("hold"))
         if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
             with integrity.kernel_census(self.device) as census:
                 out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
