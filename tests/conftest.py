@@ -75,20 +75,6 @@ def cli():
     return run_cli
 
 
-def exploit_card_lock():
-    """Held by the tests that verify tests/exploits/task_card's candidates: its touch_card candidate
-    sets the card's mtime (unsandboxed, test_exploits.py) or must fail to (sandboxed,
-    test_security.py), and under pytest-xdist the two would otherwise run at once and see each
-    other's touch. A file lock, so it holds across the xdist workers of one checkout."""
-    import hashlib
-    import tempfile
-
-    from filelock import FileLock
-
-    key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
-    return FileLock(os.path.join(tempfile.gettempdir(), f"mini-kv-tests-exploit-card-{key}.lock"))
-
-
 @pytest.fixture(scope="session")
 def fuzz_project(tmp_path_factory):
     """For tests/fuzz: a project holding the shipped cards' candidates; fuzzed cards are written into it.

@@ -152,15 +152,15 @@ def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing(
     t0 = time.perf_counter()
     plain = timing_budget(10.0, t0, warm, 3, None)
     kept = timing_budget(10.0, t0, warm, n_sets=3, round_s=0.5)
-    assert plain["left_s"] - kept["left_s"] == pytest.approx(3.0, abs=0.05)  # two passes per input set
-    assert kept["cost"] == plain["cost"] == {"candidate": 0.01, "reference": 0.02}
+    assert plain.left_s - kept.left_s == pytest.approx(3.0, abs=0.05)  # two passes per input set
+    assert kept.cost == plain.cost == {"candidate": 0.01, "reference": 0.02}
     # the repeats share what is left, and stop at its end
     plan = SampledRepeats({"repeats": 2}, kept)
-    assert plan.share == pytest.approx(kept["left_s"] / 4, abs=0.01)
+    assert plan.share == pytest.approx(kept.left_s / 4, abs=0.01)
     assert plan.deadline - time.perf_counter() <= 7.0 + 0.05
     # before any correctness round has run (no round time yet) nothing is kept back
     none = timing_budget(10.0, t0, warm, n_sets=3, round_s=None)
-    assert none["left_s"] == pytest.approx(plain["left_s"], abs=0.05)
+    assert none.left_s == pytest.approx(plain.left_s, abs=0.05)
 
 
 def test_an_op_slower_than_the_whole_budget_still_gets_one_sample():

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests/sol_solutions"
 
 
 def _mk(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "mini_kv", *args], capture_output=True, text=True)
+    """`mini-kv ARGS` in this process (conftest.run_cli): a dozen commands, each a fresh interpreter's
+    torch import saved."""
+    res = run_cli(*args)
     assert not check or res.returncode == 0, res.stdout + res.stderr
     return res
 

@@ -107,7 +107,7 @@ def test_json_and_csv_export(store, tmp_path):
     }
     assert set(doc["groups"][0]) == {"task_id", "suite_hash", "environment_key", "device", "entries"}
     assert set(doc["groups"][0]["entries"][0]) == {
-        "rank", "candidate", "geomean_speedup", "attempt_id", "created_at", "path", "regression", "signature", "cases"
+        "rank", "candidate", "geomean_speedup", "attempt_id", "created_at", "path", "regression", "signature", "cases", "source"
     }  # fmt: skip
     assert doc["signing"] == {"key_id": None, "required": False}
     with open(tmp_path / "out" / "lb.csv", newline="") as f:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import exploit_card_lock, run_cli
+from build_helpers import share_build_cache
+from conftest import run_cli
 from sol_helpers import logs, statuses
 
 from mini_kv.compile.compiler import compile_candidate
@@ -513,30 +514,25 @@ def test_sandboxed_python_solution_on_cuda_cannot_escape(escape_setup):
 
 @pytest.mark.slow
 def test_candidate_cannot_touch_the_card_inside_the_sandbox(tmp_path):
-    """tests/exploits' touch_card sets the card's mtime from inside the op. Unsandboxed that is
-    HARNESS_TAMPERED (test_exploits.py); sandboxed the write fails and the card is untouched."""
+    """tests/exploits' touch_card sets the mtime of the card at its path relative to the working directory
+    (tests/exploits/task_card/exploits.yaml) from inside the op. Unsandboxed that is HARNESS_TAMPERED
+    (test_exploits.py, run from the checkout); sandboxed, run from a project of its own holding the same
+    card and sources (its build shared), the write fails and that card is untouched. A project of its
+    own, so that this test and test_exploits.py's may run at once, on different pytest workers."""
     from mini_kv.jail import probe
 
     if not probe().enabled:
         pytest.skip(f"no sandbox on this machine: {probe().reason}")
-    card = ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml"
-    with exploit_card_lock():  # test_exploits.py touches the card for real, unsandboxed
-        before = card.stat().st_mtime_ns
-        res = run_cli(
-            "verify",
-            "--task",
-            str(card.relative_to(ROOT)),
-            "--candidate",
-            "touch_card",
-            "--device",
-            "cpu",
-            "--skip-benchmark",
-            "--artifacts",
-            str(tmp_path),
-            "--json",
-            timeout=1500,
-        )
-        assert card.stat().st_mtime_ns == before
+    project = share_build_cache(tmp_path / "project")
+    shutil.copytree(ROOT / "tests" / "exploits" / "task_card", project / "tests" / "exploits" / "task_card")
+    (project / ".mini-kv-project").touch()
+    card = project / "tests" / "exploits" / "task_card" / "exploits.yaml"
+    os.utime(card, ns=(10**18, 10**18))  # a time no touch leaves behind
+    res = run_cli(
+        "verify", "--task", str(card.relative_to(project)), "--candidate", "touch_card", "--device", "cpu",
+        "--skip-benchmark", "--artifacts", str(tmp_path / "a"), "--json", cwd=project, timeout=1500,
+    )  # fmt: skip
+    assert card.stat().st_mtime_ns == 10**18
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["status"] == "PASSED", res.stdout + res.stderr
     corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())

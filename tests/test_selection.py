@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from mini_kv.cli_batch import keyword_matches
 from mini_kv.errors import UserError
@@ -27,11 +27,12 @@ def test_keyword_expressions_are_pytests():
 
 
 def _bench(store: Path, *args: str) -> subprocess.CompletedProcess:
+    """In this process (conftest.run_cli), with the fewest rounds and samples: selection does not depend
+    on them."""
     sols = [str(SOLS / s / "solution.json") for s in ("good_dps", "wrong_values", "good_return")]
-    return subprocess.run(
-        [sys.executable, "-m", "mini_kv", "bench", str(SOLS / "problem"), "--solution", *sols, "--device", "cpu",
-         "--artifacts", str(store), *args],
-        capture_output=True, text=True,
+    fast = ["--rounds", "2", "--warmup", "1", "--repeats", "1", "--samples", "3"]
+    return run_cli(
+        "bench", str(SOLS / "problem"), "--solution", *sols, "--device", "cpu", *fast, "--artifacts", str(store), *args
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
 from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 from mini_kv.worker import compare, inputs
 from mini_kv.worker.compare import compare_matched
+from mini_kv.worker.explain import WrongReturn
 
 TEST_PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
 TOL = dict(DEFAULT_TOLERANCE)
@@ -233,10 +234,15 @@ def test_normalize_outputs_accepts_upstream_forms():
     y = torch.ones(2)
     assert inputs.normalize_outputs((y, 2.0), sig, "cpu")[1].item() == 2.0
     assert inputs.normalize_outputs({"total": 1.0, "y": y}, sig, "cpu")[0] is y
-    with pytest.raises(RuntimeError, match="returned 1 values"):
+    expected = r"expected 2 torch.Tensors: a tuple or list in the order \['y', 'total'\], or a dict"
+    with pytest.raises(
+        WrongReturn, match=r"the solution returned a list of 1 value\(s\) \(Tensor\); " + expected
+    ):
         inputs.normalize_outputs([y], sig, "cpu")
-    with pytest.raises(RuntimeError, match="lacks output"):
+    with pytest.raises(WrongReturn, match=r"returned a dict with keys \['y'\]; " + expected):
         inputs.normalize_outputs({"y": y}, sig, "cpu")
+    with pytest.raises(WrongReturn, match="the reference returned None"):
+        inputs.normalize_outputs(None, sig, "cpu", "the reference")
 
 
 def _problem_cases():

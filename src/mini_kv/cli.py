@@ -219,8 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_store
+    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_new, cli_store
 
+    cli_new.register(sub)
     cli_store.register(sub)
     cli_attempts.register(sub)
     cli_bench.register(sub)

@@ -15,7 +15,16 @@ from mini_kv.tables import Column, fitted_tables
 if TYPE_CHECKING:
     from mini_kv.store.index import AttemptRow
 
-LIST_COLUMNS = ("attempt_id", "candidate", "status", "device", "stable", "geomean_speedup", "created_at")
+LIST_COLUMNS = (
+    "attempt_id",
+    "candidate",
+    "status",
+    "device",
+    "stable",
+    "geomean_speedup",
+    "source",
+    "created_at",
+)
 
 
 def cmd_list(args) -> int:

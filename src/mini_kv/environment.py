@@ -204,3 +204,29 @@ def environment_key(env: dict) -> str:
         "tag": env.get("tag"),
     }
     return sha256_text(canonical_json(parts))[:16]
+
+
+def source_revision(path: str | os.PathLike | None) -> dict | None:
+    """The git commit of the repository holding `path` (a candidate's or solution's directory) and whether
+    its work tree differed from that commit (a tracked file changed, or a file git does not ignore is
+    new): which code an attempt measured, beside the sources it archives. None outside a git work tree,
+    without git, or for in-memory sources (`path` None)."""
+    if path is None or shutil.which("git") is None:
+        return None
+    where = os.fspath(path)
+    where = where if os.path.isdir(where) else os.path.dirname(where) or "."
+
+    def git(*args: str) -> str | None:
+        try:
+            res = subprocess.run(
+                ["git", "-C", where, *args], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return res.stdout if res.returncode == 0 else None
+
+    commit = (git("rev-parse", "--verify", "-q", "HEAD") or "").strip()
+    status = git("status", "--porcelain")
+    if not commit or status is None:
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())}

@@ -61,6 +61,7 @@ class Entry:
     regression: str | None
     signature: str  # store.signing.Signature
     cases: dict[str, float]  # case id -> speedup
+    source: str = "-"  # the candidate's git commit (store.index.source_label)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def _latest_valid(
             real.regression,
             str(state),
             {c.case_id: c.speedup for c in real_cases},
+            real.source,
         )
     return [(groups[k], e) for k, e in latest.items()]
 
@@ -362,7 +364,7 @@ def rich_tables(board: Board, width: int = 180) -> list:
 
     columns = [
         Column(h) for h in ("rank", "candidate", "geomean speedup", "per case", "regression", "signed")
-    ] + [Column("attempt"), Column("created")]
+    ] + [Column("commit"), Column("attempt"), Column("created")]
     out = []
     for g in board.groups:
         title = f"{g.task_id}  suite {str(g.suite_hash)[:12]}  env {g.environment_key}  device {g.device}"
@@ -374,6 +376,7 @@ def rich_tables(board: Board, width: int = 180) -> list:
                 "\n".join(f"{k} {v:.3f}x" for k, v in sorted(e.cases.items()) if v is not None),
                 e.regression or "-",
                 e.signature,
+                e.source,
                 e.attempt_id,
                 e.created_at,
             ]

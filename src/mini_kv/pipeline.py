@@ -225,6 +225,7 @@ class FrontDoor(Protocol):
         return {}  # its header keys
 
     def header(self) -> dict: ...  # candidate, op (format)
+    def source_dir(self) -> Path | None: ...  # the candidate's directory, whose git commit is recorded
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
     def close(self) -> None:
         return None
@@ -474,6 +475,7 @@ def _write_attempt(
             **extra,
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "build_key": (built.compile or {}).get("key"),
+            "source": environment.source_revision(door.source_dir()),
             **summary,
         }
     )
@@ -688,6 +690,9 @@ class CardDoor(FrontDoor):
 
     def header(self) -> dict:
         return {"candidate": self.cand.id, "op": self.cand.op}
+
+    def source_dir(self) -> Path | None:
+        return Path(self.card.project_root) / self.cand.path
 
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None:
         card = self.card

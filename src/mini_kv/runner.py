@@ -9,6 +9,7 @@ with the cases after it. Every child is started through the jail (mini_kv.jail),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,11 +26,15 @@ from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
+from mini_kv.worker import explain
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
 from mini_kv.worker.link import pair as link_pair
 
 MAX_RESTARTS = 50
+# how long a subject that ended first (its judge said so) may take to finish ending before it is killed:
+# killed sooner, a candidate's own exit reads as SIGKILL, ours
+SUBJECT_END_WAIT_S = 3.0
 STARTUP_S = DEFAULTS.startup_s
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
@@ -37,12 +42,13 @@ STARTUP_S = DEFAULTS.startup_s
 DEFAULT_GIVE_UP_AFTER = DEFAULTS.give_up_after
 
 
-def _tail(path: str, n: int = 4000) -> str:
+def _tail(path: str, n: int = 4000, since: int = 0) -> str:
+    """The last `n` bytes of a log, none before offset `since` (where the case it is shown for began)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - n))
+            f.seek(max(since, size - n))
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
@@ -67,7 +73,7 @@ def _describe_exit(code: int | None) -> str:
 def _ended(code: int | None, subject_code: int | None) -> str:
     """How a worker ended, for the record: a judge whose subject was lost says how the subject ended."""
     if code == SUBJECT_LOST_EXIT:
-        return f"the subject process (the one running the candidate) {_describe_exit(subject_code)}"
+        return explain.process_ended(_describe_exit(subject_code))
     if code == SUBJECT_DROPPED_EXIT:
         return "the judge dropped its subject, which broke the protocol (the case's record says how)"
     return f"worker {_describe_exit(code)}"
@@ -262,6 +268,9 @@ class ChildRun:
             code = self.proc.wait()
         self.proc.cleanup()
         if self.subject is not None:
+            if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.subject.proc.wait(timeout=SUBJECT_END_WAIT_S)
             self.subject_code = self.subject.close(kill=True)
             self.subject = None
         if self.fd is not None:
@@ -391,6 +400,7 @@ class _WorkerRun:
         self.current: tuple | None = None  # (stage, case id) the child is on
         self.give_up_after = give_up_after
         self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
+        self.log_mark = 0  # the log's size when the current case began (_mark_log)
         self.handlers = {
             Event.BEGIN: self._begin,
             Event.LOAD: self._load,
@@ -441,6 +451,7 @@ class _WorkerRun:
     def _read(self, child: ChildRun) -> tuple[str, float]:
         """Handle the child's events until it is done, stops or times out: (outcome, time budget)."""
         self.current = None
+        self._mark_log()
         while True:
             budget = min(self.case_timeout, max(0.0, self.stage_timeout - (time.monotonic() - self.started)))
             ev = child.next_event(budget)
@@ -485,6 +496,14 @@ class _WorkerRun:
         self._drop({Event.CASE: "cases", Event.CONTRACT: "contract", Event.BENCH: "bench_cases"}[kind], name)
         self.current = None
         self.timeouts_in_row = 0
+        self._mark_log()
+
+    def _mark_log(self) -> None:
+        """What the log holds so far belongs to the cases before: a failure's log tail starts here."""
+        try:
+            self.log_mark = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_mark = 0
 
     def _fatal(self, ev: dict) -> None:
         self.results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
@@ -522,7 +541,12 @@ class _WorkerRun:
         self.timeouts_in_row = self.timeouts_in_row + 1 if outcome == "timeout" else 0
         if self.current is None:
             self.results["incidents"].append(
-                {"stage": "worker", "status": status, "reason": reason, "log_tail": _tail(self.log_path)}
+                {
+                    "stage": "worker",
+                    "status": status,
+                    "reason": reason,
+                    "log_tail": _tail(self.log_path, since=self.log_mark),
+                }
             )
         else:
             self._fail_current(status, reason)
@@ -567,7 +591,12 @@ class _WorkerRun:
     def _fail_current(self, status: str, reason: str) -> None:
         """The case the child was on when it crashed or hung gets `status`."""
         stage, case_id = self.current
-        failure = {"id": case_id, "status": status, "reason": reason, "log_tail": _tail(self.log_path)}
+        failure = {
+            "id": case_id,
+            "status": status,
+            "reason": reason,
+            "log_tail": _tail(self.log_path, since=self.log_mark),
+        }
         if stage in ("correctness", "inputs"):
             case = next(c for c in self.pending["cases"] if c["id"] == case_id)
             if stage == "inputs":  # the card's input factory, before any candidate call: the card's fault

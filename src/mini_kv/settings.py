@@ -39,8 +39,11 @@ class Settings:
     samples: int | str = "auto"  # "auto": adaptive (Sampling); an integer: a fixed count per repeat
     graph_launches: int = 20
     cases: str = "bench"
-    # cold L2: at most this many rotating input sets per side (memory permitting), both formats
+    # the engine's input sets (worker/engine.py, both formats): in cold-L2 mode at most this many per
+    # side, and at most these bytes of them or this share of the free device memory, at least two
     max_input_sets: int = 20
+    input_set_bytes: int = 8 * 2**30
+    input_set_free_share: float = 0.25
     # the stability gate: the robust CV of the P50s (and of the candidate's P95s) across repeats
     max_cv: float = 0.03
     max_p95_cv: float = 0.15
@@ -60,9 +63,9 @@ class Settings:
     sol_budget_factor: float = 3.0
     # `bench` (SOL-ExecBench problems): upstream's shape, one profiler session per side
     sol_timeout_s: float = 600.0  # per workload, correctness rounds and timing together
-    sol_rounds: int = (
-        10  # correctness rounds per workload (a task card's case: two, worker/formats.CARD_ROUNDS)
-    )
+    sol_rounds: int = 10  # correctness rounds per workload
+    # a task card's case: the candidate before the reference on one input set, then after it on a second
+    card_rounds: int = 2
     sol_warmup: int = 10
     sol_repeats: int = 1
     # `bench --extra-workloads N`: unseen workloads drawn from the definition's var axes with this seed

@@ -101,6 +101,7 @@ class Attempt:
     correctness: tuple[CorrCase, ...]
     contract: tuple[tuple[str, str], ...]  # (check, status): opcheck, gradcheck, integrity, kernels
     regression: RegressionVerdict | None  # regression.json, when the attempt was judged against a baseline
+    source: str = "-"  # the candidate's git commit (store.index.source_label)
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -302,6 +303,7 @@ def read_one(path: Path) -> Attempt:
             regression=from_json(RegressionVerdict, files["regression.json"])
             if "regression.json" in files
             else None,
+            source=row.source,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedAttempt(f"unexpected content ({type(exc).__name__}: {exc})") from None

@@ -189,6 +189,7 @@ def leaderboard_section(
                     n(f"{num(e.geomean_speedup, '.3f')}×"),
                     cases,
                     e.regression or "-",
+                    e.source,
                     below(where, links.files(a)) if a else where,
                     e.created_at,
                 ]
@@ -196,7 +197,7 @@ def leaderboard_section(
         out.append(
             table(
                 "leaderboard",
-                "rank | candidate | geomean speedup | per case | regression | attempt / files | created",
+                "rank | candidate | geomean speedup | per case | regression | commit | attempt / files | created",
                 rows,
             )
         )
@@ -222,6 +223,7 @@ def attempts_section(store: Store, links: Links) -> list[Block]:
             a.regression.verdict if a.regression else "-",
             a.device,
             a.environment_key,
+            a.source,
             a.created_at,
             below(links.to(a.path, a.attempt_id), links.files(a)),
         ]
@@ -231,7 +233,7 @@ def attempts_section(store: Store, links: Links) -> list[Block]:
         table(
             "attempts",
             "task | candidate | status | stable | geomean speedup"
-            " | regression | device | environment | created | attempt / files",
+            " | regression | device | environment | commit | created | attempt / files",
             rows,
         )
     ]

@@ -516,6 +516,11 @@ class SolDoor(FrontDoor):
         sol = self.cand
         return {"format": SOL_FORMAT, "candidate": _safe(sol.id), "op": sol.op}
 
+    def source_dir(self) -> Path | None:
+        """The solution file's directory; None for sources given in memory (mini_kv.api)."""
+        path = Path(str(self.opts.solution)) if self.opts.solution else None
+        return path.resolve().parent if path is not None and path.is_file() else None
+
     def write_files(self, w, built: Built, out: Outcome) -> None:
         sol = self.cand
         w.json("definition.json", self.problem.raw)

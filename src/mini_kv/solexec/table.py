@@ -71,19 +71,31 @@ def print_report(result: dict, console: Console, verbose: bool = False) -> None:
         if t["evaluation"]["status"] not in (Status.PASSED,) and t["evaluation"]["log"]
     ]
     if failed and not result.get("unavailable"):
-        shown = failed if verbose else failed[:3]
-        console.print(f"\n[bold red]Logs ({len(failed)}):[/]")
-        for i, ev in shown:
-            console.print(f"\n[bold]Workload {i}[/] ([red]{ev['status']}[/]):")
-            console.print(escape(ev["log"].rstrip() if verbose else ev["log"].rstrip()[-2000:]))
-        if len(shown) < len(failed):
-            console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
+        _print_logs(failed, console, verbose)
     if result.get("regression"):
         print_regression(result["regression"], console)
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
     console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
     if result.get("index_warning"):
         console.print(f"[yellow]index not updated:[/] {escape(result['index_warning'])}")
+
+
+def _print_logs(failed: list[tuple[int, dict]], console: Console, verbose: bool) -> None:
+    """The failed workloads' logs (the first three unless `verbose`); a log already shown (the same
+    failure on every workload, as a reference that cannot run here) is said once and referred back to."""
+    shown = failed if verbose else failed[:3]
+    console.print(f"\n[bold red]Logs ({len(failed)}):[/]")
+    first_with: dict[str, int] = {}
+    for i, ev in shown:
+        console.print(f"\n[bold]Workload {i}[/] ([red]{ev['status']}[/]):")
+        log = ev["log"].rstrip()
+        if log in first_with:
+            console.print(f"the same log as workload {first_with[log]}")
+            continue
+        first_with[log] = i
+        console.print(escape(log if verbose else log[-2000:]))
+    if len(shown) < len(failed):
+        console.print(f"\n({len(failed) - len(shown)} more; -v shows every log, -o writes them all)")
 
 
 def bench_summary_line(result: dict) -> str:

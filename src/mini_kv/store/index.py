@@ -40,7 +40,8 @@ from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record, timed
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
-INDEX_SCHEMA_VERSION = 2
+# 3: attempts.source_commit and source_dirty (the candidate's git commit)
+INDEX_SCHEMA_VERSION = 3
 INDEX_NAME = "index.sqlite"
 LOCK_NAME = ".index.lock"
 TMP_PREFIX = ".index.sqlite."
@@ -79,7 +80,9 @@ CREATE TABLE attempts (
     regression TEXT,
     path TEXT NOT NULL,
     attempt_sha256 TEXT NOT NULL,
-    signed_by TEXT
+    signed_by TEXT,
+    source_commit TEXT,
+    source_dirty INTEGER
 );
 CREATE TABLE bench_cases (
     attempt_id TEXT NOT NULL REFERENCES attempts(attempt_id) ON DELETE CASCADE,
@@ -135,6 +138,19 @@ class AttemptRow:
     path: str  # <task>/<attempt_id>, relative to the store
     attempt_sha256: str
     signed_by: str | None  # the key id its signature claims
+    source_commit: str | None  # the git commit of the candidate's project (attempt.json `source`)
+    source_dirty: int | None  # 1 where its tree differed from that commit; None outside git
+
+    @property
+    def source(self) -> str:
+        return source_label(self.source_commit, self.source_dirty)
+
+
+def source_label(commit: str | None, dirty) -> str:
+    """An attempt's source commit as tables show it: 12 hex digits, `+dirty` where its tree differed."""
+    if not commit:
+        return "-"
+    return commit[:12] + ("+dirty" if dirty else "")
 
 
 @dataclass(frozen=True)
@@ -271,6 +287,8 @@ def check_attempt(attempt_dir: Path) -> CheckedAttempt:
         path=f"{attempt_dir.parent.name}/{attempt_dir.name}",
         attempt_sha256=sha256_file(attempt_dir / "attempt.json"),
         signed_by=signing.claimed_key_id(header),
+        source_commit=(header.get("source") or {}).get("commit"),
+        source_dirty=None if not header.get("source") else int(bool(header["source"]["dirty"])),
     )
     cases = tuple(
         CaseRow(row.attempt_id, c.id, c.p50_us, c.p95_us, c.speedup, int(c.stable)) for c in head.cases

@@ -140,10 +140,9 @@ def _run_stages(job: Job, chan: Channel, subject) -> int:
         return 0
     for step in ev.STEPS:
         for item in getattr(job, step.over, None) or []:
-            fields = getattr(ev, step.method)(item)
-            chan.send(event=step.event, **fields)
+            rec, fields = getattr(ev, step.method)(item)
+            chan.send(event=step.event, record=rec, **fields)
             _stop_if_broken(subject)
-            rec = fields["record"]
             if rec.get("status") == Status.RUNTIME_ERROR and any(
                 m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
             ):

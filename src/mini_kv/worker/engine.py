@@ -30,11 +30,20 @@ import torch
 
 from mini_kv import stats
 from mini_kv.settings import DEFAULTS
-from mini_kv.worker import integrity
+from mini_kv.worker import explain, integrity
 from mini_kv.worker.compare import inputs_unchanged
-from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes
+from mini_kv.worker.explain import WrongReturn
+from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
-from mini_kv.worker.remote import SpotCheck, census_next, kernels_record, poison_before, refresh, workload_of
+from mini_kv.worker.remote import (
+    SpotCheck,
+    census_next,
+    kernels_record,
+    poison_before,
+    refresh,
+    stream_hold_next,
+    workload_of,
+)
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
@@ -56,10 +65,7 @@ from mini_kv.worker.timing import (
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 PROBE_SAMPLES = 3
 MAX_INPUT_SETS = DEFAULTS.max_input_sets
-# Cold L2: input sets of at most this many bytes (candidate and reference sets together), and at most
-# this share of the free device memory, but always two or more so consecutive calls never share buffers.
-COLD_SET_BUDGET_BYTES = 8 * 2**30
-COLD_SET_FREE_SHARE = 0.25
+SLOW_SHARE = 0.8  # a round where the candidate's call took more than this share is the candidate's slowness
 MIN_ROUNDS = 2  # both call orders (candidate first, reference first), however tight the budget
 # Setting a case up (its inputs and the reference's outputs) is repeated about twice more by the
 # post-timing check (the same calls, then fresh inputs written into the same buffers).
@@ -192,14 +198,31 @@ def call(job: Job, case, args: list, when: str) -> list:
     try:
         if fmt.dps:
             outs = fmt.buffers(case)
-            job.guard.call(fmt.candidate, [*args, *outs], fmt.device, when, outputs=outs)
+            returned = job.guard.call(fmt.candidate, [*args, *outs], fmt.device, when, outputs=outs)
+            _written_or_said(fmt, case, outs, returned)
             return outs
         return fmt.outputs(case, job.guard.call(fmt.candidate, list(args), fmt.device, when))
     except (Violation, Failure):
         raise
+    except WrongReturn as exc:  # what came back is the candidate's part: no traceback of mini_kv's frames
+        raise Failure(Failure.RAISED, str(exc), "plain") from None
     except Exception as exc:  # noqa: BLE001 - the candidate raising is a result
+        if getattr(exc, "plain", False):  # a sys.exit in the candidate, said as such (explain.system_exit)
+            raise Failure(Failure.RAISED, str(exc), "plain") from None
         tb = getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]
-        raise Failure(Failure.RAISED, f"{type(exc).__name__}: {exc}", tb=tb) from None
+        raise Failure(Failure.RAISED, explain.exception_text(exc), tb=explain.candidate_frames(tb)) from None
+
+
+def _written_or_said(fmt, case, outs: list, returned) -> None:
+    """A destination-passing candidate that returned its results instead of writing them: said so, not
+    as the fill mini_kv left in the buffers (explain.never_written)."""
+    if returned is None:
+        return
+    for name, out in zip(fmt.output_names(case), outs, strict=True):
+        if unwritten(out):
+            raise Failure(
+                Failure.RAISED, explain.never_written(name, explain.describe_value(returned)), "plain"
+            )
 
 
 # ------------------------------------------------------------------ correctness rounds
@@ -212,6 +235,7 @@ class _Round:
     refs: list
     kept: list  # copies of `outs` when judged: an output that changes later was still being written
     checked: Checked
+    calls: tuple[float, float, str] = (0.0, 0.0, "")  # seconds of the candidate's call, the reference's; case
 
 
 @_judging
@@ -226,7 +250,7 @@ def correctness(job: Job, case, rounds: int, on_inputs=None) -> Passed:
     r = 0
     while r < rounds:
         if r == 1:
-            rounds = budget.rounds_within(rounds, marks[1] - marks[0], nbytes)
+            rounds = budget.rounds_within(rounds, marks[1] - marks[0], nbytes, prev.calls)
         args = fmt.inputs(case, round_seed(fmt, case.id, r))
         if r == 0 and on_inputs is not None:
             on_inputs(args)
@@ -236,7 +260,7 @@ def correctness(job: Job, case, rounds: int, on_inputs=None) -> Passed:
         worst = prev.checked if worst is None or prev.checked.rank > worst.rank else worst
         marks.append(time.perf_counter())
         if r < 2:
-            budget.note_round(nbytes, marks[-1] - marks[-2], warm=r == 1)
+            budget.note_round(nbytes, marks[-1] - marks[-2], warm=r == 1, calls=prev.calls)
         r += 1
     round_s = min(b - a for a, b in itertools.pairwise(marks))
     return Passed(worst.stats if worst else None, r, round_s, ref_error)
@@ -249,18 +273,25 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
     candidate may pick up are poisoned first."""
     fmt, where = job.fmt, job.fmt.where(r)
     pristine = clone_args(args)
+    t0 = time.perf_counter()
     if r % 2 == 0:
         poison_before(fmt.candidate, _nbytes(args), fmt.device)
         if r == 0:
             census_next(fmt.candidate)  # whose ops and kernels the case's first call runs
+        stream_hold_next(fmt.candidate)  # fresh inputs: stream order checked whatever the size
         outs = call(job, case, args, "the call before the reference")
+        t1 = time.perf_counter()
         if r == 0:
             _own_kernels(job)
         refs = fmt.expected(case, pristine)
+        calls = (t1 - t0, time.perf_counter() - t1, case.id)
     else:
         refs = fmt.expected(case, args)
+        t1 = time.perf_counter()
         poison_before(fmt.candidate, _nbytes(prev.outs) if prev else [], fmt.device)
+        stream_hold_next(fmt.candidate)
         outs = call(job, case, args, "the call after the reference")
+        calls = (time.perf_counter() - t1, t1 - t0, case.id)
     if r == 0:
         job.guard.check("after the first call")
     if not inputs_unchanged(pristine, args):
@@ -285,7 +316,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
             "DEFERRED_WORK",
             "an earlier call's output changed after it returned (written by a later call or by work left running)",
         )
-    return _Round(pristine, outs, refs, [o.detach().clone() for o in outs], checked)
+    return _Round(pristine, outs, refs, [o.detach().clone() for o in outs], checked, calls)
 
 
 def _own_kernels(job: Job) -> None:
@@ -344,8 +375,16 @@ class RoundBudget:
         # (seconds, bytes) of the first round of a case found too large after it: a measured size that
         # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
         self.too_large: tuple[float, int] | None = None
+        self.round_calls: tuple[float, float, str] | None = (
+            None  # (candidate's call, reference's, case) of round_cost
+        )
+        # (bytes, the candidate's call, the reference's, case) where the candidate was too slow for the
+        # budget: no larger case is run (it would be no quicker), and the reason names it, not the size
+        self.slow_call: tuple[int, float, float, str] | None = None
 
-    def note_round(self, nbytes: int | None, seconds: float, warm: bool) -> None:
+    def note_round(
+        self, nbytes: int | None, seconds: float, warm: bool, calls: tuple = (0.0, 0.0, "")
+    ) -> None:
         """A second round's time where there is one, the largest case's, over a first round's, which
         holds one-off costs that say nothing about size (a library's first call, a plan built on first
         use: on an H200 a cuDNN solution's first round took 0.42 s on 2.7 MiB, scaled to a false 36-s
@@ -353,11 +392,17 @@ class RoundBudget:
         cur = self.round_cost
         if nbytes is not None and (cur is None or (warm, nbytes) >= (cur[2], cur[1])):
             self.round_cost = (seconds, nbytes, warm)
+            self.round_calls = calls
 
     def skip_if_too_large(self, nbytes: int | None) -> None:
         """SKIPPED before any call when a round scaled by bytes says MIN_ROUNDS of this case outrun the
         whole budget (a correctness round on CPU at 14,509 x 4096 took 15-38 s, so running one to find
         out would spend the budget many times over); the larger estimate of the known rounds decides."""
+        if self.budget_s and self.slow_call and nbytes is not None and nbytes >= self.slow_call[0]:
+            raise Failure(
+                Failure.SKIPPED,
+                explain.slow_solution_earlier(self.device, *self.slow_call[1:], self.budget_s),
+            )
         bases = [self.too_large] if self.too_large else []
         if self.round_cost is not None and nbytes is not None and nbytes > self.round_cost[1]:
             bases.append(self.round_cost[:2])
@@ -365,16 +410,33 @@ class RoundBudget:
             return
         estimate, seconds, seen = max((s * nbytes / max(1, b), s, b) for s, b in bases)
         if estimate * MIN_ROUNDS > self.budget_s:
+            calls = self.round_calls
+            if seconds == self.round_cost[0] and calls and calls[0] > SLOW_SHARE * seconds:
+                # the round scaled was the candidate's own time (the reference's was small): said so, not size
+                raise Failure(
+                    Failure.SKIPPED, explain.slow_solution_earlier(self.device, *calls, self.budget_s)
+                )
             raise self._skip(
                 f"a correctness round would take about {estimate:.3g} s (one on {seen / 2**20:.3g} MiB took "
                 f"{seconds:.3g} s; this case has {nbytes / 2**20:.3g} MiB)"
             )
 
-    def rounds_within(self, rounds: int, first_s: float, nbytes: int | None) -> int:
-        """The rounds that fit in half the budget (at least MIN_ROUNDS), given the first round's time."""
+    def rounds_within(
+        self, rounds: int, first_s: float, nbytes: int | None, calls: tuple = (0.0, 0.0, "")
+    ) -> int:
+        """The rounds that fit in half the budget (at least MIN_ROUNDS), given the first round's time; where
+        they do not, the candidate's slowness when its call (`calls`: its seconds, the reference's, the
+        case) took most of the round, else the case's size, is the reason."""
         if not self.budget_s or rounds <= 1:
             return rounds
         if first_s * MIN_ROUNDS > self.budget_s:
+            call_s, ref_s, case_id = calls
+            if call_s > SLOW_SHARE * first_s:  # not the size: the reference on the same inputs was quick
+                self.slow_call = (nbytes or 0, call_s, ref_s, case_id)
+                raise Failure(
+                    Failure.SKIPPED,
+                    explain.slow_solution(self.device, call_s, ref_s, MIN_ROUNDS, self.budget_s),
+                )
             if nbytes is not None and (self.too_large is None or nbytes < self.too_large[1]):
                 self.too_large = (first_s, nbytes)
             raise self._skip(f"one correctness round took {first_s:.3g} s")
@@ -397,9 +459,9 @@ def input_set_count(
     """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
     if not cold:
         return 1
-    budget = COLD_SET_BUDGET_BYTES
+    budget = DEFAULTS.input_set_bytes
     if free_bytes is not None:
-        budget = min(budget, int(free_bytes * COLD_SET_FREE_SHARE))
+        budget = min(budget, int(free_bytes * DEFAULTS.input_set_free_share))
     fits = budget // max(1, 2 * set_bytes)  # candidate and reference each hold their own copy
     return int(max(2, min(max_sets, fits)))
 
@@ -436,26 +498,28 @@ def timed(fn):
         raise Violation(code, f"while timing: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What a case's measurements may spend: `left_s`, `cost` (each side's seconds per call) and
+    `floor_samples` (the samples a measurement takes whatever is left)."""
+
+    left_s: float
+    cost: dict
+    floor_samples: int = 1
+
+
 def timing_budget(
-    budget_s: float | None,
-    started: float,
-    warm: dict,
-    n_sets: int,
-    round_s: float | None,
-    settings: dict | None = None,
-):
-    """What a case's measurements may spend ({left_s, cost, floor_samples}): the budget left since `started`
-    (before the warm-up) less what the post-timing check will cost (POST_CHECK_PASSES per input set, each
-    about the quickest correctness round: without it a large case's sampling spent the whole budget and the
-    check pushed it past), the warm-up's seconds per call of each side (what one sample costs), and the
-    samples a measurement takes whatever is left (timing.sample_floor: not the candidate's to steer)."""
+    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s, settings: dict | None = None
+) -> Budget:
+    """The budget left since `started` (before the warm-up) less what the post-timing check will cost
+    (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
+    case's sampling spent the whole budget and the check pushed it past), the warm-up's seconds per call
+    of each side (what one sample costs), and the samples a measurement takes whatever is left
+    (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
     cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
-    return {
-        "left_s": left - POST_CHECK_PASSES * n_sets * (round_s or 0.0),
-        "cost": cost,
-        "floor_samples": sample_floor(settings or {}, budget_s, cost["reference"]),
-    }
+    floor = sample_floor(settings or {}, budget_s, cost["reference"])
+    return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
 
 class SampledRepeats:
@@ -463,12 +527,12 @@ class SampledRepeats:
     measurement's share of it, no new repeat once it is spent (the first always runs, for both sides),
     each side's samples, kernel times and how its sampling stopped, and who went first in each."""
 
-    def __init__(self, settings: dict, budget: dict):
+    def __init__(self, settings: dict, budget: Budget):
         self.count = int(settings["repeats"])
-        self.share = max(0.0, budget["left_s"]) / (2 * self.count)
-        self.deadline = time.perf_counter() + budget["left_s"]
-        self.cost = budget["cost"]
-        self.floor = int(budget.get("floor_samples") or 1)
+        self.share = max(0.0, budget.left_s) / (2 * self.count)
+        self.deadline = time.perf_counter() + budget.left_s
+        self.cost = budget.cost
+        self.floor = budget.floor_samples
         self.samples: dict[str, list] = {"candidate": [], "reference": []}
         self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
         self.kernel_us: dict[str, list] = {"candidate": [], "reference": []}
@@ -501,8 +565,8 @@ class SampledRepeats:
 
 
 def _repeats(
-    calls: dict, method: str, settings: dict, job: Job, flush, launches: int, budget: dict, first: int
-):
+    calls: dict, method: str, settings: dict, job: Job, flush, launches: int, budget: Budget, first: int
+) -> SampledRepeats:
     """Every repeat, alternating who goes first (the candidate on even repeats when `first` is even, so
     single-repeat runs alternate across cases); each measurement samples by the stopping rule within its
     share of the case's budget, and the harness is checked after each."""
@@ -634,12 +698,12 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     lap("sampling")
     post = post_check(job, case, sets, ref_sets)
     job.guard.check("after the post-timing check")
-    lap("checks")
     calls_per = launches if method == "graph" else 1
     l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
     record = timing_record(
         plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
     )
+    lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
     itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
     return Timed(record, post, set_bytes, numel, itemsize)
 

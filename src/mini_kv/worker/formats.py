@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from mini_kv import roofline
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
 from mini_kv.worker.compare import compare, compare_matched, tensor_errors
@@ -45,7 +46,7 @@ from mini_kv.worker.remote import RemoteGuard, RemoteOp
 @dataclass(frozen=True)
 class Step:
     """One stage of a kind's job: `method` of the evaluator run on each item of the job's list `over`,
-    its fields sent as one `event`."""
+    giving (the item's record, other fields of its event), sent as one `event`."""
 
     method: str
     over: str
@@ -144,7 +145,7 @@ class CardFormat:
         return {"max_abs_err": errs["max_abs_err"], "max_rel_err": errs["max_rel_err"]}
 
 
-CARD_ROUNDS = 2  # a card's case: the candidate before the reference on one input set, after it on a second
+CARD_ROUNDS = DEFAULTS.card_rounds
 
 
 class CardEvaluator:
@@ -204,7 +205,7 @@ class CardEvaluator:
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
-    def correctness(self, case: dict) -> dict:
+    def correctness(self, case: dict) -> tuple[dict, dict]:
         c = CardCase.of(case)
         # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
         self.chan.send(event=Event.BEGIN, stage="inputs", case=c.id)
@@ -212,9 +213,9 @@ class CardEvaluator:
         def on_inputs() -> None:
             self.chan.send(event=Event.BEGIN, stage="correctness", case=c.id)
 
-        return {"record": correctness_record(self.engine, c, on_inputs)}
+        return correctness_record(self.engine, c, on_inputs), {}
 
-    def contract(self, name: str) -> dict:
+    def contract(self, name: str) -> tuple[dict, dict]:
         """opcheck or gradcheck, run in the subject (they call the op in ways only torch knows): its
         record is the subject's claim, and a violation there fails the check."""
         job = self.job
@@ -229,22 +230,16 @@ class CardEvaluator:
             record = {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
         else:
             record = reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
-        return {"name": name, "record": record}
+        return record, {"name": name}
 
-    def bench(self, case: dict) -> dict:
+    def bench(self, case: dict) -> tuple[dict, dict]:
         c, job = CardCase.of(case), self.job
         self.chan.send(event=Event.BEGIN, stage="benchmark", case=c.id)
         try:
-            return {"record": bench_record(self.engine, c, job.benchmark, job.peak_bw, job.exprs)}
+            return bench_record(self.engine, c, job.benchmark, job.peak_bw, job.exprs), {}
         except Exception as exc:  # noqa: BLE001 - a failed benchmark is a result
-            return {
-                "record": {
-                    "id": c.id,
-                    "status": Status.BENCHMARK_ERROR,
-                    "reason": f"{type(exc).__name__}: {exc}",
-                    "traceback": _tb(),
-                }
-            }
+            why = f"{type(exc).__name__}: {exc}"
+            return {"id": c.id, "status": Status.BENCHMARK_ERROR, "reason": why, "traceback": _tb()}, {}
 
 
 def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | None, exprs: dict) -> dict:
@@ -407,7 +402,7 @@ class SolFormat:
     def expected(self, case: SolCase, args: list) -> list:
         sig = case.signature
         try:
-            refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device)
+            refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device, "the reference")
             if torch.device(self.device).type == "cuda":
                 torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001
@@ -515,8 +510,9 @@ def _sol_failure(f: Failure) -> tuple[str, str]:
                 "OUTPUT_NOT_PLAIN_TENSOR", f.message
             )
         return _SOL_WRONG.get(f.code, Status.INCORRECT_NUMERICAL), f.message
-    if f.kind == Failure.RAISED:
-        return Status.RUNTIME_ERROR, f"solution raised {f.message}\n{f.tb}"
+    if f.kind == Failure.RAISED:  # `plain`: a message that says all (explain: a sys.exit, a wrong return)
+        said = f.message if f.code == "plain" else f"solution raised {f.message}"
+        return Status.RUNTIME_ERROR, said + (f"\n{f.tb}" if f.tb else "")
     if f.kind == Failure.SKIPPED:
         return Status.SKIPPED, f.message
     if f.kind == Failure.UNUSABLE and f.code == "reference":
@@ -607,12 +603,12 @@ class SolEvaluator:
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
-    def workload(self, case: dict) -> dict:
+    def workload(self, case: dict) -> tuple[dict, dict]:
         """The workload's record (correctness rounds, then its timing) and where its time went."""
         self.chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}
         record = evaluate_workload(self, SolCase.of(case), phase_s)
-        return {"record": record, "phase_s": phase_s}
+        return record, {"phase_s": phase_s}
 
 
 def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:

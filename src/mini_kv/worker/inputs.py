@@ -15,6 +15,8 @@ import torch
 
 from mini_kv.load import safetensors_file
 from mini_kv.model import case_seed  # noqa: F401  (the integrity guard watches it here)
+from mini_kv.worker import explain
+from mini_kv.worker.explain import WrongReturn
 
 DTYPES = {
     "float64": torch.float64,
@@ -201,31 +203,38 @@ def allocate_outputs(definition: dict, device: str) -> list[torch.Tensor]:
     ]
 
 
-def normalize_outputs(result, definition: dict, device: str) -> list:
+def normalize_outputs(result, definition: dict, device: str, who: str = "the solution") -> list:
     """A non-DPS result as one value per output: a tensor, a tuple/list, or a dict by name; Python
-    scalars become 0-d tensors of the declared dtype. Types are kept, so a tensor subclass is seen."""
+    scalars become 0-d tensors of the declared dtype. Types are kept, so a tensor subclass is seen.
+    Anything else raises WrongReturn, saying what came back and what was expected (explain)."""
     outs = definition["outputs"]
     names = [o["name"] for o in outs]
     if isinstance(result, dict):
-        missing = [n for n in names if n not in result]
-        if missing:
-            raise RuntimeError(f"returned dict lacks output(s) {missing}; expected keys {names}")
+        if any(n not in result for n in names):
+            raise WrongReturn(explain.wrong_return(result, names, who))
         values = [result[n] for n in names]
     elif isinstance(result, (tuple, list)):
         if len(result) != len(outs):
-            raise RuntimeError(
-                f"returned {len(result)} values, the definition has {len(outs)} output(s) {names}"
-            )
+            raise WrongReturn(explain.wrong_return(result, names, who))
         values = list(result)
     else:
-        if len(outs) != 1:
-            raise RuntimeError(f"returned one value, the definition has {len(outs)} outputs {names}")
+        if len(outs) != 1 or result is None:
+            raise WrongReturn(explain.wrong_return(result, names, who))
         values = [result]
     out = []
     for spec, v in zip(outs, values, strict=True):
         if isinstance(v, (bool, int, float)):
             v = torch.tensor(v, dtype=torch_dtype(spec["dtype"]), device=device)
         elif not isinstance(v, torch.Tensor):
-            raise RuntimeError(f"output {spec['name']!r} is {type(v).__name__}, expected a torch.Tensor")
+            raise WrongReturn(explain.output_not_tensor(spec["name"], v, names, who))
         out.append(v)
     return out
+
+
+def unwritten(t: torch.Tensor) -> bool:
+    """Whether an output buffer still holds poison()'s fill in every element (never written)."""
+    if t.numel() == 0 or t.dtype == torch.float4_e2m1fn_x2:
+        return False
+    if t.is_floating_point():
+        return bool(t.isnan().all())
+    return bool(torch.equal(t, poison(torch.empty_like(t))))

@@ -252,6 +252,7 @@ class Guard:
         self.snap = snap
         self.calls = 0
         self.hold = StreamHold()
+        self.hold_next = False  # hold the caller's stream during the next call (a call on fresh inputs)
 
     def check(self, when: str) -> None:
         bad = violations(self.snap)
@@ -263,8 +264,9 @@ class Guard:
         """fn(*args), then: no new thread alive, on CUDA every output ready on the caller's stream
         when the call returned, the harness intact. `outputs` (DPS) are the buffers written."""
         cuda = torch.device(device).type == "cuda"
+        hold_on, self.hold_next = cuda and self.hold_next, False
         before = os_threads()
-        if cuda:
+        if hold_on:
             self.hold.start()
         t0 = time.perf_counter()
         out = fn(*args)
@@ -276,7 +278,7 @@ class Guard:
         early, held = [], []
         if cuda:
             written = cuda_tensors([out, *outputs])
-            held = self.hold.snapshot(written, host_s)
+            held = self.hold.snapshot(written, host_s) if hold_on else []
             # copies queued on the caller's stream before any sync: what a caller that trusts stream
             # order reads. Work left on an unjoined side stream has not landed in them yet.
             early = [(t, t.clone()) for t in written]
@@ -287,7 +289,8 @@ class Guard:
                 "THREAD_ESCAPE", f"{when} left {len(new)} new thread(s) running after it returned"
             )
         for t, copy in held:
-            if same_bytes(t, copy):
+            # a constant output (all zeros: a zeros case) may equal memory nobody wrote yet; not evidence
+            if same_bytes(t, copy) and not constant_bytes(t):
                 raise Violation(
                     "STREAM_ESCAPE",
                     f"{when}: the output was written while the caller's stream was still held before the "
@@ -317,6 +320,12 @@ def cuda_tensors(value) -> list[torch.Tensor]:
     return out
 
 
+def constant_bytes(t: torch.Tensor) -> bool:
+    """Every element of `t` has the same bytes."""
+    b = raw_bytes(t).view(-1, t.element_size()) if t.element_size() else raw_bytes(t)
+    return bool((b == b[:1]).all())
+
+
 class StreamHold:
     """Stream order whatever the size of the work. Before a checked CUDA call the caller's stream is held
     by a spin kernel; when the call returns, each output is copied on a stream of the harness's own that
@@ -325,8 +334,9 @@ class StreamHold:
     final bytes was written by work on a stream that did not wait for the caller's (the cheat that made
     STREAM_ESCAPE depend on size: small side-stream work finished before the caller's copy of it ran).
     Where the hold ended first (the call synchronised, or its host side outlasted the spin) the check
-    is skipped; each hold lasts three times the last call's host side, within [MIN_S, MAX_S]. Freed blocks of the last outputs' sizes are
-    filled first, so a new output does not start out holding an earlier call's bytes."""
+    is skipped; each hold lasts three times the last call's host side, within [MIN_S, MAX_S]. Only calls
+    on fresh inputs are held (the correctness rounds: remote.stream_hold_next), so no freed block can
+    already hold the call's right answer; freed blocks of the last outputs' sizes are filled first too."""
 
     MIN_S, MAX_S = 0.001, 0.02
     CLOCK_HZ = 2.0e9  # the spin's cycles per second (a slower clock only holds longer)

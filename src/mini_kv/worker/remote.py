@@ -120,6 +120,7 @@ class Subject:
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         exc = _named(str(err.get("type") or "SubjectError"))(str(err.get("message", ""))[:4000])
         exc.remote_traceback = str(err.get("traceback", ""))[-4000:]
+        exc.plain = err.get("plain") is True  # its message says all (explain.system_exit)
         raise exc
 
     def request(self, op: str, /, **fields) -> dict:
@@ -280,6 +281,7 @@ class RemoteOp:
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
         self.census: dict | None = None  # what the last census call ran (census_next, census_of)
         self._census_next = False
+        self._hold_next = False  # hold the caller's stream during the next call (stream_hold_next)
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -290,8 +292,16 @@ class RemoteOp:
         where = [next(i for i, a in enumerate(args) if a is o) for o in outputs]
         poison, self.poison = self.poison, []
         census, self._census_next = self._census_next, False
+        hold, self._hold_next = self._hold_next, False
         reply = self.subject.ask(
-            "call", target=self.target, args=encoded, outputs=where, when=when, poison=poison, census=census
+            "call",
+            target=self.target,
+            args=encoded,
+            outputs=where,
+            when=when,
+            poison=poison,
+            census=census,
+            hold=hold,
         )
         if census:
             self.census = _census(reply.get("census"))
@@ -492,6 +502,13 @@ def census_next(op) -> None:
     no-op in-process."""
     if isinstance(op, RemoteOp):
         op._census_next = True
+
+
+def stream_hold_next(op) -> None:
+    """Hold the caller's stream during the candidate's next call (integrity.StreamHold): for calls on fresh
+    inputs only, where no freed block can already hold the call's right answer."""
+    if isinstance(op, RemoteOp):
+        op._hold_next = True
 
 
 def census_of(op) -> dict | None:

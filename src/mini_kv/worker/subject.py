@@ -19,7 +19,7 @@ import traceback
 
 import torch
 
-from mini_kv.worker import integrity, loader, shared
+from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
 from mini_kv.worker.timing import DeferredWorkError, L2Flusher, Workload, measure
@@ -63,6 +63,11 @@ class Subject:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
         except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
             return {"ok": False, "error": _error_of(exc)}, []
+        except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
+            return {
+                "ok": False,
+                "error": {**_error_of(exc), "message": explain.system_exit(exc), "plain": True},
+            }, []
 
     def do_load(self, msg: dict) -> tuple[dict, list[int]]:
         """The candidate (and the regression gate's baseline), loaded under the Guard."""
@@ -113,6 +118,7 @@ class Subject:
             [int(n) for n in msg.get("poison", [])], self.device
         )  # freed blocks hold no right values
         census = None
+        self.guard.hold_next = bool(msg.get("hold"))
         if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
             with integrity.kernel_census(self.device) as census:
                 out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
@@ -263,7 +269,10 @@ class Subject:
             return {"map": {k: self._encode_out(v, args, new, fds) for k, v in out.items()}}
         if out is None or isinstance(out, (bool, int, float, str)):
             return {"v": out}
-        return {"opaque": type(out).__name__}
+        cls = type(out)  # its qualified name, for the message (mini_kv.worker.explain)
+        return {
+            "opaque": cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        }
 
     def _hand_over(self, out: torch.Tensor, new: list, fds: list) -> shared.TensorSpec:
         nbytes = out.numel() * out.element_size()
@@ -302,7 +311,7 @@ def _settle_device(device: str, memory_limit: int | None) -> None:
 def _error_of(exc: BaseException) -> dict:
     return {
         "type": type(exc).__name__,
-        "message": str(exc)[:4000],
+        "message": explain.exception_message(exc)[:4000],
         "traceback": traceback.format_exc()[-4000:],
     }
 
