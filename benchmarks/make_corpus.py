@@ -7,9 +7,10 @@ options it is meant to run with; DIR/<problem>/<solution>/ holds solution.json a
 solution is made from a template and carries a variant tag in its text, so no two have the same
 sources and every C++ build is cold.
 
-Labels (`expect`): `status` is the attempt's overall status (PASSED, FAILED, COMPILE_ERROR); for a
-FAILED one, `workload_status` is the status every failing workload must have (INCORRECT_NUMERICAL,
-REWARD_HACK, ...); `slower` marks a correct one whose speedup must be below 1.
+Labels (`expect`): `status` is the attempt's overall status (PASSED, FAILED, REWARD_HACK for a cheat,
+COMPILE_ERROR); for a FAILED or REWARD_HACK one, `workload_status` is the status every failing workload
+must have (INCORRECT_NUMERICAL, TIMEOUT, REWARD_HACK, ...); `slower` marks a correct one whose speedup
+must be below 1.
 
 Kinds: correct (pytorch, triton, cuda_cpp; the shipped solutions among them), slow but correct, wrong
 (off by one, wrong dtype, wrong shape, NaN), compile errors, crashes (raise, sys.exit, os._exit), hangs,
@@ -49,7 +50,10 @@ COMPILE_ERROR = {"status": "COMPILE_ERROR"}
 
 
 def failed(workload_status: str) -> dict:
-    return {"status": "FAILED", "workload_status": workload_status}
+    """A solution whose failing workloads all have `workload_status`; the attempt's status is REWARD_HACK
+    where a defence fired (a cheat is named for what it is), FAILED otherwise."""
+    status = "REWARD_HACK" if workload_status == "REWARD_HACK" else "FAILED"
+    return {"status": status, "workload_status": workload_status}
 
 
 # ------------------------------------------------------------------------------------ problems

@@ -43,7 +43,7 @@ def test_the_gpu_corpus_mixes_languages_and_verdicts_with_distinct_sources(tmp_p
                  "compile_error", "crash_raise", "crash_exit", "crash_os_exit", "hang", "cheat_gc_reference",
                  "cheat_skip_when_timed", "cheat_set_stream"):  # fmt: skip
         assert kind in kinds
-    assert {s["expect"]["status"] for s in sols} == {"PASSED", "FAILED", "COMPILE_ERROR"}
+    assert {s["expect"]["status"] for s in sols} == {"PASSED", "FAILED", "REWARD_HACK", "COMPILE_ERROR"}
     # every C++ build is cold: no two solutions share their sources
     digests = {
         hashlib.sha256(
@@ -95,7 +95,7 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     (dst / "solution.json").write_text(json.dumps({**spec, "name": spec["name"] + "-mislabelled"}))
     corpus["solutions"].append(
         {**liar, "name": spec["name"] + "-mislabelled", "solution": str((dst / "solution.json").relative_to(tmp_path / "c")),
-         "expect": {"status": "FAILED", "workload_status": "REWARD_HACK"}}
+         "expect": {"status": "REWARD_HACK", "workload_status": "REWARD_HACK"}}
     )  # fmt: skip
     (tmp_path / "c" / "corpus.json").write_text(json.dumps(corpus))
 
