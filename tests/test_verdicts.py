@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import exploit_card_lock, run_cli
+from conftest import run_cli
 
 from mini_kv.errors import ExitCode
 from mini_kv.status import VIOLATIONS, Status, verdict_of, violation_status, violation_table
@@ -41,23 +41,22 @@ def test_every_code_has_one_status_and_the_defences_use_it():
 def test_the_same_violation_gets_the_same_status_through_both_front_doors(tmp_path):
     """TF32 switched on by the candidate: a C++ task-card operator through `verify`, a Python SOL
     solution through `bench`. The case and the workload, the two attempts and the two exit codes agree."""
-    with exploit_card_lock():
-        card = run_cli(
-            "verify",
-            "--task",
-            str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
-            "--candidate",
-            "tf32",
-            "--artifacts",
-            str(tmp_path / "card"),
-            "--device",
-            "cpu",
-            "--sandbox",
-            "off",
-            "--skip-benchmark",
-            "--json",
-            timeout=1500,
-        )
+    card = run_cli(
+        "verify",
+        "--task",
+        str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
+        "--candidate",
+        "tf32",
+        "--artifacts",
+        str(tmp_path / "card"),
+        "--device",
+        "cpu",
+        "--sandbox",
+        "off",
+        "--skip-benchmark",
+        "--json",
+        timeout=1500,
+    )
     summary = json.loads(next(ln for ln in card.stdout.splitlines() if ln.startswith("{")))
     cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
     flagged = [c for c in cases if c.get("integrity")]
@@ -103,20 +102,19 @@ def test_require_own_kernels_on_task_cards(tmp_path):
     its first case, a REWARD_HACK like any violation; one with its own loop passes, its census naming
     its own operator."""
     common = ["--device", "cpu", "--skip-benchmark", "--require-own-kernels", "--json"]
-    with exploit_card_lock():
-        delegating = run_cli(
-            "verify",
-            "--task",
-            str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
-            "--candidate",
-            "replay_ptr",  # right in every correctness case (its cheat is caught while timed), built on a + b
-            "--artifacts",
-            str(tmp_path / "delegating"),
-            "--sandbox",
-            "off",
-            *common,
-            timeout=1500,
-        )
+    delegating = run_cli(
+        "verify",
+        "--task",
+        str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
+        "--candidate",
+        "replay_ptr",  # right in every correctness case (its cheat is caught while timed), built on a + b
+        "--artifacts",
+        str(tmp_path / "delegating"),
+        "--sandbox",
+        "off",
+        *common,
+        timeout=1500,
+    )
     summary = json.loads(next(ln for ln in delegating.stdout.splitlines() if ln.startswith("{")))
     assert summary["status"] == "REWARD_HACK" and delegating.returncode == ExitCode.CORRECTNESS
     cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
