@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -271,8 +272,37 @@ def test_mini_kvs_own_temp_dirs_are_opened_to_the_jails_uid(tmp_path, monkeypatc
     try:
         (staging / "target").mkdir()
         spec = jail.JailSpec(read_only=(str(staging / "target"), str(baseline), str(private)))
-        jail._hand_over(spec, {})
+        jail._hand_over(spec, {}, 65534)
         assert staging.stat().st_mode & 0o777 == 0o755 and baseline.stat().st_mode & 0o777 == 0o755
         assert private.stat().st_mode & 0o777 == 0o700
     finally:
         shutil.rmtree(staging)
+
+
+def test_jails_side_by_side_run_as_uids_of_their_own(monkeypatch):
+    """As root without a pids cgroup the cap is RLIMIT_NPROC, which counts every process of the jail's
+    real uid on the machine: jails sharing one uid shared one cap (on an H200, eight side by side
+    failed to start threads and CUDA), and a candidate forking to its cap starved the others. Each
+    jail runs as a uid of its own, not root's, not the caller's."""
+    if os.geteuid() != 0:
+        pytest.skip("the uid of its own is for a root caller")
+    monkeypatch.setattr(jail, "_pids_cgroup_root", lambda: None)
+    jail.run_as.cache_clear()
+    try:
+        if jail.run_as() is None:
+            pytest.skip("the Python environment is not readable by another uid here")
+        info = jail.probe()
+        if not info.enabled:
+            pytest.skip(f"no jail here: {info.reason}")
+        procs = [jail.popen(["sleep", "30"], jail.JailSpec(), info) for _ in range(2)]
+        try:
+            time.sleep(1)
+            uids = [int(Path(f"/proc/{p.pid}/status").read_text().split("Uid:")[1].split()[0]) for p in procs]
+        finally:
+            for p in procs:
+                p.kill_tree()
+                p.wait()
+                p.cleanup()
+        assert len(set(uids)) == 2 and 0 not in uids, uids
+    finally:
+        jail.run_as.cache_clear()

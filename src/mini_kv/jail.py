@@ -27,7 +27,7 @@ unavailable with the reason:
   or writable as bound), TCP connect/bind (unless profiling) and signals/abstract sockets outside its
   domain;
 - process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC, which binds only for a non-zero
-  uid: a caller that is not root, or as root without a cgroup the jail run as `HOST_UID` (`run_as`);
+  uid: a caller that is not root, or as root without a cgroup each jail run as a uid of its own (`_jail_uid`);
 - rlimits: open files, file size, CPU time (`Limits`);
 - environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
   parent's environment never reach the jail.
@@ -750,10 +750,24 @@ def libcuda_dir() -> str | None:
     return None
 
 
-# as root without a pids cgroup, the jail runs as this uid instead, so RLIMIT_NPROC binds (it ignores
-# uid 0, in any namespace): possible where everything the jail must read is readable by others.
-# MINI_KV_JAIL_HOST_UID=0 keeps root (process_cap then unavailable)
-HOST_UID = int(os.environ.get("MINI_KV_JAIL_HOST_UID", "65534"))
+# as root without a pids cgroup, each jail runs as a uid of its own (JAIL_UIDS), so that RLIMIT_NPROC
+# binds (it ignores uid 0, in any namespace) and counts that jail's processes only: it counts every
+# process of its real uid on the machine, so jails sharing one uid took each other's budget (on an H200,
+# eight side by side: threads refused, CUDA failing to start) and one candidate forking up to the cap
+# starved the others. Possible where everything the jail must read is readable by others.
+# MINI_KV_JAIL_HOST_UID=N runs every jail as N; 0 keeps root (process_cap then unavailable)
+HOST_UID_SET = os.environ.get("MINI_KV_JAIL_HOST_UID")
+HOST_UID = int(HOST_UID_SET or "65534")
+JAIL_UIDS = (1_000_000_000, 2_000_000_000)  # far above any account's uid
+
+
+def _jail_uid() -> int | None:
+    """The uid a new jail runs as (None: as the caller): a fresh one of JAIL_UIDS, or the one set."""
+    if run_as() is None:
+        return None
+    if HOST_UID_SET is not None:
+        return HOST_UID
+    return JAIL_UIDS[0] + secrets.randbelow(JAIL_UIDS[1] - JAIL_UIDS[0])
 
 
 def _others_can_read(path: str) -> bool:
@@ -785,7 +799,7 @@ def run_as() -> int | None:
     return HOST_UID if all(_others_can_read(p) for p in needed) else None
 
 
-def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] | None:
+def _launcher(limits: Limits, nproc: bool, procs_file: str | None, uid: int | None) -> list[str] | None:
     """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
     (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
     against 1 ms for the vfork Popen uses without one): `setpriv --pdeathsig KILL` (the jail dies
@@ -794,7 +808,6 @@ def _launcher(limits: Limits, nproc: bool, procs_file: str | None) -> list[str] 
     setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
     if setpriv is None or prlimit is None:
         return None
-    uid = run_as() if nproc else None
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
@@ -876,7 +889,7 @@ def _copy_regular(src: Path, dest: Path) -> None:
 
 def _popen_unjailed(cmd: list[str], env: dict | None, **kwargs) -> subprocess.Popen:
     """The jail is off: `cmd` as it would run without mini_kv's jail (no rlimits), in its own session."""
-    launch = _launcher(Limits(), False, None)
+    launch = _launcher(Limits(), False, None, None)
     if launch is None:
         return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
     return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
@@ -889,13 +902,13 @@ def _inside_dir(cwd: str | None, spec: JailSpec) -> str | None:
     return chdir if _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]) else None
 
 
-def _hand_over(spec: JailSpec, inboxes: dict[str, str]) -> None:
+def _hand_over(spec: JailSpec, inboxes: dict[str, str], uid: int | None) -> None:
     """When the jail runs as another uid: it must write its writable dirs and read its inboxes, and
     mini_kv's own temp dirs (staged sources) are made readable to it."""
-    if run_as() is None:
+    if uid is None:
         return
     for d in [*spec.writable, *inboxes.values()]:
-        os.chown(d, run_as(), run_as())
+        os.chown(d, uid, uid)
     for d in spec.read_only:
         for p in (Path(d), *Path(d).parents):  # a dir inside one too (a profile's staged target)
             if _own_temp_dir(p):
@@ -944,8 +957,10 @@ def popen(
             group.join()
         _set_limits(spec.limits, nproc)
 
-    _hand_over(spec, inboxes)
-    launch = _launcher(spec.limits, nproc, str(group.dir / "cgroup.procs") if group is not None else None)
+    uid = _jail_uid()
+    _hand_over(spec, inboxes, uid)
+    procs = str(group.dir / "cgroup.procs") if group is not None else None
+    launch = _launcher(spec.limits, nproc, procs, uid)
     landlock = {LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}
     try:
         proc = Jailed(
