@@ -388,3 +388,24 @@ def test_spot_checks_stay_in_step_with_the_rotation_after_a_warm_up(subject):
         wl = workload_of(op, sets, _add_check(outputs=(2,)))
         warm_up([wl], 1, float("inf"), "cpu")
         measure(wl, "wallclock", 1, "cpu", L2Flusher("cpu", False))
+
+
+def test_one_message_carries_every_buffer_of_many_input_sets():
+    """A workload's sets cross in one message, a file descriptor per tensor: 20 cold-L2 sets of four
+    tensors (80) were more than the link took, and the subject ended."""
+    import os
+
+    a, b = link.pair()
+    sender, receiver = link.Link(a), link.Link(b)
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(200)]
+    try:
+        sender.send({"request": "workload"}, fds)
+        msg, got = receiver.recv()
+        assert msg["request"] == "workload" and len(got) == 200
+        for fd in got:
+            os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        sender.close()
+        receiver.close()

@@ -35,6 +35,7 @@ from mini_kv.worker.compare import inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
+from mini_kv.worker.link import MAX_FDS
 from mini_kv.worker.remote import (
     SpotCheck,
     census_next,
@@ -609,6 +610,10 @@ def _input_sets(job: Job, case, cold: bool, launches: int) -> tuple[list, int, i
     set_bytes = tensor_nbytes(args) + tensor_nbytes(refs)
     free = torch.cuda.mem_get_info(torch.device(fmt.device))[0] if is_cuda(fmt.device) else None
     n = input_set_count(set_bytes, cold, max(2, launches), free)
+    # every tensor of the candidate's sets crosses to the subject as a file descriptor, all in one
+    # message: more than it can carry ended the subject (rmsnorm's 20 cold sets on an H200)
+    per_set = sum(isinstance(a, torch.Tensor) for a in args) + (len(refs) if fmt.dps else 0)
+    n = max(1, min(n, MAX_FDS // max(1, per_set)))
     sets = [args] + [fmt.inputs(case, set_seed(fmt.namespace, case.id, fmt.salt, k)) for k in range(1, n)]
     return sets, refs[0].numel() if refs else 0, set_bytes
 

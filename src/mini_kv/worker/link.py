@@ -13,7 +13,7 @@ import select
 import socket
 
 MAX_MESSAGE = 1 << 20
-MAX_FDS = 64
+MAX_FDS = 253  # the kernel's SCM_MAX_FD: the most one message can carry
 
 
 class LinkClosed(EOFError):
