@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mini_kv import arith
 from mini_kv.errors import ConfigError
+from mini_kv.load.safetensors_file import ITEMSIZE as SAFETENSORS_ITEMSIZE
 from mini_kv.load.schema import validate
 from mini_kv.solexec.jsonfile import read_json
 
@@ -73,22 +74,9 @@ class Definition:
         return 8 if shape is None else math.prod(shape) * ITEMSIZE[spec.dtype]
 
 
-# bytes per element; float4_e2m1fn_x2 packs two values in one byte, which torch counts as one element
-ITEMSIZE = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "float4_e2m1fn_x2": 1,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-}
+# bytes per element: safetensors' dtypes, and float4_e2m1fn_x2, which packs two values in one byte (torch
+# counts it as one element) and has no safetensors name
+ITEMSIZE = {**SAFETENSORS_ITEMSIZE, "float4_e2m1fn_x2": 1}
 MAX_LITERAL_DIGITS = 18  # a literal size stays below 2**63
 
 
