@@ -290,3 +290,18 @@ def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     elif not t.out_any and t.ref_any:
         reason = "the output is all zeros while the reference is not"
     return _stats(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)
+
+
+def plain_tensors(value) -> list[torch.Tensor]:
+    """The non-empty plain (exactly torch.Tensor) tensors in `value`, through nested tuples, lists and
+    dict values: what a call returned or wrote."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif type(v) is torch.Tensor and v.numel():
+            out.append(v)
+    return out

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from mini_kv.status import VIOLATIONS, violation_status
-from mini_kv.worker.compare import fp64_chunks, raw_bytes
+from mini_kv.worker.compare import fp64_chunks, plain_tensors, raw_bytes
 
 # reason code -> what it means; the codes, their statuses and meanings are mini_kv.status.VIOLATIONS
 CODES = {code: v.meaning for code, v in VIOLATIONS.items()}
@@ -308,16 +308,7 @@ class Guard:
 
 def cuda_tensors(value) -> list[torch.Tensor]:
     """The non-empty plain CUDA tensors in `value` (nested tuples, lists, dicts): what a call wrote."""
-    out, stack = [], [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (tuple, list)):
-            stack.extend(v)
-        elif type(v) is torch.Tensor and v.is_cuda and v.numel():
-            out.append(v)
-    return out
+    return [v for v in plain_tensors(value) if v.is_cuda]
 
 
 def constant_bytes(t: torch.Tensor) -> bool:

@@ -40,6 +40,7 @@ import torch
 
 from mini_kv.model import DEFAULT_BENCHMARK
 from mini_kv.settings import DEFAULTS
+from mini_kv.worker.compare import plain_tensors
 
 METHODS = ("events", "graph", "cupti", "wallclock")
 CUDA_METHODS = ("events", "graph", "cupti")
@@ -197,14 +198,8 @@ def fingerprint(value) -> list[torch.Tensor]:
     """The bytes of up to FINGERPRINT_ELEMENTS evenly spaced elements of every tensor in `value` (nested
     tuples, lists, dicts), copied: cheap enough to take after every timed call, outside its span."""
     out: list[torch.Tensor] = []
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (tuple, list)):
-            stack.extend(v)
-        elif type(v) is torch.Tensor and v.numel() and v.layout == torch.strided:
+    for v in plain_tensors(value):
+        if v.layout == torch.strided:
             with torch.no_grad():
                 flat = v.detach().reshape(-1)
                 step = max(1, flat.numel() // FINGERPRINT_ELEMENTS)
