@@ -912,12 +912,19 @@ def _hand_over(spec: JailSpec, inboxes: dict[str, str], uid: int | None) -> None
     for d in spec.read_only:
         for p in (Path(d), *Path(d).parents):  # a dir inside one too (a profile's staged target)
             if _own_temp_dir(p):
-                os.chmod(p, 0o755)
+                open_to_jail(p)
 
 
 # the temp dirs mini_kv makes (0700, as tempfile makes them) for files a jail reads: in the temp dir, and
 # a baseline's renamed sources in a project's .build/
 OWN_TEMP_PREFIXES = ("mini-kv-", "baseline-src-")
+
+
+def open_to_jail(d: Path | str) -> None:
+    """A dir mini_kv made (mkdtemp: 0700) whose files a jail reads, readable and searchable by the
+    jail's own uid, which is not the caller's where the jail runs as a uid of its own (`_jail_uid`)."""
+    if os.stat(d).st_mode & 0o005 != 0o005:
+        os.chmod(d, 0o755)
 
 
 def _own_temp_dir(p: Path) -> bool:

@@ -323,7 +323,7 @@ def compile_candidate(
         return _cache_entry_holds(final, plan["check_only"])
 
     if built():
-        _open_to_jail(final)
+        jail.open_to_jail(final)  # a cache made before, as the jail's uid could not read it
         return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
     with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
         if built():  # another process built it while we waited
@@ -351,7 +351,7 @@ def compile_candidate(
             (tmp / "build.json").write_text(json.dumps(record, indent=2))
             if final.exists():  # a stale, incomplete dir from a killed build
                 shutil.rmtree(final)
-            _open_to_jail(tmp)
+            jail.open_to_jail(tmp)  # a profile's jail binds the library where it lies
             os.replace(tmp, final)
         finally:
             shutil.rmtree(box, ignore_errors=True)
@@ -435,14 +435,6 @@ def _build_into(plan: dict, tmp: Path, box: Path, timeout: float, record: dict, 
     if ninja.is_file() and not ninja.is_symlink():
         shutil.copyfile(ninja, tmp / "build.ninja")
     return BuildStatus.OK
-
-
-def _open_to_jail(d: Path) -> None:
-    """A cached build's dir readable by the jail's own uid (mkdtemp makes it 0700): a profile's jail
-    binds the library where it lies, and one running as uid 65534 did not see it. Also a cache made
-    before, on a hit."""
-    if d.stat().st_mode & 0o005 != 0o005:
-        os.chmod(d, 0o755)
 
 
 def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> dict:

@@ -127,9 +127,9 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbo
                 f"precompiling {header} failed (exit {res.returncode}); building without it:\n{res.stderr[-2000:]}"
             )
             return False
-        # readable by the jail's own uid, which builds run as where no pids cgroup caps them (mkdtemp
-        # makes it 0700: the header was then silently missing from every build's view)
-        os.chmod(tmp, 0o755)
+        # builds run as the jail's own uid where no pids cgroup caps them: the header was silently
+        # missing from every build's view while its dir was 0700
+        jail.open_to_jail(tmp)
         os.replace(tmp, final)
         return True
     finally:
