@@ -149,7 +149,13 @@ def _embedded(p: Placement):
     specs = worker_specs(list(p.gpus), p.workers or 0, host="127.0.0.1")
     with dask.config.set({"distributed.scheduler.allowed-failures": p.retries}):
         return SpecCluster(
-            workers={name: {"cls": Nanny, "options": {**o, "name": name}} for name, o in specs.items()},
+            # the workers are this command's own: a failure of theirs reaches the user as the task's
+            # error, while on Ctrl-C their heartbeats to the scheduler closing first log tracebacks
+            # (from their own processes, which the interrupt's log level does not reach) under the one line
+            workers={
+                name: {"cls": Nanny, "options": {**o, "name": name, "silence_logs": logging.CRITICAL}}
+                for name, o in specs.items()
+            },
             scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}},
             silence_logs=logging.ERROR,  # a nanny's notes on closing its worker are not the user's concern
         )
