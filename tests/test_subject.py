@@ -65,6 +65,19 @@ def lazy_when_timed(x, w):
 
 def add_into(x, w, out):
     torch.add(x, w, out=out)
+
+_by_shape = {}
+
+def amax_when_timed(x, w):
+    import sys
+    frame, timed = sys._getframe(1), False
+    while frame is not None:
+        timed = timed or frame.f_code.co_name.startswith("time_")
+        frame = frame.f_back
+    if timed and x.shape in _by_shape:
+        return _by_shape[x.shape]
+    _by_shape[x.shape] = out = x.amax()
+    return out
 """
 
 
@@ -176,6 +189,27 @@ def test_timed_calls_are_spot_checked_with_new_values_in_their_buffers(subject):
     with pytest.raises(Violation) as v:
         measure(wl, "wallclock", 4, "cpu", L2Flusher("cpu", False))
     assert v.value.code == "STALE_OUTPUT_AFTER_TIMING"
+
+
+def test_a_change_a_kept_result_would_pass_is_made_whole(subject):
+    """The first batch changes one block of a set's values: a max over the other elements is still the
+    max most of the time, so a result kept per shape would pass. The judge sees that (stale_caught) and
+    rewrites the whole set instead: caught in every try."""
+    op = load(subject, "amax_when_timed")
+
+    def wrong(args, out):
+        return None if torch.equal(out, args[0].amax()) else "not max(x)"
+
+    def stale_caught(old, new):
+        return not torch.equal(old[0].amax(), new[0].amax())
+
+    for _ in range(10):
+        sets = [[torch.randn(256), torch.randn(256)] for _ in range(2)]
+        for s in sets:
+            op(*s)
+        spot = SpotCheck(wrong, [torch.randn(256), torch.randn(256)], (), stale_caught)
+        with pytest.raises(Violation, match="STALE_OUTPUT_AFTER_TIMING"):
+            measure(workload_of(op, sets, spot), "wallclock", 4, "cpu", L2Flusher("cpu", False))
 
 
 def test_honest_timed_calls_pass_their_spot_checks_and_keep_their_values(subject):

@@ -629,12 +629,17 @@ def _workloads(job: Job, case, sets: list) -> tuple:
         found = fmt.check(case, outs, fmt.expected(case, args[:n_inputs]), stats=False)
         return None if found.ok else f"{fmt.output_label(found.output)}{found.reason}"
 
+    def stale_caught(old: list, new: list) -> bool:
+        return not fmt.check(
+            case, fmt.expected(case, old[:n_inputs]), fmt.expected(case, new[:n_inputs]), stats=False
+        ).ok
+
     spare = fmt.inputs(case, case_seed(fmt.namespace, case.id, f"{fmt.salt}\0spot-check"))
     positions = tuple(range(n_inputs, n_inputs + len(fmt.output_names(case)))) if fmt.dps else ()
     ref_sets = [clone_args(s) for s in sets]
     ref, ref_dps = fmt.baseline or (fmt.reference, False)
     cand_sets = [[*s, *(fmt.buffers(case) if fmt.dps else [])] for s in sets]
-    cand = workload_of(fmt.candidate, cand_sets, SpotCheck(wrong, spare, positions))
+    cand = workload_of(fmt.candidate, cand_sets, SpotCheck(wrong, spare, positions, stale_caught))
     refc = workload_of(ref, [[*s, *(fmt.buffers(case) if ref_dps else [])] for s in ref_sets])
     return cand, refc, ref_sets
 
