@@ -14,7 +14,7 @@ from test_store_forgery import _reseal
 from mini_kv.load.schema import is_valid
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt
-from mini_kv.store.index import INDEX_NAME, read_checked_attempt, rebuild_index, snapshot
+from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index, snapshot
 from mini_kv.store.jsonfile import RecordUnusable
 from mini_kv.store.records import (
     CARD_FORMAT,
@@ -164,7 +164,7 @@ def test_the_h200_evidence_attempts_written_as_version_1_still_read(tmp_path):
     result = rebuild_index(art)
     assert result.problems == [] and result.attempts == len(dirs)
     for d in dirs:
-        assert read_checked_attempt(d)["status"] == read_attempt(d)["status"]
+        assert check_attempt(d).header["status"] == read_attempt(d)["status"]
         corr = read_record(d / "correctness.json")
         assert {c["status"] for c in corr["cases"]} <= {Status.PASSED, Status.SKIPPED}
         assert all(v == Status.PASSED for v in corr["summary"].get("contract", {}).values())

@@ -10,18 +10,11 @@ import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.judge.regression import (
-    Thresholds,
-    check_baseline,
-    compare_to_baseline,
-    exit_code_for,
-    find_card_baseline,
-    load_baseline,
-    promote_baseline,
-)
+from mini_kv.judge.regression import Thresholds, exit_code_for, find_card_baseline, judge, verdict_document
 from mini_kv.load.schema import validate
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
+from mini_kv.store.baseline import check_baseline, load_baseline, promote_baseline
 
 FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
     Verdict.FAIL,
@@ -32,6 +25,11 @@ FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def compare_to_baseline(baseline, header, bench, confirm=None, thresholds=None) -> dict:
+    """regression.json's content for one attempt judged against a baseline."""
+    return verdict_document(judge(baseline, header, bench, confirm, thresholds))
 
 
 def check_card_baseline(
@@ -541,7 +539,7 @@ def test_every_kind_of_verdict_meets_the_regression_schema(tmp_path, baseline):
 
 
 def test_baseline_carries_a_hash_manifest_of_itself_and_its_attempt(tmp_path):
-    from mini_kv.judge.regression import content_sha256
+    from mini_kv.store.baseline import content_sha256
 
     src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
     base = promote_baseline(src, tmp_path / "b.json")

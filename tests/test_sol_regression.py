@@ -7,11 +7,12 @@ import pytest
 from sol_helpers import statuses, write_solution
 
 from mini_kv.errors import ExitCode
-from mini_kv.judge.regression import exit_code_for, load_baseline, promote_baseline
+from mini_kv.judge.regression import exit_code_for
 from mini_kv.load.schema import validate
 from mini_kv.solexec.run import BenchOptions, bench
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
+from mini_kv.store.baseline import load_baseline, promote_baseline
 
 FAIL, PASS, WARN = Verdict.FAIL, Verdict.PASS, Verdict.WARN
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,13 +21,9 @@ import tempfile
 from pathlib import Path
 
 from mini_kv.compile.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.judge.regression import (
-    BaselineBuildError,
-    checked_source_attempt,
-    find_source_attempt,
-)
 from mini_kv.model import Candidate
 from mini_kv.status import BuildStatus
+from mini_kv.store.baseline import BaselineBuildError, checked_source_attempt, find_source_attempt
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -52,8 +48,8 @@ def rename_namespace(text: str, old: str, new: str) -> tuple[str, int]:
 
 def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
     """The candidate record the attempt was verified with, after checking the attempt is the one
-    the baseline names (regression.checked_source_attempt)."""
-    header = checked_source_attempt(attempt_dir, baseline)
+    the baseline names (store.baseline.checked_source_attempt)."""
+    header = checked_source_attempt(attempt_dir, baseline).header
     if "candidate_manifest.json" not in {f["path"] for f in header["files"]}:
         raise BaselineBuildError(f"{attempt_dir}: no candidate_manifest.json (not a candidate's attempt)")
     manifest = json.loads((attempt_dir / "candidate_manifest.json").read_text())

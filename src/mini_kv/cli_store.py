@@ -20,8 +20,9 @@ def print_problems(problems, err_console) -> None:
 
 
 def cmd_promote_baseline(args) -> int:
-    from mini_kv.judge.regression import default_baseline_output, promote_baseline, promoted_baseline_use
+    from mini_kv.judge.regression import default_baseline_output, promoted_baseline_use
     from mini_kv.load.task_card import find_project_root
+    from mini_kv.store.baseline import promote_baseline
 
     attempt, root = Path(args.attempt), find_project_root(Path.cwd())
     # default: the card's declared baseline path, else baselines/<task>.json (a SOL problem: always), under the project

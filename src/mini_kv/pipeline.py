@@ -367,7 +367,7 @@ def _judge_regression(
 ) -> tuple[dict | None, list[str]]:
     """The verdict against the promoted baseline for a PASSED attempt with a benchmark (None otherwise or
     without a baseline), and notes on a baseline not used. `confirm_with()` gives the same-run comparison."""
-    from mini_kv.judge.regression import check_baseline
+    from mini_kv.store.baseline import check_baseline
 
     path, found_by, notes = door.find_baseline(prep)
     judged = out.status == Status.PASSED and (out.benchmark or {}).get("ran")

@@ -10,8 +10,8 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
+from mini_kv.judge.regression import timed
 from mini_kv.status import BuildStatus, Status, Verdict
-from mini_kv.store.records import timed
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail

@@ -3,7 +3,7 @@
 A baseline (baselines/<task>.json) is promoted by hand from one complete, PASSED, stable attempt and
 then never changes by itself. It carries a hash manifest (the SHA-256 of its own canonical content and
 the file list of the attempt it came from); a baseline that no longer matches it is TAMPERED and is
-never used. `compare_to_baseline` judges a new attempt's raw timing samples against it, case by case:
+never used (store.baseline). `judge` judges a new attempt's raw timing samples against it, case by case:
 
   * the two are comparable only when task id and version, operator version, suite hash, environment
     key and device all match; otherwise the verdict is INCOMPARABLE (never PASS);
@@ -30,22 +30,16 @@ measured); else WARN if any case warns; else PASS.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
-from mini_kv.model import canonical_json, sha256_file, sha256_text
-from mini_kv.status import Status, Verdict
-from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import timed
+from mini_kv import stats
+from mini_kv.errors import BaselineTampered, ExitCode
+from mini_kv.stats import RepeatSummary, Slower
+from mini_kv.status import Verdict
 
-# 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
-BASELINE_SCHEMA_VERSION = 2
 REGRESSION_SCHEMA_VERSION = 1
-BASELINE_KIND = "mini_kv.baseline"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +73,11 @@ COMPARABLE_KEYS: tuple[tuple[str, Callable[[dict], object]], ...] = (
 )
 
 
+def timed(rec) -> bool:
+    """A bench record with timings: the benchmark of its case ran (its `candidate` side is there)."""
+    return isinstance(rec, dict) and "candidate" in rec
+
+
 def _as_repeats(samples) -> list[list[float]]:
     """Samples as a list of repeats; a flat list of numbers is one repeat."""
     if not isinstance(samples, Sequence) or isinstance(samples, (str, bytes)) or len(samples) == 0:
@@ -109,15 +108,48 @@ class Times:
 
 
 @dataclasses.dataclass(frozen=True)
+class Side:
+    samples: list[list[float]]
+    summary: RepeatSummary
+
+
+@dataclasses.dataclass(frozen=True)
+class SameRun:
+    """One same-run, interleaved A/B of the candidate (`samples`, `summary`) and the baseline's own build."""
+
+    method: str
+    samples: list[list[float]]
+    summary: RepeatSummary
+    baseline: Side
+    test: Slower  # the P50 test (stats.is_slower)
+    order: object
+    build: object
+
+    def said(self) -> str:
+        """What it measured, for a reason line."""
+        t = self.test
+        return (
+            f"same run, interleaved: candidate P50 {self.summary.overall.p50:.4g} us vs the baseline's own "
+            f"build {self.baseline.summary.overall.p50:.4g} us ({_pct(t.ratio)}, p={t.p_value:.2g}, "
+            + ("significant" if t.significant else "not significant")
+            + ")"
+        )
+
+    @property
+    def p95_ratio(self) -> float:
+        return self.summary.overall.p95 / self.baseline.summary.overall.p95
+
+
+@dataclasses.dataclass(frozen=True)
 class CaseVerdict:
     """One bench case judged against the baseline."""
 
     id: str
     verdict: Verdict
     reasons: tuple[str, ...]
-    first_batch: dict | None = None  # stats.is_slower of the stored screen, when the P50 was beyond it
-    confirmation: dict | None = None  # the first same-run A/B (_same_run)
-    second_confirmation: dict | None = None
+    first_batch: Slower | None = None  # stats.is_slower of the stored screen, when the P50 was beyond it
+    confirmation: SameRun | None = None  # the first same-run A/B (_same_run)
+    second_confirmation: SameRun | None = None
     baseline: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
     candidate: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
     p50_ratio: float | None = dataclasses.field(default=None, metadata=_OPTIONAL)
@@ -166,8 +198,6 @@ def verdict_document(verdict: RegressionVerdict) -> dict:
 
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> CaseVerdict:
     """One bench case: the stored comparison screens, the same-run A/B decides (see the module doc)."""
-    from mini_kv import stats
-
     differs = [
         f"{case_id}: timed with {key}={cand.get(key)!r}, baseline used {base.get(key)!r}"
         for key in ("method", "l2", "unit")
@@ -191,7 +221,7 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
     screen = []
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
-        rec = rec.said(first_batch=first.to_dict())
+        rec = rec.said(first_batch=first)
         screen.append(
             f"{case_id}: P50 {cs.p50:.4g} us vs stored baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
             f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})"
@@ -216,38 +246,20 @@ def _undecided(rec: CaseVerdict, screen: list[str], why: str, **more) -> CaseVer
     return rec.said(Verdict.UNCONFIRMED, why, **more)
 
 
-def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> dict:
+def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> SameRun:
     """One same-run, interleaved A/B of the candidate and the baseline's own build: its record (samples,
     summaries, the P50 test). Raises what `confirm` raises."""
-    from mini_kv import stats
-
     run = confirm(case_id)
     cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
-    test = stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed)
-    return {
-        "method": "same-run, interleaved with the baseline's own build",
-        "samples": cand,
-        "summary": stats.summarize_repeats(cand).to_dict(),
-        "baseline": {"samples": base, "summary": stats.summarize_repeats(base).to_dict()},
-        "test": test.to_dict(),
-        "order": run.get("order"),
-        "build": run.get("build"),
-    }
-
-
-def _said(ab: dict) -> str:
-    """What one same-run A/B measured, for a reason line."""
-    t, p50 = ab["test"], lambda d: d["summary"]["overall"]["p50"]
-    return (
-        f"same run, interleaved: candidate P50 {p50(ab):.4g} us vs the baseline's own build "
-        f"{p50(ab['baseline']):.4g} us ({_pct(t['ratio'])}, p={t['p_value']:.2g}, "
-        + ("significant" if t["significant"] else "not significant")
-        + ")"
+    return SameRun(
+        "same-run, interleaved with the baseline's own build",
+        cand,
+        stats.summarize_repeats(cand),
+        Side(base, stats.summarize_repeats(base)),
+        stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed),
+        run.get("order"),
+        run.get("build"),
     )
-
-
-def _p95_ratio(ab: dict) -> float:
-    return ab["summary"]["overall"]["p95"] / ab["baseline"]["summary"]["overall"]["p95"]
 
 
 def _decide_same_run(
@@ -269,14 +281,14 @@ def _decide_same_run(
     except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
         return _undecided(rec, screen, f"the same-run comparison could not run ({type(exc).__name__}: {exc})")
     rec = rec.said(confirmation=first)
-    t1 = first["test"]
-    if t1["exceeds"] and not t1["significant"]:
-        return _undecided(rec, screen, f"{_said(first)}")
-    p95_agrees = _p95_ratio(first) > 1 + th.p95_threshold
-    if not (t1["slower"] or p95_agrees or (t1["significant"] and t1["ratio"] > 1)):
+    t1 = first.test
+    if t1.exceeds and not t1.significant:
+        return _undecided(rec, screen, f"{first.said()}")
+    p95_agrees = first.p95_ratio > 1 + th.p95_threshold
+    if not (t1.slower or p95_agrees or (t1.significant and t1.ratio > 1)):
         return rec.said(
             None,
-            "; ".join(screen) + f"; not seen in the {_said(first)}: the gap to the stored timings is the "
+            "; ".join(screen) + f"; not seen in the {first.said()}: the gap to the stored timings is the "
             "machine's, not the code's",
         )
     try:
@@ -285,17 +297,17 @@ def _decide_same_run(
         raise
     except Exception as exc:  # noqa: BLE001
         return _undecided(
-            rec, screen, f"{_said(first)}; the second could not run ({type(exc).__name__}: {exc})"
+            rec, screen, f"{first.said()}; the second could not run ({type(exc).__name__}: {exc})"
         )
     rec = rec.said(second_confirmation=second)
-    t2 = second["test"]
-    both = f"first {_said(first)}; second {_said(second)}"
-    if t1["slower"] and t2["slower"]:
+    t2 = second.test
+    both = f"first {first.said()}; second {second.said()}"
+    if t1.slower and t2.slower:
         return rec.said(Verdict.FAIL, "; ".join(screen) + f"; confirmed twice: {both}")
-    if t1["slower"] != t2["slower"]:
+    if t1.slower != t2.slower:
         return _undecided(rec, screen, f"the two same-run comparisons disagree ({both})")
-    if (p95_agrees and _p95_ratio(second) > 1 + th.p95_threshold) or (
-        t1["significant"] and t2["significant"] and t1["ratio"] > 1 and t2["ratio"] > 1
+    if (p95_agrees and second.p95_ratio > 1 + th.p95_threshold) or (
+        t1.significant and t2.significant and t1.ratio > 1 and t2.ratio > 1
     ):
         return rec.said(
             Verdict.WARN,
@@ -303,17 +315,6 @@ def _decide_same_run(
             f"same-run comparisons ({both}): a warning",
         )
     return rec.said(None, "; ".join(screen) + f"; not seen twice ({both}): no slowdown to report")
-
-
-def compare_to_baseline(
-    baseline: dict,
-    attempt_header: dict,
-    benchmark_json: dict,
-    confirm: Callable[[str], dict] | None = None,
-    thresholds: Thresholds | dict | None = None,
-) -> dict:
-    """regression.json's content for one attempt judged against a baseline (`judge`)."""
-    return verdict_document(judge(baseline, attempt_header, benchmark_json, confirm, thresholds))
 
 
 def judge(
@@ -434,163 +435,6 @@ def regression_summary(verdict: dict | None) -> dict:
     )
 
 
-# ---------------------------------------------------------------------------------------------- baselines
-
-
-def load_baseline(path: Path) -> dict:
-    """A baseline file, schema-checked; ConfigError (naming file and field) otherwise."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(
-            str(path),
-            "",
-            "baseline file does not exist; create it with `mini-kv promote-baseline --attempt <attempt dir>`",
-        )
-    try:
-        data = read_versioned(
-            path,
-            BASELINE_SCHEMA_VERSION,
-            "baseline",
-            hint=(
-                "use the mini_kv version that wrote it, or promote a new baseline with this one "
-                "(`mini-kv promote-baseline --attempt <dir> --force`)"
-            ),
-        )
-    except RecordUnusable as exc:
-        what = "unreadable baseline: " if exc.reason == "unreadable" else ""
-        raise ConfigError(str(path), "", f"{what}{str(exc)[len(exc.file) + 2 :]}") from None
-    check_manifest(data, path)
-    return data
-
-
-def content_sha256(baseline: dict) -> str:
-    """SHA-256 of the baseline's canonical JSON, all but the hash itself: what the manifest vouches for
-    (the source attempt's file list included)."""
-    manifest = {k: v for k, v in (baseline.get("manifest") or {}).items() if k != "content_sha256"}
-    return sha256_text(
-        canonical_json({**{k: v for k, v in baseline.items() if k != "manifest"}, "manifest": manifest})
-    )
-
-
-def check_manifest(baseline: dict, path: Path) -> None:
-    """Refuse a baseline whose content (samples, identity keys, source) changed after promotion.
-
-    A hash is tamper evidence, not a signature: it catches edits by hand or by a tool that does not
-    know the format. It cannot make a forged FAIL: a suspected regression is judged only on the
-    same-run timing of the baseline's own code (see compare_to_baseline)."""
-    recorded = baseline["manifest"]["content_sha256"]
-    actual = content_sha256(baseline)
-    if actual != recorded:
-        raise BaselineTampered(
-            str(path),
-            f"content SHA-256 {actual} differs from its manifest's {recorded}: the "
-            "file was edited after `mini-kv promote-baseline` (samples, keys or source)",
-        )
-    source_files = {f["path"]: f for f in baseline["manifest"]["attempt_files"]}
-    if len(source_files) != len(baseline["manifest"]["attempt_files"]):
-        raise BaselineTampered(str(path), "manifest.attempt_files lists a path twice")
-
-
-def _promotable(attempt_dir: Path, where: str) -> tuple[dict, dict, dict]:
-    """(header, benchmark.json, environment.json) of an attempt fit to be a baseline: every check of the
-    index (schema, hashed files inside the attempt, ids, a headline its records give), PASSED, benchmarked
-    and stable by that recomputed headline; UserError naming what is wrong otherwise."""
-    from mini_kv.store.attempts import AttemptInvalid
-    from mini_kv.store.index import check_attempt
-
-    try:
-        checked = check_attempt(attempt_dir)
-    except AttemptInvalid as exc:
-        raise UserError(f"{where}: {exc}") from None
-    except (OSError, RecursionError) as exc:
-        raise UserError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-    row = checked.row
-    if row.status != Status.PASSED:
-        raise UserError(
-            f"{where}: its status is {row.status}; only a PASSED (fully correct) attempt can become a baseline"
-        )
-    if row.stable is None:
-        raise UserError(
-            f"{where}: it has no benchmark data (it ran with --skip-benchmark?); verify it again "
-            "with the benchmark"
-        )
-    if not row.stable:
-        raise UserError(
-            f"{where}: its benchmark was not stable (stable=False); a baseline must be "
-            "reproducible: verify again on a quiet machine and promote a stable attempt"
-        )
-    # the index requires both of every format, so the check read and hashed them
-    return checked.header, checked.files["benchmark.json"], checked.files["environment.json"]
-
-
-def _baseline_cases(bench: dict, where: str) -> list[dict]:
-    cases = []
-    for c in bench.get("cases", []):
-        if not timed(c):
-            raise UserError(f"{where}: bench case {c.get('id')} has no timings ({c.get('status')})")
-        if not (c.get("stability") or {}).get("stable"):
-            raise UserError(f"{where}: bench case {c.get('id')} was not stable")
-        cases.append(
-            {
-                "id": c["id"],
-                "dtype": c.get("dtype"),
-                "params": c.get("params", {}),
-                "method": c.get("method"),
-                "l2": c.get("l2"),
-                "unit": c.get("unit", "us"),
-                "samples": c["candidate"]["samples"],
-                "summary": c["candidate"]["summary"],
-                "stability": c.get("stability"),
-            }
-        )
-    if not cases:
-        raise UserError(f"{where}: its benchmark has no cases")
-    if any(not math.isfinite(x) for c in cases for rep in c["samples"] for x in rep):
-        raise UserError(f"{where}: non-finite timing samples")
-    return cases
-
-
-def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> dict:
-    """Write a baseline from one attempt (a task card's or a SOL-ExecBench one); refuses unless it is
-    complete, PASSED, stable and benchmarked."""
-    from mini_kv.load.schema import validate
-    from mini_kv.store.atomic import write_json
-
-    attempt_dir, output = Path(attempt_dir), Path(output)
-    where = f"cannot promote {attempt_dir}"
-    header, bench, env = _promotable(attempt_dir, where)
-    baseline = {
-        "schema_version": BASELINE_SCHEMA_VERSION,
-        "kind": BASELINE_KIND,
-        "task_id": header["task_id"],
-        "task_version": header["task_version"],
-        "operator": {"name": header["operator"]["name"], "version": header["operator"]["version"]},
-        "suite_hash": header["suite_hash"],
-        "environment_key": header["environment_key"],
-        "device": header.get("device"),
-        "environment": env,
-        "source": {
-            "attempt_id": header["attempt_id"],
-            "attempt_json_sha256": sha256_file(attempt_dir / "attempt.json"),
-            "candidate": header["candidate"],
-            "created_at": header["created_at"],
-            "path": str(attempt_dir.resolve()),
-        },
-        "promoted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "cases": _baseline_cases(bench, where),
-    }
-    baseline["manifest"] = {"algorithm": "sha256", "attempt_files": header["files"]}
-    baseline["manifest"]["content_sha256"] = content_sha256(baseline)
-    validate(baseline, "baseline", str(output))
-    if output.exists() and not force:
-        raise UserError(
-            f"{output} already exists; baselines never change by themselves: pass --force to "
-            "replace it with this attempt"
-        )
-    write_json(output, baseline)
-    return baseline
-
-
 def find_baseline(
     root: Path, task_id: str, declared: str | None = None
 ) -> tuple[Path | None, str | None, list[str]]:
@@ -690,99 +534,3 @@ def promoted_baseline_use(attempt_dir: Path, output: Path, project_root: Path) -
         else f"Add `baseline: {rel}` to the card, or promote without --output"
     )
     return False, f"{command} will NOT use this file: it looks for {conventional} in this project. {fix}"
-
-
-def check_baseline(
-    path: Path,
-    found_by: str,
-    root: Path,
-    header: dict,
-    bench_cases: list[dict],
-    confirm_with: Callable[[dict, str], dict] | None = None,
-    thresholds: Thresholds | dict | None = None,
-    artifacts: Path | None = None,
-) -> dict:
-    """The verdict of an attempt (`header`: the ids compare_to_baseline reads; its bench cases) against
-    the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
-    set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
-
-    `confirm_with(baseline, case_id)` runs the same-run comparison (see compare_to_baseline);
-    `artifacts` is the store where the baseline's source attempt may lie."""
-    ref = {"path": str(Path(path).relative_to(root)), "found_by": found_by}
-    try:
-        ref["sha256"] = sha256_file(path)
-        baseline = load_baseline(path)
-        _check_source_attempt(baseline, artifacts)
-    except BaselineTampered as exc:
-        return verdict_document(_tampered_verdict(exc, thresholds, baseline_file=ref))
-    except (UserError, OSError) as exc:
-        return verdict_document(
-            _unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds, baseline_file=ref)
-        )
-    confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
-    verdict = judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
-    return verdict_document(dataclasses.replace(verdict, baseline_file=ref))
-
-
-# ------------------------------------------------------------------- the attempt a baseline came from
-
-
-class BaselineBuildError(Exception):
-    """The baseline's code cannot be built or found; the message says why (no same-run comparison)."""
-
-
-def find_source_attempt(baseline: dict, artifacts: Path) -> Path:
-    """The attempt a baseline was promoted from: its recorded path, else artifacts/<task>/<attempt_id>
-    (a baseline committed to the repository, verified on another machine with its own store)."""
-    source = baseline.get("source") or {}
-    tried = []
-    for cand in (
-        source.get("path"),
-        Path(artifacts) / str(baseline.get("task_id")) / str(source.get("attempt_id")),
-    ):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-        if cand:
-            tried.append(str(cand))
-    raise BaselineBuildError(
-        "the attempt the baseline was promoted from is not available (looked in "
-        + ", ".join(tried)
-        + "); its sources are needed to time the baseline beside "
-        "the candidate"
-    )
-
-
-def checked_source_attempt(attempt_dir: Path, baseline: dict) -> dict:
-    """attempt.json of the attempt a baseline names, after checking it is that attempt (the SHA-256 of its
-    attempt.json, which lists every source's SHA-256, and every check of the index); else TAMPERED."""
-    from mini_kv.store.attempts import AttemptInvalid
-    from mini_kv.store.index import read_checked_attempt
-
-    recorded = (baseline.get("source") or {}).get("attempt_json_sha256")
-    actual = sha256_file(attempt_dir / "attempt.json") if (attempt_dir / "attempt.json").is_file() else None
-    if actual != recorded:
-        raise BaselineTampered(
-            str(attempt_dir / "attempt.json"),
-            f"SHA-256 {actual} differs from the baseline's record {recorded}: the attempt "
-            "the baseline was promoted from has changed since",
-        )
-    try:
-        header = read_checked_attempt(attempt_dir)
-    except AttemptInvalid as exc:
-        raise BaselineTampered(str(attempt_dir), str(exc)) from None
-    recorded_files = (baseline.get("manifest") or {}).get("attempt_files")
-    if recorded_files is not None and header["files"] != recorded_files:
-        raise BaselineTampered(
-            str(attempt_dir / "attempt.json"),
-            "its file list differs from the one the baseline's manifest recorded at promotion",
-        )
-    return header
-
-
-def _check_source_attempt(baseline: dict, artifacts: Path | None) -> None:
-    """Where the attempt a baseline came from is at hand, it must still be the one it recorded: else
-    TAMPERED. Absent is fine here; only a suspected regression needs its sources."""
-    try:
-        checked_source_attempt(find_source_attempt(baseline, artifacts or Path("artifacts")), baseline)
-    except BaselineBuildError:
-        return

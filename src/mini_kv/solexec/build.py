@@ -7,12 +7,12 @@ from pathlib import Path, PurePosixPath
 
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ConfigError
-from mini_kv.judge.regression import BaselineBuildError, checked_source_attempt, find_source_attempt
 from mini_kv.model import Candidate
 from mini_kv.solexec import languages
 from mini_kv.solexec.languages import CppFlags
 from mini_kv.solexec.solution import load_solution
 from mini_kv.status import BuildStatus
+from mini_kv.store.baseline import BaselineBuildError, checked_source_attempt, find_source_attempt
 
 
 def stage_sources(solution: Candidate, dest: Path) -> Path:

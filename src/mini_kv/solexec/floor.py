@@ -10,10 +10,10 @@ performance block: its time is not a measurement of work."""
 from __future__ import annotations
 
 from mini_kv import roofline, stats
+from mini_kv.judge.regression import timed
 from mini_kv.solexec.definition import Definition
 from mini_kv.solexec.workload import Workload
 from mini_kv.status import Status
-from mini_kv.store.records import timed
 
 
 def output_bytes(definition: Definition, workload: Workload) -> int:

@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mini_kv import roofline
+from mini_kv.judge.regression import timed
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
-from mini_kv.store.records import timed
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
 DEFAULT_MAX_CV = DEFAULTS.max_cv

@@ -31,13 +31,14 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mini_kv.errors import UserError
+from mini_kv.judge.regression import timed
 from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record, timed
+from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
 # 3: attempts.source_commit and source_dirty (the candidate's git commit)
@@ -230,12 +231,6 @@ class CheckedAttempt:
     files: dict[str, dict]  # its JSON files (KNOWN_JSON_FILES it lists), by name, as read and checked
     row: AttemptRow  # the headline, recomputed from the per-case records
     cases: tuple[CaseRow, ...]
-
-
-def read_checked_attempt(attempt_dir: Path) -> dict:
-    """attempt.json of an attempt another record may rely on (a baseline is promoted from it, or rebuilt
-    from its sources): it passes every check the index applies (check_attempt), else AttemptInvalid."""
-    return check_attempt(attempt_dir).header
 
 
 def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ...]]:

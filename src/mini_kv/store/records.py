@@ -15,11 +15,6 @@ CARD_FORMAT = "task-card"
 SOL_FORMAT = "sol-execbench"
 
 
-def timed(rec) -> bool:
-    """A bench record with timings: the benchmark of its case ran (its `candidate` side is there)."""
-    return isinstance(rec, dict) and "candidate" in rec
-
-
 def _word(status, words: dict):
     return words.get(status, status) if isinstance(status, str) else status
 
