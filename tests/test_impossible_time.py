@@ -12,6 +12,7 @@ from test_store_forgery import _reseal
 
 from mini_kv import roofline
 from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
+from mini_kv.load.codec import to_json
 from mini_kv.status import Status
 from mini_kv.store.headline import card_headline
 from mini_kv.store.index import rebuild_index
@@ -125,7 +126,7 @@ def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_it
     floor.judge_times(definition, workloads, outcomes, peak_bw_Bps=1e3)
     assert {o["status"] for o in outcomes.values()} == {Status.IMPOSSIBLE_TIME}
     env = {"torch": "x"}
-    trace = build_traces(problem, outcomes, env)[0]["evaluation"]
+    trace = to_json(build_traces(problem, outcomes, env)[0])["evaluation"]
     assert trace["status"] == "REWARD_HACK" and trace["log"].startswith("IMPOSSIBLE_TIME: ")
     assert trace["correctness"] is None and trace["performance"] is None
     records = [{"id": u, **o["bench"]} for u, o in outcomes.items()]

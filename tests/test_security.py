@@ -252,16 +252,16 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
     plan = build_plan(tmp_path, cand, with_cuda=False)
     (tmp_path / "cand" / "op.cpp").write_text("// edited after the build read it\n")
     w = AttemptWriter(tmp_path / "artifacts", "t", "v0")
-    manifest = _copy_sources(w, tmp_path / "cand", cand, {"key": plan["key"], "files": plan["files"]})
+    manifest = _copy_sources(w, tmp_path / "cand", cand, {"key": plan.key, "files": plan.files})
     kept = sorted(
         str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file()
     )
-    assert kept == sorted(f["path"] for f in plan["files"]) == [f["path"] for f in manifest["files"]]
+    assert kept == sorted(f["path"] for f in plan.files) == [f["path"] for f in manifest["files"]]
     assert "notes.txt" not in kept and "alias.h" in kept
-    for f in plan["files"]:
+    for f in plan.files:
         if f["path"] != "op.cpp":
             assert sha256_file(w.partial / "sources" / f["path"]) == f["sha256"]
-    assert manifest["changed_since_build"] == ["op.cpp"] and manifest["build_key"] == plan["key"]
+    assert manifest["changed_since_build"] == ["op.cpp"] and manifest["build_key"] == plan.key
 
 
 # ---------------------------------------------------------------------------------------------

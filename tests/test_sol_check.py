@@ -2,11 +2,13 @@
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mini_kv.errors import ExitCode
+from mini_kv.load.codec import to_json
 from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
@@ -145,8 +147,10 @@ def test_low_precision_and_integer_dtypes():
 
 def _trace(status, **kw):
     env = {"hardware": "cpu", "libs": {"torch": "x"}}
-    return traces.make_trace(
-        "d", {"axes": {}, "inputs": {}, "uuid": "u", "tolerance": TOL}, "s", status, env, **kw
+    return to_json(
+        traces.make_trace(
+            "d", {"axes": {}, "inputs": {}, "uuid": "u", "tolerance": TOL}, "s", status, env, **kw
+        )
     )
 
 
@@ -311,7 +315,7 @@ def test_runner_results_map_to_statuses():
 
 def test_exit_codes():
     def t(status):
-        return {"evaluation": {"status": status}}
+        return SimpleNamespace(evaluation=SimpleNamespace(status=status))
 
     assert exit_code([t("PASSED")], None) == ExitCode.OK
     assert exit_code([t("PASSED"), t("COMPILE_ERROR")], None) == ExitCode.COMPILE
@@ -406,7 +410,7 @@ def test_the_trace_writer_records_a_non_finite_error_the_sol_way(field, value):
         "",
         {**corr, field: value},
     )
-    c = trace["evaluation"]["correctness"]
+    c = to_json(trace)["evaluation"]["correctness"]
     assert c[field] == 0.0 and (c["has_inf"] if math.isinf(value) else c["has_nan"])
     traces.dumps(trace)
     with pytest.raises(ValueError, match="non-negative"):

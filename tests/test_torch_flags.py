@@ -92,11 +92,11 @@ def test_build_flags_and_key_follow_the_standard(monkeypatch):
     plan17 = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
     monkeypatch.setattr(torch_flags, "installed_standard", lambda: 20)
     plan20 = compiler.build_plan(ROOT, _candidate(), with_cuda=True)
-    assert "-std=c++17" in plan17["flags"]["cflags"]
-    assert "-std=c++20" in plan20["flags"]["cflags"] and "-std=c++20" in plan20["flags"]["cuda_cflags"]
-    assert not any(f == "-std=c++17" for f in plan20["flags"]["cflags"] + plan20["flags"]["cuda_cflags"])
+    assert "-std=c++17" in plan17.flags["cflags"]
+    assert "-std=c++20" in plan20.flags["cflags"] and "-std=c++20" in plan20.flags["cuda_cflags"]
+    assert not any(f == "-std=c++17" for f in plan20.flags["cflags"] + plan20.flags["cuda_cflags"])
     plan20_cpu = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
-    assert plan17["key"] != plan20_cpu["key"]  # a build for one standard is never reused for the other
+    assert plan17.key != plan20_cpu.key  # a build for one standard is never reused for the other
 
 
 def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
@@ -117,7 +117,7 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
         lambda cmd, spec, info, timeout, env=None, **kw: seen.append((cmd, env)) or Done(),
     )
     plan = compiler.build_plan(ROOT, _candidate(), with_cuda=False)
-    assert compiler._cuda_compile_check(plan, tmp_path, timeout=5, sandbox=None)["status"] == "ok"
+    assert compiler._cuda_compile_check(plan, tmp_path, timeout=5, sandbox=None).status == "ok"
     ((cmd, env),) = seen
     # through nvcc's front ends side by side (compile/nvcc_steps.py), running that nvcc
     assert cmd[1].endswith("nvcc_steps.py") and env["MINI_KV_NVCC"] == "/usr/bin/nvcc"
@@ -141,10 +141,10 @@ def test_cuda_torch_without_a_gpu_compile_checks_instead_of_building(monkeypatch
     monkeypatch.setattr(compiler.environment, "torch_has_cuda_build", lambda: True)
     monkeypatch.setattr(compiler.environment, "cuda_arch_list", lambda: arch_list)
     plan = compiler.build_plan(ROOT, _candidate())
-    assert plan["with_cuda"] is with_cuda
-    assert plan["cuda_sources_skipped"] == ([] if with_cuda else ["kernel.cu", "op_cuda.cpp"])
+    assert plan.with_cuda is with_cuda
+    assert plan.cuda_sources_skipped == ([] if with_cuda else ["kernel.cu", "op_cuda.cpp"])
     module = compiler.build_plan(ROOT, _candidate_module())
-    assert module["check_only"] is (not with_cuda)
+    assert module.check_only is (not with_cuda)
 
 
 def _candidate_module():

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
@@ -27,6 +28,7 @@ from filelock import FileLock
 from mini_kv import environment, jail, torch_flags
 from mini_kv.compile import nvcc_steps, pch
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.load.codec import to_json
 from mini_kv.load.files import links_leaving, odd_files
 from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
@@ -92,24 +94,73 @@ def refused_input(project_root: Path, cand: Candidate) -> str | None:
     return None
 
 
-def toolchain(with_cuda: bool) -> dict:
-    import torch
-
-    return {
-        "build_format": BUILD_FORMAT,
-        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "with_cuda": with_cuda,
-        "nvcc": environment.nvcc_info().version,
-        "cxx": environment.cxx_info().version,
-        "arch_list": environment.cuda_arch_list() if with_cuda else [],
-        # how nvcc's steps ran (compile/nvcc_steps.py), keyed so that switching it off builds afresh
-        **({"nvcc_steps": "side_by_side" if nvcc_steps.enabled() else "nvcc"} if with_cuda else {}),
-    }
+_OPTIONAL = {"omit_none": True}  # written only where set (the keys of earlier builds stay as they were)
 
 
-def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = None) -> dict:
+@dataclass(frozen=True)
+class Toolchain:
+    """The tools a build used, part of its key."""
+
+    build_format: int
+    python: str
+    torch: str
+    torch_cuda: str | None
+    with_cuda: bool
+    nvcc: str | None
+    cxx: str | None
+    arch_list: list[str]
+    # how nvcc's steps ran (compile/nvcc_steps.py), keyed so that switching it off builds afresh
+    nvcc_steps: str | None = field(default=None, metadata=_OPTIONAL)
+
+    @classmethod
+    def here(cls, with_cuda: bool) -> Toolchain:
+        import torch
+
+        return cls(
+            BUILD_FORMAT,
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+            torch.__version__,
+            torch.version.cuda,
+            with_cuda,
+            environment.nvcc_info().version,
+            environment.cxx_info().version,
+            environment.cuda_arch_list() if with_cuda else [],
+            ("side_by_side" if nvcc_steps.enabled() else "nvcc") if with_cuda else None,
+        )
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build needs and the key naming it (build_plan)."""
+
+    candidate: str
+    candidate_dir: str  # by its real path (not in the key): the jail binds what a path names, and a
+    # project's .build/ (where a baseline's sources are staged) may be a symlink
+    sources: list[str]
+    files: list[dict]
+    flags: dict[str, list[str]]
+    toolchain: Toolchain
+    key: str
+    with_cuda: bool
+    cuda_sources_skipped: list[str]
+    python_module: bool
+    check_only: bool
+
+    @property
+    def module(self) -> str:
+        return f"mkv_{self.key[:16]}"
+
+
+@dataclass(frozen=True)
+class CudaCheck:
+    """The compile check of CUDA sources that were not built (compile.json's `cuda_check`)."""
+
+    status: str
+    checks: list[dict] | None = field(default=None, metadata=_OPTIONAL)
+    note: str | None = field(default=None, metadata=_OPTIONAL)
+
+
+def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = None) -> BuildPlan:
     """Everything the build needs and the key naming it (no side effects).
 
     `cand` is a task-card Candidate or any record with the same fields; one that also sets
@@ -144,27 +195,23 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     ldflags = [*getattr(cand, "ldflags", ()), *getattr(cand, "extra_ldflags", ())]
     if ldflags:
         flags["ldflags"] = ldflags
-    tc = toolchain(with_cuda)
-    keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": tc}
+    tc = Toolchain.here(with_cuda)
+    keyed = {"files": files, "sources": sources, "flags": flags, "toolchain": to_json(tc)}
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
         keyed.update(python_module=True, check_only=check_only)
-    key = sha256_text(canonical_json(keyed))
-    return {
-        "candidate": cand.id,
-        # by its real path (not in the key): the jail binds what a path names, and a project's .build/
-        # (where a baseline's sources are staged) may be a symlink
-        "candidate_dir": str(Path(cdir).resolve()),
-        "sources": sources,
-        "files": files,
-        "flags": flags,
-        "toolchain": tc,
-        "key": key,
-        "with_cuda": with_cuda,
-        "cuda_sources_skipped": skipped,
-        "python_module": python_module,
-        "check_only": check_only,
-        "module": f"mkv_{key[:16]}",
-    }
+    return BuildPlan(
+        cand.id,
+        str(Path(cdir).resolve()),
+        sources,
+        files,
+        flags,
+        tc,
+        sha256_text(canonical_json(keyed)),
+        with_cuda,
+        skipped,
+        python_module,
+        check_only,
+    )
 
 
 def _library_in(d: Path) -> Path | None:
@@ -172,13 +219,13 @@ def _library_in(d: Path) -> Path | None:
     return libs[0] if libs else None
 
 
-def _torch_extension_includes(plan: dict) -> list[str]:
+def _torch_extension_includes(plan: BuildPlan) -> list[str]:
     """What torch's extension builder puts on the include path, for checking a torch extension's sources."""
     import sysconfig
 
     from torch.utils.cpp_extension import include_paths
 
-    return [f"-DTORCH_EXTENSION_NAME={plan['module']}"] + [
+    return [f"-DTORCH_EXTENSION_NAME={plan.module}"] + [
         f"-I{d}" for d in (*include_paths(), sysconfig.get_paths()["include"])
     ]
 
@@ -205,34 +252,34 @@ def _missing_environment_header(output: str, source_dir: str) -> str | None:
     return header if from_outside or header.startswith(_TOOLKIT_HEADER_PREFIXES) else None
 
 
-def _build_spec(plan: dict, out_dir: Path, extra_read: tuple[str, ...] = ()) -> JailSpec:
+def _build_spec(plan: BuildPlan, out_dir: Path, extra_read: tuple[str, ...] = ()) -> JailSpec:
     """A build's jail: the candidate's dir and the absolute include/library dirs of its plan (the
     allow-list admits only the candidate's own and those mini_kv adds) read-only, `out_dir` writable."""
-    flags = plan["flags"]
+    flags = plan.flags
     dirs = [d for d in flags["include_dirs"] if os.path.isabs(d)]
     dirs += [f[2:] for f in flags.get("ldflags", []) if f.startswith("-L") and os.path.isabs(f[2:])]
     return JailSpec(
-        read_only=(plan["candidate_dir"], *dirs, *extra_read),
+        read_only=(plan.candidate_dir, *dirs, *extra_read),
         writable=(str(out_dir),),
         limits=jail.Limits(file_size_bytes=2 << 30),
     )
 
 
-def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: JailInfo) -> dict:
+def _cuda_compile_check(plan: BuildPlan, out_dir: Path, timeout: float, sandbox: JailInfo) -> CudaCheck:
     """Without CUDA torch, still prove the torch-free .cu files compile for sm_90.
 
     A check-only plan (a torch extension module where torch has no CUDA) checks every source,
     with torch's headers on the include path. If the machine lacks a header the source needs,
     the check is `inconclusive` (not the source's fault), and names the header."""
-    check_all = plan.get("check_only", False)
-    cu = [s for s in plan["cuda_sources_skipped"] if check_all or s.endswith(".cu")]
+    check_all = plan.check_only
+    cu = [s for s in plan.cuda_sources_skipped if check_all or s.endswith(".cu")]
     if not cu:
-        return {"status": BuildStatus.SKIPPED, "note": "no .cu sources"}
+        return CudaCheck(BuildStatus.SKIPPED, note="no .cu sources")
     nvcc = environment.nvcc_info().path
     if nvcc is None:
-        return {"status": BuildStatus.SKIPPED, "note": "nvcc not found: .cu files were not compile-checked"}
-    extra = _torch_extension_includes(plan) if plan.get("python_module") else []
-    include_dirs = [str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]]
+        return CudaCheck(BuildStatus.SKIPPED, note="nvcc not found: .cu files were not compile-checked")
+    extra = _torch_extension_includes(plan) if plan.python_module else []
+    include_dirs = [str(Path(plan.candidate_dir) / d) for d in plan.flags["include_dirs"]]
     results = []
     start, env = nvcc_steps.launcher(nvcc)  # front ends side by side, as in a build
     for src in cu:
@@ -246,7 +293,7 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: Jail
             *torch_flags.nvcc_defines(),
             *[a for d in include_dirs for a in ("-I", d)],
             *extra,
-            str(Path(plan["candidate_dir"]) / src),
+            str(Path(plan.candidate_dir) / src),
             "-o",
             str(obj),
         ]
@@ -264,16 +311,13 @@ def _cuda_compile_check(plan: dict, out_dir: Path, timeout: float, sandbox: Jail
             missing = (
                 None
                 if res.timed_out or not check_all
-                else _missing_environment_header(res.output, plan["candidate_dir"])
+                else _missing_environment_header(res.output, plan.candidate_dir)
             )
             if missing is not None:
-                return {
-                    "status": BuildStatus.INCONCLUSIVE,
-                    "checks": results,
-                    "note": f"this machine lacks {missing} (needed by {src}): not fully compile-checked",
-                }
-            return {"status": BuildStatus.TIMEOUT if res.timed_out else BuildStatus.ERROR, "checks": results}
-    return {"status": BuildStatus.OK, "checks": results}
+                why = f"this machine lacks {missing} (needed by {src}): not fully compile-checked"
+                return CudaCheck(BuildStatus.INCONCLUSIVE, results, why)
+            return CudaCheck(BuildStatus.TIMEOUT if res.timed_out else BuildStatus.ERROR, results)
+    return CudaCheck(BuildStatus.OK, results)
 
 
 def compile_candidate(
@@ -290,27 +334,27 @@ def compile_candidate(
     plan = build_plan(project_root, cand, with_cuda)
     build_root = project_root / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
-    final = build_root / plan["key"][:32]
+    final = build_root / plan.key[:32]
     record = {
         "schema_version": 1,
-        "key": plan["key"],
+        "key": plan.key,
         "candidate": cand.id,
         "build_dir": str(final),
-        "with_cuda": plan["with_cuda"],
-        "sources": plan["sources"],
-        "files": plan["files"],
-        "flags": plan["flags"],
-        "toolchain": plan["toolchain"],
+        "with_cuda": plan.with_cuda,
+        "sources": plan.sources,
+        "files": plan.files,
+        "flags": plan.flags,
+        "toolchain": to_json(plan.toolchain),
         "sandbox": sandbox.to_dict(),
     }
-    if plan["python_module"]:
-        record.update(module=plan["module"], check_only=plan["check_only"])
-    if plan["check_only"]:
+    if plan.python_module:
+        record.update(module=plan.module, check_only=plan.check_only)
+    if plan.check_only:
         record["cuda_note"] = (
             f"{NO_CUDA_BUILD}: the extension module was not built; "
             "every source was compile-checked with nvcc against torch's headers"
         )
-    elif not plan["with_cuda"] and cand.cuda_sources:
+    elif not plan.with_cuda and cand.cuda_sources:
         record["cuda_note"] = (
             f"{NO_CUDA_BUILD}: the CUDA kernel was not built; .cu files were compile-checked with plain nvcc"
         )
@@ -320,23 +364,23 @@ def compile_candidate(
         return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status=BuildStatus.ERROR)
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
-        return _cache_entry_holds(final, plan["check_only"])
+        return _cache_entry_holds(final, plan.check_only)
 
     if built():
         jail.open_to_jail(final)  # a cache made before, as the jail's uid could not read it
         return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
-    with FileLock(str(build_root / f"{plan['key'][:32]}.lock")):
+    with FileLock(str(build_root / f"{plan.key[:32]}.lock")):
         if built():  # another process built it while we waited
             return _finish(record, final, cache_hit=True, t0=t0, status=BuildStatus.OK)
         # under this key's lock no other build of it runs: its older scratch dirs are leftovers of a
         # killed build or an earlier failure (whose logs its attempt already copied)
-        for stale in build_root.glob(f"tmp-{plan['key'][:12]}-*"):
+        for stale in build_root.glob(f"tmp-{plan.key[:12]}-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan['key'][:12]}-", dir=build_root))
-        box = Path(jail.scratch_dir(f"mini-kv-build-{plan['key'][:12]}-"))  # the jail's only writable dir
+        tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan.key[:12]}-", dir=build_root))
+        box = Path(jail.scratch_dir(f"mini-kv-build-{plan.key[:12]}-"))  # the jail's only writable dir
         try:
             status = _build_into(plan, tmp, box, timeout, record, sandbox)
-            if status == BuildStatus.OK and _files_now(Path(plan["candidate_dir"])) != plan["files"]:
+            if status == BuildStatus.OK and _files_now(Path(plan.candidate_dir)) != plan.files:
                 # the compiler may have read other bytes than the key names: never cache that library
                 record["refused"] = (
                     f"{cand.id}: the candidate's files changed while it was built; the "
@@ -386,30 +430,32 @@ def _cache_entry_holds(final: Path, check_only: bool) -> bool:
     return False
 
 
-def _build_into(plan: dict, tmp: Path, box: Path, timeout: float, record: dict, sandbox: JailInfo) -> str:
+def _build_into(
+    plan: BuildPlan, tmp: Path, box: Path, timeout: float, record: dict, sandbox: JailInfo
+) -> str:
     """Build in the jail into `box` (outside the project), then move the checked products into `tmp`."""
-    if plan["cuda_sources_skipped"]:
+    if plan.cuda_sources_skipped:
         check = _cuda_compile_check(plan, box, timeout, sandbox)
-        record["cuda_check"] = check
-        if check["status"] in (BuildStatus.ERROR, BuildStatus.TIMEOUT):
-            return BuildStatus.ERROR if check["status"] == BuildStatus.ERROR else BuildStatus.TIMEOUT
-    if plan["check_only"]:
+        record["cuda_check"] = to_json(check)
+        if check.status in (BuildStatus.ERROR, BuildStatus.TIMEOUT):
+            return check.status
+    if plan.check_only:
         return BuildStatus.OK
-    sources = [str(Path(plan["candidate_dir"]) / s) for s in plan["sources"]]
+    sources = [str(Path(plan.candidate_dir) / s) for s in plan.sources]
     # the precompiled torch header is made (jailed, from torch's headers only) and kept by this process;
     # the build sees it read-only, so no candidate can change what other builds include
     # by its real path: a project's .build/ may be a symlink, and the jail binds what the path names
     pch_root = str((tmp.parent / "pch").resolve())
-    pch_flags = pch.pch_cflags(pch_root, sources, plan["flags"]["cflags"], sandbox=sandbox)
+    pch_flags = pch.pch_cflags(pch_root, sources, plan.flags["cflags"], sandbox=sandbox)
     job = BuildJob(
-        name=plan["module"],
+        name=plan.module,
         build_dir=str(box / "out"),
         sources=sources,
-        include_dirs=[str(Path(plan["candidate_dir"]) / d) for d in plan["flags"]["include_dirs"]],
-        flags={**plan["flags"], "cflags": [*plan["flags"]["cflags"], *pch_flags]},
-        arch_list=plan["toolchain"]["arch_list"],
-        python_module=plan["python_module"],
-        with_cuda=True if plan["python_module"] else None,
+        include_dirs=[str(Path(plan.candidate_dir) / d) for d in plan.flags["include_dirs"]],
+        flags={**plan.flags, "cflags": [*plan.flags["cflags"], *pch_flags]},
+        arch_list=plan.toolchain.arch_list,
+        python_module=plan.python_module,
+        with_cuda=True if plan.python_module else None,
     )
     record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`, jailed
     pch_dirs = tuple(str(Path(f).parent) for f in pch_flags[1:2])

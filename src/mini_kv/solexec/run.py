@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.load.codec import to_json
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
@@ -301,7 +302,7 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
 TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
 
 
-def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[dict]:
+def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[traces.Trace]:
     trace_env = traces.trace_environment(env)
     out = []
     for wl in problem.payload[1]:
@@ -545,7 +546,7 @@ def bench(
     door = SolDoor(problem, problem.candidates[0], opts)
     run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
     return {
-        "traces": run.out.detail["traces"],
+        "traces": [to_json(t) for t in run.out.detail["traces"]],
         "status": run.out.status,
         "exit_code": run.code,
         "attempt": str(run.attempt),
@@ -574,9 +575,9 @@ def bench(
     }
 
 
-def exit_code(trace_list: list[dict], unavailable: str | None) -> ExitCode:
+def exit_code(trace_list: list[traces.Trace], unavailable: str | None) -> ExitCode:
     """0 only when every workload passed; otherwise the worst kind of failure (highest code)."""
-    statuses = {t["evaluation"]["status"] for t in trace_list}
+    statuses = {t.evaluation.status for t in trace_list}
     if statuses == {Status.PASSED}:
         return ExitCode.OK
     if not statuses:  # every workload skipped (too large for the device within the budget): nothing timed

@@ -12,7 +12,9 @@ import importlib.metadata
 import json
 import math
 import platform
+from dataclasses import dataclass
 
+from mini_kv.load.codec import to_json
 from mini_kv.status import Status
 
 STATUSES = tuple(
@@ -20,11 +22,52 @@ STATUSES = tuple(
     for s in "PASSED INVALID_REFERENCE INCORRECT_SHAPE INCORRECT_NUMERICAL INCORRECT_DTYPE RUNTIME_ERROR "
     "COMPILE_ERROR TIMEOUT REWARD_HACK".split()
 )
-CORRECTNESS_KEYS = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf", "extra")
 PERFORMANCE_KEYS = ("latency_ms", "reference_latency_ms", "speedup_factor")
 
 
-def trace_environment(env: dict) -> dict:
+@dataclass(frozen=True)
+class TraceEnvironment:
+    hardware: str
+    libs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Correctness:
+    max_relative_error: float
+    max_absolute_error: float
+    has_nan: bool
+    has_inf: bool
+    extra: object = None
+
+
+@dataclass(frozen=True)
+class Performance:
+    latency_ms: float
+    reference_latency_ms: float
+    speedup_factor: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    status: str
+    environment: TraceEnvironment
+    timestamp: str
+    log: str
+    correctness: Correctness | None
+    performance: Performance | None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One trace, in upstream's field order (to_json writes it as upstream does)."""
+
+    definition: str
+    workload: dict  # the workload as written (solexec.workload.Workload.trace_dict)
+    solution: str
+    evaluation: Evaluation
+
+
+def trace_environment(env: dict) -> TraceEnvironment:
     """{hardware, libs}: the GPU's name (or the CPU's), and the torch, triton and CUDA versions present."""
     gpu = env.get("gpu") or {}
     hardware = gpu.get("name") or f"CPU ({platform.processor() or env.get('machine') or 'unknown'})"
@@ -35,24 +78,21 @@ def trace_environment(env: dict) -> dict:
         pass  # upstream's libs map holds versions only: an absent library is left out
     if env.get("torch_cuda"):
         libs["cuda"] = env["torch_cuda"]
-    return {"hardware": hardware, "libs": libs}
+    return TraceEnvironment(hardware, libs)
 
 
-def _correctness(c: dict) -> dict:
+def _correctness(c: dict) -> Correctness:
     """The trace's correctness block. An error that is not a finite number (the comparison computes
     finite ones, see check.py; a caller may not) is recorded SOL-ExecBench's way, never raised: 0.0,
     with `has_nan` / `has_inf` set to say why it is meaningless."""
-    block = {"has_nan": bool(c["has_nan"]), "has_inf": bool(c["has_inf"])}
+    has_nan, has_inf, errors = bool(c["has_nan"]), bool(c["has_inf"]), []
     for key in ("max_relative_error", "max_absolute_error"):
         value = c[key]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise ValueError(f"trace {key} must be a non-negative number, got {value!r}")
-        block[key] = float(value) if math.isfinite(value) else 0.0
-        if math.isnan(value):
-            block["has_nan"] = True
-        elif math.isinf(value):
-            block["has_inf"] = True
-    return {**{k: block[k] for k in CORRECTNESS_KEYS if k in block}, "extra": c.get("extra")}
+        errors.append(float(value) if math.isfinite(value) else 0.0)
+        has_nan, has_inf = has_nan or math.isnan(value), has_inf or math.isinf(value)
+    return Correctness(*errors, has_nan, has_inf, c.get("extra"))
 
 
 def _finite(value: float, name: str) -> float:
@@ -66,12 +106,12 @@ def make_trace(
     workload: dict,
     solution: str,
     status: str,
-    environment: dict,
+    environment: TraceEnvironment,
     log: str = "",
     correctness: dict | None = None,
     performance: dict | None = None,
     timestamp: str | None = None,
-) -> dict:
+) -> Trace:
     """One trace; raises ValueError when the status and the blocks it carries disagree."""
     if status not in STATUSES:
         raise ValueError(f"unknown trace status {status!r}")
@@ -84,22 +124,13 @@ def make_trace(
     ):
         raise ValueError(f"a {status} trace carries neither correctness nor performance")
     corr = None if correctness is None else _correctness(correctness)
-    perf = None if performance is None else {k: _finite(performance[k], k) for k in PERFORMANCE_KEYS}
-    return {
-        "definition": definition,
-        "workload": workload,
-        "solution": solution,
-        "evaluation": {
-            "status": status,
-            "environment": environment,
-            "timestamp": timestamp or dt.datetime.now().isoformat(),
-            "log": log,
-            "correctness": corr,
-            "performance": perf,
-        },
-    }
+    perf = (
+        None if performance is None else Performance(*(_finite(performance[k], k) for k in PERFORMANCE_KEYS))
+    )
+    evaluation = Evaluation(status, environment, timestamp or dt.datetime.now().isoformat(), log, corr, perf)
+    return Trace(definition, workload, solution, evaluation)
 
 
-def dumps(trace: dict) -> str:
+def dumps(trace: Trace) -> str:
     """One JSONL line; strict JSON (no NaN or Infinity)."""
-    return json.dumps(trace, allow_nan=False)
+    return json.dumps(to_json(trace), allow_nan=False)

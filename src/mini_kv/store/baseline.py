@@ -71,7 +71,7 @@ def check_manifest(baseline: dict, path: Path) -> None:
 
     A hash is tamper evidence, not a signature: it catches edits by hand or by a tool that does not
     know the format. It cannot make a forged FAIL: a suspected regression is judged only on the
-    same-run timing of the baseline's own code (see compare_to_baseline)."""
+    same-run timing of the baseline's own code (judge.regression.judge)."""
     recorded = baseline["manifest"]["content_sha256"]
     actual = content_sha256(baseline)
     if actual != recorded:
@@ -191,11 +191,11 @@ def check_baseline(
     thresholds: Thresholds | dict | None = None,
     artifacts: Path | None = None,
 ) -> dict:
-    """The verdict of an attempt (`header`: the ids compare_to_baseline reads; its bench cases) against
+    """The verdict of an attempt (`header`: the ids judge.regression.judge reads; its bench cases) against
     the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
     set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
 
-    `confirm_with(baseline, case_id)` runs the same-run comparison (see compare_to_baseline);
+    `confirm_with(baseline, case_id)` runs the same-run comparison (judge.regression.judge);
     `artifacts` is the store where the baseline's source attempt may lie."""
     ref = {"path": str(Path(path).relative_to(root)), "found_by": found_by}
     try:
