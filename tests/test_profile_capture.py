@@ -67,8 +67,8 @@ def argv_log(fake) -> list[list[str]]:
 
 def test_successful_profile_binds_everything_and_reads_back(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch)
-    assert res["status"] == "ok" and res["exit_code"] == 0 and res["reason"] is None
-    path = Path(res["path"])
+    assert res.status == "ok" and res.exit_code == 0 and res.reason is None
+    path = Path(res.path)
     assert path.parent == fake_ncu["artifacts"] / "profiles" and not path.name.endswith(".partial")
     for f in (
         "profile.json",
@@ -100,7 +100,7 @@ def test_successful_profile_binds_everything_and_reads_back(fake_ncu, monkeypatc
 def test_ncu_command_line(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, warmup=7)
     profile_argv, import_argv = argv_log(fake_ncu)[-2:]
-    doc = read_profile(Path(res["path"]))
+    doc = read_profile(Path(res.path))
     pairs = list(zip(profile_argv, profile_argv[1:], strict=False))
     assert ("--clock-control", "none") in pairs
     assert {b for a, b in pairs if a == "--section"} == {
@@ -122,14 +122,14 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
     assert tail[5] == "--result-file"
     assert import_argv[0] == "--import" and import_argv[1].endswith(".partial/report.ncu-rep")
     assert ("--page", "raw") in zip(import_argv, import_argv[1:], strict=False) and "--csv" in import_argv
-    job = json.loads((Path(res["path"]) / "job.json").read_text())
+    job = json.loads((Path(res.path) / "job.json").read_text())
     assert job["warmup"] == 7 and job["calls"] == 1 and job["seed"] == doc["case"]["seed"]
 
 
 def test_seed_is_fixed_by_default_and_salt_changes_it(fake_ncu, monkeypatch):
-    a = read_profile(Path(run_profile(fake_ncu, monkeypatch)["path"]))
-    b = read_profile(Path(run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")["path"]))
-    c = read_profile(Path(run_profile(fake_ncu, monkeypatch, seed_salt="other")["path"]))
+    a = read_profile(Path(run_profile(fake_ncu, monkeypatch).path))
+    b = read_profile(Path(run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce").path))
+    c = read_profile(Path(run_profile(fake_ncu, monkeypatch, seed_salt="other").path))
     assert a["case"]["seed"] == b["case"]["seed"] != c["case"]["seed"]
 
 
@@ -150,11 +150,11 @@ def test_seed_is_fixed_by_default_and_salt_changes_it(fake_ncu, monkeypatch):
 )
 def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode, code):
     res = run_profile(fake_ncu, monkeypatch, mode=mode)
-    assert res["status"] == "failed" and res["reason"]["code"] == code
-    assert res["exit_code"] == PROFILE_REASONS[code][0]
-    doc = read_profile(Path(res["path"]))  # a failed profile is still a sealed, verifiable directory
+    assert res.status == "failed" and res.reason["code"] == code
+    assert res.exit_code == PROFILE_REASONS[code][0]
+    doc = read_profile(Path(res.path))  # a failed profile is still a sealed, verifiable directory
     assert doc["reason"]["code"] == code and doc["summary"] is None
-    assert (Path(res["path"]) / "logs" / "ncu-profile.log").is_file()
+    assert (Path(res.path) / "logs" / "ncu-profile.log").is_file()
     if mode == "crash":
         assert (
             doc["reason"]["details"]["returncode"] == 9
@@ -164,7 +164,7 @@ def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode
 
 def test_ncu_timeout_is_ncu_failed(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, mode="hang", timeout=2)
-    assert res["reason"]["code"] == "NCU_FAILED" and "did not finish" in res["reason"]["message"]
+    assert res.reason["code"] == "NCU_FAILED" and "did not finish" in res.reason["message"]
 
 
 def edited_csv(tmp_path, cand, fn) -> Path:
@@ -188,16 +188,16 @@ def edited_csv(tmp_path, cand, fn) -> Path:
 )
 def test_csv_failures_keep_the_csv(fake_ncu, monkeypatch, tmp_path, edit, code):
     res = run_profile(fake_ncu, monkeypatch, csv=edited_csv(tmp_path, "v0_naive", edit))
-    assert res["reason"]["code"] == code
-    assert (Path(res["path"]) / "raw.csv").is_file()  # the evidence of why stays with the verdict
+    assert res.reason["code"] == code
+    assert (Path(res.path) / "raw.csv").is_file()  # the evidence of why stays with the verdict
 
 
 def test_other_candidates_kernel_is_no_matching_kernel(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, cand="v0_naive", csv=FIX / "rmsnorm-v1_block_reduce.raw.csv")
-    assert res["reason"]["code"] == "NO_MATCHING_KERNEL"
+    assert res.reason["code"] == "NO_MATCHING_KERNEL"
     assert (
-        res["reason"]["details"]["kernels"] == ["rmsnorm_block_kernel"]
-        or "rmsnorm_block_kernel" in res["reason"]["details"]["kernels"][0]
+        res.reason["details"]["kernels"] == ["rmsnorm_block_kernel"]
+        or "rmsnorm_block_kernel" in res.reason["details"]["kernels"][0]
     )
 
 
@@ -215,7 +215,7 @@ def test_no_kernel_names(fake_ncu, monkeypatch, tmp_path):
     proj = tmp_project(tmp_path)
     (proj / "candidates/rmsnorm/v0_naive/kernel.cu").write_text("// the kernels moved elsewhere\n")
     res = run_profile(fake_ncu, monkeypatch, card_path=proj / "tasks" / "rmsnorm.yaml")
-    assert res["reason"]["code"] == "NO_KERNEL_NAMES" and res["exit_code"] == 2
+    assert res.reason["code"] == "NO_KERNEL_NAMES" and res.exit_code == 2
 
 
 @pytest.mark.slow
@@ -223,8 +223,8 @@ def test_compile_failure(fake_ncu, monkeypatch, tmp_path):
     proj = tmp_project(tmp_path)
     (proj / "candidates/rmsnorm/v0_naive/op.cpp").write_text("this is not C++\n")
     res = run_profile(fake_ncu, monkeypatch, card_path=proj / "tasks" / "rmsnorm.yaml", prebuilt=None)
-    assert res["reason"]["code"] == "COMPILE_FAILED" and res["exit_code"] == 3
-    assert (Path(res["path"]) / "compile.json").is_file()
+    assert res.reason["code"] == "COMPILE_FAILED" and res.exit_code == 3
+    assert (Path(res.path) / "compile.json").is_file()
     assert not argv_log(fake_ncu)[1:]  # only `ncu --version`: ncu never ran the target
 
 
@@ -292,7 +292,7 @@ def test_cli_no_cuda(fake_ncu, tmp_path):
 
 @pytest.fixture
 def good_profile(fake_ncu, monkeypatch) -> Path:
-    return Path(run_profile(fake_ncu, monkeypatch)["path"])
+    return Path(run_profile(fake_ncu, monkeypatch).path)
 
 
 def unusable(path: Path) -> str:

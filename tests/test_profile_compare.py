@@ -19,8 +19,8 @@ VECTOR_ADD = ROOT / "tasks" / "vector_add.yaml"
 def pair(fake_ncu, monkeypatch):  # noqa: F811 - the fixture imported above
     a = run_profile(fake_ncu, monkeypatch, cand="v0_naive")
     b = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")
-    assert a["status"] == b["status"] == "ok"
-    return Path(a["path"]), Path(b["path"])
+    assert a.status == b.status == "ok"
+    return Path(a.path), Path(b.path)
 
 
 def refused(a, b, artifacts=Path("/nonexistent")) -> list[str]:
@@ -59,20 +59,20 @@ def test_task_mismatch(fake_ncu, monkeypatch, tmp_path, pair):  # noqa: F811
         (FIX / "rmsnorm-v0_naive.raw.csv").read_text().replace("rmsnorm_row_kernel", "vector_add_kernel")
     )
     other = run_profile(fake_ncu, monkeypatch, cand="v0_naive", csv=csv, card_path=VECTOR_ADD)
-    assert other["status"] == "ok"
-    codes = refused(pair[0], other["path"])
+    assert other.status == "ok"
+    codes = refused(pair[0], other.path)
     assert codes[0] == "TASK_MISMATCH" and "CASE_MISMATCH" in codes
 
 
 def test_case_mismatch(fake_ncu, monkeypatch, pair):  # noqa: F811
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce", case="r1000_h4097-float16")
-    assert refused(pair[0], other["path"])[0] == "CASE_MISMATCH"
+    assert refused(pair[0], other.path)[0] == "CASE_MISMATCH"
 
 
 def test_environment_mismatch_ncu_version(fake_ncu, monkeypatch, pair):  # noqa: F811
     monkeypatch.setenv("FAKE_NCU_VERSION", "2098.4.0.0")
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")
-    assert refused(pair[0], other["path"]) == ["ENVIRONMENT_MISMATCH"]
+    assert refused(pair[0], other.path) == ["ENVIRONMENT_MISMATCH"]
 
 
 def test_environment_mismatch_machine(fake_ncu, monkeypatch, pair):  # noqa: F811
@@ -82,27 +82,27 @@ def test_environment_mismatch_machine(fake_ncu, monkeypatch, pair):  # noqa: F81
     monkeypatch.setattr(capture.environment, "collect", lambda *a: {**real(*a), "key": "another-machine"})
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")
     with pytest.raises(CompareRefused) as exc:
-        compare(str(pair[0]), other["path"], Path("/nonexistent"))
+        compare(str(pair[0]), other.path, Path("/nonexistent"))
     (r,) = exc.value.reasons
     assert r.code == "ENVIRONMENT_MISMATCH" and r.fields["environment_key"]["B"] == "another-machine"
 
 
 def test_input_mismatch_seed(fake_ncu, monkeypatch, pair):  # noqa: F811
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce", seed_salt="another salt")
-    assert refused(pair[0], other["path"]) == ["INPUT_MISMATCH"]
+    assert refused(pair[0], other.path) == ["INPUT_MISMATCH"]
 
 
 def test_input_mismatch_digest(fake_ncu, monkeypatch, pair):  # noqa: F811
     # same seed, different tensors (e.g. the input factory changed between the two runs)
     monkeypatch.setenv("FAKE_NCU_INPUT", "0" * 64)
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")
-    assert refused(pair[0], other["path"]) == ["INPUT_MISMATCH"]
+    assert refused(pair[0], other.path) == ["INPUT_MISMATCH"]
 
 
 def test_failed_profile_is_refused(fake_ncu, monkeypatch, pair):  # noqa: F811
     failed = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce", mode="perm")
     with pytest.raises(CompareRefused) as exc:
-        compare(str(pair[0]), failed["path"], Path("/nonexistent"))
+        compare(str(pair[0]), failed.path, Path("/nonexistent"))
     assert exc.value.code == "PROFILE_FAILED" and "PERMISSION_DENIED" in str(exc.value)
 
 
@@ -138,7 +138,7 @@ def test_cli_compare_prints_deltas_and_why_no_timing(pair, tmp_path):
 
 def test_cli_compare_refusal_exit_code(fake_ncu, monkeypatch, pair):  # noqa: F811
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce", seed_salt="x")
-    r = cli("compare-profiles", str(pair[0]), other["path"], "--no-timing")
+    r = cli("compare-profiles", str(pair[0]), other.path, "--no-timing")
     assert r.returncode == 2 and "INPUT_MISMATCH" in r.stderr
 
 

@@ -44,9 +44,9 @@ def run(x, w, alpha, y, total):
 def test_selection_and_validation_before_anything_runs(tmp_path):
     prob = load_problem(str(PROBLEM), BenchOptions(str(SOLS / "cuda_good" / "solution.json")))
     p = sol.plan(prob, ProfileOptions())
-    assert p["case"].uuid == "small" and p["kernel_names"] == ["scale_mul_kernel"]
-    assert p["seed"] == case_seed("scale_mul", "small", ProfileOptions().seed_salt)
-    assert sol.plan(prob, ProfileOptions(case="tall"))["case"].uuid == "tall"
+    assert p.case.uuid == "small" and p.kernel_names == ["scale_mul_kernel"]
+    assert p.seed == case_seed("scale_mul", "small", ProfileOptions().seed_salt)
+    assert sol.plan(prob, ProfileOptions(case="tall")).case.uuid == "tall"
     with pytest.raises(ConfigError, match="'wide' is not a workload of scale_mul; choose one of small, tall"):
         sol.plan(prob, ProfileOptions(case="wide"))
     with pytest.raises(ConfigError, match="'other' is not a kernel of scale_mul_cuda_good"):
@@ -62,8 +62,8 @@ def test_selection_and_validation_before_anything_runs(tmp_path):
     ]
     # a PyTorch solution defines no kernel: any --kernel names the one to profile
     torch_only = load_problem(str(PROBLEM), BenchOptions(str(SOLS / "good_return" / "solution.json")))
-    assert sol.plan(torch_only, ProfileOptions())["kernel_names"] == []
-    assert sol.plan(torch_only, ProfileOptions(kernel="vectorized_elementwise_kernel"))["kernel_names"] == [
+    assert sol.plan(torch_only, ProfileOptions()).kernel_names == []
+    assert sol.plan(torch_only, ProfileOptions(kernel="vectorized_elementwise_kernel")).kernel_names == [
         "vectorized_elementwise_kernel"
     ]
 
@@ -123,12 +123,12 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
         case="tall",
         kernel="rmsnorm_row_kernel",
     )
-    assert res["status"] == "ok", res["reason"]
-    doc = read_profile(Path(res["path"]))  # schema-valid, every file hashed, summary re-derived
+    assert res.status == "ok", res.reason
+    doc = read_profile(Path(res.path))  # schema-valid, every file hashed, summary re-derived
     assert doc["task"]["id"] == "scale_mul" and doc["task"]["version"].startswith("sol-")
     assert doc["case"] == {**doc["case"], "id": "tall", "kind": "workload", "params": {"n": 17}}
     assert doc["candidate"]["id"] == "scale_mul_good_return" and doc["candidate"]["op"] == "main.py::forward"
-    job = json.loads((Path(res["path"]) / "job.json").read_text())
+    job = json.loads((Path(res.path) / "job.json").read_text())
     assert job["kind"] == "sol_profile_target" and job["case"]["id"] == "tall" and job["calls"] == 1
     assert job["seed"] == doc["case"]["seed"] == case_seed("scale_mul", "tall", doc["case"]["seed_salt"])
     assert job["solution"]["entry_function"] == "forward" and job["solution"]["dps"] is False
@@ -160,7 +160,7 @@ def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(
         problem=str(PROBLEM),
         kernel="rmsnorm_row_kernel",
     )
-    assert main(["compare-profiles", a["path"], b["path"], "--json", str(tmp_path / "c.json")]) == 0
+    assert main(["compare-profiles", a.path, b.path, "--json", str(tmp_path / "c.json")]) == 0
     out = json.loads((tmp_path / "c.json").read_text())
     assert out["timing"]["ran"] is False and "`bench`" in out["timing"]["reason"]
     assert "scale_mul_good_dps" in capsys.readouterr().out
@@ -168,8 +168,8 @@ def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(
 
 def test_a_solution_without_kernels_of_its_own_needs_kernel(fake_ncu, monkeypatch):  # noqa: F811
     res = _profile(fake_ncu, monkeypatch, SOLS / "good_return" / "solution.json", problem=str(PROBLEM))
-    assert res["status"] == "failed" and res["reason"]["code"] == "NO_KERNEL_NAMES"
-    assert "--kernel" in res["reason"]["message"]
+    assert res.status == "failed" and res.reason["code"] == "NO_KERNEL_NAMES"
+    assert "--kernel" in res.reason["message"]
 
 
 @pytest.mark.gpu
@@ -182,7 +182,7 @@ def test_profile_a_cuda_solution_on_the_gpu(tmp_path):
         pytest.skip("no ncu")
     prob = load_problem(str(PROBLEM), BenchOptions(str(SOLS / "cuda_good" / "solution.json")))
     res = sol.profile_solution(prob, ProfileOptions(artifacts=str(tmp_path / "a"), case="tall"))
-    assert res["status"] == "ok", res["reason"]
-    doc = read_profile(Path(res["path"]))
+    assert res.status == "ok", res.reason
+    doc = read_profile(Path(res.path))
     assert "scale_mul_kernel" in doc["kernel"]["Kernel Name"] and doc["summary"]["grid_size"] >= 1
     assert doc["target"]["output_check"]["ok"] and doc["candidate"]["library"]

@@ -30,6 +30,7 @@ def _fmt_summary(s: dict) -> str:
 def cmd_profile(args) -> int:
     from mini_kv.cli_checks import check_store_writable
     from mini_kv.errors import UserError
+    from mini_kv.load.codec import to_json
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
@@ -62,22 +63,19 @@ def cmd_profile(args) -> int:
         with console.status(f"profiling {card.id}/{cands[0].id}") as status:
             res = profile_candidate(card, cands[0], opts, progress=status.update)
     if args.json:
-        print(json.dumps(res))
-    elif res["status"] == ProfileStatus.OK:
+        print(json.dumps(to_json(res)))
+    elif res.status == ProfileStatus.OK:
         console.print(
-            f"profile {res['path']}\n  OK {res['candidate']} on {res['case']}: "
-            + _fmt_summary(res["summary"]),
+            f"profile {res.path}\n  OK {res.candidate} on {res.case}: " + _fmt_summary(res.summary),
             soft_wrap=True,
         )
     else:
-        r = res["reason"]
-        err_console.print(
-            f"profile {res['path']}\n  [red]FAILED[/] {r['code']}: {r['message']}", soft_wrap=True
-        )
+        r = res.reason
+        err_console.print(f"profile {res.path}\n  [red]FAILED[/] {r['code']}: {r['message']}", soft_wrap=True)
         tail = (r.get("details") or {}).get("log_tail")
         if tail:
             err_console.print(tail[-1500:], markup=False, soft_wrap=True)
-    return res["exit_code"]
+    return res.exit_code
 
 
 def _print_comparison(result: Comparison, timing: dict, console) -> None:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mini_kv import environment, jail
 from mini_kv.errors import ConfigError, ExitCode
@@ -75,7 +76,23 @@ def pick_case(card: Problem, wanted: str | None) -> Case:
     return hits[0]
 
 
-def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """One profiled launch: the case (a card's Case, a SOL Workload), its seed, the kernels ncu matches
+    after `warmup` skipped launches, and why no kernel was found (said only when none was)."""
+
+    case: Any
+    seed: int
+    kernel_names: list[str]
+    warmup: int
+    no_kernels: str
+
+    @property
+    def kernel_filter(self) -> str | None:
+        return metrics_mod.kernel_regex(self.kernel_names) if self.kernel_names else None
+
+
+def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> Plan:
     """What will be profiled, and how; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
@@ -83,14 +100,16 @@ def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> dict:
         raise ConfigError("--prebuilt", "", f"{opts.prebuilt} is not a file")
     case = pick_case(card, opts.case)
     found = ncu_mod.kernel_names(Path(card.project_root) / cand.path, list(cand.cuda_sources))
-    return kernel_plan(
-        opts, case, case_seed(card.id, case.id, opts.seed_salt), found, f"a __global__ kernel of {cand.id}"
+    seed, none = (
+        case_seed(card.id, case.id, opts.seed_salt),
+        f"no __global__ function in {list(cand.cuda_sources)}",
     )
+    return kernel_plan(opts, case, seed, found, f"a __global__ kernel of {cand.id}", none)
 
 
 def kernel_plan(
-    opts: ProfileOptions, case, seed: int, found: list[str], of: str, strict: bool = True
-) -> dict:
+    opts: ProfileOptions, case, seed: int, found: list[str], of: str, no_kernels: str, strict: bool = True
+) -> Plan:
     """The plan of one profiled launch: `found` kernels (`--kernel` must be one of them, if `strict` or any
     were found), the filter ncu gets, the warm-up launches it skips."""
     if opts.warmup < 1:
@@ -99,23 +118,15 @@ def kernel_plan(
         raise ConfigError(
             "--kernel", "", f"{opts.kernel!r} is not {of} (found: {', '.join(found) or 'none'})"
         )
-    names = [opts.kernel] if opts.kernel else found
-    return {
-        "case": case,
-        "seed": seed,
-        "kernel_names": names,
-        "kernel_filter": metrics_mod.kernel_regex(names) if names else None,
-        "launch_skip": opts.warmup,
-        "warmup": opts.warmup,
-    }
+    return Plan(case, seed, [opts.kernel] if opts.kernel else found, opts.warmup, no_kernels)
 
 
-def _binding(card: Problem, cand: Candidate, p: dict, opts: ProfileOptions, env: dict) -> dict:
+def _binding(card: Problem, cand: Candidate, p: Plan, opts: ProfileOptions, env: dict) -> dict:
     """What the profile is about: task, candidate sources, case, seed, environment."""
     from mini_kv.compile.compiler import candidate_files
 
     cdir = Path(card.project_root) / cand.path
-    case: Case = p["case"]
+    case: Case = p.case
     return binding(
         [card.id, card.version, card.path, card.suite_hash()],
         {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
@@ -150,7 +161,7 @@ def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, e
         },
         "case": {
             **dict(zip(("id", "base_id", "kind", "dtype", "params"), case, strict=True)),
-            "seed": p["seed"],
+            "seed": p.seed,
             "seed_salt": opts.seed_salt,
             "input_sha256": None,
             "tolerance": tolerance,
@@ -159,7 +170,7 @@ def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, e
     }
 
 
-def unprofiled(p: dict, env: dict) -> dict:
+def unprofiled(p: Plan, env: dict) -> dict:
     """The parts of profile.json that ncu and the target fill in."""
     return {
         "environment_key": env["key"],
@@ -167,9 +178,9 @@ def unprofiled(p: dict, env: dict) -> dict:
         "ncu": {
             "path": None,
             "version": None,
-            "kernel_names": p["kernel_names"],
-            "kernel_filter": p["kernel_filter"],
-            "launch_skip": p["launch_skip"],
+            "kernel_names": p.kernel_names,
+            "kernel_filter": p.kernel_filter,
+            "launch_skip": p.warmup,
             "launch_count": 1,
             "clock_control": "none",
             "sections": list(ncu_mod.SECTIONS),
@@ -198,7 +209,7 @@ def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWrite
     return built(comp, w, rec)
 
 
-def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
+def built(comp: Plan, w: ProfileWriter, rec: dict) -> str:
     """The library of a build record, its record and logs kept in the profile; COMPILE_FAILED otherwise."""
     w.json("compile.json", comp)
     for name, path in (comp.get("logs") or {}).items():
@@ -214,21 +225,8 @@ def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
     return comp["library"]
 
 
-def _target_env() -> dict:
-    """The profiled python must import this mini_kv even if it is not installed."""
-    import os
-
-    src = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else ""), "PYTHONUNBUFFERED": "1"}
-
-
-def _public(cmd: dict) -> dict:
-    return {k: v for k, v in cmd.items() if not k.startswith("_")}
-
-
-def _card_job(card: Problem, cand: Candidate, p: dict, library: str) -> ProfileTargetJob:
-    case: Case = p["case"]
+def _card_job(card: Problem, cand: Candidate, p: Plan, library: str) -> ProfileTargetJob:
+    case: Case = p.case
     return ProfileTargetJob(
         library=library,
         op=cand.op,
@@ -237,14 +235,14 @@ def _card_job(card: Problem, cand: Candidate, p: dict, library: str) -> ProfileT
         params=case.params,
         dtype=case.dtype,
         device="cuda:0",
-        seed=p["seed"],
-        warmup=p["warmup"],
+        seed=p.seed,
+        warmup=p.warmup,
         calls=1,
         tolerance=card.tolerances[case.dtype],
     )
 
 
-def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: float, cwd: str) -> None:
+def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: float, cwd: str) -> None:
     """Run ncu around the target (the worker child running `job`), re-import, parse; fills `rec`,
     raises ProfileFailure with the reason."""
     w.json("job.json", job.to_dict())
@@ -257,13 +255,17 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
         files = ["--job", str(box / "job.json"), "--result-file", str(box / "target.events")]
         target = [sys.executable, "-m", "mini_kv.worker.child", *files]
         report_base = box / REPORT[: -len(".ncu-rep")]
-        cmd = ncu_mod.profile_command(ncu, report_base, p["kernel_filter"], p["launch_skip"], target)
-        run = ncu_mod.run_logged(
+        cmd = ncu_mod.profile_command(ncu, report_base, p.kernel_filter, p.warmup, target)
+        # the profiled python imports this mini_kv even if it is not installed
+        path = os.pathsep.join(
+            filter(None, (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")))
+        )
+        run, out, err = ncu_mod.run_logged(
             "profile",
             cmd,
             w.path("logs/ncu-profile.log"),
             timeout,
-            env={**_target_env(), channel.KEY_ENV: key.hex()},
+            env={**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", channel.KEY_ENV: key.hex()},
             cwd=cwd,
             spec=_ncu_spec(ncu, job, cwd, box),
         )
@@ -272,25 +274,25 @@ def capture(ncu: str, job: Job, p: dict, w: ProfileWriter, rec: dict, timeout: f
                 shutil.copyfile(box / name, w.path(name))
     finally:
         shutil.rmtree(box, ignore_errors=True)
-    rec["ncu"]["commands"].append(_public(run))
+    rec["ncu"]["commands"].append(to_json(run))
     _target_result(w, key)
-    _judge_profile_run(run, w, rec)
-    imp = ncu_mod.run_logged(
+    _judge_profile_run(run, out + err, w, rec)
+    imp, out, err = ncu_mod.run_logged(
         "import",
         ncu_mod.import_command(ncu, w.path(REPORT)),
         w.path("logs/ncu-import.log"),
         timeout,
         spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(w.path(REPORT)))),
     )
-    rec["ncu"]["commands"].append(_public(imp))
-    if imp["timed_out"] or imp["returncode"] != 0 or not imp["_stdout"].strip():
+    rec["ncu"]["commands"].append(to_json(imp))
+    if imp.timed_out or imp.returncode != 0 or not out.strip():
         raise ProfileFailure(
             "REIMPORT_FAILED",
-            f"`ncu --import` exited {imp['returncode']}" + (" (timed out)" if imp["timed_out"] else ""),
-            log_tail=ncu_mod.tail(imp["_stdout"] + imp["_stderr"]),
+            f"`ncu --import` exited {imp.returncode}" + (" (timed out)" if imp.timed_out else ""),
+            log_tail=ncu_mod.tail(out + err),
         )
-    w.text("raw.csv", imp["_stdout"])
-    result = metrics_mod.analyze(imp["_stdout"], p["kernel_filter"])
+    w.text("raw.csv", out)
+    result = metrics_mod.analyze(out, p.kernel_filter)
     w.json(
         "metrics.json",
         {
@@ -343,9 +345,8 @@ def _target_result(w: ProfileWriter, key: bytes) -> None:
         )
 
 
-def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
-    """Name what went wrong in the ncu run, most specific reason first."""
-    out = run["_stdout"] + run["_stderr"]
+def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: dict) -> None:
+    """Name what went wrong in the ncu run (`out`: its output), most specific reason first."""
     log_tail = ncu_mod.tail(out)
     if ncu_mod.PERMISSION_MARK in out:
         raise ProfileFailure(
@@ -359,15 +360,15 @@ def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
         except ValueError:
             target = {"ok": False, "error": "target.json is not JSON"}
     rec["target"] = target
-    if run["timed_out"]:
+    if run.timed_out:
         raise ProfileFailure(
-            "NCU_FAILED", f"ncu did not finish within {run['duration_s']:.0f} s", log_tail=log_tail
+            "NCU_FAILED", f"ncu did not finish within {run.duration_s:.0f} s", log_tail=log_tail
         )
     if target is not None and not target.get("ok"):
         raise ProfileFailure("TARGET_FAILED", target.get("error", "the target failed"), log_tail=log_tail)
-    if run["returncode"] != 0:
+    if run.returncode != 0:
         raise ProfileFailure(
-            "NCU_FAILED", f"ncu exited {run['returncode']}", returncode=run["returncode"], log_tail=log_tail
+            "NCU_FAILED", f"ncu exited {run.returncode}", returncode=run.returncode, log_tail=log_tail
         )
     if target is None:
         raise ProfileFailure(
@@ -387,13 +388,28 @@ def _judge_profile_run(run: dict, w: ProfileWriter, rec: dict) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ProfileResult:
+    """What `profile` says of one profile (`--json` prints it); profile.json holds the whole record."""
+
+    status: str
+    exit_code: int
+    reason: dict | None  # ProfileFailure.to_dict
+    path: str
+    profile_id: str
+    summary: dict | None
+    kernel: str | None
+    case: str
+    candidate: str
+
+
 @dataclass
 class Target:
     """What `profile` profiles: a task-card candidate, or a SOL-ExecBench solution (profile.sol)."""
 
     task_id: str
     candidate: str
-    plan: dict
+    plan: Plan
     rec: dict  # profile.json's binding (_binding)
     records: dict  # the JSON files written beside it
     build: Callable[
@@ -402,8 +418,8 @@ class Target:
     cwd: str
 
 
-def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, progress=None) -> dict:
-    """Profile `cand` on one case; always writes a profile directory. Returns {status, exit_code, path, ...}."""
+def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, progress=None) -> ProfileResult:
+    """Profile `cand` on one case; always writes a profile directory."""
     p = plan(card, cand, opts)
     env = environment.collect()
     rec = _binding(card, cand, p, opts, env)
@@ -416,8 +432,6 @@ def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, prog
         },
         "environment.json": env,
     }
-    if not p["kernel_names"]:
-        p["no_kernels"] = f"no __global__ function in {list(cand.cuda_sources)}"
     target = Target(
         card.id,
         cand.id,
@@ -435,7 +449,7 @@ def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, prog
     )
 
 
-def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None) -> dict:
+def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None) -> ProfileResult:
     """The steps every profile takes (module docstring); always writes the profile directory."""
     say = progress or (lambda msg: None)
     rec, p = t.rec, t.plan
@@ -449,8 +463,8 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
         rec["ncu"].update(path=ncu, version=ncu_mod.ncu_version(ncu))
         if not cuda_available():
             raise ProfileFailure("NO_CUDA", "torch sees no CUDA device; profile on a GPU machine")
-        if not p["kernel_names"]:
-            raise ProfileFailure("NO_KERNEL_NAMES", p["no_kernels"])
+        if not p.kernel_names:
+            raise ProfileFailure("NO_KERNEL_NAMES", p.no_kernels)
         say(f"build {t.candidate}")
         job = t.build(w, rec)
         say(f"ncu: {t.candidate} on {rec['case']['id']}")
@@ -459,14 +473,14 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
     except ProfileFailure as exc:
         rec.update(status=ProfileStatus.FAILED, reason=exc.to_dict(), exit_code=int(exc.exit_code))
     path = w.commit(rec)
-    return {
-        "status": rec["status"],
-        "exit_code": rec["exit_code"],
-        "reason": rec["reason"],
-        "path": str(path),
-        "profile_id": w.profile_id,
-        "summary": rec["summary"],
-        "kernel": rec["kernel"],
-        "case": rec["case"]["id"],
-        "candidate": t.candidate,
-    }
+    return ProfileResult(
+        rec["status"],
+        rec["exit_code"],
+        rec["reason"],
+        str(path),
+        w.profile_id,
+        rec["summary"],
+        rec["kernel"],
+        rec["case"]["id"],
+        t.candidate,
+    )

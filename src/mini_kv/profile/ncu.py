@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv.proc import run_with_timeout
@@ -81,6 +82,18 @@ def import_command(ncu: str, report: Path) -> list[str]:
     return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
+@dataclass(frozen=True)
+class Command:
+    """One ncu run as profile.json's `ncu.commands` records it (its output is in its log)."""
+
+    name: str
+    argv: list[str]
+    returncode: int
+    timed_out: bool
+    duration_s: float
+    log: str
+
+
 def run_logged(
     name: str,
     cmd: list[str],
@@ -89,9 +102,9 @@ def run_logged(
     env: dict | None = None,
     cwd: str | None = None,
     spec=None,
-) -> dict:
+) -> tuple[Command, str, str]:
     """Run `cmd` jailed (mini_kv.jail, as `spec` says: ncu reads what the target made), keep
-    stdout+stderr in `log`; the record goes into profile.json."""
+    stdout+stderr in `log`: its record (for profile.json), stdout, stderr."""
     from mini_kv import jail
     from mini_kv.runner import default_sandbox
 
@@ -102,16 +115,8 @@ def run_logged(
         f"$ {' '.join(cmd)}\n--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}\n"
         f"--- exit {res.returncode}{' (timed out)' if res.timed_out else ''}\n"
     )
-    return {
-        "name": name,
-        "argv": cmd,
-        "returncode": res.returncode,
-        "timed_out": res.timed_out,
-        "duration_s": round(time.perf_counter() - t0, 3),
-        "log": log.name,
-        "_stdout": res.stdout,
-        "_stderr": res.stderr,
-    }
+    duration = round(time.perf_counter() - t0, 3)
+    return Command(name, cmd, res.returncode, res.timed_out, duration, log.name), res.stdout, res.stderr
 
 
 def tail(text: str, n: int = 3000) -> str:

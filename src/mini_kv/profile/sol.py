@@ -33,7 +33,7 @@ def kernel_names(sol) -> list[str]:
     return names
 
 
-def plan(prob, opts: capture.ProfileOptions) -> dict:
+def plan(prob, opts: capture.ProfileOptions) -> capture.Plan:
     """The workload (--case: its uuid; default the first), seed, kernels; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
@@ -46,12 +46,10 @@ def plan(prob, opts: capture.ProfileOptions) -> dict:
             f"{opts.case!r} is not a workload of {prob.id}; choose one of " + ", ".join(w.uuid for w in wls),
         )
     seed = case_seed(prob.id, hits[0].uuid, opts.seed_salt)
-    of = f"a kernel of {sol.id}"
-    return {
-        **capture.kernel_plan(opts, hits[0], seed, kernel_names(sol), of, strict=False),
-        "no_kernels": f"no __global__ or @triton.jit function in {sol.id}'s sources: name the "
-        "kernel to profile with --kernel",
-    }
+    none = f"no __global__ or @triton.jit function in {sol.id}'s sources: name the kernel to profile with --kernel"
+    return capture.kernel_plan(
+        opts, hits[0], seed, kernel_names(sol), f"a kernel of {sol.id}", none, strict=False
+    )
 
 
 def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capture.Target:
@@ -60,7 +58,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     from mini_kv.solexec.run import _case, _safe, sol_identity
 
     p, (d, _), sol = plan(prob, opts), prob.payload, prob.candidates[0]
-    wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
+    wl, ident = p.case, sol_identity(prob, {}, env, "cuda:0")
     rec = capture.binding(
         [ident["task_id"], ident["task_version"], str(Path(d.path).parent), ident["suite_hash"]],
         {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
@@ -92,8 +90,8 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
         return SolProfileTargetJob(
             device="cuda:0",
             reference_file=str(ref_file),
-            seed=p["seed"],
-            warmup=p["warmup"],
+            seed=p.seed,
+            warmup=p.warmup,
             calls=1,
             solution=job_entry(sol, staging / "solution", comp),
             case=_case(d, wl, 0).to_dict(),
@@ -103,7 +101,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     return capture.Target(ident["task_id"], _safe(sol.id), p, rec, records, build, str(Path.cwd()))
 
 
-def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:
+def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> capture.ProfileResult:
     import tempfile
 
     from mini_kv import environment
