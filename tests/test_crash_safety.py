@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_index import snapshot
 
 from mini_kv.store.attempts import PARTIAL, read_attempt
-from mini_kv.store.index import rebuild_index, snapshot
+from mini_kv.store.index import rebuild_index
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import run_cli
+from test_index import snapshot
 
 from mini_kv.errors import ExitCode
 from mini_kv.proc import _descendants
 from mini_kv.store.attempts import iter_attempt_dirs, read_attempt
-from mini_kv.store.index import rebuild_index, snapshot
+from mini_kv.store.index import rebuild_index
 
 pytest.importorskip("distributed")
 

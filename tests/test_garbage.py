@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
-from test_index import make_attempt
+from test_index import make_attempt, snapshot
 
 from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.attempts import AttemptInvalid, AttemptWriter, read_attempt
-from mini_kv.store.index import rebuild_index, snapshot
+from mini_kv.store.index import rebuild_index
 
 
 def _problems_by_name(problems) -> dict[str, object]:

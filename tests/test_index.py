@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,6 @@ from mini_kv.store.index import (
     IndexUnusable,
     read_index,
     rebuild_index,
-    snapshot,
     update_index,
 )
 
@@ -265,6 +265,12 @@ def write_attempt(
             "created_at": created_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
     )
+
+
+def snapshot(artifacts: Path) -> dict[str, tuple]:
+    """The index content as comparable plain data: attempt id -> (row values, bench-case values)."""
+    rows, cases = read_index(artifacts)
+    return {r.attempt_id: (astuple(r), tuple(astuple(c) for c in cases[r.attempt_id])) for r in rows}
 
 
 def valid_attempt_ids(artifacts: Path) -> set[str]:

@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_index import make_attempt
+from test_index import make_attempt, snapshot
 from test_store_forgery import _reseal
 
 from mini_kv.load.schema import is_valid
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt
-from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index, snapshot
+from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index
 from mini_kv.store.jsonfile import RecordUnusable
 from mini_kv.store.records import (
     CARD_FORMAT,

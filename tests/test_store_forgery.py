@@ -16,11 +16,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_index import env_key_of, fixture_env, make_attempt
+from test_index import env_key_of, fixture_env, make_attempt, snapshot
 
 from mini_kv.cli import main
 from mini_kv.leaderboard import build_leaderboard
-from mini_kv.store.index import INDEX_NAME, IndexUnusable, Problem, read_index, rebuild_index, snapshot
+from mini_kv.store.index import INDEX_NAME, IndexUnusable, Problem, read_index, rebuild_index
 
 # ------------------------------------------------------------------------------------------- tools
 

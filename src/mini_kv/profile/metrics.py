@@ -199,11 +199,6 @@ def select_row(parsed: RawCsv, pattern: str) -> dict[str, str]:
     return hits[0]
 
 
-def row_metrics(parsed: RawCsv, row: dict[str, str]) -> dict[str, Metric]:
-    """Every metric column of the row, by name."""
-    return {m: Metric(row[m], parsed.units.get(m, ""), parse_number(row[m])) for m in parsed.metric_columns}
-
-
 def _pick(metrics: dict[str, Metric], names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in metrics and metrics[n].value is not None), None)
 
@@ -245,7 +240,9 @@ def analyze(text: str, pattern: str) -> Analysis:
     """parse -> select the target row -> metrics -> summary; raises ProfileFailure with the reason."""
     parsed = parse_raw_csv(text)
     row = select_row(parsed, pattern)
-    metrics = row_metrics(parsed, row)
+    metrics = {
+        m: Metric(row[m], parsed.units.get(m, ""), parse_number(row[m])) for m in parsed.metric_columns
+    }
     return Analysis(
         {h: row[h] for h in parsed.header if h not in parsed.metric_columns},
         metrics,

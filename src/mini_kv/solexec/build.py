@@ -32,16 +32,6 @@ def solution_build(solution: Candidate, staged: Path, extra: CppFlags) -> Candid
     )
 
 
-def compile_solution(
-    project_root: Path, solution: Candidate, staged: Path, extra: CppFlags, timeout: float, sandbox=None
-) -> dict:
-    """The compiler's compile.json record: status ok | error | timeout, cache_hit, module, library, logs.
-    `sandbox`: the jail (mini_kv.jail.JailInfo) the build runs in; default: the compiler's."""
-    return compile_candidate(
-        project_root, solution_build(solution, staged, extra), timeout=timeout, sandbox=sandbox
-    )
-
-
 def job_entry(solution: Candidate, staged: Path, compile_rec: dict | None) -> dict:
     """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
     regression gate's same-run comparison)."""
@@ -89,7 +79,11 @@ def stage_sol_baseline(
     rec = None
     if sol.group == "cpp":
         flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
-        rec = None if reason else compile_solution(Path(project_root), sol, dest, flags, timeout)
+        rec = (
+            None
+            if reason
+            else compile_candidate(Path(project_root), solution_build(sol, dest, flags), timeout)
+        )
         if rec is None or rec["status"] != BuildStatus.OK:
             raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
     return job_entry(sol, dest, rec)

@@ -132,18 +132,14 @@ def _tensors(raw: dict, group: str, axes: dict, file: str) -> tuple[TensorSpec, 
     return tuple(out)
 
 
-def _top_level_functions(source: str, file: str) -> dict[str, ast.FunctionDef]:
+def _check_reference(raw: dict, inputs: tuple[TensorSpec, ...], file: str) -> None:
     try:
-        tree = ast.parse(source, mode="exec")
+        tree = ast.parse(raw["reference"], mode="exec")
     except SyntaxError as exc:
         raise ConfigError(file, "reference", f"not valid Python (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte; nesting the parser cannot take
         raise ConfigError(file, "reference", f"not valid Python ({type(exc).__name__})") from None
-    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-
-
-def _check_reference(raw: dict, inputs: tuple[TensorSpec, ...], file: str) -> None:
-    funcs = _top_level_functions(raw["reference"], file)
+    funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     run = funcs.get("run")
     if run is None:
         raise ConfigError(file, "reference", "must define a top-level function run(...) taking the inputs")

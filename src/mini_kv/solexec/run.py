@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv import environment, jail
+from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.load.codec import to_json
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
@@ -32,7 +33,7 @@ from mini_kv.pipeline import (
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.solexec import floor, languages, traces
-from mini_kv.solexec.build import build_log, compile_solution, job_entry, stage_sources
+from mini_kv.solexec.build import build_log, job_entry, solution_build, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
@@ -341,13 +342,9 @@ def compile_problem(
     if reason:
         return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {sol.id}: {sol.build_summary(True)}")
-    rec = compile_solution(
-        bench_project_root(opts),
-        sol,
-        staging / "solution",
-        flags,
-        opts.compile_timeout,
-        jail.resolve(opts.sandbox),
+    built = solution_build(sol, staging / "solution", flags)
+    rec = compile_candidate(
+        bench_project_root(opts), built, opts.compile_timeout, sandbox=jail.resolve(opts.sandbox)
     )
     if rec["status"] == BuildStatus.TIMEOUT:
         return rec, _all(

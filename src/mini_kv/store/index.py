@@ -907,9 +907,3 @@ def read_tampered(artifacts: Path) -> list[TamperedRecord]:
         finally:
             con.close()
     return [TamperedRecord(*r) for r in rows]
-
-
-def snapshot(artifacts: Path) -> dict[str, tuple]:
-    """The index content as comparable plain data: attempt id -> (row values, bench-case values)."""
-    rows, cases = read_index(artifacts)
-    return {r.attempt_id: (astuple(r), tuple(astuple(c) for c in cases[r.attempt_id])) for r in rows}
