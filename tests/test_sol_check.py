@@ -214,11 +214,9 @@ def test_random_inputs_for_every_listed_dtype(dtype):
 
 
 def test_inputs_follow_the_workload_and_differ_per_seed():
-    from mini_kv.solexec.run import signature
-
     d = load_definition(TEST_PROBLEM / "definition.json")
     wl = load_workloads(TEST_PROBLEM / "workload.jsonl", d)[1]
-    sig = signature(d, wl)
+    sig = _case(d, wl, 1).record["signature"]
     work = {"inputs": wl.inputs, "resolved_axes": wl.resolved_axes, "safetensors": {}}
     a = inputs.make_inputs(sig, work, {}, "cpu", 1, {})
     b = inputs.make_inputs(sig, work, {}, "cpu", 2, {})

@@ -246,20 +246,25 @@ def _undecided(rec: CaseVerdict, screen: list[str], why: str, **more) -> CaseVer
     return rec.said(Verdict.UNCONFIRMED, why, **more)
 
 
-def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> SameRun:
+def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> SameRun | str:
     """One same-run, interleaved A/B of the candidate and the baseline's own build: its record (samples,
-    summaries, the P50 test). Raises what `confirm` raises."""
-    run = confirm(case_id)
-    cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
-    return SameRun(
-        "same-run, interleaved with the baseline's own build",
-        cand,
-        stats.summarize_repeats(cand),
-        Side(base, stats.summarize_repeats(base)),
-        stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed),
-        run.get("order"),
-        run.get("build"),
-    )
+    summaries, the P50 test), or why it could not run. BaselineTampered passes through."""
+    try:
+        run = confirm(case_id)
+        cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
+        return SameRun(
+            "same-run, interleaved with the baseline's own build",
+            cand,
+            stats.summarize_repeats(cand),
+            Side(base, stats.summarize_repeats(base)),
+            stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed),
+            run.get("order"),
+            run.get("build"),
+        )
+    except BaselineTampered:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _decide_same_run(
@@ -274,16 +279,13 @@ def _decide_same_run(
       machine's, not the code's);
     * UNCONFIRMED: the A/Bs cannot decide (a P50 beyond the threshold but not significant, or the two
       disagree), or could not run."""
-    try:
-        first = _same_run(rec.id, confirm, th, th.seed + 2)
-    except BaselineTampered:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failed re-run must not turn into a verdict
-        return _undecided(rec, screen, f"the same-run comparison could not run ({type(exc).__name__}: {exc})")
+    first = _same_run(rec.id, confirm, th, th.seed + 2)
+    if isinstance(first, str):
+        return _undecided(rec, screen, f"the same-run comparison could not run ({first})")
     rec = rec.said(confirmation=first)
     t1 = first.test
     if t1.exceeds and not t1.significant:
-        return _undecided(rec, screen, f"{first.said()}")
+        return _undecided(rec, screen, first.said())
     p95_agrees = first.p95_ratio > 1 + th.p95_threshold
     if not (t1.slower or p95_agrees or (t1.significant and t1.ratio > 1)):
         return rec.said(
@@ -291,14 +293,9 @@ def _decide_same_run(
             "; ".join(screen) + f"; not seen in the {first.said()}: the gap to the stored timings is the "
             "machine's, not the code's",
         )
-    try:
-        second = _same_run(rec.id, confirm, th, th.seed + 4)
-    except BaselineTampered:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        return _undecided(
-            rec, screen, f"{first.said()}; the second could not run ({type(exc).__name__}: {exc})"
-        )
+    second = _same_run(rec.id, confirm, th, th.seed + 4)
+    if isinstance(second, str):
+        return _undecided(rec, screen, f"{first.said()}; the second could not run ({second})")
     rec = rec.said(second_confirmation=second)
     t2 = second.test
     both = f"first {first.said()}; second {second.said()}"

@@ -73,7 +73,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     )
     ref_file = staging / "reference.py"
 
-    def build(w, r) -> dict:
+    def build(w, r) -> SolProfileTargetJob:
         stage_sources(sol, staging / "solution")
         ref_file.write_text(d.reference, encoding="utf-8")
         comp = None

@@ -214,45 +214,27 @@ def check_memory(workloads: list[Workload], device: str, opts: BenchOptions) -> 
             )
 
 
-def signature(definition: Definition, wl: Workload) -> dict:
-    """The concrete inputs and outputs of one workload (shapes resolved from its axes)."""
-
-    def specs(group):
-        return [
-            {
-                "name": t.name,
-                "dtype": t.dtype,
-                "shape": None if t.shape is None else list(definition.shape_of(t, wl.resolved_axes)),
-            }
-            for t in group
-        ]
-
-    return {
-        "inputs": specs(definition.inputs),
-        "outputs": specs(definition.outputs),
+def _case(definition: Definition, wl: Workload, index: int) -> Case:
+    """The workload as a case: id/kind/dtype/params are what the runner records for a workload whose worker
+    crashed or hung; `signature` its concrete inputs and outputs (shapes resolved from its axes)."""
+    spec = lambda t: {  # noqa: E731
+        "name": t.name,
+        "dtype": t.dtype,
+        "shape": None if t.shape is None else list(definition.shape_of(t, wl.resolved_axes)),
+    }
+    signature = {
+        "inputs": [spec(t) for t in definition.inputs],
+        "outputs": [spec(t) for t in definition.outputs],
         "custom_inputs_entrypoint": definition.custom_inputs_entrypoint,
     }
-
-
-def _case(definition: Definition, wl: Workload, index: int) -> Case:
-    # id/kind/dtype/params are what the runner records for a workload whose worker crashed or hung
+    work = {k: getattr(wl, k) for k in ("uuid", "inputs", "resolved_axes", "safetensors", "tolerance")}
     return Case(
         wl.uuid,
         wl.uuid,
         "workload",
         dict(wl.axes),
         None,
-        record={
-            "index": index,
-            "signature": signature(definition, wl),
-            "workload": {
-                "uuid": wl.uuid,
-                "inputs": wl.inputs,
-                "resolved_axes": wl.resolved_axes,
-                "safetensors": wl.safetensors,
-                "tolerance": wl.tolerance,
-            },
-        },
+        record={"index": index, "signature": signature, "workload": work},
     )
 
 
