@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mini_kv import stats
+from mini_kv.load.codec import to_json
 from mini_kv.load.schema import load_schema
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
@@ -255,7 +256,9 @@ def _bench(op, settings, reference=_add):
 
 
 def _valid(records: list) -> dict:
-    doc = json.loads(json.dumps(benchmark_document("task-card", "cpu", records, None), allow_nan=False))
+    doc = json.loads(
+        json.dumps(to_json(benchmark_document("task-card", "cpu", records, None)), allow_nan=False)
+    )
     jsonschema.Draft202012Validator(load_schema("benchmark")).validate(doc)
     return doc
 

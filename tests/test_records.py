@@ -11,6 +11,7 @@ import pytest
 from test_index import make_attempt, snapshot
 from test_store_forgery import _reseal
 
+from mini_kv.load.codec import to_json
 from mini_kv.load.schema import is_valid
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt
@@ -54,9 +55,9 @@ def test_card_writer_documents_validate_and_name_their_format(tmp_path):
     corr, bench = read_record(a / "correctness.json"), read_record(a / "benchmark.json")
     results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "sandbox": None}
     doc = correctness_document(CARD_FORMAT, "cpu", corr["seed_salt"], results, corr["summary"])
-    assert is_valid(json.loads(json.dumps(doc)), "correctness") and doc["format"] == CARD_FORMAT
+    assert is_valid(json.loads(json.dumps(to_json(doc))), "correctness") and doc.format == CARD_FORMAT
     errored = [*bench["cases"], {"id": "b2", "status": Status.BENCHMARK_ERROR, "reason": "x"}]
-    assert is_valid(json.loads(json.dumps(benchmark_document(CARD_FORMAT, "cpu", errored, {}))), "benchmark")
+    assert is_valid(to_json(benchmark_document(CARD_FORMAT, "cpu", errored, {})), "benchmark")
     with pytest.raises(Exception, match="status"):  # a v1 word is refused on write
         correctness_document(
             CARD_FORMAT, "cpu", "s", {**results, "cases": [{"id": "c", "status": "PASS"}]}, {}
@@ -72,9 +73,9 @@ def test_sol_writer_documents_validate():
         "performance": None,
     }
     doc = correctness_document(SOL_FORMAT, "cpu", "salt", {"load": None, "cases": [wl]}, {"ok": False})
-    assert is_valid(json.loads(json.dumps(doc)), "correctness") and doc["contract"] == {}
+    assert is_valid(to_json(doc), "correctness") and doc.contract == {}
     bench = benchmark_document(SOL_FORMAT, "cpu", [], {"ran": False}, {"warmup": 1})
-    assert is_valid(bench, "benchmark") and bench["settings"] == {"warmup": 1}
+    assert is_valid(to_json(bench), "benchmark") and bench.settings == {"warmup": 1}
 
 
 def test_v1_card_records_migrate_and_the_index_reads_them_as_before(tmp_path):

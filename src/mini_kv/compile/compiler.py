@@ -335,16 +335,13 @@ def compile_candidate(
     build_root = project_root / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
     final = build_root / plan.key[:32]
+    keyed = to_json(plan)
     record = {
         "schema_version": 1,
         "key": plan.key,
         "candidate": cand.id,
         "build_dir": str(final),
-        "with_cuda": plan.with_cuda,
-        "sources": plan.sources,
-        "files": plan.files,
-        "flags": plan.flags,
-        "toolchain": to_json(plan.toolchain),
+        **{k: keyed[k] for k in ("with_cuda", "sources", "files", "flags", "toolchain")},
         "sandbox": sandbox.to_dict(),
     }
     if plan.python_module:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -43,6 +44,10 @@ def write_json(path: Path, obj) -> None:
 
 
 def _default(o):
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):  # a typed record: the one codec writes it
+        from mini_kv.load.codec import to_json
+
+        return to_json(o)
     if isinstance(o, Path):
         return str(o)
     if isinstance(o, (set, tuple)):

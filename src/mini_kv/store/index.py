@@ -854,41 +854,48 @@ def _refuse_remembered(con: sqlite3.Connection, artifacts: Path, row: AttemptRow
     raise AttemptTampered(f"{artifacts / row.path}: {why}; {STAYS_OUT}")
 
 
+@contextlib.contextmanager
+def _reading(artifacts: Path):
+    """A connection to the index for reading, under the lock (a read-only store gets none: it cannot be
+    created there, and nobody of ours can write there either); IndexUnusable when it cannot be read."""
+    db = index_path(artifacts)
+    read_only = store_read_only(artifacts)
+    with contextlib.nullcontext() if read_only else index_lock(artifacts):
+        con = _connect(db, read_only=read_only)
+        try:
+            yield con
+        except sqlite3.DatabaseError as exc:
+            raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
+        finally:
+            con.close()
+
+
 def read_index(
     artifacts: Path, where: str = "", params: tuple = ()
 ) -> tuple[list[AttemptRow], dict[str, tuple[CaseRow, ...]]]:
     """Attempt rows (optionally filtered by an SQL `where` over `attempts`) and their bench cases, by
     attempt id. Values are as the file holds them: an index edited by hand may hold anything, and the
     leaderboard re-derives every row it shows (leaderboard.checked_row)."""
-    db = index_path(artifacts)
-    read_only = store_read_only(artifacts)
-    # a read-only store gets no lock (it cannot be created there; nobody of ours can write there either)
-    with contextlib.nullcontext() if read_only else index_lock(artifacts):
-        con = _connect(db, read_only=read_only)
-        try:
-            con.row_factory = sqlite3.Row
-            have = {r[1] for r in con.execute("PRAGMA table_info(attempts)")}
-            have_cases = {r[1] for r in con.execute("PRAGMA table_info(bench_cases)")}
-            if not set(ATTEMPT_COLUMNS) <= have or not set(CASE_COLUMNS) <= have_cases:
-                raise IndexUnusable(
-                    f"{db}: its tables lack columns of a mini_kv index (edited by hand?); "
-                    + rebuild_hint(artifacts)
-                )
-            rows = [
-                AttemptRow(*(r[c] for c in ATTEMPT_COLUMNS))
-                for r in con.execute(
-                    f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
-                    "ORDER BY task_id, candidate, created_at, attempt_id",
-                    params,
-                )
-            ]
-            cases: dict[str, list[CaseRow]] = {}
-            for r in con.execute("SELECT * FROM bench_cases ORDER BY attempt_id, case_id"):
-                cases.setdefault(r["attempt_id"], []).append(CaseRow(*(r[c] for c in CASE_COLUMNS)))
-        except sqlite3.DatabaseError as exc:
-            raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
-        finally:
-            con.close()
+    with _reading(artifacts) as con:
+        con.row_factory = sqlite3.Row
+        have = {r[1] for r in con.execute("PRAGMA table_info(attempts)")}
+        have_cases = {r[1] for r in con.execute("PRAGMA table_info(bench_cases)")}
+        if not set(ATTEMPT_COLUMNS) <= have or not set(CASE_COLUMNS) <= have_cases:
+            raise IndexUnusable(
+                f"{index_path(artifacts)}: its tables lack columns of a mini_kv index (edited by hand?); "
+                + rebuild_hint(artifacts)
+            )
+        rows = [
+            AttemptRow(*(r[c] for c in ATTEMPT_COLUMNS))
+            for r in con.execute(
+                f"SELECT * FROM attempts {('WHERE ' + where) if where else ''} "
+                "ORDER BY task_id, candidate, created_at, attempt_id",
+                params,
+            )
+        ]
+        cases: dict[str, list[CaseRow]] = {}
+        for r in con.execute("SELECT * FROM bench_cases ORDER BY attempt_id, case_id"):
+            cases.setdefault(r["attempt_id"], []).append(CaseRow(*(r[c] for c in CASE_COLUMNS)))
     return rows, {
         r.attempt_id: tuple(cases.get(r.attempt_id, ())) for r in rows if isinstance(r.attempt_id, str)
     }
@@ -896,14 +903,6 @@ def read_index(
 
 def read_tampered(artifacts: Path) -> list[TamperedRecord]:
     """The attempts the index remembers as tampered (they stay out of every ranking)."""
-    db = index_path(artifacts)
-    read_only = store_read_only(artifacts)
-    with contextlib.nullcontext() if read_only else index_lock(artifacts):
-        con = _connect(db, read_only=read_only)
-        try:
-            rows = con.execute(f"SELECT {', '.join(TAMPERED_COLUMNS)} FROM tampered ORDER BY path").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise IndexUnusable(f"{db}: unreadable ({exc}); {rebuild_hint(artifacts)}") from None
-        finally:
-            con.close()
+    with _reading(artifacts) as con:
+        rows = con.execute(f"SELECT {', '.join(TAMPERED_COLUMNS)} FROM tampered ORDER BY path").fetchall()
     return [TamperedRecord(*r) for r in rows]

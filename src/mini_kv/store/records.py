@@ -5,6 +5,7 @@ read here for every reader, older versions migrated in memory (the stored files 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
@@ -75,45 +76,67 @@ def read_record(path: Path) -> dict:
     return read_versioned(path, RECORD_VERSION, schema, migrations={1: migrate})
 
 
-def _checked(schema: str, doc: dict) -> dict:  # validated on write as on read
-    from mini_kv.load.schema import validate
-    from mini_kv.store.atomic import _default
+class _Checked:
+    """A record checked against schemas/<SCHEMA>.schema.json when it is made: validated on write as on read."""
 
-    validate(json.loads(json.dumps(doc, default=_default)), schema, f"{schema}.json")
-    return doc
+    SCHEMA = ""
+
+    def __post_init__(self):
+        from mini_kv.load.schema import validate
+        from mini_kv.store.atomic import _default
+
+        validate(json.loads(json.dumps(self, default=_default)), self.SCHEMA, f"{self.SCHEMA}.json")
 
 
-def correctness_document(fmt: str, device: str, salt: str, results: dict, summary: dict | None) -> dict:
-    """correctness.json: `results` holds load, cases (a SOL workload is a case), contract, incidents, sandbox."""
-    return _checked(
-        "correctness",
-        {
-            "schema_version": RECORD_VERSION,
-            "format": fmt,
-            "device": device,
-            "seed_salt": salt,
-            "load": results.get("load"),
-            "cases": results["cases"],
-            "contract": results.get("contract") or {},
-            "incidents": results.get("incidents") or [],
-            "sandbox": results.get("sandbox"),
-            "summary": summary,
-        },
+@dataclass(frozen=True)
+class CorrectnessRecord(_Checked):
+    """correctness.json: load, cases (a SOL workload is a case), contract, incidents, sandbox, summary."""
+
+    SCHEMA = "correctness"
+    format: str
+    device: str
+    seed_salt: str
+    load: dict | None
+    cases: list
+    contract: dict
+    incidents: list
+    sandbox: dict | None
+    summary: dict | None
+    schema_version: int = RECORD_VERSION
+
+
+@dataclass(frozen=True)
+class BenchmarkRecord(_Checked):
+    """benchmark.json: one record per bench case; `settings`: the timing settings the run used (mini_kv.settings)."""
+
+    SCHEMA = "benchmark"
+    format: str
+    device: str
+    settings: dict | None
+    cases: list
+    summary: dict | None
+    schema_version: int = RECORD_VERSION
+
+
+def correctness_document(
+    fmt: str, device: str, salt: str, results: dict, summary: dict | None
+) -> CorrectnessRecord:
+    """correctness.json of a run: `results` holds load, cases, contract, incidents, sandbox."""
+    get = results.get
+    return CorrectnessRecord(
+        fmt,
+        device,
+        salt,
+        get("load"),
+        results["cases"],
+        get("contract") or {},
+        get("incidents") or [],
+        get("sandbox"),
+        summary,
     )
 
 
 def benchmark_document(
     fmt: str, device: str, cases: list, summary: dict | None, settings: dict | None = None
-) -> dict:
-    """benchmark.json: one record per bench case; `settings`: the timing settings the run used (mini_kv.settings)."""
-    return _checked(
-        "benchmark",
-        {
-            "schema_version": RECORD_VERSION,
-            "format": fmt,
-            "device": device,
-            "settings": settings,
-            "cases": cases,
-            "summary": summary,
-        },
-    )
+) -> BenchmarkRecord:
+    return BenchmarkRecord(fmt, device, settings, cases, summary)
