@@ -1,30 +1,11 @@
-"""Baselines and the regression verdict.
+"""The regression verdict: an attempt's raw timing samples judged against a promoted baseline
+(store.baseline reads it), case by case (`judge`).
 
-A baseline (baselines/<task>.json) is promoted by hand from one complete, PASSED, stable attempt and
-then never changes by itself. It carries a hash manifest (the SHA-256 of its own canonical content and
-the file list of the attempt it came from); a baseline that no longer matches it is TAMPERED and is
-never used (store.baseline). `judge` judges a new attempt's raw timing samples against it, case by case:
-
-  * the two are comparable only when task id and version, operator version, suite hash, environment
-    key and device all match; otherwise the verdict is INCOMPARABLE (never PASS);
-  * the stored baseline is only a screen: its timings were taken at another time, under another
-    machine load, so they are not evidence on their own. A case whose candidate P50 is more than
-    `p50_threshold` (or P95 more than `p95_threshold`) slower than the stored one is decided by
-    `confirm(case_id)`, which times the baseline's own code (rebuilt from its sources) and the
-    candidate in one worker, interleaved, as asv's `continuous` does (stats.is_slower: Mann-Whitney U
-    plus non-overlapping bootstrap CIs of the medians at `alpha`):
-      - PASS when that same-run A/B shows no slowdown beyond the thresholds (the gap was the machine's);
-      - FAIL only when it and a second same-run A/B both show the P50 significantly slower beyond the
-        threshold;
-      - WARN only where two same-run A/Bs agree with the screen on a smaller slowdown (a P95 beyond its
-        threshold, or a significant P50 slowdown within the threshold);
-      - UNCONFIRMED when the noise is too high to decide: an A/B P50 beyond the threshold but not
-        significant, two A/Bs that disagree, or no A/B that could run (exit 8, its own line).
-    A case with no slowdown against the stored timings is PASS, stable or not.
-
-Overall: TAMPERED if the baseline or its source attempt fails its hashes; else FAIL if any case FAILs;
-else UNCONFIRMED if any case is; else INCOMPARABLE if any case could not be compared (or was not
-measured); else WARN if any case warns; else PASS.
+Comparable only when task id and version, operator version, suite hash, environment key and device all
+match (else INCOMPARABLE, never PASS). The stored timings are only a screen, taken at another time under
+another load: a case beyond `p50_threshold` (or `p95_threshold`) is decided by same-run, interleaved
+A/Bs of the baseline's own code and the candidate (`confirm`, as asv's `continuous` does;
+stats.is_slower), by the rules of `_decide_same_run`; the attempt's verdict is its cases' by `_overall`.
 """
 
 from __future__ import annotations

@@ -166,13 +166,7 @@ def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, e
             "input_sha256": None,
             "tolerance": tolerance,
         },
-        **unprofiled(p, env),
-    }
-
-
-def unprofiled(p: Plan, env: dict) -> dict:
-    """The parts of profile.json that ncu and the target fill in."""
-    return {
+        # what ncu and the target fill in
         "environment_key": env["key"],
         "device": None,
         "ncu": {

@@ -13,6 +13,7 @@ from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_text
 from mini_kv.profile import capture
 from mini_kv.profile.ncu import _GLOBAL
+from mini_kv.profile.target import TargetResult
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import SolProfileTargetJob
 
@@ -118,7 +119,7 @@ def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> captu
         )
 
 
-def run_target(job: dict) -> dict:
+def run_target(job) -> TargetResult:
     """The profiled process: the solution `warmup` + `calls` times, then its last output against the reference."""
     import torch
 
@@ -144,10 +145,9 @@ def run_target(job: dict) -> dict:
         for o, r in zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)
     ]
     bad = next((c for c in checks if not c["ok"]), None)
-    return {
-        "ok": True,
-        "input_sha256": input_digest(pristine),
-        "calls": int(job.warmup) + int(job.calls),
-        "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
-        "device_name": torch.cuda.get_device_name(torch.device(device)),
-    }
+    return TargetResult(
+        input_digest(pristine),
+        int(job.warmup) + int(job.calls),
+        {"ok": bad is None, "reason": bad and bad["reason"]},
+        torch.cuda.get_device_name(torch.device(device)),
+    )

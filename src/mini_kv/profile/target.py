@@ -11,6 +11,19 @@ event; an exception its `fatal` event.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What the profiled process answers (target.json): the inputs' digest, the calls made, the last
+    output's check against the reference."""
+
+    input_sha256: str
+    calls: int
+    output_check: dict
+    device_name: str
+    ok: bool = True  # it ran to the end (a failure is its `fatal` event)
 
 
 def input_digest(args) -> str:
@@ -31,7 +44,7 @@ def input_digest(args) -> str:
     return h.hexdigest()
 
 
-def run(job: dict) -> dict:
+def run(job) -> TargetResult:
     import torch
 
     from mini_kv.worker.compare import compare
@@ -53,10 +66,9 @@ def run(job: dict) -> dict:
     reference = import_path(job.reference)
     tol = job.tolerance
     check = compare(out, reference(*pristine), tol["atol"], tol["rtol"])
-    return {
-        "ok": True,
-        "input_sha256": digest,
-        "calls": int(job.warmup) + int(job.calls),
-        "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
-        "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
-    }
+    return TargetResult(
+        digest,
+        int(job.warmup) + int(job.calls),
+        {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
+        torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
+    )

@@ -165,11 +165,12 @@ def _one_shot(path: str):
     becomes a `fatal` one in main)."""
 
     def handler(job: Job, chan: Channel) -> int:
+        from mini_kv.load.codec import to_json
         from mini_kv.worker.inputs import import_path
 
         if hasattr(job, "device"):
             _set_device(job.device)
-        chan.send(event=Event.RESULT, result=import_path(path)(job))
+        chan.send(event=Event.RESULT, result=to_json(import_path(path)(job)))  # a typed record as JSON
         return 0
 
     return handler
