@@ -121,26 +121,6 @@ def kernel_plan(
     return Plan(case, seed, [opts.kernel] if opts.kernel else found, opts.warmup, no_kernels)
 
 
-def _binding(card: Problem, cand: Candidate, p: Plan, opts: ProfileOptions, env: dict) -> dict:
-    """What the profile is about: task, candidate sources, case, seed, environment."""
-    from mini_kv.compile.compiler import candidate_files
-
-    cdir = Path(card.project_root) / cand.path
-    case: Case = p.case
-    return binding(
-        [card.id, card.version, card.path, card.suite_hash()],
-        {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
-        [cand.id, cand.op, cand.path],
-        [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)],
-        bool(opts.prebuilt),
-        [case.id, case.base_id, case.kind, case.dtype, case.params],
-        card.tolerances[case.dtype],
-        p,
-        opts,
-        env,
-    )
-
-
 def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, env) -> dict:
     """profile.json's binding, in its field order, for a task card's candidate and a SOL solution alike:
     `task` (id, version, card_path, suite_hash), `cand` (id, op, path), `case` (id, base_id, kind, dtype,
@@ -404,7 +384,7 @@ class Target:
     task_id: str
     candidate: str
     plan: Plan
-    rec: dict  # profile.json's binding (_binding)
+    rec: dict  # profile.json's binding (binding)
     records: dict  # the JSON files written beside it
     build: Callable[
         [ProfileWriter, dict], Job
@@ -414,9 +394,22 @@ class Target:
 
 def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, progress=None) -> ProfileResult:
     """Profile `cand` on one case; always writes a profile directory."""
-    p = plan(card, cand, opts)
-    env = environment.collect()
-    rec = _binding(card, cand, p, opts, env)
+    from mini_kv.compile.compiler import candidate_files
+
+    p, env, cdir = plan(card, cand, opts), environment.collect(), Path(card.project_root) / cand.path
+    case: Case = p.case
+    rec = binding(  # what the profile is about: task, candidate sources, case, seed, environment
+        [card.id, card.version, card.path, card.suite_hash()],
+        {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
+        [cand.id, cand.op, cand.path],
+        [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)],
+        bool(opts.prebuilt),
+        [case.id, case.base_id, case.kind, case.dtype, case.params],
+        card.tolerances[case.dtype],
+        p,
+        opts,
+        env,
+    )
     records = {
         "task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
         "candidate_manifest.json": {
