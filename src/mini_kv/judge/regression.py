@@ -311,22 +311,10 @@ def judge(
     repeats, or one flat list). It may raise BaselineTampered: the verdict is then TAMPERED.
     """
     th = Thresholds.of(thresholds)
-    keys = tuple(
-        KeyMatch(
-            name,
-            get(baseline),
-            get(attempt_header),
-            get(baseline) is not None and get(baseline) == get(attempt_header),
-        )
-        for name, get in COMPARABLE_KEYS
-    )
-    out = RegressionVerdict(
-        Verdict.INCOMPARABLE,
-        (),
-        th,
-        keys,
-        {"task_id": baseline.get("task_id"), **(baseline.get("source") or {})},
-    )
+    pairs = [(name, get(baseline), get(attempt_header)) for name, get in COMPARABLE_KEYS]
+    keys = tuple(KeyMatch(name, b, a, b is not None and b == a) for name, b, a in pairs)
+    source = {"task_id": baseline.get("task_id"), **(baseline.get("source") or {})}
+    out = RegressionVerdict(Verdict.INCOMPARABLE, (), th, keys, source)
     mismatched = [k for k in keys if not k.match]
     if mismatched:
         reasons = [f"{k.key} differs: attempt {k.attempt!r}, baseline {k.baseline!r}" for k in mismatched]

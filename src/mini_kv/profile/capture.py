@@ -183,7 +183,7 @@ def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWrite
     return built(comp, w, rec)
 
 
-def built(comp: Plan, w: ProfileWriter, rec: dict) -> str:
+def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
     """The library of a build record, its record and logs kept in the profile; COMPILE_FAILED otherwise."""
     w.json("compile.json", comp)
     for name, path in (comp.get("logs") or {}).items():

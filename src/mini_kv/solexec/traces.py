@@ -115,14 +115,14 @@ def make_trace(
     """One trace; raises ValueError when the status and the blocks it carries disagree."""
     if status not in STATUSES:
         raise ValueError(f"unknown trace status {status!r}")
-    if status == Status.PASSED and (correctness is None or performance is None):
-        raise ValueError("a PASSED trace carries correctness and performance")
-    if status == Status.INCORRECT_NUMERICAL and (correctness is None or performance is not None):
-        raise ValueError("an INCORRECT_NUMERICAL trace carries correctness only")
-    if status not in (Status.PASSED, Status.INCORRECT_NUMERICAL) and (
-        correctness is not None or performance is not None
-    ):
-        raise ValueError(f"a {status} trace carries neither correctness nor performance")
+    blocks = {Status.PASSED: (True, True), Status.INCORRECT_NUMERICAL: (True, False)}.get(
+        status, (False, False)
+    )
+    if (correctness is not None, performance is not None) != blocks:
+        what = {(True, True): "correctness and performance", (True, False): "correctness only"}
+        raise ValueError(
+            f"a {status} trace carries {what.get(blocks, 'neither correctness nor performance')}"
+        )
     corr = None if correctness is None else _correctness(correctness)
     perf = (
         None if performance is None else Performance(*(_finite(performance[k], k) for k in PERFORMANCE_KEYS))
