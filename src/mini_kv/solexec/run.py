@@ -563,15 +563,8 @@ def exit_code(trace_list: list[traces.Trace], unavailable: str | None) -> ExitCo
         return ExitCode.CONFIG if unavailable else ExitCode.BENCHMARK
     if unavailable:
         return ExitCode.CONFIG
-    codes = [
-        ExitCode.COMPILE
-        if s == Status.COMPILE_ERROR
-        else ExitCode.CONFIG
-        if s == Status.INVALID_REFERENCE
-        else ExitCode.CORRECTNESS
-        for s in statuses - {Status.PASSED}
-    ]
-    return max(codes)
+    worst = {Status.COMPILE_ERROR: ExitCode.COMPILE, Status.INVALID_REFERENCE: ExitCode.CONFIG}
+    return max(worst.get(s, ExitCode.CORRECTNESS) for s in statuses - {Status.PASSED})
 
 
 # ------------------------------------------------------------------------------------ attempt
