@@ -141,7 +141,7 @@ def test_cuda_torch_without_a_gpu_compile_checks_instead_of_building(monkeypatch
     monkeypatch.setattr(compiler.environment, "torch_has_cuda_build", lambda: True)
     monkeypatch.setattr(compiler.environment, "cuda_arch_list", lambda: arch_list)
     plan = compiler.build_plan(ROOT, _candidate())
-    assert plan.with_cuda is with_cuda
+    assert plan.toolchain.with_cuda is with_cuda
     assert plan.cuda_sources_skipped == ([] if with_cuda else ["kernel.cu", "op_cuda.cpp"])
     module = compiler.build_plan(ROOT, _candidate_module())
     assert module.check_only is (not with_cuda)

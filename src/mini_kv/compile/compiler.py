@@ -133,7 +133,6 @@ class Toolchain:
 class BuildPlan:
     """Everything a build needs and the key naming it (build_plan)."""
 
-    candidate: str
     candidate_dir: str  # by its real path (not in the key): the jail binds what a path names, and a
     # project's .build/ (where a baseline's sources are staged) may be a symlink
     sources: list[str]
@@ -141,7 +140,6 @@ class BuildPlan:
     flags: dict[str, list[str]]
     toolchain: Toolchain
     key: str
-    with_cuda: bool
     cuda_sources_skipped: list[str]
     python_module: bool
     check_only: bool
@@ -200,14 +198,12 @@ def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = Non
     if python_module:  # only then, so the keys of existing candidate builds stay as they were
         keyed.update(python_module=True, check_only=check_only)
     return BuildPlan(
-        cand.id,
         str(Path(cdir).resolve()),
         sources,
         files,
         flags,
         tc,
         sha256_text(canonical_json(keyed)),
-        with_cuda,
         skipped,
         python_module,
         check_only,
@@ -335,13 +331,14 @@ def compile_candidate(
     build_root = project_root / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
     final = build_root / plan.key[:32]
-    keyed = to_json(plan)
+    keyed, with_cuda = to_json(plan), plan.toolchain.with_cuda
     record = {
         "schema_version": 1,
         "key": plan.key,
         "candidate": cand.id,
         "build_dir": str(final),
-        **{k: keyed[k] for k in ("with_cuda", "sources", "files", "flags", "toolchain")},
+        "with_cuda": with_cuda,
+        **{k: keyed[k] for k in ("sources", "files", "flags", "toolchain")},
         "sandbox": sandbox.to_dict(),
     }
     if plan.python_module:
@@ -351,7 +348,7 @@ def compile_candidate(
             f"{NO_CUDA_BUILD}: the extension module was not built; "
             "every source was compile-checked with nvcc against torch's headers"
         )
-    elif not plan.with_cuda and cand.cuda_sources:
+    elif not with_cuda and cand.cuda_sources:
         record["cuda_note"] = (
             f"{NO_CUDA_BUILD}: the CUDA kernel was not built; .cu files were compile-checked with plain nvcc"
         )
