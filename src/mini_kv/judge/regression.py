@@ -329,7 +329,7 @@ def judge(
             _case_verdict(base, measured.get(base["id"]), confirm, th) for base in baseline["cases"]
         )
     except BaselineTampered as exc:
-        return _tampered_verdict(exc, th)
+        return tampered_verdict(exc, th)
     verdict = _overall([c.verdict for c in cases])
     reasons = [r for c in cases for r in c.reasons]
     if verdict == Verdict.INCOMPARABLE:
@@ -362,18 +362,16 @@ def _overall(verdicts: list[Verdict]) -> Verdict:
     return Verdict.WARN if Verdict.WARN in verdicts else Verdict.PASS
 
 
-def _tampered_verdict(
-    exc: BaselineTampered, thresholds: Thresholds | dict | None, **where
-) -> RegressionVerdict:
+def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None) -> RegressionVerdict:
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
     why = (
         f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
         "(e.g. from version control) or promote a new baseline with `mini-kv promote-baseline --force`"
     )
-    return _unused_baseline(Verdict.TAMPERED, why, thresholds, tampered_file=exc.path, **where)
+    return unused_baseline(Verdict.TAMPERED, why, thresholds, tampered_file=exc.path)
 
 
-def _unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> RegressionVerdict:
+def unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> RegressionVerdict:
     """The verdict when the baseline could not be used (`baseline_error` says why): neither PASS nor FAIL."""
     return RegressionVerdict(verdict, (why,), Thresholds.of(thresholds), baseline_error=why, **where)
 

@@ -460,14 +460,7 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
     except ProfileFailure as exc:
         rec.update(status=ProfileStatus.FAILED, reason=exc.to_dict(), exit_code=int(exc.exit_code))
     path = w.commit(rec)
+    said = {k: rec[k] for k in ("status", "exit_code", "reason", "summary", "kernel")}
     return ProfileResult(
-        rec["status"],
-        rec["exit_code"],
-        rec["reason"],
-        str(path),
-        w.profile_id,
-        rec["summary"],
-        rec["kernel"],
-        rec["case"]["id"],
-        t.candidate,
+        **said, path=str(path), profile_id=w.profile_id, case=rec["case"]["id"], candidate=t.candidate
     )

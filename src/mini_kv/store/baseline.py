@@ -11,14 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mini_kv.errors import BaselineTampered, ConfigError, UserError
-from mini_kv.judge.regression import (
-    Thresholds,
-    _tampered_verdict,
-    _unused_baseline,
-    judge,
-    timed,
-    verdict_document,
-)
+from mini_kv.judge import regression
+from mini_kv.judge.regression import Thresholds, timed
 from mini_kv.model import canonical_json, sha256_file, sha256_text
 from mini_kv.status import Status, Verdict
 from mini_kv.store.atomic import write_json
@@ -203,14 +197,13 @@ def check_baseline(
         baseline = load_baseline(path)
         _check_source_attempt(baseline, artifacts)
     except BaselineTampered as exc:
-        return verdict_document(_tampered_verdict(exc, thresholds, baseline_file=ref))
+        verdict = regression.tampered_verdict(exc, thresholds)
     except (UserError, OSError) as exc:
-        return verdict_document(
-            _unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds, baseline_file=ref)
-        )
-    confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
-    verdict = judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
-    return verdict_document(dataclasses.replace(verdict, baseline_file=ref))
+        verdict = regression.unused_baseline(Verdict.INCOMPARABLE, str(exc), thresholds)
+    else:
+        confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
+        verdict = regression.judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
+    return regression.verdict_document(dataclasses.replace(verdict, baseline_file=ref))
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from
