@@ -28,7 +28,7 @@ LIST_COLUMNS = (
 
 
 def cmd_list(args) -> int:
-    from mini_kv.load.codec import to_json
+    from mini_kv.codec import to_json
     from mini_kv.store.index import read_index
 
     artifacts = artifacts_dir(args)

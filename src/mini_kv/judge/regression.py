@@ -156,7 +156,7 @@ class RegressionVerdict:
 
 def verdict_document(verdict: RegressionVerdict) -> dict:
     """regression.json's content, checked against its schema (what the store writes and reads)."""
-    from mini_kv.load.codec import to_json
+    from mini_kv.codec import to_json
     from mini_kv.load.schema import validate
 
     doc = to_json(verdict)
