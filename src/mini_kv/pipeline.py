@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mini_kv import environment, jail
+from mini_kv.codec import to_json
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
@@ -668,7 +669,7 @@ class CardDoor(FrontDoor):
             timeout=prep.compile_timeout,
             with_cuda=None if job.device.startswith("cuda") else False,
         )
-        return {"library": b.library, "op": b.op}, b.to_dict()
+        return {"library": b.library, "op": b.op}, to_json(b)
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
         case = next(c for c in job.bench_cases if c["id"] == case_id)
