@@ -476,7 +476,7 @@ def _write_attempt(
             **extra,
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "build_key": (built.compile or {}).get("key"),
-            "source": environment.source_revision(door.source_dir()),
+            "source": to_json(environment.source_revision(door.source_dir())),
             **summary,
         }
     )
@@ -702,23 +702,6 @@ class CardDoor(FrontDoor):
             "candidate_manifest.json",
             _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand, built.compile),
         )
-
-
-def verify(
-    card: Problem, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
-) -> dict:
-    run = run_stages(CardDoor(card, cand, opts), progress, line, outbox)
-    return {
-        "summary": run.summary,
-        "results": run.out.results,
-        "compile": run.built.compile,
-        "attempt": str(run.attempt),
-        "exit_code": run.code,
-        "regression": run.regression,
-        "index_warning": run.index_warning,
-        "settings": run.prep.settings,
-        "phases": run.phases,
-    }
 
 
 def _watch_paths(card: Problem) -> list[str]:

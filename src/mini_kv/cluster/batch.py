@@ -45,11 +45,23 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     """The item through the pipeline (verify or bench), as the command would run it here."""
     if item.kind == VERIFY:
         from mini_kv.load.task_card import load_task_card
-        from mini_kv.pipeline import verify
+        from mini_kv.pipeline import CardDoor, run_stages
 
         card = load_task_card(item.target)
         cand = card.candidate(item.candidate)
-        return {"candidate": cand.id, **verify(card, cand, item.opts, progress, line, outbox)}
+        run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox)
+        return {  # report.print_verify's
+            "candidate": cand.id,
+            "summary": run.summary,
+            "results": run.out.results,
+            "compile": run.built.compile,
+            "attempt": str(run.attempt),
+            "exit_code": run.code,
+            "regression": run.regression,
+            "index_warning": run.index_warning,
+            "settings": run.prep.settings,
+            "phases": run.phases,
+        }
     from mini_kv.solexec.run import bench
 
     return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
