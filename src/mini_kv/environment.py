@@ -37,15 +37,6 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class BuildFlags:
-    """The flags every candidate build starts from: a change to them changes every binary."""
-
-    cflags: tuple[str, ...]
-    cuda_cflags: tuple[str, ...]
-    arch_list: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class SourceRevision:
     commit: str
     dirty: bool  # the work tree differed from the commit
@@ -172,14 +163,6 @@ def cpu_memory_limit(gb: float | None = None) -> int:
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"
 
 
-def build_flags(devices: tuple[Gpu, ...]) -> BuildFlags:
-    return BuildFlags(
-        tuple(torch_flags.base_cflags()),
-        tuple(torch_flags.base_cuda_cflags()),
-        tuple(cuda_arch_list(devices) if devices else ()),
-    )
-
-
 def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
     """The environment record stored with every attempt (environment.json). `tag` (or $MINI_KV_ENV_TAG)
     names what mini_kv cannot see but that changes timings (a power cap, a clock setting, a container
@@ -200,7 +183,12 @@ def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
         "nvcc": nvcc_info().version,
         "cxx": cxx_info().version,
         "executable": sys.executable,
-        "build_flags": to_json(build_flags(t.devices)),
+        # the flags every candidate build starts from: a change to them changes every binary
+        "build_flags": {
+            "cflags": list(torch_flags.base_cflags()),
+            "cuda_cflags": list(torch_flags.base_cuda_cflags()),
+            "arch_list": cuda_arch_list(t.devices) if t.devices else [],
+        },
         "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
     }
     env["key"] = environment_key(env)
