@@ -66,6 +66,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.proc import ProcResult, die_with_parent, kill_group
 
@@ -646,7 +647,17 @@ def _shows_too_much(path: str) -> bool:
     return real == "/" or any(w == real or w.startswith(real.rstrip("/") + "/") for w in whole)
 
 
-def landlock_rules(spec: JailSpec) -> dict:
+@dataclass(frozen=True)
+class LandlockRules:
+    """What _jail_prelude restricts the jailed process to (sent to it as JSON)."""
+
+    read: tuple[str, ...]  # read and executed
+    write: tuple[str, ...]
+    net: bool  # TCP allowed (the profiler's loopback)
+    abi_min: int = 1
+
+
+def landlock_rules(spec: JailSpec) -> LandlockRules:
     """The Landlock rules for the same view bwrap builds: what is bound read-only (the staged dirs
     too, wherever a symlink puts them) may be read and executed, the writable dirs written."""
     staged = [os.path.realpath(d) for d in spec.staged if os.path.isdir(d)]
@@ -654,7 +665,7 @@ def landlock_rules(spec: JailSpec) -> dict:
     writes = [SCRATCH, "/dev", "/proc", *[os.path.realpath(p) for p in spec.writable]]
     if spec.gpu:
         reads.append("/sys")
-    return {"read": reads, "write": writes, "net": spec.profiler, "abi_min": 1}
+    return LandlockRules(tuple(reads), tuple(writes), spec.profiler)
 
 
 def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) -> list[str]:
@@ -710,7 +721,7 @@ def argv(
     args += ["--chdir", chdir or SCRATCH, "--seccomp", str(seccomp_fd), "--"]
     if self_landlock:  # the command applies the rules itself ($MINI_KV_JAIL_LANDLOCK, see popen)
         return [*args, *cmd]
-    rules = json.dumps({**landlock_rules(spec), "abi_min": 1})
+    rules = json.dumps(to_json(landlock_rules(spec)))
     return [*args, sys.executable, "-I", "-S", PRELUDE, rules, "--", *cmd]
 
 
@@ -975,7 +986,7 @@ def popen(
     _hand_over(spec, inboxes, uid)
     procs = str(group.dir / "cgroup.procs") if group is not None else None
     launch = _launcher(spec.limits, nproc, procs, uid)
-    landlock = {LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}
+    landlock = {LANDLOCK_ENV: json.dumps(to_json(landlock_rules(spec)))} if self_landlock else {}
     try:
         proc = Jailed(
             [*(launch or []), *argv(cmd, spec, info, fd, inboxes, chdir, self_landlock)],
