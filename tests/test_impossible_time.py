@@ -11,8 +11,8 @@ from test_index import attempt_records, write_attempt
 from test_store_forgery import _reseal
 
 from mini_kv import roofline
+from mini_kv.codec import to_json
 from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
-from mini_kv.load.codec import to_json
 from mini_kv.status import Status
 from mini_kv.store.headline import card_headline
 from mini_kv.store.index import rebuild_index

@@ -11,7 +11,7 @@ import pytest
 from test_index import make_attempt, snapshot
 from test_store_forgery import _reseal
 
-from mini_kv.load.codec import to_json
+from mini_kv.codec import to_json
 from mini_kv.load.schema import is_valid
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt

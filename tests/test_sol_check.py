@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
-from mini_kv.load.codec import to_json
 from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results

@@ -29,8 +29,8 @@ def _fmt_summary(s: dict) -> str:
 
 def cmd_profile(args) -> int:
     from mini_kv.cli_checks import check_store_writable
+    from mini_kv.codec import to_json
     from mini_kv.errors import UserError
-    from mini_kv.load.codec import to_json
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
@@ -123,7 +123,7 @@ def _print_comparison(result: Comparison, timing: dict, console) -> None:
 
 
 def cmd_compare_profiles(args) -> int:
-    from mini_kv.load.codec import to_json
+    from mini_kv.codec import to_json
     from mini_kv.profile.ab import run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json

@@ -26,9 +26,9 @@ from pathlib import Path
 from filelock import FileLock
 
 from mini_kv import environment, jail, torch_flags
+from mini_kv.codec import to_json
 from mini_kv.compile import nvcc_steps, pch
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.load.codec import to_json
 from mini_kv.load.files import links_leaving, odd_files
 from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
@@ -250,14 +250,18 @@ def _missing_environment_header(output: str, source_dir: str) -> str | None:
 
 def _build_spec(plan: BuildPlan, out_dir: Path, extra_read: tuple[str, ...] = ()) -> JailSpec:
     """A build's jail: the candidate's dir and the absolute include/library dirs of its plan (the
-    allow-list admits only the candidate's own and those mini_kv adds) read-only, `out_dir` writable."""
+    allow-list admits only the candidate's own and those mini_kv adds) read-only, `out_dir` writable;
+    each process's address space capped (environment.build_memory_limit) where the build loads no CUDA."""
     flags = plan.flags
     dirs = [d for d in flags["include_dirs"] if os.path.isabs(d)]
     dirs += [f[2:] for f in flags.get("ldflags", []) if f.startswith("-L") and os.path.isabs(f[2:])]
     return JailSpec(
         read_only=(plan.candidate_dir, *dirs, *extra_read),
         writable=(str(out_dir),),
-        limits=jail.Limits(file_size_bytes=2 << 30),
+        limits=jail.Limits(
+            file_size_bytes=2 << 30,
+            address_space_bytes=None if plan.toolchain.with_cuda else environment.build_memory_limit(),
+        ),
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv import stats
+from mini_kv.codec import to_json
 from mini_kv.errors import BaselineTampered, ExitCode
 from mini_kv.stats import RepeatSummary, Slower
 from mini_kv.status import Verdict
@@ -169,7 +170,6 @@ class RegressionVerdict:
 
 def verdict_document(verdict: RegressionVerdict) -> dict:
     """regression.json's content, checked against its schema (what the store writes and reads)."""
-    from mini_kv.load.codec import to_json
     from mini_kv.load.schema import validate
 
     doc = to_json(verdict)

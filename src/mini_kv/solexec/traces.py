@@ -14,7 +14,7 @@ import math
 import platform
 from dataclasses import dataclass
 
-from mini_kv.load.codec import to_json
+from mini_kv.codec import to_json
 from mini_kv.status import Status
 
 STATUSES = tuple(

@@ -45,7 +45,7 @@ def write_json(path: Path, obj) -> None:
 
 def _default(o):
     if dataclasses.is_dataclass(o) and not isinstance(o, type):  # a typed record: the one codec writes it
-        from mini_kv.load.codec import to_json
+        from mini_kv.codec import to_json
 
         return to_json(o)
     if isinstance(o, Path):

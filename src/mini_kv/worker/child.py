@@ -165,7 +165,7 @@ def _one_shot(path: str):
     becomes a `fatal` one in main)."""
 
     def handler(job: Job, chan: Channel) -> int:
-        from mini_kv.load.codec import to_json
+        from mini_kv.codec import to_json
         from mini_kv.worker.inputs import import_path
 
         if hasattr(job, "device"):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv import stats
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity
 from mini_kv.worker.compare import inputs_unchanged
@@ -559,7 +560,7 @@ class SampledRepeats:
         extra = {"kernel_us_p50": stats.summarize(kernel).p50} if kernel else {}
         return {
             "samples": self.samples[who],
-            "summary": summary.to_dict(),
+            "summary": to_json(summary),
             "sampling": self.sampling[who],
             **extra,
         }
@@ -727,7 +728,7 @@ def timing_record(plan, settings: dict, how: tuple, warm: dict, budget_s, n_sets
     ref_s = stats.summarize_repeats(plan.samples["reference"])
     max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
     max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
-    stability = stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict()
+    stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
     return {
         "method": method,
         "method_requested": settings["method"],
