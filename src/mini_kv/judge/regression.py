@@ -32,17 +32,6 @@ class Thresholds:
     n_boot: int = 2000
     seed: int = 0
 
-    @classmethod
-    def of(cls, value: Thresholds | dict | None) -> Thresholds:
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown regression threshold(s): {', '.join(sorted(unknown))}")
-        return cls(**value)
-
 
 # (name shown in reasons, how to read it from an attempt header or a baseline)
 COMPARABLE_KEYS: tuple[tuple[str, Callable[[dict], object]], ...] = (
@@ -300,7 +289,7 @@ def judge(
     attempt_header: dict,
     benchmark_json: dict,
     confirm: Callable[[str], dict] | None = None,
-    thresholds: Thresholds | dict | None = None,
+    thresholds: Thresholds | None = None,
 ) -> RegressionVerdict:
     """The regression verdict of one attempt against a baseline (both already validated).
 
@@ -310,7 +299,7 @@ def judge(
     `{"candidate": samples, "baseline": samples, "order": ..., "build": ...}` (samples: a list of
     repeats, or one flat list). It may raise BaselineTampered: the verdict is then TAMPERED.
     """
-    th = Thresholds.of(thresholds)
+    th = thresholds or Thresholds()
     pairs = [(name, get(baseline), get(attempt_header)) for name, get in COMPARABLE_KEYS]
     keys = tuple(KeyMatch(name, b, a, b is not None and b == a) for name, b, a in pairs)
     source = {"task_id": baseline.get("task_id"), **(baseline.get("source") or {})}
@@ -362,7 +351,7 @@ def _overall(verdicts: list[Verdict]) -> Verdict:
     return Verdict.WARN if Verdict.WARN in verdicts else Verdict.PASS
 
 
-def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None) -> RegressionVerdict:
+def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | None) -> RegressionVerdict:
     """The verdict when the baseline's evidence is forged or damaged: neither PASS nor FAIL."""
     why = (
         f"baseline TAMPERED: {exc}; it was not used, the candidate was not judged. Restore the file "
@@ -373,7 +362,7 @@ def tampered_verdict(exc: BaselineTampered, thresholds: Thresholds | dict | None
 
 def unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> RegressionVerdict:
     """The verdict when the baseline could not be used (`baseline_error` says why): neither PASS nor FAIL."""
-    return RegressionVerdict(verdict, (why,), Thresholds.of(thresholds), baseline_error=why, **where)
+    return RegressionVerdict(verdict, (why,), thresholds or Thresholds(), baseline_error=why, **where)
 
 
 def exit_code_for(verdict: dict | None) -> ExitCode:

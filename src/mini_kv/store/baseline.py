@@ -182,7 +182,7 @@ def check_baseline(
     header: dict,
     bench_cases: list[dict],
     confirm_with: Callable[[dict, str], dict] | None = None,
-    thresholds: Thresholds | dict | None = None,
+    thresholds: Thresholds | None = None,
     artifacts: Path | None = None,
 ) -> dict:
     """The verdict of an attempt (`header`: the ids judge.regression.judge reads; its bench cases) against
