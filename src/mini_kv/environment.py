@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import shutil
@@ -156,6 +157,22 @@ def cpu_memory_limit(gb: float | None = None) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError):
         return 8 << 30
+
+
+BUILD_MEMORY_VAR = "MINI_KV_BUILD_MEMORY_GB"
+
+
+def build_memory_limit() -> int:
+    """Address-space cap of each process of a build that loads no CUDA: $MINI_KV_BUILD_MEMORY_GB GiB,
+    else half the machine (cpu_memory_limit)."""
+    raw = os.environ.get(BUILD_MEMORY_VAR, "")
+    try:
+        gb = float(raw) if raw else None
+    except ValueError:
+        raise UserError(f"${BUILD_MEMORY_VAR}={raw!r}: expected a number of GiB") from None
+    if gb is not None and not (gb > 0 and math.isfinite(gb)):
+        raise UserError(f"${BUILD_MEMORY_VAR}={raw!r}: expected a positive number of GiB")
+    return cpu_memory_limit(gb)
 
 
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"

@@ -162,6 +162,10 @@ class Limits:
     file_size_bytes: int = 8 << 30
     cpu_s: int = 4 * 3600
     processes: int = 512
+    # RLIMIT_AS, per process: a compiler fed `#include "/dev/zero"` fails alone instead of taking the
+    # machine's memory. None where CUDA may be mapped (its driver reserves far more address space than
+    # it uses, and fails under a cap)
+    address_space_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -822,7 +826,8 @@ def _launcher(limits: Limits, nproc: bool, procs_file: str | None, uid: int | No
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
-    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
+    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else [])]
+    out += [*([f"--as={limits.address_space_bytes}"] if limits.address_space_bytes else []), "--"]
     if procs_file is not None:
         out += ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file]
     return out
@@ -833,6 +838,8 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.address_space_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
     if nproc:  # binds only for a non-zero uid (root ignores RLIMIT_NPROC, in any namespace)
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
