@@ -16,7 +16,7 @@ from mini_kv.codec import to_json
 from mini_kv.load.schema import load_schema
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
-from mini_kv.store.records import benchmark_document
+from mini_kv.store.records import BenchmarkRecord
 from mini_kv.worker import engine, timing
 from mini_kv.worker.engine import SampledRepeats, timing_budget
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
@@ -257,7 +257,7 @@ def _bench(op, settings, reference=_add):
 
 def _valid(records: list) -> dict:
     doc = json.loads(
-        json.dumps(to_json(benchmark_document("task-card", "cpu", records, None)), allow_nan=False)
+        json.dumps(to_json(BenchmarkRecord("task-card", "cpu", None, records, None)), allow_nan=False)
     )
     jsonschema.Draft202012Validator(load_schema("benchmark")).validate(doc)
     return doc

@@ -26,7 +26,7 @@ from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
-from mini_kv.store.records import CARD_FORMAT, benchmark_document, correctness_document
+from mini_kv.store.records import CARD_FORMAT, BenchmarkRecord, correctness_document
 from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import CardJob, Job
 
@@ -487,7 +487,7 @@ def _write_attempt(
     )
     w.json(
         "benchmark.json",
-        benchmark_document(door.FORMAT, prep.device, out.bench_cases, out.benchmark, out.bench_settings),
+        BenchmarkRecord(door.FORMAT, prep.device, out.bench_settings, out.bench_cases, out.benchmark),
     )
     if regression is not None:
         w.json("regression.json", regression)

@@ -227,10 +227,8 @@ def find_source_attempt(baseline: dict, artifacts: Path) -> Path:
         if cand:
             tried.append(str(cand))
     raise BaselineBuildError(
-        "the attempt the baseline was promoted from is not available (looked in "
-        + ", ".join(tried)
-        + "); its sources are needed to time the baseline beside "
-        "the candidate"
+        f"the attempt the baseline was promoted from is not available (looked in {', '.join(tried)}); "
+        "its sources are needed to time the baseline beside the candidate"
     )
 
 

@@ -123,20 +123,10 @@ def correctness_document(
 ) -> CorrectnessRecord:
     """correctness.json of a run: `results` holds load, cases, contract, incidents, sandbox."""
     get = results.get
-    return CorrectnessRecord(
-        fmt,
-        device,
-        salt,
-        get("load"),
-        results["cases"],
-        get("contract") or {},
-        get("incidents") or [],
-        get("sandbox"),
-        summary,
+    run = dict(
+        load=get("load"),
+        contract=get("contract") or {},
+        incidents=get("incidents") or [],
+        sandbox=get("sandbox"),
     )
-
-
-def benchmark_document(
-    fmt: str, device: str, cases: list, summary: dict | None, settings: dict | None = None
-) -> BenchmarkRecord:
-    return BenchmarkRecord(fmt, device, settings, cases, summary)
+    return CorrectnessRecord(fmt, device, salt, cases=results["cases"], summary=summary, **run)
