@@ -23,7 +23,7 @@ def to_json(value: Any) -> Any:
         return {
             f.name: to_json(getattr(value, f.name))
             for f in dataclasses.fields(value)
-            # an optional field the record does not have is left out (metadata {"omit_none": True})
+            # an optional field the record does not have is left out (`optional`)
             if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
         }
     if isinstance(value, enum.Enum):
@@ -33,6 +33,11 @@ def to_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
     return value
+
+
+def optional() -> Any:
+    """A field a record may lack: None by default, and `to_json` leaves it out where it is None."""
+    return dataclasses.field(default=None, metadata={"omit_none": True})
 
 
 def from_json(cls: type[R], data: Any) -> R:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mini_kv import environment, jail
-from mini_kv.codec import to_json
+from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
@@ -177,7 +177,7 @@ class Evaluated:
 
     candidate: str
     op: str
-    format: str | None = field(default=None, metadata={"omit_none": True})  # None: a task card's
+    format: str | None = optional()  # None: a task card's
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
 from mini_kv import environment, jail, torch_flags
-from mini_kv.codec import to_json
+from mini_kv.codec import optional, to_json
 from mini_kv.compile import nvcc_steps, pch
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.load.files import links_leaving, odd_files
@@ -94,9 +94,6 @@ def refused_input(project_root: Path, cand: Candidate) -> str | None:
     return None
 
 
-_OPTIONAL = {"omit_none": True}  # written only where set (the keys of earlier builds stay as they were)
-
-
 @dataclass(frozen=True)
 class Toolchain:
     """The tools a build used, part of its key."""
@@ -110,7 +107,7 @@ class Toolchain:
     cxx: str | None
     arch_list: list[str]
     # how nvcc's steps ran (compile/nvcc_steps.py), keyed so that switching it off builds afresh
-    nvcc_steps: str | None = field(default=None, metadata=_OPTIONAL)
+    nvcc_steps: str | None = optional()
 
     @classmethod
     def here(cls, with_cuda: bool) -> Toolchain:
@@ -154,8 +151,8 @@ class CudaCheck:
     """The compile check of CUDA sources that were not built (compile.json's `cuda_check`)."""
 
     status: str
-    checks: list[dict] | None = field(default=None, metadata=_OPTIONAL)
-    note: str | None = field(default=None, metadata=_OPTIONAL)
+    checks: list[dict] | None = optional()
+    note: str | None = optional()
 
 
 def build_plan(project_root: Path, cand: Candidate, with_cuda: bool | None = None) -> BuildPlan:

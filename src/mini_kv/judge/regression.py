@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv import stats
-from mini_kv.codec import to_json
+from mini_kv.codec import optional, to_json
 from mini_kv.errors import BaselineTampered, ExitCode
 from mini_kv.stats import RepeatSummary, Slower
 from mini_kv.status import Verdict
@@ -66,11 +66,7 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
-# regression.json's records (schemas/regression.schema.json); the codec writes them, omitting the
-# optional fields a case or a verdict does not have
-_OPTIONAL = {"omit_none": True}
-
-
+# regression.json's records (schemas/regression.schema.json), written by the codec
 @dataclasses.dataclass(frozen=True)
 class Times:
     p50: float
@@ -121,10 +117,10 @@ class CaseVerdict:
     first_batch: Slower | None = None  # stats.is_slower of the stored screen, when the P50 was beyond it
     confirmation: SameRun | None = None  # the first same-run A/B (_same_run)
     second_confirmation: SameRun | None = None
-    baseline: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
-    candidate: Times | None = dataclasses.field(default=None, metadata=_OPTIONAL)
-    p50_ratio: float | None = dataclasses.field(default=None, metadata=_OPTIONAL)
-    p95_ratio: float | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    baseline: Times | None = optional()
+    candidate: Times | None = optional()
+    p50_ratio: float | None = optional()
+    p95_ratio: float | None = optional()
 
     def said(self, verdict: Verdict | None = None, *reasons: str, **more) -> CaseVerdict:
         """This case with `verdict` (None: unchanged), `reasons` added and `more` fields set."""
@@ -152,9 +148,9 @@ class RegressionVerdict:
     baseline: dict = dataclasses.field(default_factory=dict)  # the baseline's task id and source attempt
     cases: tuple[CaseVerdict, ...] = ()
     schema_version: int = REGRESSION_SCHEMA_VERSION
-    baseline_error: str | None = dataclasses.field(default=None, metadata=_OPTIONAL)
-    tampered_file: str | None = dataclasses.field(default=None, metadata=_OPTIONAL)
-    baseline_file: dict | None = dataclasses.field(default=None, metadata=_OPTIONAL)
+    baseline_error: str | None = optional()
+    tampered_file: str | None = optional()
+    baseline_file: dict | None = optional()
 
 
 def verdict_document(verdict: RegressionVerdict) -> dict:

@@ -9,9 +9,10 @@ the latency comparison is the A/B timing (`mini_kv.profile.ab`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from mini_kv.codec import optional
 from mini_kv.profile.reasons import CompareRefused
 from mini_kv.profile.store import ProfileUnusable, read_profile, resolve
 from mini_kv.status import ProfileStatus
@@ -32,17 +33,14 @@ ROWS = (
 )
 
 
-_OPTIONAL = {"omit_none": True}
-
-
 @dataclass(frozen=True)
 class Refusal:
     """Why two profiles do not compare: a code of reasons.COMPARE_REASONS."""
 
     code: str
     message: str
-    profile: str | None = field(default=None, metadata=_OPTIONAL)  # "A" or "B": the side at fault
-    fields: dict | None = field(default=None, metadata=_OPTIONAL)  # field -> {"A": ..., "B": ...}
+    profile: str | None = optional()  # "A" or "B": the side at fault
+    fields: dict | None = optional()  # field -> {"A": ..., "B": ...}
 
 
 @dataclass(frozen=True)
