@@ -260,7 +260,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
     attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's.
     `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it)."""
-    from mini_kv.judge.regression import exit_code_for, regression_summary
+    from mini_kv.judge.regression import exit_code_for
     from mini_kv.store.index import IndexUnusable, update_index
 
     t0, phases = time.perf_counter(), {}
@@ -304,7 +304,8 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "correctness": out.correctness,
             "benchmark": out.benchmark,
             **door.summary(built, duration, notes),
-            **regression_summary(regression),
+            # the verdict and its reasons, when the attempt was judged against a baseline
+            **({"regression": {k: regression[k] for k in ("verdict", "reasons")}} if regression else {}),
         }
         attempt = _write_attempt(door, prep, built, out, summary, regression, outbox or prep.artifacts)
         index_warning = None

@@ -375,15 +375,6 @@ def exit_code_for(verdict: dict | None) -> ExitCode:
     return ExitCode.OK
 
 
-def regression_summary(verdict: dict | None) -> dict:
-    """The `regression` entry of an attempt's header ({} without a verdict)."""
-    return (
-        {}
-        if verdict is None
-        else {"regression": {"verdict": verdict["verdict"], "reasons": verdict["reasons"]}}
-    )
-
-
 def find_baseline(
     root: Path, task_id: str, declared: str | None = None
 ) -> tuple[Path | None, str | None, list[str]]:
