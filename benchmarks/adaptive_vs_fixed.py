@@ -214,7 +214,7 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
                 settings["budget_s"] / 2 if mode == "adaptive" else 1e9,
             )
             res[who] = timing.measure_until(
-                calls, method, rule, device, flush, per_sample_s=warm["seconds_per_call"][0]
+                calls, method, rule, device, flush, per_sample_s=warm.seconds_per_call[0]
             )
         p50 = {w: stats.summarize(m.samples).p50 for w, m in res.items()}
         out[mode] = {

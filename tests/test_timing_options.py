@@ -82,7 +82,7 @@ def test_flusher_is_inert_on_cpu():
     f = L2Flusher("cpu", True)
     assert not f.enabled
     f()  # no-op
-    assert f.describe()["flush_bytes"] is None
+    assert f.describe().flush_bytes is None
 
 
 # ------------------------------------------------------------- pipeline / CLI validation

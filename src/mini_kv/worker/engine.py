@@ -48,10 +48,12 @@ from mini_kv.worker.remote import (
 from mini_kv.worker.timing import (
     TIMER_LABELS,
     WARMUP_SHARE,
+    Flush,
     L2Flusher,
     NoDeviceWorkError,
     TimingError,
     TimingGuardError,
+    Warmup,
     is_cuda,
     is_fixed_count,
     measure,
@@ -135,7 +137,7 @@ class Timed:
     (None: right after timing), and what a roofline needs (bytes of a set with its outputs, the first
     output's elements, the first input's element size)."""
 
-    record: dict
+    record: Timing
     post: Failure | None
     set_bytes: int
     numel: int
@@ -510,7 +512,7 @@ class Budget:
 
 
 def timing_budget(
-    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s, settings: dict | None = None
+    budget_s: float | None, started: float, warm: Warmup, n_sets: int, round_s, settings: dict | None = None
 ) -> Budget:
     """The budget left since `started` (before the warm-up) less what the post-timing check will cost
     (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
@@ -518,7 +520,7 @@ def timing_budget(
     of each side (what one sample costs), and the samples a measurement takes whatever is left
     (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
-    cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
+    cost = dict(zip(("candidate", "reference"), warm.seconds_per_call, strict=True))
     floor = sample_floor(settings or {}, budget_s, cost["reference"])
     return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
@@ -553,16 +555,68 @@ class SampledRepeats:
         if m.kernel_us is not None:
             self.kernel_us[who].append(m.kernel_us)
 
-    def side(self, who: str, summary) -> dict:
-        """benchmark.json's record of one side."""
+    def side(self, who: str, summary: stats.RepeatSummary) -> Side:
         kernel = [x for rep in self.kernel_us[who] for x in rep]
-        extra = {"kernel_us_p50": stats.summarize(kernel).p50} if kernel else {}
-        return {
-            "samples": self.samples[who],
-            "summary": summary.to_dict(),
-            "sampling": self.sampling[who],
-            **extra,
-        }
+        p50 = stats.summarize(kernel).p50 if kernel else None
+        return Side(self.samples[who], summary, self.sampling[who], p50)
+
+
+OMIT = {"omit_none": True}  # a field left out of the JSON where the record does not have it
+
+
+@dataclass(frozen=True)
+class Side:
+    """benchmark.json's record of one side: its samples per repeat, their summary, how each repeat's
+    sampling went (taken, stopped, rel_ci), and under CUPTI the median busy time of its kernels."""
+
+    samples: list
+    summary: stats.RepeatSummary
+    sampling: dict
+    kernel_us_p50: float | None = field(default=None, metadata=OMIT)
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
+    each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat); a SOL
+    workload's also how many correctness rounds ran."""
+
+    mode: str
+    samples: int | str
+    target_rel_ci: float | None
+    min_samples: int | None
+    max_samples: int | None
+    repeat_rel_ci: float | None
+    budget_s: float | None
+    warmup_calls: int
+    warmup_s: float
+    repeats_run: int
+    timed_calls: dict
+    stopped: list
+    rounds_run: int | None = field(default=None, metadata=OMIT)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """benchmark.json's record of a timed case (both formats): how it was timed (the method, the methods
+    that failed first, calls per sample, the L2 mode), the samples of both sides, their summaries, the
+    speedup and the stability gate's verdict, how the case was sampled."""
+
+    method: str
+    method_requested: str
+    fallbacks: list
+    l2: str
+    timer: str
+    calls_per_sample: int
+    input_sets: int
+    unit: str
+    order: list
+    candidate: Side
+    reference: Side
+    sampling: Sampled
+    speedup: float
+    stability: dict
+    l2_flush: Flush | None = field(default=None, metadata=OMIT)
 
 
 def _repeats(
@@ -644,8 +698,8 @@ def _workloads(job: Job, case, sets: list) -> tuple:
     return cand, refc, ref_sets
 
 
-def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: float | None) -> dict:
-    """The warm-up's record, or a SKIPPED Failure: a case whose set-up, repeated by the post-timing check,
+def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: float | None) -> Warmup:
+    """The warm-up, or a SKIPPED Failure: a case whose set-up, repeated by the post-timing check,
     alone outruns the budget is skipped before any warm-up (on CPU a GPU-sized case of 33M elements took
     50 s, almost all of it outside the timed calls), and so is one whose single call of each side does."""
     limit = f"the case's budget of {budget_s:.3g} s (--budget, or benchmark.budget_s)" if budget_s else ""
@@ -656,7 +710,7 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
             f"outputs) took {setup_s:.3g} s, and the post-timing check repeats that about twice, over {limit}",
         )
     warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
-    cost = warm["seconds_per_call"]
+    cost = warm.seconds_per_call
     if budget_s and None not in cost and sum(cost) > budget_s:
         why = f"one call of each side took {sum(cost):.3g} s, over {limit}"
         if 2 * cost[1] <= budget_s:
@@ -718,51 +772,49 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     return Timed(record, post, set_bytes, numel, itemsize)
 
 
-def timing_record(plan, settings: dict, how: tuple, warm: dict, budget_s, n_sets: int, flush) -> dict:
-    """benchmark.json's record of a timed case (both formats): how it was timed (`how`: the method, the
-    methods that failed first, calls per sample, the L2 mode), the samples of both sides, their
-    summaries, the speedup and the stability gate's verdict, how the case was sampled."""
+def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
+    """A timed case's record; `how`: the method, the methods that failed first, calls per sample, L2 mode."""
     method, fallbacks, calls_per, l2 = how
     cand_s = stats.summarize_repeats(plan.samples["candidate"])
     ref_s = stats.summarize_repeats(plan.samples["reference"])
     max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
     max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
     stability = stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict()
-    return {
-        "method": method,
-        "method_requested": settings["method"],
-        "fallbacks": fallbacks,
-        "l2": l2,
-        "timer": TIMER_LABELS[method],
-        "calls_per_sample": calls_per,
-        "input_sets": n_sets,
-        "unit": "us",
-        "order": plan.order,
-        "candidate": plan.side("candidate", cand_s),
-        "reference": plan.side("reference", ref_s),
-        "sampling": sampling_record(settings, budget_s, warm, plan.sampling, calls_per),
-        "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
-        "stability": {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv},
-        **({"l2_flush": flush.describe()} if flush.enabled else {}),
-    }
+    return Timing(
+        method,
+        settings["method"],
+        fallbacks,
+        l2,
+        TIMER_LABELS[method],
+        calls_per,
+        n_sets,
+        "us",
+        plan.order,
+        plan.side("candidate", cand_s),
+        plan.side("reference", ref_s),
+        sampling_record(settings, budget_s, warm, plan.sampling, calls_per),
+        stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
+        {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv},
+        flush.describe() if flush.enabled else None,
+    )
 
 
-def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
-    """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
-    each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat)."""
+def sampling_record(
+    settings: dict, budget_s: float | None, warm: Warmup, sides: dict, calls_per: int
+) -> Sampled:
     fixed = is_fixed_count(settings)
-    return {
-        "mode": "fixed" if fixed else "adaptive",
-        "samples": settings.get("samples", "auto"),
-        **{k: settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")},
-        "repeat_rel_ci": None if fixed else repeat_target(settings, int(settings.get("repeats", 1))),
-        "budget_s": budget_s,
-        "warmup_calls": warm["calls"],
-        "warmup_s": warm["seconds"],
-        "repeats_run": len(next(iter(sides.values()))["taken"]),
-        "timed_calls": {who: sum(side["taken"]) * calls_per for who, side in sides.items()},
-        "stopped": sorted({why for side in sides.values() for why in side["stopped"]}),
-    }
+    return Sampled(
+        "fixed" if fixed else "adaptive",
+        settings.get("samples", "auto"),
+        *(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")),
+        None if fixed else repeat_target(settings, int(settings.get("repeats", 1))),
+        budget_s,
+        warm.calls,
+        warm.seconds,
+        len(next(iter(sides.values()))["taken"]),
+        {who: sum(side["taken"]) * calls_per for who, side in sides.items()},
+        sorted({why for side in sides.values() for why in side["stopped"]}),
+    )
 
 
 def post_check(job: Job, case, sets: list, ref_sets: list) -> Failure | None:

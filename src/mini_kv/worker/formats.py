@@ -16,11 +16,12 @@ import datetime as dt
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from mini_kv import roofline
+from mini_kv.load.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
@@ -262,7 +263,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
     names = roofline.case_names(c.params, t.itemsize, t.numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(t.set_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
-    p50 = t.record["candidate"]["summary"]["overall"]["p50"]
+    p50 = t.record.candidate.summary.overall.p50
     post = {"ok": True, "reason": None}
     if t.post is not None:
         post = {"ok": False, "integrity": t.post.code, "reason": t.post.message}
@@ -271,7 +272,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
         "dtype": c.dtype,
         "params": c.params,
         "seed": engine.set_seed(ej.fmt.namespace, c.id, ej.fmt.salt, 0),
-        **t.record,
+        **to_json(t.record),
         "post_check": post,
         "bytes": bytes_moved,
         "flops": flops,
@@ -520,16 +521,46 @@ def _sol_failure(f: Failure) -> tuple[str, str]:
     return Status.RUNTIME_ERROR, f.message
 
 
-def correctness_block(c: dict | None) -> dict | None:
-    if c is None:
-        return None
-    return {
-        "max_relative_error": c["max_relative_error"],
-        "max_absolute_error": c["max_absolute_error"],
-        "has_nan": c["has_nan"],
-        "has_inf": c["has_inf"],
-        "extra": {"matched_ratio": c["matched_ratio"]},
-    }
+@dataclass(frozen=True)
+class SolCorrectness:
+    """A SOL trace's `correctness`: the worst round's errors by upstream's rule."""
+
+    max_relative_error: float
+    max_absolute_error: float
+    has_nan: bool
+    has_inf: bool
+    extra: dict
+
+    @classmethod
+    def of(cls, c: dict | None) -> SolCorrectness | None:
+        if c is None:
+            return None
+        keys = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf")
+        return cls(*(c[k] for k in keys), {"matched_ratio": c["matched_ratio"]})
+
+
+@dataclass(frozen=True)
+class Performance:
+    """A SOL trace's `performance`: both sides' median latency and the speedup."""
+
+    latency_ms: float
+    reference_latency_ms: float
+    speedup_factor: float
+
+
+@dataclass(frozen=True)
+class WorkloadRecord:
+    """The record of one SOL workload: its status and log, its trace's correctness and performance, its
+    timing (benchmark.json's record), the census of its first call, when it finished."""
+
+    id: str
+    status: str
+    log: str
+    correctness: SolCorrectness | None
+    performance: Performance | None
+    bench: engine.Timing | None
+    kernels: dict | None = field(default=None, metadata=engine.OMIT)
+    finished_at: str = ""
 
 
 class _Laps:
@@ -603,7 +634,7 @@ class SolEvaluator:
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
-    def workload(self, case: dict) -> tuple[dict, dict]:
+    def workload(self, case: dict) -> tuple[WorkloadRecord, dict]:
         """The workload's record (correctness rounds, then its timing) and where its time went."""
         self.chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}
@@ -611,42 +642,28 @@ class SolEvaluator:
         return record, {"phase_s": phase_s}
 
 
-def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
-    """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
-    `phase_s` receives the seconds spent in the correctness rounds and in timing, and the timing's
-    parts (timing_inputs, timing_warmup, timing_sampling, timing_checks)."""
-    record = {
-        "id": case.id,
-        "status": Status.PASSED,
-        "log": "",
-        "correctness": None,
-        "performance": None,
-        "bench": None,
-    }
+def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> WorkloadRecord:
+    """The record of one workload. `phase_s` receives the seconds spent in the correctness rounds and in
+    timing, and the timing's parts (timing_inputs, timing_warmup, timing_sampling, timing_checks)."""
     settings = ev.settings
     t0 = time.perf_counter()
     ev.engine.kernels = None
+    status, log, correctness, performance, bench = Status.PASSED, "", None, None, None
     try:
         passed = engine.correctness(ev.engine, case, int(settings["rounds"]))
-        record["correctness"] = correctness_block(passed.stats)
+        correctness = SolCorrectness.of(passed.stats)
         phase_s["correctness"] = time.perf_counter() - t0
         budget = settings.get("budget_s")
         # timing gets what the correctness rounds left of the workload's budget, and at least half of it
         left = max(budget / 2, budget - phase_s["correctness"]) if budget else None
-        record["bench"] = _timing(ev, case, passed, left, _Laps(phase_s))
+        bench = _timing(ev, case, passed, left, _Laps(phase_s))
         phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
-        cand, ref = (record["bench"][who]["summary"]["overall"]["p50"] for who in ("candidate", "reference"))
-        record["performance"] = {
-            "latency_ms": cand / 1e3,
-            "reference_latency_ms": ref / 1e3,
-            "speedup_factor": record["bench"]["speedup"],
-        }
+        cand, ref = (side.summary.overall.p50 / 1e3 for side in (bench.candidate, bench.reference))
+        performance = Performance(cand, ref, bench.speedup)
     except Failure as f:
         status, log = _sol_failure(f)
-        numerical = status == Status.INCORRECT_NUMERICAL
-        record.update(
-            status=status, log=log, correctness=correctness_block(f.stats) if numerical else None, bench=None
-        )
+        correctness = SolCorrectness.of(f.stats) if status == Status.INCORRECT_NUMERICAL else None
+        bench = None
         # a verdict (a failure, a skip for the budget) cut the workload short: its seconds still count,
         # in the phase it was in, so the phase line accounts for all of the worker's time
         spent = time.perf_counter() - t0
@@ -654,13 +671,14 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
             phase_s["correctness"] = spent
         elif "timing" not in phase_s:
             phase_s["timing"] = spent - phase_s["correctness"]
-    if ev.engine.kernels is not None:  # whose compute its first call ran (integrity.kernel_census)
-        record["kernels"] = ev.engine.kernels
-    record["finished_at"] = dt.datetime.now().isoformat()
-    return record
+    # kernels: whose compute its first call ran (integrity.kernel_census)
+    now = dt.datetime.now().isoformat()
+    return WorkloadRecord(case.id, status, log, correctness, performance, bench, ev.engine.kernels, now)
 
 
-def _timing(ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: float | None, lap) -> dict:
+def _timing(
+    ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: float | None, lap
+) -> engine.Timing:
     try:
         t = engine.time_case(ev.engine, case, ev.settings, budget_s, case.index, passed.round_s, lap)
     except Failure:
@@ -669,9 +687,7 @@ def _timing(ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: fl
         raise Failure(Failure.TIMING, f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if t.post is not None:
         raise t.post
-    rec = t.record
-    rec["sampling"]["rounds_run"] = passed.rounds_run
-    return rec
+    return replace(t.record, sampling=replace(t.record.sampling, rounds_run=passed.rounds_run))
 
 
 def _sol_load_failed(reply: dict, sol: dict) -> tuple[str, str] | None:

@@ -373,14 +373,25 @@ class L2Flusher:
                 self._reset, self.persisting = None, f"failed (CUDA error {rc}) via {self.persisting}"
         torch.cuda.synchronize()
 
-    def describe(self) -> dict:
-        return {
-            "flush_bytes": None if self.buf is None else self.buf.numel() * 4,
-            "flush_method": FLUSH_METHOD if self.enabled else None,
-            "l2_bytes": self.l2_bytes,
-            "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
-            "persisting_l2_limit": self.limit,
-        }
+    def describe(self) -> Flush:
+        return Flush(
+            None if self.buf is None else self.buf.numel() * 4,
+            FLUSH_METHOD if self.enabled else None,
+            self.l2_bytes,
+            self.persisting if self.enabled else "not needed (hot L2)",
+            self.limit,
+        )
+
+
+@dataclass(frozen=True)
+class Flush:
+    """How L2Flusher flushed (benchmark.json's `l2_flush` of a cold-L2 case)."""
+
+    flush_bytes: int | None
+    flush_method: str | None
+    l2_bytes: int | None
+    persisting_l2_reset: str
+    persisting_l2_limit: str
 
 
 def _hold(us: float) -> None:
@@ -773,12 +784,21 @@ def _finite_or_none(x: float) -> float | None:
     return round(x, 6) if math.isfinite(x) else None
 
 
+@dataclass(frozen=True)
+class Warmup:
+    """The warm-up's calls of each side, the seconds one call of each side took (None without a
+    warm-up: what sizes the first timed batch) and the warm-up's seconds in all."""
+
+    calls: int
+    seconds_per_call: list
+    seconds: float
+
+
 def warm_up(
     sides: Sequence[Workload], count: int, limit_s: float, device: str, clock=time.perf_counter
-) -> dict:
+) -> Warmup:
     """`count` untimed calls of each side, in turn, but no new round once `limit_s` is spent (at least one
-    round: lazy initialisation stays out of the timed span). Returns {calls, seconds_per_call, seconds}:
-    the cost of one call of each side (None without a warm-up), which sizes the first timed batch."""
+    round: lazy initialisation stays out of the timed span)."""
     t0 = clock()
     per_side = [0.0] * len(sides)
     done = 0
@@ -793,7 +813,7 @@ def warm_up(
         if clock() - t0 >= limit_s:
             break
     cost = [s / done for s in per_side] if done else [None] * len(sides)
-    return {"calls": done, "seconds_per_call": cost, "seconds": round(clock() - t0, 4)}
+    return Warmup(done, cost, round(clock() - t0, 4))
 
 
 # The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling").
