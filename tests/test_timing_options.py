@@ -16,6 +16,7 @@ from mini_kv import pipeline, report
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.references import vector_add
+from mini_kv.settings import DEFAULTS
 from mini_kv.worker import bandwidth, engine, timing
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
@@ -211,7 +212,7 @@ def test_cli_method_choices():
 
 def test_input_set_count():
     assert engine.input_set_count(10**6, cold=False) == 1
-    assert engine.input_set_count(1000, cold=True) == engine.MAX_INPUT_SETS
+    assert engine.input_set_count(1000, cold=True) == DEFAULTS.max_input_sets
     assert engine.input_set_count(1000, cold=True, max_sets=7) == 7
     # far too big for the budget: still two, so consecutive calls never share buffers
     assert engine.input_set_count(10**12, cold=True) == 2

@@ -47,7 +47,6 @@ from mini_kv.worker.remote import (
 )
 from mini_kv.worker.timing import (
     TIMER_LABELS,
-    WARMUP_SHARE,
     Flush,
     L2Flusher,
     NoDeviceWorkError,
@@ -67,7 +66,6 @@ from mini_kv.worker.timing import (
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 PROBE_SAMPLES = 3
-MAX_INPUT_SETS = DEFAULTS.max_input_sets
 SLOW_SHARE = 0.8  # a round where the candidate's call took more than this share is the candidate's slowness
 MIN_ROUNDS = 2  # both call orders (candidate first, reference first), however tight the budget
 # Setting a case up (its inputs and the reference's outputs) is repeated about twice more by the
@@ -457,7 +455,7 @@ class RoundBudget:
 
 
 def input_set_count(
-    set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS, free_bytes: int | None = None
+    set_bytes: int, cold: bool, max_sets: int = DEFAULTS.max_input_sets, free_bytes: int | None = None
 ) -> int:
     """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
     if not cold:
@@ -709,7 +707,7 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
             f"too large for {device} within the budget: setting the case up (its inputs and the reference's "
             f"outputs) took {setup_s:.3g} s, and the post-timing check repeats that about twice, over {limit}",
         )
-    warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
+    warm = warm_up(sides, int(settings["warmup"]), DEFAULTS.warmup_share * (budget_s or float("inf")), device)
     cost = warm.seconds_per_call
     if budget_s and None not in cost and sum(cost) > budget_s:
         why = f"one call of each side took {sum(cost):.3g} s, over {limit}"

@@ -146,9 +146,6 @@ class CardFormat:
         return {"max_abs_err": errs["max_abs_err"], "max_rel_err": errs["max_rel_err"]}
 
 
-CARD_ROUNDS = DEFAULTS.card_rounds
-
-
 class CardEvaluator:
     """Kind `card`: the candidate's dispatcher op against the card's reference: correctness cases (two
     rounds), the contract checks (opcheck, gradcheck: in the subject) and the bench cases (timing)."""
@@ -282,7 +279,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
 
 
 def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
-    """A card's correctness case (engine.correctness: CARD_ROUNDS rounds; an illegal case must raise),
+    """A card's correctness case (engine.correctness: settings.card_rounds rounds; an illegal case must raise),
     as correctness.json's record. `on_inputs`, if given, is called once the card's input factory has made
     the inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
     seed = engine.round_seed(ej.fmt, c.id, 0)
@@ -299,7 +296,7 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
             args = ej.fmt.inputs(c, seed)
             made(args)
             return {**record, **_run_illegal(ej, args)}
-        passed = engine.correctness(ej, c, CARD_ROUNDS, made)
+        passed = engine.correctness(ej, c, DEFAULTS.card_rounds, made)
     except Failure as f:
         return {**record, **_card_failure(f), **_census(ej)}
     return {

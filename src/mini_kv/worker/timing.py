@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_kv.model import DEFAULT_BENCHMARK
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker.compare import plain_tensors
 
@@ -772,11 +771,10 @@ def sample_floor(settings: dict, budget_s: float | None, reference_s: float | No
     judge). The candidate cannot steer it: a candidate that sleeps in its warm-up calls spends the budget
     that sizes the batches (without a floor, both sides then stopped after one sample, the candidate's
     choice of which), not this count."""
-    base = SAMPLING_DEFAULTS["cpu"]
-    least = int(settings.get("min_samples") or base["min_samples"])
+    least = int(settings.get("min_samples") or DEFAULTS.cpu.min_samples)
     if is_fixed_count(settings) or not budget_s or not math.isfinite(budget_s) or not reference_s:
         return least
-    share = budget_s * (1 - WARMUP_SHARE) / (2 * max(1, int(settings.get("repeats") or 1)))
+    share = budget_s * (1 - DEFAULTS.warmup_share) / (2 * max(1, int(settings.get("repeats") or 1)))
     return max(1, min(least, int(share / reference_s)))
 
 
@@ -824,8 +822,6 @@ def warm_up(
 # timeout for hangs: a case is given at most half of it.
 SAMPLING_DEFAULTS = {"cuda": DEFAULTS.sampling(cuda=True), "cpu": DEFAULTS.sampling(cuda=False)}
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
-SOL_BUDGET_FACTOR = DEFAULTS.sol_budget_factor
-WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
 
 
 def sampling_settings(
@@ -833,10 +829,10 @@ def sampling_settings(
 ) -> dict:
     """`settings` with the sampling keys filled from the device's defaults, `samples` "auto" unless a
     count is given, and the budget held to half the per-case timeout. `with_correctness`: the budget
-    covers a SOL workload's correctness rounds too (SOL_BUDGET_FACTOR times the timing default)."""
+    covers a SOL workload's correctness rounds too (settings.sol_budget_factor times the timing default)."""
     base = dict(SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"])
     if with_correctness:
-        base["budget_s"] *= SOL_BUDGET_FACTOR
+        base["budget_s"] *= DEFAULTS.sol_budget_factor
     out = {
         **settings,
         **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
@@ -852,21 +848,17 @@ def is_fixed_count(settings: dict) -> bool:
     return settings.get("samples") not in (None, "auto")
 
 
-# A repeat's median must still resolve the stability gate (max_cv on the repeats' medians): its
-# interval is held to this share of max_cv, so an honest run's medians scatter well inside the gate.
-REPEAT_CI_OF_MAX_CV = 2 / 3
-
-
 def repeat_target(settings: dict, repeats: int) -> float:
     """The interval one of `repeats` measurements of a side samples to. The target is the precision of
     the P50 a case reports, which pools every repeat's samples: n samples in each of R repeats narrow
     its interval by sqrt(R) against one repeat's, so each repeat stops at target * sqrt(R), but never
-    looser than REPEAT_CI_OF_MAX_CV * max_cv (with 5 repeats: 1.1 % for the 0.5 % CUDA default; the
+    looser than settings.repeat_ci_of_max_cv * max_cv, so an honest run's medians scatter well inside the
+    stability gate (with 5 repeats: 1.1 % for the 0.5 % CUDA default; the
     2 % CPU default stays 2 %)."""
-    target = float(settings.get("target_rel_ci") or SAMPLING_DEFAULTS["cpu"]["target_rel_ci"])
+    target = float(settings.get("target_rel_ci") or DEFAULTS.cpu.target_rel_ci)
     if repeats <= 1:
         return target
-    cap = REPEAT_CI_OF_MAX_CV * float(settings.get("max_cv") or DEFAULT_BENCHMARK["max_cv"])
+    cap = DEFAULTS.repeat_ci_of_max_cv * float(settings.get("max_cv") or DEFAULTS.max_cv)
     return max(target, min(target * math.sqrt(repeats), cap))
 
 
@@ -875,12 +867,12 @@ def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
     may take (its interval target: repeat_target)."""
     from mini_kv import stats
 
-    base = SAMPLING_DEFAULTS["cpu"]
+    base = DEFAULTS.cpu
     return stats.StoppingRule(
         target_rel_ci=repeat_target(settings, repeats),
-        min_samples=int(settings.get("min_samples") or base["min_samples"]),
+        min_samples=int(settings.get("min_samples") or base.min_samples),
         max_samples=max(
-            int(settings.get("max_samples") or base["max_samples"]), int(settings.get("min_samples") or 1)
+            int(settings.get("max_samples") or base.max_samples), int(settings.get("min_samples") or 1)
         ),
         budget_s=max(1e-6, budget_s),
         fixed=int(settings["samples"]) if is_fixed_count(settings) else None,
