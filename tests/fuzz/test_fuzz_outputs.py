@@ -85,14 +85,18 @@ def test_the_sol_comparison_and_the_trace_writer_never_raise(pair, tol):
     out, ref = pair
     res = compare_matched(out, ref, tol)
     for key in ("max_absolute_error", "max_relative_error"):
-        assert isinstance(res[key], float) and math.isfinite(res[key]) and res[key] >= 0, (key, res)
-    assert 0.0 <= res["matched_ratio"] <= 1.0
-    assert res["ok"] is (res["reason"] is None)
-    if res["ok"]:
-        assert res["matched_ratio"] >= tol["required_matched_ratio"]
-    corr = {**res, "extra": {"matched_ratio": res["matched_ratio"]}}
-    status, perf = ("PASSED", PERF) if res["ok"] else ("INCORRECT_NUMERICAL", None)
-    traces.dumps(traces.make_trace("d", {"uuid": "u"}, "s", status, ENV, res["reason"] or "", corr, perf))
+        assert (
+            isinstance(getattr(res, key), float)
+            and math.isfinite(getattr(res, key))
+            and getattr(res, key) >= 0
+        ), (key, res)
+    assert 0.0 <= res.matched_ratio <= 1.0
+    assert res.ok is (res.reason is None)
+    if res.ok:
+        assert res.matched_ratio >= tol["required_matched_ratio"]
+    corr = {**vars(res), "extra": {"matched_ratio": res.matched_ratio}}
+    status, perf = ("PASSED", PERF) if res.ok else ("INCORRECT_NUMERICAL", None)
+    traces.dumps(traces.make_trace("d", {"uuid": "u"}, "s", status, ENV, res.reason or "", corr, perf))
 
 
 @examples(1.0)

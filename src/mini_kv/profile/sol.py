@@ -145,11 +145,11 @@ def run_target(job: dict) -> dict:
         compare_matched(o, r, wl["tolerance"])
         for o, r in zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)
     ]
-    bad = next((c for c in checks if not c["ok"]), None)
+    bad = next((c for c in checks if not c.ok), None)
     return {
         "ok": True,
         "input_sha256": input_digest(pristine),
         "calls": int(job.warmup) + int(job.calls),
-        "output_check": {"ok": bad is None, "reason": bad and bad["reason"]},
+        "output_check": {"ok": bad is None, "reason": bad and bad.reason},
         "device_name": torch.cuda.get_device_name(torch.device(device)),
     }

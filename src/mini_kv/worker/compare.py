@@ -150,27 +150,26 @@ def inputs_unchanged(before, after) -> bool:
 # ------------------------------------------------------------------ SOL-ExecBench's rule
 
 
-def _stats(
-    ok: bool, max_abs: float, max_rel: float, has_nan: bool, has_inf: bool, matched: float, reason: str | None
-) -> dict:
-    return {
-        "ok": ok,
-        "max_absolute_error": max_abs,
-        "max_relative_error": max_rel,
-        "has_nan": has_nan,
-        "has_inf": has_inf,
-        "matched_ratio": matched,
-        "reason": reason,
-    }
+@dataclass(frozen=True)
+class Matched:
+    """One output by SOL-ExecBench's rule: the verdict, the errors, the matched share, why it failed."""
+
+    ok: bool
+    max_absolute_error: float
+    max_relative_error: float
+    has_nan: bool
+    has_inf: bool
+    matched_ratio: float
+    reason: str | None
 
 
-def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
+def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     """float4 pairs have no float32 conversion here: compare the packed bytes exactly."""
     same = out.view(torch.uint8) == ref.view(torch.uint8)
     matched = float(same.float().mean()) if same.numel() else 1.0
     ok = matched >= tol["required_matched_ratio"]
     # no value errors to report (the bytes are compared, not decoded): the matched share says it all
-    return _stats(
+    return Matched(
         ok,
         0.0,
         0.0,
@@ -255,10 +254,10 @@ def _as_compared(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float32).to(torch.float64)
 
 
-def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
+def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     """Errors of `out` against `ref` (same shape and dtype, checked before) and whether they pass."""
     if out.numel() == 0:
-        return _stats(True, 0.0, 0.0, False, False, 1.0, None)
+        return Matched(True, 0.0, 0.0, False, False, 1.0, None)
     if out.dtype == torch.float4_e2m1fn_x2:
         return _packed_fp4(out, ref, tol)
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
@@ -289,7 +288,7 @@ def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
         reason = f"max absolute error {t.max_abs:.3g} above max_error_cap {tol['max_error_cap']:g}"
     elif not t.out_any and t.ref_any:
         reason = "the output is all zeros while the reference is not"
-    return _stats(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)
+    return Matched(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)
 
 
 def plain_tensors(value) -> list[torch.Tensor]:

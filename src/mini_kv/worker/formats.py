@@ -25,7 +25,8 @@ from mini_kv.load.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
-from mini_kv.worker.compare import compare, compare_matched, tensor_errors
+from mini_kv.worker.compare import Matched, compare, compare_matched, tensor_errors
+from mini_kv.worker.contract import Contract
 from mini_kv.worker.engine import Checked, Failure
 from mini_kv.worker.inputs import (
     ReferenceInputError,
@@ -213,7 +214,7 @@ class CardEvaluator:
 
         return correctness_record(self.engine, c, on_inputs), {}
 
-    def contract(self, name: str) -> tuple[dict, dict]:
+    def contract(self, name: str) -> tuple[Contract | dict, dict]:
         """opcheck or gradcheck, run in the subject (they call the op in ways only torch knows): its
         record is the subject's claim, and a violation there fails the check."""
         job = self.job
@@ -223,12 +224,13 @@ class CardEvaluator:
                 "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
             )
         except Violation as v:
-            record = {"status": v.status, "integrity": v.code, "reason": str(v)}
+            return Contract(v.status, v.code, reason=str(v)), {"name": name}
         except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
-            record = {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
-        else:
-            record = reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
-        return record, {"name": name}
+            return Contract(Status.FAILED, reason=f"{type(exc).__name__}: {exc}"), {"name": name}
+        # the subject's claim, passed on as it came (a record that is not one: FAILED)
+        return reply["record"] if isinstance(reply.get("record"), dict) else Contract(Status.FAILED), {
+            "name": name
+        }
 
     def bench(self, case: dict) -> tuple[dict, dict]:
         c, job = CardCase.of(case), self.job
@@ -451,9 +453,9 @@ class SolFormat:
             if found:
                 return Checked(False, found[0], found[1], name)
             res = compare_matched(out, ref, case.workload["tolerance"])
-            rank = (res["has_nan"], res["has_inf"], res["max_absolute_error"])
-            if not res["ok"]:
-                return Checked(False, "values", res["reason"], name, res, rank)
+            rank = (res.has_nan, res.has_inf, res.max_absolute_error)
+            if not res.ok:
+                return Checked(False, "values", res.reason, name, res, rank)
             if worst is None or rank > worst.rank:
                 worst = Checked(True, stats=res, rank=rank)
         return worst or Checked(True)
@@ -529,11 +531,16 @@ class SolCorrectness:
     extra: dict
 
     @classmethod
-    def of(cls, c: dict | None) -> SolCorrectness | None:
+    def of(cls, c: Matched | None) -> SolCorrectness | None:
         if c is None:
             return None
-        keys = ("max_relative_error", "max_absolute_error", "has_nan", "has_inf")
-        return cls(*(c[k] for k in keys), {"matched_ratio": c["matched_ratio"]})
+        return cls(
+            c.max_relative_error,
+            c.max_absolute_error,
+            c.has_nan,
+            c.has_inf,
+            {"matched_ratio": c.matched_ratio},
+        )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import traceback
 
 import torch
 
+from mini_kv.load.codec import to_json
 from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
@@ -217,7 +218,7 @@ class Subject:
             self.targets["candidate"], self.factory, msg["task_id"], msg["cases"], self.device, msg["salt"]
         )
         self.guard.check(f"after {msg['name']}")
-        return {"ok": True, "record": rec}, []
+        return {"ok": True, "record": to_json(rec)}, []
 
     # ------------------------------------------------------------------ buffers and values
 

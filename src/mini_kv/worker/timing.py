@@ -267,24 +267,30 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     fn = getattr(torch.cuda.cudart(), "cudaCtxResetPersistingL2Cache", None)
     if fn is not None:
         return (lambda: int(fn())), "torch.cuda.cudart().cudaCtxResetPersistingL2Cache"
-    tried = []
-    for path in _loaded_libraries("libcudart"):
-        try:
-            f = ctypes.CDLL(path).cudaCtxResetPersistingL2Cache
-        except (OSError, AttributeError) as exc:
-            tried.append(f"{os.path.basename(path)}: {exc}")
-            continue
-        f.restype, f.argtypes = ctypes.c_int, []
-        return f, f"cudaCtxResetPersistingL2Cache via ctypes on {os.path.basename(path)}"
-    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
-        try:
-            f = ctypes.CDLL(name).cuCtxResetPersistingL2Cache
-        except (OSError, AttributeError) as exc:
-            tried.append(f"{os.path.basename(name)}: {exc}")
-            continue
-        f.restype, f.argtypes = ctypes.c_int, []
-        return f, f"cuCtxResetPersistingL2Cache via ctypes on {os.path.basename(name)}"
-    return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
+    tried: list[str] = []
+    found = _cuda_calls(("cudaCtxResetPersistingL2Cache",), ("cuCtxResetPersistingL2Cache",), tried)
+    if not found:
+        return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
+    (f,), lib = found[0]
+    f.restype, f.argtypes = ctypes.c_int, []
+    return f, f"{f.__name__} via ctypes on {lib}"
+
+
+def _cuda_calls(runtime: tuple, driver: tuple, tried: list) -> list[tuple[list, str]]:
+    """The named calls of the CUDA runtime torch loaded, else of the driver, through ctypes: (the calls,
+    the library) of each library that has them all; why each other one did not, added to `tried`."""
+    found = []
+    for names, libs in (
+        (runtime, _loaded_libraries("libcudart")),
+        (driver, _loaded_libraries("libcuda.so") or ["libcuda.so.1"]),
+    ):
+        for path in libs:
+            try:
+                lib = ctypes.CDLL(path)
+                found.append(([getattr(lib, n) for n in names], os.path.basename(path)))
+            except (OSError, AttributeError) as exc:
+                tried.append(f"{os.path.basename(path)}: {exc}")
+    return found
 
 
 CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = (
@@ -297,24 +303,10 @@ def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int
     """(set, get, how): the device's persisting-L2 limit (the set-aside a kernel's access-policy window may
     keep lines in across a flush), through the runtime torch loaded or else the driver (ctypes, as
     persisting_l2_reset finds them). `set(0)` before every timed call leaves a candidate no carve-out."""
-    found = []
-    for path in _loaded_libraries("libcudart"):
-        try:
-            lib = ctypes.CDLL(path)
-            found.append(
-                (lib.cudaDeviceSetLimit, lib.cudaDeviceGetLimit, os.path.basename(path), "cudaDevice")
-            )
-        except (OSError, AttributeError):
-            continue
-    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
-        try:
-            lib = ctypes.CDLL(name)
-            found.append((lib.cuCtxSetLimit, lib.cuCtxGetLimit, os.path.basename(name), "cuCtx"))
-        except (OSError, AttributeError):
-            continue
+    found = _cuda_calls(("cudaDeviceSetLimit", "cudaDeviceGetLimit"), ("cuCtxSetLimit", "cuCtxGetLimit"), [])
     if not found:
         return None, None, "not available"
-    setter, getter, lib, prefix = found[0]
+    (setter, getter), lib = found[0]
     setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]
     getter.restype, getter.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
 
@@ -326,7 +318,7 @@ def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int
         rc = getter(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)
         return int(value.value) if rc == 0 else -1
 
-    return set_limit, get_limit, f"{prefix}SetLimit(persisting L2, 0) via ctypes on {lib}"
+    return set_limit, get_limit, f"{setter.__name__}(persisting L2, 0) via ctypes on {lib}"
 
 
 FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
