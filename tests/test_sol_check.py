@@ -367,7 +367,7 @@ def test_every_huge_or_garbage_output_gets_finite_errors_and_a_trace(name, out):
         status = "PASSED" if res.ok else "INCORRECT_NUMERICAL"
         perf = {"latency_ms": 1.0, "reference_latency_ms": 1.0, "speedup_factor": 1.0} if res.ok else None
         trace = traces.make_trace(
-            "d", {"uuid": "u"}, "s", status, {"hardware": "cpu", "libs": {}}, "", res, perf
+            "d", {"uuid": "u"}, "s", status, {"hardware": "cpu", "libs": {}}, "", vars(res), perf
         )
         traces.dumps(trace)  # strict JSON: no NaN or Infinity
 
@@ -380,7 +380,7 @@ def test_the_verdict_does_not_depend_on_the_size_of_the_wrong_values(value):
     out = _with(REF, value, 3)
     assert compare_matched(out, REF, TOL).ok
     capped = compare_matched(out, REF, {**TOL, "max_error_cap": 1.0})
-    assert not capped["ok"] and "max_error_cap" in capped["reason"]
+    assert not capped.ok and "max_error_cap" in capped.reason
     for bad in (float("nan"), float("inf"), float("-inf")):
         res = compare_matched(_with(REF, bad, 3), REF, TOL)
         assert not res.ok and "NaN or Inf" in res.reason
