@@ -37,9 +37,10 @@ from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritte
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.link import MAX_FDS
 from mini_kv.worker.remote import (
+    Census,
     SpotCheck,
     census_next,
-    kernels_record,
+    census_of,
     poison_before,
     refresh,
     stream_hold_next,
@@ -151,7 +152,7 @@ class Job:
     guard: object
     budget: RoundBudget = field(default_factory=lambda: RoundBudget(None, "cpu"))
     own_kernels: bool = False  # --require-own-kernels: library compute in a case's census is a violation
-    kernels: dict | None = None  # the census of the current case's first call (remote.kernels_record)
+    kernels: Census | None = None  # the census of the current case's first call (remote.census_of)
 
     @classmethod
     def local(cls, fmt, budget_s: float | None = None) -> Job:
@@ -323,9 +324,9 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
 def _own_kernels(job: Job) -> None:
     """The case's census (job.kernels, for its record); under --require-own-kernels, library compute in
     it is LIBRARY_DELEGATION (integrity.check_own_kernels)."""
-    job.kernels = kernels_record(job.fmt.candidate)
+    job.kernels = census_of(job.fmt.candidate)
     if job.own_kernels and job.kernels is not None:
-        integrity.check_own_kernels(job.kernels)
+        integrity.check_own_kernels(job.kernels.library)
 
 
 def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, prev: _Round | None) -> None:

@@ -42,7 +42,7 @@ from mini_kv.worker.inputs import (
 from mini_kv.worker.integrity import Violation, reward_hack_log
 from mini_kv.worker.jobs import Event
 from mini_kv.worker.loader import load_module
-from mini_kv.worker.remote import RemoteGuard, RemoteOp
+from mini_kv.worker.remote import Census, RemoteGuard, RemoteOp
 
 
 @dataclass(frozen=True)
@@ -563,7 +563,7 @@ class WorkloadRecord:
     correctness: SolCorrectness | None
     performance: Performance | None
     bench: engine.Timing | None
-    kernels: dict | None = field(default=None, metadata=engine.OMIT)
+    kernels: Census | None = field(default=None, metadata=engine.OMIT)
     finished_at: str = ""
 
 

@@ -650,20 +650,16 @@ def kernel_census(device: str):
             census["ops"][name] = census["ops"].get(name, 0) + 1
 
 
-def library_work(census: dict) -> list[str]:
-    """The compute the candidate's call left to libraries: aten ops that are not STRUCTURAL_OPS, and CUDA
+def library_work(ops: dict, kernels: dict) -> list[str]:
+    """The compute a call left to libraries (by its census): aten ops that are not STRUCTURAL_OPS, and CUDA
     kernels whose names are the libraries' (LIBRARY_KERNEL)."""
-    ops = [
-        n
-        for n in census.get("ops", {})
-        if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS
-    ]
-    return sorted(ops) + sorted(k for k in census.get("kernels", {}) if LIBRARY_KERNEL.search(k))
+    ops = [n for n in ops if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS]
+    return sorted(ops) + sorted(k for k in kernels if LIBRARY_KERNEL.search(k))
 
 
-def check_own_kernels(census: dict) -> None:
-    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's."""
-    found = library_work(census)
+def check_own_kernels(found: list[str]) -> None:
+    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's
+    (`found`: remote.Census.library)."""
     if found:
         shown = ", ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else "")
         raise Violation(

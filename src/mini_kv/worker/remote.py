@@ -25,7 +25,7 @@ import random
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -279,7 +279,7 @@ class RemoteOp:
     def __init__(self, subject: Subject, target: str):
         self.subject, self.target = subject, target
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
-        self.census: dict | None = None  # what the last census call ran (census_next, census_of)
+        self.census: Census | None = None  # what the last census call ran (census_next, census_of)
         self._census_next = False
         self._hold_next = False  # hold the caller's stream during the next call (stream_hold_next)
 
@@ -304,7 +304,7 @@ class RemoteOp:
             hold=hold,
         )
         if census:
-            self.census = _census(reply.get("census"))
+            self.census = Census.claimed(reply.get("census"))
         return self.subject.decode(reply.get("out"))
 
     def refresh(self) -> None:
@@ -496,14 +496,25 @@ def poison_before(op, sizes: list[int], device: str) -> None:
         integrity_poison(sizes, device)
 
 
-def _census(value) -> dict:
-    """The subject's census (its claim: name -> count of ops and kernels), kept to its expected shape."""
-    value = value if isinstance(value, dict) else {}
-    return {
-        part: {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
-        for part in ("ops", "kernels")
-        if isinstance(value.get(part), dict)
-    }
+@dataclass(frozen=True)
+class Census:
+    """What the candidate's call ran, by the subject's census (its claim: name -> count of aten ops and of
+    CUDA kernels, kept to its expected shape), and the compute of it left to libraries (library_work)."""
+
+    ops: dict | None = field(default=None, metadata={"omit_none": True})
+    kernels: dict | None = field(default=None, metadata={"omit_none": True})
+    library: list = field(default_factory=list)
+
+    @classmethod
+    def claimed(cls, value) -> Census:
+        value = value if isinstance(value, dict) else {}
+        ops, kernels = (
+            {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
+            if isinstance(value.get(part), dict)
+            else None
+            for part in ("ops", "kernels")
+        )
+        return cls(ops, kernels, library_work(ops or {}, kernels or {}))
 
 
 def census_next(op) -> None:
@@ -520,16 +531,9 @@ def stream_hold_next(op) -> None:
         op._hold_next = True
 
 
-def census_of(op) -> dict | None:
+def census_of(op) -> Census | None:
     """The census taken since census_next, or None (in-process, or none taken)."""
     return op.census if isinstance(op, RemoteOp) else None
-
-
-def kernels_record(op) -> dict | None:
-    """What a record says of the census since census_next: {ops, kernels, library} (library: the compute
-    left to libraries, integrity.library_work), or None without one."""
-    census = census_of(op)
-    return None if census is None else {**census, "library": library_work(census)}
 
 
 def refresh(op) -> None:
