@@ -266,13 +266,7 @@ def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     t = _Tally()
     for i in range(0, xs.numel(), step):
         x = _as_compared(xs[i : i + step])
-        t.add(
-            x,
-            _as_compared(ys[i : i + step].to(device=x.device)),
-            atol,
-            rtol,
-            tol["allow_negative_inf"],
-        )
+        t.add(x, _as_compared(ys[i : i + step].to(device=x.device)), atol, rtol, tol["allow_negative_inf"])
     n = xs.numel()
     matched = 1.0 - t.bad / n
     reason = None

@@ -377,9 +377,7 @@ class RoundBudget:
         # (seconds, bytes) of the first round of a case found too large after it: a measured size that
         # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
         self.too_large: tuple[float, int] | None = None
-        self.round_calls: tuple[float, float, str] | None = (
-            None  # (candidate's call, reference's, case) of round_cost
-        )
+        self.round_calls: tuple[float, float, str] | None = None  # (candidate's call, reference's, case)
         # (bytes, the candidate's call, the reference's, case) where the candidate was too slow for the
         # budget: no larger case is run (it would be no quicker), and the reason names it, not the size
         self.slow_call: tuple[int, float, float, str] | None = None
@@ -632,19 +630,8 @@ def _repeats(
         for who in order:
             rule = stopping_rule(settings, plan.share, plan.count)
             # `measure`: this module's name, the seam tests script timings through
-            m = timed(
-                lambda who=who, rule=rule: measure_until(
-                    calls[who],
-                    method,
-                    rule,
-                    job.fmt.device,
-                    flush,
-                    launches,
-                    plan.cost.get(who),
-                    measure_fn=measure,
-                    floor=plan.floor,
-                )
-            )
+            args = (calls[who], method, rule, job.fmt.device, flush, launches, plan.cost.get(who))
+            m = timed(lambda args=args: measure_until(*args, measure_fn=measure, floor=plan.floor))
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
             left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
             if left:

@@ -168,16 +168,8 @@ class CardEvaluator:
         if job.project_root and job.project_root not in sys.path:
             sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
         reference, factory = import_path(job.reference), import_path(job.inputs)
-        reply = subject.request(
-            "load",
-            kind="card",
-            device=job.device,
-            library=job.library,
-            op=job.op,
-            project_root=job.project_root,
-            inputs=job.inputs,
-            memory_limit_bytes=job.memory_limit_bytes,
-        )
+        names = ("device", "library", "op", "project_root", "inputs", "memory_limit_bytes")
+        reply = subject.request("load", kind="card", **{k: getattr(job, k) for k in names})
         if not reply.get("ok"):
             return chan.send(event=Event.LOAD, ok=False, **_card_load_failure(reply))
         baseline = None
@@ -192,15 +184,9 @@ class CardEvaluator:
                 )
             baseline = (RemoteOp(subject, "baseline"), False)
         chan.send(event=Event.LOAD, ok=True, kernels=reply.get("kernels"), hint=reply.get("hint"))
+        candidate = RemoteOp(subject, "candidate")
         fmt = CardFormat(
-            job.task_id,
-            job.device,
-            job.salt,
-            RemoteOp(subject, "candidate"),
-            reference,
-            factory,
-            job.tolerances,
-            baseline,
+            job.task_id, job.device, job.salt, candidate, reference, factory, job.tolerances, baseline
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
@@ -625,11 +611,12 @@ class SolEvaluator:
                 return _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {why}")
             baseline = (RemoteOp(subject, "baseline"), job.baseline["dps"])
         chan.send(event=Event.LOAD, ok=True)
+        candidate = RemoteOp(subject, "candidate")
         fmt = SolFormat(
             job.definition_name,
             job.device,
             job.salt,
-            RemoteOp(subject, "candidate"),
+            candidate,
             ref_fn,
             vars(reference),
             sol["dps"],

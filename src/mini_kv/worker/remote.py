@@ -58,9 +58,8 @@ CLOCK_SLACK_S = 0.002
 # small, so most of the batch's time must be in them. What is left unexplained beyond this share of
 # the batch and this much per sample is time the samples do not own up to: an impossible claim.
 WALL_UNEXPLAINED_SHARE = 0.5
-WALL_GAP_PER_SAMPLE_S = (
-    100e-6  # the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
-)
+# the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
+WALL_GAP_PER_SAMPLE_S = 100e-6
 WALL_GAP_FIXED_S = 0.02
 
 
@@ -111,11 +110,8 @@ class Subject:
         if isinstance(reply.get("violation"), dict):
             v = reply["violation"]
             if v.get("code") not in CODES:
-                raise self.lie(
-                    f"the subject reported a violation code the harness does not know: {v.get('code')!r}"[
-                        :300
-                    ]
-                )
+                code = repr(v.get("code"))[:200]
+                raise self.lie(f"the subject reported a violation code the harness does not know: {code}")
             raise Violation(v["code"], str(v.get("message"))[:4000])
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         exc = _named(str(err.get("type") or "SubjectError"))(str(err.get("message", ""))[:4000])

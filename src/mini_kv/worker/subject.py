@@ -13,6 +13,7 @@ only as evidence against the candidate, which is all a forged one could be.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -52,13 +53,10 @@ class Subject:
         self._map(msg.get("new", []), fds)
         for buf in msg.get("free", []):
             self._drop(buf)
-        handler = getattr(self, "do_" + str(msg.get("request")), None)
-        if handler is None:
-            return {
-                "ok": False,
-                "error": _error_of(ValueError(f"unknown request {msg.get('request')!r}")),
-            }, []
         try:
+            handler = getattr(self, "do_" + str(msg.get("request")), None)
+            if handler is None:
+                raise ValueError(f"unknown request {msg.get('request')!r}")
             return handler(msg)
         except integrity.Violation as v:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
@@ -117,13 +115,11 @@ class Subject:
         fn = self.targets[msg["target"]]
         integrity.poison(
             [int(n) for n in msg.get("poison", [])], self.device
-        )  # freed blocks hold no right values
-        census = None
+        )  # freed blocks: no right values
         self.guard.hold_next = bool(msg.get("hold"))
-        if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
-            with integrity.kernel_census(self.device) as census:
-                out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
-        else:
+        # which ops and kernels the call ran (integrity.kernel_census), where asked
+        taking = integrity.kernel_census(self.device) if msg.get("census") else contextlib.nullcontext()
+        with taking as census:
             out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
         new, fds = [], []
         encoded = self._encode_out(out, args, new, fds)
@@ -132,8 +128,7 @@ class Subject:
 
     def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
         """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()
+        _sync(self.device)
         self._refresh()
         return {"ok": True}, []
 
@@ -160,18 +155,16 @@ class Subject:
         k = int(msg["set"])
         out = self.last_outputs[msg["workload"]].get(k)
         encoded = self._encode_out(out, self.workload_sets[msg["workload"]][k], new, fds)
-        if torch.device(self.device).type == "cuda":
-            # the copies into the new shared buffers have landed before the judge, another process on
-            # the device, reads them (before, it read them while they were being written: on an H200
-            # honest solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
-            torch.cuda.synchronize()
+        # the copies into the new shared buffers have landed before the judge, another process on the
+        # device, reads them (before, it read them while they were being written: on an H200 honest
+        # solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
+        _sync(self.device)
         return {"ok": True, "out": encoded, "new": new}, fds
 
     def do_run(self, msg: dict) -> tuple[dict, list[int]]:
         """One untimed call of a workload (the warm-up)."""
         self.workloads[msg["workload"]].next()()
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()
+        _sync(self.device)
         return {"ok": True}, []
 
     def do_measure(self, msg: dict) -> tuple[dict, list[int]]:
@@ -192,11 +185,9 @@ class Subject:
             )
         except DeferredWorkError as exc:
             raise integrity.Violation("DEFERRED_WORK", f"while timing: {exc}") from None
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()  # the outputs the judge spot-checks have landed
-        left = (
-            integrity.foreign_threads(integrity.os_threads() - threads) if msg["method"] != "cupti" else set()
-        )
+        _sync(self.device)  # the outputs the judge spot-checks have landed
+        new = integrity.os_threads() - threads if msg["method"] != "cupti" else set()
+        left = integrity.foreign_threads(new)
         if left:
             raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing")
         self.guard.check("after timing")
@@ -307,6 +298,11 @@ def _settle_device(device: str, memory_limit: int | None) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def _error_of(exc: BaseException) -> dict:

@@ -293,9 +293,8 @@ def _cuda_calls(runtime: tuple, driver: tuple, tried: list) -> list[tuple[list, 
     return found
 
 
-CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = (
-    0x06  # cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
-)
+# cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 
 
 @functools.cache
@@ -427,10 +426,10 @@ def _describe_failure(exc: BaseException) -> str:
 def time_graph(calls: Workload, samples: int, flush: L2Flusher, launches: int) -> Measurement:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(
-            len(calls)
-        ):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+    with torch.cuda.stream(
+        stream
+    ):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+        for _ in range(len(calls)):
             calls.next()()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
