@@ -201,7 +201,7 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
         "reference": timing.Workload([lambda s=s: entry["ref"](*s) for s in sets]),
     }
     flush = timing.L2Flusher(device, cuda)
-    method = timing.default_method(device)
+    method = timing.method_chain("auto", device)[0]
     settings = timing.sampling_settings({"samples": "auto"}, device, 600.0)
     warm = timing.warm_up(list(sides.values()), 10, 2.0, device)
     out = {}

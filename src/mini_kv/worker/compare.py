@@ -169,15 +169,8 @@ def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     matched = float(same.float().mean()) if same.numel() else 1.0
     ok = matched >= tol["required_matched_ratio"]
     # no value errors to report (the bytes are compared, not decoded): the matched share says it all
-    return Matched(
-        ok,
-        0.0,
-        0.0,
-        False,
-        False,
-        matched,
-        None if ok else f"{1 - matched:.2%} of packed float4 bytes differ",
-    )
+    why = None if ok else f"{1 - matched:.2%} of packed float4 bytes differ"
+    return Matched(ok, 0.0, 0.0, False, False, matched, why)
 
 
 # Elements per pass on the host: each pass makes a few float64 temporaries of its size (a whole

@@ -169,11 +169,11 @@ class _Unguarded:
 
     def call(self, fn, args, device: str, when: str = "the call", outputs=()):
         out = fn(*args)
-        _sync(device)
+        sync(device)
         return out
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
     if is_cuda(device):
         torch.cuda.synchronize()
 
@@ -341,7 +341,7 @@ def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, pre
             "REPLAYED_RESULT", f"{where}on new inputs the candidate returned the previous outputs again"
         )
     time.sleep(SETTLE_S)
-    _sync(fmt.device)
+    sync(fmt.device)
     refresh(fmt.candidate)
     if fmt.check(case, outs, refs, stats=False).ok:
         raise Violation(
@@ -735,7 +735,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     flush = L2Flusher(fmt.device, cold)
     t0 = time.perf_counter()
     warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
-    _sync(fmt.device)
+    sync(fmt.device)
     lap("warmup")
     chain = method_chain(settings["method"], fmt.device)
     method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
@@ -761,46 +761,29 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
 def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
     """A timed case's record; `how`: the method, the methods that failed first, calls per sample, L2 mode."""
     method, fallbacks, calls_per, l2 = how
-    cand_s = stats.summarize_repeats(plan.samples["candidate"])
-    ref_s = stats.summarize_repeats(plan.samples["reference"])
+    cand_s, ref_s = (stats.summarize_repeats(plan.samples[who]) for who in ("candidate", "reference"))
     max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
     max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
     stability = stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict()
+    timed = (method, settings["method"], fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
+    sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))
+    sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per)
+    speedup = stats.speedup(ref_s.overall.p50, cand_s.overall.p50)
+    stability = {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv}
     return Timing(
-        method,
-        settings["method"],
-        fallbacks,
-        l2,
-        TIMER_LABELS[method],
-        calls_per,
-        n_sets,
-        "us",
-        plan.order,
-        plan.side("candidate", cand_s),
-        plan.side("reference", ref_s),
-        sampling_record(settings, budget_s, warm, plan.sampling, calls_per),
-        stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
-        {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv},
-        flush.describe() if flush.enabled else None,
+        *timed, plan.order, *sides, sampled, speedup, stability, flush.describe() if flush.enabled else None
     )
 
 
-def sampling_record(
-    settings: dict, budget_s: float | None, warm: Warmup, sides: dict, calls_per: int
-) -> Sampled:
+def sampling_record(settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int) -> Sampled:
     fixed = is_fixed_count(settings)
-    return Sampled(
-        "fixed" if fixed else "adaptive",
-        settings.get("samples", "auto"),
-        *(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")),
-        None if fixed else repeat_target(settings, int(settings.get("repeats", 1))),
-        budget_s,
-        warm.calls,
-        warm.seconds,
-        len(next(iter(sides.values()))["taken"]),
-        {who: sum(side["taken"]) * calls_per for who, side in sides.items()},
-        sorted({why for side in sides.values() for why in side["stopped"]}),
-    )
+    target = None if fixed else repeat_target(settings, int(settings.get("repeats", 1)))
+    rule = ("fixed" if fixed else "adaptive", settings.get("samples", "auto"))
+    rule += (*(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")), target, budget_s)
+    repeats = len(next(iter(sides.values()))["taken"])
+    timed = {who: sum(side["taken"]) * calls_per for who, side in sides.items()}
+    stopped = sorted({why for side in sides.values() for why in side["stopped"]})
+    return Sampled(*rule, warm.calls, warm.seconds, repeats, timed, stopped)
 
 
 def post_check(job: Job, case, sets: list, ref_sets: list) -> Failure | None:

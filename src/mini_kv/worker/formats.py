@@ -13,6 +13,7 @@ record with an integrity code, SOL's trace with the code first in its log).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 import time
 import traceback
@@ -235,15 +236,8 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
     try:
         t = engine.time_case(ej, c, settings, float(settings.get("budget_s") or 0) or None)
     except Failure as f:
-        if f.kind == Failure.SKIPPED:
-            return {"id": c.id, "status": Status.SKIPPED, "reason": f.message, **(f.stats or {})}
-        if f.kind == Failure.VIOLATION:
-            return {
-                "id": c.id,
-                "status": violation_status(f.code),
-                "integrity": f.code,
-                "reason": f"{f.code}: {f.message}",
-            }
+        if f.kind in (Failure.SKIPPED, Failure.VIOLATION):  # a skip's stats: its warm-up
+            return {"id": c.id, **_card_failure(f), **(f.stats or {})}
         return {"id": c.id, "status": Status.BENCHMARK_ERROR, "integrity": None, "reason": f.message}
     names = roofline.case_names(c.params, t.itemsize, t.numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(t.set_bytes)
@@ -286,10 +280,10 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
             return {**record, **_run_illegal(ej, args)}
         passed = engine.correctness(ej, c, DEFAULTS.card_rounds, made)
     except Failure as f:
-        return {**record, **_card_failure(f), **_census(ej)}
+        return {**record, **_card_failure(f), **({"kernels": ej.kernels} if ej.kernels else {})}
     return {
         **record,
-        **_census(ej),
+        **({"kernels": ej.kernels} if ej.kernels else {}),  # whose compute its first call ran
         **(passed.stats or {}),
         "reference_error": passed.reference_error,
         "status": Status.PASSED,
@@ -297,13 +291,8 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
     }
 
 
-def _census(ej: engine.Job) -> dict:
-    """The case's census for its record (whose compute its first call ran), where one was taken."""
-    return {"kernels": ej.kernels} if ej.kernels is not None else {}
-
-
 def _card_failure(f: Failure) -> dict:
-    """A card's correctness record fields for a Failure of the engine's."""
+    """A card's case record fields for a Failure of the engine's."""
     if f.kind == Failure.VIOLATION:
         return {"status": violation_status(f.code), "integrity": f.code, "reason": f"{f.code}: {f.message}"}
     if f.kind == Failure.WRONG:
@@ -372,10 +361,10 @@ class SolFormat:
     reference_ns: dict
     dps: bool
     baseline: tuple | None = None
-    safetensors_cache: dict | None = None
+    safetensors_cache: dict = field(default_factory=dict)  # a workload's safetensors inputs, read once
 
     def inputs(self, case: SolCase, seed: int) -> list:
-        cache = self.safetensors_cache if self.safetensors_cache is not None else {}
+        cache = self.safetensors_cache
         try:
             return make_inputs(case.signature, case.workload, self.reference_ns, self.device, seed, cache)
         except ReferenceInputError as exc:
@@ -389,8 +378,7 @@ class SolFormat:
         sig = case.signature
         try:
             refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device, "the reference")
-            if torch.device(self.device).type == "cuda":
-                torch.cuda.synchronize()
+            engine.sync(self.device)
         except Exception as exc:  # noqa: BLE001
             raise Failure(
                 Failure.UNUSABLE, f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}", "reference"
@@ -427,7 +415,7 @@ class SolFormat:
     def nbytes(self, case: SolCase) -> int:
         """Bytes of a workload's tensors (inputs and outputs) from its signature's shapes and dtypes."""
         specs = [*case.signature["inputs"], *case.signature["outputs"]]
-        return sum(_numel(s["shape"]) * _itemsize(s["dtype"]) for s in specs if s.get("shape") is not None)
+        return sum(math.prod(s["shape"]) * _itemsize(s["dtype"]) for s in specs if s.get("shape") is not None)
 
     def check(self, case: SolCase, outs: list, refs: list, stats: bool = True) -> Checked:
         """Exact tensor type (a subclass could compute lazily on read), shape, dtype, device, then values
@@ -452,13 +440,6 @@ class SolFormat:
 
 def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()  # float4_e2m1fn_x2: 1, two values
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _structure(out, ref) -> tuple[str, str] | None:
@@ -611,17 +592,9 @@ class SolEvaluator:
                 return _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {why}")
             baseline = (RemoteOp(subject, "baseline"), job.baseline["dps"])
         chan.send(event=Event.LOAD, ok=True)
-        candidate = RemoteOp(subject, "candidate")
+        candidate, ns = RemoteOp(subject, "candidate"), vars(reference)
         fmt = SolFormat(
-            job.definition_name,
-            job.device,
-            job.salt,
-            candidate,
-            ref_fn,
-            vars(reference),
-            sol["dps"],
-            baseline,
-            {},
+            job.definition_name, job.device, job.salt, candidate, ref_fn, ns, sol["dps"], baseline
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 

@@ -289,16 +289,8 @@ class RemoteOp:
         poison, self.poison = self.poison, []
         census, self._census_next = self._census_next, False
         hold, self._hold_next = self._hold_next, False
-        reply = self.subject.ask(
-            "call",
-            target=self.target,
-            args=encoded,
-            outputs=where,
-            when=when,
-            poison=poison,
-            census=census,
-            hold=hold,
-        )
+        fields = dict(args=encoded, outputs=where, when=when, poison=poison, census=census, hold=hold)
+        reply = self.subject.ask("call", target=self.target, **fields)
         if census:
             self.census = Census.claimed(reply.get("census"))
         return self.subject.decode(reply.get("out"))

@@ -175,14 +175,12 @@ class Subject:
         if cold not in self.flushers:
             self.flushers[cold] = L2Flusher(self.device, cold)
         try:
-            m = measure(
+            workload, samples, launches = (
                 self.workloads[msg["workload"]],
-                msg["method"],
                 int(msg["samples"]),
-                self.device,
-                self.flushers[cold],
                 int(msg["launches"]),
             )
+            m = measure(workload, msg["method"], samples, self.device, self.flushers[cold], launches)
         except DeferredWorkError as exc:
             raise integrity.Violation("DEFERRED_WORK", f"while timing: {exc}") from None
         _sync(self.device)  # the outputs the judge spot-checks have landed

@@ -239,10 +239,6 @@ def method_chain(requested: str, device: str) -> list[str]:
     return [requested]
 
 
-def default_method(device: str) -> str:
-    return AUTO_CHAIN[0] if is_cuda(device) else "wallclock"
-
-
 # ---------------------------------------------------------------------------------------- L2
 
 
