@@ -103,15 +103,15 @@ def test_the_sol_comparison_and_the_trace_writer_never_raise(pair, tol):
 @given(tensor(), tensor(), st.sampled_from([0.0, 1e-3, 1.0]), st.sampled_from([0.0, 1e-3, 1.0]))
 def test_the_task_card_comparison_never_raises_and_mismatches_are_verdicts(out, ref, atol, rtol):
     res = card_compare.compare(out, ref, atol, rtol)
-    assert isinstance(res["ok"], bool)
+    assert isinstance(res.ok, bool)
     if out.shape != ref.shape or out.dtype != ref.dtype:
-        assert not res["ok"] and res["reason"]
+        assert not res.ok and res.reason
     else:
-        assert res["ok"] is card_compare.matches(out, ref, atol, rtol)
+        assert res.ok is card_compare.matches(out, ref, atol, rtol)
 
 
 @examples(0.5)
 @given(st.sampled_from([None, 1, 1.5, "x", [1.0], object()]), tensor())
 def test_an_output_that_is_not_a_tensor_is_a_verdict(out, ref):
     res = card_compare.compare(out, ref, 0.0, 0.0)
-    assert res["ok"] is False and "expected exactly torch.Tensor" in res["reason"]
+    assert res.ok is False and "expected exactly torch.Tensor" in res.reason

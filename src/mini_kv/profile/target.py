@@ -57,6 +57,10 @@ def run(job: dict) -> dict:
         "ok": True,
         "input_sha256": digest,
         "calls": int(job.warmup) + int(job.calls),
-        "output_check": {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
+        "output_check": {
+            "ok": check.ok,
+            "reason": check.reason,
+            **{k: getattr(check.errors, k, None) for k in ("max_abs_err", "mismatches")},
+        },
         "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
     }

@@ -55,7 +55,31 @@ def chunk_errors(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float):
     return diff, rel, bad
 
 
-def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+@dataclass(frozen=True)
+class Errors:
+    """Two tensors of one shape by a card's rule: the largest absolute and relative errors, the elements
+    outside the tolerance (the first one's index and values), the elements, NaN or Inf in the output."""
+
+    max_abs_err: float
+    max_rel_err: float
+    mismatches: int
+    first_mismatch: dict | None
+    numel: int
+    has_nan: bool
+    has_inf: bool
+
+
+@dataclass(frozen=True)
+class Compared:
+    """An output against the reference's by a card's rule: `ok`, why not, and the error statistics (None
+    where type, shape, dtype or device differ, or where the values matched and none were asked for)."""
+
+    ok: bool
+    reason: str | None = None
+    errors: Errors | None = None
+
+
+def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> Errors:
     """Max abs/rel error and mismatches under |out-ref| <= atol + rtol*|ref| (NaN matches only NaN),
     of two tensors of one shape. In FP64 on the output's own device (a host round trip of a large
     CUDA output costs seconds); maxima, counts and flags are exact over chunks."""
@@ -77,15 +101,9 @@ def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
         has_nan = has_nan or bool(a.isnan().any())
         has_inf = has_inf or bool(a.isinf().any())
     none = 0.0 if out.numel() == 0 else float("inf")  # no element: no error; no finite error: inf
-    return {
-        "max_abs_err": max(abs_max, default=none),
-        "max_rel_err": max(rel_max, default=none),
-        "mismatches": n_bad,
-        "first_mismatch": first,
-        "numel": out.numel(),
-        "has_nan": has_nan,
-        "has_inf": has_inf,
-    }
+    return Errors(
+        max(abs_max, default=none), max(rel_max, default=none), n_bad, first, out.numel(), has_nan, has_inf
+    )
 
 
 def values_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool:
@@ -112,24 +130,21 @@ def _identity_problem(out, ref: torch.Tensor) -> str | None:
 
 
 def matches(out, ref: torch.Tensor, atol: float, rtol: float) -> bool:
-    """compare(...)["ok"] without the error statistics: for a re-check whose details nobody reads."""
+    """compare(...).ok without the error statistics: for a re-check whose details nobody reads."""
     return _identity_problem(out, ref) is None and values_match(out, ref, atol, rtol)
 
 
-def compare(out, ref: torch.Tensor, atol: float, rtol: float, errors: bool = True) -> dict:
-    """A result dict with `ok` and, on failure, `reason`; with the error statistics unless `errors` is
-    False and the values match (a check that needs only the verdict: the post-timing check)."""
+def compare(out, ref: torch.Tensor, atol: float, rtol: float, errors: bool = True) -> Compared:
+    """With the error statistics unless `errors` is False and the values match (a check that needs only
+    the verdict: the post-timing check)."""
     problem = _identity_problem(out, ref)
     if problem:
-        return {"ok": False, "reason": problem}
+        return Compared(False, problem)
     if not errors and values_match(out, ref, atol, rtol):
-        return {"ok": True}
-    errs = tensor_errors(out, ref, atol, rtol)
-    ok = errs["mismatches"] == 0
-    res = {"ok": ok, **errs}
-    if not ok:
-        res["reason"] = f"{errs['mismatches']} of {errs['numel']} elements outside atol={atol}, rtol={rtol}"
-    return res
+        return Compared(True)
+    e = tensor_errors(out, ref, atol, rtol)
+    why = f"{e.mismatches} of {e.numel} elements outside atol={atol}, rtol={rtol}" if e.mismatches else None
+    return Compared(not e.mismatches, why, e)
 
 
 def raw_bytes(t: torch.Tensor) -> torch.Tensor:

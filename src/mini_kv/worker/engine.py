@@ -31,7 +31,7 @@ import torch
 from mini_kv import stats
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity
-from mini_kv.worker.compare import Matched, inputs_unchanged
+from mini_kv.worker.compare import Errors, Matched, inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
@@ -86,7 +86,9 @@ class Failure(Exception):
         "violation wrong raised unusable skipped timing".split()
     )
 
-    def __init__(self, kind: str, message: str, code=None, stats: dict | Matched | None = None, tb: str = ""):
+    def __init__(
+        self, kind: str, message: str, code=None, stats: Errors | Matched | dict | None = None, tb: str = ""
+    ):
         super().__init__(message)
         self.kind, self.message, self.code, self.stats, self.tb = kind, message, code, stats, tb
 
@@ -115,7 +117,7 @@ class Checked:
     code: str | None = None
     reason: str | None = None
     output: str | None = None
-    stats: dict | Matched | None = None
+    stats: Errors | Matched | None = None
     rank: tuple = ()
 
 
@@ -124,7 +126,7 @@ class Passed:
     """Correctness rounds that all passed: the worst round's statistics, how many rounds ran, the
     quickest round's seconds (what a pass of the post-timing check costs), the reference against FP64."""
 
-    stats: dict | Matched | None
+    stats: Errors | Matched | None
     rounds_run: int
     round_s: float
     reference_error: dict | None

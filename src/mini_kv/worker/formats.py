@@ -131,13 +131,11 @@ class CardFormat:
     def check(self, case: CardCase, outs: list, refs: list, stats: bool = True) -> Checked:
         tol = self.tolerances[case.dtype]
         res = compare(outs[0], refs[0], tol["atol"], tol["rtol"], errors=stats)
-        kept = {k: v for k, v in res.items() if k not in ("ok", "reason")}
-        rank = (kept.get("has_nan", False), kept.get("has_inf", False), kept.get("max_abs_err", 0.0))
-        if res["ok"]:
-            return Checked(True, stats=kept, rank=rank)
-        return Checked(
-            False, "values" if "mismatches" in res else "structure", res["reason"], None, kept, rank
-        )
+        e = res.errors
+        rank = (e.has_nan, e.has_inf, e.max_abs_err) if e else (False, False, 0.0)
+        if res.ok:
+            return Checked(True, stats=e, rank=rank)
+        return Checked(False, "values" if e else "structure", res.reason, None, e, rank)
 
     def reference_error(self, args: list, refs: list) -> dict | None:
         """The reference itself against float64, so the card's tolerance is known to be achievable."""
@@ -145,7 +143,7 @@ class CardFormat:
         if not isinstance(ref, torch.Tensor) or ref.dtype == torch.float64 or not ref.is_floating_point():
             return None
         errs = tensor_errors(ref, self.reference(*upcast_args(args)), 0.0, 0.0)  # in FP64
-        return {"max_abs_err": errs["max_abs_err"], "max_rel_err": errs["max_rel_err"]}
+        return {"max_abs_err": errs.max_abs_err, "max_rel_err": errs.max_rel_err}
 
 
 class CardEvaluator:
@@ -284,7 +282,7 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
     return {
         **record,
         **({"kernels": ej.kernels} if ej.kernels else {}),  # whose compute its first call ran
-        **(passed.stats or {}),
+        **(to_json(passed.stats) if passed.stats else {}),
         "reference_error": passed.reference_error,
         "status": Status.PASSED,
         "calls": passed.rounds_run,
@@ -296,7 +294,7 @@ def _card_failure(f: Failure) -> dict:
     if f.kind == Failure.VIOLATION:
         return {"status": violation_status(f.code), "integrity": f.code, "reason": f"{f.code}: {f.message}"}
     if f.kind == Failure.WRONG:
-        return {**(f.stats or {}), "status": Status.INCORRECT, "reason": f.message}
+        return {**(to_json(f.stats) if f.stats else {}), "status": Status.INCORRECT, "reason": f.message}
     if f.kind == Failure.RAISED:
         return {"status": Status.RUNTIME_ERROR, "reason": f.message, "traceback": f.tb}
     if f.kind == Failure.SKIPPED:
