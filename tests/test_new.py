@@ -89,3 +89,50 @@ def test_new_card_refuses_what_it_cannot_scaffold_and_writes_nothing(project):
     assert ok.returncode == ExitCode.OK
     again = run_cli("new", "card", "twice", *REF, *cases, "--project", project)
     assert again.returncode == ExitCode.CONFIG and "--force" in again.stderr
+
+
+SOLUTION = {
+    "name": "vector_add_torch",
+    "definition": "vector_add",
+    "author": "tests",
+    "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "kernel.py::run",
+             "destination_passing_style": False},
+    "sources": [{"path": "kernel.py"}],
+}  # fmt: skip
+
+
+def _solution(where, body: str):
+    where.mkdir()
+    (where / "kernel.py").write_text(f"def run(a, b):\n    return {body}\n")
+    (where / "solution.json").write_text(json.dumps(SOLUTION))
+    return where / "solution.json"
+
+
+def test_a_sol_problem_from_a_card_keeps_its_inputs_and_judges_solutions(tmp_path):
+    """`new sol`: the card's float32 cases as workloads, the factory's values stored (zeros stay zeros),
+    a case of another rank left out and said; `bench` passes a + b and fails a - b on the stored inputs."""
+    from mini_kv.load.safetensors_file import load_tensor
+    from mini_kv.solexec.run import BenchOptions, bench
+
+    out = tmp_path / "problem"
+    res = run_cli("new", "sol", "tasks/vector_add.yaml", "--dtype", "float32", "--out", out)
+    assert res.returncode == ExitCode.OK, res.stdout + res.stderr
+    assert "left out" in res.stdout and "transposed-float32" in res.stdout
+    definition = json.loads((out / "definition.json").read_text())
+    assert definition["inputs"]["a"]["shape"] == definition["inputs"]["b"]["shape"] == ["a_0"]
+    assert definition["axes"]["a_0"] == {"type": "var"}
+    lines = [json.loads(x) for x in (out / "workload.jsonl").read_text().splitlines()]
+    ids = [w["uuid"] for w in lines]
+    assert "zeros-float32" in ids and "shape_mismatch-float32" not in ids and "transposed-float32" not in ids
+    assert not load_tensor(out / "inputs" / "zeros-float32.safetensors", "a").any()
+    assert lines[0]["tolerance"]["max_atol"] == 1e-6
+    assert run_cli("new", "sol", "tasks/vector_add.yaml", "--out", out).returncode == ExitCode.CONFIG
+
+    keep = [x for x in (out / "workload.jsonl").read_text().splitlines() if '"n31-' in x or '"n1025-' in x]
+    (out / "workload.jsonl").write_text("\n".join(keep) + "\n")  # two workloads are enough to judge by
+    fast = {"rounds": 1, "warmup": 1, "repeats": 1, "samples": 3}
+    for body, want in (("a + b", "PASSED"), ("a - b", "INCORRECT_NUMERICAL")):
+        sol = _solution(tmp_path / body.replace(" ", ""), body)
+        opts = BenchOptions(solution=str(sol), artifacts=str(tmp_path / "artifacts"), device="cpu", **fast)
+        got = {t["workload"]["uuid"]: t["evaluation"]["status"] for t in bench(str(out), opts)["traces"]}
+        assert len(got) == 2 and set(got.values()) == {want}, got

@@ -1,4 +1,5 @@
-"""`mini-kv new card`: a task card and a candidate to fill in, scaffolded from a reference function.
+"""`mini-kv new card`: a task card and a candidate to fill in, scaffolded from a reference function;
+`mini-kv new sol`: a SOL-ExecBench problem (definition.json, workload.jsonl) from a task card.
 
 The reference and the input factory are the user's (`module:function`, importable from the project);
 each `--case` is called through the factory once and the reference on its inputs, so the card written
@@ -9,8 +10,12 @@ The card is read back through the strict loader before the command says it is do
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import json
 import re
+import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -126,7 +131,6 @@ def scaffold_card(args) -> tuple[Path, Path]:
     if unknown:
         raise ConfigError("--dtype", ",".join(unknown), f"one of {sorted(DEFAULT_TOLERANCES)}")
     cases = [_case(c) for c in args.case]
-    import sys
 
     sys.path.insert(0, str(project))  # the project's modules, as the loader imports them
     try:
@@ -177,6 +181,255 @@ def scaffold_card(args) -> tuple[Path, Path]:
     return card_path, cand_dir
 
 
+# ------------------------------------------------------------------------ a SOL problem from a card
+
+REFERENCE_TAIL = """
+
+# the SOL-ExecBench entry point: the card's reference, {reference}
+def run({params}):
+    return {function}({params})
+"""
+
+
+def _sol_cases(problem, dtype: str | None) -> tuple[str, list]:
+    """The card's cases of one dtype (default: the first a case lists), illegal ones left out (a
+    workload is a valid call)."""
+    legal = [c for c in problem.cases if c.kind != "illegal"]
+    dtype = dtype or next((c.dtype for c in legal), None)
+    cases = [c for c in legal if c.dtype == dtype]
+    if not cases:
+        have = sorted({c.dtype for c in legal})
+        raise ConfigError(
+            problem.path, "cases", f"a case of dtype {dtype} that is not illegal (have: {have})"
+        )
+    return dtype, cases
+
+
+def _axes(named: dict[str, list[tuple]]) -> tuple[dict, dict[str, list[str]]]:
+    """SOL axes from the shapes the cases made: each (tensor, dim) whose size is the same in every case
+    is a const axis, others a var axis; dims whose sizes agree in every case share one axis (a + b's two
+    lengths: one axis). The axes, and each tensor's shape as axis names."""
+    axes: dict[str, dict] = {}
+    by_sizes: dict[tuple, str] = {}
+    shapes: dict[str, list[str]] = {}
+    for name, per_case in named.items():
+        dims = []
+        for j in range(len(per_case[0])):
+            sizes = tuple(shape[j] for shape in per_case)
+            axis = by_sizes.get(sizes)
+            if axis is None:
+                axis = by_sizes[sizes] = f"{name}_{j}"
+                const = len(set(sizes)) == 1
+                axes[axis] = {"type": "const", "value": sizes[0]} if const else {"type": "var"}
+            dims.append(axis)
+        shapes[name] = dims
+    return axes, shapes
+
+
+def _sol_value(name: str, value, file: str):
+    """A factory's argument or a reference's output: a tensor, or a Python scalar (a SOL scalar input)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return value
+    raise ConfigError(file, name, f"a tensor or a Python number, got {type(value).__name__}")
+
+
+def _rank(values: list) -> tuple:
+    return tuple(v.dim() if hasattr(v, "dim") else None for v in values)
+
+
+def _run_cases(problem, cases: list, project: Path) -> tuple[list[str], list, list[str]]:
+    """The reference's parameter names; each case with its inputs (the card's factory, on CPU) and the
+    reference's outputs on them, for the cases whose tensors have the most common ranks (one SOL
+    definition names each dim once); the ids of the others."""
+    from mini_kv.worker.inputs import import_path, make_case_inputs
+
+    sys.path.insert(0, str(project))
+    try:
+        reference, factory = (
+            import_path(problem.operator["reference"]),
+            import_path(problem.operator["inputs"]),
+        )
+    finally:
+        sys.path.remove(str(project))
+    runs = []
+    for i, case in enumerate(cases):
+        args = make_case_inputs(factory, case.params, case.dtype, "cpu", i)
+        if args is None:
+            continue  # not applicable on this machine
+        out = reference(*args)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        runs.append((case, [_sol_value(case.id, a, problem.path) for a in [*args, *outs]], len(args)))
+    ranks = Counter(_rank(v) for _, v, _ in runs).most_common(1)[0][0]
+    kept = [(c, v[:n], v[n:]) for c, v, n in runs if _rank(v) == ranks]
+    left = [c.id for c, v, _ in runs if _rank(v) != ranks]
+    n_args = len(kept[0][1])
+    names = [
+        p.name
+        for p in inspect.signature(reference).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ][:n_args]
+    return (names if len(names) == n_args else [f"a{i}" for i in range(n_args)]), kept, left
+
+
+def _sol_definition(problem, dtype: str, names: list[str], runs: list, module_source: str) -> dict:
+    import torch
+
+    _, first_in, first_out = runs[0]
+    out_names = ["out"] if len(first_out) == 1 else [f"out{i}" for i in range(len(first_out))]
+    shapes = {
+        n: [tuple(r[1][i].shape) for r in runs]
+        for i, n in enumerate(names)
+        if isinstance(first_in[i], torch.Tensor)
+    }
+    shapes |= {n: [tuple(r[2][i].shape) for r in runs] for i, n in enumerate(out_names)}
+    axes, dims = _axes(shapes)
+
+    def spec(name, value):
+        if not isinstance(value, torch.Tensor):
+            return {"shape": None, "dtype": {bool: "bool", int: "int64", float: "float32"}[type(value)]}
+        return {
+            "shape": dims[name],
+            "dtype": str(value.dtype).removeprefix("torch."),
+        }
+
+    module, _, function = problem.operator["reference"].partition(":")
+    params = ", ".join(names)
+    return {
+        "name": problem.id,
+        "op_type": None,
+        "description": f"{problem.id} {problem.version} ({dtype}), from the task card {Path(problem.path).name}: "
+        + (problem.raw.get("description") or ""),
+        "axes": axes,
+        "custom_inputs_entrypoint": None,
+        "inputs": {n: spec(n, v) for n, v in zip(names, first_in, strict=True)},
+        "outputs": {n: spec(n, v) for n, v in zip(out_names, first_out, strict=True)},
+        "reference": module_source
+        + REFERENCE_TAIL.format(reference=f"{module}:{function}", params=params, function=function),
+    }
+
+
+def scaffold_sol(args) -> tuple[Path, list[str]]:
+    """Write `<out>/definition.json`, `workload.jsonl` and the inputs' safetensors files from a task card:
+    each case of one dtype is a workload whose inputs are the card's factory's values (its edge values
+    kept), its tolerance the card's for that dtype; the reference is the card's module, its `run` calling
+    the card's function. Read back by the SOL loaders and the reference run on every workload before
+    the command says it is done; nothing is left when a check fails."""
+    import shutil
+
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.solexec.definition import load_definition
+    from mini_kv.solexec.workload import load_workloads
+
+    project = Path(args.project).resolve()
+    problem = load_task_card(Path(args.task).resolve(), project_root=project)
+    out = Path(args.out or project / "problems" / problem.id).resolve()
+    if out.exists() and not args.force:
+        raise UserError(f"{out} exists (--force replaces it)")
+    dtype, cases = _sol_cases(problem, args.dtype)
+    names, runs, left = _run_cases(problem, cases, project)
+    module = importlib.import_module(problem.operator["reference"].partition(":")[0])
+    definition = _sol_definition(problem, dtype, names, runs, inspect.getsource(module))
+    tol = problem.tolerances.get(dtype, {})
+    tolerance = {
+        "max_atol": tol.get("atol", 1e-2),
+        "max_rtol": tol.get("rtol", 1e-2),
+        "required_matched_ratio": 1.0,
+    }
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "inputs").mkdir(parents=True)
+    lines, kept = [], []
+    for case, inputs, outputs in runs:
+        descs = _workload_inputs(
+            out, case.id, dict(zip(names, inputs, strict=True)), args.max_file_mb * 2**20
+        )
+        if descs is None:
+            left.append(case.id)
+            continue
+        tensors = [*zip(names, inputs, strict=True), *zip(definition["outputs"], outputs, strict=True)]
+        sizes = {}
+        for n, v in tensors:
+            dims = (definition["inputs"] | definition["outputs"])[n]["shape"] or []
+            sizes |= {
+                a: int(d)
+                for a, d in zip(dims, v.shape, strict=True)
+                if definition["axes"][a]["type"] == "var"
+            }
+        lines.append({"uuid": case.id, "axes": sizes, "inputs": descs, "tolerance": tolerance})
+        kept.append((case, inputs, outputs))
+    (out / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
+    (out / "workload.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    try:
+        _check_sol(
+            load_definition(out / "definition.json"),
+            load_workloads(out / "workload.jsonl", load_definition(out / "definition.json")),
+            kept,
+        )
+    except Exception:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out, left
+
+
+def _workload_inputs(out: Path, case_id: str, inputs: dict, max_bytes: int) -> dict | None:
+    """A workload's input descriptors: the factory's tensors in inputs/<case>.safetensors (their values
+    kept: zeros, tiny, large), or, where that file would pass `max_bytes` (a roofline-sized bench case),
+    SOL's `random` for floating-point tensors; None where a larger one holds integers (indices, offsets:
+    random ones would not be valid)."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {n: v.contiguous() for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+    scalars = {n: {"type": "scalar", "value": v} for n, v in inputs.items() if n not in tensors}
+    if sum(t.nbytes for t in tensors.values()) > max_bytes:
+        if not all(t.is_floating_point() for t in tensors.values()):
+            return None
+        return {n: scalars.get(n, {"type": "random"}) for n in inputs}
+    file = f"inputs/{case_id}.safetensors"
+    save_file(tensors, str(out / file))
+    return {n: scalars.get(n, {"type": "safetensors", "path": file, "tensor_key": n}) for n in inputs}
+
+
+def _check_sol(definition, workloads, runs) -> None:
+    """The written reference, on each workload's stored inputs, gives the card reference's outputs (a
+    workload of random inputs is not compared: its values are drawn when it runs)."""
+    import torch
+
+    from mini_kv.load.safetensors_file import load_tensor
+
+    namespace: dict = {}
+    exec(compile(definition.reference, definition.path, "exec"), namespace)  # noqa: S102 - the user's own card
+    for w, (_, _, expected) in zip(workloads, runs, strict=True):
+        if any(d["type"] == "random" for d in w.inputs.values()):
+            continue
+        args = [
+            load_tensor(Path(w.safetensors[t.name]), w.inputs[t.name]["tensor_key"])
+            if t.name in w.safetensors
+            else w.inputs[t.name]["value"]
+            for t in definition.inputs
+        ]
+        got = namespace["run"](*args)
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        if not all(torch.equal(g, e) for g, e in zip(got, expected, strict=True)):
+            raise UserError(
+                f"{definition.path}: the written reference gives other outputs than the card's on workload {w.uuid}"
+            )
+
+
+def cmd_new_sol(args) -> int:
+    out, left = scaffold_sol(args)
+    if left:
+        print(
+            f"left out (tensors of other ranks than the other cases', or integer inputs over --max-file-mb): {', '.join(left)}"
+        )
+    print(f"wrote {out / 'definition.json'}, {out / 'workload.jsonl'} and {out / 'inputs'}")
+    print(f"next: write a solution (solution.json), then `mini-kv bench {out} --solution SOLUTION.json`")
+    return ExitCode.OK
+
+
 def cmd_new_card(args) -> int:
     card, cand = scaffold_card(args)
     print(f"wrote {card} and {cand / 'op.cpp'}")
@@ -185,7 +438,9 @@ def cmd_new_card(args) -> int:
 
 
 def register(sub) -> None:
-    new = sub.add_parser("new", help="scaffold a task card and a candidate from a reference function")
+    new = sub.add_parser(
+        "new", help="scaffold a task card from a reference function, or a SOL problem from a card"
+    )
     kinds = new.add_subparsers(dest="kind", required=True)
     card = kinds.add_parser("card", help="a task card and a candidate (op.cpp) to fill in")
     card.add_argument("id", metavar="ID", help="the task's and the op's name (lower case, digits, _)")
@@ -207,3 +462,17 @@ def register(sub) -> None:
     card.add_argument("--project", default=".", help="the project to write into (default: here)")
     card.add_argument("--force", action="store_true", help="replace a card or candidate that exists")
     card.set_defaults(func=cmd_new_card)
+    sol = kinds.add_parser("sol", help="a SOL-ExecBench problem (definition, workloads) from a task card")
+    sol.add_argument("task", metavar="CARD", help="the task card (tasks/ID.yaml)")
+    sol.add_argument("--dtype", help="the cases of this dtype (default: the first a case lists)")
+    sol.add_argument("--out", metavar="DIR", help="the problem directory to write (default: problems/ID)")
+    sol.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=64,
+        metavar="MB",
+        help="a case's inputs stored up to this size; larger floating-point ones are drawn at random (default 64)",
+    )
+    sol.add_argument("--project", default=".", help="the card's project (default: here)")
+    sol.add_argument("--force", action="store_true", help="replace a problem directory that exists")
+    sol.set_defaults(func=cmd_new_sol)

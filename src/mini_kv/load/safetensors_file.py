@@ -82,8 +82,9 @@ def _is_size(x) -> bool:
     return type(x) is int and 0 <= x < 2**63
 
 
-def describe(path: Path, key: str) -> tuple[str, tuple[int, ...]]:
+def describe(path: Path | str, key: str) -> tuple[str, tuple[int, ...]]:
     """(dtype name, shape) of `key`, checked against its byte range and the file's actual length."""
+    path = Path(path)  # a workload's record crosses to the worker as JSON: a str
     header, start = read_header(path)
     if key not in header:
         raise SafetensorsError(f"no tensor {key!r}; keys: {', '.join(sorted(map(str, header))) or '(none)'}")
