@@ -70,6 +70,14 @@ class Errors:
 
 
 @dataclass(frozen=True)
+class Fp64Error:
+    """A reference's own error against itself in float64 (the card's tolerance is known to be achievable)."""
+
+    max_abs_err: float
+    max_rel_err: float
+
+
+@dataclass(frozen=True)
 class Compared:
     """An output against the reference's by a card's rule: `ok`, why not, and the error statistics (None
     where type, shape, dtype or device differ, or where the values matched and none were asked for)."""

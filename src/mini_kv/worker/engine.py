@@ -31,7 +31,7 @@ import torch
 from mini_kv import stats
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity
-from mini_kv.worker.compare import Errors, Matched, inputs_unchanged
+from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
@@ -129,7 +129,7 @@ class Passed:
     stats: Errors | Matched | None
     rounds_run: int
     round_s: float
-    reference_error: dict | None
+    reference_error: Fp64Error | None
 
 
 @dataclass(frozen=True)

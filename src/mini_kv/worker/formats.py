@@ -26,7 +26,7 @@ from mini_kv.load.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
-from mini_kv.worker.compare import Matched, compare, compare_matched, tensor_errors
+from mini_kv.worker.compare import Fp64Error, Matched, compare, compare_matched, tensor_errors
 from mini_kv.worker.contract import Contract
 from mini_kv.worker.engine import Checked, Failure
 from mini_kv.worker.inputs import (
@@ -137,13 +137,13 @@ class CardFormat:
             return Checked(True, stats=e, rank=rank)
         return Checked(False, "values" if e else "structure", res.reason, None, e, rank)
 
-    def reference_error(self, args: list, refs: list) -> dict | None:
+    def reference_error(self, args: list, refs: list) -> Fp64Error | None:
         """The reference itself against float64, so the card's tolerance is known to be achievable."""
         ref = refs[0]
         if not isinstance(ref, torch.Tensor) or ref.dtype == torch.float64 or not ref.is_floating_point():
             return None
         errs = tensor_errors(ref, self.reference(*upcast_args(args)), 0.0, 0.0)  # in FP64
-        return {"max_abs_err": errs.max_abs_err, "max_rel_err": errs.max_rel_err}
+        return Fp64Error(errs.max_abs_err, errs.max_rel_err)
 
 
 class CardEvaluator:

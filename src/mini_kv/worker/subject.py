@@ -17,6 +17,7 @@ import contextlib
 import os
 import sys
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
@@ -61,12 +62,9 @@ class Subject:
         except integrity.Violation as v:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
         except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
-            return {"ok": False, "error": _error_of(exc)}, []
+            return {"ok": False, "error": Raised.of(exc)}, []
         except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
-            return {
-                "ok": False,
-                "error": {**_error_of(exc), "message": explain.system_exit(exc), "plain": True},
-            }, []
+            return {"ok": False, "error": Raised.of(exc, explain.system_exit(exc))}, []
 
     def do_load(self, msg: dict) -> tuple[dict, list[int]]:
         """The candidate (and the regression gate's baseline), loaded under the Guard."""
@@ -83,7 +81,7 @@ class Subject:
                 self.targets["candidate"] = loader.load_op(msg["library"], msg["op"])
             except Exception as exc:  # noqa: BLE001 - with a hint at what the library did register
                 hint = loader.registration_hint(msg["op"], loader.op_names() - known)
-                return {"ok": False, "error": _error_of(exc), "hint": hint}, []
+                return {"ok": False, "error": Raised.of(exc), "hint": hint}, []
             kernels = loader.registered_kernels(msg["op"])
             missing = not (kernels.get("CPU") and kernels.get("Meta"))
             fields = {
@@ -207,7 +205,7 @@ class Subject:
             self.targets["candidate"], self.factory, msg["task_id"], msg["cases"], self.device, msg["salt"]
         )
         self.guard.check(f"after {msg['name']}")
-        return {"ok": True, "record": to_json(rec)}, []
+        return {"ok": True, "record": rec}, []
 
     # ------------------------------------------------------------------ buffers and values
 
@@ -303,12 +301,20 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _error_of(exc: BaseException) -> dict:
-    return {
-        "type": type(exc).__name__,
-        "message": explain.exception_message(exc)[:4000],
-        "traceback": traceback.format_exc()[-4000:],
-    }
+@dataclass(frozen=True)
+class Raised:
+    """An exception as the subject answers it (the candidate's, or a bad request's): its class's name, its
+    message and traceback; `plain` where the message says all (explain.system_exit)."""
+
+    type: str
+    message: str
+    traceback: str
+    plain: bool | None = field(default=None, metadata={"omit_none": True})
+
+    @classmethod
+    def of(cls, exc: BaseException, plain: str | None = None) -> Raised:
+        message = plain or explain.exception_message(exc)[:4000]
+        return cls(type(exc).__name__, message, traceback.format_exc()[-4000:], True if plain else None)
 
 
 def serve(fd: int) -> int:
@@ -322,7 +328,7 @@ def serve(fd: int) -> int:
             return 0
         reply, out_fds = subject.handle(msg, fds)
         try:
-            link.send({**reply, "seq": msg.get("seq")}, out_fds)
+            link.send(to_json({**reply, "seq": msg.get("seq")}), out_fds)
         finally:
             for b in subject.buffers.values():
                 if b.fd in out_fds:
