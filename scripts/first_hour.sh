@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A new user's first hour, replayed from the README on a fresh clone of this checkout: set-up, `doctor`,
-# the main job, a task card with a bad expression, an operator of one's own, `bench`, `batch` (and its
+# the main job, a task card with a bad expression, an operator of one's own, `bench`, `new sol`, `batch` (and its
 # Ctrl-C), `report`, `leaderboard`, `attempts`. Each step checks what a user would otherwise stop
 # trusting the tool over (silent compiles, tracebacks on Ctrl-C or for a candidate's failure, the same
 # traceback three times, cut tables, dead links, stray files) and the run fails on the first one seen.
@@ -91,6 +91,21 @@ PROBLEM=problems/sol-execbench/custom_inputs_matmul
 run bench "${MK[@]}" bench "$PROBLEM" --solution solutions/custom_inputs_matmul/pytorch/solution.json --device cpu
 expect_rc 0 bench
 no_traceback_of_ours bench
+
+step "a SOL-ExecBench problem from a task card, and a solution of one's own"
+run new_sol "${MK[@]}" new sol tasks/vector_add.yaml --dtype float32 --out "$WORK/vector_add_sol"
+expect_rc 0 new_sol
+mkdir -p "$WORK/my_sol"
+printf 'def run(a, b):\n    return a + b\n' >"$WORK/my_sol/kernel.py"
+cat >"$WORK/my_sol/solution.json" <<EOF
+{"name": "my_add", "definition": "vector_add", "author": "me",
+ "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "kernel.py::run",
+          "destination_passing_style": false},
+ "sources": [{"path": "kernel.py"}]}
+EOF
+run bench_new "${MK[@]}" bench "$WORK/vector_add_sol" --solution "$WORK/my_sol/solution.json" --device cpu
+expect_rc 0 bench_new
+no_traceback_of_ours bench_new
 
 step "a reference that cannot run here: its log once"
 run triton "${MK[@]}" bench problems/sol-execbench/triton_ref_vecadd \

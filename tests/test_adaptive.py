@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mini_kv import stats
+from mini_kv.codec import to_json
 from mini_kv.load.schema import load_schema
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
@@ -279,7 +280,7 @@ def test_a_bench_record_says_how_it_was_sampled_and_is_schema_valid(samples):
             assert s["repeat_rel_ci"] == timing.repeat_target(settings, SETTINGS["repeats"])
     # the stability gate is computed from exactly these samples
     cs = stats.summarize_repeats(rec["candidate"]["samples"])
-    assert rec["candidate"]["summary"] == cs.to_dict()
+    assert rec["candidate"]["summary"] == to_json(cs)
 
 
 def test_a_case_slower_than_its_budget_is_timed_with_fewer_samples():

@@ -468,8 +468,8 @@ def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
 
 
 def test_leaderboard_at_80_columns_keeps_ids_whole():
+    from mini_kv.codec import from_json
     from mini_kv.leaderboard import Board, rich_tables
-    from mini_kv.load.codec import from_json
 
     entry = {
         "rank": 1,

@@ -1,4 +1,5 @@
-"""load.codec: typed records to JSON data and back, checked against their schema at the edge."""
+"""codec: typed records to JSON data and back; load.schema.read_record checks them against their
+schema at the edge."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import json
 
 import pytest
 
+from mini_kv.codec import from_json, to_json
 from mini_kv.errors import ConfigError
 from mini_kv.leaderboard import Board, Entry, Group, SigningState
-from mini_kv.load.codec import from_json, to_json
+from mini_kv.load.schema import read_record
 from mini_kv.store.index import Problem
 
 
@@ -32,5 +34,13 @@ def test_a_record_round_trips_through_json_text():
 
 def test_a_document_that_breaks_its_schema_is_refused_naming_file_and_field():
     with pytest.raises(ConfigError) as err:
-        from_json(dict, {"schema_version": 1, "verdict": "MAYBE"}, "regression", "x/regression.json")
+        read_record(dict, {"schema_version": 1, "verdict": "MAYBE"}, "regression", "x/regression.json")
     assert "x/regression.json" in str(err.value)
+
+
+def test_a_document_that_passes_its_schema_reads_as_its_record():
+    from mini_kv.judge.regression import RegressionVerdict, Thresholds, Verdict, verdict_document
+
+    verdict = RegressionVerdict(Verdict.PASS, ("same",), Thresholds())
+    back = read_record(RegressionVerdict, verdict_document(verdict), "regression", "r.json")
+    assert back == verdict and isinstance(back.thresholds, Thresholds)

@@ -17,7 +17,7 @@ from mini_kv.pipeline import (
     VerifyOptions,
     _confirmation,
     _interleaved_settings,
-    verify,
+    run_stages,
 )
 from mini_kv.store.attempts import read_attempt
 
@@ -74,7 +74,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     cand = card.candidate("v0_naive")
     store = tmp_path / "store"
     opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
-    attempt = Path(verify(card, cand, opts)["attempt"])
+    attempt = run_stages(CardDoor(card, cand, opts)).attempt
     header = read_attempt(attempt)
     baseline = {
         "task_id": card.id,
@@ -119,7 +119,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     card = load_task_card("tasks/rmsnorm.yaml")
     store = tmp_path / "store"
     opts = VerifyOptions(device="cuda", skip_benchmark=True, artifacts=str(store), case_filter=["r2_h128"])
-    attempt = Path(verify(card, card.candidate("v1_block_reduce"), opts)["attempt"])
+    attempt = run_stages(CardDoor(card, card.candidate("v1_block_reduce"), opts)).attempt
     baseline = {
         "task_id": card.id,
         "source": {
@@ -154,7 +154,7 @@ def test_a_changed_source_attempt_is_refused_before_anything_is_built(tmp_path):
     card = load_task_card("tasks/vector_add.yaml")
     store = tmp_path / "store"
     opts = VerifyOptions(device="cpu", skip_benchmark=True, artifacts=str(store), case_filter=["zeros"])
-    attempt = Path(verify(card, card.candidate("v0_naive"), opts)["attempt"])
+    attempt = run_stages(CardDoor(card, card.candidate("v0_naive"), opts)).attempt
     baseline = {
         "task_id": card.id,
         "source": {

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from mini_kv.cli import main
+from mini_kv.codec import to_json
 from mini_kv.environment import environment_key
 from mini_kv.html_report.build import ReportOptions, build_report
 from mini_kv.store.attempts import AttemptWriter
@@ -79,8 +80,8 @@ def _bench_case(case_id: str, p50: float, ref_p50: float, seed: int, stable: boo
         "timer": "host wall clock (perf_counter)",
         "l2": "n/a",
         "unit": "us",
-        "candidate": {"samples": cand, "summary": cs.to_dict()},
-        "reference": {"samples": ref, "summary": rs.to_dict()},
+        "candidate": {"samples": cand, "summary": to_json(cs)},
+        "reference": {"samples": ref, "summary": to_json(rs)},
         "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
         "stability": {
             "stable": stable,

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.store.attempts import AttemptWriter, read_attempt
 from mini_kv.store.index import (
     INDEX_NAME,
@@ -81,7 +82,7 @@ def bench_case(
     from mini_kv.worker.inputs import case_seed
 
     cs, rs = stats.summarize_repeats(samples), stats.summarize_repeats(ref_samples)
-    stab = {**stats.stability(cs, rs, 0.03, 0.15).to_dict(), "max_cv": 0.03, "max_p95_cv": 0.15}
+    stab = {**to_json(stats.stability(cs, rs, 0.03, 0.15)), "max_cv": 0.03, "max_p95_cv": 0.15}
     return {
         "id": case_id,
         "dtype": "float32",
@@ -92,8 +93,8 @@ def bench_case(
         "timer": "host wall clock",
         "unit": "us",
         "order": [],
-        "candidate": {"samples": samples, "summary": cs.to_dict()},
-        "reference": {"samples": ref_samples, "summary": rs.to_dict()},
+        "candidate": {"samples": samples, "summary": to_json(cs)},
+        "reference": {"samples": ref_samples, "summary": to_json(rs)},
         "speedup": stats.speedup(rs.overall.p50, cs.overall.p50),
         "stability": stab,
         "post_check": {"ok": True, "reason": None},

@@ -11,8 +11,8 @@ import pytest
 from conftest import run_cli
 from test_index import ENV_KEY, env_key_of, make_attempt
 
+from mini_kv.codec import to_json
 from mini_kv.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
-from mini_kv.load.codec import to_json
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,7 @@ import pytest
 
 from mini_kv.errors import UserError
 from mini_kv.load.task_card import load_task_card
+from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS
 from mini_kv.pipeline import VerifyOptions, benchmark_settings
 from mini_kv.settings import DEFAULTS, ENV_KEYS, from_environment
 from mini_kv.solexec.run import BenchOptions
@@ -29,7 +30,8 @@ MINIMAL = ROOT / "tests" / "task_cards" / "good" / "minimal.yaml"  # no benchmar
 
 def test_a_card_without_a_benchmark_section_gets_the_defaults(no_env):
     card = load_task_card(MINIMAL)
-    assert card.benchmark == DEFAULTS.benchmark() and card.timeouts == DEFAULTS.timeouts()
+    assert card.benchmark == DEFAULT_BENCHMARK and card.benchmark["cases"] == DEFAULTS.cases == "bench"
+    assert card.timeouts == DEFAULT_TIMEOUTS == {"compile_s": 600.0, "case_s": 120.0, "stage_s": 1800.0}
     assert benchmark_settings(card, VerifyOptions())["max_cv"] == DEFAULTS.max_cv == 0.03
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from mini_kv.environment import source_revision
+from mini_kv.environment import SourceRevision, source_revision
 from mini_kv.html_report.collect import load_store
 from mini_kv.leaderboard import rich_tables
 from mini_kv.solexec.run import BenchOptions, bench
@@ -52,15 +52,15 @@ def repo(tmp_path) -> Path:
 
 def test_source_revision_says_the_commit_and_whether_the_tree_differs(repo, tmp_path):
     head = _git(repo, "rev-parse", "HEAD")
-    assert source_revision(repo / "sol") == {"commit": head, "dirty": False}
+    assert source_revision(repo / "sol") == SourceRevision(head, False)
     (repo / "artifacts").mkdir()
     (repo / "artifacts" / "x").write_text("ignored")  # a file git ignores leaves the tree clean
-    assert source_revision(repo / "sol" / "solution.json") == {"commit": head, "dirty": False}
+    assert source_revision(repo / "sol" / "solution.json") == SourceRevision(head, False)
     (repo / "sol" / "notes.txt").write_text("new")  # a new file it does not ignore: dirty
-    assert source_revision(repo / "sol") == {"commit": head, "dirty": True}
+    assert source_revision(repo / "sol") == SourceRevision(head, True)
     (repo / "sol" / "notes.txt").unlink()
     (repo / ".gitignore").write_text("changed\n")  # a changed tracked file: dirty
-    assert source_revision(repo)["dirty"] is True
+    assert source_revision(repo).dirty is True
     outside = tmp_path / "plain"
     outside.mkdir()
     assert source_revision(outside) is None and source_revision(None) is None

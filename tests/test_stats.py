@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.stats import (
     Stability,
     bootstrap_ci,
@@ -70,7 +71,7 @@ def test_summarize_matches_numpy_percentile():
 
 def test_summarize_single_sample():
     s = summarize([7.5])
-    assert s.to_dict() == {
+    assert to_json(s) == {
         "n": 1,
         "min": 7.5,
         "max": 7.5,
@@ -105,7 +106,7 @@ def test_summarize_returns_python_types():
     assert type(s.n) is int
     for key in ("min", "max", "mean", "std", "p50", "p95", "mad", "robust_cv", "iqr"):
         assert type(getattr(s, key)) is float, key
-    assert json.loads(json.dumps(summarize_repeats([[1.0, 2.0]]).to_dict()))["overall"]["n"] == 2
+    assert json.loads(json.dumps(to_json(summarize_repeats([[1.0, 2.0]]))))["overall"]["n"] == 2
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")], [[1.0, 2.0]]])
@@ -360,7 +361,7 @@ def test_is_slower_detects_20_percent_slowdown():
     assert out.exceeds is True
     assert out.slower is True
     assert out.baseline_ci[1] < out.candidate_ci[0]
-    assert set(out.to_dict()) == {
+    assert set(to_json(out)) == {
         "ratio",
         "p_value",
         "significant",

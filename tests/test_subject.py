@@ -14,6 +14,7 @@ import threading
 import pytest
 import torch
 
+from mini_kv.codec import to_json
 from mini_kv.worker import link, shared
 from mini_kv.worker.integrity import Violation, check_output
 from mini_kv.worker.remote import (
@@ -285,7 +286,7 @@ def test_a_violation_code_the_harness_does_not_know_is_a_forged_channel(fake_sub
 
 
 def test_an_output_in_a_buffer_the_subject_never_sent_is_a_forged_channel(fake_subject):
-    spec = shared.TensorSpec(-7, "float32", (4,), (1,)).to_dict()
+    spec = to_json(shared.TensorSpec(-7, "float32", (4,), (1,)))
     sub = fake_subject(lambda msg: {"ok": True, "seq": msg["seq"], "out": {"t": spec}})
     with pytest.raises(Violation) as v:
         RemoteOp(sub, "candidate")(1.0)
@@ -301,7 +302,7 @@ def test_an_unsealed_buffer_from_the_subject_is_refused():
         msg, _ = peer.recv()
         fd = os.memfd_create("x")
         os.ftruncate(fd, 16)
-        spec = shared.TensorSpec(-1, "float32", (4,), (1,)).to_dict()
+        spec = to_json(shared.TensorSpec(-1, "float32", (4,), (1,)))
         socket.send_fds(
             peer.sock,
             [

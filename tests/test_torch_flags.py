@@ -130,7 +130,7 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
 def test_environment_build_flags_name_the_standard():
     from mini_kv import environment
 
-    flags = environment.build_flags([])
+    flags = environment.collect()["build_flags"]
     assert torch_flags.installed_std_flag() in flags["cflags"]
 
 

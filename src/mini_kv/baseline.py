@@ -41,9 +41,6 @@ class BaselineBuild:
     build_key: str
     cache_hit: bool
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def rename_namespace(text: str, old: str, new: str) -> tuple[str, int]:
     """Every whole-token `old` replaced by `new` (so `ns_launch` and `other_ns` stay as they are)."""

@@ -13,6 +13,7 @@ from mini_kv.cli_common import (
     add_sandbox_argument,
     artifacts_dir,
     console,
+    console_entry,
     options_from,
     run_command,
     selected_candidates,
@@ -241,10 +242,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """`mini-kv` and `python -m mini_kv`: bytecode kept (pycache.redirect), main, then the process ends
-    without the interpreter's teardown."""
-    from mini_kv.proc import exit_without_teardown
-    from mini_kv.pycache import redirect
-
-    redirect()  # before torch is imported: see pycache.py
-    exit_without_teardown(main())
+    """`mini-kv` and `python -m mini_kv`."""
+    console_entry(main)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
+from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.tables import Column, fitted_tables
 
@@ -28,7 +30,6 @@ LIST_COLUMNS = (
 
 
 def cmd_list(args) -> int:
-    from mini_kv.load.codec import to_json
     from mini_kv.store.index import read_index
 
     artifacts = artifacts_dir(args)
@@ -82,29 +83,44 @@ def _flat(d, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def compare(a: Path, b: Path) -> dict:
+@dataclass(frozen=True)
+class SourceDiff:
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+
+@dataclass(frozen=True)
+class CaseDiff:
+    case: str
+    p50_a_us: float
+    p50_b_us: float
+    ratio: float  # B/A
+    p_value: float  # two-sided Mann-Whitney U on the raw samples
+
+
+@dataclass(frozen=True)
+class AttemptDiff:
+    """What differs between attempts `a` and `b` (`attempts compare --json` prints it)."""
+
+    a: str
+    b: str
+    verdict: dict[str, list]  # field -> [a's, b's]
+    sources: SourceDiff
+    environment: dict[str, list]  # environment.json's differing (dotted) keys -> [a's, b's]
+    cases: list[CaseDiff]
+
+
+def compare(a: Path, b: Path) -> AttemptDiff:
     """What differs between two attempts: their verdicts, sources, environment and per-case latency
     (medians and a two-sided Mann-Whitney U test on the raw samples). Both pass the store's checks."""
     from mini_kv import stats
     from mini_kv.store.index import check_attempt
 
-    out: dict = {"a": str(a), "b": str(b)}
     # hashes and claims checked, as any reader of the store does
     (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
-    out["verdict"] = {
-        k: [getattr(ra, k), getattr(rb, k)]
-        for k in ("task_id", "candidate", "status", "stable", "geomean_speedup")
-    }
     sa, sb = _sources(a, ha), _sources(b, hb)
-    out["sources"] = {
-        "added": sorted(set(sb) - set(sa)),
-        "removed": sorted(set(sa) - set(sb)),
-        "changed": sorted(p for p in set(sa) & set(sb) if sa[p] != sb[p]),
-    }
     ea, eb = _flat(fa.get("environment.json") or {}), _flat(fb.get("environment.json") or {})
-    out["environment"] = {
-        k: [ea.get(k), eb.get(k)] for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)
-    }
     ca = {c["id"]: c for c in (fa.get("benchmark.json") or {}).get("cases", [])}
     cb = {c["id"]: c for c in (fb.get("benchmark.json") or {}).get("cases", [])}
     cases = []
@@ -113,10 +129,22 @@ def compare(a: Path, b: Path) -> dict:
         if not xa or not xb:
             continue
         p50a, p50b = stats.summarize(xa).p50, stats.summarize(xb).p50
-        _, p = stats.mann_whitney_u(xa, xb)
-        cases.append({"case": cid, "p50_a_us": p50a, "p50_b_us": p50b, "ratio": p50b / p50a, "p_value": p})
-    out["cases"] = cases
-    return out
+        cases.append(CaseDiff(cid, p50a, p50b, p50b / p50a, stats.mann_whitney_u(xa, xb)[1]))
+    return AttemptDiff(
+        str(a),
+        str(b),
+        {
+            k: [getattr(ra, k), getattr(rb, k)]
+            for k in ("task_id", "candidate", "status", "stable", "geomean_speedup")
+        },
+        SourceDiff(
+            sorted(set(sb) - set(sa)),
+            sorted(set(sa) - set(sb)),
+            sorted(p for p in set(sa) & set(sb) if sa[p] != sb[p]),
+        ),
+        {k: [ea.get(k), eb.get(k)] for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)},
+        cases,
+    )
 
 
 def _samples(case: dict) -> list[float]:
@@ -128,19 +156,16 @@ def cmd_compare(args) -> int:
     artifacts = artifacts_dir(args)
     diff = compare(_attempt(args.a, artifacts), _attempt(args.b, artifacts))
     if args.json:
-        print(json.dumps(diff, indent=1))
+        print(json.dumps(to_json(diff), indent=1))
         return ExitCode.OK
-    v = diff["verdict"]
-    for key, (x, y) in v.items():
+    for key, (x, y) in diff.verdict.items():
         console.print(f"{key}: {_cell(x)} -> {_cell(y)}" + ("" if x == y else "  [yellow](changed)[/]"))
-    s = diff["sources"]
-    changed = (
-        [f"+{p}" for p in s["added"]] + [f"-{p}" for p in s["removed"]] + [f"~{p}" for p in s["changed"]]
-    )
+    s = diff.sources
+    changed = [f"+{p}" for p in s.added] + [f"-{p}" for p in s.removed] + [f"~{p}" for p in s.changed]
     console.print(
         "sources: " + (", ".join(changed) if changed else "identical"), markup=False, soft_wrap=True
     )
-    env = diff["environment"]
+    env = diff.environment
     console.print(
         "environment: "
         + ("; ".join(f"{k}: {x} -> {y}" for k, (x, y) in env.items()) if env else "identical"),
@@ -148,9 +173,9 @@ def cmd_compare(args) -> int:
         soft_wrap=True,
     )
     rows = [
-        [c["case"], f"{c['p50_a_us']:.2f}", f"{c['p50_b_us']:.2f}", f"{c['ratio']:.3f}x", f"{c['p_value']:.2g}",
-         "yes" if c["p_value"] < 0.01 else "no"]
-        for c in diff["cases"]
+        [c.case, f"{c.p50_a_us:.2f}", f"{c.p50_b_us:.2f}", f"{c.ratio:.3f}x", f"{c.p_value:.2g}",
+         "yes" if c.p_value < 0.01 else "no"]
+        for c in diff.cases
     ]  # fmt: skip
     heads = ["case", "P50 A (us)", "P50 B (us)", "B/A", "p (Mann-Whitney)", "significant (p<0.01)"]
     for t in fitted_tables("latency", [Column(h) for h in heads], rows, console.width, keys=1):

@@ -197,17 +197,21 @@ def print_batch(results: list[dict], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
     write_junit(results, args)
     from mini_kv import report
-    from mini_kv.cluster.batch import worst
+    from mini_kv.cluster.batch import status_of, worst
     from mini_kv.solexec.table import print_report
 
     for result in results:
-        if args.json:
+        if args.json:  # one line an item: verify's summary, bench's status and exit code
             line = {
                 "candidate": result.get("candidate"),
                 "item": result["label"],
                 "attempt": result["attempt"],
             }
-            print(json.dumps({**line, **_json_summary(result)}))
+            code = int(result["exit_code"])
+            summary = (
+                result["summary"] if "summary" in result else {"status": status_of(result), "exit_code": code}
+            )
+            print(json.dumps({**line, **summary, "where": result.get("where")}))
         elif result.get("failed"):
             console.print(f"{result['summary']['status']} {result['label']}: {result['summary']['reason']}")
         elif "summary" in result:
@@ -241,14 +245,6 @@ def batch_summary_line(results: list[dict]) -> str:
         f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
         for r in results
     )
-
-
-def _json_summary(result: dict) -> dict:
-    from mini_kv.cluster.batch import status_of
-
-    if "summary" in result:
-        return {**result["summary"], "where": result.get("where")}
-    return {"status": status_of(result), "exit_code": int(result["exit_code"]), "where": result.get("where")}
 
 
 def cmd_batch(args) -> int:

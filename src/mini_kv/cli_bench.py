@@ -14,6 +14,7 @@ from mini_kv.cli_common import (
     add_sandbox_argument,
     artifacts_dir,
     console,
+    console_entry,
     options_from,
     run_command,
 )
@@ -226,13 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """`hpc-bench` and `sol-execbench`: bytecode kept (pycache.redirect), main, then the process ends
-    without the interpreter's teardown."""
-    from mini_kv.proc import exit_without_teardown
-    from mini_kv.pycache import redirect
-
-    redirect()  # before torch is imported: see pycache.py
-    exit_without_teardown(main())
+    """`hpc-bench` and `sol-execbench`."""
+    console_entry(main)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,16 @@ def artifacts_dir(args, root: Path | None = None) -> Path:
     return (root or find_project_root(Path.cwd())) / "artifacts"
 
 
+def console_entry(main) -> None:
+    """A console script's entry: bytecode kept (pycache.redirect), `main()`, then the process ends
+    without the interpreter's teardown."""
+    from mini_kv.proc import exit_without_teardown
+    from mini_kv.pycache import redirect
+
+    redirect()  # before torch is imported: see pycache.py
+    exit_without_teardown(main())
+
+
 def run_command(func, args) -> int:
     """`func(args)` as an exit code: a UserError is one red line, a bug a traceback (exit INTERNAL)."""
     from mini_kv.store.signing import held_from_environment

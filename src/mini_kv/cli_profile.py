@@ -125,7 +125,7 @@ def _print_comparison(result: Comparison, timing: dict, console) -> None:
 
 
 def cmd_compare_profiles(args) -> int:
-    from mini_kv.load.codec import to_json
+    from mini_kv.codec import to_json
     from mini_kv.profile.ab import run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json

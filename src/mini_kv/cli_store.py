@@ -51,7 +51,7 @@ def _check_rebuildable(artifacts: Path, what: str) -> None:
 
 
 def cmd_rebuild_index(args) -> int:
-    from mini_kv.load.codec import to_json
+    from mini_kv.codec import to_json
     from mini_kv.store.index import rebuild_index
 
     _check_rebuildable(artifacts_dir(args), "rebuild-index")

@@ -36,9 +36,9 @@ def checks(build_dir: Path) -> list[dict]:
         if t.devices:
             for d in t.devices:
                 row(
-                    f"GPU {d['index']}",
-                    f"{d['name']} (compute capability {d['capability']}, "
-                    f"{d['sm_count']} SMs, {d['memory_bytes'] / 2**30:.0f} GiB)",
+                    f"GPU {d.index}",
+                    f"{d.name} (compute capability {d.capability}, "
+                    f"{d.sm_count} SMs, {d.memory_bytes / 2**30:.0f} GiB)",
                     True,
                 )
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import shutil
@@ -11,6 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from mini_kv import torch_flags
+from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import canonical_json, sha256_text
 
@@ -24,11 +26,29 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """One visible GPU, as environment.json's `gpu` records it."""
+
+    index: int
+    name: str
+    capability: str  # "9.0"
+    sm_count: int
+    memory_bytes: int
+    l2_bytes: int | None
+
+
+@dataclass(frozen=True)
+class SourceRevision:
+    commit: str
+    dirty: bool  # the work tree differed from the commit
+
+
+@dataclass(frozen=True)
 class TorchInfo:
     version: str
     cuda: str | None  # the CUDA torch was built with; None: a CPU build
     cuda_available: bool
-    devices: tuple[dict, ...]  # each visible GPU as environment.json's `gpu` records it
+    devices: tuple[Gpu, ...]
 
 
 def _first_line(cmd: list[str]) -> str | None:
@@ -80,25 +100,17 @@ def ninja_info() -> Tool:
     return Tool(shutil.which("ninja"), _first_line(["ninja", "--version"]))
 
 
-def _gpu(i: int) -> dict:
-    import torch
-
-    p = torch.cuda.get_device_properties(i)
-    return {
-        "index": i,
-        "name": p.name,
-        "capability": f"{p.major}.{p.minor}",
-        "sm_count": p.multi_processor_count,
-        "memory_bytes": p.total_memory,
-        "l2_bytes": getattr(p, "L2_cache_size", None),
-    }
-
-
 def torch_info() -> TorchInfo:
     import torch
 
     available = bool(torch.cuda.is_available())
-    devices = tuple(_gpu(i) for i in range(torch.cuda.device_count())) if available else ()
+    props = [
+        torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count() if available else 0)
+    ]
+    devices = tuple(
+        Gpu(i, p.name, f"{p.major}.{p.minor}", p.multi_processor_count, p.total_memory, p.L2_cache_size)
+        for i, p in enumerate(props)
+    )
     return TorchInfo(torch.__version__, torch.version.cuda, available, devices)
 
 
@@ -108,13 +120,13 @@ def driver_version() -> str | None:
     return line.strip() if line else None
 
 
-def cuda_arch_list(devices: list[dict] | None = None) -> list[str]:
+def cuda_arch_list(devices: tuple[Gpu, ...] | None = None) -> list[str]:
     """The archs a CUDA build targets: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs' (`devices`:
     torch_info()'s, when the caller already has them)."""
     env = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if env:
         return sorted(set(env.replace(";", " ").split()))
-    return sorted({d["capability"] for d in (torch_info().devices if devices is None else devices)})
+    return sorted({d.capability for d in (torch_info().devices if devices is None else devices)})
 
 
 def torch_has_cuda_build() -> bool:
@@ -149,16 +161,23 @@ def cpu_memory_limit(gb: float | None = None) -> int:
         return 8 << 30
 
 
+BUILD_MEMORY_VAR = "MINI_KV_BUILD_MEMORY_GB"
+
+
+def build_memory_limit() -> int:
+    """Address-space cap of each process of a build that loads no CUDA: $MINI_KV_BUILD_MEMORY_GB GiB,
+    else half the machine (cpu_memory_limit)."""
+    raw = os.environ.get(BUILD_MEMORY_VAR, "")
+    try:
+        gb = float(raw) if raw else None
+    except ValueError:
+        raise UserError(f"${BUILD_MEMORY_VAR}={raw!r}: expected a number of GiB") from None
+    if gb is not None and not (gb > 0 and math.isfinite(gb)):
+        raise UserError(f"${BUILD_MEMORY_VAR}={raw!r}: expected a positive number of GiB")
+    return cpu_memory_limit(gb)
+
+
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"
-
-
-def build_flags(devices: list[dict]) -> dict:
-    """The flags every candidate build starts from: a change to them changes every binary."""
-    return {
-        "cflags": list(torch_flags.base_cflags()),
-        "cuda_cflags": list(torch_flags.base_cuda_cflags()),
-        "arch_list": cuda_arch_list(devices) if devices else [],
-    }
 
 
 def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
@@ -176,12 +195,17 @@ def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
         "torch": t.version,
         "torch_cuda": t.cuda,
         "device_kind": "cuda" if device else "cpu",
-        "gpu": device,
+        "gpu": to_json(device),
         "driver": driver_version() if device else None,
         "nvcc": nvcc_info().version,
         "cxx": cxx_info().version,
         "executable": sys.executable,
-        "build_flags": build_flags(list(t.devices)),
+        # the flags every candidate build starts from: a change to them changes every binary
+        "build_flags": {
+            "cflags": list(torch_flags.base_cflags()),
+            "cuda_cflags": list(torch_flags.base_cuda_cflags()),
+            "arch_list": cuda_arch_list(t.devices) if t.devices else [],
+        },
         "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
     }
     env["key"] = environment_key(env)
@@ -206,7 +230,7 @@ def environment_key(env: dict) -> str:
     return sha256_text(canonical_json(parts))[:16]
 
 
-def source_revision(path: str | os.PathLike | None) -> dict | None:
+def source_revision(path: str | os.PathLike | None) -> SourceRevision | None:
     """The git commit of the repository holding `path` (a candidate's or solution's directory) and whether
     its work tree differed from that commit (a tracked file changed, or a file git does not ignore is
     new): which code an attempt measured, beside the sources it archives. None outside a git work tree,
@@ -229,4 +253,4 @@ def source_revision(path: str | os.PathLike | None) -> dict | None:
     status = git("status", "--porcelain")
     if not commit or status is None:
         return None
-    return {"commit": commit, "dirty": bool(status.strip())}
+    return SourceRevision(commit, bool(status.strip()))

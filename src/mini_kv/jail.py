@@ -66,6 +66,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.proc import ProcResult, die_with_parent, kill_group
 
@@ -161,6 +162,10 @@ class Limits:
     file_size_bytes: int = 8 << 30
     cpu_s: int = 4 * 3600
     processes: int = 512
+    # RLIMIT_AS, per process: a compiler fed `#include "/dev/zero"` fails alone instead of taking the
+    # machine's memory. None where CUDA may be mapped (its driver reserves far more address space than
+    # it uses, and fails under a cap)
+    address_space_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -642,7 +647,17 @@ def _shows_too_much(path: str) -> bool:
     return real == "/" or any(w == real or w.startswith(real.rstrip("/") + "/") for w in whole)
 
 
-def landlock_rules(spec: JailSpec) -> dict:
+@dataclass(frozen=True)
+class LandlockRules:
+    """What _jail_prelude restricts the jailed process to (sent to it as JSON)."""
+
+    read: tuple[str, ...]  # read and executed
+    write: tuple[str, ...]
+    net: bool  # TCP allowed (the profiler's loopback)
+    abi_min: int = 1
+
+
+def landlock_rules(spec: JailSpec) -> LandlockRules:
     """The Landlock rules for the same view bwrap builds: what is bound read-only (the staged dirs
     too, wherever a symlink puts them) may be read and executed, the writable dirs written."""
     staged = [os.path.realpath(d) for d in spec.staged if os.path.isdir(d)]
@@ -650,7 +665,7 @@ def landlock_rules(spec: JailSpec) -> dict:
     writes = [SCRATCH, "/dev", "/proc", *[os.path.realpath(p) for p in spec.writable]]
     if spec.gpu:
         reads.append("/sys")
-    return {"read": reads, "write": writes, "net": spec.profiler, "abi_min": 1}
+    return LandlockRules(tuple(reads), tuple(writes), spec.profiler)
 
 
 def _view_args(read_only: list[str], spec: JailSpec, inboxes: dict[str, str]) -> list[str]:
@@ -706,7 +721,7 @@ def argv(
     args += ["--chdir", chdir or SCRATCH, "--seccomp", str(seccomp_fd), "--"]
     if self_landlock:  # the command applies the rules itself ($MINI_KV_JAIL_LANDLOCK, see popen)
         return [*args, *cmd]
-    rules = json.dumps({**landlock_rules(spec), "abi_min": 1})
+    rules = json.dumps(to_json(landlock_rules(spec)))
     return [*args, sys.executable, "-I", "-S", PRELUDE, rules, "--", *cmd]
 
 
@@ -811,7 +826,8 @@ def _launcher(limits: Limits, nproc: bool, procs_file: str | None, uid: int | No
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
-    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else []), "--"]
+    out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else [])]
+    out += [*([f"--as={limits.address_space_bytes}"] if limits.address_space_bytes else []), "--"]
     if procs_file is not None:
         out += ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file]
     return out
@@ -822,6 +838,8 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.address_space_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
     if nproc:  # binds only for a non-zero uid (root ignores RLIMIT_NPROC, in any namespace)
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
@@ -968,7 +986,7 @@ def popen(
     _hand_over(spec, inboxes, uid)
     procs = str(group.dir / "cgroup.procs") if group is not None else None
     launch = _launcher(spec.limits, nproc, procs, uid)
-    landlock = {LANDLOCK_ENV: json.dumps(landlock_rules(spec))} if self_landlock else {}
+    landlock = {LANDLOCK_ENV: json.dumps(to_json(landlock_rules(spec)))} if self_landlock else {}
     try:
         proc = Jailed(
             [*(launch or []), *argv(cmd, spec, info, fd, inboxes, chdir, self_landlock)],

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.errors import UserError
-from mini_kv.load.codec import to_json
 from mini_kv.status import Status
 from mini_kv.store import signing
 from mini_kv.store.atomic import write_bytes, write_json

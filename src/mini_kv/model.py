@@ -11,8 +11,10 @@ from typing import Any
 
 from mini_kv.settings import DEFAULTS
 
-DEFAULT_BENCHMARK = DEFAULTS.benchmark()
-DEFAULT_TIMEOUTS = DEFAULTS.timeouts()
+# a card's `benchmark:` and `timeouts:` sections when they set nothing
+_BENCHMARK_KEYS = "method l2 warmup repeats samples graph_launches max_cv max_p95_cv cases".split()
+DEFAULT_BENCHMARK = {k: getattr(DEFAULTS, k) for k in _BENCHMARK_KEYS}
+DEFAULT_TIMEOUTS = {k: getattr(DEFAULTS, k) for k in ("compile_s", "case_s", "stage_s")}
 
 
 def canonical_json(obj: Any) -> str:

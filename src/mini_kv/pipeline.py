@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mini_kv import environment, jail
+from mini_kv.codec import to_json
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
@@ -159,6 +160,27 @@ def _jail_spec(prep: Prepared) -> JailSpec:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """What an attempt is compared by (attempt.json's ids): a baseline must match every one."""
+
+    task_id: str
+    task_version: str
+    operator: dict  # name, version (SOL: the definition's operator record)
+    suite_hash: str
+    environment_key: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What was evaluated (attempt.json's `candidate`, `op`, and a SOL attempt's `format`)."""
+
+    candidate: str
+    op: str
+    format: str | None = field(default=None, metadata={"omit_none": True})  # None: a task card's
+
+
+@dataclass(frozen=True)
 class Built:
     """The build stage's record: compile.json's (None: nothing compiled) and, when the build alone decides
     the run (no worker job), the door's outcomes and why the code cannot run here."""
@@ -215,7 +237,7 @@ class FrontDoor(Protocol):
     def stage_timeout(self, job: Job) -> float: ...
     def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
-    def identity(self, prep: Prepared) -> dict: ...  # the ids a baseline must match
+    def identity(self, prep: Prepared) -> Identity: ...
     def build_baseline(
         self, baseline: dict, prep: Prepared, job: Job
     ) -> tuple[dict, dict]: ...  # (entry, record)
@@ -224,7 +246,7 @@ class FrontDoor(Protocol):
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {}  # its header keys
 
-    def header(self) -> dict: ...  # candidate, op (format)
+    def evaluated(self) -> Evaluated: ...
     def source_dir(self) -> Path | None: ...  # the candidate's directory, whose git commit is recorded
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
     def close(self) -> None:
@@ -383,7 +405,7 @@ def _judge_regression(
         path,
         found_by,
         prep.root,
-        door.identity(prep),
+        to_json(door.identity(prep)),
         out.bench_cases,
         confirm_with(),
         artifacts=prep.artifacts,
@@ -448,8 +470,8 @@ def _write_attempt(
 ) -> Path:
     """The attempt in `store`: the door's own files, environment.json, compile.json and its logs, the
     worker's log, correctness.json, benchmark.json, regression.json and the header, committed."""
-    ident, extra = door.identity(prep), door.header()
-    w = AttemptWriter(store, ident["task_id"], extra["candidate"])
+    ident, what = door.identity(prep), door.evaluated()
+    w = AttemptWriter(store, ident.task_id, what.candidate)
     door.write_files(w, built, out)
     w.json("environment.json", prep.env)
     if built.compile is not None:
@@ -471,11 +493,11 @@ def _write_attempt(
         w.json("regression.json", regression)
     return w.commit(
         {
-            **ident,
-            **extra,
+            **to_json(ident),
+            **to_json(what),
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "build_key": (built.compile or {}).get("key"),
-            "source": environment.source_revision(door.source_dir()),
+            "source": to_json(environment.source_revision(door.source_dir())),
             **summary,
         }
     )
@@ -646,16 +668,9 @@ class CardDoor(FrontDoor):
 
         return find_card_baseline(self.card)
 
-    def identity(self, prep: Prepared) -> dict:
-        card = self.card
-        return {
-            "task_id": card.id,
-            "task_version": card.version,
-            "operator": {"name": card.operator["name"], "version": card.operator["version"]},
-            "suite_hash": card.suite_hash(),
-            "environment_key": prep.env["key"],
-            "device": prep.device,
-        }
+    def identity(self, prep: Prepared) -> Identity:
+        card, operator = self.card, {k: self.card.operator[k] for k in ("name", "version")}
+        return Identity(card.id, card.version, operator, card.suite_hash(), prep.env["key"], prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
@@ -668,7 +683,7 @@ class CardDoor(FrontDoor):
             timeout=prep.compile_timeout,
             with_cuda=None if job.device.startswith("cuda") else False,
         )
-        return {"library": b.library, "op": b.op}, b.to_dict()
+        return {"library": b.library, "op": b.op}, to_json(b)
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
         case = next(c for c in job.bench_cases if c["id"] == case_id)
@@ -688,8 +703,8 @@ class CardDoor(FrontDoor):
             **({"baseline_notes": notes} if notes else {}),
         }
 
-    def header(self) -> dict:
-        return {"candidate": self.cand.id, "op": self.cand.op}
+    def evaluated(self) -> Evaluated:
+        return Evaluated(self.cand.id, self.cand.op)
 
     def source_dir(self) -> Path | None:
         return Path(self.card.project_root) / self.cand.path
@@ -701,23 +716,6 @@ class CardDoor(FrontDoor):
             "candidate_manifest.json",
             _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand, built.compile),
         )
-
-
-def verify(
-    card: Problem, cand: Candidate, opts: VerifyOptions, progress=None, line=None, outbox: Path | None = None
-) -> dict:
-    run = run_stages(CardDoor(card, cand, opts), progress, line, outbox)
-    return {
-        "summary": run.summary,
-        "results": run.out.results,
-        "compile": run.built.compile,
-        "attempt": str(run.attempt),
-        "exit_code": run.code,
-        "regression": run.regression,
-        "index_warning": run.index_warning,
-        "settings": run.prep.settings,
-        "phases": run.phases,
-    }
 
 
 def _watch_paths(card: Problem) -> list[str]:

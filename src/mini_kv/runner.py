@@ -409,7 +409,7 @@ class _WorkerRun:
             Event.BENCH: self._record,
             Event.FATAL: self._fatal,
             Event.DONE: self._done,
-            Event.FORGED: self._forged,
+            Event.FORGED: self._unsigned,
         }
 
     def run(self, first_child: ChildRun | None) -> dict:
@@ -431,16 +431,17 @@ class _WorkerRun:
                 break
         touched = files_changed(files_before, harness_files(watch))
         if touched:
-            self.results["incidents"].append(
-                {
-                    "stage": "worker",
-                    "integrity": "HARNESS_TAMPERED",
-                    "case": None,
-                    "reason": "files of the verifier changed while the worker ran: "
-                    + ", ".join(touched[:10]),
-                }
-            )
+            changed = "files of the verifier changed while the worker ran: " + ", ".join(touched[:10])
+            self._incident("worker", changed, integrity="HARNESS_TAMPERED", case=None)
         return self.results
+
+    def _incident(self, stage: str, reason: str, prefix: str = "", **more) -> None:
+        """An incident of the run: what went wrong outside any one case's record (correctness.json)."""
+        self.results["incidents"].append({"stage": stage, **more, "reason": prefix + reason})
+
+    def _forged(self, what: str, prefix: str = "the result channel carried ") -> None:
+        case = self.current[1] if self.current else None
+        self._incident("channel", what, prefix, integrity="FORGED_RESULT_CHANNEL", case=case)
 
     def _left(self) -> int:
         return sum(len(v) for v in self.pending.values())
@@ -464,9 +465,7 @@ class _WorkerRun:
             kind = ev.get("event")
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
-                self.results["incidents"].append(
-                    {"stage": "channel", "reason": f"unexpected event {ev!r}"[:500]}
-                )
+                self._incident("channel", f"unexpected event {ev!r}"[:500])
             elif handler(ev):
                 return ("done" if kind == Event.DONE else "eof"), budget
 
@@ -483,11 +482,7 @@ class _WorkerRun:
         kind, rec = ev["event"], ev["record"]
         name = ev["name"] if kind == Event.CONTRACT else rec.get("id")
         if kind == Event.CASE and name not in {c["id"] for c in self.pending["cases"]}:
-            self.results["incidents"].append(
-                _forged(
-                    self.current, f"a result for {name!r}, which was not pending (a second or unknown record)"
-                )
-            )
+            self._forged(f"a result for {name!r}, which was not pending (a second or unknown record)")
             return
         if kind == Event.CONTRACT:
             self.results["contract"][name] = rec
@@ -506,21 +501,17 @@ class _WorkerRun:
             self.log_mark = 0
 
     def _fatal(self, ev: dict) -> None:
-        self.results["incidents"].append({"stage": "worker", "reason": ev["reason"]})
+        self._incident("worker", ev["reason"])
         if self.results["load"] is None:
             self.results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
 
     def _done(self, ev: dict) -> bool:
         if self._left():  # signed with the key (read from this process's memory) but not the harness's
-            self.results["incidents"].append(
-                _forged(self.current, f"'done' with {self._left()} result(s) still pending")
-            )
+            self._forged(f"'done' with {self._left()} result(s) still pending")
         return True
 
-    def _forged(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign
-        self.results["incidents"].append(
-            _forged(self.current, ev["line"], "unsigned data on the result channel: ")
-        )
+    def _unsigned(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign
+        self._forged(ev["line"], "unsigned data on the result channel: ")
 
     def _carry_on(self, outcome: str, ended: str, budget: float) -> bool:
         """After a child ended: record what its end means; whether a fresh child continues."""
@@ -540,13 +531,8 @@ class _WorkerRun:
         reason = f"no result within {budget:.0f} s; process group killed" if outcome == "timeout" else ended
         self.timeouts_in_row = self.timeouts_in_row + 1 if outcome == "timeout" else 0
         if self.current is None:
-            self.results["incidents"].append(
-                {
-                    "stage": "worker",
-                    "status": status,
-                    "reason": reason,
-                    "log_tail": _tail(self.log_path, since=self.log_mark),
-                }
+            self._incident(
+                "worker", reason, status=status, log_tail=_tail(self.log_path, since=self.log_mark)
             )
         else:
             self._fail_current(status, reason)
@@ -554,12 +540,8 @@ class _WorkerRun:
             self._give_up()
             return False
         if time.monotonic() - self.started >= self.stage_timeout:
-            self.results["incidents"].append(
-                {
-                    "stage": "worker",
-                    "status": Status.TIMEOUT,
-                    "reason": f"stage budget of {self.stage_timeout:.0f} s spent",
-                }
+            self._incident(
+                "worker", f"stage budget of {self.stage_timeout:.0f} s spent", status=Status.TIMEOUT
             )
             return False
         return self._left() > 0
@@ -585,7 +567,7 @@ class _WorkerRun:
             self.results["contract"][name] = {"status": Status.NOT_RUN, "reason": reason}
         for case in self.pending["bench_cases"]:
             self.results["bench"].append({"id": case["id"], "status": Status.NOT_RUN, "reason": reason})
-        self.results["incidents"].append({"stage": "worker", "status": Status.NOT_RUN, "reason": reason})
+        self._incident("worker", reason, status=Status.NOT_RUN)
         self.pending = {k: [] for k in self.pending}
 
     def _fail_current(self, status: str, reason: str) -> None:
@@ -615,12 +597,3 @@ class _WorkerRun:
         else:
             self.results["bench"].append(failure)
             self._drop("bench_cases", case_id)
-
-
-def _forged(current, what: str, prefix: str = "the result channel carried ") -> dict:
-    return {
-        "stage": "channel",
-        "integrity": "FORGED_RESULT_CHANNEL",
-        "case": current[1] if current else None,
-        "reason": prefix + what,
-    }

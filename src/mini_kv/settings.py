@@ -9,7 +9,6 @@ attempt says what it was held to whatever the defaults are later. docs/benchmark
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -76,18 +75,6 @@ class Settings:
     extra_workloads_seed: int = 0
     # `--require-own-kernels`: refuse a candidate whose calls ran only library kernels (LIBRARY_DELEGATION)
     require_own_kernels: bool = False
-
-    def benchmark(self) -> dict:
-        """A card's `benchmark:` section when it sets nothing."""
-        keys = ("method", "l2", "warmup", "repeats", "samples", "graph_launches", "max_cv", "max_p95_cv")
-        return {**{k: getattr(self, k) for k in keys}, "cases": self.cases}
-
-    def timeouts(self) -> dict:
-        """A card's `timeouts:` section when it sets nothing."""
-        return {"compile_s": self.compile_s, "case_s": self.case_s, "stage_s": self.stage_s}
-
-    def sampling(self, cuda: bool) -> dict:
-        return dataclasses.asdict(self.cuda if cuda else self.cpu)
 
 
 DEFAULTS = Settings()

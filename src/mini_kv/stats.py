@@ -3,7 +3,7 @@
 Everything here is a pure function of its arguments: no torch, no I/O, no global
 random state (bootstrap takes an explicit seed). Inputs are plain sequences of
 floats (e.g. per-iteration kernel times in ms); outputs are plain Python floats and
-bools, or frozen records of them whose `to_dict()` is their JSON form.
+bools, or frozen records of them (codec.to_json gives their JSON form).
 
 Conventions, chosen to match numpy/scipy so numbers can be cross-checked:
   * percentiles use linear interpolation (numpy.percentile's default method);
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,16 +31,8 @@ MAD_TO_SIGMA = 1.4826
 SINGLE_REPEAT_CHUNKS = 5
 
 
-class _Record:
-    def to_dict(self) -> dict:
-        # tuples become lists: the record in memory is the one written to and read back from JSON
-        return asdict(
-            self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v for k, v in items}
-        )
-
-
 @dataclass(frozen=True)
-class Summary(_Record):
+class Summary:
     n: int
     min: float
     max: float
@@ -54,13 +46,13 @@ class Summary(_Record):
 
 
 @dataclass(frozen=True)
-class Percentiles(_Record):
+class Percentiles:
     p50: float
     p95: float
 
 
 @dataclass(frozen=True)
-class RepeatSummary(_Record):
+class RepeatSummary:
     overall: Summary
     per_repeat: tuple[Percentiles, ...]
     p50_robust_cv: float
@@ -70,13 +62,13 @@ class RepeatSummary(_Record):
 
 
 @dataclass(frozen=True)
-class Stability(_Record):
+class Stability:
     stable: bool
     reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class Slower(_Record):
+class Slower:
     ratio: float
     p_value: float
     significant: bool
@@ -334,7 +326,7 @@ Z_95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
 
 
 @dataclass(frozen=True)
-class StoppingRule(_Record):
+class StoppingRule:
     """When one measurement (one side, one repeat) stops taking samples.
 
     `fixed`: take exactly this many (a card's or the command line's count), unless the budget runs out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from redteam_world import (
 )
 
 from mini_kv import jail
+from mini_kv.environment import BUILD_MEMORY_VAR
 
 pytestmark = pytest.mark.skipif(not INFO.enabled, reason=f"no jail on this machine: {INFO.reason}")
 
@@ -72,6 +74,13 @@ def card_runs(world):
     runs["victim_sha"] = {p: _sha(p) for p in victim_lib}
     for name in ("static_init", "poison_cache", "include_abs", "incbin"):
         runs[name] = verify(name)
+    # a cap the machine can afford to see reached (the default is half its memory)
+    os.environ[BUILD_MEMORY_VAR], t0 = "2", time.monotonic()
+    try:
+        runs["include_zero"] = verify("include_zero")
+    finally:
+        del os.environ[BUILD_MEMORY_VAR]
+    runs["include_zero"]["seconds"] = time.monotonic() - t0
     runs["victim_again"] = verify("victim")
     runs["project"] = project
     return runs
@@ -87,7 +96,7 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("name", ["static_init", "poison_cache", "include_abs", "incbin"])
+@pytest.mark.parametrize("name", ["static_init", "poison_cache", "include_abs", "incbin", "include_zero"])
 def test_card_attack_fails_with_a_normal_verdict(name, world, card_runs):
     run = card_runs[name]
     assert run["summary"] is not None, run["err"][-3000:]  # a verdict, not a crash
@@ -100,6 +109,17 @@ def test_card_attack_fails_with_a_normal_verdict(name, world, card_runs):
 def test_the_compile_time_attacks_fail_to_read_the_file(card_runs):
     for name in ("include_abs", "incbin"):
         assert card_runs[name]["summary"]["status"] == "COMPILE_ERROR", card_runs[name]["summary"]
+
+
+def test_a_compiler_that_eats_memory_fails_alone_at_the_cap(card_runs):
+    """`#include "/dev/zero"`: the compiler reads zeros until its address space cap (RLIMIT_AS on every
+    process of a build that maps no CUDA) stops it, a COMPILE_ERROR saying so, long before the timeout."""
+    run = card_runs["include_zero"]
+    assert run["summary"]["status"] == "COMPILE_ERROR", run["summary"]
+    log = Path(run["summary"]["attempt"]) / "logs"
+    text = "".join(p.read_text(errors="replace") for p in log.rglob("*") if p.is_file())
+    assert "out of memory" in text or "memory exhausted" in text, text[-2000:]
+    assert run["seconds"] < 120, run["seconds"]
 
 
 def test_another_candidate_cannot_poison_a_cached_build(card_runs):

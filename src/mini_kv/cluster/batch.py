@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.status import Status
 
@@ -45,11 +46,23 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     """The item through the pipeline (verify or bench), as the command would run it here."""
     if item.kind == VERIFY:
         from mini_kv.load.task_card import load_task_card
-        from mini_kv.pipeline import verify
+        from mini_kv.pipeline import CardDoor, run_stages
 
         card = load_task_card(item.target)
         cand = card.candidate(item.candidate)
-        return {"candidate": cand.id, **verify(card, cand, item.opts, progress, line, outbox)}
+        run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox)
+        return {  # report.print_verify's
+            "candidate": cand.id,
+            "summary": run.summary,
+            "results": run.out.results,
+            "compile": run.built.compile,
+            "attempt": str(run.attempt),
+            "exit_code": run.code,
+            "regression": run.regression,
+            "index_warning": run.index_warning,
+            "settings": run.prep.settings,
+            "phases": run.phases,
+        }
     from mini_kv.solexec.run import bench
 
     return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
@@ -168,33 +181,43 @@ def worst(codes) -> ExitCode:
 # ------------------------------------------------------------------------------------ worker side
 
 
-def on_worker(item: Item) -> dict:
+@dataclass(frozen=True)
+class Worker:
+    """Where an item ran (the stored attempt's `worker`)."""
+
+    host: str
+    worker: str
+    address: str
+    gpu: str | None  # CUDA_VISIBLE_DEVICES
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """An attempt a worker sends back: its files' bytes with their SHA-256, the item's result, and where."""
+
+    result: dict  # run_item's
+    task: str
+    attempt_id: str
+    files: dict[str, tuple[str, bytes]]  # relative path -> (sha256, data)
+    where: Worker
+
+
+def on_worker(item: Item) -> Shipment:
     """What a cluster worker runs: the item into a scratch outbox, its attempt packed as data."""
     from distributed import get_worker
 
     w = get_worker()
-    where = {
-        "host": socket.gethostname(),
-        "worker": w.name,
-        "address": w.address,
-        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
+    where = Worker(socket.gethostname(), w.name, w.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
     with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
         result = run_item(item, outbox=Path(box))
         attempt = Path(result["attempt"])
-        files = {
-            p.relative_to(attempt).as_posix(): p.read_bytes()
+        files = [
+            (p.relative_to(attempt).as_posix(), p.read_bytes())
             for p in sorted(attempt.rglob("*"))
             if p.is_file()
-        }
-    shipped = {rel: {"sha256": hashlib.sha256(data).hexdigest(), "data": data} for rel, data in files.items()}
-    return {
-        "result": result,
-        "task": attempt.parent.name,
-        "attempt_id": attempt.name,
-        "files": shipped,
-        **where,
-    }
+        ]
+    shipped = {rel: (hashlib.sha256(data).hexdigest(), data) for rel, data in files}
+    return Shipment(result, attempt.parent.name, attempt.name, shipped, where)
 
 
 # ------------------------------------------------------------------------------------ client side
@@ -204,27 +227,25 @@ class ShipmentInvalid(UserError):
     """An attempt that came back from a worker and does not match its own hashes: never stored."""
 
 
-def _check_shipment(packed: dict) -> dict:
+def _check_shipment(packed: Shipment) -> dict:
     """attempt.json of a shipped attempt, after checking every file's bytes against the SHA-256 sent with
     it and against the attempt's manifest, and that every name stays inside the attempt."""
-    files = packed["files"]
-    bad = [r for r, f in files.items() if hashlib.sha256(f["data"]).hexdigest() != f["sha256"]]
+    files, attempt_id = packed.files, packed.attempt_id
+    bad = [r for r, (sha, data) in files.items() if hashlib.sha256(data).hexdigest() != sha]
     if bad or "attempt.json" not in files:
-        raise ShipmentInvalid(
-            f"attempt {packed['attempt_id']}: damaged in transit: {bad or 'no attempt.json'}"
-        )
-    header = json.loads(files["attempt.json"]["data"])
+        raise ShipmentInvalid(f"attempt {attempt_id}: damaged in transit: {bad or 'no attempt.json'}")
+    header = json.loads(files["attempt.json"][1])
     listed = {e["path"]: e["sha256"] for e in header["files"]}
-    if listed != {r: f["sha256"] for r, f in files.items() if r != "attempt.json"}:
-        raise ShipmentInvalid(f"attempt {packed['attempt_id']}: its files differ from its manifest")
-    for name in [packed["task"], packed["attempt_id"], *listed]:
+    if listed != {r: sha for r, (sha, _) in files.items() if r != "attempt.json"}:
+        raise ShipmentInvalid(f"attempt {attempt_id}: its files differ from its manifest")
+    for name in [packed.task, attempt_id, *listed]:
         parts = PurePosixPath(name).parts
         if name.startswith("/") or not parts or any(p in ("..", ".") for p in parts):
-            raise ShipmentInvalid(f"attempt {packed['attempt_id']}: {name!r} is not a plain relative name")
+            raise ShipmentInvalid(f"attempt {attempt_id}: {name!r} is not a plain relative name")
     return header
 
 
-def receive(store: Path, packed: dict) -> Path:
+def receive(store: Path, packed: Shipment) -> Path:
     """Store a shipped attempt (checked, `.partial`, renamed whole, re-read, indexed); its header gains
     `worker`: the host, GPU and worker that produced it."""
     from mini_kv.store.atomic import StagedDir, write_bytes
@@ -232,12 +253,12 @@ def receive(store: Path, packed: dict) -> Path:
     from mini_kv.store.index import IndexUnusable, update_index
 
     header = _check_shipment(packed)
-    staged = StagedDir(Path(store) / packed["task"] / packed["attempt_id"])
+    staged = StagedDir(Path(store) / packed.task / packed.attempt_id)
     try:
-        for rel in (r for r in packed["files"] if r != "attempt.json"):
-            write_bytes(staged.path(rel), packed["files"][rel]["data"])
-        worker = {k: packed[k] for k in ("host", "worker", "address", "gpu")}
-        path = staged.publish("attempt.json", {**header, "worker": worker})
+        for rel, (_, data) in packed.files.items():
+            if rel != "attempt.json":
+                write_bytes(staged.path(rel), data)
+        path = staged.publish("attempt.json", {**header, "worker": to_json(packed.where)})
     except BaseException:  # an interrupted client leaves no partial attempt behind
         shutil.rmtree(staged.partial, ignore_errors=True)
         raise
@@ -245,7 +266,7 @@ def receive(store: Path, packed: dict) -> Path:
     try:
         update_index(Path(store), path)
     except IndexUnusable as exc:
-        packed["result"]["index_warning"] = str(exc)
+        packed.result["index_warning"] = str(exc)
     return path
 
 
@@ -280,8 +301,8 @@ def _outcome(item: Item, future) -> dict:
         path = receive(Path(item.store), packed)
     except ShipmentInvalid as exc:  # never stored; the other items go on
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
-    where = {k: packed[k] for k in ("host", "worker", "gpu")}
-    return {**packed["result"], "label": item.label, "attempt": str(path), "where": where}
+    where = {"host": packed.where.host, "worker": packed.where.worker, "gpu": packed.where.gpu}
+    return {**packed.result, "label": item.label, "attempt": str(path), "where": where}
 
 
 def build_item(item: Item) -> dict | None:

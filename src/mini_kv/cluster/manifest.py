@@ -14,8 +14,9 @@ from mini_kv.errors import ConfigError, UserError
 FIELD_OF_OPTION = {"case": "case_filter", "memory_limit": "memory_limit_gb"}
 
 
-def _fields(options: dict) -> dict:
-    return {FIELD_OF_OPTION.get(k, k): v for k, v in options.items()}
+def _options(cls, entry: dict, **fixed):
+    """The entry's options record (pipeline.VerifyOptions, solexec.run.BenchOptions), with `fixed`."""
+    return cls(**{FIELD_OF_OPTION.get(k, k): v for k, v in entry.get("options", {}).items()}, **fixed)
 
 
 def load_manifest(path: str, store: str | None) -> list[Item]:
@@ -52,7 +53,7 @@ def _verify_items(entry: dict, base: Path, file: str, where: str, store: str | N
         cands = selected_candidates(card, entry.get("candidates", []))
     except UserError as exc:
         raise ConfigError(file, where, str(exc)) from None
-    opts = VerifyOptions(**_fields(entry.get("options", {})), artifacts=store)
+    opts = _options(VerifyOptions, entry, artifacts=store)
     out = store or str(Path(card.project_root) / "artifacts")
     return [Item(VERIFY, f"{card.id}/{c.id}", str(task), c.id, opts, out) for c in cands]
 
@@ -67,7 +68,7 @@ def _bench_items(entry: dict, base: Path, file: str, where: str, store: str | No
     for j, sol in enumerate(entry["solutions"]):
         if not (base / sol).is_file():
             raise ConfigError(file, f"{where}.solutions[{j}]", f"{sol!r}: no such solution file")
-        opts = BenchOptions(solution=str(base / sol), **_fields(entry.get("options", {})), artifacts=store)
+        opts = _options(BenchOptions, entry, solution=str(base / sol), artifacts=store)
         try:
             out = store or str(bench_project_root(opts) / "artifacts")
         except UserError as exc:

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini_kv.codec import from_json
 from mini_kv.judge.regression import RegressionVerdict
-from mini_kv.load.codec import from_json
 from mini_kv.profile.compare import Ident, MetricRow
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs

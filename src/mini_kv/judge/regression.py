@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.errors import BaselineTampered, ConfigError, ExitCode, UserError
 from mini_kv.model import canonical_json, sha256_file, sha256_text
 from mini_kv.status import Status, Verdict
@@ -156,7 +157,6 @@ class RegressionVerdict:
 
 def verdict_document(verdict: RegressionVerdict) -> dict:
     """regression.json's content, checked against its schema (what the store writes and reads)."""
-    from mini_kv.load.codec import to_json
     from mini_kv.load.schema import validate
 
     doc = to_json(verdict)
@@ -191,7 +191,7 @@ def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds)
     screen = []
     if p50_ratio > 1 + th.p50_threshold:
         first = stats.is_slower(base_flat, cand_flat, th.p50_threshold, th.alpha, th.n_boot, th.seed)
-        rec = rec.said(first_batch=first.to_dict())
+        rec = rec.said(first_batch=to_json(first))
         screen.append(
             f"{case_id}: P50 {cs.p50:.4g} us vs stored baseline {bs.p50:.4g} us ({_pct(p50_ratio)}, "
             f"p={first.p_value:.2g}{', significant' if first.significant else ', not significant'})"
@@ -227,9 +227,9 @@ def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed
     return {
         "method": "same-run, interleaved with the baseline's own build",
         "samples": cand,
-        "summary": stats.summarize_repeats(cand).to_dict(),
-        "baseline": {"samples": base, "summary": stats.summarize_repeats(base).to_dict()},
-        "test": test.to_dict(),
+        "summary": to_json(stats.summarize_repeats(cand)),
+        "baseline": {"samples": base, "summary": to_json(stats.summarize_repeats(base))},
+        "test": to_json(test),
         "order": run.get("order"),
         "build": run.get("build"),
     }

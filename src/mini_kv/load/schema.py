@@ -7,11 +7,14 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 
+from mini_kv.codec import from_json
 from mini_kv.errors import ConfigError, UserError
+
+R = TypeVar("R")
 
 # A source checkout (editable install, PYTHONPATH=src) reads the repository's schemas/; a built
 # package (wheel, `pip install .`) carries them as mini_kv/schemas/ (setup.py copies them in).
@@ -98,3 +101,10 @@ def validate(instance: Any, schema_name: str, file: str) -> None:
 
 def is_valid(instance: Any, schema_name: str) -> bool:
     return Validator(load_schema(schema_name)).is_valid(instance)
+
+
+def read_record(cls: type[R], data: Any, schema_name: str, file: str) -> R:
+    """The record `cls` held in `data`, once `data` passes schemas/<schema_name>.schema.json, so a
+    reader gets a typed record or a ConfigError naming the file and field, never a half-read dict."""
+    validate(data, schema_name, file)
+    return from_json(cls, data)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv import environment, jail
+from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError, ExitCode
-from mini_kv.load.codec import to_json
 from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod

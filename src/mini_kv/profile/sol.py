@@ -62,8 +62,8 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     p, (d, _), sol = plan(prob, opts), prob.payload, prob.candidates[0]
     wl, ident = p["case"], sol_identity(prob, {}, env, "cuda:0")
     rec = capture.binding(
-        [ident["task_id"], ident["task_version"], str(Path(d.path).parent), ident["suite_hash"]],
-        {**ident["operator"], "reference": "definition.json", "inputs": "workload.jsonl"},
+        [ident.task_id, ident.task_version, str(Path(d.path).parent), ident.suite_hash],
+        {**ident.operator, "reference": "definition.json", "inputs": "workload.jsonl"},
         [_safe(sol.id), sol.op, sol.path],
         [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
         False,
@@ -100,7 +100,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
         )
 
     records = {"definition.json": d.raw, "solution.json": sol.resolved(), "environment.json": env}
-    return capture.Target(ident["task_id"], _safe(sol.id), p, rec, records, build, str(Path.cwd()))
+    return capture.Target(ident.task_id, _safe(sol.id), p, rec, records, build, str(Path.cwd()))
 
 
 def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> dict:

@@ -21,7 +21,9 @@ from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
     Built,
+    Evaluated,
     FrontDoor,
+    Identity,
     Outcome,
     Prepared,
     _interleaved_settings,
@@ -485,7 +487,7 @@ class SolDoor(FrontDoor):
         path = find_baseline(prep.root, _safe(self.problem.id))[0] if prep.root is not None else None
         return path, "definition", []
 
-    def identity(self, prep: Prepared) -> dict:
+    def identity(self, prep: Prepared) -> Identity:
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
@@ -512,9 +514,8 @@ class SolDoor(FrontDoor):
         why = rec.get("log") or rec.get("reason") or (res.get("load") or {}).get("reason")
         return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
 
-    def header(self) -> dict:
-        sol = self.cand
-        return {"format": SOL_FORMAT, "candidate": _safe(sol.id), "op": sol.op}
+    def evaluated(self) -> Evaluated:
+        return Evaluated(_safe(self.cand.id), self.cand.op, SOL_FORMAT)
 
     def source_dir(self) -> Path | None:
         """The solution file's directory; None for sources given in memory (mini_kv.api)."""
@@ -609,16 +610,11 @@ def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, di
     return head.status, head.correctness, head.benchmark
 
 
-def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> dict:
-    """What a SOL attempt is compared by (attempt.json's ids; a baseline must match every one)."""
-    return {
-        "task_id": _safe(problem.id),
-        "task_version": problem.version,
-        "operator": problem.operator,
-        "suite_hash": problem.suite_hash(settings),
-        "environment_key": env["key"],
-        "device": device,
-    }
+def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> Identity:
+    """What a SOL attempt is compared by."""
+    return Identity(
+        _safe(problem.id), problem.version, problem.operator, problem.suite_hash(settings), env["key"], device
+    )
 
 
 def bench_project_root(opts: BenchOptions, required: bool = True) -> Path | None:

@@ -10,7 +10,7 @@ import hmac
 import json
 import os
 
-from mini_kv.load.codec import to_json
+from mini_kv.codec import to_json
 
 POISONED_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
 KEY_ENV = "MINI_KV_CHANNEL_KEY"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv import stats
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity
 from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
@@ -766,7 +767,7 @@ def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_se
     cand_s, ref_s = (stats.summarize_repeats(plan.samples[who]) for who in ("candidate", "reference"))
     max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
     max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
-    stability = stats.stability(cand_s, ref_s, max_cv, max_p95_cv).to_dict()
+    stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
     timed = (method, settings["method"], fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
     sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))
     sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mini_kv import roofline
-from mini_kv.load.codec import to_json
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine

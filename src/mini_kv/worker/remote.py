@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mini_kv.codec import to_json
 from mini_kv.worker import shared
 from mini_kv.worker.integrity import (
     CODES,
@@ -164,7 +165,7 @@ class Subject:
         if isinstance(value, torch.Tensor):
             if value.numel() == 0:
                 return {"e": {"dtype": shared.dtype_name(value.dtype), "shape": list(value.shape)}}
-            return {"t": self._share(value).to_dict()}
+            return {"t": to_json(self._share(value))}
         if isinstance(value, (tuple, list)):
             return {"seq": [self.encode(v) for v in value], "tuple": isinstance(value, tuple)}
         return {"v": value}

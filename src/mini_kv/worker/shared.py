@@ -36,15 +36,6 @@ class TensorSpec:
     stride: tuple[int, ...]
     offset: int = 0  # in elements
 
-    def to_dict(self) -> dict:
-        return {
-            "buf": self.buf,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "stride": list(self.stride),
-            "offset": self.offset,
-        }
-
     @classmethod
     def from_dict(cls, d: dict) -> TensorSpec:
         """A spec from a message, its fields of the right types (a KeyError, TypeError or ValueError if not)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_kv.load.codec import to_json
+from mini_kv.codec import to_json
 from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
@@ -249,7 +249,7 @@ class Subject:
             found = integrity.output_finding(out, args)
             same = [b for b, (o, _) in self.handed.items() if integrity.overlaps(out, o)]
             spec = self._hand_over(out, new, fds)
-            return {"t": spec.to_dict(), "finding": found, "same_memory": same}
+            return {"t": to_json(spec), "finding": found, "same_memory": same}
         if isinstance(out, (tuple, list)):
             items = [self._encode_out(o, args, new, fds) for o in out]
             return {"seq": items, "tuple": isinstance(out, tuple)}

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker.compare import plain_tensors
 
@@ -807,7 +808,7 @@ def warm_up(
 # 2 % is inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen
 # samples. The budgets (per case, warm-up and every timed sample of both sides) keep the per-case
 # timeout for hangs: a case is given at most half of it.
-SAMPLING_DEFAULTS = {"cuda": DEFAULTS.sampling(cuda=True), "cpu": DEFAULTS.sampling(cuda=False)}
+SAMPLING_DEFAULTS = {"cuda": to_json(DEFAULTS.cuda), "cpu": to_json(DEFAULTS.cpu)}
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
 
 

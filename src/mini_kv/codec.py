@@ -1,10 +1,9 @@
 """The one codec between mini_kv's typed records (frozen dataclasses) and their JSON form.
 
 `to_json` turns a record into plain JSON data (field order kept, tuples as lists, enums as their
-values); `from_json` builds a record from JSON data, after checking it against its schema in schemas/
-(load.schema) when one is named, so a reader gets a typed record or a ConfigError naming the file and
-field, never a half-read dict. Field types drive the build: nested records, `X | None`,
-`tuple[X, ...]` and `dict[str, X]`; anything else is taken as it is."""
+values); `from_json` builds a record from JSON data. Field types drive the build: nested records,
+`X | None`, `tuple[X, ...]` and `dict[str, X]`; anything else is taken as it is. Checking data against
+its schema in schemas/ first is load.schema.read_record's (this module sits below load)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ import functools
 import types
 import typing
 from typing import Any, TypeVar
-
-from mini_kv.load.schema import validate
 
 R = TypeVar("R")
 
@@ -38,11 +35,8 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def from_json(cls: type[R], data: Any, schema: str | None = None, file: str = "") -> R:
-    """The record `cls` held in `data`; with `schema`, `data` is first checked against
-    schemas/<schema>.schema.json (ConfigError naming `file` and the field otherwise)."""
-    if schema is not None:
-        validate(data, schema, file or f"{schema}.json")
+def from_json(cls: type[R], data: Any) -> R:
+    """The record `cls` held in `data`."""
     return _build(cls, data)
 
 
