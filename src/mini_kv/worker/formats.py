@@ -499,13 +499,8 @@ class SolCorrectness:
     def of(cls, c: Matched | None) -> SolCorrectness | None:
         if c is None:
             return None
-        return cls(
-            c.max_relative_error,
-            c.max_absolute_error,
-            c.has_nan,
-            c.has_inf,
-            {"matched_ratio": c.matched_ratio},
-        )
+        extra = {"matched_ratio": c.matched_ratio}
+        return cls(c.max_relative_error, c.max_absolute_error, c.has_nan, c.has_inf, extra)
 
 
 @dataclass(frozen=True)
@@ -555,11 +550,9 @@ class SolEvaluator:
 
     def __init__(self, job, chan, fmt: SolFormat, guard):
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
+        budget = engine.RoundBudget(job.settings.get("budget_s"), job.device)
         self.engine = engine.Job(
-            fmt,
-            guard,
-            engine.RoundBudget(job.settings.get("budget_s"), job.device),
-            own_kernels=bool(job.settings.get("require_own_kernels")),
+            fmt, guard, budget, own_kernels=bool(job.settings.get("require_own_kernels"))
         )
 
     @classmethod

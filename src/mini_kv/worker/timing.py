@@ -361,13 +361,9 @@ class L2Flusher:
         torch.cuda.synchronize()
 
     def describe(self) -> Flush:
-        return Flush(
-            None if self.buf is None else self.buf.numel() * 4,
-            FLUSH_METHOD if self.enabled else None,
-            self.l2_bytes,
-            self.persisting if self.enabled else "not needed (hot L2)",
-            self.limit,
-        )
+        flush_bytes = None if self.buf is None else self.buf.numel() * 4
+        reset = self.persisting if self.enabled else "not needed (hot L2)"
+        return Flush(flush_bytes, FLUSH_METHOD if self.enabled else None, self.l2_bytes, reset, self.limit)
 
 
 @dataclass(frozen=True)
@@ -743,13 +739,7 @@ def measure_until(
         "rel_ci": _finite_or_none(stats.median_rel_ci(samples)),
         "seconds": round(clock() - t0, 4),
     }
-    return Measurement(
-        method,
-        samples,
-        calls_per_sample=launches if method == "graph" else 1,
-        kernel_us=kernel if kernel else None,
-        notes=notes,
-    )
+    return Measurement(method, samples, launches if method == "graph" else 1, kernel or None, notes)
 
 
 def sample_floor(settings: dict, budget_s: float | None, reference_s: float | None) -> int:
