@@ -28,11 +28,22 @@ def _bench(store: Path, solution: str) -> Path:
     return max((store / "scale_mul").iterdir(), key=lambda p: p.name)
 
 
+def _stable_bench(store: Path, solution: str, tries: int = 4) -> tuple[Path, list[Path]]:
+    """An attempt stable enough to promote, and the unstable ones benched before it: on a loaded 2-core
+    machine a microsecond workload's P95 spread can pass even --max-cv 0.99 (seen in CI)."""
+    made = []
+    for _ in range(tries):
+        made.append(_bench(store, solution))
+        if json.loads((made[-1] / "attempt.json").read_text())["benchmark"]["stable"]:
+            break
+    return made[-1], made[:-1]
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     store = tmp_path_factory.mktemp("attempts") / "artifacts"
-    first = _bench(store, "good_dps")
-    older = [_bench(store, "good_dps") for _ in range(2)]
+    first, unstable = _stable_bench(store, "good_dps")  # the baseline's: older ones of it are removable too
+    older = [*unstable, *(_bench(store, "good_dps") for _ in range(2))]
     other = _bench(store, "good_return")
     return store, first, older, other
 

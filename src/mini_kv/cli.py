@@ -66,14 +66,6 @@ def cmd_validate_task(args) -> int:
     return ExitCode.OK
 
 
-def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
-    """Every --case names a case of the card, and together they select something that runs on `device`;
-    otherwise exit CONFIG listing what exists (a filter that selects nothing would pass vacuously)."""
-    if requested:
-        _check_case_names(card, requested)
-        _check_cases_run_here(card, requested, device, skip_benchmark)
-
-
 def _check_case_names(card, requested: list[str]) -> None:
     known = {c.base_id for c in card.cases} | {c.id for c in card.cases}
     unknown = [r for r in requested if r not in known]
@@ -89,6 +81,7 @@ def _check_case_names(card, requested: list[str]) -> None:
 
 
 def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
+    """A --case filter that selects nothing here would pass vacuously: exit CONFIG, naming what runs."""
     picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
     if any(c.runs_on(device) and not (skip_benchmark and c.kind == "bench") for c in picked):
         return
@@ -117,7 +110,9 @@ def cmd_verify(args) -> int:
     card = load_task_card(args.task)
     where = placement_from(args)
     device = "cuda:0" if where.gpus else pick_device(args.device)
-    _check_case_filter(card, args.case or [], device, args.skip_benchmark)
+    if args.case:  # every --case names a case, and together they select one that runs here (else exit CONFIG)
+        _check_case_names(card, args.case)
+        _check_cases_run_here(card, args.case, device, args.skip_benchmark)
     store = artifacts_dir(args, Path(card.project_root))
     check_store_writable(store)
     opts = options_from(

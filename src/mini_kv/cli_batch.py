@@ -223,20 +223,15 @@ def print_batch(results: list[dict], args) -> int:
     return worst(r["exit_code"] for r in results)
 
 
-def _timing(result: dict) -> dict:
-    """An item's benchmark headline: verify's summary, bench's result, none for an item without an attempt."""
-    if "summary" in result:
-        return result["summary"].get("benchmark") or {}
-    return result.get("benchmark") or {}
-
-
 def batch_summary_line(results: list[dict]) -> str:
     """`summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items:
     label STATUS, ...`: by the same rule (report.Tally) as each item's own line."""
     from mini_kv.cluster.batch import status_of
     from mini_kv.report import Tally
 
-    timed = [_timing(r) for r in results if _timing(r).get("ran")]
+    # each item's benchmark headline: in verify's summary, in bench's result, none without an attempt
+    heads = [(r["summary"] if "summary" in r else r).get("benchmark") or {} for r in results]
+    timed = [t for t in heads if t.get("ran")]
     stable = sum(t.get("stable") is True for t in timed)
     timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"
     if timed and stable < len(timed):

@@ -104,14 +104,12 @@ def torch_info() -> TorchInfo:
     import torch
 
     available = bool(torch.cuda.is_available())
-    props = [
-        torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count() if available else 0)
-    ]
-    devices = tuple(
-        Gpu(i, p.name, f"{p.major}.{p.minor}", p.multi_processor_count, p.total_memory, p.L2_cache_size)
-        for i, p in enumerate(props)
-    )
-    return TorchInfo(torch.__version__, torch.version.cuda, available, devices)
+    devices = []
+    for i in range(torch.cuda.device_count() if available else 0):
+        p = torch.cuda.get_device_properties(i)
+        l2 = getattr(p, "L2_cache_size", None)
+        devices.append(Gpu(i, p.name, f"{p.major}.{p.minor}", p.multi_processor_count, p.total_memory, l2))
+    return TorchInfo(torch.__version__, torch.version.cuda, available, tuple(devices))
 
 
 @functools.cache

@@ -651,6 +651,7 @@ class CardDoor(FrontDoor):
         head = card_headline(
             built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device
         )
+        held_to = None if self.opts.skip_benchmark else prep.settings  # what the run was held to (settings)
         return Outcome(
             head.status,
             STATUS_CODES[head.status],
@@ -658,9 +659,7 @@ class CardDoor(FrontDoor):
             head.benchmark,
             results,
             results["bench"],
-            None
-            if self.opts.skip_benchmark
-            else prep.settings,  # what the run was held to (mini_kv.settings)
+            held_to,
         )
 
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]:
