@@ -69,15 +69,22 @@ def _cli(monkeypatch, setting, *args):
     return run_cli(*args, env={"PYTHONDONTWRITEBYTECODE": "1", pycache.ENV: setting})
 
 
-def test_the_command_line_writes_bytecode_there_and_doctor_says_where(monkeypatch, tmp_path):
+def test_the_command_line_writes_bytecode_there_and_doctor_says_where(no_bytecode, monkeypatch, tmp_path):
     pyc = tmp_path / "pyc"
-    res = _cli(monkeypatch, str(pyc), "doctor", "--json")
+    # a fresh interpreter, as the H200 image starts one; `--help` imports no torch, whose thousands of
+    # modules would take 20 s to compile into a new directory (doctor's would)
+    res = _cli(monkeypatch, str(pyc), "--help")
+    assert res.returncode == 0, res.stderr
+    # the mirror of the source tree: the command's own modules, imported after the redirect
+    mirrored = pyc / Path(pycache.__file__).resolve().parent.relative_to("/")
+    assert list(mirrored.glob("cli_new.cpython-*.pyc")), sorted(p.name for p in mirrored.glob("*"))
+    # doctor's row, in this process after the same redirect
+    monkeypatch.setenv(pycache.ENV, str(pyc))
+    assert pycache.redirect() == pyc
+    res = run_cli("doctor", "--json")
     assert res.returncode == 0, res.stderr
     row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
     assert row == {**row, "value": f"kept in {pyc}", "ok": True}
-    # the mirror of the source tree: the command's own modules, imported after the redirect
-    mirrored = pyc / Path(pycache.__file__).resolve().parent.relative_to("/")
-    assert list(mirrored.glob("doctor.cpython-*.pyc")), sorted(p.name for p in mirrored.glob("*"))
 
 
 def test_off_keeps_none_and_doctor_says_so(monkeypatch):
