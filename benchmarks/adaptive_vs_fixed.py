@@ -201,7 +201,7 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
         "reference": timing.Workload([lambda s=s: entry["ref"](*s) for s in sets]),
     }
     flush = timing.L2Flusher(device, cuda)
-    method = timing.default_method(device)
+    method = timing.method_chain("auto", device)[0]
     settings = timing.sampling_settings({"samples": "auto"}, device, 600.0)
     warm = timing.warm_up(list(sides.values()), 10, 2.0, device)
     out = {}
@@ -214,7 +214,7 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
                 settings["budget_s"] / 2 if mode == "adaptive" else 1e9,
             )
             res[who] = timing.measure_until(
-                calls, method, rule, device, flush, per_sample_s=warm["seconds_per_call"][0]
+                calls, method, rule, device, flush, per_sample_s=warm.seconds_per_call[0]
             )
         p50 = {w: stats.summarize(m.samples).p50 for w, m in res.items()}
         out[mode] = {

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -159,7 +160,7 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "flush_method": FLUSH_METHOD,
-        "flush": read.describe(),
+        "flush": dataclasses.asdict(read.describe()),
         "samples": args.samples,
         "rows": rows,
     }

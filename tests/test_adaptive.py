@@ -149,7 +149,7 @@ def test_the_budget_stops_a_slow_op():
 def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing():
     """The check after timing calls both sides once per input set; its cost comes out of the sampling's
     budget, so sampling to the end of the budget does not push the workload past its timeout."""
-    warm = {"seconds_per_call": (0.01, 0.02)}
+    warm = timing.Warmup(1, [0.01, 0.02], 0.03)
     t0 = time.perf_counter()
     plain = timing_budget(10.0, t0, warm, 3, None)
     kept = timing_budget(10.0, t0, warm, n_sets=3, round_s=0.5)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_kv.worker import compare as compare_mod
-from mini_kv.worker.compare import compare, matches, tensor_errors, values_match
+from mini_kv.worker.compare import Compared, compare, matches, tensor_errors, values_match
 from mini_kv.worker.integrity import MAX_MEDIAN_REL, MIN_SMALL, degenerate
 
 INF, NAN = math.inf, math.nan
@@ -19,24 +19,24 @@ INF, NAN = math.inf, math.nan
 def test_an_infinite_error_is_a_mismatch_whatever_rtol_allows():
     # rtol * |inf| is inf, so `diff <= atol + rtol*|ref|` alone would let these through
     errs = tensor_errors(torch.tensor([5.0, INF, -INF]), torch.tensor([INF, -INF, 7.0]), 1e-5, 1e-5)
-    assert errs["mismatches"] == 3 and errs["first_mismatch"] == {"index": [0], "got": 5.0, "expected": INF}
+    assert errs.mismatches == 3 and errs.first_mismatch == {"index": [0], "got": 5.0, "expected": INF}
     assert not values_match(torch.tensor([5.0]), torch.tensor([INF]), 1e-5, 1e-5)
 
 
 def test_equal_infinities_and_nan_against_nan_match():
     out = torch.tensor([INF, -INF, NAN, 1.0])
     errs = tensor_errors(out, out.clone(), 0.0, 0.0)
-    assert errs["mismatches"] == 0 and errs["max_abs_err"] == 0.0 and errs["max_rel_err"] == 0.0
-    assert errs["has_nan"] and errs["has_inf"]
+    assert errs.mismatches == 0 and errs.max_abs_err == 0.0 and errs.max_rel_err == 0.0
+    assert errs.has_nan and errs.has_inf
     assert values_match(out, out.clone(), 0.0, 0.0)
-    assert tensor_errors(torch.tensor([NAN]), torch.tensor([1.0]), 1.0, 1.0)["mismatches"] == 1
+    assert tensor_errors(torch.tensor([NAN]), torch.tensor([1.0]), 1.0, 1.0).mismatches == 1
 
 
 def test_the_verdict_only_compare_returns_the_statistics_on_a_mismatch():
     ref = torch.ones(4)
-    assert compare(ref.clone(), ref, 0.0, 0.0, errors=False) == {"ok": True}
+    assert compare(ref.clone(), ref, 0.0, 0.0, errors=False) == Compared(True)
     res = compare(ref + 1, ref, 0.0, 0.0, errors=False)
-    assert not res["ok"] and res["mismatches"] == 4 and "4 of 4 elements" in res["reason"]
+    assert not res.ok and res.errors.mismatches == 4 and "4 of 4 elements" in res.reason
 
 
 values = st.one_of(
@@ -55,7 +55,7 @@ values = st.one_of(
 def test_values_match_agrees_with_the_full_statistics(pairs, atol, rtol, dtype):
     out = torch.tensor([a for a, _ in pairs], dtype=torch.float64).to(dtype)
     ref = torch.tensor([b for _, b in pairs], dtype=torch.float64).to(dtype)
-    assert values_match(out, ref, atol, rtol) == (tensor_errors(out, ref, atol, rtol)["mismatches"] == 0)
+    assert values_match(out, ref, atol, rtol) == (tensor_errors(out, ref, atol, rtol).mismatches == 0)
 
 
 def test_values_match_sees_a_mismatch_in_any_chunk():
@@ -217,7 +217,7 @@ def test_chunked_statistics_equal_the_whole_tensor_formula(pair, atol, rtol, chu
         got = tensor_errors(out, ref, atol, rtol)
         verdict = values_match(out, ref, atol, rtol)
     want = whole_tensor_errors(out, ref, atol, rtol)
-    assert bits(got) == bits(want)
+    assert bits(vars(got)) == bits(want)
     assert verdict == (want["mismatches"] == 0)
 
 
@@ -238,9 +238,9 @@ def test_the_chunked_checks_see_every_branch_across_chunks(monkeypatch):
     out = ref.clone()
     out[0], out[7], out[8] = NAN, 100.0, INF  # mismatches in the first and the third chunk
     errs = tensor_errors(out.reshape(2, 5), ref.reshape(2, 5), 0.0, 0.0)
-    assert bits(errs) == bits(whole_tensor_errors(out.reshape(2, 5), ref.reshape(2, 5), 0.0, 0.0))
-    assert errs["mismatches"] == 3 and errs["first_mismatch"]["index"] == [0, 0]
-    assert errs["max_abs_err"] == 92.0 and errs["has_nan"] and errs["has_inf"]
+    assert bits(vars(errs)) == bits(whole_tensor_errors(out.reshape(2, 5), ref.reshape(2, 5), 0.0, 0.0))
+    assert errs.mismatches == 3 and errs.first_mismatch["index"] == [0, 0]
+    assert errs.max_abs_err == 92.0 and errs.has_nan and errs.has_inf
     # the first finite element is in the second chunk; the output is that constant after it
     out = torch.tensor([NAN, INF, -INF, 4.0, 4.0, 4.0, NAN, 4.0])
     ref = torch.tensor([1.0, 2.0, 3.0, 4.0, 4.0, 4.0, 5.0, 4.5])

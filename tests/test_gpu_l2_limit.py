@@ -29,7 +29,7 @@ def test_the_flusher_leaves_no_persisting_l2_limit(limit, cold):
     flush = timing.L2Flusher("cuda", cold)
     flush()
     assert limit() == 0
-    assert "SetLimit" in flush.describe()["persisting_l2_limit"]
+    assert "SetLimit" in flush.describe().persisting_l2_limit
 
 
 def test_every_timed_call_starts_with_the_limit_at_zero(limit):

@@ -193,7 +193,7 @@ def test_cold_flusher_and_persisting_reset():
     f = L2Flusher(DEV, True)
     f()
     d = f.describe()
-    assert d["flush_bytes"] >= 2 * (d["l2_bytes"] or 0) > 0
+    assert d.flush_bytes >= 2 * (d.l2_bytes or 0) > 0
     fn, how = persisting_l2_reset()
     assert how
     if fn is not None:
@@ -202,4 +202,4 @@ def test_cold_flusher_and_persisting_reset():
 
 def test_bandwidth_measurement():
     got = bandwidth.measure(DEV, nbytes=256 * 2**20, iterations=5)
-    assert got["copy_bandwidth_Bps"] > 1e11  # any datacenter GPU copies faster than 100 GB/s
+    assert got.copy_bandwidth_Bps > 1e11  # any datacenter GPU copies faster than 100 GB/s

@@ -25,29 +25,29 @@ def test_within_tolerance_passes_with_exact_errors():
     ref = torch.tensor([1.0, 2.0, -4.0, 0.0])
     out = ref + torch.tensor([0.005, -0.02, 0.04, 0.0])  # 0.02 <= 0.01 + 0.01*2; 0.04 <= 0.01 + 0.04
     res = compare_matched(out, ref, TOL)
-    assert res["ok"], res
-    assert res["max_absolute_error"] == pytest.approx(0.04)
-    assert res["max_relative_error"] == pytest.approx(0.01)  # 0.04 / 4 (denominator floored at atol)
+    assert res.ok, res
+    assert res.max_absolute_error == pytest.approx(0.04)
+    assert res.max_relative_error == pytest.approx(0.01)  # 0.04 / 4 (denominator floored at atol)
 
 
 def test_matched_ratio_decides():
     ref = torch.zeros(100)
     out = ref.clone()
     out[:1] = 1.0  # 1 % of elements off: 99 % matched is exactly the default requirement
-    assert compare_matched(out, ref, TOL)["ok"]
+    assert compare_matched(out, ref, TOL).ok
     out[:2] = 1.0
     res = compare_matched(out, ref, TOL)
-    assert not res["ok"] and "matched 98.0000% < required 99.00%" in res["reason"]
-    assert compare_matched(out, ref, {**TOL, "required_matched_ratio": 0.98})["ok"]
+    assert not res.ok and "matched 98.0000% < required 99.00%" in res.reason
+    assert compare_matched(out, ref, {**TOL, "required_matched_ratio": 0.98}).ok
 
 
 def test_max_error_cap():
     ref = torch.zeros(1000)
     out = ref.clone()
     out[0] = 5.0
-    assert compare_matched(out, ref, TOL)["ok"]
+    assert compare_matched(out, ref, TOL).ok
     res = compare_matched(out, ref, {**TOL, "max_error_cap": 1.0})
-    assert not res["ok"] and "max_error_cap" in res["reason"]
+    assert not res.ok and "max_error_cap" in res.reason
 
 
 def _whole_tensor_rule(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
@@ -97,7 +97,7 @@ def test_the_passes_and_the_finite_fast_path_give_the_whole_tensor_rule(seed, mo
     tol = {**TOL, "allow_negative_inf": seed % 2 == 0, "max_atol": [0.0, 0.01, 0.1][seed % 3]}
     got, want = compare_matched(out, ref, tol), _whole_tensor_rule(out, ref, tol)
     for key, value in want.items():
-        assert got[key] == pytest.approx(value, rel=1e-6, abs=0.0), (key, out, ref)
+        assert getattr(got, key) == pytest.approx(value, rel=1e-6, abs=0.0), (key, out, ref)
     monkeypatch.setattr(compare, "HOST_CHUNK", 1 << 22)  # one pass: the same verdict and reason
     assert compare_matched(out, ref, tol) == got
 
@@ -107,42 +107,42 @@ def test_nan_and_inf_fail_even_when_rare():
     out = ref.clone()
     out[3] = float("nan")
     res = compare_matched(out, ref, TOL)
-    assert not res["ok"] and res["has_nan"] and "output holds NaN" in res["reason"]
-    assert math.isfinite(res["max_absolute_error"])  # strict JSON: no NaN in the trace
+    assert not res.ok and res.has_nan and "output holds NaN" in res.reason
+    assert math.isfinite(res.max_absolute_error)  # strict JSON: no NaN in the trace
     out[3] = float("inf")
     res = compare_matched(out, ref, TOL)
-    assert not res["ok"] and res["has_inf"] and not res["has_nan"]
+    assert not res.ok and res.has_inf and not res.has_nan
     res = compare_matched(ref, out, TOL)
-    assert not res["ok"] and "reference holds" in res["reason"]
+    assert not res.ok and "reference holds" in res.reason
 
 
 def test_negative_infinity_only_when_allowed_and_matching():
     ref = torch.tensor([float("-inf"), 1.0])
     out = ref.clone()
-    assert not compare_matched(out, ref, TOL)["ok"]
+    assert not compare_matched(out, ref, TOL).ok
     allowed = {**TOL, "allow_negative_inf": True}
     res = compare_matched(out, ref, allowed)
-    assert res["ok"] and not res["has_inf"]
-    assert not compare_matched(torch.tensor([float("inf"), 1.0]), ref, allowed)["ok"]
+    assert res.ok and not res.has_inf
+    assert not compare_matched(torch.tensor([float("inf"), 1.0]), ref, allowed).ok
 
 
 def test_all_zero_output_against_nonzero_reference_fails():
     ref = torch.full((10,), 1e-3)  # every element within atol of zero
     res = compare_matched(torch.zeros(10), ref, TOL)
-    assert not res["ok"] and "all zeros" in res["reason"]
-    assert compare_matched(torch.zeros(10), torch.zeros(10), TOL)["ok"]
+    assert not res.ok and "all zeros" in res.reason
+    assert compare_matched(torch.zeros(10), torch.zeros(10), TOL).ok
 
 
 def test_low_precision_and_integer_dtypes():
     ref = torch.randn(64).to(torch.bfloat16)
-    assert compare_matched(ref.clone(), ref, TOL)["ok"]
+    assert compare_matched(ref.clone(), ref, TOL).ok
     ints = torch.arange(10, dtype=torch.int32)
-    assert compare_matched(ints.clone(), ints, TOL)["ok"]
-    assert not compare_matched(ints + 1, ints, TOL)["ok"]
+    assert compare_matched(ints.clone(), ints, TOL).ok
+    assert not compare_matched(ints + 1, ints, TOL).ok
     packed = torch.randint(0, 256, (8,), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-    assert compare_matched(packed.clone(), packed, TOL)["ok"]
+    assert compare_matched(packed.clone(), packed, TOL).ok
     other = (packed.view(torch.uint8) ^ 1).view(torch.float4_e2m1fn_x2)
-    assert not compare_matched(other, packed, TOL)["ok"]
+    assert not compare_matched(other, packed, TOL).ok
 
 
 def _trace(status, **kw):
@@ -362,14 +362,14 @@ REF = torch.cat([torch.zeros(3), torch.linspace(-2.0, 2.0, 997)])
 def test_every_huge_or_garbage_output_gets_finite_errors_and_a_trace(name, out):
     for tol in (TOL, {**TOL, "max_atol": 0.0}, {**TOL, "max_atol": 0.0, "max_rtol": 0.0}):
         res = compare_matched(out, REF, tol)
-        assert math.isfinite(res["max_absolute_error"]) and math.isfinite(res["max_relative_error"]), (
+        assert math.isfinite(res.max_absolute_error) and math.isfinite(res.max_relative_error), (
             name,
             res,
         )
-        status = "PASSED" if res["ok"] else "INCORRECT_NUMERICAL"
-        perf = {"latency_ms": 1.0, "reference_latency_ms": 1.0, "speedup_factor": 1.0} if res["ok"] else None
+        status = "PASSED" if res.ok else "INCORRECT_NUMERICAL"
+        perf = {"latency_ms": 1.0, "reference_latency_ms": 1.0, "speedup_factor": 1.0} if res.ok else None
         trace = traces.make_trace(
-            "d", {"uuid": "u"}, "s", status, {"hardware": "cpu", "libs": {}}, "", res, perf
+            "d", {"uuid": "u"}, "s", status, {"hardware": "cpu", "libs": {}}, "", vars(res), perf
         )
         traces.dumps(trace)  # strict JSON: no NaN or Infinity
 
@@ -380,20 +380,20 @@ def test_the_verdict_does_not_depend_on_the_size_of_the_wrong_values(value):
     so 1e30 and 1e37 and float32's largest all PASS (they used to crash the trace writer above 1e37);
     with a `max_error_cap` they all fail; three NaNs or Infs fail on their own."""
     out = _with(REF, value, 3)
-    assert compare_matched(out, REF, TOL)["ok"]
+    assert compare_matched(out, REF, TOL).ok
     capped = compare_matched(out, REF, {**TOL, "max_error_cap": 1.0})
-    assert not capped["ok"] and "max_error_cap" in capped["reason"]
+    assert not capped.ok and "max_error_cap" in capped.reason
     for bad in (float("nan"), float("inf"), float("-inf")):
         res = compare_matched(_with(REF, bad, 3), REF, TOL)
-        assert not res["ok"] and "NaN or Inf" in res["reason"]
-        assert res["has_nan"] or res["has_inf"]
+        assert not res.ok and "NaN or Inf" in res.reason
+        assert res.has_nan or res.has_inf
 
 
 def test_float64_outputs_beyond_float32_are_compared_as_upstream_does():
     """Upstream compares in float32, where a float64 1e300 is Inf: it fails as a non-finite value."""
     ref = REF.to(torch.float64)
     res = compare_matched(_with(ref, 1e300, 3), ref, TOL)
-    assert not res["ok"] and res["has_inf"] and math.isfinite(res["max_relative_error"])
+    assert not res.ok and res.has_inf and math.isfinite(res.max_relative_error)
 
 
 @pytest.mark.parametrize("field, value", [("max_relative_error", math.inf), ("max_absolute_error", math.nan)])

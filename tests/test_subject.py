@@ -53,13 +53,16 @@ def die(x, w):
 
 _seen = {}
 
-def lazy_when_timed(x, w):
+def _timed():
     import sys
-    frame, timed = sys._getframe(1), False
+    frame, timed = sys._getframe(2), False
     while frame is not None:
         timed = timed or frame.f_code.co_name.startswith("time_")
         frame = frame.f_back
-    if timed and id(x) in _seen:
+    return timed
+
+def lazy_when_timed(x, w):
+    if _timed() and id(x) in _seen:
         return _seen[id(x)]
     _seen[id(x)] = out = x + w
     return out
@@ -70,12 +73,7 @@ def add_into(x, w, out):
 _by_shape = {}
 
 def amax_when_timed(x, w):
-    import sys
-    frame, timed = sys._getframe(1), False
-    while frame is not None:
-        timed = timed or frame.f_code.co_name.startswith("time_")
-        frame = frame.f_back
-    if timed and x.shape in _by_shape:
+    if _timed() and x.shape in _by_shape:
         return _by_shape[x.shape]
     _by_shape[x.shape] = out = x.amax()
     return out

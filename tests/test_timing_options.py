@@ -16,6 +16,7 @@ from mini_kv import pipeline, report
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.references import vector_add
+from mini_kv.settings import DEFAULTS
 from mini_kv.worker import bandwidth, engine, timing
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
@@ -70,7 +71,6 @@ def test_auto_chain():
     assert method_chain("auto", "cpu") == ["wallclock"]
     assert method_chain("auto", "cuda") == list(AUTO_CHAIN) == ["cupti", "graph", "events"]
     assert method_chain("graph", "cuda:1") == ["graph"]
-    assert timing.default_method("cpu") == "wallclock"
 
 
 def test_measure_refuses_cuda_method_on_cpu():
@@ -82,7 +82,7 @@ def test_flusher_is_inert_on_cpu():
     f = L2Flusher("cpu", True)
     assert not f.enabled
     f()  # no-op
-    assert f.describe()["flush_bytes"] is None
+    assert f.describe().flush_bytes is None
 
 
 # ------------------------------------------------------------- pipeline / CLI validation
@@ -211,7 +211,7 @@ def test_cli_method_choices():
 
 def test_input_set_count():
     assert engine.input_set_count(10**6, cold=False) == 1
-    assert engine.input_set_count(1000, cold=True) == engine.MAX_INPUT_SETS
+    assert engine.input_set_count(1000, cold=True) == DEFAULTS.max_input_sets
     assert engine.input_set_count(1000, cold=True, max_sets=7) == 7
     # far too big for the budget: still two, so consecutive calls never share buffers
     assert engine.input_set_count(10**12, cold=True) == 2

@@ -46,6 +46,9 @@ class Settings:
     # the stability gate: the robust CV of the P50s (and of the candidate's P95s) across repeats
     max_cv: float = 0.03
     max_p95_cv: float = 0.15
+    # a repeat samples until its median's interval is within this share of max_cv (timing.repeat_target)
+    repeat_ci_of_max_cv: float = 2 / 3
+    warmup_share: float = 0.1  # of a case's timing budget, at most, for the warm-up
     # timeouts, seconds: a card's `timeouts:` section
     compile_s: float = 600.0
     case_s: float = 120.0

@@ -85,29 +85,33 @@ def test_the_sol_comparison_and_the_trace_writer_never_raise(pair, tol):
     out, ref = pair
     res = compare_matched(out, ref, tol)
     for key in ("max_absolute_error", "max_relative_error"):
-        assert isinstance(res[key], float) and math.isfinite(res[key]) and res[key] >= 0, (key, res)
-    assert 0.0 <= res["matched_ratio"] <= 1.0
-    assert res["ok"] is (res["reason"] is None)
-    if res["ok"]:
-        assert res["matched_ratio"] >= tol["required_matched_ratio"]
-    corr = {**res, "extra": {"matched_ratio": res["matched_ratio"]}}
-    status, perf = ("PASSED", PERF) if res["ok"] else ("INCORRECT_NUMERICAL", None)
-    traces.dumps(traces.make_trace("d", {"uuid": "u"}, "s", status, ENV, res["reason"] or "", corr, perf))
+        assert (
+            isinstance(getattr(res, key), float)
+            and math.isfinite(getattr(res, key))
+            and getattr(res, key) >= 0
+        ), (key, res)
+    assert 0.0 <= res.matched_ratio <= 1.0
+    assert res.ok is (res.reason is None)
+    if res.ok:
+        assert res.matched_ratio >= tol["required_matched_ratio"]
+    corr = {**vars(res), "extra": {"matched_ratio": res.matched_ratio}}
+    status, perf = ("PASSED", PERF) if res.ok else ("INCORRECT_NUMERICAL", None)
+    traces.dumps(traces.make_trace("d", {"uuid": "u"}, "s", status, ENV, res.reason or "", corr, perf))
 
 
 @examples(1.0)
 @given(tensor(), tensor(), st.sampled_from([0.0, 1e-3, 1.0]), st.sampled_from([0.0, 1e-3, 1.0]))
 def test_the_task_card_comparison_never_raises_and_mismatches_are_verdicts(out, ref, atol, rtol):
     res = card_compare.compare(out, ref, atol, rtol)
-    assert isinstance(res["ok"], bool)
+    assert isinstance(res.ok, bool)
     if out.shape != ref.shape or out.dtype != ref.dtype:
-        assert not res["ok"] and res["reason"]
+        assert not res.ok and res.reason
     else:
-        assert res["ok"] is card_compare.matches(out, ref, atol, rtol)
+        assert res.ok is card_compare.matches(out, ref, atol, rtol)
 
 
 @examples(0.5)
 @given(st.sampled_from([None, 1, 1.5, "x", [1.0], object()]), tensor())
 def test_an_output_that_is_not_a_tensor_is_a_verdict(out, ref):
     res = card_compare.compare(out, ref, 0.0, 0.0)
-    assert res["ok"] is False and "expected exactly torch.Tensor" in res["reason"]
+    assert res.ok is False and "expected exactly torch.Tensor" in res.reason

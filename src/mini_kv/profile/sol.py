@@ -144,10 +144,10 @@ def run_target(job) -> TargetResult:
         compare_matched(o, r, wl["tolerance"])
         for o, r in zip(outs, normalize_outputs(reference.run(*pristine), sig, device), strict=True)
     ]
-    bad = next((c for c in checks if not c["ok"]), None)
+    bad = next((c for c in checks if not c.ok), None)
     return TargetResult(
         input_digest(pristine),
         int(job.warmup) + int(job.calls),
-        {"ok": bad is None, "reason": bad and bad["reason"]},
+        {"ok": bad is None, "reason": bad and bad.reason},
         torch.cuda.get_device_name(torch.device(device)),
     )

@@ -66,9 +66,10 @@ def run(job) -> TargetResult:
     reference = import_path(job.reference)
     tol = job.tolerance
     check = compare(out, reference(*pristine), tol["atol"], tol["rtol"])
+    errors = {k: getattr(check.errors, k, None) for k in ("max_abs_err", "mismatches")}
     return TargetResult(
         digest,
         int(job.warmup) + int(job.calls),
-        {k: check.get(k) for k in ("ok", "reason", "max_abs_err", "mismatches")},
+        {"ok": check.ok, "reason": check.reason, **errors},
         torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
     )

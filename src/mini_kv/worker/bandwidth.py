@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv.settings import DEFAULTS
@@ -25,7 +26,26 @@ METHOD = (
 )
 
 
-def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = ITERATIONS) -> dict:
+@dataclass(frozen=True)
+class Bandwidth:
+    """One measurement (cached as .build/bandwidth-<environment key>.json): bytes read + written per
+    second, how, the copy's size and the counted bytes, the median and extremes of the copies' seconds."""
+
+    schema_version: int
+    copy_bandwidth_Bps: float
+    method: str
+    bytes_per_copy: int
+    counted_bytes_per_copy: int
+    iterations: int
+    median_s: float
+    min_s: float
+    max_s: float
+    device_name: str
+    torch: str
+    measured_at: str
+
+
+def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = ITERATIONS) -> Bandwidth:
     import torch
 
     dev = torch.device(device)
@@ -48,25 +68,13 @@ def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = IT
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e-3)
-    med = statistics.median(times)
-    props = torch.cuda.get_device_properties(dev)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "copy_bandwidth_Bps": 2 * nbytes / med,
-        "method": METHOD,
-        "bytes_per_copy": nbytes,
-        "counted_bytes_per_copy": 2 * nbytes,
-        "iterations": iterations,
-        "median_s": med,
-        "min_s": min(times),
-        "max_s": max(times),
-        "device_name": props.name,
-        "torch": torch.__version__,
-        "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
+    med, name = statistics.median(times), torch.cuda.get_device_properties(dev).name
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    copies = (2 * nbytes / med, METHOD, nbytes, 2 * nbytes, iterations, med, min(times), max(times))
+    return Bandwidth(SCHEMA_VERSION, *copies, name, torch.__version__, now)
 
 
-def measure_job(job) -> dict:
+def measure_job(job) -> Bandwidth:
     """Job kind `bandwidth`, in the worker child."""
     return measure(job.device, job.nbytes, job.iterations)
 

@@ -10,6 +10,8 @@ import hmac
 import json
 import os
 
+from mini_kv.codec import to_json
+
 POISONED_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
 KEY_ENV = "MINI_KV_CHANNEL_KEY"
 
@@ -24,7 +26,8 @@ class Channel:
 
     def send(self, **event) -> None:
         self.seq += 1
-        body = json.dumps({**event, "seq": self.seq}, default=str)
+        # the edge where the worker's records leave it: typed records become JSON here (the one codec)
+        body = json.dumps(to_json({**event, "seq": self.seq}), default=str)
         mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
         self.f.write(json.dumps({"mac": mac, "body": body}) + "\n")
         self.f.flush()

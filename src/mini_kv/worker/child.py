@@ -165,12 +165,11 @@ def _one_shot(path: str):
     becomes a `fatal` one in main)."""
 
     def handler(job: Job, chan: Channel) -> int:
-        from mini_kv.codec import to_json
         from mini_kv.worker.inputs import import_path
 
         if hasattr(job, "device"):
             _set_device(job.device)
-        chan.send(event=Event.RESULT, result=to_json(import_path(path)(job)))  # a typed record as JSON
+        chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
 
     return handler

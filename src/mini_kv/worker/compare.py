@@ -55,7 +55,39 @@ def chunk_errors(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float):
     return diff, rel, bad
 
 
-def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+@dataclass(frozen=True)
+class Errors:
+    """Two tensors of one shape by a card's rule: the largest absolute and relative errors, the elements
+    outside the tolerance (the first one's index and values), the elements, NaN or Inf in the output."""
+
+    max_abs_err: float
+    max_rel_err: float
+    mismatches: int
+    first_mismatch: dict | None
+    numel: int
+    has_nan: bool
+    has_inf: bool
+
+
+@dataclass(frozen=True)
+class Fp64Error:
+    """A reference's own error against itself in float64 (the card's tolerance is known to be achievable)."""
+
+    max_abs_err: float
+    max_rel_err: float
+
+
+@dataclass(frozen=True)
+class Compared:
+    """An output against the reference's by a card's rule: `ok`, why not, and the error statistics (None
+    where type, shape, dtype or device differ, or where the values matched and none were asked for)."""
+
+    ok: bool
+    reason: str | None = None
+    errors: Errors | None = None
+
+
+def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> Errors:
     """Max abs/rel error and mismatches under |out-ref| <= atol + rtol*|ref| (NaN matches only NaN),
     of two tensors of one shape. In FP64 on the output's own device (a host round trip of a large
     CUDA output costs seconds); maxima, counts and flags are exact over chunks."""
@@ -77,15 +109,9 @@ def tensor_errors(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
         has_nan = has_nan or bool(a.isnan().any())
         has_inf = has_inf or bool(a.isinf().any())
     none = 0.0 if out.numel() == 0 else float("inf")  # no element: no error; no finite error: inf
-    return {
-        "max_abs_err": max(abs_max, default=none),
-        "max_rel_err": max(rel_max, default=none),
-        "mismatches": n_bad,
-        "first_mismatch": first,
-        "numel": out.numel(),
-        "has_nan": has_nan,
-        "has_inf": has_inf,
-    }
+    return Errors(
+        max(abs_max, default=none), max(rel_max, default=none), n_bad, first, out.numel(), has_nan, has_inf
+    )
 
 
 def values_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool:
@@ -112,24 +138,21 @@ def _identity_problem(out, ref: torch.Tensor) -> str | None:
 
 
 def matches(out, ref: torch.Tensor, atol: float, rtol: float) -> bool:
-    """compare(...)["ok"] without the error statistics: for a re-check whose details nobody reads."""
+    """compare(...).ok without the error statistics: for a re-check whose details nobody reads."""
     return _identity_problem(out, ref) is None and values_match(out, ref, atol, rtol)
 
 
-def compare(out, ref: torch.Tensor, atol: float, rtol: float, errors: bool = True) -> dict:
-    """A result dict with `ok` and, on failure, `reason`; with the error statistics unless `errors` is
-    False and the values match (a check that needs only the verdict: the post-timing check)."""
+def compare(out, ref: torch.Tensor, atol: float, rtol: float, errors: bool = True) -> Compared:
+    """With the error statistics unless `errors` is False and the values match (a check that needs only
+    the verdict: the post-timing check)."""
     problem = _identity_problem(out, ref)
     if problem:
-        return {"ok": False, "reason": problem}
+        return Compared(False, problem)
     if not errors and values_match(out, ref, atol, rtol):
-        return {"ok": True}
-    errs = tensor_errors(out, ref, atol, rtol)
-    ok = errs["mismatches"] == 0
-    res = {"ok": ok, **errs}
-    if not ok:
-        res["reason"] = f"{errs['mismatches']} of {errs['numel']} elements outside atol={atol}, rtol={rtol}"
-    return res
+        return Compared(True)
+    e = tensor_errors(out, ref, atol, rtol)
+    why = f"{e.mismatches} of {e.numel} elements outside atol={atol}, rtol={rtol}" if e.mismatches else None
+    return Compared(not e.mismatches, why, e)
 
 
 def raw_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -150,35 +173,27 @@ def inputs_unchanged(before, after) -> bool:
 # ------------------------------------------------------------------ SOL-ExecBench's rule
 
 
-def _stats(
-    ok: bool, max_abs: float, max_rel: float, has_nan: bool, has_inf: bool, matched: float, reason: str | None
-) -> dict:
-    return {
-        "ok": ok,
-        "max_absolute_error": max_abs,
-        "max_relative_error": max_rel,
-        "has_nan": has_nan,
-        "has_inf": has_inf,
-        "matched_ratio": matched,
-        "reason": reason,
-    }
+@dataclass(frozen=True)
+class Matched:
+    """One output by SOL-ExecBench's rule: the verdict, the errors, the matched share, why it failed."""
+
+    ok: bool
+    max_absolute_error: float
+    max_relative_error: float
+    has_nan: bool
+    has_inf: bool
+    matched_ratio: float
+    reason: str | None
 
 
-def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
+def _packed_fp4(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     """float4 pairs have no float32 conversion here: compare the packed bytes exactly."""
     same = out.view(torch.uint8) == ref.view(torch.uint8)
     matched = float(same.float().mean()) if same.numel() else 1.0
     ok = matched >= tol["required_matched_ratio"]
     # no value errors to report (the bytes are compared, not decoded): the matched share says it all
-    return _stats(
-        ok,
-        0.0,
-        0.0,
-        False,
-        False,
-        matched,
-        None if ok else f"{1 - matched:.2%} of packed float4 bytes differ",
-    )
+    why = None if ok else f"{1 - matched:.2%} of packed float4 bytes differ"
+    return Matched(ok, 0.0, 0.0, False, False, matched, why)
 
 
 # Elements per pass on the host: each pass makes a few float64 temporaries of its size (a whole
@@ -255,10 +270,10 @@ def _as_compared(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float32).to(torch.float64)
 
 
-def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
+def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> Matched:
     """Errors of `out` against `ref` (same shape and dtype, checked before) and whether they pass."""
     if out.numel() == 0:
-        return _stats(True, 0.0, 0.0, False, False, 1.0, None)
+        return Matched(True, 0.0, 0.0, False, False, 1.0, None)
     if out.dtype == torch.float4_e2m1fn_x2:
         return _packed_fp4(out, ref, tol)
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
@@ -267,13 +282,7 @@ def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
     t = _Tally()
     for i in range(0, xs.numel(), step):
         x = _as_compared(xs[i : i + step])
-        t.add(
-            x,
-            _as_compared(ys[i : i + step].to(device=x.device)),
-            atol,
-            rtol,
-            tol["allow_negative_inf"],
-        )
+        t.add(x, _as_compared(ys[i : i + step].to(device=x.device)), atol, rtol, tol["allow_negative_inf"])
     n = xs.numel()
     matched = 1.0 - t.bad / n
     reason = None
@@ -289,7 +298,7 @@ def compare_matched(out: torch.Tensor, ref: torch.Tensor, tol: dict) -> dict:
         reason = f"max absolute error {t.max_abs:.3g} above max_error_cap {tol['max_error_cap']:g}"
     elif not t.out_any and t.ref_any:
         reason = "the output is all zeros while the reference is not"
-    return _stats(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)
+    return Matched(reason is None, t.max_abs, t.max_rel, t.has_nan, t.has_inf, matched, reason)
 
 
 def plain_tensors(value) -> list[torch.Tensor]:

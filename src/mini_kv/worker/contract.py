@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
@@ -10,9 +11,23 @@ from mini_kv.status import Status
 from mini_kv.worker.inputs import case_seed, make_case_inputs
 
 OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+OMIT = {"omit_none": True}
 
 
-def opcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str) -> dict:
+@dataclass(frozen=True)
+class Contract:
+    """correctness.json's record of a contract check: its status; opcheck's per-case sub-test results,
+    gradcheck's case; why it failed (an integrity code where a violation did)."""
+
+    status: str
+    integrity: str | None = field(default=None, metadata=OMIT)
+    case: str | None = field(default=None, metadata=OMIT)
+    cases: list | None = field(default=None, metadata=OMIT)
+    reason: str | None = field(default=None, metadata=OMIT)
+    traceback: str | None = field(default=None, metadata=OMIT)
+
+
+def opcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str) -> Contract:
     """Run opcheck on the first few core cases; every sub-test result is recorded."""
     sample = [c for c in cases if c["kind"] == "core"][:2] or [c for c in cases if c["kind"] != "illegal"][:1]
     results = []
@@ -30,14 +45,14 @@ def opcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str
             passed = False
         ok = ok and passed
         results.append({"case": case["id"], "passed": passed, "tests": status})
-    return {"status": Status.PASSED if ok else Status.FAILED, "cases": results}
+    return Contract(Status.PASSED if ok else Status.FAILED, cases=results)
 
 
-def gradcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str) -> dict:
+def gradcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: str) -> Contract:
     """float64 gradcheck of the registered backward on a small core case."""
     case = next((c for c in cases if c["kind"] == "core"), None)
     if case is None:
-        return {"status": Status.SKIPPED, "reason": "no core case"}
+        return Contract(Status.SKIPPED, reason="no core case")
     args = make_case_inputs(factory, case["params"], "float64", device, case_seed(task_id, case["id"], salt))
     args = tuple(
         a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
@@ -45,11 +60,7 @@ def gradcheck(op, factory, task_id: str, cases: list[dict], device: str, salt: s
     )
     try:
         ok = torch.autograd.gradcheck(lambda *xs: op(*xs), args, eps=1e-6, atol=1e-5, nondet_tol=0.0)
-        return {"status": Status.PASSED if ok else Status.FAILED, "case": case["id"]}
+        return Contract(Status.PASSED if ok else Status.FAILED, case=case["id"])
     except Exception as exc:  # noqa: BLE001
-        return {
-            "status": Status.FAILED,
-            "case": case["id"],
-            "reason": f"{type(exc).__name__}: {str(exc)[:2000]}",
-            "traceback": traceback.format_exc()[-2000:],
-        }
+        why, tb = f"{type(exc).__name__}: {str(exc)[:2000]}", traceback.format_exc()[-2000:]
+        return Contract(Status.FAILED, case=case["id"], reason=why, traceback=tb)

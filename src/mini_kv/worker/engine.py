@@ -32,15 +32,16 @@ from mini_kv import stats
 from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity
-from mini_kv.worker.compare import inputs_unchanged
+from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
 from mini_kv.worker.integrity import Violation, check_output, degenerate, rewrite_in_place, same_bytes
 from mini_kv.worker.link import MAX_FDS
 from mini_kv.worker.remote import (
+    Census,
     SpotCheck,
     census_next,
-    kernels_record,
+    census_of,
     poison_before,
     refresh,
     stream_hold_next,
@@ -48,11 +49,12 @@ from mini_kv.worker.remote import (
 )
 from mini_kv.worker.timing import (
     TIMER_LABELS,
-    WARMUP_SHARE,
+    Flush,
     L2Flusher,
     NoDeviceWorkError,
     TimingError,
     TimingGuardError,
+    Warmup,
     is_cuda,
     is_fixed_count,
     measure,
@@ -66,7 +68,6 @@ from mini_kv.worker.timing import (
 
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 PROBE_SAMPLES = 3
-MAX_INPUT_SETS = DEFAULTS.max_input_sets
 SLOW_SHARE = 0.8  # a round where the candidate's call took more than this share is the candidate's slowness
 MIN_ROUNDS = 2  # both call orders (candidate first, reference first), however tight the budget
 # Setting a case up (its inputs and the reference's outputs) is repeated about twice more by the
@@ -86,7 +87,9 @@ class Failure(Exception):
         "violation wrong raised unusable skipped timing".split()
     )
 
-    def __init__(self, kind: str, message: str, code=None, stats: dict | None = None, tb: str = ""):
+    def __init__(
+        self, kind: str, message: str, code=None, stats: Errors | Matched | dict | None = None, tb: str = ""
+    ):
         super().__init__(message)
         self.kind, self.message, self.code, self.stats, self.tb = kind, message, code, stats, tb
 
@@ -115,7 +118,7 @@ class Checked:
     code: str | None = None
     reason: str | None = None
     output: str | None = None
-    stats: dict | None = None
+    stats: Errors | Matched | None = None
     rank: tuple = ()
 
 
@@ -124,10 +127,10 @@ class Passed:
     """Correctness rounds that all passed: the worst round's statistics, how many rounds ran, the
     quickest round's seconds (what a pass of the post-timing check costs), the reference against FP64."""
 
-    stats: dict | None
+    stats: Errors | Matched | None
     rounds_run: int
     round_s: float
-    reference_error: dict | None
+    reference_error: Fp64Error | None
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class Timed:
     (None: right after timing), and what a roofline needs (bytes of a set with its outputs, the first
     output's elements, the first input's element size)."""
 
-    record: dict
+    record: Timing
     post: Failure | None
     set_bytes: int
     numel: int
@@ -152,7 +155,7 @@ class Job:
     guard: object
     budget: RoundBudget = field(default_factory=lambda: RoundBudget(None, "cpu"))
     own_kernels: bool = False  # --require-own-kernels: library compute in a case's census is a violation
-    kernels: dict | None = None  # the census of the current case's first call (remote.kernels_record)
+    kernels: Census | None = None  # the census of the current case's first call (remote.census_of)
 
     @classmethod
     def local(cls, fmt, budget_s: float | None = None) -> Job:
@@ -169,11 +172,11 @@ class _Unguarded:
 
     def call(self, fn, args, device: str, when: str = "the call", outputs=()):
         out = fn(*args)
-        _sync(device)
+        sync(device)
         return out
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
     if is_cuda(device):
         torch.cuda.synchronize()
 
@@ -324,9 +327,9 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
 def _own_kernels(job: Job) -> None:
     """The case's census (job.kernels, for its record); under --require-own-kernels, library compute in
     it is LIBRARY_DELEGATION (integrity.check_own_kernels)."""
-    job.kernels = kernels_record(job.fmt.candidate)
+    job.kernels = census_of(job.fmt.candidate)
     if job.own_kernels and job.kernels is not None:
-        integrity.check_own_kernels(job.kernels)
+        integrity.check_own_kernels(job.kernels.library)
 
 
 def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, prev: _Round | None) -> None:
@@ -341,7 +344,7 @@ def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, pre
             "REPLAYED_RESULT", f"{where}on new inputs the candidate returned the previous outputs again"
         )
     time.sleep(SETTLE_S)
-    _sync(fmt.device)
+    sync(fmt.device)
     refresh(fmt.candidate)
     if fmt.check(case, outs, refs, stats=False).ok:
         raise Violation(
@@ -377,9 +380,7 @@ class RoundBudget:
         # (seconds, bytes) of the first round of a case found too large after it: a measured size that
         # the per-byte scaling of a small warm round underestimates (cache effects), so it bounds the others
         self.too_large: tuple[float, int] | None = None
-        self.round_calls: tuple[float, float, str] | None = (
-            None  # (candidate's call, reference's, case) of round_cost
-        )
+        self.round_calls: tuple[float, float, str] | None = None  # (candidate's call, reference's, case)
         # (bytes, the candidate's call, the reference's, case) where the candidate was too slow for the
         # budget: no larger case is run (it would be no quicker), and the reason names it, not the size
         self.slow_call: tuple[int, float, float, str] | None = None
@@ -456,7 +457,7 @@ class RoundBudget:
 
 
 def input_set_count(
-    set_bytes: int, cold: bool, max_sets: int = MAX_INPUT_SETS, free_bytes: int | None = None
+    set_bytes: int, cold: bool, max_sets: int = DEFAULTS.max_input_sets, free_bytes: int | None = None
 ) -> int:
     """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
     if not cold:
@@ -511,7 +512,7 @@ class Budget:
 
 
 def timing_budget(
-    budget_s: float | None, started: float, warm: dict, n_sets: int, round_s, settings: dict | None = None
+    budget_s: float | None, started: float, warm: Warmup, n_sets: int, round_s, settings: dict | None = None
 ) -> Budget:
     """The budget left since `started` (before the warm-up) less what the post-timing check will cost
     (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
@@ -519,7 +520,7 @@ def timing_budget(
     of each side (what one sample costs), and the samples a measurement takes whatever is left
     (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
-    cost = dict(zip(("candidate", "reference"), warm["seconds_per_call"], strict=True))
+    cost = dict(zip(("candidate", "reference"), warm.seconds_per_call, strict=True))
     floor = sample_floor(settings or {}, budget_s, cost["reference"])
     return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
@@ -554,16 +555,68 @@ class SampledRepeats:
         if m.kernel_us is not None:
             self.kernel_us[who].append(m.kernel_us)
 
-    def side(self, who: str, summary) -> dict:
-        """benchmark.json's record of one side."""
+    def side(self, who: str, summary: stats.RepeatSummary) -> Side:
         kernel = [x for rep in self.kernel_us[who] for x in rep]
-        extra = {"kernel_us_p50": stats.summarize(kernel).p50} if kernel else {}
-        return {
-            "samples": self.samples[who],
-            "summary": to_json(summary),
-            "sampling": self.sampling[who],
-            **extra,
-        }
+        p50 = stats.summarize(kernel).p50 if kernel else None
+        return Side(self.samples[who], summary, self.sampling[who], p50)
+
+
+OMIT = {"omit_none": True}  # a field left out of the JSON where the record does not have it
+
+
+@dataclass(frozen=True)
+class Side:
+    """benchmark.json's record of one side: its samples per repeat, their summary, how each repeat's
+    sampling went (taken, stopped, rel_ci), and under CUPTI the median busy time of its kernels."""
+
+    samples: list
+    summary: stats.RepeatSummary
+    sampling: dict
+    kernel_us_p50: float | None = field(default=None, metadata=OMIT)
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
+    each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat); a SOL
+    workload's also how many correctness rounds ran."""
+
+    mode: str
+    samples: int | str
+    target_rel_ci: float | None
+    min_samples: int | None
+    max_samples: int | None
+    repeat_rel_ci: float | None
+    budget_s: float | None
+    warmup_calls: int
+    warmup_s: float
+    repeats_run: int
+    timed_calls: dict
+    stopped: list
+    rounds_run: int | None = field(default=None, metadata=OMIT)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """benchmark.json's record of a timed case (both formats): how it was timed (the method, the methods
+    that failed first, calls per sample, the L2 mode), the samples of both sides, their summaries, the
+    speedup and the stability gate's verdict, how the case was sampled."""
+
+    method: str
+    method_requested: str
+    fallbacks: list
+    l2: str
+    timer: str
+    calls_per_sample: int
+    input_sets: int
+    unit: str
+    order: list
+    candidate: Side
+    reference: Side
+    sampling: Sampled
+    speedup: float
+    stability: dict
+    l2_flush: Flush | None = field(default=None, metadata=OMIT)
 
 
 def _repeats(
@@ -580,19 +633,8 @@ def _repeats(
         for who in order:
             rule = stopping_rule(settings, plan.share, plan.count)
             # `measure`: this module's name, the seam tests script timings through
-            m = timed(
-                lambda who=who, rule=rule: measure_until(
-                    calls[who],
-                    method,
-                    rule,
-                    job.fmt.device,
-                    flush,
-                    launches,
-                    plan.cost.get(who),
-                    measure_fn=measure,
-                    floor=plan.floor,
-                )
-            )
+            args = (calls[who], method, rule, job.fmt.device, flush, launches, plan.cost.get(who))
+            m = timed(lambda args=args: measure_until(*args, measure_fn=measure, floor=plan.floor))
             # under CUPTI the profiler's own threads come and go; measure() still counts Python threads
             left = integrity.foreign_threads(integrity.os_threads() - threads) if method != "cupti" else set()
             if left:
@@ -645,8 +687,8 @@ def _workloads(job: Job, case, sets: list) -> tuple:
     return cand, refc, ref_sets
 
 
-def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: float | None) -> dict:
-    """The warm-up's record, or a SKIPPED Failure: a case whose set-up, repeated by the post-timing check,
+def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: float | None) -> Warmup:
+    """The warm-up, or a SKIPPED Failure: a case whose set-up, repeated by the post-timing check,
     alone outruns the budget is skipped before any warm-up (on CPU a GPU-sized case of 33M elements took
     50 s, almost all of it outside the timed calls), and so is one whose single call of each side does."""
     limit = f"the case's budget of {budget_s:.3g} s (--budget, or benchmark.budget_s)" if budget_s else ""
@@ -656,8 +698,8 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
             f"too large for {device} within the budget: setting the case up (its inputs and the reference's "
             f"outputs) took {setup_s:.3g} s, and the post-timing check repeats that about twice, over {limit}",
         )
-    warm = warm_up(sides, int(settings["warmup"]), WARMUP_SHARE * (budget_s or float("inf")), device)
-    cost = warm["seconds_per_call"]
+    warm = warm_up(sides, int(settings["warmup"]), DEFAULTS.warmup_share * (budget_s or float("inf")), device)
+    cost = warm.seconds_per_call
     if budget_s and None not in cost and sum(cost) > budget_s:
         why = f"one call of each side took {sum(cost):.3g} s, over {limit}"
         if 2 * cost[1] <= budget_s:
@@ -696,7 +738,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     flush = L2Flusher(fmt.device, cold)
     t0 = time.perf_counter()
     warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
-    _sync(fmt.device)
+    sync(fmt.device)
     lap("warmup")
     chain = method_chain(settings["method"], fmt.device)
     method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
@@ -719,51 +761,32 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     return Timed(record, post, set_bytes, numel, itemsize)
 
 
-def timing_record(plan, settings: dict, how: tuple, warm: dict, budget_s, n_sets: int, flush) -> dict:
-    """benchmark.json's record of a timed case (both formats): how it was timed (`how`: the method, the
-    methods that failed first, calls per sample, the L2 mode), the samples of both sides, their
-    summaries, the speedup and the stability gate's verdict, how the case was sampled."""
+def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
+    """A timed case's record; `how`: the method, the methods that failed first, calls per sample, L2 mode."""
     method, fallbacks, calls_per, l2 = how
-    cand_s = stats.summarize_repeats(plan.samples["candidate"])
-    ref_s = stats.summarize_repeats(plan.samples["reference"])
+    cand_s, ref_s = (stats.summarize_repeats(plan.samples[who]) for who in ("candidate", "reference"))
     max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
     max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
     stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
-    return {
-        "method": method,
-        "method_requested": settings["method"],
-        "fallbacks": fallbacks,
-        "l2": l2,
-        "timer": TIMER_LABELS[method],
-        "calls_per_sample": calls_per,
-        "input_sets": n_sets,
-        "unit": "us",
-        "order": plan.order,
-        "candidate": plan.side("candidate", cand_s),
-        "reference": plan.side("reference", ref_s),
-        "sampling": sampling_record(settings, budget_s, warm, plan.sampling, calls_per),
-        "speedup": stats.speedup(ref_s.overall.p50, cand_s.overall.p50),
-        "stability": {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv},
-        **({"l2_flush": flush.describe()} if flush.enabled else {}),
-    }
+    timed = (method, settings["method"], fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
+    sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))
+    sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per)
+    speedup = stats.speedup(ref_s.overall.p50, cand_s.overall.p50)
+    stability = {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv}
+    return Timing(
+        *timed, plan.order, *sides, sampled, speedup, stability, flush.describe() if flush.enabled else None
+    )
 
 
-def sampling_record(settings: dict, budget_s: float | None, warm: dict, sides: dict, calls_per: int) -> dict:
-    """benchmark.json's `sampling` of a case: the rule, the warm-up, how many samples and timed calls
-    each side took and why its measurements stopped (mini_kv.status.StopReason, one per repeat)."""
+def sampling_record(settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int) -> Sampled:
     fixed = is_fixed_count(settings)
-    return {
-        "mode": "fixed" if fixed else "adaptive",
-        "samples": settings.get("samples", "auto"),
-        **{k: settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")},
-        "repeat_rel_ci": None if fixed else repeat_target(settings, int(settings.get("repeats", 1))),
-        "budget_s": budget_s,
-        "warmup_calls": warm["calls"],
-        "warmup_s": warm["seconds"],
-        "repeats_run": len(next(iter(sides.values()))["taken"]),
-        "timed_calls": {who: sum(side["taken"]) * calls_per for who, side in sides.items()},
-        "stopped": sorted({why for side in sides.values() for why in side["stopped"]}),
-    }
+    target = None if fixed else repeat_target(settings, int(settings.get("repeats", 1)))
+    rule = ("fixed" if fixed else "adaptive", settings.get("samples", "auto"))
+    rule += (*(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")), target, budget_s)
+    repeats = len(next(iter(sides.values()))["taken"])
+    timed = {who: sum(side["taken"]) * calls_per for who, side in sides.items()}
+    stopped = sorted({why for side in sides.values() for why in side["stopped"]})
+    return Sampled(*rule, warm.calls, warm.seconds, repeats, timed, stopped)
 
 
 def post_check(job: Job, case, sets: list, ref_sets: list) -> Failure | None:

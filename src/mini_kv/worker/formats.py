@@ -13,18 +13,21 @@ record with an integrity code, SOL's trace with the code first in its log).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from mini_kv import roofline
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
-from mini_kv.worker.compare import compare, compare_matched, tensor_errors
+from mini_kv.worker.compare import Fp64Error, Matched, compare, compare_matched, tensor_errors
+from mini_kv.worker.contract import Contract
 from mini_kv.worker.engine import Checked, Failure
 from mini_kv.worker.inputs import (
     ReferenceInputError,
@@ -40,7 +43,7 @@ from mini_kv.worker.inputs import (
 from mini_kv.worker.integrity import Violation, reward_hack_log
 from mini_kv.worker.jobs import Event
 from mini_kv.worker.loader import load_module
-from mini_kv.worker.remote import RemoteGuard, RemoteOp
+from mini_kv.worker.remote import Census, RemoteGuard, RemoteOp
 
 
 @dataclass(frozen=True)
@@ -128,24 +131,19 @@ class CardFormat:
     def check(self, case: CardCase, outs: list, refs: list, stats: bool = True) -> Checked:
         tol = self.tolerances[case.dtype]
         res = compare(outs[0], refs[0], tol["atol"], tol["rtol"], errors=stats)
-        kept = {k: v for k, v in res.items() if k not in ("ok", "reason")}
-        rank = (kept.get("has_nan", False), kept.get("has_inf", False), kept.get("max_abs_err", 0.0))
-        if res["ok"]:
-            return Checked(True, stats=kept, rank=rank)
-        return Checked(
-            False, "values" if "mismatches" in res else "structure", res["reason"], None, kept, rank
-        )
+        e = res.errors
+        rank = (e.has_nan, e.has_inf, e.max_abs_err) if e else (False, False, 0.0)
+        if res.ok:
+            return Checked(True, stats=e, rank=rank)
+        return Checked(False, "values" if e else "structure", res.reason, None, e, rank)
 
-    def reference_error(self, args: list, refs: list) -> dict | None:
+    def reference_error(self, args: list, refs: list) -> Fp64Error | None:
         """The reference itself against float64, so the card's tolerance is known to be achievable."""
         ref = refs[0]
         if not isinstance(ref, torch.Tensor) or ref.dtype == torch.float64 or not ref.is_floating_point():
             return None
         errs = tensor_errors(ref, self.reference(*upcast_args(args)), 0.0, 0.0)  # in FP64
-        return {"max_abs_err": errs["max_abs_err"], "max_rel_err": errs["max_rel_err"]}
-
-
-CARD_ROUNDS = DEFAULTS.card_rounds
+        return Fp64Error(errs.max_abs_err, errs.max_rel_err)
 
 
 class CardEvaluator:
@@ -169,16 +167,8 @@ class CardEvaluator:
         if job.project_root and job.project_root not in sys.path:
             sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
         reference, factory = import_path(job.reference), import_path(job.inputs)
-        reply = subject.request(
-            "load",
-            kind="card",
-            device=job.device,
-            library=job.library,
-            op=job.op,
-            project_root=job.project_root,
-            inputs=job.inputs,
-            memory_limit_bytes=job.memory_limit_bytes,
-        )
+        names = ("device", "library", "op", "project_root", "inputs", "memory_limit_bytes")
+        reply = subject.request("load", kind="card", **{k: getattr(job, k) for k in names})
         if not reply.get("ok"):
             return chan.send(event=Event.LOAD, ok=False, **_card_load_failure(reply))
         baseline = None
@@ -193,15 +183,9 @@ class CardEvaluator:
                 )
             baseline = (RemoteOp(subject, "baseline"), False)
         chan.send(event=Event.LOAD, ok=True, kernels=reply.get("kernels"), hint=reply.get("hint"))
+        candidate = RemoteOp(subject, "candidate")
         fmt = CardFormat(
-            job.task_id,
-            job.device,
-            job.salt,
-            RemoteOp(subject, "candidate"),
-            reference,
-            factory,
-            job.tolerances,
-            baseline,
+            job.task_id, job.device, job.salt, candidate, reference, factory, job.tolerances, baseline
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
@@ -215,7 +199,7 @@ class CardEvaluator:
 
         return correctness_record(self.engine, c, on_inputs), {}
 
-    def contract(self, name: str) -> tuple[dict, dict]:
+    def contract(self, name: str) -> tuple[Contract | dict, dict]:
         """opcheck or gradcheck, run in the subject (they call the op in ways only torch knows): its
         record is the subject's claim, and a violation there fails the check."""
         job = self.job
@@ -225,12 +209,13 @@ class CardEvaluator:
                 "contract", name=name, task_id=job.task_id, cases=job.all_cases, salt=job.salt
             )
         except Violation as v:
-            record = {"status": v.status, "integrity": v.code, "reason": str(v)}
+            return Contract(v.status, v.code, reason=str(v)), {"name": name}
         except Exception as exc:  # noqa: BLE001 - the check itself broke in the subject
-            record = {"status": Status.FAILED, "reason": f"{type(exc).__name__}: {exc}"}
-        else:
-            record = reply["record"] if isinstance(reply.get("record"), dict) else {"status": Status.FAILED}
-        return record, {"name": name}
+            return Contract(Status.FAILED, reason=f"{type(exc).__name__}: {exc}"), {"name": name}
+        # the subject's claim, passed on as it came (a record that is not one: FAILED)
+        return reply["record"] if isinstance(reply.get("record"), dict) else Contract(Status.FAILED), {
+            "name": name
+        }
 
     def bench(self, case: dict) -> tuple[dict, dict]:
         c, job = CardCase.of(case), self.job
@@ -249,20 +234,13 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
     try:
         t = engine.time_case(ej, c, settings, float(settings.get("budget_s") or 0) or None)
     except Failure as f:
-        if f.kind == Failure.SKIPPED:
-            return {"id": c.id, "status": Status.SKIPPED, "reason": f.message, **(f.stats or {})}
-        if f.kind == Failure.VIOLATION:
-            return {
-                "id": c.id,
-                "status": violation_status(f.code),
-                "integrity": f.code,
-                "reason": f"{f.code}: {f.message}",
-            }
+        if f.kind in (Failure.SKIPPED, Failure.VIOLATION):  # a skip's stats: its warm-up
+            return {"id": c.id, **_card_failure(f), **(f.stats or {})}
         return {"id": c.id, "status": Status.BENCHMARK_ERROR, "integrity": None, "reason": f.message}
     names = roofline.case_names(c.params, t.itemsize, t.numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(t.set_bytes)
     flops = roofline.evaluate(exprs["flops"], names) if exprs.get("flops") else None
-    p50 = t.record["candidate"]["summary"]["overall"]["p50"]
+    p50 = t.record.candidate.summary.overall.p50
     post = {"ok": True, "reason": None}
     if t.post is not None:
         post = {"ok": False, "integrity": t.post.code, "reason": t.post.message}
@@ -271,7 +249,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
         "dtype": c.dtype,
         "params": c.params,
         "seed": engine.set_seed(ej.fmt.namespace, c.id, ej.fmt.salt, 0),
-        **t.record,
+        **to_json(t.record),
         "post_check": post,
         "bytes": bytes_moved,
         "flops": flops,
@@ -281,7 +259,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
 
 
 def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
-    """A card's correctness case (engine.correctness: CARD_ROUNDS rounds; an illegal case must raise),
+    """A card's correctness case (engine.correctness: settings.card_rounds rounds; an illegal case must raise),
     as correctness.json's record. `on_inputs`, if given, is called once the card's input factory has made
     the inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
     seed = engine.round_seed(ej.fmt, c.id, 0)
@@ -298,30 +276,25 @@ def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
             args = ej.fmt.inputs(c, seed)
             made(args)
             return {**record, **_run_illegal(ej, args)}
-        passed = engine.correctness(ej, c, CARD_ROUNDS, made)
+        passed = engine.correctness(ej, c, DEFAULTS.card_rounds, made)
     except Failure as f:
-        return {**record, **_card_failure(f), **_census(ej)}
+        return {**record, **_card_failure(f), **({"kernels": ej.kernels} if ej.kernels else {})}
     return {
         **record,
-        **_census(ej),
-        **(passed.stats or {}),
+        **({"kernels": ej.kernels} if ej.kernels else {}),  # whose compute its first call ran
+        **(to_json(passed.stats) if passed.stats else {}),
         "reference_error": passed.reference_error,
         "status": Status.PASSED,
         "calls": passed.rounds_run,
     }
 
 
-def _census(ej: engine.Job) -> dict:
-    """The case's census for its record (whose compute its first call ran), where one was taken."""
-    return {"kernels": ej.kernels} if ej.kernels is not None else {}
-
-
 def _card_failure(f: Failure) -> dict:
-    """A card's correctness record fields for a Failure of the engine's."""
+    """A card's case record fields for a Failure of the engine's."""
     if f.kind == Failure.VIOLATION:
         return {"status": violation_status(f.code), "integrity": f.code, "reason": f"{f.code}: {f.message}"}
     if f.kind == Failure.WRONG:
-        return {**(f.stats or {}), "status": Status.INCORRECT, "reason": f.message}
+        return {**(to_json(f.stats) if f.stats else {}), "status": Status.INCORRECT, "reason": f.message}
     if f.kind == Failure.RAISED:
         return {"status": Status.RUNTIME_ERROR, "reason": f.message, "traceback": f.tb}
     if f.kind == Failure.SKIPPED:
@@ -386,10 +359,10 @@ class SolFormat:
     reference_ns: dict
     dps: bool
     baseline: tuple | None = None
-    safetensors_cache: dict | None = None
+    safetensors_cache: dict = field(default_factory=dict)  # a workload's safetensors inputs, read once
 
     def inputs(self, case: SolCase, seed: int) -> list:
-        cache = self.safetensors_cache if self.safetensors_cache is not None else {}
+        cache = self.safetensors_cache
         try:
             return make_inputs(case.signature, case.workload, self.reference_ns, self.device, seed, cache)
         except ReferenceInputError as exc:
@@ -403,8 +376,7 @@ class SolFormat:
         sig = case.signature
         try:
             refs = normalize_outputs(self.reference(*clone_args(args)), sig, self.device, "the reference")
-            if torch.device(self.device).type == "cuda":
-                torch.cuda.synchronize()
+            engine.sync(self.device)
         except Exception as exc:  # noqa: BLE001
             raise Failure(
                 Failure.UNUSABLE, f"reference run() failed: {type(exc).__name__}: {exc}\n{_tb()}", "reference"
@@ -441,7 +413,7 @@ class SolFormat:
     def nbytes(self, case: SolCase) -> int:
         """Bytes of a workload's tensors (inputs and outputs) from its signature's shapes and dtypes."""
         specs = [*case.signature["inputs"], *case.signature["outputs"]]
-        return sum(_numel(s["shape"]) * _itemsize(s["dtype"]) for s in specs if s.get("shape") is not None)
+        return sum(math.prod(s["shape"]) * _itemsize(s["dtype"]) for s in specs if s.get("shape") is not None)
 
     def check(self, case: SolCase, outs: list, refs: list, stats: bool = True) -> Checked:
         """Exact tensor type (a subclass could compute lazily on read), shape, dtype, device, then values
@@ -453,9 +425,9 @@ class SolFormat:
             if found:
                 return Checked(False, found[0], found[1], name)
             res = compare_matched(out, ref, case.workload["tolerance"])
-            rank = (res["has_nan"], res["has_inf"], res["max_absolute_error"])
-            if not res["ok"]:
-                return Checked(False, "values", res["reason"], name, res, rank)
+            rank = (res.has_nan, res.has_inf, res.max_absolute_error)
+            if not res.ok:
+                return Checked(False, "values", res.reason, name, res, rank)
             if worst is None or rank > worst.rank:
                 worst = Checked(True, stats=res, rank=rank)
         return worst or Checked(True)
@@ -466,13 +438,6 @@ class SolFormat:
 
 def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()  # float4_e2m1fn_x2: 1, two values
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _structure(out, ref) -> tuple[str, str] | None:
@@ -520,16 +485,46 @@ def _sol_failure(f: Failure) -> tuple[str, str]:
     return Status.RUNTIME_ERROR, f.message
 
 
-def correctness_block(c: dict | None) -> dict | None:
-    if c is None:
-        return None
-    return {
-        "max_relative_error": c["max_relative_error"],
-        "max_absolute_error": c["max_absolute_error"],
-        "has_nan": c["has_nan"],
-        "has_inf": c["has_inf"],
-        "extra": {"matched_ratio": c["matched_ratio"]},
-    }
+@dataclass(frozen=True)
+class SolCorrectness:
+    """A SOL trace's `correctness`: the worst round's errors by upstream's rule."""
+
+    max_relative_error: float
+    max_absolute_error: float
+    has_nan: bool
+    has_inf: bool
+    extra: dict
+
+    @classmethod
+    def of(cls, c: Matched | None) -> SolCorrectness | None:
+        if c is None:
+            return None
+        extra = {"matched_ratio": c.matched_ratio}
+        return cls(c.max_relative_error, c.max_absolute_error, c.has_nan, c.has_inf, extra)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """A SOL trace's `performance`: both sides' median latency and the speedup."""
+
+    latency_ms: float
+    reference_latency_ms: float
+    speedup_factor: float
+
+
+@dataclass(frozen=True)
+class WorkloadRecord:
+    """The record of one SOL workload: its status and log, its trace's correctness and performance, its
+    timing (benchmark.json's record), the census of its first call, when it finished."""
+
+    id: str
+    status: str
+    log: str
+    correctness: SolCorrectness | None
+    performance: Performance | None
+    bench: engine.Timing | None
+    kernels: Census | None = field(default=None, metadata=engine.OMIT)
+    finished_at: str = ""
 
 
 class _Laps:
@@ -555,11 +550,9 @@ class SolEvaluator:
 
     def __init__(self, job, chan, fmt: SolFormat, guard):
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
+        budget = engine.RoundBudget(job.settings.get("budget_s"), job.device)
         self.engine = engine.Job(
-            fmt,
-            guard,
-            engine.RoundBudget(job.settings.get("budget_s"), job.device),
-            own_kernels=bool(job.settings.get("require_own_kernels")),
+            fmt, guard, budget, own_kernels=bool(job.settings.get("require_own_kernels"))
         )
 
     @classmethod
@@ -590,20 +583,13 @@ class SolEvaluator:
                 return _fail(chan, Status.RUNTIME_ERROR, f"the baseline's solution did not load: {why}")
             baseline = (RemoteOp(subject, "baseline"), job.baseline["dps"])
         chan.send(event=Event.LOAD, ok=True)
+        candidate, ns = RemoteOp(subject, "candidate"), vars(reference)
         fmt = SolFormat(
-            job.definition_name,
-            job.device,
-            job.salt,
-            RemoteOp(subject, "candidate"),
-            ref_fn,
-            vars(reference),
-            sol["dps"],
-            baseline,
-            {},
+            job.definition_name, job.device, job.salt, candidate, ref_fn, ns, sol["dps"], baseline
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
-    def workload(self, case: dict) -> tuple[dict, dict]:
+    def workload(self, case: dict) -> tuple[WorkloadRecord, dict]:
         """The workload's record (correctness rounds, then its timing) and where its time went."""
         self.chan.send(event=Event.BEGIN, stage="correctness", case=case["id"])
         phase_s: dict[str, float] = {}
@@ -611,42 +597,28 @@ class SolEvaluator:
         return record, {"phase_s": phase_s}
 
 
-def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
-    """The record of one workload: id, status, log, correctness, performance, bench, finished_at.
-    `phase_s` receives the seconds spent in the correctness rounds and in timing, and the timing's
-    parts (timing_inputs, timing_warmup, timing_sampling, timing_checks)."""
-    record = {
-        "id": case.id,
-        "status": Status.PASSED,
-        "log": "",
-        "correctness": None,
-        "performance": None,
-        "bench": None,
-    }
+def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> WorkloadRecord:
+    """The record of one workload. `phase_s` receives the seconds spent in the correctness rounds and in
+    timing, and the timing's parts (timing_inputs, timing_warmup, timing_sampling, timing_checks)."""
     settings = ev.settings
     t0 = time.perf_counter()
     ev.engine.kernels = None
+    status, log, correctness, performance, bench = Status.PASSED, "", None, None, None
     try:
         passed = engine.correctness(ev.engine, case, int(settings["rounds"]))
-        record["correctness"] = correctness_block(passed.stats)
+        correctness = SolCorrectness.of(passed.stats)
         phase_s["correctness"] = time.perf_counter() - t0
         budget = settings.get("budget_s")
         # timing gets what the correctness rounds left of the workload's budget, and at least half of it
         left = max(budget / 2, budget - phase_s["correctness"]) if budget else None
-        record["bench"] = _timing(ev, case, passed, left, _Laps(phase_s))
+        bench = _timing(ev, case, passed, left, _Laps(phase_s))
         phase_s["timing"] = time.perf_counter() - t0 - phase_s["correctness"]
-        cand, ref = (record["bench"][who]["summary"]["overall"]["p50"] for who in ("candidate", "reference"))
-        record["performance"] = {
-            "latency_ms": cand / 1e3,
-            "reference_latency_ms": ref / 1e3,
-            "speedup_factor": record["bench"]["speedup"],
-        }
+        cand, ref = (side.summary.overall.p50 / 1e3 for side in (bench.candidate, bench.reference))
+        performance = Performance(cand, ref, bench.speedup)
     except Failure as f:
         status, log = _sol_failure(f)
-        numerical = status == Status.INCORRECT_NUMERICAL
-        record.update(
-            status=status, log=log, correctness=correctness_block(f.stats) if numerical else None, bench=None
-        )
+        correctness = SolCorrectness.of(f.stats) if status == Status.INCORRECT_NUMERICAL else None
+        bench = None
         # a verdict (a failure, a skip for the budget) cut the workload short: its seconds still count,
         # in the phase it was in, so the phase line accounts for all of the worker's time
         spent = time.perf_counter() - t0
@@ -654,13 +626,14 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> dict:
             phase_s["correctness"] = spent
         elif "timing" not in phase_s:
             phase_s["timing"] = spent - phase_s["correctness"]
-    if ev.engine.kernels is not None:  # whose compute its first call ran (integrity.kernel_census)
-        record["kernels"] = ev.engine.kernels
-    record["finished_at"] = dt.datetime.now().isoformat()
-    return record
+    # kernels: whose compute its first call ran (integrity.kernel_census)
+    now = dt.datetime.now().isoformat()
+    return WorkloadRecord(case.id, status, log, correctness, performance, bench, ev.engine.kernels, now)
 
 
-def _timing(ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: float | None, lap) -> dict:
+def _timing(
+    ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: float | None, lap
+) -> engine.Timing:
     try:
         t = engine.time_case(ev.engine, case, ev.settings, budget_s, case.index, passed.round_s, lap)
     except Failure:
@@ -669,9 +642,7 @@ def _timing(ev: SolEvaluator, case: SolCase, passed: engine.Passed, budget_s: fl
         raise Failure(Failure.TIMING, f"timing failed: {type(exc).__name__}: {exc}\n{_tb()}") from None
     if t.post is not None:
         raise t.post
-    rec = t.record
-    rec["sampling"]["rounds_run"] = passed.rounds_run
-    return rec
+    return replace(t.record, sampling=replace(t.record.sampling, rounds_run=passed.rounds_run))
 
 
 def _sol_load_failed(reply: dict, sol: dict) -> tuple[str, str] | None:

@@ -18,13 +18,6 @@ from mini_kv.model import case_seed  # noqa: F401  (the integrity guard watches 
 from mini_kv.worker import explain
 from mini_kv.worker.explain import WrongReturn
 
-DTYPES = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-
 
 def import_path(spec: str):
     module, _, attr = spec.partition(":")
@@ -33,7 +26,7 @@ def import_path(spec: str):
 
 def make_case_inputs(factory, params: dict, dtype: str, device: str, seed: int):
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    return factory(dict(params), DTYPES[dtype], device, gen)
+    return factory(dict(params), torch_dtype(dtype), device, gen)
 
 
 def clone_args(args) -> list:
@@ -48,20 +41,13 @@ def upcast_args(args) -> list:
 
 
 def describe_args(args) -> list:
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append(
-                {
-                    "shape": list(a.shape),
-                    "dtype": str(a.dtype).replace("torch.", ""),
-                    "device": str(a.device),
-                    "contiguous": a.is_contiguous(),
-                }
-            )
-        else:
-            out.append({"value": a if isinstance(a, (int, float, bool, str)) else repr(a)})
-    return out
+    """A case's inputs as its record shows them: a tensor's shape, dtype, device and layout, or a value."""
+    return [
+        dict(shape=list(a.shape), dtype=str(a.dtype)[6:], device=str(a.device), contiguous=a.is_contiguous())
+        if isinstance(a, torch.Tensor)
+        else {"value": a if isinstance(a, (int, float, bool, str)) else repr(a)}
+        for a in args
+    ]
 
 
 def tensor_nbytes(args) -> int:

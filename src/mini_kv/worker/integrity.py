@@ -188,48 +188,49 @@ def _process_state() -> dict[str, object]:
     }
 
 
-def _stream_state() -> dict[str, object]:
+def _stream_state() -> tuple[int, int] | None:
+    """(device, the current stream's handle) once CUDA is in use."""
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return {}
+        return None
     dev = torch.cuda.current_device()
-    return {"device": dev, "stream": torch.cuda.current_stream(dev).cuda_stream}
+    return dev, torch.cuda.current_stream(dev).cuda_stream
 
 
-def snapshot() -> dict:
-    """What the harness relies on, taken before any candidate code runs."""
-    return {
-        "objects": _watched_objects(),
-        "precision": precision_flags(),
-        "process": _process_state(),
-        "stream": _stream_state(),
-    }
+@dataclass(frozen=True)
+class Snapshot:
+    """What the harness relies on, taken before any candidate code runs (snapshot): the watched objects,
+    the precision switches, the process's state and the current CUDA stream."""
+
+    objects: dict
+    precision: dict
+    process: dict
+    stream: tuple[int, int] | None
 
 
-def violations(snap: dict) -> list[tuple[str, str]]:
+def snapshot() -> Snapshot:
+    return Snapshot(_watched_objects(), precision_flags(), _process_state(), _stream_state())
+
+
+def violations(snap: Snapshot) -> list[tuple[str, str]]:
     """(code, message) for everything that differs from `snap`."""
     out = []
     now = _watched_objects()
-    replaced = sorted(n for n, obj in snap["objects"].items() if now.get(n) is not obj)
+    replaced = sorted(n for n, obj in snap.objects.items() if now.get(n) is not obj)
     if replaced:
         out.append(("HARNESS_TAMPERED", f"replaced {', '.join(replaced)}"))
     proc = _process_state()
-    moved = sorted(k for k, v in snap["process"].items() if proc.get(k) != v)
+    moved = sorted(k for k, v in snap.process.items() if proc.get(k) != v)
     if moved:
         out.append(("HARNESS_TAMPERED", f"changed {', '.join(moved)}"))
     prec = precision_flags()
-    flipped = [
-        f"{k}: {snap['precision'][k]!r} -> {prec.get(k)!r}"
-        for k in sorted(snap["precision"])
-        if prec.get(k) != snap["precision"][k]
-    ]
+    was = snap.precision
+    flipped = [f"{k}: {was[k]!r} -> {prec.get(k)!r}" for k in sorted(was) if prec.get(k) != was[k]]
     if flipped:
         out.append(("PRECISION_FLAGS_CHANGED", "; ".join(flipped)))
-    if snap["stream"]:
-        now_s = _stream_state()
-        if now_s != snap["stream"]:
-            out.append(
-                ("STREAM_SWITCHED", f"current CUDA stream {now_s} is not the harness's {snap['stream']}")
-            )
+    if snap.stream and _stream_state() != snap.stream:
+        out.append(
+            ("STREAM_SWITCHED", f"current CUDA stream {_stream_state()} is not the harness's {snap.stream}")
+        )
     return out
 
 
@@ -248,7 +249,7 @@ def os_threads() -> set[int]:
 class Guard:
     """Checks around one candidate call: harness intact, no thread left behind."""
 
-    def __init__(self, snap: dict):
+    def __init__(self, snap: Snapshot):
         self.snap = snap
         self.calls = 0
         self.hold = StreamHold()
@@ -650,20 +651,16 @@ def kernel_census(device: str):
             census["ops"][name] = census["ops"].get(name, 0) + 1
 
 
-def library_work(census: dict) -> list[str]:
-    """The compute the candidate's call left to libraries: aten ops that are not STRUCTURAL_OPS, and CUDA
+def library_work(ops: dict, kernels: dict) -> list[str]:
+    """The compute a call left to libraries (by its census): aten ops that are not STRUCTURAL_OPS, and CUDA
     kernels whose names are the libraries' (LIBRARY_KERNEL)."""
-    ops = [
-        n
-        for n in census.get("ops", {})
-        if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS
-    ]
-    return sorted(ops) + sorted(k for k in census.get("kernels", {}) if LIBRARY_KERNEL.search(k))
+    ops = [n for n in ops if n.startswith("aten::") and n.split("::", 1)[1] not in STRUCTURAL_OPS]
+    return sorted(ops) + sorted(k for k in kernels if LIBRARY_KERNEL.search(k))
 
 
-def check_own_kernels(census: dict) -> None:
-    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's."""
-    found = library_work(census)
+def check_own_kernels(found: list[str]) -> None:
+    """Under --require-own-kernels: LIBRARY_DELEGATION when any of the call's compute was a library's
+    (`found`: remote.Census.library)."""
     if found:
         shown = ", ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else "")
         raise Violation(

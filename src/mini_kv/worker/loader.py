@@ -27,11 +27,10 @@ def load_op(library: str, qualname: str):
 
 def registered_kernels(qualname: str) -> dict[str, bool]:
     """Which dispatch keys have a kernel for the op: the contract says CPU, CUDA and Meta."""
-    name = qualname if "." in qualname.split("::")[1] else qualname
     out = {}
     for key in DISPATCH_KEYS:
         try:
-            out[key] = bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, key))
+            out[key] = bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key))
         except RuntimeError:
             out[key] = False
     return out

@@ -25,7 +25,7 @@ import random
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,9 +59,8 @@ CLOCK_SLACK_S = 0.002
 # small, so most of the batch's time must be in them. What is left unexplained beyond this share of
 # the batch and this much per sample is time the samples do not own up to: an impossible claim.
 WALL_UNEXPLAINED_SHARE = 0.5
-WALL_GAP_PER_SAMPLE_S = (
-    100e-6  # the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
-)
+# the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
+WALL_GAP_PER_SAMPLE_S = 100e-6
 WALL_GAP_FIXED_S = 0.02
 
 
@@ -112,11 +111,8 @@ class Subject:
         if isinstance(reply.get("violation"), dict):
             v = reply["violation"]
             if v.get("code") not in CODES:
-                raise self.lie(
-                    f"the subject reported a violation code the harness does not know: {v.get('code')!r}"[
-                        :300
-                    ]
-                )
+                code = repr(v.get("code"))[:200]
+                raise self.lie(f"the subject reported a violation code the harness does not know: {code}")
             raise Violation(v["code"], str(v.get("message"))[:4000])
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         exc = _named(str(err.get("type") or "SubjectError"))(str(err.get("message", ""))[:4000])
@@ -280,7 +276,7 @@ class RemoteOp:
     def __init__(self, subject: Subject, target: str):
         self.subject, self.target = subject, target
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
-        self.census: dict | None = None  # what the last census call ran (census_next, census_of)
+        self.census: Census | None = None  # what the last census call ran (census_next, census_of)
         self._census_next = False
         self._hold_next = False  # hold the caller's stream during the next call (stream_hold_next)
 
@@ -294,18 +290,10 @@ class RemoteOp:
         poison, self.poison = self.poison, []
         census, self._census_next = self._census_next, False
         hold, self._hold_next = self._hold_next, False
-        reply = self.subject.ask(
-            "call",
-            target=self.target,
-            args=encoded,
-            outputs=where,
-            when=when,
-            poison=poison,
-            census=census,
-            hold=hold,
-        )
+        fields = dict(args=encoded, outputs=where, when=when, poison=poison, census=census, hold=hold)
+        reply = self.subject.ask("call", target=self.target, **fields)
         if census:
-            self.census = _census(reply.get("census"))
+            self.census = Census.claimed(reply.get("census"))
         return self.subject.decode(reply.get("out"))
 
     def refresh(self) -> None:
@@ -497,14 +485,25 @@ def poison_before(op, sizes: list[int], device: str) -> None:
         integrity_poison(sizes, device)
 
 
-def _census(value) -> dict:
-    """The subject's census (its claim: name -> count of ops and kernels), kept to its expected shape."""
-    value = value if isinstance(value, dict) else {}
-    return {
-        part: {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
-        for part in ("ops", "kernels")
-        if isinstance(value.get(part), dict)
-    }
+@dataclass(frozen=True)
+class Census:
+    """What the candidate's call ran, by the subject's census (its claim: name -> count of aten ops and of
+    CUDA kernels, kept to its expected shape), and the compute of it left to libraries (library_work)."""
+
+    ops: dict | None = field(default=None, metadata={"omit_none": True})
+    kernels: dict | None = field(default=None, metadata={"omit_none": True})
+    library: list = field(default_factory=list)
+
+    @classmethod
+    def claimed(cls, value) -> Census:
+        value = value if isinstance(value, dict) else {}
+        ops, kernels = (
+            {str(k)[:300]: int(v) for k, v in list(value[part].items())[:500] if isinstance(v, int)}
+            if isinstance(value.get(part), dict)
+            else None
+            for part in ("ops", "kernels")
+        )
+        return cls(ops, kernels, library_work(ops or {}, kernels or {}))
 
 
 def census_next(op) -> None:
@@ -521,16 +520,9 @@ def stream_hold_next(op) -> None:
         op._hold_next = True
 
 
-def census_of(op) -> dict | None:
+def census_of(op) -> Census | None:
     """The census taken since census_next, or None (in-process, or none taken)."""
     return op.census if isinstance(op, RemoteOp) else None
-
-
-def kernels_record(op) -> dict | None:
-    """What a record says of the census since census_next: {ops, kernels, library} (library: the compute
-    left to libraries, integrity.library_work), or None without one."""
-    census = census_of(op)
-    return None if census is None else {**census, "library": library_work(census)}
 
 
 def refresh(op) -> None:

@@ -13,9 +13,11 @@ only as evidence against the candidate, which is all a forged one could be.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,23 +54,17 @@ class Subject:
         self._map(msg.get("new", []), fds)
         for buf in msg.get("free", []):
             self._drop(buf)
-        handler = getattr(self, "do_" + str(msg.get("request")), None)
-        if handler is None:
-            return {
-                "ok": False,
-                "error": _error_of(ValueError(f"unknown request {msg.get('request')!r}")),
-            }, []
         try:
+            handler = getattr(self, "do_" + str(msg.get("request")), None)
+            if handler is None:
+                raise ValueError(f"unknown request {msg.get('request')!r}")
             return handler(msg)
         except integrity.Violation as v:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
         except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
-            return {"ok": False, "error": _error_of(exc)}, []
+            return {"ok": False, "error": Raised.of(exc)}, []
         except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
-            return {
-                "ok": False,
-                "error": {**_error_of(exc), "message": explain.system_exit(exc), "plain": True},
-            }, []
+            return {"ok": False, "error": Raised.of(exc, explain.system_exit(exc))}, []
 
     def do_load(self, msg: dict) -> tuple[dict, list[int]]:
         """The candidate (and the regression gate's baseline), loaded under the Guard."""
@@ -85,7 +81,7 @@ class Subject:
                 self.targets["candidate"] = loader.load_op(msg["library"], msg["op"])
             except Exception as exc:  # noqa: BLE001 - with a hint at what the library did register
                 hint = loader.registration_hint(msg["op"], loader.op_names() - known)
-                return {"ok": False, "error": _error_of(exc), "hint": hint}, []
+                return {"ok": False, "error": Raised.of(exc), "hint": hint}, []
             kernels = loader.registered_kernels(msg["op"])
             missing = not (kernels.get("CPU") and kernels.get("Meta"))
             fields = {
@@ -117,13 +113,11 @@ class Subject:
         fn = self.targets[msg["target"]]
         integrity.poison(
             [int(n) for n in msg.get("poison", [])], self.device
-        )  # freed blocks hold no right values
-        census = None
+        )  # freed blocks: no right values
         self.guard.hold_next = bool(msg.get("hold"))
-        if msg.get("census"):  # which ops and kernels the call ran (integrity.kernel_census)
-            with integrity.kernel_census(self.device) as census:
-                out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
-        else:
+        # which ops and kernels the call ran (integrity.kernel_census), where asked
+        taking = integrity.kernel_census(self.device) if msg.get("census") else contextlib.nullcontext()
+        with taking as census:
             out = self.guard.call(fn, args, self.device, msg.get("when", "the call"), outputs=outputs)
         new, fds = [], []
         encoded = self._encode_out(out, args, new, fds)
@@ -132,8 +126,7 @@ class Subject:
 
     def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
         """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()
+        _sync(self.device)
         self._refresh()
         return {"ok": True}, []
 
@@ -160,18 +153,16 @@ class Subject:
         k = int(msg["set"])
         out = self.last_outputs[msg["workload"]].get(k)
         encoded = self._encode_out(out, self.workload_sets[msg["workload"]][k], new, fds)
-        if torch.device(self.device).type == "cuda":
-            # the copies into the new shared buffers have landed before the judge, another process on
-            # the device, reads them (before, it read them while they were being written: on an H200
-            # honest solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
-            torch.cuda.synchronize()
+        # the copies into the new shared buffers have landed before the judge, another process on the
+        # device, reads them (before, it read them while they were being written: on an H200 honest
+        # solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
+        _sync(self.device)
         return {"ok": True, "out": encoded, "new": new}, fds
 
     def do_run(self, msg: dict) -> tuple[dict, list[int]]:
         """One untimed call of a workload (the warm-up)."""
         self.workloads[msg["workload"]].next()()
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()
+        _sync(self.device)
         return {"ok": True}, []
 
     def do_measure(self, msg: dict) -> tuple[dict, list[int]]:
@@ -182,33 +173,22 @@ class Subject:
         if cold not in self.flushers:
             self.flushers[cold] = L2Flusher(self.device, cold)
         try:
-            m = measure(
+            workload, samples, launches = (
                 self.workloads[msg["workload"]],
-                msg["method"],
                 int(msg["samples"]),
-                self.device,
-                self.flushers[cold],
                 int(msg["launches"]),
             )
+            m = measure(workload, msg["method"], samples, self.device, self.flushers[cold], launches)
         except DeferredWorkError as exc:
             raise integrity.Violation("DEFERRED_WORK", f"while timing: {exc}") from None
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize()  # the outputs the judge spot-checks have landed
-        left = (
-            integrity.foreign_threads(integrity.os_threads() - threads) if msg["method"] != "cupti" else set()
-        )
+        _sync(self.device)  # the outputs the judge spot-checks have landed
+        new = integrity.os_threads() - threads if msg["method"] != "cupti" else set()
+        left = integrity.foreign_threads(new)
         if left:
             raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing")
         self.guard.check("after timing")
-        return {
-            "ok": True,
-            "method": m.method,
-            "samples": m.samples,
-            "calls_per_sample": m.calls_per_sample,
-            "kernel_us": m.kernel_us,
-            "notes": m.notes,
-            "pos": self.workloads[msg["workload"]].pos,  # where the rotation goes on: the judge's spot checks
-        }, []
+        # the measurement, and where the rotation goes on (the judge's spot checks)
+        return {"ok": True, **vars(m), "pos": self.workloads[msg["workload"]].pos}, []
 
     def do_contract(self, msg: dict) -> tuple[dict, list[int]]:
         from mini_kv.worker import contract
@@ -309,12 +289,25 @@ def _settle_device(device: str, memory_limit: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
 
-def _error_of(exc: BaseException) -> dict:
-    return {
-        "type": type(exc).__name__,
-        "message": explain.exception_message(exc)[:4000],
-        "traceback": traceback.format_exc()[-4000:],
-    }
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An exception as the subject answers it (the candidate's, or a bad request's): its class's name, its
+    message and traceback; `plain` where the message says all (explain.system_exit)."""
+
+    type: str
+    message: str
+    traceback: str
+    plain: bool | None = field(default=None, metadata={"omit_none": True})
+
+    @classmethod
+    def of(cls, exc: BaseException, plain: str | None = None) -> Raised:
+        message = plain or explain.exception_message(exc)[:4000]
+        return cls(type(exc).__name__, message, traceback.format_exc()[-4000:], True if plain else None)
 
 
 def serve(fd: int) -> int:
@@ -328,7 +321,7 @@ def serve(fd: int) -> int:
             return 0
         reply, out_fds = subject.handle(msg, fds)
         try:
-            link.send({**reply, "seq": msg.get("seq")}, out_fds)
+            link.send(to_json({**reply, "seq": msg.get("seq")}), out_fds)
         finally:
             for b in subject.buffers.values():
                 if b.fd in out_fds:

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.codec import to_json
-from mini_kv.model import DEFAULT_BENCHMARK
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker.compare import plain_tensors
 
@@ -241,10 +240,6 @@ def method_chain(requested: str, device: str) -> list[str]:
     return [requested]
 
 
-def default_method(device: str) -> str:
-    return AUTO_CHAIN[0] if is_cuda(device) else "wallclock"
-
-
 # ---------------------------------------------------------------------------------------- L2
 
 
@@ -269,29 +264,34 @@ def persisting_l2_reset() -> tuple[Callable[[], int] | None, str]:
     fn = getattr(torch.cuda.cudart(), "cudaCtxResetPersistingL2Cache", None)
     if fn is not None:
         return (lambda: int(fn())), "torch.cuda.cudart().cudaCtxResetPersistingL2Cache"
-    tried = []
-    for path in _loaded_libraries("libcudart"):
-        try:
-            f = ctypes.CDLL(path).cudaCtxResetPersistingL2Cache
-        except (OSError, AttributeError) as exc:
-            tried.append(f"{os.path.basename(path)}: {exc}")
-            continue
-        f.restype, f.argtypes = ctypes.c_int, []
-        return f, f"cudaCtxResetPersistingL2Cache via ctypes on {os.path.basename(path)}"
-    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
-        try:
-            f = ctypes.CDLL(name).cuCtxResetPersistingL2Cache
-        except (OSError, AttributeError) as exc:
-            tried.append(f"{os.path.basename(name)}: {exc}")
-            continue
-        f.restype, f.argtypes = ctypes.c_int, []
-        return f, f"cuCtxResetPersistingL2Cache via ctypes on {os.path.basename(name)}"
-    return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
+    tried: list[str] = []
+    found = _cuda_calls(("cudaCtxResetPersistingL2Cache",), ("cuCtxResetPersistingL2Cache",), tried)
+    if not found:
+        return None, "not available" + (f" ({'; '.join(tried)})" if tried else "")
+    (f,), lib = found[0]
+    f.restype, f.argtypes = ctypes.c_int, []
+    return f, f"{f.__name__} via ctypes on {lib}"
 
 
-CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = (
-    0x06  # cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
-)
+def _cuda_calls(runtime: tuple, driver: tuple, tried: list) -> list[tuple[list, str]]:
+    """The named calls of the CUDA runtime torch loaded, else of the driver, through ctypes: (the calls,
+    the library) of each library that has them all; why each other one did not, added to `tried`."""
+    found = []
+    for names, libs in (
+        (runtime, _loaded_libraries("libcudart")),
+        (driver, _loaded_libraries("libcuda.so") or ["libcuda.so.1"]),
+    ):
+        for path in libs:
+            try:
+                lib = ctypes.CDLL(path)
+                found.append(([getattr(lib, n) for n in names], os.path.basename(path)))
+            except (OSError, AttributeError) as exc:
+                tried.append(f"{os.path.basename(path)}: {exc}")
+    return found
+
+
+# cudaLimitPersistingL2CacheSize, CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 
 
 @functools.cache
@@ -299,24 +299,10 @@ def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int
     """(set, get, how): the device's persisting-L2 limit (the set-aside a kernel's access-policy window may
     keep lines in across a flush), through the runtime torch loaded or else the driver (ctypes, as
     persisting_l2_reset finds them). `set(0)` before every timed call leaves a candidate no carve-out."""
-    found = []
-    for path in _loaded_libraries("libcudart"):
-        try:
-            lib = ctypes.CDLL(path)
-            found.append(
-                (lib.cudaDeviceSetLimit, lib.cudaDeviceGetLimit, os.path.basename(path), "cudaDevice")
-            )
-        except (OSError, AttributeError):
-            continue
-    for name in _loaded_libraries("libcuda.so") or ["libcuda.so.1"]:
-        try:
-            lib = ctypes.CDLL(name)
-            found.append((lib.cuCtxSetLimit, lib.cuCtxGetLimit, os.path.basename(name), "cuCtx"))
-        except (OSError, AttributeError):
-            continue
+    found = _cuda_calls(("cudaDeviceSetLimit", "cudaDeviceGetLimit"), ("cuCtxSetLimit", "cuCtxGetLimit"), [])
     if not found:
         return None, None, "not available"
-    setter, getter, lib, prefix = found[0]
+    (setter, getter), lib = found[0]
     setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]
     getter.restype, getter.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
 
@@ -328,7 +314,7 @@ def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int
         rc = getter(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)
         return int(value.value) if rc == 0 else -1
 
-    return set_limit, get_limit, f"{prefix}SetLimit(persisting L2, 0) via ctypes on {lib}"
+    return set_limit, get_limit, f"{setter.__name__}(persisting L2, 0) via ctypes on {lib}"
 
 
 FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
@@ -374,14 +360,21 @@ class L2Flusher:
                 self._reset, self.persisting = None, f"failed (CUDA error {rc}) via {self.persisting}"
         torch.cuda.synchronize()
 
-    def describe(self) -> dict:
-        return {
-            "flush_bytes": None if self.buf is None else self.buf.numel() * 4,
-            "flush_method": FLUSH_METHOD if self.enabled else None,
-            "l2_bytes": self.l2_bytes,
-            "persisting_l2_reset": self.persisting if self.enabled else "not needed (hot L2)",
-            "persisting_l2_limit": self.limit,
-        }
+    def describe(self) -> Flush:
+        flush_bytes = None if self.buf is None else self.buf.numel() * 4
+        reset = self.persisting if self.enabled else "not needed (hot L2)"
+        return Flush(flush_bytes, FLUSH_METHOD if self.enabled else None, self.l2_bytes, reset, self.limit)
+
+
+@dataclass(frozen=True)
+class Flush:
+    """How L2Flusher flushed (benchmark.json's `l2_flush` of a cold-L2 case)."""
+
+    flush_bytes: int | None
+    flush_method: str | None
+    l2_bytes: int | None
+    persisting_l2_reset: str
+    persisting_l2_limit: str
 
 
 def _hold(us: float) -> None:
@@ -426,10 +419,10 @@ def _describe_failure(exc: BaseException) -> str:
 def time_graph(calls: Workload, samples: int, flush: L2Flusher, launches: int) -> Measurement:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(
-            len(calls)
-        ):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+    with torch.cuda.stream(
+        stream
+    ):  # warm-up on a side stream: lazy init and allocator growth stay out of capture
+        for _ in range(len(calls)):
             calls.next()()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
@@ -746,13 +739,7 @@ def measure_until(
         "rel_ci": _finite_or_none(stats.median_rel_ci(samples)),
         "seconds": round(clock() - t0, 4),
     }
-    return Measurement(
-        method,
-        samples,
-        calls_per_sample=launches if method == "graph" else 1,
-        kernel_us=kernel if kernel else None,
-        notes=notes,
-    )
+    return Measurement(method, samples, launches if method == "graph" else 1, kernel or None, notes)
 
 
 def sample_floor(settings: dict, budget_s: float | None, reference_s: float | None) -> int:
@@ -762,11 +749,10 @@ def sample_floor(settings: dict, budget_s: float | None, reference_s: float | No
     judge). The candidate cannot steer it: a candidate that sleeps in its warm-up calls spends the budget
     that sizes the batches (without a floor, both sides then stopped after one sample, the candidate's
     choice of which), not this count."""
-    base = SAMPLING_DEFAULTS["cpu"]
-    least = int(settings.get("min_samples") or base["min_samples"])
+    least = int(settings.get("min_samples") or DEFAULTS.cpu.min_samples)
     if is_fixed_count(settings) or not budget_s or not math.isfinite(budget_s) or not reference_s:
         return least
-    share = budget_s * (1 - WARMUP_SHARE) / (2 * max(1, int(settings.get("repeats") or 1)))
+    share = budget_s * (1 - DEFAULTS.warmup_share) / (2 * max(1, int(settings.get("repeats") or 1)))
     return max(1, min(least, int(share / reference_s)))
 
 
@@ -774,12 +760,21 @@ def _finite_or_none(x: float) -> float | None:
     return round(x, 6) if math.isfinite(x) else None
 
 
+@dataclass(frozen=True)
+class Warmup:
+    """The warm-up's calls of each side, the seconds one call of each side took (None without a
+    warm-up: what sizes the first timed batch) and the warm-up's seconds in all."""
+
+    calls: int
+    seconds_per_call: list
+    seconds: float
+
+
 def warm_up(
     sides: Sequence[Workload], count: int, limit_s: float, device: str, clock=time.perf_counter
-) -> dict:
+) -> Warmup:
     """`count` untimed calls of each side, in turn, but no new round once `limit_s` is spent (at least one
-    round: lazy initialisation stays out of the timed span). Returns {calls, seconds_per_call, seconds}:
-    the cost of one call of each side (None without a warm-up), which sizes the first timed batch."""
+    round: lazy initialisation stays out of the timed span)."""
     t0 = clock()
     per_side = [0.0] * len(sides)
     done = 0
@@ -794,7 +789,7 @@ def warm_up(
         if clock() - t0 >= limit_s:
             break
     cost = [s / done for s in per_side] if done else [None] * len(sides)
-    return {"calls": done, "seconds_per_call": cost, "seconds": round(clock() - t0, 4)}
+    return Warmup(done, cost, round(clock() - t0, 4))
 
 
 # The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling").
@@ -805,8 +800,6 @@ def warm_up(
 # timeout for hangs: a case is given at most half of it.
 SAMPLING_DEFAULTS = {"cuda": to_json(DEFAULTS.cuda), "cpu": to_json(DEFAULTS.cpu)}
 SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
-SOL_BUDGET_FACTOR = DEFAULTS.sol_budget_factor
-WARMUP_SHARE = 0.1  # of the case's budget, at most, for the warm-up
 
 
 def sampling_settings(
@@ -814,10 +807,10 @@ def sampling_settings(
 ) -> dict:
     """`settings` with the sampling keys filled from the device's defaults, `samples` "auto" unless a
     count is given, and the budget held to half the per-case timeout. `with_correctness`: the budget
-    covers a SOL workload's correctness rounds too (SOL_BUDGET_FACTOR times the timing default)."""
+    covers a SOL workload's correctness rounds too (settings.sol_budget_factor times the timing default)."""
     base = dict(SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"])
     if with_correctness:
-        base["budget_s"] *= SOL_BUDGET_FACTOR
+        base["budget_s"] *= DEFAULTS.sol_budget_factor
     out = {
         **settings,
         **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
@@ -833,21 +826,17 @@ def is_fixed_count(settings: dict) -> bool:
     return settings.get("samples") not in (None, "auto")
 
 
-# A repeat's median must still resolve the stability gate (max_cv on the repeats' medians): its
-# interval is held to this share of max_cv, so an honest run's medians scatter well inside the gate.
-REPEAT_CI_OF_MAX_CV = 2 / 3
-
-
 def repeat_target(settings: dict, repeats: int) -> float:
     """The interval one of `repeats` measurements of a side samples to. The target is the precision of
     the P50 a case reports, which pools every repeat's samples: n samples in each of R repeats narrow
     its interval by sqrt(R) against one repeat's, so each repeat stops at target * sqrt(R), but never
-    looser than REPEAT_CI_OF_MAX_CV * max_cv (with 5 repeats: 1.1 % for the 0.5 % CUDA default; the
+    looser than settings.repeat_ci_of_max_cv * max_cv, so an honest run's medians scatter well inside the
+    stability gate (with 5 repeats: 1.1 % for the 0.5 % CUDA default; the
     2 % CPU default stays 2 %)."""
-    target = float(settings.get("target_rel_ci") or SAMPLING_DEFAULTS["cpu"]["target_rel_ci"])
+    target = float(settings.get("target_rel_ci") or DEFAULTS.cpu.target_rel_ci)
     if repeats <= 1:
         return target
-    cap = REPEAT_CI_OF_MAX_CV * float(settings.get("max_cv") or DEFAULT_BENCHMARK["max_cv"])
+    cap = DEFAULTS.repeat_ci_of_max_cv * float(settings.get("max_cv") or DEFAULTS.max_cv)
     return max(target, min(target * math.sqrt(repeats), cap))
 
 
@@ -856,12 +845,12 @@ def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
     may take (its interval target: repeat_target)."""
     from mini_kv import stats
 
-    base = SAMPLING_DEFAULTS["cpu"]
+    base = DEFAULTS.cpu
     return stats.StoppingRule(
         target_rel_ci=repeat_target(settings, repeats),
-        min_samples=int(settings.get("min_samples") or base["min_samples"]),
+        min_samples=int(settings.get("min_samples") or base.min_samples),
         max_samples=max(
-            int(settings.get("max_samples") or base["max_samples"]), int(settings.get("min_samples") or 1)
+            int(settings.get("max_samples") or base.max_samples), int(settings.get("min_samples") or 1)
         ),
         budget_s=max(1e-6, budget_s),
         fixed=int(settings["samples"]) if is_fixed_count(settings) else None,
