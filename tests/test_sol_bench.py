@@ -67,6 +67,9 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     bench_rec = json.loads((attempt / "benchmark.json").read_text())
     assert {c["id"] for c in bench_rec["cases"]} == {"small", "tall"}
     assert all(c["method"] == "wallclock" for c in bench_rec["cases"])
+    # one worker for every workload: a judge that died after each record (and was restarted by the
+    # parent) gave the same verdicts, slower, with an incident each
+    assert json.loads((attempt / "correctness.json").read_text())["incidents"] == []
     rows, _ = read_index(tmp_path / "artifacts")
     assert [(r.task_id, r.status) for r in rows] == [("scale_mul", "PASSED")]
     # where the time went: marks since the start, in order, and the worker's own split

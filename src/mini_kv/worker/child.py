@@ -16,6 +16,7 @@ import socket
 import sys
 import traceback
 
+from mini_kv.codec import to_json
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
@@ -143,12 +144,16 @@ def _run_stages(job: Job, chan: Channel, subject) -> int:
             rec, fields = getattr(ev, step.method)(item)
             chan.send(event=step.event, record=rec, **fields)
             _stop_if_broken(subject)
-            if rec.get("status") == Status.RUNTIME_ERROR and any(
-                m in (rec.get("reason") or rec.get("log") or "") for m in POISONED_MARKERS
-            ):
+            if _poisoned(rec if isinstance(rec, dict) else to_json(rec)):
                 return 4  # the CUDA context may be poisoned: the parent continues in a fresh child
     chan.send(event=Event.DONE)
     return 0
+
+
+def _poisoned(rec: dict) -> bool:
+    """A record (a card case's dict, a SOL workload's as JSON) of a CUDA error that may poison the context."""
+    why = rec.get("reason") or rec.get("log") or ""
+    return rec.get("status") == Status.RUNTIME_ERROR and any(m in why for m in POISONED_MARKERS)
 
 
 def _stop_if_broken(subject) -> None:
