@@ -307,8 +307,13 @@ def _sol_definition(problem, dtype: str, names: list[str], runs: list, module_so
         "custom_inputs_entrypoint": None,
         "inputs": {n: spec(n, v) for n, v in zip(names, first_in, strict=True)},
         "outputs": {n: spec(n, v) for n, v in zip(out_names, first_out, strict=True)},
+        # a card's function already called `run` is the entry point as it is (a `run` calling it would recurse)
         "reference": module_source
-        + REFERENCE_TAIL.format(reference=f"{module}:{function}", params=params, function=function),
+        + (
+            ""
+            if function == "run"
+            else REFERENCE_TAIL.format(reference=f"{module}:{function}", params=params, function=function)
+        ),
     }
 
 
@@ -411,7 +416,12 @@ def _check_sol(definition, workloads, runs) -> None:
             else w.inputs[t.name]["value"]
             for t in definition.inputs
         ]
-        got = namespace["run"](*args)
+        try:
+            got = namespace["run"](*args)
+        except Exception as exc:  # noqa: BLE001 - the card's own code: said with the workload it failed on
+            raise UserError(
+                f"{definition.path}: the written reference failed on workload {w.uuid}: {type(exc).__name__}: {exc}"
+            ) from None
         got = list(got) if isinstance(got, (tuple, list)) else [got]
         if not all(torch.equal(g, e) for g, e in zip(got, expected, strict=True)):
             raise UserError(
