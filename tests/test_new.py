@@ -160,3 +160,22 @@ def test_a_card_reference_already_called_run_is_the_entry_point_as_it_is(tmp_pat
     assert res.returncode == ExitCode.OK, res.stdout + res.stderr
     reference = json.loads((tmp_path / "p" / "definition.json").read_text())["reference"]
     assert reference.count("def run(") == 1
+
+
+def test_a_card_whose_factory_makes_nothing_here_is_an_error_and_writes_nothing(tmp_path):
+    (tmp_path / ".mini-kv-project").touch()
+    (tmp_path / "noref.py").write_text(
+        "def reference(a):\n    return a\n\ndef make_inputs(params, dtype, device, generator):\n    return None\n"
+    )
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "op.cpp").write_text("")
+    (tmp_path / "card.yaml").write_text(
+        "schema_version: 1\nid: none\nversion: 1.0.0\n"
+        "operator: {name: none, version: 1.0.0, reference: 'noref:reference', inputs: 'noref:make_inputs'}\n"
+        "candidates:\n  - {id: v0, path: c, op: 'nn::none', sources: {cpu: [op.cpp]}}\n"
+        "tolerances:\n  float32: {atol: 1.0e-6, rtol: 1.0e-6}\n"
+        "cases:\n  - {id: n8, kind: core, params: {n: 8}, dtypes: [float32]}\n"
+    )
+    res = run_cli("new", "sol", tmp_path / "card.yaml", "--project", tmp_path, "--out", tmp_path / "p")
+    assert res.returncode == ExitCode.CONFIG and "made no inputs" in res.stderr, res.stdout + res.stderr
+    assert not (tmp_path / "p").exists()

@@ -263,6 +263,10 @@ def _run_cases(problem, cases: list, project: Path) -> tuple[list[str], list, li
         out = reference(*args)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         runs.append((case, [_sol_value(case.id, a, problem.path) for a in [*args, *outs]], len(args)))
+    if not runs:  # an empty problem is an error, never a scaffold
+        raise UserError(
+            f"{problem.path}: the input factory made no inputs on CPU for any case of {cases[0].dtype}"
+        )
     ranks = Counter(_rank(v) for _, v, _ in runs).most_common(1)[0][0]
     kept = [(c, v[:n], v[n:]) for c, v, n in runs if _rank(v) == ranks]
     left = [c.id for c, v, _ in runs if _rank(v) != ranks]
