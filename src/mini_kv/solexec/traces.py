@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from mini_kv.codec import to_json
 from mini_kv.status import Status
+from mini_kv.worker.formats import Performance  # the worker's record, as the trace carries it
 
 STATUSES = tuple(
     Status[s]
@@ -38,13 +39,6 @@ class Correctness:
     has_nan: bool
     has_inf: bool
     extra: object = None
-
-
-@dataclass(frozen=True)
-class Performance:
-    latency_ms: float
-    reference_latency_ms: float
-    speedup_factor: float
 
 
 @dataclass(frozen=True)
