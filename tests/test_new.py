@@ -138,44 +138,45 @@ def test_a_sol_problem_from_a_card_keeps_its_inputs_and_judges_solutions(tmp_pat
         assert len(got) == 2 and set(got.values()) == {want}, got
 
 
-def test_a_card_reference_already_called_run_is_the_entry_point_as_it_is(tmp_path):
-    """A `run` that calls the card's function would call itself when that function is `run`."""
+def _new_sol_from(tmp_path, name: str, module: str, reference: str):
+    """`new sol` on a one-case card whose reference and factory are those of the project's module `name`
+    (a name of its own per test: the commands run in this process, which keeps what it imported)."""
     (tmp_path / ".mini-kv-project").touch()
-    (tmp_path / "myref.py").write_text(
-        "import torch\n\ndef run(a, b):\n    return a * b\n\n"
-        "def make_inputs(params, dtype, device, generator):\n"
-        "    n = int(params['n'])\n"
-        "    return tuple(torch.randn(n, generator=generator).to(dtype) for _ in range(2))\n"
-    )
+    (tmp_path / f"{name}.py").write_text(module)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "op.cpp").write_text("")
     (tmp_path / "card.yaml").write_text(
-        "schema_version: 1\nid: mul\nversion: 1.0.0\n"
-        "operator: {name: mul, version: 1.0.0, reference: 'myref:run', inputs: 'myref:make_inputs'}\n"
-        "candidates:\n  - {id: v0, path: c, op: 'mm::mul', sources: {cpu: [op.cpp]}}\n"
+        "schema_version: 1\nid: op\nversion: 1.0.0\n"
+        f"operator: {{name: op, version: 1.0.0, reference: '{name}:{reference}', inputs: '{name}:make_inputs'}}\n"
+        "candidates:\n  - {id: v0, path: c, op: 'ns::op', sources: {cpu: [op.cpp]}}\n"
         "tolerances:\n  float32: {atol: 1.0e-6, rtol: 1.0e-6}\n"
         "cases:\n  - {id: n8, kind: core, params: {n: 8}, dtypes: [float32]}\n"
     )
-    res = run_cli("new", "sol", tmp_path / "card.yaml", "--project", tmp_path, "--out", tmp_path / "p")
+    return run_cli("new", "sol", tmp_path / "card.yaml", "--project", tmp_path, "--out", tmp_path / "p")
+
+
+def test_a_card_reference_already_called_run_is_the_entry_point_as_it_is(tmp_path):
+    """A `run` that calls the card's function would call itself when that function is `run`."""
+    res = _new_sol_from(
+        tmp_path,
+        "myref",
+        "import torch\n\ndef run(a, b):\n    return a * b\n\n"
+        "def make_inputs(params, dtype, device, generator):\n"
+        "    n = int(params['n'])\n"
+        "    return tuple(torch.randn(n, generator=generator).to(dtype) for _ in range(2))\n",
+        "run",
+    )
     assert res.returncode == ExitCode.OK, res.stdout + res.stderr
     reference = json.loads((tmp_path / "p" / "definition.json").read_text())["reference"]
     assert reference.count("def run(") == 1
 
 
 def test_a_card_whose_factory_makes_nothing_here_is_an_error_and_writes_nothing(tmp_path):
-    (tmp_path / ".mini-kv-project").touch()
-    (tmp_path / "noref.py").write_text(
-        "def reference(a):\n    return a\n\ndef make_inputs(params, dtype, device, generator):\n    return None\n"
+    res = _new_sol_from(
+        tmp_path,
+        "noref",
+        "def reference(a):\n    return a\n\ndef make_inputs(params, dtype, device, generator):\n    return None\n",
+        "reference",
     )
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "op.cpp").write_text("")
-    (tmp_path / "card.yaml").write_text(
-        "schema_version: 1\nid: none\nversion: 1.0.0\n"
-        "operator: {name: none, version: 1.0.0, reference: 'noref:reference', inputs: 'noref:make_inputs'}\n"
-        "candidates:\n  - {id: v0, path: c, op: 'nn::none', sources: {cpu: [op.cpp]}}\n"
-        "tolerances:\n  float32: {atol: 1.0e-6, rtol: 1.0e-6}\n"
-        "cases:\n  - {id: n8, kind: core, params: {n: 8}, dtypes: [float32]}\n"
-    )
-    res = run_cli("new", "sol", tmp_path / "card.yaml", "--project", tmp_path, "--out", tmp_path / "p")
     assert res.returncode == ExitCode.CONFIG and "made no inputs" in res.stderr, res.stdout + res.stderr
     assert not (tmp_path / "p").exists()
