@@ -79,6 +79,15 @@ def test_matches_is_compares_verdict_without_the_statistics():
     assert not matches([1.0] * 4, ref, 1.0, 1.0)  # not a tensor
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 7), min_size=0, max_size=4), st.data())
+def test_unravel_agrees_with_torchs_unravel_index(shape, data):
+    numel = math.prod(shape)
+    flat = data.draw(st.integers(0, numel - 1))
+    want = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))] if shape else []
+    assert compare_mod.unravel(flat, tuple(shape)) == want
+
+
 def test_values_of_different_shapes_are_not_compared():
     with pytest.raises(ValueError, match=r"shape \[4\] with \[2, 2\]"):
         tensor_errors(torch.ones(4), torch.ones(2, 2), 0.0, 0.0)
