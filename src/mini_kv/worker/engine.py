@@ -220,7 +220,16 @@ def call(job: Job, case, args: list, when: str) -> list:
         if getattr(exc, "plain", False):  # a sys.exit in the candidate, said as such (explain.system_exit)
             raise Failure(Failure.RAISED, str(exc), "plain") from None
         tb = getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]
-        raise Failure(Failure.RAISED, explain.exception_text(exc), tb=explain.candidate_frames(tb)) from None
+        code = "out_of_memory" if _out_of_memory(exc) else None
+        raise Failure(
+            Failure.RAISED, explain.exception_text(exc), code, tb=explain.candidate_frames(tb)
+        ) from None
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """The device's memory ran out (torch's allocator, or the subject's shared buffers): a resource, not
+    something the candidate does differently once timed."""
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
 
 
 def _written_or_said(fmt, case, outs: list, returned) -> None:
@@ -836,6 +845,10 @@ def _after_timing(job: Job, case, args: list, ref_args: list) -> str | None:
     try:
         outs = call(job, case, args, "a call after timing")
     except Failure as f:
+        if f.code == "out_of_memory":  # beside other processes on the device: a failure, not a cheat
+            raise Failure(
+                Failure.RAISED, f"{f.message} (out of device memory in the check after timing)", tb=f.tb
+            ) from None
         return f"the candidate raised after timing ({f.message}): it behaves differently once timed"
     for out in () if fmt.dps else outs:
         check_output(out, args)
