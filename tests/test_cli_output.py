@@ -17,6 +17,7 @@ from rich.console import Console
 
 from mini_kv import pipeline, report
 from mini_kv.solexec.table import traces_table
+from mini_kv.worker.jobs import WorkerResults
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_IDS = ["large_values-float16", "r1000_h4097-bfloat16", "n31-float32"]
@@ -173,7 +174,7 @@ def _result(status: str, compile_rec: dict, results: dict, correctness: dict | N
     return {
         "summary": summary,
         "compile": compile_rec,
-        "results": results,
+        "results": WorkerResults(**results),
         "attempt": "/a/b",
         "candidate": "v0",
     }

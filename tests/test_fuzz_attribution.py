@@ -11,6 +11,7 @@ from sol_helpers import logs, statuses
 
 from mini_kv.errors import ExitCode
 from mini_kv.solexec.run import BenchOptions, bench
+from mini_kv.worker.jobs import WorkerResults
 
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 60.0}
 REFERENCE = "import torch\n\n\ndef run(x, w, alpha):\n    y = x * w * alpha\n    return y, y.sum()\n"
@@ -87,13 +88,7 @@ def test_a_card_factory_failure_is_the_cards_fault():
     ok = run({**case, "id": "n8-float32", "params": {"n": 8}}, made)
     assert ok["status"] == "PASSED" and made == [1]
     summary = summarize_correctness(
-        {
-            "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
-            "cases": [rec, ok],
-            "contract": {},
-            "incidents": [],
-        },
-        "cpu",
+        WorkerResults(load={"ok": True, "kernels": {"CPU": True, "Meta": True}}, cases=[rec, ok]), "cpu"
     )
     assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
 

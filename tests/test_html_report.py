@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 from mini_kv.cli import main
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.environment import environment_key
 from mini_kv.html_report.build import ReportOptions, build_report
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker.inputs import case_seed
+from mini_kv.worker.jobs import WorkerResults
 
 SUITE = "b" * 64
 SALT = "report-test-salt"
@@ -165,7 +166,7 @@ def make_task_attempt(
         "incidents": [],
         "seed_salt": SALT,
     }
-    head = card_headline("ok", corr, bench, False, "cpu")
+    head = card_headline("ok", from_json(WorkerResults, corr), bench, False, "cpu")
     corr["summary"], bsum = head.correctness, head.benchmark
     w = AttemptWriter(art, task, cand)
     card = {

@@ -11,11 +11,12 @@ from test_index import attempt_records, write_attempt
 from test_store_forgery import _reseal
 
 from mini_kv import roofline
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
 from mini_kv.status import Status
 from mini_kv.store.headline import card_headline
 from mini_kv.store.index import rebuild_index
+from mini_kv.worker.jobs import WorkerResults
 
 GB = 1e9
 PEAK = 4000 * GB  # an H200's measured copy bandwidth, about
@@ -53,7 +54,9 @@ def _impossible_attempt(art, candidate="v0", seed=1, forge_passed=False):
     bench = files["benchmark.json"]
     for case in bench["cases"]:
         case.update(l2="cold", bytes=2 * GB, peak_bw_Bps=PEAK)
-    head = card_headline("ok", files["correctness.json"], bench["cases"], False, "cpu")
+    head = card_headline(
+        "ok", from_json(WorkerResults, files["correctness.json"]), bench["cases"], False, "cpu"
+    )
     bench["summary"] = head.benchmark
     header.update(status=head.status, benchmark=head.benchmark, exit_code=5)
     attempt = write_attempt(art, "vector_add", candidate, files, header)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.store.attempts import AttemptWriter, read_attempt
 from mini_kv.store.index import (
     INDEX_NAME,
@@ -23,6 +23,7 @@ from mini_kv.store.index import (
     rebuild_index,
     update_index,
 )
+from mini_kv.worker.jobs import WorkerResults
 
 SUITE = "a" * 64
 
@@ -207,7 +208,7 @@ def attempt_records(
         cases.append(bench_case(cid, cand, ref, task=task, salt=salt_of(seed)))
     env = fixture_env() if env_key == ENV_KEY else fixture_env(env_key)
     corr = correctness_records(status, device, salt_of(seed))
-    head = card_headline("ok", corr, cases if bench else [], not bench, device)
+    head = card_headline("ok", from_json(WorkerResults, corr), cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
     corr["summary"] = head.correctness
     files = {

@@ -41,22 +41,23 @@ def test_bench_writes_a_testcase_per_workload_with_failures_named(tmp_path):
 
 def test_verify_results_map_cases_contract_checks_and_skips():
     from mini_kv.cli_batch import junit_xml
+    from mini_kv.worker.jobs import WorkerResults
 
     result = {
         "label": "t/c",
         "attempt": "/a",
         "summary": {"status": "INCORRECT", "reason": "x"},
-        "results": {
-            "cases": [
+        "results": WorkerResults(
+            cases=[
                 {"id": "n1", "status": "PASSED"},
                 {"id": "n2", "status": "INCORRECT_NUMERICAL", "reason": "max abs err 1.0"},
                 {"id": "n3", "status": "SKIPPED", "reason": "cpu only"},
             ],
-            "contract": {
+            contract={
                 "opcheck": {"status": "FAILED", "reason": "schema"},
                 "gradcheck": {"status": "PASSED"},
             },
-        },
+        ),
     }
     lost = {"label": "t/d", "failed": True, "summary": {"status": "WORKER_LOST", "reason": "died"}}
     root = ET.fromstring(junit_xml([result, lost]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from mini_kv.store.records import (
     correctness_document,
     read_record,
 )
+from mini_kv.worker.jobs import WorkerResults
 
 REPO = Path(__file__).resolve().parents[1]
 # real attempts of an H200 run on 2026-12-01, as version 1 wrote them (sealed: never reformatted)
@@ -53,14 +55,14 @@ def _rewrite(attempt: Path, rel: str, fn) -> None:
 def test_card_writer_documents_validate_and_name_their_format(tmp_path):
     a = make_attempt(tmp_path, status="INCORRECT", speedups={"bench_a": 1.5})
     corr, bench = read_record(a / "correctness.json"), read_record(a / "benchmark.json")
-    results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "sandbox": None}
+    results = WorkerResults(**{k: corr[k] for k in ("load", "cases", "contract", "incidents")})
     doc = correctness_document(CARD_FORMAT, "cpu", corr["seed_salt"], results, corr["summary"])
     assert is_valid(json.loads(json.dumps(to_json(doc))), "correctness") and doc.format == CARD_FORMAT
     errored = [*bench["cases"], {"id": "b2", "status": Status.BENCHMARK_ERROR, "reason": "x"}]
     assert is_valid(to_json(BenchmarkRecord(CARD_FORMAT, "cpu", None, errored, {})), "benchmark")
     with pytest.raises(Exception, match="status"):  # a v1 word is refused on write
         correctness_document(
-            CARD_FORMAT, "cpu", "s", {**results, "cases": [{"id": "c", "status": "PASS"}]}, {}
+            CARD_FORMAT, "cpu", "s", replace(results, cases=[{"id": "c", "status": "PASS"}]), {}
         )
 
 
@@ -72,7 +74,7 @@ def test_sol_writer_documents_validate():
         "correctness": {"max_absolute_error": 0.5, "max_relative_error": 0.1},
         "performance": None,
     }
-    doc = correctness_document(SOL_FORMAT, "cpu", "salt", {"load": None, "cases": [wl]}, {"ok": False})
+    doc = correctness_document(SOL_FORMAT, "cpu", "salt", WorkerResults(cases=[wl]), {"ok": False})
     assert is_valid(to_json(doc), "correctness") and doc.contract == {}
     bench = BenchmarkRecord(SOL_FORMAT, "cpu", {"warmup": 1}, [], {"ran": False})
     assert is_valid(to_json(bench), "benchmark") and bench.settings == {"warmup": 1}

@@ -15,6 +15,7 @@ from mini_kv.load.schema import validate
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.baseline import check_baseline, load_baseline, promote_baseline
+from mini_kv.worker.jobs import WorkerResults
 
 FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
     Verdict.FAIL,
@@ -469,7 +470,9 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     _, bench = _attempt(tmp_path, seed=2)
     verdict = compare_to_baseline(baseline, {**baseline, "device": "cpu"}, bench, None)
     corr = correctness_records("PASSED", "cpu", salt_of(2))
-    results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "bench": bench["cases"]}
+    results = WorkerResults(
+        **{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, bench=bench["cases"]
+    )
     head = card_headline("ok", results, bench["cases"], False, "cpu")  # what verify() computes
     summary = {
         "status": head.status,

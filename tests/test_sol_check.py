@@ -16,6 +16,7 @@ from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 from mini_kv.worker import compare, inputs
 from mini_kv.worker.compare import compare_matched
 from mini_kv.worker.explain import WrongReturn
+from mini_kv.worker.jobs import WorkerResults
 
 TEST_PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
 TOL = dict(DEFAULT_TOLERANCE)
@@ -270,7 +271,7 @@ def test_runner_results_map_to_statuses():
             {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
         ],
     }
-    out = outcomes_from_results(crashed, wls)
+    out = outcomes_from_results(WorkerResults(**crashed), wls)
     assert out["small"]["status"] == "RUNTIME_ERROR" and "SIGSEGV" in out["small"]["log"]
     assert "Fatal Python error" in out["small"]["log"] and out["tall"]["status"] == "PASSED"
 
@@ -283,14 +284,18 @@ def test_runner_results_map_to_statuses():
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(hung_at_load, wls).values()} == {"TIMEOUT"}
+    assert {o["status"] for o in outcomes_from_results(WorkerResults(**hung_at_load), wls).values()} == {
+        "TIMEOUT"
+    }
 
     bad_import = {
         "load": {"ok": False, "status": "COMPILE_ERROR", "reason": "SyntaxError"},
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(bad_import, wls).values()} == {"COMPILE_ERROR"}
+    assert {o["status"] for o in outcomes_from_results(WorkerResults(**bad_import), wls).values()} == {
+        "COMPILE_ERROR"
+    }
 
     forged = {
         "load": {"ok": True},
@@ -307,7 +312,7 @@ def test_runner_results_map_to_statuses():
             }
         ],
     }
-    out = outcomes_from_results(forged, wls)
+    out = outcomes_from_results(WorkerResults(**forged), wls)
     assert out["small"]["status"] == "PASSED" and out["tall"]["status"] == "REWARD_HACK"
 
 

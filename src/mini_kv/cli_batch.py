@@ -169,9 +169,9 @@ def _cases_of(result: dict) -> list[tuple[str, str, str | None]]:
             (t["workload"]["uuid"], str(t["evaluation"]["status"]), t["evaluation"].get("log"))
             for t in result["traces"]
         ] or [("(item)", str(result["status"]), (result.get("unavailable") or "nothing ran"))]
-    res = result.get("results") or {}
-    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.get("cases", [])]
-    for name, check in (res.get("contract") or {}).items():
+    res = result["results"]
+    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.cases]
+    for name, check in res.contract.items():
         status = check.get("status") if isinstance(check, dict) else check
         out.append((name, str(status), (check.get("reason") if isinstance(check, dict) else None)))
     return out or [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]

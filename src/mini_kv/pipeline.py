@@ -21,14 +21,14 @@ from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import Candidate, Problem
-from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
+from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.store.records import CARD_FORMAT, BenchmarkRecord, correctness_document
 from mini_kv.worker import bandwidth
-from mini_kv.worker.jobs import CardJob, Job
+from mini_kv.worker.jobs import CardJob, Job, WorkerResults
 
 
 @dataclass
@@ -199,7 +199,7 @@ class Outcome:
     code: ExitCode
     correctness: dict | None
     benchmark: dict | None
-    results: dict
+    results: WorkerResults
     bench_cases: list
     bench_settings: dict | None = None
     detail: dict = field(default_factory=dict)
@@ -235,14 +235,16 @@ class FrontDoor(Protocol):
         return None  # a worker started early to run the job
 
     def stage_timeout(self, job: Job) -> float: ...
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome: ...
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
     def identity(self, prep: Prepared) -> Identity: ...
     def build_baseline(
         self, baseline: dict, prep: Prepared, job: Job
     ) -> tuple[dict, dict]: ...  # (entry, record)
     def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]: ...  # (timing, why none)
+    def timed(
+        self, res: WorkerResults, case_id: str
+    ) -> tuple[dict | None, str | None]: ...  # (timing, why none)
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {}  # its header keys
 
@@ -276,7 +278,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
-        results = empty_results(None, prep.sandbox)
+        results = WorkerResults(None, prep.sandbox.to_dict())
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             first = door.first_child()
@@ -480,8 +482,8 @@ def _write_attempt(
         for name, path in (built.compile.get("logs") or {}).items():
             if os.path.isfile(path):
                 w.copy_log(f"logs/compile/{name}", Path(path))
-    if out.results.get("log") and os.path.isfile(out.results["log"]):
-        w.copy_log("logs/worker.log", Path(out.results["log"]))
+    if out.results.log and os.path.isfile(out.results.log):
+        w.copy_log("logs/worker.log", Path(out.results.log))
     w.json(
         "correctness.json",
         correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness),
@@ -648,9 +650,9 @@ class CardDoor(FrontDoor):
     def stage_timeout(self, job: Job) -> float:
         return self.card.timeouts["stage_s"]
 
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome:
         head = card_headline(
-            built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device
+            built.compile["status"], results, results.bench, self.opts.skip_benchmark, prep.device
         )
         held_to = None if self.opts.skip_benchmark else prep.settings  # what the run was held to (settings)
         return Outcome(
@@ -659,7 +661,7 @@ class CardDoor(FrontDoor):
             head.correctness,
             head.benchmark,
             results,
-            results["bench"],
+            results.bench,
             held_to,
         )
 
@@ -691,9 +693,9 @@ class CardDoor(FrontDoor):
             cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job.benchmark)
         )
 
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
-        recs = [r for r in res["bench"] if r.get("id") == case_id]
-        why = (res.get("load") or {}).get("reason") or next((r.get("reason") for r in recs), None)
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+        recs = [r for r in res.bench if r.get("id") == case_id]
+        why = (res.load or {}).get("reason") or next((r.get("reason") for r in recs), None)
         return next((r for r in recs if "candidate" in r), None), why
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:

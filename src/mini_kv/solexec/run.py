@@ -12,7 +12,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mini_kv import environment, jail
@@ -42,7 +42,7 @@ from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, l
 from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker import bandwidth
-from mini_kv.worker.jobs import SolJob
+from mini_kv.worker.jobs import SolJob, WorkerResults
 
 UNAVAILABLE = "unavailable here: "
 
@@ -248,9 +248,9 @@ def _failure_log(entry: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, dict]:
+def outcomes_from_results(results: WorkerResults, cases: tuple[Case, ...]) -> dict[str, dict]:
     """uuid -> {status, log, correctness, performance, bench, finished_at} from the runner's results."""
-    load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
+    load = results.load or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
         status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
         log = _failure_log(load)
@@ -262,12 +262,12 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
                 else "the reference ended the worker while loading"
             ) + f": {log}"
         return {c.id: {"status": status, "log": log} for c in cases}
-    by_id = {rec["id"]: rec for rec in results["cases"]}
+    by_id = {rec["id"]: rec for rec in results.cases}
     out = {}
     for c in cases:
         rec = by_id.get(c.id)
         if rec is None:
-            spent = [i["reason"] for i in results["incidents"] if i.get("status") == Status.TIMEOUT]
+            spent = [i["reason"] for i in results.incidents if i.get("status") == Status.TIMEOUT]
             out[c.id] = {
                 "status": Status.TIMEOUT,
                 "log": "not evaluated: " + (spent[0] if spent else "no result"),
@@ -276,7 +276,7 @@ def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, d
             out[c.id] = rec
         else:  # the runner's record of a crash or hang while this workload ran
             out[c.id] = {"status": rec["status"], "log": _failure_log(rec)}
-    for incident in results["incidents"]:
+    for incident in results.incidents:
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
             hit = [incident["case"]] if incident.get("case") in out else list(out)
             for uuid in hit:
@@ -439,7 +439,7 @@ class SolDoor(FrontDoor):
     def stage_timeout(self, job: SolJob) -> float:
         return self.opts.timeout * (len(job.cases) + 1)
 
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome:
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
@@ -455,7 +455,7 @@ class SolDoor(FrontDoor):
             code,
             correctness,
             bench,
-            {**results, "cases": cases},
+            replace(results, cases=cases),
             [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
             prep.settings,
             {"traces": trace_list, "unavailable": unavailable},
@@ -489,9 +489,9 @@ class SolDoor(FrontDoor):
             settings={**_interleaved_settings(job.settings), "rounds": 1},
         )
 
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
-        rec = next((r for r in res["cases"] if r.get("id") == case_id), {})
-        why = rec.get("log") or rec.get("reason") or (res.get("load") or {}).get("reason")
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+        rec = next((r for r in res.cases if r.get("id") == case_id), {})
+        why = rec.get("log") or rec.get("reason") or (res.load or {}).get("reason")
         return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
 
     def evaluated(self) -> Evaluated:
@@ -537,7 +537,7 @@ def bench(
         "unavailable": run.out.detail["unavailable"],
         "skipped": [
             {"id": c["id"], "reason": c.get("log")}
-            for c in run.out.results.get("cases", [])
+            for c in run.out.results.cases
             if c.get("status") == Status.SKIPPED
         ],
         # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
@@ -549,9 +549,9 @@ def bench(
         "duration_s": round(time.perf_counter() - t0, 3),
         "phases": run.phases,
         "regression": run.regression,
-        "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
+        "sandbox": run.out.results.sandbox,  # the jail's record (its summary line names gaps)
         # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v shows them
-        "kernels": {c["id"]: c["kernels"] for c in run.out.results.get("cases", []) if c.get("kernels")},
+        "kernels": {c["id"]: c["kernels"] for c in run.out.results.cases if c.get("kernels")},
     }
 
 

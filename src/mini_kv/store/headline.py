@@ -22,6 +22,7 @@ from mini_kv import roofline
 from mini_kv.judge.regression import timed
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
+from mini_kv.worker.jobs import WorkerResults
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
 DEFAULT_MAX_CV = DEFAULTS.max_cv
@@ -129,10 +130,10 @@ def _geomean(cases: list[CaseHeadline]) -> float | None:
 # --------------------------------------------------------------------------------- task-card format
 
 
-def summarize_correctness(results: dict, device: str) -> dict:
+def summarize_correctness(results: WorkerResults, device: str) -> dict:
     """correctness.json's summary from its records: load, cases, contract checks, incidents."""
     counts: dict[str, dict[str, int]] = {}
-    for rec in results["cases"]:
+    for rec in results.cases:
         group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[
             rec["kind"]
         ]
@@ -142,22 +143,22 @@ def summarize_correctness(results: dict, device: str) -> dict:
             continue
         c["total"] += 1
         c["passed"] += rec["status"] == Status.PASSED
-    load = results["load"] or {"ok": False}
+    load = results.load or {"ok": False}
     kernels = load.get("kernels", {})
     needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
     missing = [k for k in needed if not kernels.get(k)]
-    contract = results["contract"]
+    contract = results.contract
     contract_ok = all(r.get("status") == Status.PASSED for r in contract.values())
     # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
     integrity = [
         r["integrity"]
-        for r in [*results["incidents"], load, *results["cases"], *contract.values()]
+        for r in [*results.incidents, load, *results.cases, *contract.values()]
         if r.get("integrity")
     ]
-    cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results["cases"])
+    cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results.cases)
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     # cases whose params broke the card's own input factory: the card's fault, not the candidate's
-    invalid = [r["id"] for r in results["cases"] if r["status"] == Status.INVALID_CASE]
+    invalid = [r["id"] for r in results.cases if r["status"] == Status.INVALID_CASE]
     return {
         "ok": ok,
         "counts": counts,
@@ -209,10 +210,10 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
 
 
 def card_headline(
-    compile_status: str, correctness: dict | None, bench_records: list, skipped: bool, device: str
+    compile_status: str, correctness: WorkerResults, bench_records: list, skipped: bool, device: str
 ) -> Headline:
-    """The headline of a task-card attempt. `correctness` holds load/cases/contract/incidents
-    (correctness.json, or the worker's results); `bench_records` benchmark.json's `cases`."""
+    """The headline of a task-card attempt from the worker's results (or correctness.json's, read back);
+    `bench_records` benchmark.json's `cases`."""
     if compile_status != BuildStatus.OK:
         status = Status.COMPILE_ERROR if compile_status == BuildStatus.ERROR else Status.COMPILE_TIMEOUT
         return Headline(status, None, None, ())

@@ -30,6 +30,7 @@ from pathlib import Path
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
+from mini_kv.codec import from_json
 from mini_kv.errors import UserError
 from mini_kv.judge.regression import timed
 from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
@@ -39,6 +40,7 @@ from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
+from mini_kv.worker.jobs import WorkerResults
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
 # 3: attempts.source_commit and source_dirty (the candidate's git commit)
@@ -381,7 +383,11 @@ def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> h
         isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
     )
     return headline.card_headline(
-        compile_status, corr, bench["cases"], skipped, str(header.get("device") or "")
+        compile_status,
+        from_json(WorkerResults, corr),
+        bench["cases"],
+        skipped,
+        str(header.get("device") or ""),
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
 from mini_kv.store.jsonfile import read_versioned
+from mini_kv.worker.jobs import WorkerResults
 
 RECORD_VERSION = 2
 CARD_FORMAT = "task-card"
@@ -119,14 +120,8 @@ class BenchmarkRecord(_Checked):
 
 
 def correctness_document(
-    fmt: str, device: str, salt: str, results: dict, summary: dict | None
+    fmt: str, device: str, salt: str, results: WorkerResults, summary: dict | None
 ) -> CorrectnessRecord:
-    """correctness.json of a run: `results` holds load, cases, contract, incidents, sandbox."""
-    get = results.get
-    run = dict(
-        load=get("load"),
-        contract=get("contract") or {},
-        incidents=get("incidents") or [],
-        sandbox=get("sandbox"),
-    )
-    return CorrectnessRecord(fmt, device, salt, cases=results["cases"], summary=summary, **run)
+    """correctness.json of a run: the worker's load, cases, contract, incidents and sandbox."""
+    r = results
+    return CorrectnessRecord(fmt, device, salt, r.load, r.cases, r.contract, r.incidents, r.sandbox, summary)
