@@ -169,8 +169,8 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
     for entry, doc in zip(job.candidates, docs, strict=True):
         entry["library"] = doc["candidate"]["library"]
     ev = run_one(job, timeout=300)
-    assert ev["event"] == "result", ev
-    res = ev["result"]
+    assert ev.ok, ev
+    res = ev.result
     assert res["ran"] and res["method"] == "wallclock"
     assert res["order"] == [["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
     assert [len(x) for x in res["samples"]["A"]] == [5] * 4 and len(res["samples"]["B"]) == 4
@@ -183,6 +183,6 @@ def test_ab_refuses_a_changed_library(pair, tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # reach the library check on CPU
     Path(a["candidate"]["library"]).write_bytes(b"rebuilt")
     res = ab.run_ab(a, b)
-    assert res["ran"] is False and "changed since it was profiled" in res["reason"]
+    assert res.ran is False and "changed since it was profiled" in res.reason
     a["candidate"]["library"] = str(tmp_path / "gone.so")
-    assert "not on this machine" in ab.run_ab(a, b)["reason"]
+    assert "not on this machine" in ab.run_ab(a, b).reason

@@ -20,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
@@ -302,6 +303,21 @@ class SubjectRun(ChildRun):
         return None, os.dup(self.link_fd)
 
 
+@dataclass(frozen=True)
+class OneShot:
+    """What a one-shot job's child answered: its `result` event's payload (`ok`), else why there is none
+    (the child's `fatal` event, a timeout, a crash, unsigned data), with the tail of the child's output
+    and the jail record of where it ran."""
+
+    ok: bool
+    result: Any  # the job's answer (None without one)
+    reason: str | None
+    log_tail: str
+    sandbox: dict  # JailInfo.to_dict()
+    timed_out: bool = False
+    traceback: str | None = None
+
+
 def run_one(
     job: Job,
     timeout: float,
@@ -309,10 +325,9 @@ def run_one(
     sandbox: JailInfo | None = None,
     log_path: str | None = None,
     spec: JailSpec | None = None,
-) -> dict:
-    """A one-shot job kind in a fresh child: its `result` event, else a `fatal` one saying why there is
-    none (`timed_out`, a crash, unsigned data), with the tail of the child's output. Both carry the
-    `sandbox` the child ran in. `log_path` keeps the child's output (default: a temp file, removed)."""
+) -> OneShot:
+    """A one-shot job kind in a fresh child. `log_path` keeps the child's output (default: a temp file,
+    removed)."""
     own_log = log_path is None
     log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
     child = ChildRun(job, log_path, env, sandbox=sandbox, spec=spec)
@@ -327,11 +342,19 @@ def run_one(
             if ev is None
             else f"unexpected event {ev!r}"[:500]
         )
-        ev = {"event": Event.FATAL, "reason": why, "timed_out": ev == "timeout"}
-    ev = {**ev, "log_tail": _tail(log_path), "sandbox": child.sandbox_info.to_dict()}
+        ev = {"reason": why, "timed_out": ev == "timeout"}
+    out = OneShot(
+        kind == Event.RESULT,
+        ev.get("result"),
+        ev.get("reason"),
+        _tail(log_path),
+        child.sandbox_info.to_dict(),
+        bool(ev.get("timed_out")),
+        ev.get("traceback"),
+    )
     if own_log:
         os.unlink(log_path)
-    return ev
+    return out
 
 
 def run_worker(

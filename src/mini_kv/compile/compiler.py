@@ -35,7 +35,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.runner import default_sandbox, run_one
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
-from mini_kv.worker.jobs import BuildJob, Event
+from mini_kv.worker.jobs import BuildJob
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 NO_CUDA_BUILD = (
@@ -462,10 +462,10 @@ def _build_into(
         log_path=str(tmp / "stdout.log"),
         spec=_build_spec(plan, box, pch_dirs),
     )
-    if ev.get("timed_out"):
+    if ev.timed_out:
         return BuildStatus.TIMEOUT
-    if ev["event"] != Event.RESULT:
-        (tmp / "stderr.log").write_text(f"{ev['reason']}\n{ev.get('traceback') or ''}")
+    if not ev.ok:
+        (tmp / "stderr.log").write_text(f"{ev.reason}\n{ev.traceback or ''}")
         return BuildStatus.ERROR
     lib = _library_in(box / "out")
     if lib is None or lib.is_symlink() or not lib.is_file():
