@@ -10,7 +10,14 @@ import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.judge.regression import Thresholds, exit_code_for, find_card_baseline, judge, verdict_document
+from mini_kv.judge.regression import (
+    Retimed,
+    Thresholds,
+    exit_code_for,
+    find_card_baseline,
+    judge,
+    verdict_document,
+)
 from mini_kv.load.schema import validate
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
@@ -85,12 +92,8 @@ class Confirm:
         if self.tail:
             for rep in cand:
                 rep[-10:] = [p50 * self.tail] * 10
-        return {
-            "candidate": cand,
-            "baseline": synth_samples(self.base_p50, k + 1),
-            "order": [["candidate", "reference"], ["reference", "candidate"]],
-            "build": None,
-        }
+        order = [["candidate", "reference"], ["reference", "candidate"]]
+        return Retimed(cand, synth_samples(self.base_p50, k + 1), order)
 
 
 def test_identical_distributions_pass(tmp_path, baseline):
@@ -221,7 +224,7 @@ def test_a_confirmation_without_the_baselines_own_timings_is_not_evidence(tmp_pa
     """Re-timing the candidate alone against the stored samples is what failed unchanged code; a
     confirm that returns no baseline timings cannot make a FAIL."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
-    v = compare_to_baseline(baseline, header, bench, lambda case_id: {"candidate": synth_samples(12.0, 5)})
+    v = compare_to_baseline(baseline, header, bench, lambda case_id: Retimed(synth_samples(12.0, 5), []))
     assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("could not run" in c["reasons"][0] for c in v["cases"])
 

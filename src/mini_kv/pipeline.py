@@ -20,6 +20,7 @@ from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.judge.regression import Retimed
 from mini_kv.model import Candidate, Problem
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
@@ -422,7 +423,7 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
     fresh inputs. Stored timings alone never FAIL."""
     built: dict = {}
 
-    def confirm(baseline: dict, case_id: str) -> dict:
+    def confirm(baseline: dict, case_id: str) -> Retimed:
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
@@ -440,12 +441,9 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
             raise RuntimeError(
                 f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else "")
             )
-        return {
-            "candidate": rec["candidate"]["samples"],
-            "baseline": rec["reference"]["samples"],
-            "order": rec.get("order"),
-            "build": built["record"],
-        }
+        return Retimed(
+            rec["candidate"]["samples"], rec["reference"]["samples"], rec.get("order"), built["record"]
+        )
 
     return confirm
 

@@ -253,7 +253,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
         "post_check": post,
         "bytes": bytes_moved,
         "flops": flops,
-        "roofline": roofline.achieved(bytes_moved, flops, p50 * 1e-6, peak_bw),
+        "roofline": to_json(roofline.achieved(bytes_moved, flops, p50 * 1e-6, peak_bw)),
         "peak_bw_Bps": peak_bw,
     }
 
