@@ -87,7 +87,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     }
 
     comp = compile_candidate(Path(card.project_root), cand, with_cuda=False)
-    assert comp["status"] == "ok"
+    assert comp.status == "ok"
     opts = VerifyOptions(device="cpu")
     job = _card_job(card, cand, comp, "cpu", opts)
     job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 10, "warmup": 1})
@@ -138,7 +138,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     )
     assert isinstance(slowed, Candidate)
     comp = compile_candidate(Path(card.project_root), slowed)
-    assert comp["status"] == "ok"
+    assert comp.status == "ok"
     opts = VerifyOptions(device="cuda")
     job = _card_job(card, slowed, comp, "cuda:0", opts)
     job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 20, "warmup": 2})

@@ -162,7 +162,7 @@ def test_ab_kind_reports_a_tampering_candidate_as_its_result():
     card = load_task_card(ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml")
     cand = card.candidate("set_env")
     comp = compile_candidate(ROOT, cand, with_cuda=False)
-    assert comp["status"] == "ok", comp
+    assert comp.status == "ok", comp
     job = ABJob(
         device="cpu",
         inputs=card.operator["inputs"],
@@ -174,8 +174,7 @@ def test_ab_kind_reports_a_tampering_candidate_as_its_result():
         warmup=1,
         method="auto",
         candidates=[
-            {"label": label, "id": "set_env", "op": cand.op, "library": comp["library"]}
-            for label in ("A", "B")
+            {"label": label, "id": "set_env", "op": cand.op, "library": comp.library} for label in ("A", "B")
         ],
     )
     ev = run_one(job, timeout=300)

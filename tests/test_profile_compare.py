@@ -156,7 +156,7 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
     for cid in ("v0_naive", "v1_block_reduce"):
         cand = card.candidate(cid)
         comp = compile_candidate(ROOT, cand, with_cuda=False)
-        assert comp["status"] == "ok"
+        assert comp.status == "ok"
         docs.append(
             {
                 "candidate": {"id": cid, "op": cand.op},
@@ -164,7 +164,7 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
                 "case": {"params": {"rows": 64, "hidden": 256}, "dtype": "float32", "seed": 7},
             }
         )
-        docs[-1]["candidate"]["library"] = comp["library"]
+        docs[-1]["candidate"]["library"] = comp.library
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
     for entry, doc in zip(job.candidates, docs, strict=True):
         entry["library"] = doc["candidate"]["library"]

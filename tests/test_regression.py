@@ -462,6 +462,7 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
 
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
+    from mini_kv.compile.compiler import CompileRecord
     from mini_kv.jail import resolve as resolve_sandbox
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import Built, CardDoor, Outcome, Prepared, VerifyOptions, _write_attempt
@@ -493,7 +494,13 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
     a = _write_attempt(
-        CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict, store
+        CardDoor(card, cand, VerifyOptions()),
+        prep,
+        Built(CompileRecord(status="ok")),
+        out,
+        summary,
+        verdict,
+        store,
     )
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}

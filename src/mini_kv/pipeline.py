@@ -17,7 +17,7 @@ from typing import Protocol
 
 from mini_kv import environment, jail
 from mini_kv.codec import optional, to_json
-from mini_kv.compile.compiler import compile_candidate
+from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import Retimed
@@ -186,7 +186,7 @@ class Built:
     """The build stage's record: compile.json's (None: nothing compiled) and, when the build alone decides
     the run (no worker job), the door's outcomes and why the code cannot run here."""
 
-    compile: dict | None
+    compile: CompileRecord | None
     decided: dict | None = None
     unavailable: str | None = None
 
@@ -477,7 +477,7 @@ def _write_attempt(
     w.json("environment.json", prep.env)
     if built.compile is not None:
         w.json("compile.json", built.compile)
-        for name, path in (built.compile.get("logs") or {}).items():
+        for name, path in (built.compile.logs or {}).items():
             if os.path.isfile(path):
                 w.copy_log(f"logs/compile/{name}", Path(path))
     if out.results.log and os.path.isfile(out.results.log):
@@ -497,7 +497,7 @@ def _write_attempt(
             **to_json(ident),
             **to_json(what),
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "build_key": (built.compile or {}).get("key"),
+            "build_key": built.compile.key if built.compile else None,
             "source": to_json(environment.source_revision(door.source_dir())),
             **summary,
         }
@@ -588,14 +588,9 @@ class CardDoor(FrontDoor):
         say(f"compile {self.cand.id}: {self.cand.build_summary(prep.device.startswith('cuda'))}")
         if self.opts.prebuilt:
             return Built(
-                {
-                    "schema_version": 1,
-                    "status": BuildStatus.OK,
-                    "prebuilt": True,
-                    "cache_hit": None,
-                    "library": str(Path(self.opts.prebuilt).resolve()),
-                    "duration_s": 0.0,
-                }
+                CompileRecord(
+                    status=BuildStatus.OK, library=str(Path(self.opts.prebuilt).resolve()), prebuilt=True
+                )
             )
         return Built(
             compile_candidate(
@@ -608,7 +603,7 @@ class CardDoor(FrontDoor):
         )
 
     def job(self, prep: Prepared, built: Built) -> CardJob | None:
-        if built.compile["status"] != BuildStatus.OK:
+        if built.compile.status != BuildStatus.OK:
             return None
         card, cand, opts, device = self.card, self.cand, self.opts, prep.device
         wanted = set(opts.case_filter or ())
@@ -625,7 +620,7 @@ class CardDoor(FrontDoor):
         return CardJob(
             task_id=card.id,
             op=cand.op,
-            library=built.compile["library"],
+            library=built.compile.library,
             device=device,
             salt=prep.salt,
             project_root=card.project_root,  # where the card's reference and input modules import from
@@ -650,7 +645,7 @@ class CardDoor(FrontDoor):
 
     def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome:
         head = card_headline(
-            built.compile["status"], results, results.bench, self.opts.skip_benchmark, prep.device
+            built.compile.status, results, results.bench, self.opts.skip_benchmark, prep.device
         )
         held_to = None if self.opts.skip_benchmark else prep.settings  # what the run was held to (settings)
         return Outcome(
@@ -698,7 +693,7 @@ class CardDoor(FrontDoor):
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {
-            "compile": {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
+            "compile": {k: getattr(built.compile, k) for k in ("status", "cache_hit", "duration_s", "key")},
             "duration_s": duration_s,
             **({"baseline_notes": notes} if notes else {}),
         }
@@ -733,14 +728,14 @@ def _watch_paths(card: Problem) -> list[str]:
     return sorted(set(paths))
 
 
-def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:
+def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord) -> dict:
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
     `changed_since_build`: the attempt then holds what is there now, not what was built."""
     from mini_kv.compile.compiler import candidate_files
     from mini_kv.model import sha256_file
 
-    built = compile_rec.get("files")
+    built = compile_rec.files
     if built is None:  # --prebuilt: no build key; the source files as they are
         built = [{"path": str(p.relative_to(cdir)), "sha256": None} for p in candidate_files(cdir)]
     files, changed = [], []
@@ -754,7 +749,7 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
     return {
         "schema_version": 1,
         **cand.to_dict(),
-        "build_key": compile_rec.get("key"),
+        "build_key": compile_rec.key,
         "files": files,
         "changed_since_build": changed,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -14,6 +15,9 @@ from mini_kv.judge.regression import timed
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
 from mini_kv.worker.jobs import WorkerResults
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
 
@@ -223,9 +227,9 @@ def _problems(result: dict) -> list[str]:
     """Short reasons for the summary line of a run that did not pass."""
     s, comp, res = result["summary"], result["compile"], result["results"]
     out = []
-    if comp["status"] == BuildStatus.TIMEOUT:
-        out.append(f"the build did not finish in {comp.get('duration_s', 0):.0f} s")
-    elif comp["status"] != BuildStatus.OK:
+    if comp.status == BuildStatus.TIMEOUT:
+        out.append(f"the build did not finish in {comp.duration_s:.0f} s")
+    elif comp.status != BuildStatus.OK:
         first = first_compiler_error(compile_log(comp))
         out.append(f"build failed at {first[0]}" if first else "build failed (see the log above)")
     load = res.load
@@ -245,15 +249,15 @@ def _problems(result: dict) -> list[str]:
     return out
 
 
-def compile_log(comp: dict) -> str:
+def compile_log(comp: CompileRecord) -> str:
     """The build's output: the CUDA compile check's failures, then the builder's stdout and stderr."""
     text = ""
-    check = comp.get("cuda_check") or {}
+    check = comp.cuda_check or {}
     for c in check.get("checks", []):
         if c.get("returncode"):
             text += c.get("output", "")
     for name in ("stdout.log", "stderr.log"):
-        path = (comp.get("logs") or {}).get(name)
+        path = (comp.logs or {}).get(name)
         if path:
             try:
                 with open(path, errors="replace") as f:
@@ -299,7 +303,7 @@ def _without_python_traceback(lines: list[str]) -> list[str]:
     return out
 
 
-def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) -> str:
+def compile_error_excerpt(comp: CompileRecord, lines: int = 25, verbose: bool = False) -> str:
     """The first compiler error with its file:line and context; with `verbose` every error line of the
     log as well. Never the builder's Python traceback, which only says that the compiler failed."""
     text = compile_log(comp)
@@ -313,20 +317,19 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
     return "\n".join(([*first[1], ""] if first else []) + shown)
 
 
-def _print_compile(comp: dict, console: Console, verbose: bool) -> None:
-    hit = comp.get("cache_hit")
+def _print_compile(comp: CompileRecord, console: Console, verbose: bool) -> None:
+    hit = comp.cache_hit
     console.print(
-        f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
-        f"{comp.get('duration_s', 0):.2f} s)"
-        + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
+        f"compile: {comp.status} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
+        f"{comp.duration_s:.2f} s)" + (f"  note: {comp.cuda_note}" if comp.cuda_note else ""),
         markup=False,
         soft_wrap=True,
     )
-    if comp["status"] != BuildStatus.OK:
-        console.print(f"[red]compile {comp['status']}[/]:")
+    if comp.status != BuildStatus.OK:
+        console.print(f"[red]compile {comp.status}[/]:")
         console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
-        if (comp.get("logs") or {}) and not verbose:
-            console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
+        if comp.logs and not verbose:
+            console.print(f"build log: {', '.join(comp.logs.values())}", markup=False, soft_wrap=True)
 
 
 def kernels_line(uuid: str, census: dict) -> str:

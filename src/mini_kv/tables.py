@@ -9,9 +9,13 @@ repeating the key columns (the case id) so every row can still be read across.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 # per column: one space of padding each side and one vertical rule; plus the table's left edge
 COLUMN_OVERHEAD = 3
@@ -81,17 +85,17 @@ def fitted_tables(
     return tables
 
 
-def verbose_details(settings: dict, comp: dict | None, phases: dict, duration_s) -> list[str]:
+def verbose_details(settings: dict, comp: CompileRecord | None, phases: dict, duration_s) -> list[str]:
     """What `-v` adds on every command (verify, bench, batch): the timing settings, the build, and where
     the time went. Rich markup; the time line is one line whatever the width (scripts grep it)."""
     keys = ("rounds", "warmup", "repeats", "samples", "target_rel_ci", "budget_s", "method", "l2", "max_cv")
     shown = ", ".join(f"{k} {settings[k]}" for k in keys if settings.get(k) is not None)
     out = [f"[dim]settings: {shown}[/]"]
     if comp:
-        note = " (compile check only)" if comp.get("check_only") else ""
+        note = " (compile check only)" if comp.check_only else ""
         out.append(
-            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
-            f"{comp.get('duration_s')} s, {comp.get('build_dir') or comp.get('key')}[/]"
+            f"[dim]build {comp.status}{note}: cache hit {comp.cache_hit}, "
+            f"{comp.duration_s} s, {comp.build_dir or comp.key}[/]"
         )
     if phases:
         total = (

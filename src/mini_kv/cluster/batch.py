@@ -22,10 +22,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.status import Status
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 VERIFY, BENCH = "verify", "bench"
 
@@ -305,7 +309,7 @@ def _outcome(item: Item, future) -> dict:
     return {**packed.result, "label": item.label, "attempt": str(path), "where": where}
 
 
-def build_item(item: Item) -> dict | None:
+def build_item(item: Item) -> CompileRecord | None:
     """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
     from mini_kv.cluster import prebuild
 

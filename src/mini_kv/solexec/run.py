@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mini_kv import environment, jail
 from mini_kv.codec import to_json
-from mini_kv.compile.compiler import compile_candidate
+from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
@@ -318,7 +318,7 @@ def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
 
 def compile_problem(
     problem: Problem, staging: Path, opts: BenchOptions, say
-) -> tuple[dict | None, dict | None]:
+) -> tuple[CompileRecord | None, dict | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
     sol = problem.candidates[0]
@@ -330,21 +330,21 @@ def compile_problem(
     rec = compile_candidate(
         bench_project_root(opts), built, opts.compile_timeout, sandbox=jail.resolve(opts.sandbox)
     )
-    if rec["status"] == BuildStatus.TIMEOUT:
+    if rec.status == BuildStatus.TIMEOUT:
         return rec, _all(
             problem,
             Status.TIMEOUT,
             f"the build did not finish within --compile-timeout {opts.compile_timeout:g} s\n{build_log(rec)}",
         )
-    if rec["status"] != BuildStatus.OK:
+    if rec.status != BuildStatus.OK:
         return rec, _all(problem, Status.COMPILE_ERROR, build_log(rec) or "the build failed (no output)")
     return rec, None
 
 
-def _cpp_unavailable(rec: dict, device: str) -> str | None:
+def _cpp_unavailable(rec: CompileRecord, device: str) -> str | None:
     reason = languages.cpp_run_unavailable(device)
-    if reason and rec.get("check_only"):
-        check = rec.get("cuda_check") or {}
+    if reason and rec.check_only:
+        check = rec.cuda_check or {}
         reason += (
             f" (compile check: {check.get('status')}"
             + (f"; {check['note']}" if check.get("note") else "")
