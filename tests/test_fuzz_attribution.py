@@ -90,7 +90,7 @@ def test_a_card_factory_failure_is_the_cards_fault():
     summary = summarize_correctness(
         WorkerResults(load={"ok": True, "kernels": {"CPU": True, "Meta": True}}, cases=[rec, ok]), "cpu"
     )
-    assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
+    assert summary.invalid_cases == ["neg-float32"] and not summary.ok
 
 
 @pytest.mark.slow

@@ -167,7 +167,7 @@ def make_task_attempt(
         "seed_salt": SALT,
     }
     head = card_headline("ok", from_json(WorkerResults, corr), bench, False, "cpu")
-    corr["summary"], bsum = head.correctness, head.benchmark
+    corr["summary"], bsum = to_json(head.correctness), head.benchmark
     w = AttemptWriter(art, task, cand)
     card = {
         "id": task,
@@ -229,7 +229,7 @@ def make_task_attempt(
         "status": head.status,
         "exit_code": 0 if head.status == "PASSED" else 4,
         "device": "cpu",
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": bsum,
         "duration_s": 1.0,
     }

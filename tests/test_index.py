@@ -210,7 +210,7 @@ def attempt_records(
     corr = correctness_records(status, device, salt_of(seed))
     head = card_headline("ok", from_json(WorkerResults, corr), cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
-    corr["summary"] = head.correctness
+    corr["summary"] = to_json(head.correctness)
     files = {
         "task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
         "environment.json": env,
@@ -234,7 +234,7 @@ def attempt_records(
         "status": status,
         "exit_code": 0 if status == "PASSED" else 4,
         "device": device,
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": head.benchmark,
         "duration_s": 0.1,
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
     Retimed,
@@ -482,7 +483,7 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
         "status": head.status,
         "exit_code": 0,
         "device": "cpu",
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": head.benchmark,
         "compile": {},
         "duration_s": 0.0,

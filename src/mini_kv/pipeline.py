@@ -304,7 +304,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "status": out.status,
             "exit_code": int(code),
             "device": prep.device,
-            "correctness": out.correctness,
+            "correctness": to_json(out.correctness),
             "benchmark": out.benchmark,
             **door.summary(built, duration, notes),
             # the verdict and its reasons, when the attempt was judged against a baseline

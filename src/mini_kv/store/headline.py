@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mini_kv import roofline
+from mini_kv.codec import optional
 from mini_kv.judge.regression import timed
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
@@ -52,9 +53,25 @@ class CaseHeadline:
 
 
 @dataclass(frozen=True)
+class CorrectnessSummary:
+    """correctness.json's (and attempt.json's) `correctness` summary: whether every case passed and the
+    counts (a card's by kind: passed, total, skipped; a SOL attempt's by status); a card's also the
+    kernels it registered and lacks, the cases its own factory broke, the defences that fired, the
+    contract checks' statuses."""
+
+    ok: bool
+    counts: dict
+    kernels: dict | None = optional()
+    missing_kernels: list | None = optional()
+    invalid_cases: list | None = optional()
+    integrity_failures: list | None = optional()
+    contract: dict | None = optional()
+
+
+@dataclass(frozen=True)
 class Headline:
     status: str
-    correctness: dict | None  # the correctness summary (None when nothing ran)
+    correctness: CorrectnessSummary | None  # None when nothing ran
     benchmark: dict | None  # {"ran", "ok", "stable", "geomean_speedup", ...}; None when nothing ran
     cases: tuple[CaseHeadline, ...]  # the bench cases that produced timings
 
@@ -130,7 +147,7 @@ def _geomean(cases: list[CaseHeadline]) -> float | None:
 # --------------------------------------------------------------------------------- task-card format
 
 
-def summarize_correctness(results: WorkerResults, device: str) -> dict:
+def summarize_correctness(results: WorkerResults, device: str) -> CorrectnessSummary:
     """correctness.json's summary from its records: load, cases, contract checks, incidents."""
     counts: dict[str, dict[str, int]] = {}
     for rec in results.cases:
@@ -159,15 +176,8 @@ def summarize_correctness(results: WorkerResults, device: str) -> dict:
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     # cases whose params broke the card's own input factory: the card's fault, not the candidate's
     invalid = [r["id"] for r in results.cases if r["status"] == Status.INVALID_CASE]
-    return {
-        "ok": ok,
-        "counts": counts,
-        "kernels": kernels,
-        "missing_kernels": missing,
-        "invalid_cases": invalid,
-        "integrity_failures": integrity,
-        "contract": {k: v.get("status") for k, v in contract.items()},
-    }
+    statuses = {k: v.get("status") for k, v in contract.items()}
+    return CorrectnessSummary(ok, counts, kernels, missing, invalid, integrity, statuses)
 
 
 def _untimed(records: list) -> tuple[list, list]:
@@ -226,12 +236,12 @@ def card_headline(
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     # a defence that fired decides the status, whichever stage saw it (status.VIOLATIONS)
-    violated = verdict_of([*corr["integrity_failures"], *(bench.get("integrity_failures") or [])])
-    if corr["invalid_cases"]:
+    violated = verdict_of([*corr.integrity_failures, *(bench.get("integrity_failures") or [])])
+    if corr.invalid_cases:
         status = Status.INVALID_CASE
     elif violated:
         status = violated
-    elif not corr["ok"]:
+    elif not corr.ok:
         status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
         status = Status.BENCHMARK_ERROR
@@ -275,7 +285,7 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
     if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
         status = verdict_of_statuses(counts) or status
-    return Headline(status, {"ok": passed, "counts": counts}, bench, tuple(cases))
+    return Headline(status, CorrectnessSummary(passed, counts), bench, tuple(cases))
 
 
 # ------------------------------------------------------------------------------ claims vs derived
@@ -358,7 +368,7 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
 
     check("attempt.json", "status", _status_word(header.get("status"), head.status), head.status)
     _benchmark_claims(head, header, benchmark, check, out)
-    derived_ok = None if head.correctness is None else head.correctness["ok"]
+    derived_ok = None if head.correctness is None else head.correctness.ok
     for file, block in (
         ("attempt.json", header.get("correctness")),
         ("correctness.json", correctness.get("summary")),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
+from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
 from mini_kv.worker.jobs import WorkerResults
 
@@ -102,7 +103,7 @@ class CorrectnessRecord(_Checked):
     contract: dict
     incidents: list
     sandbox: dict | None
-    summary: dict | None
+    summary: CorrectnessSummary | None
     schema_version: int = RECORD_VERSION
 
 
@@ -120,7 +121,7 @@ class BenchmarkRecord(_Checked):
 
 
 def correctness_document(
-    fmt: str, device: str, salt: str, results: WorkerResults, summary: dict | None
+    fmt: str, device: str, salt: str, results: WorkerResults, summary: CorrectnessSummary | None
 ) -> CorrectnessRecord:
     """correctness.json of a run: the worker's load, cases, contract, incidents and sandbox."""
     r = results
