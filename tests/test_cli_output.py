@@ -255,10 +255,13 @@ def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if
     counts = {"PASSED": 1, "INCORRECT_NUMERICAL": 1, "TIMEOUT": 1, "NOT_RUN": 2}
     line = bench_summary_line({"counts": counts, "benchmark": {"ran": True, "stable": True}, "traces": []})
     assert line == "1 passed, 2 failed, 0 skipped, 2 not run of 5 workloads, timing stable"
+    from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
+
+    summary = {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}
     items = [
-        {"label": "a", "summary": {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}},
-        {"label": "b", "status": "PASSED", "benchmark": {"ran": True, "stable": True}},
-        {"label": "c", "status": "WORKER_LOST"},
+        ItemResult(VERIFY, "a", "a", "PASSED", 0, "/a", {"summary": summary}),
+        ItemResult(BENCH, "b", None, "PASSED", 0, "/b", {"benchmark": {"ran": True, "stable": True}}),
+        ItemResult(BENCH, "c", None, "WORKER_LOST", 9, None, reason="died"),
     ]
     line = batch_summary_line(items)
     assert line.startswith(
