@@ -202,7 +202,14 @@ def print_batch(results: list[ItemResult], args) -> int:
     for result in results:
         if args.json:  # one line an item: verify's summary, bench's status and exit code; why there is none
             line = {"candidate": result.candidate, "item": result.label, "attempt": result.attempt}
-            print(json.dumps({**line, **_summary(result), "where": result.where}))
+            summary = (
+                {"status": result.status, "reason": result.reason}
+                if result.detail is None
+                else result.detail["summary"]
+                if result.kind == VERIFY
+                else {"status": result.status, "exit_code": int(result.exit_code)}
+            )
+            print(json.dumps({**line, **summary, "where": result.where}))
         elif result.detail is None:
             console.print(f"{result.status} {result.label}: {result.reason}")
         elif result.kind == VERIFY:
@@ -214,20 +221,16 @@ def print_batch(results: list[ItemResult], args) -> int:
     return worst(r.exit_code for r in results)
 
 
-def _summary(result: ItemResult) -> dict:
-    if result.detail is None:
-        return {"status": result.status, "reason": result.reason}
-    if result.kind == VERIFY:
-        return result.detail["summary"]
-    return {"status": result.status, "exit_code": int(result.exit_code)}
-
-
 def batch_summary_line(results: list[ItemResult]) -> str:
     """`summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items:
     label STATUS, ...`: by the same rule (report.Tally) as each item's own line."""
     from mini_kv.report import Tally
 
-    heads = [r.benchmark() for r in results]
+    # each item's benchmark headline: in verify's summary, in bench's result, none without an attempt
+    heads = [
+        ((r.detail["summary"] if r.kind == VERIFY else r.detail).get("benchmark") or {}) if r.detail else {}
+        for r in results
+    ]
     timed = [t for t in heads if t.get("ran")]
     stable = sum(t.get("stable") is True for t in timed)
     timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"

@@ -62,12 +62,6 @@ class ItemResult:
     reason: str | None = None
     where: dict | None = None  # host, worker, gpu
 
-    def benchmark(self) -> dict:
-        """The item's benchmark headline (empty without one)."""
-        if self.detail is None:
-            return {}
-        return (self.detail["summary"] if self.kind == VERIFY else self.detail).get("benchmark") or {}
-
 
 def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here."""
