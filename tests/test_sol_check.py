@@ -271,9 +271,9 @@ def test_runner_results_map_to_statuses():
             {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
         ],
     }
-    out = outcomes_from_results(WorkerResults(**crashed), wls)
-    assert out["small"]["status"] == "RUNTIME_ERROR" and "SIGSEGV" in out["small"]["log"]
-    assert "Fatal Python error" in out["small"]["log"] and out["tall"]["status"] == "PASSED"
+    out = {o.id: o for o in outcomes_from_results(WorkerResults(**crashed), wls)}
+    assert out["small"].status == "RUNTIME_ERROR" and "SIGSEGV" in out["small"].log
+    assert "Fatal Python error" in out["small"].log and out["tall"].status == "PASSED"
 
     hung_at_load = {
         "load": {
@@ -284,18 +284,14 @@ def test_runner_results_map_to_statuses():
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(WorkerResults(**hung_at_load), wls).values()} == {
-        "TIMEOUT"
-    }
+    assert {o.status for o in outcomes_from_results(WorkerResults(**hung_at_load), wls)} == {"TIMEOUT"}
 
     bad_import = {
         "load": {"ok": False, "status": "COMPILE_ERROR", "reason": "SyntaxError"},
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(WorkerResults(**bad_import), wls).values()} == {
-        "COMPILE_ERROR"
-    }
+    assert {o.status for o in outcomes_from_results(WorkerResults(**bad_import), wls)} == {"COMPILE_ERROR"}
 
     forged = {
         "load": {"ok": True},
@@ -312,8 +308,8 @@ def test_runner_results_map_to_statuses():
             }
         ],
     }
-    out = outcomes_from_results(WorkerResults(**forged), wls)
-    assert out["small"]["status"] == "PASSED" and out["tall"]["status"] == "REWARD_HACK"
+    out = {o.id: o for o in outcomes_from_results(WorkerResults(**forged), wls)}
+    assert out["small"].status == "PASSED" and out["tall"].status == "REWARD_HACK"
 
 
 def test_exit_codes():

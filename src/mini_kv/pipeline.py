@@ -187,7 +187,7 @@ class Built:
     the run (no worker job), the door's outcomes and why the code cannot run here."""
 
     compile: CompileRecord | None
-    decided: dict | None = None
+    decided: tuple | None = None  # the door's outcomes
     unavailable: str | None = None
 
 
