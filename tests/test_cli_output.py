@@ -17,8 +17,8 @@ from rich.console import Console
 
 from mini_kv import pipeline, report
 from mini_kv.compile.compiler import CompileRecord
+from mini_kv.model import WorkerResults
 from mini_kv.solexec.table import traces_table
-from mini_kv.worker.jobs import WorkerResults
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_IDS = ["large_values-float16", "r1000_h4097-bfloat16", "n31-float32"]

@@ -10,8 +10,8 @@ from fuzz_helpers import sol_problem, write_json
 from sol_helpers import logs, statuses
 
 from mini_kv.errors import ExitCode
+from mini_kv.model import WorkerResults
 from mini_kv.solexec.run import BenchOptions, bench
-from mini_kv.worker.jobs import WorkerResults
 
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 60.0}
 REFERENCE = "import torch\n\n\ndef run(x, w, alpha):\n    y = x * w * alpha\n    return y, y.sum()\n"

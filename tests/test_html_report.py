@@ -22,10 +22,10 @@ from mini_kv.cli import main
 from mini_kv.codec import from_json, to_json
 from mini_kv.environment import environment_key
 from mini_kv.html_report.build import ReportOptions, build_report
+from mini_kv.model import WorkerResults
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker.inputs import case_seed
-from mini_kv.worker.jobs import WorkerResults
 
 SUITE = "b" * 64
 SALT = "report-test-salt"

@@ -13,10 +13,10 @@ from test_store_forgery import _reseal
 from mini_kv import roofline
 from mini_kv.codec import from_json, to_json
 from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
+from mini_kv.model import WorkerResults
 from mini_kv.status import Status
 from mini_kv.store.headline import card_headline
 from mini_kv.store.index import rebuild_index
-from mini_kv.worker.jobs import WorkerResults
 
 GB = 1e9
 PEAK = 4000 * GB  # an H200's measured copy bandwidth, about

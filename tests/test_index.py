@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mini_kv.codec import from_json, to_json
+from mini_kv.model import WorkerResults
 from mini_kv.store.attempts import AttemptWriter, read_attempt
 from mini_kv.store.index import (
     INDEX_NAME,
@@ -23,7 +24,6 @@ from mini_kv.store.index import (
     rebuild_index,
     update_index,
 )
-from mini_kv.worker.jobs import WorkerResults
 
 SUITE = "a" * 64
 

@@ -42,7 +42,7 @@ def test_bench_writes_a_testcase_per_workload_with_failures_named(tmp_path):
 def test_verify_results_map_cases_contract_checks_and_skips():
     from mini_kv.cli_batch import junit_xml
     from mini_kv.cluster.batch import VERIFY, ItemResult
-    from mini_kv.worker.jobs import WorkerResults
+    from mini_kv.model import WorkerResults
 
     detail = {
         "summary": {"status": "INCORRECT"},

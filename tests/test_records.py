@@ -14,6 +14,7 @@ from test_store_forgery import _reseal
 
 from mini_kv.codec import from_json, to_json
 from mini_kv.load.schema import is_valid
+from mini_kv.model import WorkerResults
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.headline import CorrectnessSummary
@@ -26,7 +27,6 @@ from mini_kv.store.records import (
     correctness_document,
     read_record,
 )
-from mini_kv.worker.jobs import WorkerResults
 
 REPO = Path(__file__).resolve().parents[1]
 # real attempts of an H200 run on 2026-12-01, as version 1 wrote them (sealed: never reformatted)

@@ -20,10 +20,10 @@ from mini_kv.judge.regression import (
     verdict_document,
 )
 from mini_kv.load.schema import validate
+from mini_kv.model import WorkerResults
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.baseline import check_baseline, load_baseline, promote_baseline
-from mini_kv.worker.jobs import WorkerResults
 
 FAIL, INCOMPARABLE, PASS, UNCONFIRMED, WARN = (
     Verdict.FAIL,

@@ -9,6 +9,7 @@ import torch
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
+from mini_kv.model import WorkerResults
 from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
@@ -16,7 +17,6 @@ from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 from mini_kv.worker import compare, inputs
 from mini_kv.worker.compare import compare_matched
 from mini_kv.worker.explain import WrongReturn
-from mini_kv.worker.jobs import WorkerResults
 
 TEST_PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
 TOL = dict(DEFAULT_TOLERANCE)

@@ -21,7 +21,7 @@ from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import Retimed
-from mini_kv.model import Candidate, Problem
+from mini_kv.model import Candidate, Problem, WorkerResults
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
@@ -29,7 +29,7 @@ from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.store.records import CARD_FORMAT, BenchmarkRecord, correctness_document
 from mini_kv.worker import bandwidth
-from mini_kv.worker.jobs import CardJob, Job, WorkerResults
+from mini_kv.worker.jobs import CardJob, Job
 
 
 @dataclass

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mini_kv.judge.regression import timed
+from mini_kv.model import WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
-from mini_kv.worker.jobs import WorkerResults
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord

@@ -26,6 +26,7 @@ from typing import Any
 
 from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.model import WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker import explain
@@ -36,7 +37,6 @@ from mini_kv.worker.jobs import (
     SUBJECT_LOST_EXIT,
     Event,
     Job,
-    WorkerResults,
 )
 from mini_kv.worker.link import pair as link_pair
 

@@ -9,13 +9,9 @@ repeating the key columns (the case id) so every row can still be read across.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
-
-if TYPE_CHECKING:
-    from mini_kv.compile.compiler import CompileRecord
 
 # per column: one space of padding each side and one vertical rule; plus the table's left edge
 COLUMN_OVERHEAD = 3
@@ -85,8 +81,9 @@ def fitted_tables(
     return tables
 
 
-def verbose_details(settings: dict, comp: CompileRecord | None, phases: dict, duration_s) -> list[str]:
-    """What `-v` adds on every command (verify, bench, batch): the timing settings, the build, and where
+def verbose_details(settings: dict, comp, phases: dict, duration_s) -> list[str]:
+    """What `-v` adds on every command (verify, bench, batch): the timing settings, the build (`comp`, a
+    compile.compiler.CompileRecord, None: nothing built), and where
     the time went. Rich markup; the time line is one line whatever the width (scripts grep it)."""
     keys = ("rounds", "warmup", "repeats", "samples", "target_rel_ci", "budget_s", "method", "l2", "max_cv")
     shown = ", ".join(f"{k} {settings[k]}" for k in keys if settings.get(k) is not None)

@@ -19,7 +19,7 @@ from mini_kv import environment, jail
 from mini_kv.codec import from_json, optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
+from mini_kv.model import Candidate, Case, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
     Built,
@@ -42,7 +42,7 @@ from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, l
 from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
 from mini_kv.worker import bandwidth
-from mini_kv.worker.jobs import SolJob, WorkerResults
+from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
 
@@ -248,6 +248,20 @@ def _failure_log(entry: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _load_failure(load: dict) -> tuple[str, str]:
+    """Every workload's status and log when the solution (or the reference) did not load."""
+    status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
+    log = _failure_log(load)
+    if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
+        status = Status.INVALID_REFERENCE
+        log = (
+            "the reference did not finish loading (it hangs at import)"
+            if load.get("timed_out")
+            else "the reference ended the worker while loading"
+        ) + f": {log}"
+    return status, log
+
+
 @dataclass(frozen=True)
 class WorkloadOutcome:
     """One workload's outcome, as correctness.json keeps it (less `bench`, its benchmark.json record) and
@@ -268,16 +282,7 @@ def outcomes_from_results(results: WorkerResults, cases: tuple[Case, ...]) -> tu
     """Each case's outcome, in the cases' order, from the runner's results."""
     load = results.load or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
-        status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
-        log = _failure_log(load)
-        if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
-            status = Status.INVALID_REFERENCE
-            log = (
-                "the reference did not finish loading (it hangs at import)"
-                if load.get("timed_out")
-                else "the reference ended the worker while loading"
-            ) + f": {log}"
-        return _all(cases, status, log)
+        return _all(cases, *_load_failure(load))
     by_id = {rec["id"]: rec for rec in results.cases}
     spent = [i["reason"] for i in results.incidents if i.get("status") == Status.TIMEOUT]
     out = []

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from mini_kv import roofline
 from mini_kv.codec import optional
 from mini_kv.judge.regression import timed
+from mini_kv.model import WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
-from mini_kv.worker.jobs import WorkerResults
 
 # the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
 DEFAULT_MAX_CV = DEFAULTS.max_cv

@@ -33,14 +33,13 @@ from filelock import Timeout as LockTimeout
 from mini_kv.codec import from_json
 from mini_kv.errors import UserError
 from mini_kv.judge.regression import timed
-from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
+from mini_kv.model import WorkerResults, case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir
 from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
-from mini_kv.worker.jobs import WorkerResults
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
 # 3: attempts.source_commit and source_dirty (the candidate's git commit)

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mini_kv.model import WorkerResults
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
-from mini_kv.worker.jobs import WorkerResults
 
 RECORD_VERSION = 2
 CARD_FORMAT = "task-card"
