@@ -205,14 +205,14 @@ class CardEvaluator:
         names = ("device", "library", "op", "project_root", "inputs", "memory_limit_bytes")
         reply = subject.request("load", kind="card", **{k: getattr(job, k) for k in names})
         if not reply.get("ok"):
-            return chan.send(event=Event.LOAD, ok=False, **_card_load_failure(reply))
+            return chan.send(event=Event.LOAD, ok=False, **to_json(LoadFailed.of(reply)))
         baseline = None
         if job.baseline:
             # the regression gate's same-run comparison: the baseline's own build, under its own
             # dispatcher namespace, takes the reference's place in the interleaved timing
             reply_b = subject.request("load_baseline", library=job.baseline["library"], op=job.baseline["op"])
             if not reply_b.get("ok"):  # a violation too: either way no same-run comparison
-                why = _card_load_failure(reply_b)["reason"]
+                why = LoadFailed.of(reply_b).reason
                 return chan.send(
                     event=Event.LOAD, ok=False, reason=f"the baseline's build did not load: {why}"
                 )
@@ -356,14 +356,22 @@ def _run_illegal(ej: engine.Job, args: list, rec: CardCaseRecord) -> CardCaseRec
     )
 
 
-def _card_load_failure(reply: dict) -> dict:
-    """The `load` event's fields for a subject that could not load the candidate, or reported a
-    violation while it did."""
-    if isinstance(reply.get("violation"), dict):
-        v = reply["violation"]
-        return {"integrity": v.get("code"), "reason": f"{v.get('code')}: {v.get('message')}"}
-    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-    return {"reason": f"{err.get('type')}: {err.get('message')}", "hint": reply.get("hint")}
+@dataclass(frozen=True)
+class LoadFailed:
+    """The `load` event's fields for a subject that could not load the candidate (its error, and a hint),
+    or reported a violation while it did."""
+
+    reason: str
+    integrity: str | None = optional()
+    hint: str | None = optional()
+
+    @classmethod
+    def of(cls, reply: dict) -> LoadFailed:
+        if isinstance(reply.get("violation"), dict):
+            v = reply["violation"]
+            return cls(f"{v.get('code')}: {v.get('message')}", integrity=v.get("code"))
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        return cls(f"{err.get('type')}: {err.get('message')}", hint=reply.get("hint"))
 
 
 # ------------------------------------------------------------------ SOL-ExecBench problems
