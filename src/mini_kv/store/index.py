@@ -381,6 +381,9 @@ def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> h
     skipped = (
         isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
     )
+    missing = [k for k in ("load", "contract", "incidents") if k not in corr]
+    if missing:  # every writer writes them: a record without them was edited
+        raise headline.RecordError("correctness.json", f"records malformed (no {', '.join(missing)})")
     return headline.card_headline(
         compile_status,
         from_json(WorkerResults, corr),
