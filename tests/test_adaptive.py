@@ -428,3 +428,21 @@ def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path
     assert "too slow" in skipped["a"] and "one call took 1.5" in skipped["a"], skipped
     for u in "bc":  # judged by a's measurement, not run
         assert "took 1.5" in skipped[u], skipped
+
+
+def test_a_round_on_few_bytes_is_not_scaled_to_a_large_case():
+    """On an H200 a correctness round on 68 bytes took 0.26 s, all of it the harness's own (messages,
+    holds, checks); scaled by size, a 4-MiB case was SKIPPED as a 4,800-s one. Only rounds on at least
+    SCALE_FROM_BYTES are scaled; one that grows with size still skips what is too large."""
+    quick = engine.RoundBudget(60.0, "cuda:0")
+    quick.note_round(12, 0.25, warm=True)
+    quick.note_round(68, 0.26, warm=True)
+    quick.skip_if_too_large(4 * 2**20)
+
+    slow = engine.RoundBudget(9.0, "cpu")
+    row = 4096 * 2
+    slow.note_round(1 * row, 0.01, warm=True)
+    slow.note_round(170 * row, 0.5, warm=True)
+    with pytest.raises(engine.Failure) as skipped:
+        slow.skip_if_too_large(14418 * row)
+    assert skipped.value.kind == engine.Failure.SKIPPED and "would take about 42.4 s" in skipped.value.message

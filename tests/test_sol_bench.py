@@ -172,6 +172,13 @@ def test_traces_captured_on_the_h200_have_the_upstream_layout():
             "time.perf_counter",
         ),
         ("replays", {"small": "REWARD_HACK", "tall": "REWARD_HACK"}, ExitCode.CORRECTNESS, "after timing"),
+        # out of device memory once timed (beside other processes on the device): a failure, not a cheat
+        (
+            "oom_after_timing",
+            {"small": "RUNTIME_ERROR", "tall": "RUNTIME_ERROR"},
+            ExitCode.CORRECTNESS,
+            "OutOfMemoryError",
+        ),
     ],
 )
 def test_planted_solutions_get_their_status(tmp_path, solution, expected, code, needle):

@@ -442,3 +442,42 @@ def test_one_message_carries_every_buffer_of_many_input_sets():
             os.close(fd)
         sender.close()
         receiver.close()
+
+
+def _shared_maps(pid: int) -> int:
+    """The subject's mappings of shared buffers (memfds named mini-kv-N)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return sum("memfd:mini-kv-" in line for line in f)
+
+
+def test_a_workload_whose_timing_is_over_is_unmapped_in_the_subject(tmp_path):
+    """The subject kept every workload's sets (views that keep the judge's buffers mapped) and their
+    latest outputs until it ended: on an H200 one run's 14 rmsnorm workloads reached 81 GB and runs side
+    by side ran out of device memory. Closed, a rotation's sets are let go on both sides."""
+    import gc
+
+    (tmp_path / "main.py").write_text(SOLUTION)
+    judge_end, subject_end = link.pair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
+        pass_fds=(subject_end,),
+    )
+    os.close(subject_end)
+    sub = Subject(judge_end, "cpu")
+    sol = {"group": "python", "dir": str(tmp_path), "entry_file": "main.py", "entry_function": "add"}
+    sub.ask("load", kind="sol", device="cpu", solution=sol)
+    op = RemoteOp(sub, "candidate")
+    try:
+        for _ in range(3):
+            sets = [[torch.randn(1 << 14), torch.randn(1 << 14)] for _ in range(4)]
+            wl = workload_of(op, sets)
+            measure(wl, "wallclock", 3, "cpu", L2Flusher("cpu", False))
+            assert _shared_maps(proc.pid) >= 8
+            wl.close()
+            del wl, sets
+            gc.collect()
+            sub.ask("refresh")  # the next request carries what the judge let go
+            assert _shared_maps(proc.pid) == 0
+    finally:
+        sub.close()
+        proc.wait(timeout=30)

@@ -24,6 +24,7 @@ import functools
 import itertools
 import time
 import traceback
+from contextlib import closing
 from dataclasses import dataclass, field
 
 import torch
@@ -69,6 +70,10 @@ from mini_kv.worker.timing import (
 SETTLE_S = 0.1  # how long a wrong output is left alone before it is read again (work after return)
 PROBE_SAMPLES = 3
 SLOW_SHARE = 0.8  # a round where the candidate's call took more than this share is the candidate's slowness
+# a round on fewer input bytes is mostly the harness's fixed cost (messages, holds, checks) and says nothing
+# of how a larger case scales: on an H200 a round on 68 bytes took 0.26 s, and scaled by size it skipped
+# a 4-MiB case as a 4,800-s one
+SCALE_FROM_BYTES = 1 << 20
 MIN_ROUNDS = 2  # both call orders (candidate first, reference first), however tight the budget
 # Setting a case up (its inputs and the reference's outputs) is repeated about twice more by the
 # post-timing check (the same calls, then fresh inputs written into the same buffers).
@@ -215,7 +220,16 @@ def call(job: Job, case, args: list, when: str) -> list:
         if getattr(exc, "plain", False):  # a sys.exit in the candidate, said as such (explain.system_exit)
             raise Failure(Failure.RAISED, str(exc), "plain") from None
         tb = getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]
-        raise Failure(Failure.RAISED, explain.exception_text(exc), tb=explain.candidate_frames(tb)) from None
+        code = "out_of_memory" if _out_of_memory(exc) else None
+        raise Failure(
+            Failure.RAISED, explain.exception_text(exc), code, tb=explain.candidate_frames(tb)
+        ) from None
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """The device's memory ran out (torch's allocator, or the subject's shared buffers): a resource, not
+    something the candidate does differently once timed."""
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
 
 
 def _written_or_said(fmt, case, outs: list, returned) -> None:
@@ -393,7 +407,11 @@ class RoundBudget:
         use: on an H200 a cuDNN solution's first round took 0.42 s on 2.7 MiB, scaled to a false 36-s
         estimate)."""
         cur = self.round_cost
-        if nbytes is not None and (cur is None or (warm, nbytes) >= (cur[2], cur[1])):
+        if (
+            nbytes is not None
+            and nbytes >= SCALE_FROM_BYTES
+            and (cur is None or (warm, nbytes) >= (cur[2], cur[1]))
+        ):
             self.round_cost = (seconds, nbytes, warm)
             self.round_calls = calls
 
@@ -731,34 +749,36 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
     t_setup = time.perf_counter()
     sets, numel, set_bytes = _input_sets(job, case, cold, launches)
     cand, ref, ref_sets = _workloads(job, case, sets)
-    setup_s = time.perf_counter() - t_setup
-    lap("inputs")
-    # cold: one captured launch per input set, so consecutive replayed launches use different buffers
-    launches = len(sets) if cold else launches
-    flush = L2Flusher(fmt.device, cold)
-    t0 = time.perf_counter()
-    warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
-    sync(fmt.device)
-    lap("warmup")
-    chain = method_chain(settings["method"], fmt.device)
-    method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
-    job.guard.check("before timing")
-    budget = timing_budget(budget_s, t0, warm, len(sets), round_s, settings)
-    lap("checks")
-    plan = _repeats(
-        {"candidate": cand, "reference": ref}, method, settings, job, flush, launches, budget, first
-    )
-    lap("sampling")
-    post = post_check(job, case, sets, ref_sets)
-    job.guard.check("after the post-timing check")
-    calls_per = launches if method == "graph" else 1
-    l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
-    record = timing_record(
-        plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
-    )
-    lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
-    itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
-    return Timed(record, post, set_bytes, numel, itemsize)
+    # the rotations let go of their sets when timing ends, in the subject too (RemoteWorkload.close)
+    with closing(cand), closing(ref):
+        setup_s = time.perf_counter() - t_setup
+        lap("inputs")
+        # cold: one captured launch per input set, so consecutive replayed launches use different buffers
+        launches = len(sets) if cold else launches
+        flush = L2Flusher(fmt.device, cold)
+        t0 = time.perf_counter()
+        warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
+        sync(fmt.device)
+        lap("warmup")
+        chain = method_chain(settings["method"], fmt.device)
+        method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
+        job.guard.check("before timing")
+        budget = timing_budget(budget_s, t0, warm, len(sets), round_s, settings)
+        lap("checks")
+        plan = _repeats(
+            {"candidate": cand, "reference": ref}, method, settings, job, flush, launches, budget, first
+        )
+        lap("sampling")
+        post = post_check(job, case, sets, ref_sets)
+        job.guard.check("after the post-timing check")
+        calls_per = launches if method == "graph" else 1
+        l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
+        record = timing_record(
+            plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
+        )
+        lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
+        itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
+        return Timed(record, post, set_bytes, numel, itemsize)
 
 
 def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
@@ -825,6 +845,10 @@ def _after_timing(job: Job, case, args: list, ref_args: list) -> str | None:
     try:
         outs = call(job, case, args, "a call after timing")
     except Failure as f:
+        if f.code == "out_of_memory":  # beside other processes on the device: a failure, not a cheat
+            raise Failure(
+                Failure.RAISED, f"{f.message} (out of device memory in the check after timing)", tb=f.tb
+            ) from None
         return f"the candidate raised after timing ({f.message}): it behaves differently once timed"
     for out in () if fmt.dps else outs:
         check_output(out, args)

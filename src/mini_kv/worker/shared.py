@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import functools
+import gc
 import mmap
 import os
 from dataclasses import dataclass
@@ -93,7 +94,15 @@ class Buffer:
 def create(id_: int, nbytes: int, device: str) -> Buffer:
     """A new buffer of `nbytes` on `device`, its fd open to be sent (Buffer.close_fd once sent)."""
     if torch.device(device).type == "cuda":
-        fd = _CudaMapping.create_fd(nbytes, device)
+        try:
+            fd = _CudaMapping.create_fd(nbytes, device)
+        except SharedMemoryError as exc:
+            if "OUT_OF_MEMORY" not in str(exc):
+                raise
+            # the caching allocator's free blocks are memory the driver cannot give out: returned, once
+            gc.collect()
+            torch.cuda.empty_cache()
+            fd = _CudaMapping.create_fd(nbytes, device)
     else:
         fd = os.memfd_create(f"mini-kv-{id_}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, max(1, nbytes))

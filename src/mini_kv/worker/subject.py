@@ -52,6 +52,8 @@ class Subject:
 
     def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         self._map(msg.get("new", []), fds)
+        for wid in msg.get("forget", []):
+            self._forget(wid)
         for buf in msg.get("free", []):
             self._drop(buf)
         try:
@@ -210,6 +212,19 @@ class Subject:
         for spec, fd in zip(new, fds, strict=True):
             self.buffers[spec["id"]] = shared.receive(spec["id"], fd, spec["nbytes"], spec["device"])
 
+    def close_sent(self, fds: list[int]) -> None:
+        """Our buffers' file descriptors once sent (a loop variable left in `serve` kept the last
+        buffer mapped after the judge freed it)."""
+        for buf in self.buffers.values():
+            if buf.fd in fds:
+                buf.close_fd()
+
+    def _forget(self, workload: int) -> None:
+        """A rotation whose timing is over: its sets (views of the judge's buffers, which keep them
+        mapped) and the candidate's latest outputs on them go."""
+        for held in (self.workloads, self.workload_sets, self.last_outputs):
+            held.pop(workload, None)
+
     def _drop(self, buf: int) -> None:
         self.buffers.pop(buf, None)
         self.handed.pop(buf, None)
@@ -323,6 +338,4 @@ def serve(fd: int) -> int:
         try:
             link.send(to_json({**reply, "seq": msg.get("seq")}), out_fds)
         finally:
-            for b in subject.buffers.values():
-                if b.fd in out_fds:
-                    b.close_fd()
+            subject.close_sent(out_fds)

@@ -135,6 +135,10 @@ class Workload:
     def __len__(self) -> int:
         return len(self.calls)
 
+    def close(self) -> None:
+        """Timing is over: what the rotation holds may go (the sets, the latest outputs)."""
+        self.calls, self._window, self._args = [], collections.deque(), {}
+
     def next(self) -> Call:
         fn = self.calls[self.pos % len(self.calls)]
         self.pos += 1
