@@ -68,10 +68,10 @@ def card_cases(device: str) -> list[dict]:
         rec = compile_candidate(
             Path(card.project_root), cand, with_cuda=None if device.startswith("cuda") else False
         )
-        if rec["status"] != "ok":
-            out.append({"card": card.id, "error": f"build {rec['status']}"})
+        if rec.status != "ok":
+            out.append({"card": card.id, "error": f"build {rec.status}"})
             continue
-        op = load_op(rec["library"], cand.op)
+        op = load_op(rec.library, cand.op)
         for case in cases:
             out.append(
                 {

@@ -74,10 +74,8 @@ def card_rows(device: str, salt: str, compile_timeout: float):
             for cand in card.candidates:
                 rec = built.get((card.id, cand.id))
                 row = {"row": f"{card.id}/{cand.id} {case.id}", "kind": "candidate"}
-                if rec is None or rec["status"] != "ok":
-                    why = (
-                        "no CUDA sources" if rec is None else f"build {rec['status']}: see {rec.get('logs')}"
-                    )
+                if rec is None or rec.status != "ok":
+                    why = "no CUDA sources" if rec is None else f"build {rec.status}: see {rec.logs}"
                     yield {**row, "error": why}, None, None
                     continue
                 try:

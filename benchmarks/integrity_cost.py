@@ -43,7 +43,7 @@ root, card = Path(sys.argv[1]), load_task_card(Path(sys.argv[1]) / sys.argv[2])
 jobs = [c for c in card.candidates if c.cuda_sources or c.cpu_sources]
 with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
     recs = list(pool.map(lambda c: compile_candidate(root, c, timeout=600), jobs))
-bad = [(c.id, r["status"]) for c, r in zip(jobs, recs) if r["status"] != "ok"]
+bad = [(c.id, r.status) for c, r in zip(jobs, recs) if r.status != "ok"]
 print(f"{root.name}: built {len(jobs)} candidates" + (f", failed {bad}" if bad else ""))
 sys.exit(1 if bad else 0)
 """

@@ -279,7 +279,7 @@ def stage_seconds(phases: dict) -> dict[str, float]:
 def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None):
     """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed)."""
     from mini_kv.cli_batch import run_items
-    from mini_kv.cluster.batch import BENCH, Item, status_of
+    from mini_kv.cluster.batch import BENCH, Item
     from mini_kv.cluster.cluster import placement_from
     from mini_kv.solexec.run import BenchOptions
 
@@ -297,9 +297,9 @@ def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpu
     stages: Counter = Counter()
     verdicts = {}
     for r in results:
-        stages.update(stage_seconds(r.get("phases") or {}))
-        reason = (r.get("summary") or {}).get("reason", "") if r.get("failed") else ""
-        verdicts[r["label"]] = verdict_of(r.get("attempt"), str(status_of(r)), reason)
+        stages.update(stage_seconds((r.detail or {}).get("phases") or {}))
+        reason = (r.reason or "") if r.detail is None else ""
+        verdicts[r.label] = verdict_of(r.attempt, str(r.status), reason)
     return verdicts, dict(stages)
 
 

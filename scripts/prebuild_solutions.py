@@ -40,11 +40,11 @@ def build_candidate(card_path: str, cand_id: str) -> tuple[str, bool]:
     )
 
 
-def _line(name: str, rec: dict) -> tuple[str, bool]:
+def _line(name: str, rec) -> tuple[str, bool]:
     from mini_kv.solexec.build import build_log
 
-    line = f"{name}: {rec['status']}, cache hit {rec.get('cache_hit')}, {rec.get('duration_s')} s"
-    if rec["status"] != "ok":
+    line = f"{name}: {rec.status}, cache hit {rec.cache_hit}, {rec.duration_s} s"
+    if rec.status != "ok":
         return line + "\n" + build_log(rec), False
     return line, True
 

@@ -16,6 +16,8 @@ from build_helpers import share_build_cache
 from rich.console import Console
 
 from mini_kv import pipeline, report
+from mini_kv.compile.compiler import CompileRecord
+from mini_kv.model import WorkerResults
 from mini_kv.solexec.table import traces_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,10 +149,10 @@ RuntimeError: Error building extension 'x'
 """
 
 
-def _failed_build(tmp_path) -> dict:
+def _failed_build(tmp_path) -> CompileRecord:
     log = tmp_path / "stderr.log"
     log.write_text(BUILD_LOG)
-    return {"status": "error", "cache_hit": False, "duration_s": 3.0, "logs": {"stderr.log": str(log)}}
+    return CompileRecord(status="error", cache_hit=False, duration_s=3.0, logs={"stderr.log": str(log)})
 
 
 def test_compile_error_shows_the_first_compiler_error_with_file_and_line_not_the_traceback(tmp_path):
@@ -168,12 +170,12 @@ def test_compile_error_shows_the_first_compiler_error_with_file_and_line_not_the
     assert "op.cpp:20:1" in verbose and "Traceback" not in verbose
 
 
-def _result(status: str, compile_rec: dict, results: dict, correctness: dict | None = None) -> dict:
+def _result(status: str, compile_rec: CompileRecord, results: dict, correctness: dict | None = None) -> dict:
     summary = {"status": status, "correctness": correctness, "benchmark": None}
     return {
         "summary": summary,
         "compile": compile_rec,
-        "results": results,
+        "results": WorkerResults(**results),
         "attempt": "/a/b",
         "candidate": "v0",
     }
@@ -203,7 +205,7 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     }
     res = _result(
         "INCORRECT",
-        {"status": "ok", "cache_hit": True, "duration_s": 0.1},
+        CompileRecord(status="ok", cache_hit=True, duration_s=0.1),
         {"load": {"ok": True}, "cases": cases, "contract": {}, "bench": []},
         corr,
     )
@@ -217,7 +219,7 @@ def test_the_summary_line_after_incorrect_names_what_failed():
     # a load failure without any case run still says what happened
     res = _result(
         "INCORRECT",
-        {"status": "ok", "cache_hit": True, "duration_s": 0.1},
+        CompileRecord(status="ok", cache_hit=True, duration_s=0.1),
         {"load": {"ok": False, "reason": "LookupError: x"}, "cases": [], "contract": {}, "bench": []},
         {
             "ok": False,
@@ -253,10 +255,13 @@ def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if
     counts = {"PASSED": 1, "INCORRECT_NUMERICAL": 1, "TIMEOUT": 1, "NOT_RUN": 2}
     line = bench_summary_line({"counts": counts, "benchmark": {"ran": True, "stable": True}, "traces": []})
     assert line == "1 passed, 2 failed, 0 skipped, 2 not run of 5 workloads, timing stable"
+    from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
+
+    summary = {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}
     items = [
-        {"label": "a", "summary": {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}},
-        {"label": "b", "status": "PASSED", "benchmark": {"ran": True, "stable": True}},
-        {"label": "c", "status": "WORKER_LOST"},
+        ItemResult(VERIFY, "a", "a", "PASSED", 0, "/a", {"summary": summary}),
+        ItemResult(BENCH, "b", None, "PASSED", 0, "/b", {"benchmark": {"ran": True, "stable": True}}),
+        ItemResult(BENCH, "c", None, "WORKER_LOST", 9, None, reason="died"),
     ]
     line = batch_summary_line(items)
     assert line.startswith(
@@ -551,7 +556,7 @@ def test_verbose_details_name_settings_build_and_time():
 
     lines = verbose_details(
         {"warmup": 20, "method": "cupti", "l2": "cold"},
-        {"status": "ok", "cache_hit": True, "duration_s": 0.0, "key": "abc"},
+        CompileRecord(status="ok", cache_hit=True, duration_s=0.0, key="abc"),
         {"prepared_s": 1.0, "recorded_s": 3.5, "workload_timing_s": 1.2},
         None,
     )

@@ -87,22 +87,22 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     }
 
     comp = compile_candidate(Path(card.project_root), cand, with_cuda=False)
-    assert comp["status"] == "ok"
+    assert comp.status == "ok"
     opts = VerifyOptions(device="cpu")
     job = _card_job(card, cand, comp, "cpu", opts)
     job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 10, "warmup": 1})
     run = _confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32")
 
-    assert run["build"]["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")
-    assert run["build"]["attempt"] == str(attempt)
-    for who in ("candidate", "baseline"):  # 10 shorter repeats carry the 2 x 10 sample budget
-        assert len(run[who]) == 10 and all(len(r) == 10 for r in run[who])
-        assert all(x > 0 for r in run[who] for x in r)
-    assert run["order"][0] == ["candidate", "reference"] and run["order"][1] == ["reference", "candidate"]
+    assert run.build["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")
+    assert run.build["attempt"] == str(attempt)
+    for samples in (run.candidate, run.baseline):  # 10 shorter repeats carry the 2 x 10 sample budget
+        assert len(samples) == 10 and all(len(r) == 10 for r in samples)
+        assert all(x > 0 for r in samples for x in r)
+    assert run.order[0] == ["candidate", "reference"] and run.order[1] == ["reference", "candidate"]
     # the same code on both sides: no slowdown beyond the gate's 5 % threshold at P50
     from mini_kv import stats
 
-    test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
+    test = stats.is_slower([x for r in run.baseline for x in r], [x for r in run.candidate for x in r])
     assert not test.slower
 
 
@@ -138,12 +138,12 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     )
     assert isinstance(slowed, Candidate)
     comp = compile_candidate(Path(card.project_root), slowed)
-    assert comp["status"] == "ok"
+    assert comp.status == "ok"
     opts = VerifyOptions(device="cuda")
     job = _card_job(card, slowed, comp, "cuda:0", opts)
     job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 20, "warmup": 2})
     run = _confirm(card, slowed, opts, job, store)(baseline, "bench_4096x8192-float16")
-    test = stats.is_slower([x for r in run["baseline"] for x in r], [x for r in run["candidate"] for x in r])
+    test = stats.is_slower([x for r in run.baseline for x in r], [x for r in run.candidate for x in r])
     assert test.slower and test.ratio > 1.15, test
 
 

@@ -10,6 +10,7 @@ from fuzz_helpers import sol_problem, write_json
 from sol_helpers import logs, statuses
 
 from mini_kv.errors import ExitCode
+from mini_kv.model import WorkerResults
 from mini_kv.solexec.run import BenchOptions, bench
 
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 60.0}
@@ -68,12 +69,13 @@ def test_a_solution_that_exits_at_import_is_still_its_own_fault(tmp_path):
 
 
 def test_a_card_factory_failure_is_the_cards_fault():
+    from mini_kv.codec import to_json
     from mini_kv.references.vector_add import make_inputs
     from mini_kv.store.headline import summarize_correctness
     from mini_kv.worker import engine
-    from mini_kv.worker.formats import CardCase, CardFormat, correctness_record
+    from mini_kv.worker.formats import CardCase, CardCaseRecord, CardFormat, correctness_record
 
-    def run(case: dict, made: list) -> dict:
+    def run(case: dict, made: list) -> CardCaseRecord:
         tol = {"float32": {"atol": 0, "rtol": 0}}
         fmt = CardFormat(
             "vector_add", "cpu", "salt", lambda a, b: a + b, lambda a, b: a + b, make_inputs, tol
@@ -83,19 +85,16 @@ def test_a_card_factory_failure_is_the_cards_fault():
     case = {"id": "neg-float32", "kind": "core", "dtype": "float32", "params": {"n": -5}}
     made = []
     rec = run(case, made)
-    assert rec["status"] == "INVALID_CASE" and "params {'n': -5}" in rec["reason"] and not made
+    assert rec.status == "INVALID_CASE" and "params {'n': -5}" in rec.reason and not made
     ok = run({**case, "id": "n8-float32", "params": {"n": 8}}, made)
-    assert ok["status"] == "PASSED" and made == [1]
+    assert ok.status == "PASSED" and made == [1] and ok.inputs and ok.calls == 2
     summary = summarize_correctness(
-        {
-            "load": {"ok": True, "kernels": {"CPU": True, "Meta": True}},
-            "cases": [rec, ok],
-            "contract": {},
-            "incidents": [],
-        },
+        WorkerResults(
+            load={"ok": True, "kernels": {"CPU": True, "Meta": True}}, cases=[to_json(rec), to_json(ok)]
+        ),
         "cpu",
     )
-    assert summary["invalid_cases"] == ["neg-float32"] and not summary["ok"]
+    assert summary.invalid_cases == ["neg-float32"] and not summary.ok
 
 
 @pytest.mark.slow

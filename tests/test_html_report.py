@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from mini_kv.cli import main
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.environment import environment_key
 from mini_kv.html_report.build import ReportOptions, build_report
+from mini_kv.model import WorkerResults
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.worker.inputs import case_seed
@@ -165,8 +166,8 @@ def make_task_attempt(
         "incidents": [],
         "seed_salt": SALT,
     }
-    head = card_headline("ok", corr, bench, False, "cpu")
-    corr["summary"], bsum = head.correctness, head.benchmark
+    head = card_headline("ok", from_json(WorkerResults, corr), bench, False, "cpu")
+    corr["summary"], bsum = to_json(head.correctness), head.benchmark
     w = AttemptWriter(art, task, cand)
     card = {
         "id": task,
@@ -228,7 +229,7 @@ def make_task_attempt(
         "status": head.status,
         "exit_code": 0 if head.status == "PASSED" else 4,
         "device": "cpu",
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": bsum,
         "duration_s": 1.0,
     }

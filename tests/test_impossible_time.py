@@ -11,8 +11,9 @@ from test_index import attempt_records, write_attempt
 from test_store_forgery import _reseal
 
 from mini_kv import roofline
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.leaderboard import build_leaderboard, why_nothing_ranked
+from mini_kv.model import WorkerResults
 from mini_kv.status import Status
 from mini_kv.store.headline import card_headline
 from mini_kv.store.index import rebuild_index
@@ -53,7 +54,9 @@ def _impossible_attempt(art, candidate="v0", seed=1, forge_passed=False):
     bench = files["benchmark.json"]
     for case in bench["cases"]:
         case.update(l2="cold", bytes=2 * GB, peak_bw_Bps=PEAK)
-    head = card_headline("ok", files["correctness.json"], bench["cases"], False, "cpu")
+    head = card_headline(
+        "ok", from_json(WorkerResults, files["correctness.json"]), bench["cases"], False, "cpu"
+    )
     bench["summary"] = head.benchmark
     header.update(status=head.status, benchmark=head.benchmark, exit_code=5)
     attempt = write_attempt(art, "vector_add", candidate, files, header)
@@ -88,25 +91,28 @@ def test_relabelling_it_passed_is_tampered(tmp_path):
 def _sol_outcomes(problem, l2="cold"):
     from test_index import synth_samples
 
-    return {
-        wl.uuid: {
-            "status": Status.PASSED,
-            "log": "",
-            "correctness": {
+    from mini_kv.solexec.run import WorkloadOutcome
+
+    return tuple(
+        WorkloadOutcome(
+            wl.uuid,
+            Status.PASSED,
+            "",
+            correctness={
                 "max_relative_error": 0.0,
                 "max_absolute_error": 0.0,
                 "has_nan": False,
                 "has_inf": False,
             },
-            "performance": {"latency_ms": 0.01, "reference_latency_ms": 0.01, "speedup_factor": 1.0},
-            "bench": {
+            performance={"latency_ms": 0.01, "reference_latency_ms": 0.01, "speedup_factor": 1.0},
+            bench={
                 "l2": l2,
                 "candidate": {"samples": synth_samples(10.0, i)},
                 "reference": {"samples": synth_samples(10.0, i + 50)},
             },
-        }
+        )
         for i, wl in enumerate(problem.payload[1])
-    }
+    )
 
 
 def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_its_trace():
@@ -122,20 +128,18 @@ def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_it
     definition, workloads = problem.payload
     assert floor.output_bytes(definition, workloads[0]) == 3 * 8 * 4 + 4  # y (n x d float32) and total
     # a 1 kB/s "device": 100 bytes take at least 50 ms, so 10 us is impossible
-    outcomes = _sol_outcomes(problem)
-    floor.judge_times(definition, workloads, outcomes, peak_bw_Bps=1e3)
-    assert {o["status"] for o in outcomes.values()} == {Status.IMPOSSIBLE_TIME}
+    outcomes = floor.judge_times(definition, workloads, _sol_outcomes(problem), peak_bw_Bps=1e3)
+    assert {o.status for o in outcomes} == {Status.IMPOSSIBLE_TIME}
     env = {"torch": "x"}
     trace = to_json(build_traces(problem, outcomes, env)[0])["evaluation"]
     assert trace["status"] == "REWARD_HACK" and trace["log"].startswith("IMPOSSIBLE_TIME: ")
     assert trace["correctness"] is None and trace["performance"] is None
-    records = [{"id": u, **o["bench"]} for u, o in outcomes.items()]
-    head = sol_headline([{"id": u, **o} for u, o in outcomes.items()], records)
+    records = [{"id": o.id, **o.bench} for o in outcomes]
+    head = sol_headline([to_json(o) for o in outcomes], records)
     assert head.status == Status.IMPOSSIBLE_TIME
-    relabelled = [{"id": u, **o, "status": Status.PASSED} for u, o in outcomes.items()]
+    relabelled = [{**to_json(o), "status": Status.PASSED} for o in outcomes]
     assert sol_headline(relabelled, records).status == Status.IMPOSSIBLE_TIME  # the records decide
     # a real device (4 TB/s), warm L2 or no bandwidth: no floor reached
     for peak, l2 in ((4e12, "cold"), (1e3, "hot"), (None, "cold")):
-        outcomes = _sol_outcomes(problem, l2)
-        floor.judge_times(definition, workloads, outcomes, peak)
-        assert {o["status"] for o in outcomes.values()} == {Status.PASSED}
+        outcomes = floor.judge_times(definition, workloads, _sol_outcomes(problem, l2), peak)
+        assert {o.status for o in outcomes} == {Status.PASSED}

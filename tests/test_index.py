@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
+from mini_kv.model import WorkerResults
 from mini_kv.store.attempts import AttemptWriter, read_attempt
 from mini_kv.store.index import (
     INDEX_NAME,
@@ -207,9 +208,9 @@ def attempt_records(
         cases.append(bench_case(cid, cand, ref, task=task, salt=salt_of(seed)))
     env = fixture_env() if env_key == ENV_KEY else fixture_env(env_key)
     corr = correctness_records(status, device, salt_of(seed))
-    head = card_headline("ok", corr, cases if bench else [], not bench, device)
+    head = card_headline("ok", from_json(WorkerResults, corr), cases if bench else [], not bench, device)
     assert head.status == status, (head.status, status)
-    corr["summary"] = head.correctness
+    corr["summary"] = to_json(head.correctness)
     files = {
         "task_card.json": {"path": f"tasks/{task}.yaml", "card": {"id": task}, "suite_hash": suite_hash},
         "environment.json": env,
@@ -233,7 +234,7 @@ def attempt_records(
         "status": status,
         "exit_code": 0 if status == "PASSED" else 4,
         "device": device,
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": head.benchmark,
         "duration_s": 0.1,
     }

@@ -67,7 +67,7 @@ def test_the_child_refuses_an_unknown_version_as_a_fatal_event():
         SCHEMA_VERSION = 2
 
     ev = run_one(Future(device="cpu", nbytes=1, iterations=1), timeout=120, sandbox=NO_SANDBOX)
-    assert ev["event"] == Event.FATAL and "unknown schema_version 2" in ev["reason"]
+    assert not ev.ok and "unknown schema_version 2" in ev.reason
 
 
 def test_bandwidth_kind_runs_in_the_child():
@@ -75,9 +75,9 @@ def test_bandwidth_kind_runs_in_the_child():
 
     ev = run_one(BandwidthJob(device="cuda", nbytes=2**20, iterations=2), timeout=120, sandbox=NO_SANDBOX)
     if torch.cuda.is_available():
-        assert ev["event"] == Event.RESULT and ev["result"]["copy_bandwidth_Bps"] > 0
+        assert ev.ok and ev.result["copy_bandwidth_Bps"] > 0
     else:  # the measurement's own answer on a machine without CUDA, through the same channel
-        assert ev["event"] == Event.FATAL and "in measure" in ev["traceback"], ev
+        assert not ev.ok and "in measure" in ev.traceback, ev
 
 
 def _slow_start_env(tmp_path, seconds: float) -> dict:
@@ -94,13 +94,13 @@ def test_the_timeout_counts_from_the_childs_ready_not_its_start_up(tmp_path, mon
     job = BandwidthJob(device="cpu", nbytes=2**10, iterations=1)
     # a start-up (3 s) longer than the timeout (1.5 s) is the harness's, not the job's: the job's answer
     ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path, 3), sandbox=NO_SANDBOX)
-    assert not ev.get("timed_out") and "in measure" in ev.get("traceback", ""), ev
+    assert not ev.timed_out and "in measure" in (ev.traceback or ""), ev
     # a start-up past its own limit is still a timeout (another directory: another environment, so a
     # fresh child, which pays the slow start-up again)
     monkeypatch.setattr(runner, "STARTUP_S", 2.0)
     (tmp_path / "slower").mkdir()
     ev = run_one(job, timeout=1.5, env=_slow_start_env(tmp_path / "slower", 6), sandbox=NO_SANDBOX)
-    assert ev["event"] == Event.FATAL and ev["timed_out"], ev
+    assert not ev.ok and ev.timed_out, ev
 
 
 def _build_job(tmp_path, source: str) -> BuildJob:
@@ -125,16 +125,16 @@ def test_build_kind_builds_in_the_child_and_keeps_the_compiler_output(tmp_path):
         sandbox=NO_SANDBOX,
         log_path=str(log),
     )
-    assert ev["event"] == Event.RESULT, ev
-    assert ev["result"] == "mkv_test_build" and list((tmp_path / "out").glob("*.so"))
+    assert ev.ok, ev
+    assert ev.result == "mkv_test_build" and list((tmp_path / "out").glob("*.so"))
     assert "op.cpp" in log.read_text()  # the compiler's command lines, as torch's builder prints them
     bad = tmp_path / "bad"
     bad.mkdir()
     ev = run_one(
         _build_job(bad, "int broken( {\n"), timeout=300, sandbox=NO_SANDBOX, log_path=str(bad / "log")
     )
-    assert ev["event"] == Event.FATAL and "Error building extension" in ev["reason"]
-    assert "error" in (bad / "log").read_text() + ev["reason"]
+    assert not ev.ok and "Error building extension" in ev.reason
+    assert "error" in (bad / "log").read_text() + ev.reason
 
 
 def test_unsigned_replayed_or_foreign_events_are_rejected(tmp_path):
@@ -162,7 +162,7 @@ def test_ab_kind_reports_a_tampering_candidate_as_its_result():
     card = load_task_card(ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml")
     cand = card.candidate("set_env")
     comp = compile_candidate(ROOT, cand, with_cuda=False)
-    assert comp["status"] == "ok", comp
+    assert comp.status == "ok", comp
     job = ABJob(
         device="cpu",
         inputs=card.operator["inputs"],
@@ -174,12 +174,11 @@ def test_ab_kind_reports_a_tampering_candidate_as_its_result():
         warmup=1,
         method="auto",
         candidates=[
-            {"label": label, "id": "set_env", "op": cand.op, "library": comp["library"]}
-            for label in ("A", "B")
+            {"label": label, "id": "set_env", "op": cand.op, "library": comp.library} for label in ("A", "B")
         ],
     )
     ev = run_one(job, timeout=300)
-    assert ev["event"] == Event.RESULT, ev
-    res = ev["result"]
+    assert ev.ok, ev
+    res = ev.result
     assert res["ran"] is False and res["error"] and res["integrity"] == "HARNESS_TAMPERED", res
     assert "after timing" in res["reason"]

@@ -41,24 +41,25 @@ def test_bench_writes_a_testcase_per_workload_with_failures_named(tmp_path):
 
 def test_verify_results_map_cases_contract_checks_and_skips():
     from mini_kv.cli_batch import junit_xml
+    from mini_kv.cluster.batch import VERIFY, ItemResult
+    from mini_kv.model import WorkerResults
 
-    result = {
-        "label": "t/c",
-        "attempt": "/a",
-        "summary": {"status": "INCORRECT", "reason": "x"},
-        "results": {
-            "cases": [
+    detail = {
+        "summary": {"status": "INCORRECT"},
+        "results": WorkerResults(
+            cases=[
                 {"id": "n1", "status": "PASSED"},
                 {"id": "n2", "status": "INCORRECT_NUMERICAL", "reason": "max abs err 1.0"},
                 {"id": "n3", "status": "SKIPPED", "reason": "cpu only"},
             ],
-            "contract": {
+            contract={
                 "opcheck": {"status": "FAILED", "reason": "schema"},
                 "gradcheck": {"status": "PASSED"},
             },
-        },
+        ),
     }
-    lost = {"label": "t/d", "failed": True, "summary": {"status": "WORKER_LOST", "reason": "died"}}
+    result = ItemResult(VERIFY, "t/c", "c", "INCORRECT", 4, "/a", detail)
+    lost = ItemResult(VERIFY, "t/d", "d", "WORKER_LOST", 9, None, reason="died")
     root = ET.fromstring(junit_xml([result, lost]))
     card, gone = root.findall("testsuite")
     assert (card.get("tests"), card.get("failures"), card.get("skipped")) == ("5", "2", "1")

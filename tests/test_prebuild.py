@@ -47,5 +47,5 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     results = batch.run_here(items, _Show(), lambda item, result: seen.append(item.candidate))
     assert sorted(built) == ["v0_naive", "v1_vectorized"]  # both builds were started ahead
     assert seen == ["v0_naive", "v1_vectorized"]  # evaluated in order, one at a time
-    assert [r["summary"]["status"] for r in results] == ["PASSED", "PASSED"]
-    assert all(r["compile"]["cache_hit"] for r in results)  # the evaluation found the build made ahead
+    assert [r.status for r in results] == ["PASSED", "PASSED"]
+    assert all(r.detail["compile"].cache_hit for r in results)  # the evaluation found the build made ahead

@@ -356,10 +356,10 @@ def test_target_on_cpu_uses_the_factory_and_seed(tmp_path):
     card = load_task_card(RMSNORM)
     cand = card.candidate("v1_block_reduce")
     comp = compile_candidate(ROOT, cand, with_cuda=False)
-    assert comp["status"] == "ok", comp
+    assert comp.status == "ok", comp
     params, seed = {"rows": 7, "hidden": 129}, 12345
     job = ProfileTargetJob(
-        library=comp["library"],
+        library=comp.library,
         op=cand.op,
         inputs=card.operator["inputs"],
         reference=card.operator["reference"],

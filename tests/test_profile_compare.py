@@ -156,7 +156,7 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
     for cid in ("v0_naive", "v1_block_reduce"):
         cand = card.candidate(cid)
         comp = compile_candidate(ROOT, cand, with_cuda=False)
-        assert comp["status"] == "ok"
+        assert comp.status == "ok"
         docs.append(
             {
                 "candidate": {"id": cid, "op": cand.op},
@@ -164,13 +164,13 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
                 "case": {"params": {"rows": 64, "hidden": 256}, "dtype": "float32", "seed": 7},
             }
         )
-        docs[-1]["candidate"]["library"] = comp["library"]
+        docs[-1]["candidate"]["library"] = comp.library
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
     for entry, doc in zip(job.candidates, docs, strict=True):
         entry["library"] = doc["candidate"]["library"]
     ev = run_one(job, timeout=300)
-    assert ev["event"] == "result", ev
-    res = ev["result"]
+    assert ev.ok, ev
+    res = ev.result
     assert res["ran"] and res["method"] == "wallclock"
     assert res["order"] == [["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
     assert [len(x) for x in res["samples"]["A"]] == [5] * 4 and len(res["samples"]["B"]) == 4
@@ -183,6 +183,6 @@ def test_ab_refuses_a_changed_library(pair, tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # reach the library check on CPU
     Path(a["candidate"]["library"]).write_bytes(b"rebuilt")
     res = ab.run_ab(a, b)
-    assert res["ran"] is False and "changed since it was profiled" in res["reason"]
+    assert res.ran is False and "changed since it was profiled" in res.reason
     a["candidate"]["library"] = str(tmp_path / "gone.so")
-    assert "not on this machine" in ab.run_ab(a, b)["reason"]
+    assert "not on this machine" in ab.run_ab(a, b).reason

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from test_index import make_attempt, snapshot
 from test_store_forgery import _reseal
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.load.schema import is_valid
+from mini_kv.model import WorkerResults
 from mini_kv.status import Status
 from mini_kv.store.attempts import read_attempt
+from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index
 from mini_kv.store.jsonfile import RecordUnusable
 from mini_kv.store.records import (
@@ -53,14 +56,16 @@ def _rewrite(attempt: Path, rel: str, fn) -> None:
 def test_card_writer_documents_validate_and_name_their_format(tmp_path):
     a = make_attempt(tmp_path, status="INCORRECT", speedups={"bench_a": 1.5})
     corr, bench = read_record(a / "correctness.json"), read_record(a / "benchmark.json")
-    results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "sandbox": None}
-    doc = correctness_document(CARD_FORMAT, "cpu", corr["seed_salt"], results, corr["summary"])
+    results = WorkerResults(**{k: corr[k] for k in ("load", "cases", "contract", "incidents")})
+    doc = correctness_document(
+        CARD_FORMAT, "cpu", corr["seed_salt"], results, from_json(CorrectnessSummary, corr["summary"])
+    )
     assert is_valid(json.loads(json.dumps(to_json(doc))), "correctness") and doc.format == CARD_FORMAT
     errored = [*bench["cases"], {"id": "b2", "status": Status.BENCHMARK_ERROR, "reason": "x"}]
     assert is_valid(to_json(BenchmarkRecord(CARD_FORMAT, "cpu", None, errored, {})), "benchmark")
     with pytest.raises(Exception, match="status"):  # a v1 word is refused on write
         correctness_document(
-            CARD_FORMAT, "cpu", "s", {**results, "cases": [{"id": "c", "status": "PASS"}]}, {}
+            CARD_FORMAT, "cpu", "s", replace(results, cases=[{"id": "c", "status": "PASS"}]), None
         )
 
 
@@ -72,7 +77,9 @@ def test_sol_writer_documents_validate():
         "correctness": {"max_absolute_error": 0.5, "max_relative_error": 0.1},
         "performance": None,
     }
-    doc = correctness_document(SOL_FORMAT, "cpu", "salt", {"load": None, "cases": [wl]}, {"ok": False})
+    doc = correctness_document(
+        SOL_FORMAT, "cpu", "salt", WorkerResults(cases=[wl]), CorrectnessSummary(False, {})
+    )
     assert is_valid(to_json(doc), "correctness") and doc.contract == {}
     bench = BenchmarkRecord(SOL_FORMAT, "cpu", {"warmup": 1}, [], {"ran": False})
     assert is_valid(to_json(bench), "benchmark") and bench.settings == {"warmup": 1}

@@ -9,9 +9,18 @@ from pathlib import Path
 import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.judge.regression import Thresholds, exit_code_for, find_card_baseline, judge, verdict_document
+from mini_kv.judge.regression import (
+    Retimed,
+    Thresholds,
+    exit_code_for,
+    find_card_baseline,
+    judge,
+    verdict_document,
+)
 from mini_kv.load.schema import validate
+from mini_kv.model import WorkerResults
 from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.baseline import check_baseline, load_baseline, promote_baseline
@@ -84,12 +93,8 @@ class Confirm:
         if self.tail:
             for rep in cand:
                 rep[-10:] = [p50 * self.tail] * 10
-        return {
-            "candidate": cand,
-            "baseline": synth_samples(self.base_p50, k + 1),
-            "order": [["candidate", "reference"], ["reference", "candidate"]],
-            "build": None,
-        }
+        order = [["candidate", "reference"], ["reference", "candidate"]]
+        return Retimed(cand, synth_samples(self.base_p50, k + 1), order)
 
 
 def test_identical_distributions_pass(tmp_path, baseline):
@@ -220,7 +225,7 @@ def test_a_confirmation_without_the_baselines_own_timings_is_not_evidence(tmp_pa
     """Re-timing the candidate alone against the stored samples is what failed unchanged code; a
     confirm that returns no baseline timings cannot make a FAIL."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
-    v = compare_to_baseline(baseline, header, bench, lambda case_id: {"candidate": synth_samples(12.0, 5)})
+    v = compare_to_baseline(baseline, header, bench, lambda case_id: Retimed(synth_samples(12.0, 5), []))
     assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("could not run" in c["reasons"][0] for c in v["cases"])
 
@@ -458,6 +463,7 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
 
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
+    from mini_kv.compile.compiler import CompileRecord
     from mini_kv.jail import resolve as resolve_sandbox
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import Built, CardDoor, Outcome, Prepared, VerifyOptions, _write_attempt
@@ -469,13 +475,15 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     _, bench = _attempt(tmp_path, seed=2)
     verdict = compare_to_baseline(baseline, {**baseline, "device": "cpu"}, bench, None)
     corr = correctness_records("PASSED", "cpu", salt_of(2))
-    results = {**{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, "bench": bench["cases"]}
+    results = WorkerResults(
+        **{k: corr[k] for k in ("load", "cases", "contract", "incidents")}, bench=bench["cases"]
+    )
     head = card_headline("ok", results, bench["cases"], False, "cpu")  # what verify() computes
     summary = {
         "status": head.status,
         "exit_code": 0,
         "device": "cpu",
-        "correctness": head.correctness,
+        "correctness": to_json(head.correctness),
         "benchmark": head.benchmark,
         "compile": {},
         "duration_s": 0.0,
@@ -487,7 +495,13 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
     a = _write_attempt(
-        CardDoor(card, cand, VerifyOptions()), prep, Built({"status": "ok"}), out, summary, verdict, store
+        CardDoor(card, cand, VerifyOptions()),
+        prep,
+        Built(CompileRecord(status="ok")),
+        out,
+        summary,
+        verdict,
+        store,
     )
     header = read_attempt(a)
     assert "regression.json" in {f["path"] for f in header["files"]}

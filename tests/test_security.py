@@ -97,8 +97,8 @@ def test_compiler_refuses_unsafe_flags_of_any_candidate(tmp_path):
         cflags=(f"-DX=`touch {marker}`",),
     )
     rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
-    assert rec["status"] == "error" and "cflags[0]" in rec["refused"] and "touch" in rec["refused"]
-    assert rec["library"] is None
+    assert rec.status == "error" and "cflags[0]" in rec.refused and "touch" in rec.refused
+    assert rec.library is None
     assert not marker.exists()
 
 
@@ -233,12 +233,12 @@ def test_compiler_refuses_a_candidate_with_a_symlink_leaving_the_project(tmp_pat
         id="v0", path="cand", op="mini_kv_sec_l::vector_add", cpu_sources=("op.cpp",), cuda_sources=()
     )
     rec = compile_candidate(tmp_path, cand, timeout=300, with_cuda=False)
-    assert rec["status"] == "error" and "leak.h" in rec["refused"] and "symlink" in rec["refused"]
+    assert rec.status == "error" and "leak.h" in rec.refused and "symlink" in rec.refused
     assert not (tmp_path / ".build").exists() or not any((tmp_path / ".build").glob("*/build.json"))
 
 
 def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
-    from mini_kv.compile.compiler import build_plan
+    from mini_kv.compile.compiler import CompileRecord, build_plan
     from mini_kv.model import sha256_file
     from mini_kv.pipeline import _copy_sources
     from mini_kv.store.attempts import AttemptWriter
@@ -252,7 +252,7 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
     plan = build_plan(tmp_path, cand, with_cuda=False)
     (tmp_path / "cand" / "op.cpp").write_text("// edited after the build read it\n")
     w = AttemptWriter(tmp_path / "artifacts", "t", "v0")
-    manifest = _copy_sources(w, tmp_path / "cand", cand, {"key": plan.key, "files": plan.files})
+    manifest = _copy_sources(w, tmp_path / "cand", cand, CompileRecord(key=plan.key, files=plan.files))
     kept = sorted(
         str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file()
     )
@@ -626,9 +626,9 @@ def test_a_build_whose_sources_change_meanwhile_is_not_cached(tmp_path, monkeypa
     def racing_build(plan, tmp, box, timeout, record, sandbox):
         (tmp_path / "cand" / "checks.h").write_text("// swapped during the build\n")
         (tmp / "libfake.so").write_bytes(b"not really built")
-        return "ok"
+        return "ok", record
 
     monkeypatch.setattr(compiler, "_build_into", racing_build)
     rec = compile_candidate(tmp_path, cand, timeout=60, with_cuda=False)
-    assert rec["status"] == "error" and "changed while it was built" in rec["refused"]
-    assert not (Path(rec["build_dir"]) / "build.json").exists()
+    assert rec.status == "error" and "changed while it was built" in rec.refused
+    assert not (Path(rec.build_dir) / "build.json").exists()

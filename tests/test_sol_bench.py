@@ -224,7 +224,7 @@ def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
     assert statuses(result) == {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, logs(result)
     assert "error" in logs(result)["small"] and "kernel.cu" in logs(result)["small"]
     assert result["exit_code"] == ExitCode.COMPILE
-    assert result["compile"]["status"] == "error"
+    assert result["compile"].status == "error"
     check_trace_schema(result)
 
 

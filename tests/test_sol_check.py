@@ -9,6 +9,7 @@ import torch
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
+from mini_kv.model import WorkerResults
 from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
@@ -270,9 +271,9 @@ def test_runner_results_map_to_statuses():
             {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
         ],
     }
-    out = outcomes_from_results(crashed, wls)
-    assert out["small"]["status"] == "RUNTIME_ERROR" and "SIGSEGV" in out["small"]["log"]
-    assert "Fatal Python error" in out["small"]["log"] and out["tall"]["status"] == "PASSED"
+    out = {o.id: o for o in outcomes_from_results(WorkerResults(**crashed), wls)}
+    assert out["small"].status == "RUNTIME_ERROR" and "SIGSEGV" in out["small"].log
+    assert "Fatal Python error" in out["small"].log and out["tall"].status == "PASSED"
 
     hung_at_load = {
         "load": {
@@ -283,14 +284,14 @@ def test_runner_results_map_to_statuses():
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(hung_at_load, wls).values()} == {"TIMEOUT"}
+    assert {o.status for o in outcomes_from_results(WorkerResults(**hung_at_load), wls)} == {"TIMEOUT"}
 
     bad_import = {
         "load": {"ok": False, "status": "COMPILE_ERROR", "reason": "SyntaxError"},
         "cases": [],
         "incidents": [],
     }
-    assert {o["status"] for o in outcomes_from_results(bad_import, wls).values()} == {"COMPILE_ERROR"}
+    assert {o.status for o in outcomes_from_results(WorkerResults(**bad_import), wls)} == {"COMPILE_ERROR"}
 
     forged = {
         "load": {"ok": True},
@@ -307,8 +308,8 @@ def test_runner_results_map_to_statuses():
             }
         ],
     }
-    out = outcomes_from_results(forged, wls)
-    assert out["small"]["status"] == "PASSED" and out["tall"]["status"] == "REWARD_HACK"
+    out = {o.id: o for o in outcomes_from_results(WorkerResults(**forged), wls)}
+    assert out["small"].status == "PASSED" and out["tall"].status == "REWARD_HACK"
 
 
 def test_exit_codes():

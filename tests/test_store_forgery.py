@@ -262,6 +262,17 @@ def test_swapped_benchmark_json_with_fixed_up_hashes_and_headline(store):
     )
 
 
+@pytest.mark.parametrize("key", ["load", "contract", "incidents"])
+def test_correctness_records_with_a_block_deleted_are_tampered(store, key):
+    """Deleting a failed opcheck's block (or the load, or the incidents) instead of rewriting it: the
+    headline would read an empty block as nothing failed, so a record without one is refused."""
+    art, slow, _, _ = store
+    _edit_json(slow / "correctness.json", lambda doc: doc.pop(key))
+    _reseal(slow)
+    p = _caught(rebuild_index(art).problems, slow, "correctness.json")
+    assert f"no {key}" in p.message and "v0" not in _ranked(build_leaderboard(art))
+
+
 def test_candidate_relabelled_in_a_consistent_attempt_json(store):
     art, slow, _, _ = store
     _reseal(slow, {"candidate": "v_champion"})

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mini_kv import pipeline, report
+from mini_kv.compile.compiler import CompileRecord
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.references import vector_add
@@ -127,7 +128,7 @@ def test_skip_benchmark_ignores_timing_options(card):
 def _card_job(card, cand, library, device, opts, salt, peak_bw=None):
     """verify's worker job for a built `library` (CardDoor.job with the prepare stage's values)."""
     prep = SimpleNamespace(device=device, salt=salt, env={"copy_bandwidth_Bps": peak_bw})
-    built = pipeline.Built({"status": "ok", "library": library})
+    built = pipeline.Built(CompileRecord(status="ok", library=library))
     return pipeline.CardDoor(card, cand, opts).job(prep, built)
 
 

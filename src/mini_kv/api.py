@@ -122,7 +122,7 @@ def evaluate(
                 for i, sol in enumerate(solutions)
             ]
             for item, out in evaluate_here(items):
-                yield _result(out.get("solution") or item.candidate, out, keep=store)
+                yield _result(out.detail.get("solution") or item.candidate, out.detail, keep=store)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

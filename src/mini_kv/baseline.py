@@ -103,16 +103,15 @@ def build_baseline(
             cand, id=f"{cand.id}__baseline", path=tmp, op=f"{new_ns}::{op_name}"
         )
         rec = compile_candidate(Path(project_root), renamed_cand, timeout=timeout, with_cuda=with_cuda)
-    if rec["status"] != BuildStatus.OK or not rec.get("library"):
+    if rec.status != BuildStatus.OK or not rec.library:
         raise BaselineBuildError(
-            f"the baseline's sources did not build ({rec['status']}); see "
-            f"{rec.get('failed_build_dir') or rec.get('build_dir')}"
+            f"the baseline's sources did not build ({rec.status}); see {rec.failed_build_dir or rec.build_dir}"
         )
     return BaselineBuild(
-        library=rec["library"],
+        library=rec.library,
         op=renamed_cand.op,
         namespace=new_ns,
         attempt=str(attempt_dir),
-        build_key=rec["key"],
-        cache_hit=bool(rec["cache_hit"]),
+        build_key=rec.key,
+        cache_hit=bool(rec.cache_hit),
     )

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console, task_id_of
+from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
 from mini_kv.errors import UserError
 
 _KEYWORD_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not\b|[^\s()]+)")
@@ -39,7 +40,6 @@ def keyword_matches(expr: str, name: str) -> bool:
 
 def _last_status(item) -> str | None:
     """The status of the item's newest stored attempt, or None when it has none."""
-    from mini_kv.cluster.batch import VERIFY
     from mini_kv.store.index import read_index
 
     if item.kind == VERIFY:
@@ -123,7 +123,7 @@ def run_items(items, where, results: str | None = None, resume: bool = False, ar
             )
         return results
     except KeyboardInterrupt:
-        stored = sum(1 for r in finished if r.get("attempt"))
+        stored = sum(1 for r in finished if r.attempt)
         err_console.print(
             f"interrupted: {stored} stored, {len(todo) - len(finished)} not run"
             + (f" (run the same command with --resume to go on from {results})" if results else ""),
@@ -139,16 +139,14 @@ def junit_xml(results: list[dict]) -> bytes:
     check); PASSED passes, SKIPPED and NOT_RUN are skipped, every other status fails with its reason."""
     import xml.etree.ElementTree as ET
 
-    from mini_kv.cluster.batch import status_of
-
     root = ET.Element("testsuites", name="mini-kv")
     for result in results:
-        suite = ET.SubElement(root, "testsuite", name=result["label"])
+        suite = ET.SubElement(root, "testsuite", name=result.label)
         props = ET.SubElement(suite, "properties")
-        ET.SubElement(props, "property", name="status", value=str(status_of(result)))
-        ET.SubElement(props, "property", name="attempt", value=str(result.get("attempt") or ""))
+        ET.SubElement(props, "property", name="status", value=str(result.status))
+        ET.SubElement(props, "property", name="attempt", value=str(result.attempt or ""))
         for name, status, reason in _cases_of(result):
-            case = ET.SubElement(suite, "testcase", classname=result["label"], name=name)
+            case = ET.SubElement(suite, "testcase", classname=result.label, name=name)
             if status in ("SKIPPED", "NOT_RUN"):
                 ET.SubElement(case, "skipped", message=f"{status}: {reason or ''}".strip())
             elif status != "PASSED":
@@ -160,21 +158,22 @@ def junit_xml(results: list[dict]) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def _cases_of(result: dict) -> list[tuple[str, str, str | None]]:
+def _cases_of(result: ItemResult) -> list[tuple[str, str, str | None]]:
     """(name, status, reason) of each case of one item's result, whichever front door produced it."""
-    if result.get("failed"):  # no result at all (the worker was lost): the item itself fails
-        return [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
-    if "traces" in result:
+    detail, item = result.detail, [("(item)", str(result.status), result.reason)]
+    if detail is None:  # no result at all (the worker was lost): the item itself fails
+        return item
+    if result.kind == BENCH:
         return [
             (t["workload"]["uuid"], str(t["evaluation"]["status"]), t["evaluation"].get("log"))
-            for t in result["traces"]
-        ] or [("(item)", str(result["status"]), (result.get("unavailable") or "nothing ran"))]
-    res = result.get("results") or {}
-    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.get("cases", [])]
-    for name, check in (res.get("contract") or {}).items():
+            for t in detail["traces"]
+        ] or [("(item)", str(result.status), (detail.get("unavailable") or "nothing ran"))]
+    res = detail["results"]
+    out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.cases]
+    for name, check in res.contract.items():
         status = check.get("status") if isinstance(check, dict) else check
         out.append((name, str(status), (check.get("reason") if isinstance(check, dict) else None)))
-    return out or [("(item)", str(result["summary"]["status"]), result["summary"].get("reason"))]
+    return out or item
 
 
 def write_junit(results: list[dict], args) -> None:
@@ -193,52 +192,52 @@ def add_junit_argument(p) -> None:
     )
 
 
-def print_batch(results: list[dict], args) -> int:
+def print_batch(results: list[ItemResult], args) -> int:
     """Each item's report (verify's or bench's), the batch's one-line summary; the worst exit code."""
     write_junit(results, args)
     from mini_kv import report
-    from mini_kv.cluster.batch import status_of, worst
+    from mini_kv.cluster.batch import worst
     from mini_kv.solexec.table import print_report
 
     for result in results:
-        if args.json:  # one line an item: verify's summary, bench's status and exit code
-            line = {
-                "candidate": result.get("candidate"),
-                "item": result["label"],
-                "attempt": result["attempt"],
-            }
-            code = int(result["exit_code"])
+        if args.json:  # one line an item: verify's summary, bench's status and exit code; why there is none
+            line = {"candidate": result.candidate, "item": result.label, "attempt": result.attempt}
             summary = (
-                result["summary"] if "summary" in result else {"status": status_of(result), "exit_code": code}
+                {"status": result.status, "reason": result.reason}
+                if result.detail is None
+                else result.detail["summary"]
+                if result.kind == VERIFY
+                else {"status": result.status, "exit_code": int(result.exit_code)}
             )
-            print(json.dumps({**line, **summary, "where": result.get("where")}))
-        elif result.get("failed"):
-            console.print(f"{result['summary']['status']} {result['label']}: {result['summary']['reason']}")
-        elif "summary" in result:
-            report.print_verify(result, console, verbose=args.verbose)
+            print(json.dumps({**line, **summary, "where": result.where}))
+        elif result.detail is None:
+            console.print(f"{result.status} {result.label}: {result.reason}")
+        elif result.kind == VERIFY:
+            report.print_verify(result.detail, console, verbose=args.verbose)
         else:
-            print_report(result, console, verbose=args.verbose)
+            print_report(result.detail, console, verbose=args.verbose)
     if len(results) > 1 and not args.json:
         console.print(batch_summary_line(results), markup=False, soft_wrap=True)
-    return worst(r["exit_code"] for r in results)
+    return worst(r.exit_code for r in results)
 
 
-def batch_summary_line(results: list[dict]) -> str:
+def batch_summary_line(results: list[ItemResult]) -> str:
     """`summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items:
     label STATUS, ...`: by the same rule (report.Tally) as each item's own line."""
-    from mini_kv.cluster.batch import status_of
     from mini_kv.report import Tally
 
     # each item's benchmark headline: in verify's summary, in bench's result, none without an attempt
-    heads = [(r["summary"] if "summary" in r else r).get("benchmark") or {} for r in results]
+    heads = [
+        ((r.detail["summary"] if r.kind == VERIFY else r.detail).get("benchmark") or {}) if r.detail else {}
+        for r in results
+    ]
     timed = [t for t in heads if t.get("ran")]
     stable = sum(t.get("stable") is True for t in timed)
     timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"
     if timed and stable < len(timed):
         timing += " (UNSTABLE ones are not ranked)"
-    return f"summary: {Tally.of(status_of(r) for r in results).line('items')}, {timing}: " + ", ".join(
-        f"{r['label']} {status_of(r)}" + (f" ({r['where']['worker']})" if r.get("where") else "")
-        for r in results
+    return f"summary: {Tally.of(r.status for r in results).line('items')}, {timing}: " + ", ".join(
+        f"{r.label} {r.status}" + (f" ({r.where['worker']})" if r.where else "") for r in results
     )
 
 

@@ -168,7 +168,7 @@ def cmd_bench(args) -> int:
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
     results = run_items(items, where, args.output, getattr(args, "resume", False), args)
-    lines = "".join(traces.dumps(t) + "\n" for r in results for t in r.get("traces", []))
+    lines = "".join(traces.dumps(t) + "\n" for r in results for t in (r.detail or {}).get("traces", []))
     if not results:  # every solution was done by an earlier run of the same command
         console.print(
             f"nothing left to run: every solution is in {args.output}", markup=False, soft_wrap=True
@@ -183,9 +183,9 @@ def cmd_bench(args) -> int:
     write_junit(results, args)
     sys.stdout.write(lines)  # --json: the traces as JSONL, as upstream; an item without any is an error
     for r in results:
-        if r.get("failed"):
-            print(f"{r['summary']['status']} {r['label']}: {r['summary']['reason']}", file=sys.stderr)
-    return worst(r["exit_code"] for r in results)
+        if r.detail is None:
+            print(f"{r.status} {r.label}: {r.reason}", file=sys.stderr)
+    return worst(r.exit_code for r in results)
 
 
 def _check_outputs(args, opts) -> Path:

@@ -16,6 +16,7 @@ import json
 import re
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -56,7 +57,15 @@ TORCH_LIBRARY_IMPL(NS, Meta, m) {{ m.impl("{op}", &{op}_meta); }}
 """
 
 
-def _case(spec: str) -> dict:
+@dataclass(frozen=True)
+class CaseSpec:
+    """A `--case`: the card case's id and params (a case of kind core)."""
+
+    id: str
+    params: dict
+
+
+def _case(spec: str) -> CaseSpec:
     """`ID:key=value,key=value` (values read as YAML: 31, [33, 65], zeros) -> a card case of kind core."""
     case_id, sep, rest = spec.partition(":")
     if not sep or not _ID.match(case_id):
@@ -70,7 +79,7 @@ def _case(spec: str) -> dict:
             params[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
             raise ConfigError("--case", spec, f"a YAML value for {key.strip()!r}, got {value!r}") from None
-    return {"id": case_id, "kind": "core", "params": params}
+    return CaseSpec(case_id, params)
 
 
 def _tensor_params(reference, sample: tuple) -> list[str]:
@@ -90,7 +99,7 @@ def _tensor_params(reference, sample: tuple) -> list[str]:
     return names[: len(sample)] if len(names) >= len(sample) else [f"a{i}" for i in range(len(sample))]
 
 
-def _try_cases(reference, factory, cases: list[dict], dtypes: list[str]) -> list[str]:
+def _try_cases(reference, factory, cases: list[CaseSpec], dtypes: list[str]) -> list[str]:
     """Run every case through the factory and the reference on CPU; the tensor parameters' names."""
     from mini_kv.worker.inputs import make_case_inputs
 
@@ -98,15 +107,15 @@ def _try_cases(reference, factory, cases: list[dict], dtypes: list[str]) -> list
     for case in cases:
         for dtype in dtypes:
             try:
-                args = make_case_inputs(factory, case["params"], dtype, "cpu", 0)
+                args = make_case_inputs(factory, case.params, dtype, "cpu", 0)
                 out = reference(*args)
             except Exception as exc:  # noqa: BLE001 - the user's code: said with the case that broke it
-                raise UserError(f"case {case['id']} ({dtype}): {type(exc).__name__}: {exc}") from None
+                raise UserError(f"case {case.id} ({dtype}): {type(exc).__name__}: {exc}") from None
             import torch
 
             if not isinstance(out, torch.Tensor):
                 raise UserError(
-                    f"case {case['id']} ({dtype}): the reference returned {type(out).__name__}; a task "
+                    f"case {case.id} ({dtype}): the reference returned {type(out).__name__}; a task "
                     "card's reference returns one torch.Tensor"
                 )
             names = _tensor_params(reference, tuple(args))
@@ -157,7 +166,8 @@ def scaffold_card(args) -> tuple[Path, Path]:
         ],
         "default_candidate": "v0",
         "tolerances": {d: DEFAULT_TOLERANCES[d] for d in dtypes},
-        "cases": [{**c, "dtypes": list(dtypes)} for c in cases],  # no YAML aliases: a list each
+        # no YAML aliases: a list of dtypes each
+        "cases": [{"id": c.id, "kind": "core", "params": c.params, "dtypes": list(dtypes)} for c in cases],
     }
     source = OP_CPP.format(
         op=args.id,

@@ -12,6 +12,7 @@ from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
 
 if TYPE_CHECKING:
+    from mini_kv.profile.ab import ABTiming
     from mini_kv.profile.compare import Comparison
 
 
@@ -78,7 +79,7 @@ def cmd_profile(args) -> int:
     return res.exit_code
 
 
-def _print_comparison(result: Comparison, timing: dict, console) -> None:
+def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
     from rich.table import Table
 
     from mini_kv.profile.compare import fmt
@@ -108,44 +109,43 @@ def _print_comparison(result: Comparison, timing: dict, console) -> None:
         ("stall reason", "A", "B"),
         ((r.reason, two(r.A), two(r.B)) for r in result.stalls),
     )
-    if not timing.get("ran"):
-        console.print(f"A/B timing: not run: {timing['reason']}", soft_wrap=True)
+    if not timing.ran:
+        console.print(f"A/B timing: not run: {timing.reason}", soft_wrap=True)
         return
-    p50, p95 = timing["p50_us"], timing["p95_us"]
+    p50, p95, ratio = timing.p50_us, timing.p95_us, timing.b_over_a
     console.print(
-        f"A/B timing (one process, same inputs, order alternating over {timing['repeats']} repeats x "
-        f"{timing['samples_per_repeat']} samples; {timing['method']}: {timing['timer']}):\n"
+        f"A/B timing (one process, same inputs, order alternating over {timing.repeats} repeats x "
+        f"{timing.samples_per_repeat} samples; {timing.method}: {timing.timer}):\n"
         f"  A {a.candidate}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
         f"  B {b.candidate}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"
-        f"  B/A latency {timing['b_over_a']:.3f}x (speedup of B over A {1 / timing['b_over_a']:.2f}x)",
+        f"  B/A latency {ratio:.3f}x (speedup of B over A {1 / ratio:.2f}x)",
         soft_wrap=True,
     )
 
 
 def cmd_compare_profiles(args) -> int:
     from mini_kv.codec import to_json
-    from mini_kv.profile.ab import run_ab
+    from mini_kv.profile.ab import ABTiming, run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json
 
     result, a, b = compare(args.a, args.b, artifacts_dir(args))
     sol = "workload" in (a["case"]["kind"], b["case"]["kind"])
     timing = (
-        {"ran": False, "reason": "--no-timing"}
+        ABTiming(False, "--no-timing")
         if args.no_timing
-        else {
-            "ran": False,
-            "reason": "SOL-ExecBench "
-            "profiles: their latency is `bench` (against the reference, or a promoted baseline's own solution in "
-            "the same run)",
-        }
+        else ABTiming(
+            False,
+            "SOL-ExecBench profiles: their latency is `bench` (against the reference, or a promoted "
+            "baseline's own solution in the same run)",
+        )
         if sol
         else run_ab(a, b, repeats=args.repeats, samples=args.samples)
     )
     _print_comparison(result, timing, console)
     if args.json:
-        write_json(Path(args.json), {"schema_version": 1, **to_json(result), "timing": timing})
-    return ExitCode.BENCHMARK if timing.get("error") else ExitCode.OK
+        write_json(Path(args.json), {"schema_version": 1, **to_json(result), "timing": to_json(timing)})
+    return ExitCode.BENCHMARK if timing.error else ExitCode.OK
 
 
 def register(sub) -> None:

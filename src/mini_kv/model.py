@@ -213,3 +213,18 @@ class Problem:
                 }
             )
         )
+
+
+@dataclass(frozen=True)
+class WorkerResults:
+    """What runner.run_worker hands back, and what correctness.json keeps of it: the `load` event, the
+    per-case records by stage (cases, contract checks by name, bench cases), the run's incidents (what went
+    wrong outside any one case), its log and jail record. The index reads a stored one back as this."""
+
+    log: str | None = None
+    sandbox: dict | None = None  # JailInfo.to_dict(), as correctness.json keeps it
+    load: dict | None = None
+    cases: list = field(default_factory=list)
+    contract: dict = field(default_factory=dict)
+    bench: list = field(default_factory=list)
+    incidents: list = field(default_factory=list)

@@ -17,11 +17,12 @@ from typing import Protocol
 
 from mini_kv import environment, jail
 from mini_kv.codec import optional, to_json
-from mini_kv.compile.compiler import compile_candidate
+from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.model import Candidate, Problem
-from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, empty_results, run_worker
+from mini_kv.judge.regression import Retimed
+from mini_kv.model import Candidate, Problem, WorkerResults
+from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
@@ -185,8 +186,8 @@ class Built:
     """The build stage's record: compile.json's (None: nothing compiled) and, when the build alone decides
     the run (no worker job), the door's outcomes and why the code cannot run here."""
 
-    compile: dict | None
-    decided: dict | None = None
+    compile: CompileRecord | None
+    decided: tuple | None = None  # the door's outcomes
     unavailable: str | None = None
 
 
@@ -199,7 +200,7 @@ class Outcome:
     code: ExitCode
     correctness: dict | None
     benchmark: dict | None
-    results: dict
+    results: WorkerResults
     bench_cases: list
     bench_settings: dict | None = None
     detail: dict = field(default_factory=dict)
@@ -235,14 +236,16 @@ class FrontDoor(Protocol):
         return None  # a worker started early to run the job
 
     def stage_timeout(self, job: Job) -> float: ...
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome: ...
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome: ...
     def find_baseline(self, prep: Prepared) -> tuple[Path | None, str | None, list[str]]: ...
     def identity(self, prep: Prepared) -> Identity: ...
     def build_baseline(
         self, baseline: dict, prep: Prepared, job: Job
     ) -> tuple[dict, dict]: ...  # (entry, record)
     def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]: ...  # (timing, why none)
+    def timed(
+        self, res: WorkerResults, case_id: str
+    ) -> tuple[dict | None, str | None]: ...  # (timing, why none)
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {}  # its header keys
 
@@ -276,7 +279,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
-        results = empty_results(None, prep.sandbox)
+        results = WorkerResults(None, prep.sandbox.to_dict())
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             first = door.first_child()
@@ -301,7 +304,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "status": out.status,
             "exit_code": int(code),
             "device": prep.device,
-            "correctness": out.correctness,
+            "correctness": to_json(out.correctness),
             "benchmark": out.benchmark,
             **door.summary(built, duration, notes),
             # the verdict and its reasons, when the attempt was judged against a baseline
@@ -420,7 +423,7 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
     fresh inputs. Stored timings alone never FAIL."""
     built: dict = {}
 
-    def confirm(baseline: dict, case_id: str) -> dict:
+    def confirm(baseline: dict, case_id: str) -> Retimed:
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
@@ -438,12 +441,9 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
             raise RuntimeError(
                 f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else "")
             )
-        return {
-            "candidate": rec["candidate"]["samples"],
-            "baseline": rec["reference"]["samples"],
-            "order": rec.get("order"),
-            "build": built["record"],
-        }
+        return Retimed(
+            rec["candidate"]["samples"], rec["reference"]["samples"], rec.get("order"), built["record"]
+        )
 
     return confirm
 
@@ -477,11 +477,11 @@ def _write_attempt(
     w.json("environment.json", prep.env)
     if built.compile is not None:
         w.json("compile.json", built.compile)
-        for name, path in (built.compile.get("logs") or {}).items():
+        for name, path in (built.compile.logs or {}).items():
             if os.path.isfile(path):
                 w.copy_log(f"logs/compile/{name}", Path(path))
-    if out.results.get("log") and os.path.isfile(out.results["log"]):
-        w.copy_log("logs/worker.log", Path(out.results["log"]))
+    if out.results.log and os.path.isfile(out.results.log):
+        w.copy_log("logs/worker.log", Path(out.results.log))
     w.json(
         "correctness.json",
         correctness_document(door.FORMAT, prep.device, prep.salt, out.results, out.correctness),
@@ -497,7 +497,7 @@ def _write_attempt(
             **to_json(ident),
             **to_json(what),
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "build_key": (built.compile or {}).get("key"),
+            "build_key": built.compile.key if built.compile else None,
             "source": to_json(environment.source_revision(door.source_dir())),
             **summary,
         }
@@ -588,14 +588,9 @@ class CardDoor(FrontDoor):
         say(f"compile {self.cand.id}: {self.cand.build_summary(prep.device.startswith('cuda'))}")
         if self.opts.prebuilt:
             return Built(
-                {
-                    "schema_version": 1,
-                    "status": BuildStatus.OK,
-                    "prebuilt": True,
-                    "cache_hit": None,
-                    "library": str(Path(self.opts.prebuilt).resolve()),
-                    "duration_s": 0.0,
-                }
+                CompileRecord(
+                    status=BuildStatus.OK, library=str(Path(self.opts.prebuilt).resolve()), prebuilt=True
+                )
             )
         return Built(
             compile_candidate(
@@ -608,7 +603,7 @@ class CardDoor(FrontDoor):
         )
 
     def job(self, prep: Prepared, built: Built) -> CardJob | None:
-        if built.compile["status"] != BuildStatus.OK:
+        if built.compile.status != BuildStatus.OK:
             return None
         card, cand, opts, device = self.card, self.cand, self.opts, prep.device
         wanted = set(opts.case_filter or ())
@@ -625,7 +620,7 @@ class CardDoor(FrontDoor):
         return CardJob(
             task_id=card.id,
             op=cand.op,
-            library=built.compile["library"],
+            library=built.compile.library,
             device=device,
             salt=prep.salt,
             project_root=card.project_root,  # where the card's reference and input modules import from
@@ -648,9 +643,9 @@ class CardDoor(FrontDoor):
     def stage_timeout(self, job: Job) -> float:
         return self.card.timeouts["stage_s"]
 
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome:
         head = card_headline(
-            built.compile["status"], results, results["bench"], self.opts.skip_benchmark, prep.device
+            built.compile.status, results, results.bench, self.opts.skip_benchmark, prep.device
         )
         held_to = None if self.opts.skip_benchmark else prep.settings  # what the run was held to (settings)
         return Outcome(
@@ -659,7 +654,7 @@ class CardDoor(FrontDoor):
             head.correctness,
             head.benchmark,
             results,
-            results["bench"],
+            results.bench,
             held_to,
         )
 
@@ -691,14 +686,14 @@ class CardDoor(FrontDoor):
             cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job.benchmark)
         )
 
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
-        recs = [r for r in res["bench"] if r.get("id") == case_id]
-        why = (res.get("load") or {}).get("reason") or next((r.get("reason") for r in recs), None)
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+        recs = [r for r in res.bench if r.get("id") == case_id]
+        why = (res.load or {}).get("reason") or next((r.get("reason") for r in recs), None)
         return next((r for r in recs if "candidate" in r), None), why
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
         return {
-            "compile": {k: built.compile.get(k) for k in ("status", "cache_hit", "duration_s", "key")},
+            "compile": {k: getattr(built.compile, k) for k in ("status", "cache_hit", "duration_s", "key")},
             "duration_s": duration_s,
             **({"baseline_notes": notes} if notes else {}),
         }
@@ -733,14 +728,14 @@ def _watch_paths(card: Problem) -> list[str]:
     return sorted(set(paths))
 
 
-def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: dict) -> dict:
+def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord) -> dict:
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
     `changed_since_build`: the attempt then holds what is there now, not what was built."""
     from mini_kv.compile.compiler import candidate_files
     from mini_kv.model import sha256_file
 
-    built = compile_rec.get("files")
+    built = compile_rec.files
     if built is None:  # --prebuilt: no build key; the source files as they are
         built = [{"path": str(p.relative_to(cdir)), "sha256": None} for p in candidate_files(cdir)]
     files, changed = [], []
@@ -754,7 +749,7 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: di
     return {
         "schema_version": 1,
         **cand.to_dict(),
-        "build_key": compile_rec.get("key"),
+        "build_key": compile_rec.key,
         "files": files,
         "changed_since_build": changed,
     }

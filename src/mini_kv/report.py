@@ -5,14 +5,19 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
 from mini_kv.judge.regression import timed
+from mini_kv.model import WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
 
@@ -222,12 +227,12 @@ def _problems(result: dict) -> list[str]:
     """Short reasons for the summary line of a run that did not pass."""
     s, comp, res = result["summary"], result["compile"], result["results"]
     out = []
-    if comp["status"] == BuildStatus.TIMEOUT:
-        out.append(f"the build did not finish in {comp.get('duration_s', 0):.0f} s")
-    elif comp["status"] != BuildStatus.OK:
+    if comp.status == BuildStatus.TIMEOUT:
+        out.append(f"the build did not finish in {comp.duration_s:.0f} s")
+    elif comp.status != BuildStatus.OK:
         first = first_compiler_error(compile_log(comp))
         out.append(f"build failed at {first[0]}" if first else "build failed (see the log above)")
-    load = res.get("load")
+    load = res.load
     if load is not None and not load.get("ok"):
         out.append("the op did not load" + (f" ({load['hint'].split(':')[0]})" if load.get("hint") else ""))
     corr = s.get("correctness") or {}
@@ -236,7 +241,7 @@ def _problems(result: dict) -> list[str]:
     if corr.get("integrity_failures"):
         out.append(f"integrity {', '.join(sorted(set(corr['integrity_failures'])))}")
     out.extend((s.get("benchmark") or {}).get("impossible") or [])
-    failed = [r["id"] for r in res.get("cases", []) if r["status"] not in _FINE]
+    failed = [r["id"] for r in res.cases if r["status"] not in _FINE]
     if failed:
         out.append(
             f"failed {', '.join(failed[:3])}" + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else "")
@@ -244,15 +249,15 @@ def _problems(result: dict) -> list[str]:
     return out
 
 
-def compile_log(comp: dict) -> str:
+def compile_log(comp: CompileRecord) -> str:
     """The build's output: the CUDA compile check's failures, then the builder's stdout and stderr."""
     text = ""
-    check = comp.get("cuda_check") or {}
+    check = comp.cuda_check or {}
     for c in check.get("checks", []):
         if c.get("returncode"):
             text += c.get("output", "")
     for name in ("stdout.log", "stderr.log"):
-        path = (comp.get("logs") or {}).get(name)
+        path = (comp.logs or {}).get(name)
         if path:
             try:
                 with open(path, errors="replace") as f:
@@ -298,7 +303,7 @@ def _without_python_traceback(lines: list[str]) -> list[str]:
     return out
 
 
-def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) -> str:
+def compile_error_excerpt(comp: CompileRecord, lines: int = 25, verbose: bool = False) -> str:
     """The first compiler error with its file:line and context; with `verbose` every error line of the
     log as well. Never the builder's Python traceback, which only says that the compiler failed."""
     text = compile_log(comp)
@@ -312,20 +317,19 @@ def compile_error_excerpt(comp: dict, lines: int = 25, verbose: bool = False) ->
     return "\n".join(([*first[1], ""] if first else []) + shown)
 
 
-def _print_compile(comp: dict, console: Console, verbose: bool) -> None:
-    hit = comp.get("cache_hit")
+def _print_compile(comp: CompileRecord, console: Console, verbose: bool) -> None:
+    hit = comp.cache_hit
     console.print(
-        f"compile: {comp['status']} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
-        f"{comp.get('duration_s', 0):.2f} s)"
-        + (f"  note: {comp['cuda_note']}" if comp.get("cuda_note") else ""),
+        f"compile: {comp.status} ({'cache hit' if hit else 'built' if hit is False else 'prebuilt'}, "
+        f"{comp.duration_s:.2f} s)" + (f"  note: {comp.cuda_note}" if comp.cuda_note else ""),
         markup=False,
         soft_wrap=True,
     )
-    if comp["status"] != BuildStatus.OK:
-        console.print(f"[red]compile {comp['status']}[/]:")
+    if comp.status != BuildStatus.OK:
+        console.print(f"[red]compile {comp.status}[/]:")
         console.print(compile_error_excerpt(comp, verbose=verbose), markup=False)
-        if (comp.get("logs") or {}) and not verbose:
-            console.print(f"build log: {', '.join(comp['logs'].values())}", markup=False, soft_wrap=True)
+        if comp.logs and not verbose:
+            console.print(f"build log: {', '.join(comp.logs.values())}", markup=False, soft_wrap=True)
 
 
 def kernels_line(uuid: str, census: dict) -> str:
@@ -338,22 +342,22 @@ def kernels_line(uuid: str, census: dict) -> str:
     return f"kernels {uuid}: own: {', '.join(own) or 'none'}; library: {', '.join(library) or 'none'}"
 
 
-def _print_checks(res: dict, summary: dict, console: Console, verbose: bool) -> None:
+def _print_checks(res: WorkerResults, summary: dict, console: Console, verbose: bool) -> None:
     """The load, the cases, the contract checks and the kernels the op did not register."""
-    load = res.get("load")
+    load = res.load
     if load is not None and not load.get("ok"):
         console.print(f"[red]load failed:[/] {escape(str(load.get('reason')))}")
     if load is not None and load.get("hint"):
         console.print(f"[red]hint:[/] {escape(load['hint'])}")
-    if res["cases"]:
-        console.print(case_table(res["cases"], width=console.width))
-        for line in case_details(res["cases"], verbose):
+    if res.cases:
+        console.print(case_table(res.cases, width=console.width))
+        for line in case_details(res.cases, verbose):
             console.print(line, markup=False, soft_wrap=True)
         if verbose:  # whose compute each case's first call ran (integrity.kernel_census)
-            for case in res["cases"]:
+            for case in res.cases:
                 if case.get("kernels"):
                     console.print(kernels_line(case["id"], case["kernels"]), markup=False, soft_wrap=True)
-    for name, rec in res.get("contract", {}).items():
+    for name, rec in res.contract.items():
         console.print(
             f"{name}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else ""),
             markup=False,
@@ -386,21 +390,21 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
             console.print(line, soft_wrap=True)
     _print_compile(result["compile"], console, verbose)
     _print_checks(res, s, console, verbose)
-    if res.get("bench"):
-        _print_bench(res["bench"], console)
-    for inc in res.get("incidents", []):
+    if res.bench:
+        _print_bench(res.bench, console)
+    for inc in res.incidents:
         console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     for note in s.get("baseline_notes") or []:
         console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
     if result.get("regression"):
         print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
-    gaps = jail_note(res.get("sandbox"))  # every summary line names the jail's missing layers
+    gaps = jail_note(res.sandbox)  # every summary line names the jail's missing layers
     problems = [*problems, gaps] if gaps else problems
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(
         f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: "
-        + escape(summary_line(s, problems, res.get("cases") or [])),
+        + escape(summary_line(s, problems, res.cases)),
         soft_wrap=True,
     )
     console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)

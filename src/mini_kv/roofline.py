@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mini_kv import arith
 
 
@@ -15,13 +17,21 @@ def case_names(params: dict, itemsize: int, numel: int) -> dict:
     return {**names, "itemsize": itemsize, "numel": numel}
 
 
-def achieved(bytes_moved: float | None, flops: float | None, seconds: float, peak_bw: float | None) -> dict:
+@dataclass(frozen=True)
+class Achieved:
+    """A timed case's throughput (a bench record's `roofline`): GB/s, TFLOP/s, share of the measured peak."""
+
+    gbps: float | None
+    tflops: float | None
+    peak_share: float | None
+
+
+def achieved(
+    bytes_moved: float | None, flops: float | None, seconds: float, peak_bw: float | None
+) -> Achieved:
     gbps = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
-    return {
-        "gbps": gbps,
-        "tflops": flops / seconds / 1e12 if flops and seconds > 0 else None,
-        "peak_share": (gbps * 1e9 / peak_bw) if gbps and peak_bw else None,
-    }
+    tflops = flops / seconds / 1e12 if flops and seconds > 0 else None
+    return Achieved(gbps, tflops, (gbps * 1e9 / peak_bw) if gbps and peak_bw else None)
 
 
 # How much faster than the measured copy bandwidth a timed case may look before its time is physically

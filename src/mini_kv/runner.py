@@ -20,15 +20,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
+from mini_kv.model import WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker import explain
 from mini_kv.worker.channel import Verifier
-from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
+from mini_kv.worker.jobs import (
+    SUBJECT_DROPPED_EXIT,
+    SUBJECT_KINDS,
+    SUBJECT_LOST_EXIT,
+    Event,
+    Job,
+)
 from mini_kv.worker.link import pair as link_pair
 
 MAX_RESTARTS = 50
@@ -294,6 +303,21 @@ class SubjectRun(ChildRun):
         return None, os.dup(self.link_fd)
 
 
+@dataclass(frozen=True)
+class OneShot:
+    """What a one-shot job's child answered: its `result` event's payload (`ok`), else why there is none
+    (the child's `fatal` event, a timeout, a crash, unsigned data), with the tail of the child's output
+    and the jail record of where it ran."""
+
+    ok: bool
+    result: Any  # the job's answer (None without one)
+    reason: str | None
+    log_tail: str
+    sandbox: dict  # JailInfo.to_dict()
+    timed_out: bool = False
+    traceback: str | None = None
+
+
 def run_one(
     job: Job,
     timeout: float,
@@ -301,10 +325,9 @@ def run_one(
     sandbox: JailInfo | None = None,
     log_path: str | None = None,
     spec: JailSpec | None = None,
-) -> dict:
-    """A one-shot job kind in a fresh child: its `result` event, else a `fatal` one saying why there is
-    none (`timed_out`, a crash, unsigned data), with the tail of the child's output. Both carry the
-    `sandbox` the child ran in. `log_path` keeps the child's output (default: a temp file, removed)."""
+) -> OneShot:
+    """A one-shot job kind in a fresh child. `log_path` keeps the child's output (default: a temp file,
+    removed)."""
     own_log = log_path is None
     log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
     child = ChildRun(job, log_path, env, sandbox=sandbox, spec=spec)
@@ -319,11 +342,19 @@ def run_one(
             if ev is None
             else f"unexpected event {ev!r}"[:500]
         )
-        ev = {"event": Event.FATAL, "reason": why, "timed_out": ev == "timeout"}
-    ev = {**ev, "log_tail": _tail(log_path), "sandbox": child.sandbox_info.to_dict()}
+        ev = {"reason": why, "timed_out": ev == "timeout"}
+    out = OneShot(
+        kind == Event.RESULT,
+        ev.get("result"),
+        ev.get("reason"),
+        _tail(log_path),
+        child.sandbox_info.to_dict(),
+        bool(ev.get("timed_out")),
+        ev.get("traceback"),
+    )
     if own_log:
         os.unlink(log_path)
-    return ev
+    return out
 
 
 def run_worker(
@@ -337,8 +368,8 @@ def run_worker(
     sandbox: JailInfo | None = None,
     give_up_after: int = DEFAULT_GIVE_UP_AFTER,
     spec: JailSpec | None = None,
-) -> dict:
-    """Run every stage of `job` (kind card or sol) in child processes; returns plain-data results.
+) -> WorkerResults:
+    """Run every stage of `job` (kind card or sol) in child processes; returns their records.
 
     `give_up_after`: consecutive TIMEOUTs after which the cases still pending are recorded NOT_RUN (0: never).
 
@@ -356,19 +387,6 @@ def run_worker(
         spec = first_child.spec if first_child is not None else default_spec()
     run = _WorkerRun(job, case_timeout, stage_timeout, log_path, env, on_event, sandbox, give_up_after, spec)
     return run.run(first_child)
-
-
-def empty_results(log_path: str | None, sandbox: JailInfo) -> dict:
-    """run_worker's results before any event (also a run whose build decided it: no worker job)."""
-    return {
-        "load": None,
-        "cases": [],
-        "contract": {},
-        "bench": [],
-        "incidents": [],
-        "log": log_path,
-        "sandbox": sandbox.to_dict(),
-    }
 
 
 class _WorkerRun:
@@ -390,7 +408,7 @@ class _WorkerRun:
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
         self.spec = spec
-        self.results = empty_results(log_path, sandbox)
+        self.results = WorkerResults(log_path, sandbox.to_dict())
         self.pending = {
             "cases": list(job.cases),
             "bench_cases": list(getattr(job, "bench_cases", [])),
@@ -412,7 +430,7 @@ class _WorkerRun:
             Event.FORGED: self._unsigned,
         }
 
-    def run(self, first_child: ChildRun | None) -> dict:
+    def run(self, first_child: ChildRun | None) -> WorkerResults:
         from mini_kv.worker.integrity import files_changed, harness_files
 
         # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
@@ -437,7 +455,7 @@ class _WorkerRun:
 
     def _incident(self, stage: str, reason: str, prefix: str = "", **more) -> None:
         """An incident of the run: what went wrong outside any one case's record (correctness.json)."""
-        self.results["incidents"].append({"stage": stage, **more, "reason": prefix + reason})
+        self.results.incidents.append({"stage": stage, **more, "reason": prefix + reason})
 
     def _forged(self, what: str, prefix: str = "the result channel carried ") -> None:
         case = self.current[1] if self.current else None
@@ -473,7 +491,7 @@ class _WorkerRun:
         self.current = (ev["stage"], ev["case"])
 
     def _load(self, ev: dict) -> bool:
-        self.results["load"] = ev
+        self.results = replace(self.results, load=ev)
         self.current = None
         return not ev["ok"]  # nothing runs after a failed load
 
@@ -485,9 +503,9 @@ class _WorkerRun:
             self._forged(f"a result for {name!r}, which was not pending (a second or unknown record)")
             return
         if kind == Event.CONTRACT:
-            self.results["contract"][name] = rec
+            self.results.contract[name] = rec
         else:
-            self.results["cases" if kind == Event.CASE else "bench"].append(rec)
+            (self.results.cases if kind == Event.CASE else self.results.bench).append(rec)
         self._drop({Event.CASE: "cases", Event.CONTRACT: "contract", Event.BENCH: "bench_cases"}[kind], name)
         self.current = None
         self.timeouts_in_row = 0
@@ -502,8 +520,9 @@ class _WorkerRun:
 
     def _fatal(self, ev: dict) -> None:
         self._incident("worker", ev["reason"])
-        if self.results["load"] is None:
-            self.results["load"] = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
+        if self.results.load is None:
+            load = {"ok": False, "reason": ev["reason"], "traceback": ev.get("traceback")}
+            self.results = replace(self.results, load=load)
 
     def _done(self, ev: dict) -> bool:
         if self._left():  # signed with the key (read from this process's memory) but not the harness's
@@ -515,17 +534,18 @@ class _WorkerRun:
 
     def _carry_on(self, outcome: str, ended: str, budget: float) -> bool:
         """After a child ended: record what its end means; whether a fresh child continues."""
-        load = self.results["load"]
+        load = self.results.load
         if outcome == "done" or (load is not None and not load["ok"]):
             return False
         if load is None:
-            self.results["load"] = {
+            load = {
                 "ok": False,
                 "reason": f"{ended} before loading the op",
                 "timed_out": outcome == "timeout",
                 "log_tail": _tail(self.log_path),
-                "stage": self.current[0] if self.current else None,
-            }  # what it was loading
+                "stage": self.current[0] if self.current else None,  # what it was loading
+            }
+            self.results = replace(self.results, load=load)
             return False
         status = Status.TIMEOUT if outcome == "timeout" else Status.RUNTIME_ERROR
         reason = f"no result within {budget:.0f} s; process group killed" if outcome == "timeout" else ended
@@ -553,7 +573,7 @@ class _WorkerRun:
             f"{self.give_up_after}); the candidate is taken to hang on every case"
         )
         for case in self.pending["cases"]:
-            self.results["cases"].append(
+            self.results.cases.append(
                 {
                     "id": case["id"],
                     "status": Status.NOT_RUN,
@@ -564,9 +584,9 @@ class _WorkerRun:
                 }
             )
         for name in self.pending["contract"]:
-            self.results["contract"][name] = {"status": Status.NOT_RUN, "reason": reason}
+            self.results.contract[name] = {"status": Status.NOT_RUN, "reason": reason}
         for case in self.pending["bench_cases"]:
-            self.results["bench"].append({"id": case["id"], "status": Status.NOT_RUN, "reason": reason})
+            self.results.bench.append({"id": case["id"], "status": Status.NOT_RUN, "reason": reason})
         self._incident("worker", reason, status=Status.NOT_RUN)
         self.pending = {k: [] for k in self.pending}
 
@@ -587,13 +607,13 @@ class _WorkerRun:
                     reason=f"{reason} while the card's input factory made "
                     f"the inputs for params {case['params']}",
                 )
-            self.results["cases"].append(
+            self.results.cases.append(
                 {**failure, "kind": case["kind"], "dtype": case["dtype"], "params": case["params"]}
             )
             self._drop("cases", case_id)
         elif stage == "contract":
-            self.results["contract"][case_id] = failure
+            self.results.contract[case_id] = failure
             self._drop("contract", case_id)
         else:
-            self.results["bench"].append(failure)
+            self.results.bench.append(failure)
             self._drop("bench_cases", case_id)

@@ -81,17 +81,18 @@ def fitted_tables(
     return tables
 
 
-def verbose_details(settings: dict, comp: dict | None, phases: dict, duration_s) -> list[str]:
-    """What `-v` adds on every command (verify, bench, batch): the timing settings, the build, and where
+def verbose_details(settings: dict, comp, phases: dict, duration_s) -> list[str]:
+    """What `-v` adds on every command (verify, bench, batch): the timing settings, the build (`comp`, a
+    compile.compiler.CompileRecord, None: nothing built), and where
     the time went. Rich markup; the time line is one line whatever the width (scripts grep it)."""
     keys = ("rounds", "warmup", "repeats", "samples", "target_rel_ci", "budget_s", "method", "l2", "max_cv")
     shown = ", ".join(f"{k} {settings[k]}" for k in keys if settings.get(k) is not None)
     out = [f"[dim]settings: {shown}[/]"]
     if comp:
-        note = " (compile check only)" if comp.get("check_only") else ""
+        note = " (compile check only)" if comp.check_only else ""
         out.append(
-            f"[dim]build {comp.get('status')}{note}: cache hit {comp.get('cache_hit')}, "
-            f"{comp.get('duration_s')} s, {comp.get('build_dir') or comp.get('key')}[/]"
+            f"[dim]build {comp.status}{note}: cache hit {comp.cache_hit}, "
+            f"{comp.duration_s} s, {comp.build_dir or comp.key}[/]"
         )
     if phases:
         total = (

@@ -145,10 +145,10 @@ def test_a_cache_entry_that_no_longer_matches_its_hash_is_discarded_and_rebuilt(
     card = load_task_card(tmp_path / "redteam.yaml")
     cand = card.candidate("victim")
     first = compile_candidate(tmp_path, cand, with_cuda=False)
-    assert first["status"] == "ok" and first["library_sha256"], first
-    Path(first["library"]).write_bytes(b"swapped by someone")
+    assert first.status == "ok" and first.library_sha256, first
+    Path(first.library).write_bytes(b"swapped by someone")
     second = compile_candidate(tmp_path, cand, with_cuda=False)
-    assert second["cache_hit"] is False and second["library_sha256"] == first["library_sha256"]
+    assert second.cache_hit is False and second.library_sha256 == first.library_sha256
     assert "does not match its record" in capsys.readouterr().err
 
 

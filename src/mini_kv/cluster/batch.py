@@ -20,12 +20,16 @@ import tempfile
 import traceback
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.status import Status
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 VERIFY, BENCH = "verify", "bench"
 
@@ -42,7 +46,24 @@ class Item:
     store: str  # the attempt store the client writes into
 
 
-def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -> dict:
+@dataclass(frozen=True)
+class ItemResult:
+    """An item's result: its headline status and exit code, the attempt it stored and the worker it ran
+    on; `detail`, its front door's own result (verify's, for report.print_verify; bench's, for
+    solexec.table.print_report), or without one (no attempt: its workers died, an error on the worker) why."""
+
+    kind: str  # the item's: VERIFY or BENCH
+    label: str
+    candidate: str | None  # a card's candidate id (None: a SOL solution's result)
+    status: str
+    exit_code: ExitCode
+    attempt: str | None
+    detail: dict | None = None
+    reason: str | None = None
+    where: dict | None = None  # host, worker, gpu
+
+
+def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here."""
     if item.kind == VERIFY:
         from mini_kv.load.task_card import load_task_card
@@ -51,7 +72,7 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
         card = load_task_card(item.target)
         cand = card.candidate(item.candidate)
         run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox)
-        return {  # report.print_verify's
+        detail = {  # report.print_verify's
             "candidate": cand.id,
             "summary": run.summary,
             "results": run.out.results,
@@ -63,9 +84,15 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
             "settings": run.prep.settings,
             "phases": run.phases,
         }
+        return ItemResult(
+            VERIFY, item.label, cand.id, run.summary["status"], run.code, str(run.attempt), detail
+        )
     from mini_kv.solexec.run import bench
 
-    return bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
+    detail = bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
+    return ItemResult(
+        BENCH, item.label, None, detail["status"], detail["exit_code"], detail["attempt"], detail
+    )
 
 
 def item_key(item: Item) -> tuple[str, str, str]:
@@ -109,21 +136,20 @@ def check_distinct_keys(items: list[Item]) -> None:
         seen[key] = item
 
 
-def result_lines(item: Item, result: dict) -> list[dict]:
+def result_lines(item: Item, result: ItemResult) -> list[dict]:
     """An item's lines in a results file: a SOL item's traces (upstream's trace format, one per workload),
     a card item's summary line. An item that got no result (its worker was lost) has none: a resumed run
     runs it again."""
-    if result.get("failed"):
+    if result.detail is None:
         return []
     if item.kind == BENCH:
-        return list(result.get("traces") or [])
-    summary = result["summary"]
+        return list(result.detail.get("traces") or [])
     return [
         {
             "item": item.label,
-            "status": summary["status"],
-            "exit_code": int(result["exit_code"]),
-            "attempt": result["attempt"],
+            "status": result.status,
+            "exit_code": int(result.exit_code),
+            "attempt": result.attempt,
         }
     ]
 
@@ -155,7 +181,7 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("".join(kept), encoding="utf-8")
 
-    def record(self, item: Item, result: dict) -> None:
+    def record(self, item: Item, result: ItemResult) -> None:
         from mini_kv.solexec import traces
 
         lines = result_lines(item, result)
@@ -166,11 +192,6 @@ class Journal:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-
-
-def status_of(result: dict) -> str:
-    """The item's headline status (attempt.json's), or why it has none."""
-    return result["summary"]["status"] if "summary" in result else result["status"]
 
 
 def worst(codes) -> ExitCode:
@@ -195,7 +216,7 @@ class Worker:
 class Shipment:
     """An attempt a worker sends back: its files' bytes with their SHA-256, the item's result, and where."""
 
-    result: dict  # run_item's
+    result: ItemResult  # run_item's
     task: str
     attempt_id: str
     files: dict[str, tuple[str, bytes]]  # relative path -> (sha256, data)
@@ -210,7 +231,7 @@ def on_worker(item: Item) -> Shipment:
     where = Worker(socket.gethostname(), w.name, w.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
     with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
         result = run_item(item, outbox=Path(box))
-        attempt = Path(result["attempt"])
+        attempt = Path(result.attempt)
         files = [
             (p.relative_to(attempt).as_posix(), p.read_bytes())
             for p in sorted(attempt.rglob("*"))
@@ -245,9 +266,9 @@ def _check_shipment(packed: Shipment) -> dict:
     return header
 
 
-def receive(store: Path, packed: Shipment) -> Path:
-    """Store a shipped attempt (checked, `.partial`, renamed whole, re-read, indexed); its header gains
-    `worker`: the host, GPU and worker that produced it."""
+def receive(store: Path, packed: Shipment) -> tuple[Path, str | None]:
+    """Store a shipped attempt (checked, `.partial`, renamed whole, re-read, indexed): where, and why the
+    index was not updated (None: it was). Its header gains `worker`: the host, GPU and worker that produced it."""
     from mini_kv.store.atomic import StagedDir, write_bytes
     from mini_kv.store.attempts import read_attempt
     from mini_kv.store.index import IndexUnusable, update_index
@@ -266,23 +287,16 @@ def receive(store: Path, packed: Shipment) -> Path:
     try:
         update_index(Path(store), path)
     except IndexUnusable as exc:
-        packed.result["index_warning"] = str(exc)
-    return path
+        return path, str(exc)
+    return path, None
 
 
-def _failed(item: Item, status: str, code: ExitCode, reason: str) -> dict:
+def _failed(item: Item, status: str, code: ExitCode, reason: str) -> ItemResult:
     """The result of an item that produced no attempt (its workers died; an error on the worker)."""
-    return {
-        "label": item.label,
-        "candidate": item.candidate or item.label,
-        "summary": {"status": status, "reason": reason},
-        "exit_code": code,
-        "attempt": None,
-        "failed": True,
-    }
+    return ItemResult(item.kind, item.label, item.candidate or item.label, status, code, None, reason=reason)
 
 
-def _outcome(item: Item, future) -> dict:
+def _outcome(item: Item, future) -> ItemResult:
     """The item's result on the client: its attempt stored, or why there is none."""
     from distributed import KilledWorker
 
@@ -298,14 +312,16 @@ def _outcome(item: Item, future) -> dict:
         tb = "".join(traceback.format_exception(exc))
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, f"internal error on the worker:\n{tb}")
     try:
-        path = receive(Path(item.store), packed)
+        path, warning = receive(Path(item.store), packed)
     except ShipmentInvalid as exc:  # never stored; the other items go on
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
     where = {"host": packed.where.host, "worker": packed.where.worker, "gpu": packed.where.gpu}
-    return {**packed.result, "label": item.label, "attempt": str(path), "where": where}
+    # the door's result as the client stored its attempt (its report prints both)
+    detail = {**packed.result.detail, "attempt": str(path), "index_warning": warning}
+    return replace(packed.result, attempt=str(path), detail=detail, where=where)
 
 
-def build_item(item: Item) -> dict | None:
+def build_item(item: Item) -> CompileRecord | None:
     """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
     from mini_kv.cluster import prebuild
 
@@ -315,7 +331,7 @@ def build_item(item: Item) -> dict | None:
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
 
 
-def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, dict]]:
+def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) while earlier items are evaluated: the
     evaluation finds its build in the cache, and at most one evaluation, so one timing, is on the GPU at
@@ -332,13 +348,13 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, dict]]:
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, {**run_item(item, progress, line), "label": item.label}
+            yield item, run_item(item, progress, line)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[dict]:
+def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[ItemResult]:
     """The items' results (evaluate_here), shown and handed to `on_result` as each finishes."""
     from contextlib import closing
 
@@ -346,14 +362,16 @@ def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> li
     with closing(evaluate_here(items, show)) as finished:
         for item, result in finished:
             results.append(result)
-            show.done(result["label"], status_of(result))
+            show.done(result.label, result.status)
             on_result(item, result)
-            if stop_first and result["exit_code"] != ExitCode.OK:
+            if stop_first and result.exit_code != ExitCode.OK:
                 break  # -x: the items after it are not run
     return results
 
 
-def run_batch(items: list[Item], placement, show, on_result=None, stop_first: bool = False) -> list[dict]:
+def run_batch(
+    items: list[Item], placement, show, on_result=None, stop_first: bool = False
+) -> list[ItemResult]:
     """Every item's result, in the items' order. `show` is the batch display (cli_common.BatchDisplay);
     `on_result(item, result)` is called as each item finishes (a results file is written from it)."""
     on_result = on_result or (lambda item, result: None)
@@ -373,14 +391,14 @@ def run_batch(items: list[Item], placement, show, on_result=None, stop_first: bo
             client.submit(on_worker, item, key=f"mini-kv-{batch}-{i}", resources=need, pure=False): i
             for i, item in enumerate(items)
         }
-        results: list[dict | None] = [None] * len(items)
+        results: list[ItemResult | None] = [None] * len(items)
         try:
             for fut in as_completed(futures):
                 i = futures[fut]
                 results[i] = _outcome(items[i], fut)
-                show.done(items[i].label, status_of(results[i]), results[i].get("where"))
+                show.done(items[i].label, results[i].status, results[i].where)
                 on_result(items[i], results[i])
-                if stop_first and results[i]["exit_code"] != ExitCode.OK:
+                if stop_first and results[i].exit_code != ExitCode.OK:
                     client.cancel(list(futures), force=True)
                     break
         except BaseException:  # Ctrl-C: nothing more starts; the embedded cluster ends with its workers

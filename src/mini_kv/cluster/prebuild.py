@@ -12,9 +12,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 
-def build_solution(problem_dir: str, solution_json: str, compile_timeout: float) -> dict | None:
+def build_solution(problem_dir: str, solution_json: str, compile_timeout: float) -> CompileRecord | None:
     """A SOL solution's build record, as `bench` would build it; None for a Python solution or a
     language that cannot build here (nothing to build)."""
     from mini_kv.solexec.build import stage_sources
@@ -30,7 +34,9 @@ def build_solution(problem_dir: str, solution_json: str, compile_timeout: float)
     return rec
 
 
-def build_card_candidate(card_path: str, cand_id: str, device: str | None, compile_timeout: float) -> dict:
+def build_card_candidate(
+    card_path: str, cand_id: str, device: str | None, compile_timeout: float
+) -> CompileRecord:
     """A task card candidate's build record, as `verify` would build it for `device`."""
     from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card

@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -35,7 +35,7 @@ from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
 from mini_kv.runner import default_sandbox, run_one
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
-from mini_kv.worker.jobs import BuildJob, Event
+from mini_kv.worker.jobs import BuildJob
 
 BUILD_FORMAT = 1  # bump when the layout of a build dir changes
 NO_CUDA_BUILD = (
@@ -317,13 +317,47 @@ def _cuda_compile_check(plan: BuildPlan, out_dir: Path, timeout: float, sandbox:
     return CudaCheck(BuildStatus.OK, results)
 
 
+@dataclass(frozen=True)
+class CompileRecord:
+    """compile.json: how the build ended (`status`, a cache hit, its seconds, the library and its SHA-256,
+    the logs), what it built from (the build key and what it hashes, the jail), and why it is not the
+    whole build where it is not (a CUDA compile check only, refused files, a failed build's directory).
+    The cache entry's build.json is this record before the outcome. A --prebuilt library's has only the
+    outcome and `prebuilt`."""
+
+    schema_version: int = 1
+    status: str | None = None
+    cache_hit: bool | None = None  # None: --prebuilt
+    duration_s: float = 0.0
+    library: str | None = None
+    library_sha256: str | None = optional()
+    logs: dict | None = optional()  # log name -> path
+    key: str | None = optional()
+    candidate: str | None = optional()
+    build_dir: str | None = optional()
+    with_cuda: bool | None = optional()
+    sources: list | None = optional()
+    files: list | None = optional()
+    flags: dict | None = optional()
+    toolchain: dict | None = optional()
+    sandbox: dict | None = optional()
+    module: str | None = optional()
+    check_only: bool | None = optional()
+    cuda_note: str | None = optional()
+    refused: str | None = optional()
+    failed_build_dir: str | None = optional()
+    cuda_check: dict | None = optional()
+    command: list | None = optional()
+    prebuilt: bool | None = optional()
+
+
 def compile_candidate(
     project_root: Path,
     cand: Candidate,
     timeout: float = DEFAULTS.compile_s,
     with_cuda: bool | None = None,
     sandbox: JailInfo | None = None,
-) -> dict:
+) -> CompileRecord:
     """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors.
     `sandbox`: the jail the build runs in (default: runner.default_sandbox)."""
     t0 = time.perf_counter()
@@ -333,29 +367,28 @@ def compile_candidate(
     build_root.mkdir(parents=True, exist_ok=True)
     final = build_root / plan.key[:32]
     keyed, with_cuda = to_json(plan), plan.toolchain.with_cuda
-    record = {
-        "schema_version": 1,
-        "key": plan.key,
-        "candidate": cand.id,
-        "build_dir": str(final),
-        "with_cuda": with_cuda,
+    note = (
+        f"{NO_CUDA_BUILD}: the extension module was not built; "
+        "every source was compile-checked with nvcc against torch's headers"
+        if plan.check_only
+        else f"{NO_CUDA_BUILD}: the CUDA kernel was not built; .cu files were compile-checked with plain nvcc"
+        if not with_cuda and cand.cuda_sources
+        else None
+    )
+    record = CompileRecord(
+        key=plan.key,
+        candidate=cand.id,
+        build_dir=str(final),
+        with_cuda=with_cuda,
         **{k: keyed[k] for k in ("sources", "files", "flags", "toolchain")},
-        "sandbox": sandbox.to_dict(),
-    }
-    if plan.python_module:
-        record.update(module=plan.module, check_only=plan.check_only)
-    if plan.check_only:
-        record["cuda_note"] = (
-            f"{NO_CUDA_BUILD}: the extension module was not built; "
-            "every source was compile-checked with nvcc against torch's headers"
-        )
-    elif not with_cuda and cand.cuda_sources:
-        record["cuda_note"] = (
-            f"{NO_CUDA_BUILD}: the CUDA kernel was not built; .cu files were compile-checked with plain nvcc"
-        )
+        sandbox=sandbox.to_dict(),
+        module=plan.module if plan.python_module else None,
+        check_only=plan.check_only if plan.python_module else None,
+        cuda_note=note,
+    )
     refused = refused_input(project_root, cand)  # the loaders refuse these first; this guards every other way
     if refused is not None:
-        record["refused"] = f"{refused} (nothing was compiled)"
+        record = replace(record, refused=f"{refused} (nothing was compiled)")
         return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status=BuildStatus.ERROR)
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
@@ -374,27 +407,27 @@ def compile_candidate(
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan.key[:12]}-", dir=build_root))
         box = Path(jail.scratch_dir(f"mini-kv-build-{plan.key[:12]}-"))  # the jail's only writable dir
         try:
-            status = _build_into(plan, tmp, box, timeout, record, sandbox)
+            status, record = _build_into(plan, tmp, box, timeout, record, sandbox)
             if status == BuildStatus.OK and _files_now(Path(plan.candidate_dir)) != plan.files:
                 # the compiler may have read other bytes than the key names: never cache that library
-                record["refused"] = (
-                    f"{cand.id}: the candidate's files changed while it was built; the "
-                    "library was discarded (build again once they stay put)"
+                why = (
+                    f"{cand.id}: the candidate's files changed while it was built; the library was discarded"
                 )
+                record = replace(record, refused=why + " (build again once they stay put)")
                 status = BuildStatus.ERROR
             if status != BuildStatus.OK:
-                record["failed_build_dir"] = str(tmp)
+                record = replace(record, failed_build_dir=str(tmp))  # kept for its logs
                 return _finish(record, tmp, cache_hit=False, t0=t0, status=status)
             lib = _library_in(tmp)
-            record["library_sha256"] = sha256_file(lib) if lib else None
-            (tmp / "build.json").write_text(json.dumps(record, indent=2))
+            record = replace(record, library_sha256=sha256_file(lib) if lib else None)
+            (tmp / "build.json").write_text(json.dumps(to_json(record), indent=2))
             if final.exists():  # a stale, incomplete dir from a killed build
                 shutil.rmtree(final)
             jail.open_to_jail(tmp)  # a profile's jail binds the library where it lies
             os.replace(tmp, final)
         finally:
             shutil.rmtree(box, ignore_errors=True)
-            if tmp.exists() and record.get("failed_build_dir") is None:
+            if tmp.exists() and record.failed_build_dir is None:
                 shutil.rmtree(tmp, ignore_errors=True)
     return _finish(record, final, cache_hit=False, t0=t0, status=BuildStatus.OK)
 
@@ -426,16 +459,17 @@ def _cache_entry_holds(final: Path, check_only: bool) -> bool:
 
 
 def _build_into(
-    plan: BuildPlan, tmp: Path, box: Path, timeout: float, record: dict, sandbox: JailInfo
-) -> str:
-    """Build in the jail into `box` (outside the project), then move the checked products into `tmp`."""
+    plan: BuildPlan, tmp: Path, box: Path, timeout: float, record: CompileRecord, sandbox: JailInfo
+) -> tuple[str, CompileRecord]:
+    """Build in the jail into `box` (outside the project), then move the checked products into `tmp`: the
+    status and `record` with the CUDA compile check and the build's command."""
     if plan.cuda_sources_skipped:
         check = _cuda_compile_check(plan, box, timeout, sandbox)
-        record["cuda_check"] = to_json(check)
+        record = replace(record, cuda_check=to_json(check))
         if check.status in (BuildStatus.ERROR, BuildStatus.TIMEOUT):
-            return check.status
+            return check.status, record
     if plan.check_only:
-        return BuildStatus.OK
+        return BuildStatus.OK, record
     sources = [str(Path(plan.candidate_dir) / s) for s in plan.sources]
     # the precompiled torch header is made (jailed, from torch's headers only) and kept by this process;
     # the build sees it read-only, so no candidate can change what other builds include
@@ -452,7 +486,14 @@ def _build_into(
         python_module=plan.python_module,
         with_cuda=True if plan.python_module else None,
     )
-    record["command"] = [sys.executable, "-m", "mini_kv.worker.child"]  # job kind `build`, jailed
+    record = replace(
+        record, command=[sys.executable, "-m", "mini_kv.worker.child"]
+    )  # job kind `build`, jailed
+    return _built_in_jail(plan, tmp, box, timeout, sandbox, pch_flags, job), record
+
+
+def _built_in_jail(plan: BuildPlan, tmp: Path, box: Path, timeout: float, sandbox, pch_flags, job) -> str:
+    """The `build` job in its jail; the library and build.ninja it made copied into `tmp`."""
     pch_dirs = tuple(str(Path(f).parent) for f in pch_flags[1:2])
     # the compiler's output is the child's: stdout.log; why the build failed (torch's exception): stderr.log
     ev = run_one(
@@ -462,10 +503,10 @@ def _build_into(
         log_path=str(tmp / "stdout.log"),
         spec=_build_spec(plan, box, pch_dirs),
     )
-    if ev.get("timed_out"):
+    if ev.timed_out:
         return BuildStatus.TIMEOUT
-    if ev["event"] != Event.RESULT:
-        (tmp / "stderr.log").write_text(f"{ev['reason']}\n{ev.get('traceback') or ''}")
+    if not ev.ok:
+        (tmp / "stderr.log").write_text(f"{ev.reason}\n{ev.traceback or ''}")
         return BuildStatus.ERROR
     lib = _library_in(box / "out")
     if lib is None or lib.is_symlink() or not lib.is_file():
@@ -478,20 +519,18 @@ def _build_into(
     return BuildStatus.OK
 
 
-def _finish(record: dict, d: Path, cache_hit: bool, t0: float, status: str) -> dict:
+def _finish(record: CompileRecord, d: Path, cache_hit: bool, t0: float, status: str) -> CompileRecord:
     lib = _library_in(d)
-    record.update(
-        {
-            "status": status,
-            "cache_hit": cache_hit,
-            "duration_s": round(time.perf_counter() - t0, 4),
-            "library": str(lib) if lib else None,
-            "library_sha256": sha256_file(lib) if lib else None,  # as build.json records it
-            "logs": {
-                name: str(d / name)
-                for name in ("stdout.log", "stderr.log", "build.ninja")
-                if (d / name).is_file()
-            },
-        }
+    return replace(
+        record,
+        status=status,
+        cache_hit=cache_hit,
+        duration_s=round(time.perf_counter() - t0, 4),
+        library=str(lib) if lib else None,
+        library_sha256=sha256_file(lib) if lib else None,  # as build.json records it
+        logs={
+            name: str(d / name)
+            for name in ("stdout.log", "stderr.log", "build.ninja")
+            if (d / name).is_file()
+        },
     )
-    return record

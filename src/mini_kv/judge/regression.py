@@ -81,6 +81,17 @@ class Side:
 
 
 @dataclasses.dataclass(frozen=True)
+class Retimed:
+    """What the gate's same-run re-timing of one case gives (`confirm(case_id)`): the candidate's and the
+    baseline's own build's samples (repeats of timings), who went first in each repeat, the baseline's build."""
+
+    candidate: list
+    baseline: list
+    order: object = None
+    build: object = None
+
+
+@dataclasses.dataclass(frozen=True)
 class SameRun:
     """One same-run, interleaved A/B of the candidate (`samples`, `summary`) and the baseline's own build."""
 
@@ -212,20 +223,20 @@ def _undecided(rec: CaseVerdict, screen: list[str], why: str, **more) -> CaseVer
     return rec.said(Verdict.UNCONFIRMED, why, **more)
 
 
-def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed: int) -> SameRun | str:
+def _same_run(case_id: str, confirm: Callable[[str], Retimed], th: Thresholds, seed: int) -> SameRun | str:
     """One same-run, interleaved A/B of the candidate and the baseline's own build: its record (samples,
     summaries, the P50 test), or why it could not run. BaselineTampered passes through."""
     try:
         run = confirm(case_id)
-        cand, base = _as_repeats(run["candidate"]), _as_repeats(run["baseline"])
+        cand, base = _as_repeats(run.candidate), _as_repeats(run.baseline)
         return SameRun(
             "same-run, interleaved with the baseline's own build",
             cand,
             stats.summarize_repeats(cand),
             Side(base, stats.summarize_repeats(base)),
             stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed),
-            run.get("order"),
-            run.get("build"),
+            run.order,
+            run.build,
         )
     except BaselineTampered:
         raise
@@ -234,7 +245,7 @@ def _same_run(case_id: str, confirm: Callable[[str], dict], th: Thresholds, seed
 
 
 def _decide_same_run(
-    rec: CaseVerdict, screen: list[str], confirm: Callable[[str], dict], th: Thresholds
+    rec: CaseVerdict, screen: list[str], confirm: Callable[[str], Retimed], th: Thresholds
 ) -> CaseVerdict:
     """The verdict of a case the stored timings flagged, from same-run A/Bs of the baseline's own build:
 
@@ -284,7 +295,7 @@ def judge(
     baseline: dict,
     attempt_header: dict,
     benchmark_json: dict,
-    confirm: Callable[[str], dict] | None = None,
+    confirm: Callable[[str], Retimed] | None = None,
     thresholds: Thresholds | None = None,
 ) -> RegressionVerdict:
     """The regression verdict of one attempt against a baseline (both already validated).

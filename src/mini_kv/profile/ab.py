@@ -11,15 +11,42 @@ under the integrity Guard as the benchmark stage does: a violation is the result
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mini_kv.codec import from_json, optional
 from mini_kv.model import sha256_file
 from mini_kv.settings import DEFAULTS
-from mini_kv.worker.jobs import ABJob, Event
+from mini_kv.worker.jobs import ABJob
 
 DEFAULT_REPEATS = 6
 DEFAULT_SAMPLES = 50
 DEFAULT_WARMUP = 10
+
+
+@dataclass(frozen=True)
+class ABTiming:
+    """The A/B timing (compare-profiles' `timing`): both candidates' samples by label (A, B) and their
+    summaries; or, `ran` False, why there is none (`error`: it failed, rather than was not asked for)."""
+
+    ran: bool
+    reason: str | None = optional()
+    error: bool | None = optional()
+    integrity: str | None = optional()  # the violation that ended it
+    sandbox: dict | None = optional()  # the jail the timing ran in
+    method: str | None = optional()
+    timer: str | None = optional()
+    fallbacks: list | None = optional()
+    unit: str | None = optional()
+    order: list | None = optional()
+    repeats: int | None = optional()
+    samples_per_repeat: int | None = optional()
+    candidates: dict | None = optional()  # label -> candidate id
+    p50_us: dict | None = optional()
+    p95_us: dict | None = optional()
+    p50_robust_cv: dict | None = optional()
+    b_over_a: float | None = optional()
+    samples: dict | None = optional()
 
 
 def _library(doc: dict) -> tuple[str | None, str | None]:
@@ -59,8 +86,8 @@ def run_ab(
     samples: int = DEFAULT_SAMPLES,
     warmup: int = DEFAULT_WARMUP,
     timeout: float = DEFAULTS.ncu_timeout_s,
-) -> dict:
-    """{"ran": True, ...timings} or {"ran": False, "reason": why it could not run}."""
+) -> ABTiming:
+    """The timing of `a` against `b` in a jailed child, or why it could not run."""
     import torch
 
     from mini_kv.jail import JailSpec
@@ -68,34 +95,29 @@ def run_ab(
     from mini_kv.runner import default_sandbox, run_one
 
     if not torch.cuda.is_available():
-        return {
-            "ran": False,
-            "reason": "no CUDA device visible to torch: the A/B latency needs the GPU the "
+        return ABTiming(
+            False,
+            "no CUDA device visible to torch: the A/B latency needs the GPU the "
             "profiles were taken on (the profiler's replay durations are not latencies)",
-        }
+        )
     job = job_for(a, b, repeats, samples, warmup)
     for entry, doc in zip(job.candidates, (a, b), strict=True):
         lib, why = _library(doc)
         if lib is None:
-            return {"ran": False, "reason": why + "; re-run `mini-kv profile` here"}
+            return ABTiming(False, why + "; re-run `mini-kv profile` here")
         entry["library"] = lib
     # both candidates' code runs in this child, jailed as the worker is: it sees the two libraries and
     # the project whose input module it imports, read-only
     libs = tuple(entry["library"] for entry in job.candidates)
     spec = JailSpec(read_only=(*libs, str(find_project_root(Path.cwd()))), gpu=True)
     ev = run_one(job, timeout, sandbox=default_sandbox(), spec=spec)
-    if ev["event"] != Event.RESULT:
-        return {
-            "ran": False,
-            "error": True,
-            "reason": f"the timing process failed: {ev['reason']}: "
-            f"{ev.get('traceback') or ev['log_tail'][-1500:]}",
-            "sandbox": ev["sandbox"],
-        }
-    return {**ev["result"], "sandbox": ev["sandbox"]}
+    if not ev.ok:
+        why = f"the timing process failed: {ev.reason}: {ev.traceback or ev.log_tail[-1500:]}"
+        return ABTiming(False, why, error=True, sandbox=ev.sandbox)
+    return replace(from_json(ABTiming, ev.result), sandbox=ev.sandbox)
 
 
-def time_pair(job: ABJob) -> dict:
+def time_pair(job: ABJob) -> ABTiming:
     """Runs in the worker child: the harness is snapshot before either candidate loads and checked
     after loading and after timing; a violation is the result (`ran` False, `integrity`)."""
     from mini_kv.worker import integrity
@@ -116,11 +138,11 @@ def time_pair(job: ABJob) -> dict:
         result = _time(job, calls)
         guard.check("after timing")
     except integrity.Violation as v:
-        return {"ran": False, "error": True, "integrity": v.code, "reason": str(v)}
+        return ABTiming(False, str(v), error=True, integrity=v.code)
     return result
 
 
-def _time(job: ABJob, calls: dict) -> dict:
+def _time(job: ABJob, calls: dict) -> ABTiming:
     from mini_kv import stats
     from mini_kv.worker.engine import choose_method, timed
     from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
@@ -144,19 +166,19 @@ def _time(job: ABJob, calls: dict) -> dict:
             )
     summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
     p50 = {label: summary[label].overall.p50 for label in calls}
-    return {
-        "ran": True,
-        "method": method,
-        "timer": TIMER_LABELS[method],
-        "fallbacks": fallbacks,
-        "unit": "us",
-        "order": order_log,
-        "repeats": job.repeats,
-        "samples_per_repeat": job.samples,
-        "candidates": {c["label"]: c["id"] for c in job.candidates},
-        "p50_us": p50,
-        "p95_us": {label: summary[label].overall.p95 for label in calls},
-        "p50_robust_cv": {label: summary[label].p50_robust_cv for label in calls},
-        "b_over_a": p50["B"] / p50["A"],
-        "samples": samples,
-    }
+    return ABTiming(
+        True,
+        method=method,
+        timer=TIMER_LABELS[method],
+        fallbacks=fallbacks,
+        unit="us",
+        order=order_log,
+        repeats=job.repeats,
+        samples_per_repeat=job.samples,
+        candidates={c["label"]: c["id"] for c in job.candidates},
+        p50_us=p50,
+        p95_us={label: summary[label].overall.p95 for label in calls},
+        p50_robust_cv={label: summary[label].p50_robust_cv for label in calls},
+        b_over_a=p50["B"] / p50["A"],
+        samples=samples,
+    )

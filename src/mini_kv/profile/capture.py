@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mini_kv import environment, jail
 from mini_kv.codec import to_json
@@ -33,6 +33,9 @@ from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, ProfileStatus
 from mini_kv.worker import channel
 from mini_kv.worker.jobs import Event, Job, ProfileTargetJob
+
+if TYPE_CHECKING:
+    from mini_kv.compile.compiler import CompileRecord
 
 # A fixed, public salt: profiles are evidence about a kernel, not a correctness check, and two
 # candidates' profiles must see the same inputs to be comparable.
@@ -183,20 +186,16 @@ def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWrite
     return built(comp, w, rec)
 
 
-def built(comp: dict, w: ProfileWriter, rec: dict) -> str:
+def built(comp: CompileRecord, w: ProfileWriter, rec: dict) -> str:
     """The library of a build record, its record and logs kept in the profile; COMPILE_FAILED otherwise."""
     w.json("compile.json", comp)
-    for name, path in (comp.get("logs") or {}).items():
+    for name, path in (comp.logs or {}).items():
         if Path(path).is_file():
             w.copy(f"logs/compile/{name}", Path(path))
-    if comp["status"] != BuildStatus.OK:
-        raise ProfileFailure(
-            "COMPILE_FAILED", f"build {comp['status']}; see logs/compile/", build_key=comp["key"]
-        )
-    rec["candidate"].update(
-        library=comp["library"], library_sha256=comp["library_sha256"], build_key=comp["key"]
-    )
-    return comp["library"]
+    if comp.status != BuildStatus.OK:
+        raise ProfileFailure("COMPILE_FAILED", f"build {comp.status}; see logs/compile/", build_key=comp.key)
+    rec["candidate"].update(library=comp.library, library_sha256=comp.library_sha256, build_key=comp.key)
+    return comp.library
 
 
 def _card_job(card: Problem, cand: Candidate, p: Plan, library: str) -> ProfileTargetJob:

@@ -79,6 +79,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
         ref_file.write_text(d.reference, encoding="utf-8")
         comp = None
         if sol.group == "cpp":
+            from mini_kv.compile.compiler import CompileRecord
             from mini_kv.solexec.run import BenchOptions, compile_problem
 
             comp, _ = compile_problem(
@@ -87,7 +88,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
                 BenchOptions(solution=sol.path, compile_timeout=opts.compile_timeout or 600.0),
                 lambda msg: None,
             )
-            capture.built(comp or {"status": BuildStatus.UNAVAILABLE, "key": None}, w, r)
+            capture.built(comp or CompileRecord(status=BuildStatus.UNAVAILABLE), w, r)
         return SolProfileTargetJob(
             device="cuda:0",
             reference_file=str(ref_file),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path, PurePosixPath
 
-from mini_kv.compile.compiler import compile_candidate
+from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError
 from mini_kv.model import Candidate
 from mini_kv.solexec import languages
@@ -32,29 +32,28 @@ def solution_build(solution: Candidate, staged: Path, extra: CppFlags) -> Candid
     )
 
 
-def job_entry(solution: Candidate, staged: Path, compile_rec: dict | None) -> dict:
+def job_entry(solution: Candidate, staged: Path, rec: CompileRecord | None) -> dict:
     """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
     regression gate's same-run comparison)."""
-    rec = compile_rec or {}
     return {
         "group": solution.group,
         "dir": str(staged),
         "entry_file": solution.entry_file,
         "entry_function": solution.entry_function,
         "dps": solution.dps,
-        "module": rec.get("module"),
-        "library": rec.get("library"),
+        "module": rec.module if rec else None,
+        "library": rec.library if rec else None,
     }
 
 
-def build_log(record: dict, limit: int = 8000) -> str:
+def build_log(record: CompileRecord, limit: int = 8000) -> str:
     """The part of a failed build's output that says why."""
-    parts = [record["refused"]] if record.get("refused") else []
-    for check in (record.get("cuda_check") or {}).get("checks", []):
+    parts = [record.refused] if record.refused else []
+    for check in (record.cuda_check or {}).get("checks", []):
         if check["returncode"] != 0:
             parts.append(f"$ {' '.join(check['command'])}\n{check['output']}")
     for name in ("stderr.log", "stdout.log"):
-        path = (record.get("logs") or {}).get(name)
+        path = (record.logs or {}).get(name)
         if path and Path(path).is_file():
             text = Path(path).read_text(errors="replace").strip()
             if text:
@@ -84,6 +83,6 @@ def stage_sol_baseline(
             if reason
             else compile_candidate(Path(project_root), solution_build(sol, dest, flags), timeout)
         )
-        if rec is None or rec["status"] != BuildStatus.OK:
-            raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec['status']}")
+        if rec is None or rec.status != BuildStatus.OK:
+            raise BaselineBuildError(f"the baseline's solution did not build: {reason or rec.status}")
     return job_entry(sol, dest, rec)

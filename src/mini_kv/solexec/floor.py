@@ -9,6 +9,8 @@ performance block: its time is not a measurement of work."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mini_kv import roofline, stats
 from mini_kv.judge.regression import timed
 from mini_kv.solexec.definition import Definition
@@ -22,18 +24,25 @@ def output_bytes(definition: Definition, workload: Workload) -> int:
 
 
 def judge_times(
-    definition: Definition, workloads: list[Workload], outcomes: dict[str, dict], peak_bw_Bps: float | None
-) -> None:
-    """Mark every PASSED workload timed below its floor IMPOSSIBLE_TIME (in place); record the floor's
-    inputs (`bytes`, `peak_bw_Bps`) in each timed workload's bench record, so the index recomputes it."""
-    for wl in workloads:
-        o = outcomes.get(wl.uuid) or {}
-        bench = o.get("bench")
-        if not bench or not timed(bench):
-            continue
-        bench.update(bytes=float(output_bytes(definition, wl)), peak_bw_Bps=peak_bw_Bps)
-        why = roofline.impossible_time(
-            {"id": wl.uuid, **bench}, stats.summarize_repeats(bench["candidate"]["samples"]).overall.p50
+    definition: Definition, workloads: list[Workload], outcomes: tuple, peak_bw_Bps: float | None
+) -> tuple:
+    """The outcomes (run.WorkloadOutcome) with every PASSED workload timed below its floor IMPOSSIBLE_TIME,
+    and the floor's inputs (`bytes`, `peak_bw_Bps`) in each timed workload's bench record, so the index
+    recomputes it."""
+    by_uuid = {wl.uuid: wl for wl in workloads}
+    return tuple(
+        _judged(definition, by_uuid[o.id], o, peak_bw_Bps) if o.id in by_uuid else o for o in outcomes
+    )
+
+
+def _judged(definition: Definition, wl: Workload, o, peak_bw_Bps: float | None):
+    if not o.bench or not timed(o.bench):
+        return o
+    bench = {**o.bench, "bytes": float(output_bytes(definition, wl)), "peak_bw_Bps": peak_bw_Bps}
+    p50 = stats.summarize_repeats(bench["candidate"]["samples"]).overall.p50
+    why = roofline.impossible_time({"id": wl.uuid, **bench}, p50)
+    if why and o.status == Status.PASSED:
+        return replace(
+            o, status=Status.IMPOSSIBLE_TIME, log=why, correctness=None, performance=None, bench=bench
         )
-        if why and o.get("status") == Status.PASSED:
-            o.update(status=Status.IMPOSSIBLE_TIME, log=why, correctness=None, performance=None)
+    return replace(o, bench=bench)

@@ -12,14 +12,14 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mini_kv import environment, jail
-from mini_kv.codec import to_json
-from mini_kv.compile.compiler import compile_candidate
+from mini_kv.codec import from_json, optional, to_json
+from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
+from mini_kv.model import Candidate, Case, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
     Built,
@@ -248,51 +248,73 @@ def _failure_log(entry: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def outcomes_from_results(results: dict, cases: tuple[Case, ...]) -> dict[str, dict]:
-    """uuid -> {status, log, correctness, performance, bench, finished_at} from the runner's results."""
-    load = results.get("load") or {"ok": False, "reason": "the worker produced no result"}
+def _load_failure(load: dict) -> tuple[str, str]:
+    """Every workload's status and log when the solution (or the reference) did not load."""
+    status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
+    log = _failure_log(load)
+    if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
+        status = Status.INVALID_REFERENCE
+        log = (
+            "the reference did not finish loading (it hangs at import)"
+            if load.get("timed_out")
+            else "the reference ended the worker while loading"
+        ) + f": {log}"
+    return status, log
+
+
+@dataclass(frozen=True)
+class WorkloadOutcome:
+    """One workload's outcome, as correctness.json keeps it (less `bench`, its benchmark.json record) and
+    its trace says it: the worker's record (worker.formats.WorkloadRecord), or the status and log of a
+    workload it has none for (a crash or hang while it ran, a build that decided every workload)."""
+
+    id: str
+    status: str
+    log: str = ""
+    correctness: dict | None = optional()
+    performance: dict | None = optional()
+    bench: dict | None = optional()
+    kernels: dict | None = optional()
+    finished_at: str | None = optional()
+
+
+def outcomes_from_results(results: WorkerResults, cases: tuple[Case, ...]) -> tuple[WorkloadOutcome, ...]:
+    """Each case's outcome, in the cases' order, from the runner's results."""
+    load = results.load or {"ok": False, "reason": "the worker produced no result"}
     if not load.get("ok"):
-        status = load.get("status") or (Status.TIMEOUT if load.get("timed_out") else Status.RUNTIME_ERROR)
-        log = _failure_log(load)
-        if load.get("stage") == "reference":  # the worker died or hung in the reference's own code
-            status = Status.INVALID_REFERENCE
-            log = (
-                "the reference did not finish loading (it hangs at import)"
-                if load.get("timed_out")
-                else "the reference ended the worker while loading"
-            ) + f": {log}"
-        return {c.id: {"status": status, "log": log} for c in cases}
-    by_id = {rec["id"]: rec for rec in results["cases"]}
-    out = {}
+        return _all(cases, *_load_failure(load))
+    by_id = {rec["id"]: rec for rec in results.cases}
+    spent = [i["reason"] for i in results.incidents if i.get("status") == Status.TIMEOUT]
+    out = []
     for c in cases:
         rec = by_id.get(c.id)
         if rec is None:
-            spent = [i["reason"] for i in results["incidents"] if i.get("status") == Status.TIMEOUT]
-            out[c.id] = {
-                "status": Status.TIMEOUT,
-                "log": "not evaluated: " + (spent[0] if spent else "no result"),
-            }
+            out.append(
+                WorkloadOutcome(
+                    c.id, Status.TIMEOUT, "not evaluated: " + (spent[0] if spent else "no result")
+                )
+            )
         elif "signature" in rec or "finished_at" in rec:  # the worker's own record
-            out[c.id] = rec
+            out.append(from_json(WorkloadOutcome, rec))
         else:  # the runner's record of a crash or hang while this workload ran
-            out[c.id] = {"status": rec["status"], "log": _failure_log(rec)}
-    for incident in results["incidents"]:
+            out.append(WorkloadOutcome(c.id, rec["status"], _failure_log(rec)))
+    ids = {c.id for c in cases}
+    for incident in results.incidents:
         if incident.get("integrity"):  # bytes on the result channel that the worker did not sign
-            hit = [incident["case"]] if incident.get("case") in out else list(out)
-            for uuid in hit:
-                out[uuid] = {"status": violation_status(incident["integrity"]), "log": incident["reason"]}
-    return out
+            hit = {incident["case"]} if incident.get("case") in ids else ids
+            forged = (violation_status(incident["integrity"]), incident["reason"])
+            out = [WorkloadOutcome(o.id, *forged) if o.id in hit else o for o in out]
+    return tuple(out)
 
 
 TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
 
 
-def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list[traces.Trace]:
+def build_traces(problem: Problem, outcomes: tuple[WorkloadOutcome, ...], env: dict) -> list[traces.Trace]:
     trace_env = traces.trace_environment(env)
     out = []
-    for wl in problem.payload[1]:
-        o = outcomes[wl.uuid]
-        if o["status"] == Status.SKIPPED:  # upstream's layout has no word for it: correctness.json says why
+    for wl, o in zip(problem.payload[1], outcomes, strict=True):  # the cases are the workloads, in order
+        if o.status == Status.SKIPPED:  # upstream's layout has no word for it: correctness.json says why
             continue
         out.append(
             traces.make_trace(
@@ -301,50 +323,52 @@ def build_traces(problem: Problem, outcomes: dict[str, dict], env: dict) -> list
                 problem.candidates[0].id,
                 # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
                 # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
-                TRACE_WORDS.get(o["status"], o["status"]),
+                TRACE_WORDS.get(o.status, o.status),
                 trace_env,
-                log=o.get("log") or "",
-                correctness=o.get("correctness"),
-                performance=o.get("performance"),
-                timestamp=o.get("finished_at"),
+                log=o.log or "",
+                correctness=o.correctness,
+                performance=o.performance,
+                timestamp=o.finished_at,
             )
         )
     return out
 
 
-def _all(problem: Problem, status: str, log: str) -> dict[str, dict]:
-    return {c.id: {"status": status, "log": log} for c in problem.cases}
+def _all(cases: tuple[Case, ...], status: str, log: str) -> tuple[WorkloadOutcome, ...]:
+    return tuple(WorkloadOutcome(c.id, status, log) for c in cases)
 
 
 def compile_problem(
     problem: Problem, staging: Path, opts: BenchOptions, say
-) -> tuple[dict | None, dict | None]:
+) -> tuple[CompileRecord | None, tuple[WorkloadOutcome, ...] | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
     `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
     sol = problem.candidates[0]
     flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
-        return None, _all(problem, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
+        return None, _all(problem.cases, Status.RUNTIME_ERROR, UNAVAILABLE + reason)
     say(f"compile {sol.id}: {sol.build_summary(True)}")
     built = solution_build(sol, staging / "solution", flags)
     rec = compile_candidate(
         bench_project_root(opts), built, opts.compile_timeout, sandbox=jail.resolve(opts.sandbox)
     )
-    if rec["status"] == BuildStatus.TIMEOUT:
+    if rec.status == BuildStatus.TIMEOUT:
         return rec, _all(
-            problem,
+            problem.cases,
             Status.TIMEOUT,
             f"the build did not finish within --compile-timeout {opts.compile_timeout:g} s\n{build_log(rec)}",
         )
-    if rec["status"] != BuildStatus.OK:
-        return rec, _all(problem, Status.COMPILE_ERROR, build_log(rec) or "the build failed (no output)")
+    if rec.status != BuildStatus.OK:
+        return rec, _all(
+            problem.cases, Status.COMPILE_ERROR, build_log(rec) or "the build failed (no output)"
+        )
     return rec, None
 
 
-def _cpp_unavailable(rec: dict, device: str) -> str | None:
+def _cpp_unavailable(rec: CompileRecord, device: str) -> str | None:
     reason = languages.cpp_run_unavailable(device)
-    if reason and rec.get("check_only"):
-        check = rec.get("cuda_check") or {}
+    if reason and rec.check_only:
+        check = rec.cuda_check or {}
         reason += (
             f" (compile check: {check.get('status')}"
             + (f"; {check['note']}" if check.get("note") else "")
@@ -412,7 +436,7 @@ class SolDoor(FrontDoor):
         else:
             unavailable = languages.python_unavailable(self.cand.languages, prep.device, prep.env)
         if outcomes is None and unavailable:
-            outcomes = _all(self.problem, Status.RUNTIME_ERROR, UNAVAILABLE + unavailable)
+            outcomes = _all(self.problem.cases, Status.RUNTIME_ERROR, UNAVAILABLE + unavailable)
         return Built(compile_rec, outcomes, unavailable)
 
     def job(self, prep: Prepared, built: Built) -> SolJob | None:
@@ -439,24 +463,25 @@ class SolDoor(FrontDoor):
     def stage_timeout(self, job: SolJob) -> float:
         return self.opts.timeout * (len(job.cases) + 1)
 
-    def outcome(self, prep: Prepared, built: Built, results: dict) -> Outcome:
+    def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome:
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
-        floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
+        outcomes = floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
-        if outcomes and all(o.get("log", "").startswith(UNAVAILABLE) for o in outcomes.values()):
-            unavailable = unavailable or next(iter(outcomes.values()))["log"][len(UNAVAILABLE) :]
+        if outcomes and all(o.log.startswith(UNAVAILABLE) for o in outcomes):
+            unavailable = unavailable or outcomes[0].log[len(UNAVAILABLE) :]
         code = exit_code(trace_list, unavailable)
-        status, correctness, bench = _summaries(outcomes, code)
-        cases = [{k: v for k, v in {"id": u, **o}.items() if k != "bench"} for u, o in outcomes.items()]
+        cases = [to_json(replace(o, bench=None)) for o in outcomes]
+        bench_records = [{"id": o.id, **o.bench} for o in outcomes if o.bench]
+        status, correctness, bench = _summaries(cases, bench_records, code)
         return Outcome(
             status,
             code,
             correctness,
             bench,
-            {**results, "cases": cases},
-            [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
+            replace(results, cases=cases),
+            bench_records,
             prep.settings,
             {"traces": trace_list, "unavailable": unavailable},
         )
@@ -489,9 +514,9 @@ class SolDoor(FrontDoor):
             settings={**_interleaved_settings(job.settings), "rounds": 1},
         )
 
-    def timed(self, res: dict, case_id: str) -> tuple[dict | None, str | None]:
-        rec = next((r for r in res["cases"] if r.get("id") == case_id), {})
-        why = rec.get("log") or rec.get("reason") or (res.get("load") or {}).get("reason")
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+        rec = next((r for r in res.cases if r.get("id") == case_id), {})
+        why = rec.get("log") or rec.get("reason") or (res.load or {}).get("reason")
         return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
 
     def evaluated(self) -> Evaluated:
@@ -537,7 +562,7 @@ def bench(
         "unavailable": run.out.detail["unavailable"],
         "skipped": [
             {"id": c["id"], "reason": c.get("log")}
-            for c in run.out.results.get("cases", [])
+            for c in run.out.results.cases
             if c.get("status") == Status.SKIPPED
         ],
         # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
@@ -549,9 +574,9 @@ def bench(
         "duration_s": round(time.perf_counter() - t0, 3),
         "phases": run.phases,
         "regression": run.regression,
-        "sandbox": run.out.results.get("sandbox"),  # the jail's record (its summary line names gaps)
+        "sandbox": run.out.results.sandbox,  # the jail's record (its summary line names gaps)
         # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v shows them
-        "kernels": {c["id"]: c["kernels"] for c in run.out.results.get("cases", []) if c.get("kernels")},
+        "kernels": {c["id"]: c["kernels"] for c in run.out.results.cases if c.get("kernels")},
     }
 
 
@@ -571,15 +596,12 @@ def exit_code(trace_list: list[traces.Trace], unavailable: str | None) -> ExitCo
 # ------------------------------------------------------------------------------------ attempt
 
 
-def _summaries(outcomes: dict[str, dict], code: ExitCode) -> tuple[str, dict, dict]:
+def _summaries(cases: list[dict], bench_records: list[dict], code: ExitCode) -> tuple[str, dict, dict]:
     """Status, correctness and benchmark summaries, by the function the index recomputes them with."""
     from mini_kv.store.headline import sol_headline
 
-    head = sol_headline(
-        [{"id": u, **o} for u, o in outcomes.items()],
-        [{"id": u, **o["bench"]} for u, o in outcomes.items() if o.get("bench")],
-        Status.COMPILE_ERROR if code == ExitCode.COMPILE else Status.FAILED,
-    )
+    failed = Status.COMPILE_ERROR if code == ExitCode.COMPILE else Status.FAILED
+    head = sol_headline(cases, bench_records, failed)
     return head.status, head.correctness, head.benchmark
 
 

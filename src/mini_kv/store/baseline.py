@@ -181,7 +181,7 @@ def check_baseline(
     root: Path,
     header: dict,
     bench_cases: list[dict],
-    confirm_with: Callable[[dict, str], dict] | None = None,
+    confirm_with: Callable[[dict, str], regression.Retimed] | None = None,
     thresholds: Thresholds | None = None,
     artifacts: Path | None = None,
 ) -> dict:

@@ -19,7 +19,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mini_kv import roofline
+from mini_kv.codec import optional
 from mini_kv.judge.regression import timed
+from mini_kv.model import WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
 
@@ -51,9 +53,25 @@ class CaseHeadline:
 
 
 @dataclass(frozen=True)
+class CorrectnessSummary:
+    """correctness.json's (and attempt.json's) `correctness` summary: whether every case passed and the
+    counts (a card's by kind: passed, total, skipped; a SOL attempt's by status); a card's also the
+    kernels it registered and lacks, the cases its own factory broke, the defences that fired, the
+    contract checks' statuses."""
+
+    ok: bool
+    counts: dict
+    kernels: dict | None = optional()
+    missing_kernels: list | None = optional()
+    invalid_cases: list | None = optional()
+    integrity_failures: list | None = optional()
+    contract: dict | None = optional()
+
+
+@dataclass(frozen=True)
 class Headline:
     status: str
-    correctness: dict | None  # the correctness summary (None when nothing ran)
+    correctness: CorrectnessSummary | None  # None when nothing ran
     benchmark: dict | None  # {"ran", "ok", "stable", "geomean_speedup", ...}; None when nothing ran
     cases: tuple[CaseHeadline, ...]  # the bench cases that produced timings
 
@@ -129,10 +147,10 @@ def _geomean(cases: list[CaseHeadline]) -> float | None:
 # --------------------------------------------------------------------------------- task-card format
 
 
-def summarize_correctness(results: dict, device: str) -> dict:
+def summarize_correctness(results: WorkerResults, device: str) -> CorrectnessSummary:
     """correctness.json's summary from its records: load, cases, contract checks, incidents."""
     counts: dict[str, dict[str, int]] = {}
-    for rec in results["cases"]:
+    for rec in results.cases:
         group = {"core": "core", "extra": "extra", "edge": "edge/illegal", "illegal": "edge/illegal"}[
             rec["kind"]
         ]
@@ -142,31 +160,24 @@ def summarize_correctness(results: dict, device: str) -> dict:
             continue
         c["total"] += 1
         c["passed"] += rec["status"] == Status.PASSED
-    load = results["load"] or {"ok": False}
+    load = results.load or {"ok": False}
     kernels = load.get("kernels", {})
     needed = ["CPU", "Meta"] + (["CUDA"] if device.startswith("cuda") else [])
     missing = [k for k in needed if not kernels.get(k)]
-    contract = results["contract"]
+    contract = results.contract
     contract_ok = all(r.get("status") == Status.PASSED for r in contract.values())
     # reason codes of the defences (mini_kv.worker.integrity), wherever they fired
     integrity = [
         r["integrity"]
-        for r in [*results["incidents"], load, *results["cases"], *contract.values()]
+        for r in [*results.incidents, load, *results.cases, *contract.values()]
         if r.get("integrity")
     ]
-    cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results["cases"])
+    cases_ok = all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in results.cases)
     ok = bool(load.get("ok")) and cases_ok and contract_ok and not missing and not integrity
     # cases whose params broke the card's own input factory: the card's fault, not the candidate's
-    invalid = [r["id"] for r in results["cases"] if r["status"] == Status.INVALID_CASE]
-    return {
-        "ok": ok,
-        "counts": counts,
-        "kernels": kernels,
-        "missing_kernels": missing,
-        "invalid_cases": invalid,
-        "integrity_failures": integrity,
-        "contract": {k: v.get("status") for k, v in contract.items()},
-    }
+    invalid = [r["id"] for r in results.cases if r["status"] == Status.INVALID_CASE]
+    statuses = {k: v.get("status") for k, v in contract.items()}
+    return CorrectnessSummary(ok, counts, kernels, missing, invalid, integrity, statuses)
 
 
 def _untimed(records: list) -> tuple[list, list]:
@@ -209,10 +220,10 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
 
 
 def card_headline(
-    compile_status: str, correctness: dict | None, bench_records: list, skipped: bool, device: str
+    compile_status: str, correctness: WorkerResults, bench_records: list, skipped: bool, device: str
 ) -> Headline:
-    """The headline of a task-card attempt. `correctness` holds load/cases/contract/incidents
-    (correctness.json, or the worker's results); `bench_records` benchmark.json's `cases`."""
+    """The headline of a task-card attempt from the worker's results (or correctness.json's, read back);
+    `bench_records` benchmark.json's `cases`."""
     if compile_status != BuildStatus.OK:
         status = Status.COMPILE_ERROR if compile_status == BuildStatus.ERROR else Status.COMPILE_TIMEOUT
         return Headline(status, None, None, ())
@@ -225,12 +236,12 @@ def card_headline(
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError("benchmark.json", f"records malformed ({type(exc).__name__}: {exc})") from None
     # a defence that fired decides the status, whichever stage saw it (status.VIOLATIONS)
-    violated = verdict_of([*corr["integrity_failures"], *(bench.get("integrity_failures") or [])])
-    if corr["invalid_cases"]:
+    violated = verdict_of([*corr.integrity_failures, *(bench.get("integrity_failures") or [])])
+    if corr.invalid_cases:
         status = Status.INVALID_CASE
     elif violated:
         status = violated
-    elif not corr["ok"]:
+    elif not corr.ok:
         status = Status.INCORRECT
     elif bench["ran"] and not bench["ok"]:
         status = Status.BENCHMARK_ERROR
@@ -274,7 +285,7 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
     if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
         status = verdict_of_statuses(counts) or status
-    return Headline(status, {"ok": passed, "counts": counts}, bench, tuple(cases))
+    return Headline(status, CorrectnessSummary(passed, counts), bench, tuple(cases))
 
 
 # ------------------------------------------------------------------------------ claims vs derived
@@ -357,7 +368,7 @@ def claims_mismatch(head: Headline, header: dict, correctness: dict, benchmark: 
 
     check("attempt.json", "status", _status_word(header.get("status"), head.status), head.status)
     _benchmark_claims(head, header, benchmark, check, out)
-    derived_ok = None if head.correctness is None else head.correctness["ok"]
+    derived_ok = None if head.correctness is None else head.correctness.ok
     for file, block in (
         ("attempt.json", header.get("correctness")),
         ("correctness.json", correctness.get("summary")),

@@ -30,9 +30,10 @@ from pathlib import Path
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
+from mini_kv.codec import from_json
 from mini_kv.errors import UserError
 from mini_kv.judge.regression import timed
-from mini_kv.model import case_seed, safe_name, sha256_file, sol_suite_hash
+from mini_kv.model import WorkerResults, case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir
@@ -380,8 +381,15 @@ def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> h
     skipped = (
         isinstance(summary, dict) and summary.get("ran") is False and not any(map(timed, bench["cases"]))
     )
+    missing = [k for k in ("load", "contract", "incidents") if k not in corr]
+    if missing:  # every writer writes them: a record without them was edited
+        raise headline.RecordError("correctness.json", f"records malformed (no {', '.join(missing)})")
     return headline.card_headline(
-        compile_status, corr, bench["cases"], skipped, str(header.get("device") or "")
+        compile_status,
+        from_json(WorkerResults, corr),
+        bench["cases"],
+        skipped,
+        str(header.get("device") or ""),
     )
 
 

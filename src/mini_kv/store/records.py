@@ -8,7 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mini_kv.model import WorkerResults
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
+from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
 
 RECORD_VERSION = 2
@@ -101,7 +103,7 @@ class CorrectnessRecord(_Checked):
     contract: dict
     incidents: list
     sandbox: dict | None
-    summary: dict | None
+    summary: CorrectnessSummary | None
     schema_version: int = RECORD_VERSION
 
 
@@ -119,14 +121,8 @@ class BenchmarkRecord(_Checked):
 
 
 def correctness_document(
-    fmt: str, device: str, salt: str, results: dict, summary: dict | None
+    fmt: str, device: str, salt: str, results: WorkerResults, summary: CorrectnessSummary | None
 ) -> CorrectnessRecord:
-    """correctness.json of a run: `results` holds load, cases, contract, incidents, sandbox."""
-    get = results.get
-    run = dict(
-        load=get("load"),
-        contract=get("contract") or {},
-        incidents=get("incidents") or [],
-        sandbox=get("sandbox"),
-    )
-    return CorrectnessRecord(fmt, device, salt, cases=results["cases"], summary=summary, **run)
+    """correctness.json of a run: the worker's load, cases, contract, incidents and sandbox."""
+    r = results
+    return CorrectnessRecord(fmt, device, salt, r.load, r.cases, r.contract, r.incidents, r.sandbox, summary)

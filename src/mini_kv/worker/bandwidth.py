@@ -116,7 +116,7 @@ def ensure(
 
     from mini_kv.runner import run_one
     from mini_kv.store.atomic import write_json
-    from mini_kv.worker.jobs import BandwidthJob, Event
+    from mini_kv.worker.jobs import BandwidthJob
 
     path = cache_path(project_root, environment_key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,12 +129,12 @@ def ensure(
             timeout,
             env=env,  # jailed as every child is (harness code only, but one way to start a child)
         )
-        if ev["event"] != Event.RESULT:
+        if not ev.ok:
             return {
                 "copy_bandwidth_Bps": None,
                 "method": METHOD,
-                "error": f"bandwidth measurement failed ({ev['reason']}): {ev['log_tail'].strip()[-500:]}",
+                "error": f"bandwidth measurement failed ({ev.reason}): {ev.log_tail.strip()[-500:]}",
             }
-        data = ev["result"]
+        data = ev.result
         write_json(path, data)
     return {**data, "cache": str(path)}

@@ -12,6 +12,7 @@ record with an integrity code, SOL's trace with the code first in its log).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import sys
@@ -22,11 +23,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mini_kv import roofline
-from mini_kv.codec import to_json
+from mini_kv.codec import optional, to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
-from mini_kv.worker.compare import Fp64Error, Matched, compare, compare_matched, tensor_errors
+from mini_kv.worker.compare import Errors, Fp64Error, Matched, compare, compare_matched, tensor_errors
 from mini_kv.worker.contract import Contract
 from mini_kv.worker.engine import Checked, Failure
 from mini_kv.worker.inputs import (
@@ -73,6 +74,40 @@ class CardCase:
     @classmethod
     def of(cls, case: dict) -> CardCase:
         return cls(case["id"], case.get("kind", "bench"), case["dtype"], case["params"])
+
+
+@dataclass(frozen=True)
+class CardCaseRecord:
+    """A card's correctness case as correctness.json keeps it: the case, its seed and the inputs made, its
+    status and why (the defence that fired, the traceback, what an illegal input raised); what the engine
+    found: the comparison's statistics (compare.Errors, flat), the reference's own FP64 error, the calls
+    made, whose kernels the first call ran."""
+
+    id: str
+    kind: str
+    dtype: str
+    params: dict
+    seed: int
+    status: str = Status.PASSED
+    reason: str | None = optional()
+    integrity: str | None = optional()
+    traceback: str | None = optional()
+    raised: str | None = optional()
+    inputs: list | None = optional()
+    kernels: Census | None = optional()
+    calls: int | None = optional()
+    reference_error: Fp64Error | None = optional()
+    max_abs_err: float | None = optional()
+    max_rel_err: float | None = optional()
+    mismatches: int | None = optional()
+    first_mismatch: dict | None = optional()
+    numel: int | None = optional()
+    has_nan: bool | None = optional()
+    has_inf: bool | None = optional()
+
+    def found(self, errors: Errors | None, **fields) -> CardCaseRecord:
+        """This record with `fields` and the comparison's statistics (none: the values were not compared)."""
+        return replace(self, **fields, **(dataclasses.asdict(errors) if errors else {}))
 
 
 @dataclass(frozen=True)
@@ -170,14 +205,14 @@ class CardEvaluator:
         names = ("device", "library", "op", "project_root", "inputs", "memory_limit_bytes")
         reply = subject.request("load", kind="card", **{k: getattr(job, k) for k in names})
         if not reply.get("ok"):
-            return chan.send(event=Event.LOAD, ok=False, **_card_load_failure(reply))
+            return chan.send(event=Event.LOAD, ok=False, **to_json(LoadFailed.of(reply)))
         baseline = None
         if job.baseline:
             # the regression gate's same-run comparison: the baseline's own build, under its own
             # dispatcher namespace, takes the reference's place in the interleaved timing
             reply_b = subject.request("load_baseline", library=job.baseline["library"], op=job.baseline["op"])
             if not reply_b.get("ok"):  # a violation too: either way no same-run comparison
-                why = _card_load_failure(reply_b)["reason"]
+                why = LoadFailed.of(reply_b).reason
                 return chan.send(
                     event=Event.LOAD, ok=False, reason=f"the baseline's build did not load: {why}"
                 )
@@ -189,7 +224,7 @@ class CardEvaluator:
         )
         return cls(job, chan, fmt, RemoteGuard(subject))
 
-    def correctness(self, case: dict) -> tuple[dict, dict]:
+    def correctness(self, case: dict) -> tuple[CardCaseRecord, dict]:
         c = CardCase.of(case)
         # `inputs` until the card's factory has made them: a crash or hang there is the card's fault
         self.chan.send(event=Event.BEGIN, stage="inputs", case=c.id)
@@ -235,7 +270,9 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
         t = engine.time_case(ej, c, settings, float(settings.get("budget_s") or 0) or None)
     except Failure as f:
         if f.kind in (Failure.SKIPPED, Failure.VIOLATION):  # a skip's stats: its warm-up
-            return {"id": c.id, **_card_failure(f), **(f.stats or {})}
+            ended = _card_failure(f, CardCaseRecord(c.id, c.kind, c.dtype, c.params, 0))
+            said = {"status": ended.status, "reason": ended.reason, "integrity": ended.integrity}
+            return {"id": c.id, **{k: v for k, v in said.items() if v is not None}, **(f.stats or {})}
         return {"id": c.id, "status": Status.BENCHMARK_ERROR, "integrity": None, "reason": f.message}
     names = roofline.case_names(c.params, t.itemsize, t.numel)
     bytes_moved = roofline.evaluate(exprs["bytes"], names) if exprs.get("bytes") else float(t.set_bytes)
@@ -253,56 +290,55 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
         "post_check": post,
         "bytes": bytes_moved,
         "flops": flops,
-        "roofline": roofline.achieved(bytes_moved, flops, p50 * 1e-6, peak_bw),
+        "roofline": to_json(roofline.achieved(bytes_moved, flops, p50 * 1e-6, peak_bw)),
         "peak_bw_Bps": peak_bw,
     }
 
 
-def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> dict:
+def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> CardCaseRecord:
     """A card's correctness case (engine.correctness: settings.card_rounds rounds; an illegal case must raise),
     as correctness.json's record. `on_inputs`, if given, is called once the card's input factory has made
     the inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
     seed = engine.round_seed(ej.fmt, c.id, 0)
-    record = {"id": c.id, "kind": c.kind, "dtype": c.dtype, "params": c.params, "seed": seed}
+    made_inputs: list = []
 
     def made(args: list) -> None:
-        record["inputs"] = describe_args(args)
+        made_inputs.append(describe_args(args))
         if on_inputs is not None:
             on_inputs()
+
+    def record() -> CardCaseRecord:  # whose compute its first call ran, once known
+        inputs = made_inputs[0] if made_inputs else None
+        return CardCaseRecord(c.id, c.kind, c.dtype, c.params, seed, inputs=inputs, kernels=ej.kernels)
 
     ej.kernels = None
     try:
         if c.kind == "illegal":
             args = ej.fmt.inputs(c, seed)
             made(args)
-            return {**record, **_run_illegal(ej, args)}
+            return _run_illegal(ej, args, record())
         passed = engine.correctness(ej, c, DEFAULTS.card_rounds, made)
     except Failure as f:
-        return {**record, **_card_failure(f), **({"kernels": ej.kernels} if ej.kernels else {})}
-    return {
-        **record,
-        **({"kernels": ej.kernels} if ej.kernels else {}),  # whose compute its first call ran
-        **(to_json(passed.stats) if passed.stats else {}),
-        "reference_error": passed.reference_error,
-        "status": Status.PASSED,
-        "calls": passed.rounds_run,
-    }
+        return _card_failure(f, record())
+    return record().found(passed.stats, reference_error=passed.reference_error, calls=passed.rounds_run)
 
 
-def _card_failure(f: Failure) -> dict:
-    """A card's case record fields for a Failure of the engine's."""
+def _card_failure(f: Failure, rec: CardCaseRecord) -> CardCaseRecord:
+    """A card's case record for a Failure of the engine's."""
     if f.kind == Failure.VIOLATION:
-        return {"status": violation_status(f.code), "integrity": f.code, "reason": f"{f.code}: {f.message}"}
+        return replace(
+            rec, status=violation_status(f.code), integrity=f.code, reason=f"{f.code}: {f.message}"
+        )
     if f.kind == Failure.WRONG:
-        return {**(to_json(f.stats) if f.stats else {}), "status": Status.INCORRECT, "reason": f.message}
+        return rec.found(f.stats, status=Status.INCORRECT, reason=f.message)
     if f.kind == Failure.RAISED:
-        return {"status": Status.RUNTIME_ERROR, "reason": f.message, "traceback": f.tb}
+        return replace(rec, status=Status.RUNTIME_ERROR, reason=f.message, traceback=f.tb)
     if f.kind == Failure.SKIPPED:
-        return {"status": Status.SKIPPED, "reason": f.message}
-    return {"status": Status.INVALID_CASE, "reason": f.message}
+        return replace(rec, status=Status.SKIPPED, reason=f.message)
+    return replace(rec, status=Status.INVALID_CASE, reason=f.message)
 
 
-def _run_illegal(ej: engine.Job, args: list) -> dict:
+def _run_illegal(ej: engine.Job, args: list, rec: CardCaseRecord) -> CardCaseRecord:
     """An illegal input must raise a clean Python exception from the op; returning anything is a contract
     failure. The harness is checked after the call either way."""
     try:
@@ -312,23 +348,30 @@ def _run_illegal(ej: engine.Job, args: list) -> dict:
             raise
         except Exception as exc:  # noqa: BLE001
             ej.guard.check("after an illegal-input call")
-            return {
-                "status": Status.PASSED,
-                "raised": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-            }
+            return replace(rec, raised=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     except Violation as v:
-        return {"status": v.status, "integrity": v.code, "reason": str(v)}
-    return {"status": Status.INCORRECT, "reason": "the op accepted illegal input instead of raising an error"}
+        return replace(rec, status=v.status, integrity=v.code, reason=str(v))
+    return replace(
+        rec, status=Status.INCORRECT, reason="the op accepted illegal input instead of raising an error"
+    )
 
 
-def _card_load_failure(reply: dict) -> dict:
-    """The `load` event's fields for a subject that could not load the candidate, or reported a
-    violation while it did."""
-    if isinstance(reply.get("violation"), dict):
-        v = reply["violation"]
-        return {"integrity": v.get("code"), "reason": f"{v.get('code')}: {v.get('message')}"}
-    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-    return {"reason": f"{err.get('type')}: {err.get('message')}", "hint": reply.get("hint")}
+@dataclass(frozen=True)
+class LoadFailed:
+    """The `load` event's fields for a subject that could not load the candidate (its error, and a hint),
+    or reported a violation while it did."""
+
+    reason: str
+    integrity: str | None = optional()
+    hint: str | None = optional()
+
+    @classmethod
+    def of(cls, reply: dict) -> LoadFailed:
+        if isinstance(reply.get("violation"), dict):
+            v = reply["violation"]
+            return cls(f"{v.get('code')}: {v.get('message')}", integrity=v.get("code"))
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        return cls(f"{err.get('type')}: {err.get('message')}", hint=reply.get("hint"))
 
 
 # ------------------------------------------------------------------ SOL-ExecBench problems
