@@ -79,7 +79,7 @@ def card_rows(device: str, salt: str, compile_timeout: float):
                     yield {**row, "error": why}, None, None
                     continue
                 try:
-                    op = load_op(rec["library"], cand.op)
+                    op = load_op(rec.library, cand.op)
                 except Exception as exc:  # noqa: BLE001 - a row that cannot run says why
                     yield {**row, "error": f"load failed: {exc}"}, None, None
                     continue

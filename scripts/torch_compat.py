@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 
 
-def _recorded_check(rec: dict) -> dict:
+def _recorded_check(rec) -> dict:
     """A cache hit's compile check, as recorded when the build dir was made (it may have been inconclusive)."""
     try:
-        return json.loads((Path(rec["build_dir"]) / "build.json").read_text()).get("cuda_check") or {}
+        return json.loads((Path(rec.build_dir) / "build.json").read_text()).get("cuda_check") or {}
     except (OSError, ValueError):
         return {}
 
@@ -50,17 +50,17 @@ def main(argv: list[str]) -> int:
     if rec is None:  # the solution's language cannot build here at all
         print(f"{solution_json}: {next(iter(outcomes.values()))['log']}", file=sys.stderr)
         return 1
-    check = rec.get("cuda_check") or _recorded_check(rec)
-    what = "compile check" if rec.get("check_only") else "build"
-    flags = " ".join(rec["flags"]["cflags"])
+    check = rec.cuda_check or _recorded_check(rec)
+    what = "compile check" if rec.check_only else "build"
+    flags = " ".join((rec.flags or {}).get("cflags", []))
     print(
-        f"{solution_json}: {what} {rec['status']}"
+        f"{solution_json}: {what} {rec.status}"
         + (f" ({check['status']})" if check else "")
-        + f", cflags {flags}, cache hit {rec['cache_hit']}, {rec['duration_s']} s"
+        + f", cflags {flags}, cache hit {rec.cache_hit}, {rec.duration_s} s"
     )
-    if rec["status"] != "ok" or (rec.get("check_only") and check.get("status") != "ok"):
+    if rec.status != "ok" or (rec.check_only and check.get("status") != "ok"):
         print(
-            check.get("note") or build_log(rec) or f"no compile check recorded in {rec['build_dir']}",
+            check.get("note") or build_log(rec) or f"no compile check recorded in {rec.build_dir}",
             file=sys.stderr,
         )
         return 1

@@ -92,7 +92,8 @@ VIOLATIONS: dict[str, ViolationClass] = {
     ),
     "STALE_OUTPUT_AFTER_TIMING": _hack(
         "a timed call's output wrong when the judge checked it, or wrong after the timed calls, or on "
-        "new values written into the same buffers"
+        "new values written into the same buffers (a call there that runs out of device memory is a "
+        "`RUNTIME_ERROR` saying so: beside other processes on the device an honest solution can)"
     ),
     "NO_DEVICE_WORK": _hack("timed calls launched no device work at all"),
     "FORGED_RESULT_CHANNEL": _hack(
