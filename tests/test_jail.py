@@ -269,13 +269,32 @@ def test_mini_kvs_own_temp_dirs_are_opened_to_the_jails_uid(tmp_path, monkeypatc
     build.mkdir()
     baseline = Path(tempfile.mkdtemp(prefix="baseline-src-", dir=build))
     private = Path(tempfile.mkdtemp(prefix="users-own-", dir=tmp_path))
+    old_umask = os.umask(
+        0o077
+    )  # what mini_kv writes comes out 0600/0700 (a root shell's umask on some hosts)
     try:
-        (staging / "target").mkdir()
-        spec = jail.JailSpec(read_only=(str(staging / "target"), str(baseline), str(private)))
+        (staging / "target" / "solution").mkdir(parents=True)
+        (staging / "target" / "solution" / "kernel.py").write_text("")
+        (staging / "target" / "reference.py").write_text("")
+        (private / "secret").write_text("")
+        spec = jail.JailSpec(
+            read_only=(
+                str(staging / "target"),
+                str(staging / "target" / "reference.py"),
+                str(baseline),
+                str(private),
+            )
+        )
         jail._hand_over(spec, {}, 65534)
         assert staging.stat().st_mode & 0o777 == 0o755 and baseline.stat().st_mode & 0o777 == 0o755
+        for p in ("target", "target/solution"):
+            assert (staging / p).stat().st_mode & 0o005 == 0o005, p
+        for p in ("target/reference.py", "target/solution/kernel.py"):
+            assert (staging / p).stat().st_mode & 0o004, p
         assert private.stat().st_mode & 0o777 == 0o700
+        assert (private / "secret").stat().st_mode & 0o777 == 0o600
     finally:
+        os.umask(old_umask)
         shutil.rmtree(staging)
 
 

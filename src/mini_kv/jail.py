@@ -59,6 +59,7 @@ import os
 import resource
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -928,9 +929,15 @@ def _hand_over(spec: JailSpec, inboxes: dict[str, str], uid: int | None) -> None
     for d in [*spec.writable, *inboxes.values()]:
         os.chown(d, uid, uid)
     for d in spec.read_only:
-        for p in (Path(d), *Path(d).parents):  # a dir inside one too (a profile's staged target)
-            if _own_temp_dir(p):
-                open_to_jail(p)
+        chain = (Path(d), *Path(d).parents)
+        own = next((i for i, p in enumerate(chain) if _own_temp_dir(p)), None)
+        if own is None:
+            continue
+        # the dirs from mini_kv's temp dir down to the path (a profile's staged target inside one), and
+        # what it holds: written by mini_kv, but as the umask said (an umask of 077 leaves it 0600/0700)
+        for p in chain[1 : own + 1]:
+            open_to_jail(p)
+        _open_tree(Path(d))
 
 
 # the temp dirs mini_kv makes (0700, as tempfile makes them) for files a jail reads: in the temp dir, and
@@ -940,9 +947,28 @@ OWN_TEMP_PREFIXES = ("mini-kv-", "baseline-src-")
 
 def open_to_jail(d: Path | str) -> None:
     """A dir mini_kv made (mkdtemp: 0700) whose files a jail reads, readable and searchable by the
-    jail's own uid, which is not the caller's where the jail runs as a uid of its own (`_jail_uid`)."""
-    if os.stat(d).st_mode & 0o005 != 0o005:
-        os.chmod(d, 0o755)
+    jail's own uid, which is not the caller's where the jail runs as a uid of its own (`_jail_uid`);
+    a file, readable by it."""
+    mode = os.stat(d).st_mode
+    if stat.S_ISDIR(mode):
+        if mode & 0o005 != 0o005:
+            os.chmod(d, 0o755)
+    elif not mode & 0o004:
+        os.chmod(d, (mode & 0o777) | 0o044)
+
+
+def _open_tree(top: Path) -> None:
+    """`top` and, for a dir, everything in it opened to the jail's uid (links left alone: mini_kv wrote
+    none, and chmod would follow one out of the tree)."""
+    if top.is_symlink() or not top.exists():
+        return
+    open_to_jail(top)
+    if top.is_dir():
+        for root, dirs, files in os.walk(top):
+            for name in [*dirs, *files]:
+                p = Path(root) / name
+                if not p.is_symlink():
+                    open_to_jail(p)
 
 
 def _own_temp_dir(p: Path) -> bool:
