@@ -297,7 +297,7 @@ def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpu
     stages: Counter = Counter()
     verdicts = {}
     for r in results:
-        stages.update(stage_seconds((r.detail or {}).get("phases") or {}))
+        stages.update(stage_seconds(r.detail.phases if r.detail is not None else {}))  # BENCH items only
         reason = (r.reason or "") if r.detail is None else ""
         verdicts[r.label] = verdict_of(r.attempt, str(r.status), reason)
     return verdicts, dict(stages)

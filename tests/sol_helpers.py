@@ -3,13 +3,24 @@
 import json
 from pathlib import Path
 
-
-def statuses(result: dict) -> dict:
-    return {t["workload"]["uuid"]: t["evaluation"]["status"] for t in result["traces"]}
+from mini_kv.solexec.run import BenchResult
 
 
-def logs(result: dict) -> dict:
-    return {t["workload"]["uuid"]: t["evaluation"]["log"] for t in result["traces"]}
+def bench_result(**fields) -> BenchResult:
+    """A BenchResult of `fields`, the others empty: for the report's own tests."""
+    empty = {"traces": (), "status": "PASSED", "exit_code": 0, "attempt": "", "index_warning": None}
+    empty |= {"compile": None, "device": "cpu", "settings": {}, "unavailable": None, "skipped": ()}
+    empty |= {"counts": None, "benchmark": None, "staging": None, "definition": "d", "solution": "s"}
+    empty |= {"duration_s": 0.0, "phases": {}, "regression": None, "sandbox": None, "kernels": {}}
+    return BenchResult(**{**empty, **fields})
+
+
+def statuses(result: BenchResult) -> dict:
+    return {t.workload["uuid"]: t.evaluation.status for t in result.traces}
+
+
+def logs(result: BenchResult) -> dict:
+    return {t.workload["uuid"]: t.evaluation.log for t in result.traces}
 
 
 def write_solution(

@@ -45,8 +45,8 @@ def test_bench_from_elsewhere_stores_in_the_solution_project(tmp_path, elsewhere
     sol = _solution(project / "solutions" / "good_dps")
     (project / ".mini-kv-project").touch()
     result = bench(str(SOLS / "problem"), BenchOptions(solution=str(sol), **FAST))
-    assert result["exit_code"] == 0
-    assert Path(result["attempt"]).is_relative_to(project / "artifacts")
+    assert result.exit_code == 0
+    assert Path(result.attempt).is_relative_to(project / "artifacts")
     assert list(elsewhere.iterdir()) == []
 
 
@@ -55,4 +55,4 @@ def test_python_solution_with_artifacts_needs_no_project(tmp_path, elsewhere):
     result = bench(
         str(SOLS / "problem"), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "store"), **FAST)
     )
-    assert result["exit_code"] == 0 and Path(result["attempt"]).is_relative_to(tmp_path / "store")
+    assert result.exit_code == 0 and Path(result.attempt).is_relative_to(tmp_path / "store")

@@ -90,7 +90,7 @@ def test_a_slow_solution_is_blamed_for_its_slowness_with_its_per_call_time_and_t
     source = "import time\n\ndef forward(x, w, alpha):\n    time.sleep(1.0)\n    y = x * (w * alpha)\n    return y, y.sum()\n"
     sol = _write(tmp_path / "slow", "slow", False, source)
     opts = BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), budget=1.5, **FAST)
-    attempt = Path(bench(str(PROBLEM), opts)["attempt"])
+    attempt = Path(bench(str(PROBLEM), opts).attempt)
     cases = {c["id"]: c for c in json.loads((attempt / "correctness.json").read_text())["cases"]}
     small, tall = ({"status": cases[u]["status"], "log": cases[u]["log"]} for u in ("small", "tall"))
     assert small["status"] == tall["status"] == "SKIPPED", traces["slow"]

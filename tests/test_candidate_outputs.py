@@ -41,11 +41,11 @@ def test_every_output_gets_a_verdict_a_trace_and_an_attempt(tmp_path, monkeypatc
         tmp_path / name, f"scale_mul_{name}", "scale_mul", "main.py", code, entry="forward", dps=False
     )
     res = bench(str(PROBLEM), BenchOptions(solution=str(sol), **SETTINGS))
-    assert res["exit_code"] == ExitCode.CORRECTNESS, res.get("summary")
+    assert res.exit_code == ExitCode.CORRECTNESS, res
     # 3 of the 24 elements of `small` are 1e37 (12.5 %): wrong by the matched ratio, like garbage
     assert set(statuses(res).values()) == {status}, statuses(res)
-    lines = (Path(res["attempt"]) / "traces.jsonl").read_text().splitlines()
-    assert len(lines) == len(res["traces"]) == 2
+    lines = (Path(res.attempt) / "traces.jsonl").read_text().splitlines()
+    assert len(lines) == len(res.traces) == 2
     for line in lines:
         corr = json.loads(line)["evaluation"]["correctness"]  # strict JSON, finite numbers
         assert corr is not None and corr["max_relative_error"] >= 0

@@ -241,26 +241,28 @@ def test_the_summary_line_after_incorrect_names_what_failed():
 def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if_timing_was_stable():
     """Finding 7 of issue 35: "11/11 workloads passed" for a run that skipped 3 of 14, "0/0" for one with
     nothing run, and no word on stability while the attempt was unstable."""
+    from sol_helpers import bench_result
+
     from mini_kv.cli_batch import batch_summary_line
     from mini_kv.solexec.table import bench_summary_line
 
     counts = {"PASSED": 11, "SKIPPED": 3}
     unstable = {"ran": True, "stable": False}
-    line = bench_summary_line({"counts": counts, "benchmark": unstable, "traces": []})
+    line = bench_summary_line(bench_result(counts=counts, benchmark=unstable))
     assert line.startswith("11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing UNSTABLE")
-    line = bench_summary_line(
-        {"counts": {"SKIPPED": 2}, "benchmark": {"ran": False, "stable": None}, "traces": []}
-    )
+    line = bench_summary_line(bench_result(counts={"SKIPPED": 2}, benchmark={"ran": False, "stable": None}))
     assert line.startswith("NOTHING RAN (0 passed, 0 failed, 2 skipped, 0 not run of 2 workloads)")
     counts = {"PASSED": 1, "INCORRECT_NUMERICAL": 1, "TIMEOUT": 1, "NOT_RUN": 2}
-    line = bench_summary_line({"counts": counts, "benchmark": {"ran": True, "stable": True}, "traces": []})
+    line = bench_summary_line(bench_result(counts=counts, benchmark={"ran": True, "stable": True}))
     assert line == "1 passed, 2 failed, 0 skipped, 2 not run of 5 workloads, timing stable"
     from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
 
     summary = {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}
     items = [
         ItemResult(VERIFY, "a", "a", "PASSED", 0, "/a", {"summary": summary}),
-        ItemResult(BENCH, "b", None, "PASSED", 0, "/b", {"benchmark": {"ran": True, "stable": True}}),
+        ItemResult(
+            BENCH, "b", None, "PASSED", 0, "/b", bench_result(benchmark={"ran": True, "stable": True})
+        ),
         ItemResult(BENCH, "c", None, "WORKER_LOST", 9, None, reason="died"),
     ]
     line = batch_summary_line(items)

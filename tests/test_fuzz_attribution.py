@@ -43,7 +43,7 @@ def test_random_scalar_input_and_a_copy_of_the_reference_passes(tmp_path):
     code = REFERENCE.replace("def run(", "def forward(")
     result = _bench(tmp_path, workloads=wls, solution_code=code)
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
-    assert result["exit_code"] == ExitCode.OK
+    assert result.exit_code == ExitCode.OK
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_a_reference_that_dies_or_hangs_at_import_is_invalid_reference(tmp_path,
     definition["reference"] = prelude + REFERENCE
     result = _bench(tmp_path, definition=definition, timeout=timeout)
     assert set(statuses(result).values()) == {"INVALID_REFERENCE"}, logs(result)
-    assert result["exit_code"] == ExitCode.CONFIG
+    assert result.exit_code == ExitCode.CONFIG
     assert all("reference" in log for log in logs(result).values())
 
 

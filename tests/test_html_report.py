@@ -243,8 +243,8 @@ def sol_attempt(tmp_path_factory) -> Path:
     from test_sol_bench import run_bench
 
     result = run_bench(tmp_path_factory.mktemp("sol"), "good_dps")
-    assert result["exit_code"] == 0, result
-    return Path(result["attempt"])
+    assert result.exit_code == 0, result
+    return Path(result.attempt)
 
 
 def copy_sol_attempt(sol_attempt: Path, art: Path) -> Path:

@@ -207,6 +207,8 @@ def test_a_self_restricting_entry_applies_the_landlock_rules_itself():
 
 
 def test_summary_lines_name_the_missing_layers():
+    from sol_helpers import bench_result
+
     from mini_kv.report import jail_note
     from mini_kv.solexec.table import bench_summary_line
 
@@ -217,7 +219,7 @@ def test_summary_lines_name_the_missing_layers():
     assert jail_note(partial.to_dict()) == "jail missing landlock"
     whole = jail.JailInfo(mode="auto", enabled=True, layers=(("seccomp", "active"),))
     assert jail_note(whole.to_dict()) is None
-    line = bench_summary_line({"traces": [], "counts": {"PASSED": 1}, "sandbox": partial.to_dict()})
+    line = bench_summary_line(bench_result(counts={"PASSED": 1}, sandbox=partial.to_dict()))
     assert line.endswith(", jail missing landlock"), line
 
 

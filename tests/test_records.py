@@ -135,8 +135,8 @@ def test_sol_attempt_records_validate_and_its_v1_layout_still_reads(tmp_path_fac
     from test_sol_bench import run_bench
 
     result = run_bench(tmp_path_factory.mktemp("sol"), "good_dps")
-    assert result["exit_code"] == 0, result
-    src = Path(result["attempt"])
+    assert result.exit_code == 0, result
+    src = Path(result.attempt)
     corr, bench = (json.loads((src / f).read_text()) for f in ("correctness.json", "benchmark.json"))
     assert corr["format"] == bench["format"] == SOL_FORMAT and "workloads" not in corr
     assert is_valid(corr, "correctness") and is_valid(bench, "benchmark") and corr["cases"]

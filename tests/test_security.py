@@ -395,7 +395,7 @@ def test_sandboxed_worker_cannot_reach_network_files_or_secrets(escape_setup):
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)  # every escape failed inside
     assert not escape_setup["marker"].exists()
     assert escape_setup["connected"] == []
-    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    corr = json.loads((Path(result.attempt) / "correctness.json").read_text())
     assert corr["sandbox"]["enabled"] is True and corr["sandbox"]["network"] is False
     assert corr["sandbox"]["tool"].startswith("bwrap") and corr["sandbox"]["seccomp_sha256"]
 
@@ -405,7 +405,7 @@ def test_no_sandbox_runs_the_worker_unconfined_and_records_it(escape_setup):
     result = _bench_escape(escape_setup, sandbox="off")
     assert set(statuses(result).values()) == {"INCORRECT_NUMERICAL"}, logs(result)
     assert escape_setup["marker"].exists()
-    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    corr = json.loads((Path(result.attempt) / "correctness.json").read_text())
     assert corr["sandbox"]["enabled"] is False and corr["sandbox"]["mode"] == "off"
     assert corr["sandbox"]["reason"] == "turned off (--sandbox off)" and corr["sandbox"]["network"] is True
 
@@ -485,7 +485,7 @@ def test_sandboxed_cuda_solution_runs_and_cannot_escape(escape_setup):
     )
     assert set(statuses(result).values()) == {"PASSED"}, logs(result)
     assert not escape_setup["marker"].exists() and escape_setup["connected"] == []
-    corr = json.loads((Path(result["attempt"]) / "correctness.json").read_text())
+    corr = json.loads((Path(result.attempt) / "correctness.json").read_text())
     assert corr["sandbox"]["enabled"] is True
 
 

@@ -12,9 +12,11 @@ import pytest
 from conftest import run_cli
 from sol_helpers import logs, statuses, write_solution
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
 from mini_kv.load.schema import load_schema
-from mini_kv.solexec.run import BenchOptions, bench
+from mini_kv.solexec import traces
+from mini_kv.solexec.run import BenchOptions, BenchResult, bench
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.index import read_index
 
@@ -28,7 +30,7 @@ UPSTREAM_EXAMPLE = (
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 120.0}
 
 
-def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> dict:
+def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> BenchResult:
     opts = BenchOptions(
         solution=str(SOLS / solution / "solution.json"),
         artifacts=str(tmp_path / "artifacts"),
@@ -37,27 +39,27 @@ def run_bench(tmp_path, solution, problem=PROBLEM, **kw) -> dict:
     return bench(str(problem), opts)
 
 
-def check_trace_schema(result: dict) -> None:
+def check_trace_schema(result: BenchResult) -> None:
     validator = jsonschema.Draft202012Validator(load_schema("sol_trace"))
-    for t in result["traces"]:
-        validator.validate(t)
-        json.dumps(t, allow_nan=False)  # strict JSON
+    for t in result.traces:
+        validator.validate(to_json(t))
+        traces.dumps(t)  # strict JSON
 
 
 @pytest.mark.parametrize("solution", ["good_dps", "good_return"])
 def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     result = run_bench(tmp_path, solution)
     assert statuses(result) == {"small": "PASSED", "tall": "PASSED"}, logs(result)
-    assert result["exit_code"] == ExitCode.OK
+    assert result.exit_code == ExitCode.OK
     check_trace_schema(result)
-    for t in result["traces"]:
-        ev = t["evaluation"]
-        assert ev["log"] == ""
-        assert ev["correctness"]["max_absolute_error"] < 1e-5
-        perf = ev["performance"]
-        assert perf["latency_ms"] > 0 and perf["reference_latency_ms"] > 0
-        assert perf["speedup_factor"] == pytest.approx(perf["reference_latency_ms"] / perf["latency_ms"])
-    attempt = Path(result["attempt"])
+    for t in result.traces:
+        ev = t.evaluation
+        assert ev.log == ""
+        assert ev.correctness.max_absolute_error < 1e-5
+        perf = ev.performance
+        assert perf.latency_ms > 0 and perf.reference_latency_ms > 0
+        assert perf.speedup_factor == pytest.approx(perf.reference_latency_ms / perf.latency_ms)
+    attempt = Path(result.attempt)
     header = read_attempt(attempt)  # every listed file re-hashed
     assert header["task_id"] == "scale_mul" and header["status"] == "PASSED"
     assert header["benchmark"]["geomean_speedup"] > 0
@@ -73,9 +75,9 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     rows, _ = read_index(tmp_path / "artifacts")
     assert [(r.task_id, r.status) for r in rows] == [("scale_mul", "PASSED")]
     # where the time went: marks since the start, in order, and the worker's own split
-    ph = result["phases"]
+    ph = result.phases
     marks = [ph[k] for k in ("prepared_s", "built_s", "worker_ready_s", "evaluated_s", "recorded_s")]
-    assert marks == sorted(marks) and marks[-1] <= result["duration_s"]
+    assert marks == sorted(marks) and marks[-1] <= result.duration_s
     assert ph["workload_correctness_s"] > 0 and ph["workload_timing_s"] > 0
     parts = [ph[f"workload_timing_{p}_s"] for p in ("inputs", "warmup", "sampling", "checks")]
     assert all(p >= 0 for p in parts) and ph["workload_timing_sampling_s"] > 0
@@ -103,7 +105,7 @@ def _layout(trace: dict):
 def test_trace_layout_matches_upstream_field_for_field(tmp_path):
     """Same keys, in the same order, at every level, as two traces written by upstream's tool."""
     upstream = [json.loads(line) for line in UPSTREAM_EXAMPLE.read_text().splitlines() if line.strip()]
-    ours = run_bench(tmp_path, "good_dps")["traces"]
+    ours = [to_json(t) for t in run_bench(tmp_path, "good_dps").traces]
     for theirs in upstream:
         assert _layout(ours[0]) == _layout(theirs)
 
@@ -184,16 +186,16 @@ def test_traces_captured_on_the_h200_have_the_upstream_layout():
 def test_planted_solutions_get_their_status(tmp_path, solution, expected, code, needle):
     result = run_bench(tmp_path, solution)
     assert statuses(result) == expected, logs(result)
-    assert result["exit_code"] == code
+    assert result.exit_code == code
     failing = [log for uuid, log in logs(result).items() if expected[uuid] != "PASSED"]
     assert failing and all(needle in log for log in failing), failing
     check_trace_schema(result)
     if "INCORRECT_NUMERICAL" in expected.values():
         # workloads cut short in their correctness rounds still count those seconds (bench -v's phases)
-        assert result["phases"]["workload_correctness_s"] > 0
-        corr = result["traces"][0]["evaluation"]["correctness"]
-        assert corr["max_absolute_error"] == pytest.approx(0.1, rel=1e-3)
-    assert read_attempt(Path(result["attempt"]))["status"] != "PASSED"
+        assert result.phases["workload_correctness_s"] > 0
+        corr = result.traces[0].evaluation.correctness
+        assert corr.max_absolute_error == pytest.approx(0.1, rel=1e-3)
+    assert read_attempt(Path(result.attempt))["status"] != "PASSED"
 
 
 @pytest.mark.slow
@@ -210,7 +212,7 @@ def test_a_hang_becomes_timeout_on_its_workload(tmp_path):
     result = run_bench(tmp_path, "hangs", timeout=10.0)
     assert statuses(result) == {"small": "PASSED", "tall": "TIMEOUT"}, logs(result)
     assert "process group killed" in logs(result)["tall"]
-    assert result["exit_code"] == ExitCode.CORRECTNESS
+    assert result.exit_code == ExitCode.CORRECTNESS
 
 
 @pytest.mark.slow
@@ -223,8 +225,8 @@ def test_cuda_cpp_syntax_error_is_a_compile_error_trace(tmp_path):
     result = run_bench(tmp_path, "cuda_syntax_error_lean", compile_timeout=600.0)
     assert statuses(result) == {"small": "COMPILE_ERROR", "tall": "COMPILE_ERROR"}, logs(result)
     assert "error" in logs(result)["small"] and "kernel.cu" in logs(result)["small"]
-    assert result["exit_code"] == ExitCode.COMPILE
-    assert result["compile"].status == "error"
+    assert result.exit_code == ExitCode.COMPILE
+    assert result.compile.status == "error"
     check_trace_schema(result)
 
 
@@ -260,8 +262,8 @@ def test_triton_reference_without_triton_is_invalid_reference(tmp_path):
         BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST),
     )
     assert set(statuses(result).values()) == {"INVALID_REFERENCE"}
-    assert "triton" in result["traces"][0]["evaluation"]["log"]
-    assert result["exit_code"] == ExitCode.CONFIG
+    assert "triton" in result.traces[0].evaluation.log
+    assert result.exit_code == ExitCode.CONFIG
 
 
 def _has(module: str) -> bool:
@@ -283,9 +285,9 @@ def test_unavailable_language_is_reported_not_crashed(tmp_path):
     )
     result = bench(str(PROBLEM), BenchOptions(solution=str(sol), artifacts=str(tmp_path / "a"), **FAST))
     assert set(statuses(result).values()) == {"RUNTIME_ERROR"}
-    assert result["unavailable"] and "cutile" in result["unavailable"]
+    assert result.unavailable and "cutile" in result.unavailable
     assert all(log.startswith("unavailable here: cutile") for log in logs(result).values())
-    assert result["exit_code"] == ExitCode.CONFIG
+    assert result.exit_code == ExitCode.CONFIG
 
 
 def test_cli_table_output_and_json(tmp_path):

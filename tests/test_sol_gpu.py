@@ -28,15 +28,15 @@ def run_bench(tmp_path, solution: Path, problem: Path = PROBLEM, **kw) -> dict:
 
 def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
     result = run_bench(tmp_path, SOLS / "good_dps" / "solution.json")
-    assert set(statuses(result).values()) == {"PASSED"}, [t["evaluation"]["log"] for t in result["traces"]]
-    bench_rec = json.loads((Path(result["attempt"]) / "benchmark.json").read_text())
+    assert set(statuses(result).values()) == {"PASSED"}, [t.evaluation.log for t in result.traces]
+    bench_rec = json.loads((Path(result.attempt) / "benchmark.json").read_text())
     for case in bench_rec["cases"]:
         assert case["method"] in ("cupti", "graph", "events")
         assert case["method"] == "cupti" or case["fallbacks"], case["fallbacks"]
         assert case["l2"] == "cold" and case["input_sets"] >= 2
         assert case["l2_flush"]["flush_bytes"] >= 2 * (case["l2_flush"]["l2_bytes"] or 0)
-    hw = result["traces"][0]["evaluation"]["environment"]
-    assert hw["hardware"].startswith("NVIDIA") and "cuda" in hw["libs"]
+    hw = result.traces[0].evaluation.environment
+    assert hw.hardware.startswith("NVIDIA") and "cuda" in hw.libs
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
 def test_planted_solutions_on_cuda(tmp_path, solution, expected):
     kw = {"rounds": 2} if solution == "replays" else {}
     result = run_bench(tmp_path, SOLS / solution / "solution.json", **kw)
-    assert set(statuses(result).values()) == {expected}, [t["evaluation"]["log"] for t in result["traces"]]
+    assert set(statuses(result).values()) == {expected}, [t.evaluation.log for t in result.traces]
 
 
 def test_triton_reference_runs_on_cuda(tmp_path):

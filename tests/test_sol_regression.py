@@ -60,7 +60,7 @@ def _bench_stable(solution: Path, tries: int = 3) -> dict:
     tests beside this one) made it unstable: the leaderboard ranks stable attempts only."""
     for _ in range(tries):
         res = _bench(solution)
-        if json.loads((Path(res["attempt"]) / "benchmark.json").read_text())["summary"]["stable"]:
+        if json.loads((Path(res.attempt) / "benchmark.json").read_text())["summary"]["stable"]:
             return res
     return res
 
@@ -72,8 +72,8 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
 
     good = SOLS / "good_return" / "solution.json"
     first = _bench_stable(good)  # promotion takes a stable attempt only
-    assert first["exit_code"] == ExitCode.OK and first["regression"] is None  # no baseline yet
-    assert main(["promote-baseline", "--attempt", first["attempt"]]) == 0
+    assert first.exit_code == ExitCode.OK and first.regression is None  # no baseline yet
+    assert main(["promote-baseline", "--attempt", first.attempt]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "`mini-kv bench` of scale_mul will use it (found by convention at baselines/scale_mul.json)" in out
     base = load_baseline(project / "baselines" / "scale_mul.json")  # the task cards' schema and hash manifest
@@ -87,8 +87,8 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     )
     res = _bench(slowed)
     assert statuses(res) == {"small": "PASSED", "tall": "PASSED"}
-    reg = res["regression"]
-    assert reg["verdict"] == FAIL and res["exit_code"] == ExitCode.REGRESSION, reg["reasons"]
+    reg = res.regression
+    assert reg["verdict"] == FAIL and res.exit_code == ExitCode.REGRESSION, reg["reasons"]
     assert (
         reg["baseline_file"]["path"] == "baselines/scale_mul.json"
         and reg["baseline_file"]["found_by"] == "definition"
@@ -100,7 +100,7 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
         assert case["verdict"] == FAIL and conf["test"]["slower"], case["reasons"]
         assert conf["build"]["group"] == "python" and conf["build"]["dir"].endswith("baseline")
         assert conf["baseline"]["summary"]["overall"]["p50"] < conf["summary"]["overall"]["p50"] / 5
-    attempt = Path(res["attempt"])
+    attempt = Path(res.attempt)
     assert json.loads((attempt / "regression.json").read_text()) == json.loads(json.dumps(reg))
     validate(json.loads(json.dumps(reg)), "regression", "regression.json")
     header = read_attempt(attempt)
@@ -112,16 +112,16 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
 
     # unchanged code: never a FAIL (on a loaded CPU the same-run A/B may be too noisy: UNCONFIRMED, exit 8)
     again = _bench(good)
-    verdict = again["regression"]["verdict"]
-    assert verdict in (PASS, WARN, Verdict.UNCONFIRMED), again["regression"]["reasons"]
-    assert again["exit_code"] == exit_code_for(again["regression"]) != ExitCode.REGRESSION
+    verdict = again.regression["verdict"]
+    assert verdict in (PASS, WARN, Verdict.UNCONFIRMED), again.regression["reasons"]
+    assert again.exit_code == exit_code_for(again.regression) != ExitCode.REGRESSION
 
 
 def test_the_cli_prints_the_regression_table_and_exits_6(project):
     from conftest import run_cli
 
     base = promote_baseline(
-        Path(_bench_stable(SOLS / "good_return" / "solution.json")["attempt"]),
+        Path(_bench_stable(SOLS / "good_return" / "solution.json").attempt),
         project / "baselines" / "scale_mul.json",
     )
     assert base["task_id"] == "scale_mul"
@@ -182,18 +182,18 @@ def test_promotion_refuses_a_failed_sol_attempt(project):
 
     res = bench(str(PROBLEM), BenchOptions(solution=str(SOLS / "wrong_values" / "solution.json"), **SETTINGS))
     with pytest.raises(UserError, match="only a PASSED"):
-        promote_baseline(Path(res["attempt"]), project / "baselines" / "scale_mul.json")
+        promote_baseline(Path(res.attempt), project / "baselines" / "scale_mul.json")
 
 
 def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project):
     from conftest import run_cli
 
     for name in ("good_return", "good_dps"):
-        assert _bench_stable(SOLS / name / "solution.json")["exit_code"] == ExitCode.OK
+        assert _bench_stable(SOLS / name / "solution.json").exit_code == ExitCode.OK
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
-    assert _bench_stable(slowed)["exit_code"] == ExitCode.OK
+    assert _bench_stable(slowed).exit_code == ExitCode.OK
     proc = run_cli(
         "leaderboard",
         "--task",

@@ -71,7 +71,7 @@ def test_an_attempt_records_the_commit_and_attempts_list_shows_it(repo):
     (repo / "sol" / "draft.py").write_text("# not committed\n")
     store = repo / "artifacts"
     opts = BenchOptions(solution=str(repo / "sol" / "solution.json"), artifacts=str(store), **FAST)
-    attempt = Path(bench(str(PROBLEM), opts)["attempt"])
+    attempt = Path(bench(str(PROBLEM), opts).attempt)
     header = read_attempt(attempt)  # valid against schemas/attempt.schema.json
     assert header["source"] == {"commit": head, "dirty": True}
     listed = run_cli("attempts", "list", "--artifacts", str(store), "--json")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from mini_kv.errors import ExitCode, UserError
 
 if TYPE_CHECKING:
+    from mini_kv.cluster.batch import ItemResult
     from mini_kv.store.index import CaseRow
 
 
@@ -83,7 +84,8 @@ class Result:
     attempt: Path | None = None  # None with store=False, or when nothing was stored
     reason: str | None = None  # why it did not pass, in one line
     duration_s: float = 0.0
-    raw: dict = field(default_factory=dict, repr=False, compare=False)  # the front door's own result
+    # the front door's own result: bench's BenchResult, verify's report dict
+    raw: object = field(default=None, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -121,8 +123,8 @@ def evaluate(
                 else _card_item(problem, sol, device, store_dir, options)
                 for i, sol in enumerate(solutions)
             ]
-            for item, out in evaluate_here(items):
-                yield _result(out.detail.get("solution") or item.candidate, out.detail, keep=store)
+            for _, out in evaluate_here(items):
+                yield _result(out, keep=store)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -179,11 +181,13 @@ def _options(cls, options: dict, **fixed):
     return cls(**{k: v for k, v in fixed.items() if k in known}, **options)
 
 
-def _result(name: str, out: dict, keep: bool) -> Result:
+def _result(out: ItemResult, keep: bool) -> Result:
     """The Result of one front door's run, read back from the attempt the pipeline stored."""
+    from mini_kv.solexec.run import BenchResult
     from mini_kv.store.index import AttemptInvalid, record_for_attempt
 
-    attempt = Path(out["attempt"]) if out.get("attempt") else None
+    sol = out.detail if isinstance(out.detail, BenchResult) else None
+    attempt = Path(out.attempt) if out.attempt else None
     row, case_rows, invalid = None, (), None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
@@ -192,18 +196,17 @@ def _result(name: str, out: dict, keep: bool) -> Result:
             invalid = str(exc)
     cases = _cases(attempt, case_rows)
     speedup = row.geomean_speedup if row else None
-    said = str(out.get("status") or out.get("summary", {}).get("status"))
     return Result(
-        solution=name,
-        status="INVALID" if invalid else row.status if row else said,
-        exit_code=int(out["exit_code"]),
+        solution=sol.solution if sol else out.candidate,
+        status="INVALID" if invalid else row.status if row else str(out.status),
+        exit_code=int(out.exit_code),
         cases=cases,
         speedup=speedup if isinstance(speedup, float) and math.isfinite(speedup) else None,
         stable=row.stable if row else None,
         attempt=attempt if keep else None,
         reason=_reason(out, cases, invalid),
-        duration_s=float(out.get("duration_s") or 0.0),
-        raw=out,
+        duration_s=sol.duration_s if sol else 0.0,
+        raw=out.detail,
     )
 
 
@@ -224,8 +227,8 @@ def _cases(attempt: Path | None, case_rows: tuple[CaseRow, ...]) -> tuple[CaseRe
     )
 
 
-def _reason(out: dict, cases: tuple[CaseResult, ...], invalid: str | None) -> str | None:
-    if out["exit_code"] == ExitCode.OK:
+def _reason(out: ItemResult, cases: tuple[CaseResult, ...], invalid: str | None) -> str | None:
+    if out.exit_code == ExitCode.OK:
         return None
     if invalid:
         return invalid
@@ -233,5 +236,5 @@ def _reason(out: dict, cases: tuple[CaseResult, ...], invalid: str | None) -> st
     if failed:
         first = failed[0]
         return f"{len(failed)} case(s) failed; first {first.id}: {first.status} {first.reason or ''}".strip()
-    summary = out.get("summary") or {}
-    return summary.get("reason") or str(out.get("status") or summary.get("status"))
+    summary = out.detail.get("summary") or {} if isinstance(out.detail, dict) else {}
+    return summary.get("reason") or str(out.status)

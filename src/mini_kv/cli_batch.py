@@ -164,10 +164,9 @@ def _cases_of(result: ItemResult) -> list[tuple[str, str, str | None]]:
     if detail is None:  # no result at all (the worker was lost): the item itself fails
         return item
     if result.kind == BENCH:
-        return [
-            (t["workload"]["uuid"], str(t["evaluation"]["status"]), t["evaluation"].get("log"))
-            for t in detail["traces"]
-        ] or [("(item)", str(result.status), (detail.get("unavailable") or "nothing ran"))]
+        return [(t.workload["uuid"], str(t.evaluation.status), t.evaluation.log) for t in detail.traces] or [
+            ("(item)", str(result.status), (detail.unavailable or "nothing ran"))
+        ]
     res = detail["results"]
     out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.cases]
     for name, check in res.contract.items():
@@ -228,7 +227,9 @@ def batch_summary_line(results: list[ItemResult]) -> str:
 
     # each item's benchmark headline: in verify's summary, in bench's result, none without an attempt
     heads = [
-        ((r.detail["summary"] if r.kind == VERIFY else r.detail).get("benchmark") or {}) if r.detail else {}
+        ((r.detail["summary"].get("benchmark") if r.kind == VERIFY else r.detail.benchmark) or {})
+        if r.detail is not None
+        else {}
         for r in results
     ]
     timed = [t for t in heads if t.get("ran")]

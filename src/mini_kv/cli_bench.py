@@ -168,7 +168,7 @@ def cmd_bench(args) -> int:
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
     results = run_items(items, where, args.output, getattr(args, "resume", False), args)
-    lines = "".join(traces.dumps(t) + "\n" for r in results for t in (r.detail or {}).get("traces", []))
+    lines = "".join(traces.dumps(t) + "\n" for r in results if r.detail is not None for t in r.detail.traces)
     if not results:  # every solution was done by an earlier run of the same command
         console.print(
             f"nothing left to run: every solution is in {args.output}", markup=False, soft_wrap=True

@@ -141,7 +141,7 @@ def planted_world(base: Path):
 
 
 def statuses(result: dict) -> set[str]:
-    return {t["evaluation"]["status"] for t in result["traces"]}
+    return {t.evaluation.status for t in result.traces}
 
 
 def escaped_files(world: dict) -> list[str]:

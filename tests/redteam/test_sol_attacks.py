@@ -71,11 +71,9 @@ EXPECTED = {"flood_output": {"PASSED", "RUNTIME_ERROR"}}
 @pytest.mark.parametrize("name", SOL_ATTACKS)
 def test_sol_attack_fails_with_a_normal_verdict(name, world, sol_runs):
     result = sol_runs[name]["result"]
-    assert result.get("traces"), result  # a normal result, not a crash of mini_kv
+    assert result.traces, result  # a normal result, not a crash of mini_kv
     got = statuses(result)
-    assert got <= EXPECTED.get(name, {"PASSED"}), {
-        t["workload"]["uuid"]: t["evaluation"] for t in result["traces"]
-    }
+    assert got <= EXPECTED.get(name, {"PASSED"}), {t.workload["uuid"]: t.evaluation for t in result.traces}
     assert escaped_files(world) == []
     assert world["listener"].calls == []
     assert store_leaks(world) == []
@@ -86,7 +84,7 @@ def test_sol_attack_fails_with_a_normal_verdict(name, world, sol_runs):
 def test_the_flood_is_cut_and_the_archive_keeps_a_bounded_log(world, sol_runs):
     from mini_kv.store.atomic import LOG_CAP
 
-    attempt = Path(sol_runs["flood_output"]["result"]["attempt"])
+    attempt = Path(sol_runs["flood_output"]["result"].attempt)
     log = attempt / "logs" / "worker.log"
     assert log.is_file() and log.stat().st_size <= LOG_CAP + 1024
     assert b"bytes of this log dropped here" in log.read_bytes()
@@ -101,7 +99,7 @@ def test_the_fork_bomb_met_the_process_cap(world, sol_runs):
 def test_the_suite_runs_every_attack_in_a_jail_with_every_layer_recorded(world, sol_runs):
     assert len(SOL_ATTACKS) >= 20
     for name, run in sol_runs.items():
-        corr = json.loads((Path(run["result"]["attempt"]) / "correctness.json").read_text())
+        corr = json.loads((Path(run["result"].attempt) / "correctness.json").read_text())
         assert corr["sandbox"]["enabled"] is True, name
         assert corr["sandbox"]["missing"] == [
             n for n, s in corr["sandbox"]["layers"].items() if s != "active"

@@ -30,6 +30,8 @@ from mini_kv.status import Status
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
+    from mini_kv.solexec.run import BenchResult
+    from mini_kv.solexec.traces import Trace
 
 VERIFY, BENCH = "verify", "bench"
 
@@ -58,7 +60,7 @@ class ItemResult:
     status: str
     exit_code: ExitCode
     attempt: str | None
-    detail: dict | None = None
+    detail: dict | BenchResult | None = None
     reason: str | None = None
     where: dict | None = None  # host, worker, gpu
 
@@ -90,9 +92,7 @@ def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -
     from mini_kv.solexec.run import bench
 
     detail = bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
-    return ItemResult(
-        BENCH, item.label, None, detail["status"], detail["exit_code"], detail["attempt"], detail
-    )
+    return ItemResult(BENCH, item.label, None, detail.status, detail.exit_code, detail.attempt, detail)
 
 
 def item_key(item: Item) -> tuple[str, str, str]:
@@ -136,14 +136,14 @@ def check_distinct_keys(items: list[Item]) -> None:
         seen[key] = item
 
 
-def result_lines(item: Item, result: ItemResult) -> list[dict]:
+def result_lines(item: Item, result: ItemResult) -> list[dict] | list[Trace]:
     """An item's lines in a results file: a SOL item's traces (upstream's trace format, one per workload),
     a card item's summary line. An item that got no result (its worker was lost) has none: a resumed run
     runs it again."""
     if result.detail is None:
         return []
     if item.kind == BENCH:
-        return list(result.detail.get("traces") or [])
+        return list(result.detail.traces)
     return [
         {
             "item": item.label,
@@ -317,7 +317,12 @@ def _outcome(item: Item, future) -> ItemResult:
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
     where = {"host": packed.where.host, "worker": packed.where.worker, "gpu": packed.where.gpu}
     # the door's result as the client stored its attempt (its report prints both)
-    detail = {**packed.result.detail, "attempt": str(path), "index_warning": warning}
+    detail = packed.result.detail
+    detail = (
+        {**detail, "attempt": str(path), "index_warning": warning}
+        if isinstance(detail, dict)
+        else replace(detail, attempt=str(path), index_warning=warning)
+    )
     return replace(packed.result, attempt=str(path), detail=detail, where=where)
 
 

@@ -543,41 +543,70 @@ class SolDoor(FrontDoor):
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A workload left out (too large for the device within the budget) and why."""
+
+    id: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """`bench`'s result, what its report (solexec.table.print_report) and `--json` print."""
+
+    traces: tuple[traces.Trace, ...]  # one per workload not SKIPPED, in the workloads' order
+    status: str
+    exit_code: ExitCode
+    attempt: str
+    index_warning: str | None
+    compile: CompileRecord | None
+    device: str
+    settings: dict
+    unavailable: str | None
+    skipped: tuple[Skipped, ...]
+    counts: dict | None  # workloads by status (SKIPPED and NOT_RUN included): the summary line
+    benchmark: dict | None  # the timing's headline (its stability): the summary line
+    staging: str | None  # the staging dir, when kept
+    definition: str
+    solution: str
+    duration_s: float
+    phases: dict
+    regression: dict | None
+    sandbox: dict | None  # the jail's record (its summary line names gaps)
+    kernels: dict  # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v
+
+
 def bench(
     problem_dir: str | None, opts: BenchOptions, progress=None, line=None, outbox: Path | None = None
-) -> dict:
+) -> BenchResult:
     t0 = time.perf_counter()
     problem = load_problem(problem_dir, opts)
     door = SolDoor(problem, problem.candidates[0], opts)
     run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
-    return {
-        "traces": [to_json(t) for t in run.out.detail["traces"]],
-        "status": run.out.status,
-        "exit_code": run.code,
-        "attempt": str(run.attempt),
-        "index_warning": run.index_warning,
-        "compile": run.built.compile,
-        "device": run.prep.device,
-        "settings": run.prep.settings,
-        "unavailable": run.out.detail["unavailable"],
-        "skipped": [
-            {"id": c["id"], "reason": c.get("log")}
-            for c in run.out.results.cases
-            if c.get("status") == Status.SKIPPED
-        ],
-        # workloads by status (SKIPPED and NOT_RUN included) and the timing's stability: the summary line
-        "counts": (run.summary.get("correctness") or {}).get("counts"),
-        "benchmark": run.summary.get("benchmark"),
-        "staging": str(door.staging) if opts.keep_staging else None,
-        "definition": door.problem.id,
-        "solution": door.cand.id,
-        "duration_s": round(time.perf_counter() - t0, 3),
-        "phases": run.phases,
-        "regression": run.regression,
-        "sandbox": run.out.results.sandbox,  # the jail's record (its summary line names gaps)
-        # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v shows them
-        "kernels": {c["id"]: c["kernels"] for c in run.out.results.cases if c.get("kernels")},
-    }
+    cases = run.out.results.cases
+    return BenchResult(
+        traces=tuple(run.out.detail["traces"]),
+        status=run.out.status,
+        exit_code=run.code,
+        attempt=str(run.attempt),
+        index_warning=run.index_warning,
+        compile=run.built.compile,
+        device=run.prep.device,
+        settings=run.prep.settings,
+        unavailable=run.out.detail["unavailable"],
+        skipped=tuple(Skipped(c["id"], c.get("log")) for c in cases if c.get("status") == Status.SKIPPED),
+        counts=(run.summary.get("correctness") or {}).get("counts"),
+        benchmark=run.summary.get("benchmark"),
+        staging=str(door.staging) if opts.keep_staging else None,
+        definition=door.problem.id,
+        solution=door.cand.id,
+        duration_s=round(time.perf_counter() - t0, 3),
+        phases=run.phases,
+        regression=run.regression,
+        sandbox=run.out.results.sandbox,
+        kernels={c["id"]: c["kernels"] for c in cases if c.get("kernels")},
+    )
 
 
 def exit_code(trace_list: list[traces.Trace], unavailable: str | None) -> ExitCode:
