@@ -10,7 +10,7 @@ def bench_result(**fields) -> BenchResult:
     """A BenchResult of `fields`, the others empty: for the report's own tests."""
     empty = {"traces": (), "status": "PASSED", "exit_code": 0, "attempt": "", "index_warning": None}
     empty |= {"compile": None, "device": "cpu", "settings": {}, "unavailable": None, "skipped": ()}
-    empty |= {"counts": None, "benchmark": None, "staging": None, "definition": "d", "solution": "s"}
+    empty |= {"counts": {}, "benchmark": None, "staging": None, "definition": "d", "solution": "s"}
     empty |= {"duration_s": 0.0, "phases": {}, "regression": None, "sandbox": None, "kernels": {}}
     return BenchResult(**{**empty, **fields})
 

@@ -565,7 +565,7 @@ class BenchResult:
     settings: dict
     unavailable: str | None
     skipped: tuple[Skipped, ...]
-    counts: dict | None  # workloads by status (SKIPPED and NOT_RUN included): the summary line
+    counts: dict[str, int]  # workloads by status (SKIPPED and NOT_RUN included): the summary line
     benchmark: dict | None  # the timing's headline (its stability): the summary line
     staging: str | None  # the staging dir, when kept
     definition: str
@@ -596,7 +596,7 @@ def bench(
         settings=run.prep.settings,
         unavailable=run.out.detail["unavailable"],
         skipped=tuple(Skipped(c["id"], c.get("log")) for c in cases if c.get("status") == Status.SKIPPED),
-        counts=(run.summary.get("correctness") or {}).get("counts"),
+        counts=run.summary["correctness"]["counts"],
         benchmark=run.summary.get("benchmark"),
         staging=str(door.staging) if opts.keep_staging else None,
         definition=door.problem.id,

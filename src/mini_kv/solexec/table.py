@@ -103,12 +103,7 @@ def _print_logs(failed: list[tuple[int, traces.Evaluation]], console: Console, v
 def bench_summary_line(result: BenchResult) -> str:
     """`11 passed, 0 failed, 3 skipped, 0 not run of 14 workloads, timing stable`: every workload, the
     ones without a trace (SKIPPED) included; NOTHING RAN when no workload did."""
-    counts = result.counts
-    if counts is None:  # no correctness summary (nothing was evaluated): its traces, and its skips
-        statuses = [t.evaluation.status for t in result.traces]
-        statuses += [Status.SKIPPED] * len(result.skipped)
-    else:
-        statuses = [status for status, n in counts.items() for _ in range(n)]
+    statuses = [status for status, n in result.counts.items() for _ in range(n)]
     bench = result.benchmark or {}
     gaps = jail_note(result.sandbox)  # every summary line names the jail's missing layers
     return (
