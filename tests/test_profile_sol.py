@@ -111,7 +111,7 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
                 warmup=1,
                 samples=3,
             ),
-        )["attempt"]
+        ).attempt
     )
     # the attempt's solution.json (every source inlined); its definition.json is stored with sorted keys,
     # which loses the order of the inputs, so the problem comes from the problem directory
