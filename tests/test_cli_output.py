@@ -75,27 +75,16 @@ def test_bench_table_at_80_columns_is_split_with_the_id_repeated():
 
 
 def test_bench_trace_table_at_80_columns_keeps_statuses_whole():
-    traces = [
-        {"evaluation": {"status": s, "performance": None, "correctness": None}}
-        for s in ("INCORRECT_NUMERICAL", "TIMEOUT", "RUNTIME_ERROR")
-    ]
+    from mini_kv.solexec.traces import Correctness, Evaluation, Trace, TraceEnvironment
+    from mini_kv.worker.formats import Performance
+
+    def trace(status, correctness=None, performance=None) -> Trace:
+        env = TraceEnvironment("CPU", {})
+        return Trace("d", {}, "s", Evaluation(status, env, "t", "", correctness, performance))
+
+    traces = [trace(s) for s in ("INCORRECT_NUMERICAL", "TIMEOUT", "RUNTIME_ERROR")]
     traces.append(
-        {
-            "evaluation": {
-                "status": "PASSED",
-                "correctness": {
-                    "has_nan": False,
-                    "has_inf": False,
-                    "max_absolute_error": 1.5e-3,
-                    "max_relative_error": 2.5e-2,
-                },
-                "performance": {
-                    "latency_ms": 123.456,
-                    "reference_latency_ms": 234.567,
-                    "speedup_factor": 1.9,
-                },
-            }
-        }
+        trace("PASSED", Correctness(2.5e-2, 1.5e-3, False, False), Performance(123.456, 234.567, 1.9))
     )
     text = _render(traces_table(traces, width=80))
     assert max(len(ln) for ln in text.splitlines()) <= 80 and "…" not in text
