@@ -44,9 +44,20 @@ def check_trace_schema(result: dict) -> None:
         json.dumps(t, allow_nan=False)  # strict JSON
 
 
+@pytest.fixture(scope="module")
+def good_runs(tmp_path_factory) -> dict:
+    """solution -> (its bench's result, its store): the good solutions benched once for the module (the
+    attempt's checks and the trace layout's)."""
+    runs = {}
+    for solution in ("good_dps", "good_return"):
+        where = tmp_path_factory.mktemp(solution)
+        runs[solution] = (run_bench(where, solution), where / "artifacts")
+    return runs
+
+
 @pytest.mark.parametrize("solution", ["good_dps", "good_return"])
-def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
-    result = run_bench(tmp_path, solution)
+def test_good_solutions_pass_and_land_as_attempts(good_runs, solution):
+    result, store = good_runs[solution]
     assert statuses(result) == {"small": "PASSED", "tall": "PASSED"}, logs(result)
     assert result["exit_code"] == ExitCode.OK
     check_trace_schema(result)
@@ -70,7 +81,7 @@ def test_good_solutions_pass_and_land_as_attempts(tmp_path, solution):
     # one worker for every workload: a judge that died after each record (and was restarted by the
     # parent) gave the same verdicts, slower, with an incident each
     assert json.loads((attempt / "correctness.json").read_text())["incidents"] == []
-    rows, _ = read_index(tmp_path / "artifacts")
+    rows, _ = read_index(store)
     assert [(r.task_id, r.status) for r in rows] == [("scale_mul", "PASSED")]
     # where the time went: marks since the start, in order, and the worker's own split
     ph = result["phases"]
@@ -100,10 +111,10 @@ def _layout(trace: dict):
     return shape(t)
 
 
-def test_trace_layout_matches_upstream_field_for_field(tmp_path):
+def test_trace_layout_matches_upstream_field_for_field(good_runs):
     """Same keys, in the same order, at every level, as two traces written by upstream's tool."""
     upstream = [json.loads(line) for line in UPSTREAM_EXAMPLE.read_text().splitlines() if line.strip()]
-    ours = run_bench(tmp_path, "good_dps")["traces"]
+    ours = good_runs["good_dps"][0]["traces"]
     for theirs in upstream:
         assert _layout(ours[0]) == _layout(theirs)
 
