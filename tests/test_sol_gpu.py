@@ -92,3 +92,37 @@ def test_cuda_cpp_second_run_hits_the_build_cache(tmp_path):
     attempts = sorted((tmp_path / "a" / "rmsnorm_h4096").iterdir())
     compile_rec = json.loads((attempts[-1] / "compile.json").read_text())
     assert compile_rec["cache_hit"] is True
+
+
+@pytest.mark.timing  # reads the device's memory in use: alone on the GPU
+def test_device_memory_does_not_pile_up_across_workloads(tmp_path):
+    """The subject kept every workload's input sets and outputs until it ended: on an H200 one bench of
+    rmsnorm's 14 workloads held 81 GB at the end (25 GB after the first large one) and benches side by
+    side ran out of device memory, honest solutions then judged REWARD_HACK. A workload's memory goes
+    when its timing ends: the peak is one large workload's, not the sum."""
+    import threading
+
+    import torch
+
+    free0, total = torch.cuda.mem_get_info()
+    peak, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], total - torch.cuda.mem_get_info()[0])
+            stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = run_bench(
+            tmp_path,
+            ROOT / "solutions" / "rmsnorm" / "pytorch" / "solution.json",
+            ROOT / "problems" / "sol-execbench" / "rmsnorm",
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    assert set(statuses(result).values()) == {"PASSED"}, statuses(result)
+    used = (peak[0] - (total - free0)) / 2**30
+    assert used < 30, f"{used:.1f} GiB of device memory in use at the peak"

@@ -81,22 +81,28 @@ def amax_when_timed(x, w):
 """
 
 
-@pytest.fixture
-def subject(tmp_path):
-    """A real subject process on one end of a link; its judge-side handle, device `cpu`."""
-    (tmp_path / "sol").mkdir()
-    (tmp_path / "sol" / "main.py").write_text(SOLUTION)
+def start_subject(sol_dir, device: str) -> Subject:
+    """A real subject process on one end of a link, SOLUTION in `sol_dir`: its judge-side handle (its
+    process as `.proc`)."""
+    (sol_dir / "main.py").write_text(SOLUTION)
     judge_end, subject_end = link.pair()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
         pass_fds=(subject_end,),
     )
     os.close(subject_end)
-    sub = Subject(judge_end, "cpu")
-    sub.sol_dir, sub.proc = str(tmp_path / "sol"), proc
+    sub = Subject(judge_end, device)
+    sub.sol_dir, sub.proc = str(sol_dir), proc
+    return sub
+
+
+@pytest.fixture
+def subject(tmp_path):
+    """A real subject process; its judge-side handle, device `cpu`."""
+    sub = start_subject(tmp_path, "cpu")
     yield sub
     sub.close()
-    proc.wait(timeout=30)
+    sub.proc.wait(timeout=30)
 
 
 EXIT_SOLUTION = """
@@ -137,7 +143,7 @@ def test_a_worker_ends_without_the_interpreters_teardown_yet_runs_its_exit_handl
 
 def load(sub: Subject, entry: str) -> RemoteOp:
     sol = {"group": "python", "dir": sub.sol_dir, "entry_file": "main.py", "entry_function": entry}
-    sub.ask("load", kind="sol", device="cpu", solution=sol)
+    sub.ask("load", kind="sol", device=sub.device, solution=sol)
     return RemoteOp(sub, "candidate")
 
 
@@ -429,24 +435,15 @@ def test_a_cuda_buffer_is_shared_in_place_across_processes():
 def test_a_cuda_call_through_the_subject(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    (tmp_path / "main.py").write_text(SOLUTION)
-    judge_end, subject_end = link.pair()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
-        pass_fds=(subject_end,),
-    )
-    os.close(subject_end)
-    sub = Subject(judge_end, "cuda:0")
-    sol = {"group": "python", "dir": str(tmp_path), "entry_file": "main.py", "entry_function": "add"}
-    sub.ask("load", kind="sol", device="cuda:0", solution=sol)
-    op = RemoteOp(sub, "candidate")
+    sub = start_subject(tmp_path, "cuda:0")
+    op = load(sub, "add")
     x, w = torch.randn(1 << 20, device="cuda:0"), torch.randn(1 << 20, device="cuda:0")
     out = op(x, w)
     assert out.is_cuda and torch.equal(out, x + w)
     m = measure(workload_of(op, [[x, w]]), "events", 5, "cuda:0", L2Flusher("cuda:0", False))
     assert len(m.samples) == 5
     sub.close()
-    proc.wait(timeout=60)
+    sub.proc.wait(timeout=60)
 
 
 def test_spot_checks_stay_in_step_with_the_rotation_after_a_warm_up(subject):
@@ -487,34 +484,20 @@ def _shared_maps(pid: int) -> int:
         return sum("memfd:mini-kv-" in line for line in f)
 
 
-def test_a_workload_whose_timing_is_over_is_unmapped_in_the_subject(tmp_path):
+def test_a_workload_whose_timing_is_over_is_unmapped_in_the_subject(subject):
     """The subject kept every workload's sets (views that keep the judge's buffers mapped) and their
     latest outputs until it ended: on an H200 one run's 14 rmsnorm workloads reached 81 GB and runs side
     by side ran out of device memory. Closed, a rotation's sets are let go on both sides."""
     import gc
 
-    (tmp_path / "main.py").write_text(SOLUTION)
-    judge_end, subject_end = link.pair()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mini_kv.worker.child", "--subject-fd", str(subject_end)],
-        pass_fds=(subject_end,),
-    )
-    os.close(subject_end)
-    sub = Subject(judge_end, "cpu")
-    sol = {"group": "python", "dir": str(tmp_path), "entry_file": "main.py", "entry_function": "add"}
-    sub.ask("load", kind="sol", device="cpu", solution=sol)
-    op = RemoteOp(sub, "candidate")
-    try:
-        for _ in range(3):
-            sets = [[torch.randn(1 << 14), torch.randn(1 << 14)] for _ in range(4)]
-            wl = workload_of(op, sets)
-            measure(wl, "wallclock", 3, "cpu", L2Flusher("cpu", False))
-            assert _shared_maps(proc.pid) >= 8
-            wl.close()
-            del wl, sets
-            gc.collect()
-            sub.ask("refresh")  # the next request carries what the judge let go
-            assert _shared_maps(proc.pid) == 0
-    finally:
-        sub.close()
-        proc.wait(timeout=30)
+    op = load(subject, "add")
+    for _ in range(3):
+        sets = [[torch.randn(1 << 14), torch.randn(1 << 14)] for _ in range(4)]
+        wl = workload_of(op, sets)
+        measure(wl, "wallclock", 3, "cpu", L2Flusher("cpu", False))
+        assert _shared_maps(subject.proc.pid) >= 8
+        wl.close()
+        del wl, sets
+        gc.collect()
+        subject.ask("refresh")  # the next request carries what the judge let go
+        assert _shared_maps(subject.proc.pid) == 0
