@@ -333,6 +333,8 @@ def test_piped_verify_at_80_columns_prints_progress_and_whole_ids(tmp_path):
             "n31",
             "--case",
             "bench_cpu_64k",
+            "--budget",  # 1 s of timing, not the default 3: the test reads the output, not the times
+            "1",
             "-v",
             "--artifacts",
             str(tmp_path),

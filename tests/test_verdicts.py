@@ -1,6 +1,6 @@
 """One verdict vocabulary: each reason code has one status (mini_kv.status.VIOLATIONS), docs/integrity.md
-shows that table, and the same violation gets the same status through `verify` (a task card) and
-`bench` (a SOL-ExecBench solution)."""
+shows that table. (That the same violation gets the same status through `verify` and `bench` is
+tests/exploits/test_exploits.py's, on its verify of the exploit card.)"""
 
 from __future__ import annotations
 
@@ -35,65 +35,6 @@ def test_every_code_has_one_status_and_the_defences_use_it():
     assert verdict_of(["IMPOSSIBLE_TIME"]) == Status.IMPOSSIBLE_TIME
     assert verdict_of([]) is None
     assert violation_status("MADE_UP_BY_THE_SUBJECT") == Status.REWARD_HACK
-
-
-@pytest.mark.slow
-def test_the_same_violation_gets_the_same_status_through_both_front_doors(tmp_path):
-    """TF32 switched on by the candidate: a C++ task-card operator through `verify`, a Python SOL
-    solution through `bench`. The case and the workload, the two attempts and the two exit codes agree."""
-    card = run_cli(
-        "verify",
-        "--task",
-        str((EXPLOITS / "task_card" / "exploits.yaml").relative_to(ROOT)),
-        "--candidate",
-        "tf32",
-        "--artifacts",
-        str(tmp_path / "card"),
-        "--device",
-        "cpu",
-        "--sandbox",
-        "off",
-        "--skip-benchmark",
-        "--json",
-        timeout=1500,
-    )
-    summary = json.loads(next(ln for ln in card.stdout.splitlines() if ln.startswith("{")))
-    cases = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())["cases"]
-    flagged = [c for c in cases if c.get("integrity")]
-    assert flagged and {c["integrity"] for c in flagged} == {"PRECISION_FLAGS_CHANGED"}, cases
-
-    out = tmp_path / "traces.jsonl"
-    sol = run_cli(
-        "bench",
-        str(ROOT / "tests" / "sol_solutions" / "problem"),
-        "--solution",
-        str(EXPLOITS / "sol" / "tf32" / "solution.json"),
-        "--device",
-        "cpu",
-        "--rounds",
-        "2",
-        "--warmup",
-        "1",
-        "--repeats",
-        "1",
-        "--samples",
-        "3",
-        "--artifacts",
-        str(tmp_path / "sol"),
-        "-o",
-        str(out),
-        timeout=600,
-    )
-    traces = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
-    assert traces and all(t["evaluation"]["log"].startswith("PRECISION_FLAGS_CHANGED:") for t in traces)
-    (attempt,) = (tmp_path / "sol").glob("*/*/attempt.json")
-    sol_attempt = json.loads(attempt.read_text())
-
-    want = violation_status("PRECISION_FLAGS_CHANGED")
-    assert {c["status"] for c in flagged} == {want}
-    assert {t["evaluation"]["status"] for t in traces} == {VIOLATIONS["PRECISION_FLAGS_CHANGED"].sol_name}
-    assert summary["status"] == sol_attempt["status"] == want
-    assert card.returncode == sol.returncode == ExitCode.CORRECTNESS
 
 
 @pytest.mark.slow
