@@ -17,6 +17,7 @@ def _has_cuda() -> bool:
         return False
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run without xdist (the red-team run) has none
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core and one more. Many tests wait on a hang's timeout, a sleep or a
     killed build while their core idles; the extra worker fills it (CI on 2 cores, otherwise the same
