@@ -123,17 +123,26 @@ print(" ".join(out))
 
 @needs_jail
 def test_a_jailed_tree_dies_with_its_first_process():
+    # a duration of this test's own: another test's sleep, or the same test in the unprivileged run beside
+    # it (its pgrep's command line held "sleep 300" too), is not this one's daemon
+    marker = f"301.{os.getpid()}"
     code = (
         "import os, subprocess, sys\n"
-        "p = subprocess.Popen(['sh', '-c', 'setsid sleep 301.5 & echo $!'], stdout=subprocess.PIPE)\n"
+        f"p = subprocess.Popen(['sh', '-c', 'setsid sleep {marker} & echo $!'], stdout=subprocess.PIPE)\n"
         "print(p.stdout.readline().decode().strip(), flush=True)\n"
     )
     res = _run(code)
     assert res.returncode == 0, res.stderr
-    out = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
-    assert all(
-        open(f"/proc/{p}/cmdline", "rb").read().find(b"300") < 0 for p in out if os.path.exists(f"/proc/{p}")
-    )
+
+    def argv(pid: str) -> list[bytes]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().split(b"\0")[:-1]
+        except OSError:  # ended meanwhile
+            return []
+
+    sleeping = subprocess.run(["pgrep", "-x", "sleep"], capture_output=True, text=True).stdout.split()
+    assert not [p for p in sleeping if argv(p) == [b"sleep", marker.encode()]], "the daemon outlived its jail"
 
 
 def test_modes_and_the_record_when_off(monkeypatch):
