@@ -32,7 +32,7 @@ import torch
 from mini_kv import stats
 from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
-from mini_kv.worker import explain, integrity
+from mini_kv.worker import explain, integrity, shared
 from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
@@ -220,16 +220,10 @@ def call(job: Job, case, args: list, when: str) -> list:
         if getattr(exc, "plain", False):  # a sys.exit in the candidate, said as such (explain.system_exit)
             raise Failure(Failure.RAISED, str(exc), "plain") from None
         tb = getattr(exc, "remote_traceback", "") or traceback.format_exc()[-4000:]
-        code = "out_of_memory" if _out_of_memory(exc) else None
+        code = "out_of_memory" if shared.out_of_memory(exc) else None
         raise Failure(
             Failure.RAISED, explain.exception_text(exc), code, tb=explain.candidate_frames(tb)
         ) from None
-
-
-def _out_of_memory(exc: Exception) -> bool:
-    """The device's memory ran out (torch's allocator, or the subject's shared buffers): a resource, not
-    something the candidate does differently once timed."""
-    return type(exc).__name__ == "OutOfMemoryError" or "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
 
 
 def _written_or_said(fmt, case, outs: list, returned) -> None:
