@@ -220,6 +220,17 @@ def test_input_set_count():
     assert engine.input_set_count(100 * 2**20, cold=True, free_bytes=4 * 2**30) == 5
 
 
+def test_input_sets_span_a_few_l2_sizes_not_the_memory_budget():
+    # an H200's 60 MiB L2: rmsnorm's 236 MB sets (14418 x 4096 bf16, in and out) rotate through two,
+    # not the 17 that 8 GiB allowed; a set a tenth of L2 takes 40 (capped at max_sets); the memory
+    # budget still wins when it is the smaller bound
+    l2 = 60 * 2**20
+    assert engine.input_set_count(236 * 10**6, cold=True, l2_bytes=l2) == 2
+    assert engine.input_set_count(30 * 2**20, cold=True, l2_bytes=l2) == DEFAULTS.input_set_l2_span * 2
+    assert engine.input_set_count(6 * 2**20, cold=True, l2_bytes=l2) == DEFAULTS.max_input_sets
+    assert engine.input_set_count(100 * 2**20, cold=True, free_bytes=2 * 2**30, l2_bytes=10 * l2) == 2
+
+
 def test_set_seeds_are_distinct_and_set0_is_the_case_seed():
     from mini_kv.worker.inputs import case_seed
 

@@ -39,8 +39,10 @@ class Settings:
     graph_launches: int = 20
     cases: str = "bench"
     # the engine's input sets (worker/engine.py, both formats): in cold-L2 mode at most this many per
-    # side, and at most these bytes of them or this share of the free device memory, at least two
+    # side, no more than span this many L2 sizes, and at most these bytes of them or this share of the
+    # free device memory, at least two
     max_input_sets: int = 20
+    input_set_l2_span: int = 4
     input_set_bytes: int = 8 * 2**30
     input_set_free_share: float = 0.25
     # the stability gate: the robust CV of the P50s (and of the candidate's P95s) across repeats

@@ -469,15 +469,24 @@ class RoundBudget:
 
 
 def input_set_count(
-    set_bytes: int, cold: bool, max_sets: int = DEFAULTS.max_input_sets, free_bytes: int | None = None
+    set_bytes: int,
+    cold: bool,
+    max_sets: int = DEFAULTS.max_input_sets,
+    free_bytes: int | None = None,
+    l2_bytes: int | None = None,
 ) -> int:
-    """How many input sets to rotate through: 1 when hot; in cold mode as many as memory allows, >= 2."""
+    """How many input sets to rotate through: 1 when hot; in cold mode >= 2, and no more than span
+    `input_set_l2_span` L2 sizes (more add nothing to coldness: each set is evicted by the sets after it
+    and the flush), fit the memory budget and `max_sets`. Without the L2 bound a large workload held 17
+    sets per side, and four benches of rmsnorm on one H200 ran it out of memory."""
     if not cold:
         return 1
     budget = DEFAULTS.input_set_bytes
     if free_bytes is not None:
         budget = min(budget, int(free_bytes * DEFAULTS.input_set_free_share))
     fits = budget // max(1, 2 * set_bytes)  # candidate and reference each hold their own copy
+    if l2_bytes:
+        fits = min(fits, -(-DEFAULTS.input_set_l2_span * l2_bytes // max(1, set_bytes)))
     return int(max(2, min(max_sets, fits)))
 
 
@@ -663,8 +672,11 @@ def _input_sets(job: Job, case, cold: bool, launches: int) -> tuple[list, int, i
     args = fmt.inputs(case, set_seed(fmt.namespace, case.id, fmt.salt, 0))
     refs = fmt.expected(case, args)
     set_bytes = tensor_nbytes(args) + tensor_nbytes(refs)
-    free = torch.cuda.mem_get_info(torch.device(fmt.device))[0] if is_cuda(fmt.device) else None
-    n = input_set_count(set_bytes, cold, max(2, launches), free)
+    free = l2 = None
+    if is_cuda(fmt.device):
+        free = torch.cuda.mem_get_info(torch.device(fmt.device))[0]
+        l2 = int(getattr(torch.cuda.get_device_properties(torch.device(fmt.device)), "L2_cache_size", 0) or 0)
+    n = input_set_count(set_bytes, cold, max(2, launches), free, l2)
     # every tensor of the candidate's sets crosses to the subject as a file descriptor, all in one
     # message: more than it can carry ended the subject (rmsnorm's 20 cold sets on an H200)
     per_set = sum(isinstance(a, torch.Tensor) for a in args) + (len(refs) if fmt.dps else 0)
