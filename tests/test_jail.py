@@ -309,6 +309,32 @@ def test_mini_kvs_own_temp_dirs_are_opened_to_the_jails_uid(tmp_path, monkeypatc
         shutil.rmtree(staging)
 
 
+def test_a_file_readable_by_others_is_bound_into_a_jail_of_its_own_uid(monkeypatch):
+    """A 0644 file (a profile target's reference.py) is shown to a jail running as another uid; it needs
+    no execute bit (one was asked for, and the profiler's target found no reference.py on the H200).
+    A 0600 file and a file in a dir others cannot search stay out."""
+    import tempfile
+
+    monkeypatch.setattr(jail, "run_as", lambda: 65534)
+    top = Path(tempfile.mkdtemp())  # pytest's tmp_path sits in a dir only its owner can search
+    try:
+        top.chmod(0o755)
+        shown, private, hidden_dir = top / "ref.py", top / "secret", top / "closed"
+        shown.write_text("")
+        shown.chmod(0o644)
+        private.write_text("")
+        private.chmod(0o600)
+        hidden_dir.mkdir(mode=0o700)
+        (hidden_dir / "f").write_text("")
+        (hidden_dir / "f").chmod(0o644)
+        assert jail._others_can_read(str(shown)) and jail._others_can_read(str(top))
+        assert not jail._others_can_read(str(private)) and not jail._others_can_read(str(hidden_dir / "f"))
+        spec = jail.JailSpec(read_only=(str(shown), str(private), str(hidden_dir / "f")))
+        assert jail._view_args(list(spec.read_only), spec, {}) == ["--ro-bind", str(shown), str(shown)]
+    finally:
+        shutil.rmtree(top)
+
+
 def test_jails_side_by_side_run_as_uids_of_their_own(monkeypatch):
     """As root without a pids cgroup the cap is RLIMIT_NPROC, which counts every process of the jail's
     real uid on the machine: jails sharing one uid shared one cap (on an H200, eight side by side

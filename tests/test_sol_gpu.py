@@ -86,9 +86,9 @@ def test_cuda_cpp_second_run_hits_the_build_cache(tmp_path):
         "--json",
     ]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert first.returncode == ExitCode.OK, first.stderr[-3000:]
+    assert first.returncode == ExitCode.OK, first.stdout[-6000:] + first.stderr[-2000:]
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert second.returncode == ExitCode.OK, second.stderr[-3000:]
+    assert second.returncode == ExitCode.OK, second.stdout[-6000:] + second.stderr[-2000:]
     attempts = sorted((tmp_path / "a" / "rmsnorm_h4096").iterdir())
     compile_rec = json.loads((attempts[-1] / "compile.json").read_text())
     assert compile_rec["cache_hit"] is True

@@ -790,13 +790,14 @@ def _others_can_read(path: str) -> bool:
     """Whether a uid with no rights of its own can reach and read `path` (each parent searchable)."""
     p = Path(path)
     try:
-        for d in [*reversed(p.parents), p]:
-            mode = d.stat().st_mode
-            if not mode & 0o001 or (d == p and not mode & 0o004):
-                return False
+        if any(not d.stat().st_mode & 0o001 for d in p.parents):
+            return False
+        mode = p.stat().st_mode
     except OSError:
         return False
-    return True
+    # a dir must be searchable too; a file only readable (a 0644 file the profiler's target imports was
+    # left out of the jail for want of an execute bit it never needs)
+    return bool(mode & 0o004) and (not stat.S_ISDIR(mode) or bool(mode & 0o001))
 
 
 @functools.cache
