@@ -102,7 +102,8 @@ def test_device_memory_does_not_pile_up_across_workloads(tmp_path):
     when its timing ends: the peak is one large workload's, not the sum. With the sets let go but every
     output the subject had copied out for the judge still held (the judge's frees never reached it), the
     two processes held about 32 GB at the end (nvidia-smi: judge 7.7, subject 24), under the 30 GiB this
-    test allowed then: 20 GiB is about twice one large workload's."""
+    test allowed then. 20 GiB: the judge held at most 7.7 GB, and the subject now holds little more than one
+    workload's sets and outputs."""
     import threading
 
     import torch
