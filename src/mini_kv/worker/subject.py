@@ -30,6 +30,16 @@ from mini_kv.worker.timing import DeferredWorkError, L2Flusher, Workload, measur
 OWN_IDS = -1  # buffers the subject makes (returned outputs) count down from here; the judge's count up
 
 
+@dataclass
+class Rotation:
+    """A workload the judge times here (timing.Workload, kept across measurements): its input sets
+    (views of the judge's buffers) and the candidate's latest output on each, for the judge's spot checks."""
+
+    workload: Workload
+    sets: list[list]
+    last: dict[int, object]
+
+
 class Subject:
     """The subject's state: what it loaded, the buffers it maps, the outputs it handed over."""
 
@@ -41,12 +51,10 @@ class Subject:
         self.views: dict[tuple, torch.Tensor] = {}  # one tensor object per view: its id() stays stable
         # own buffer id -> (the candidate's output behind it, its view in the buffer)
         self.handed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.workloads: dict[int, Workload] = {}
+        self.rotations: dict[int, Rotation] = {}
         self.next_own = OWN_IDS
         self.factory = None
         self.flushers: dict[bool, L2Flusher] = {}
-        self.last_outputs: dict[int, dict[int, object]] = {}
-        self.workload_sets: dict[int, list[list]] = {}
 
     # ------------------------------------------------------------------ requests
 
@@ -141,20 +149,20 @@ class Subject:
         fn = self.targets[msg["target"]]
         sets = [[self._decode(a) for a in s] for s in msg["sets"]]
         # each set's latest output kept (a store, no copy, inside the timed span): the judge spot-checks it
-        last = self.last_outputs[msg["id"]] = {}
+        last: dict[int, object] = {}
         calls = [(lambda k=k, a=a: last.__setitem__(k, fn(*a))) for k, a in enumerate(sets)]
         # what a call on set k wrote (its output, DPS outputs among its arguments): timing.Workload's
         # deferred-work check fingerprints it when each timed call returns and after the batch
-        self.workloads[msg["id"]] = Workload(calls, written=lambda k: (last.get(k), sets[k]))
-        self.workload_sets[msg["id"]] = sets
+        workload = Workload(calls, written=lambda k: (last.get(k), sets[k]))
+        self.rotations[msg["id"]] = Rotation(workload, sets, last)
         return {"ok": True}, []
 
     def do_spot(self, msg: dict) -> tuple[dict, list[int]]:
         """The latest output of a workload's timed calls on one input set, copied out for the judge."""
         new, fds = [], []
         k = int(msg["set"])
-        out = self.last_outputs[msg["workload"]].get(k)
-        encoded = self._encode_out(out, self.workload_sets[msg["workload"]][k], new, fds)
+        rot = self.rotations[msg["workload"]]
+        encoded = self._encode_out(rot.last.get(k), rot.sets[k], new, fds)
         # the copies into the new shared buffers have landed before the judge, another process on the
         # device, reads them (before, it read them while they were being written: on an H200 honest
         # solutions were STALE_OUTPUT_AFTER_TIMING at random, the fresh buffer's bytes seen)
@@ -163,7 +171,7 @@ class Subject:
 
     def do_run(self, msg: dict) -> tuple[dict, list[int]]:
         """One untimed call of a workload (the warm-up)."""
-        self.workloads[msg["workload"]].next()()
+        self.rotations[msg["workload"]].workload.next()()
         _sync(self.device)
         return {"ok": True}, []
 
@@ -176,7 +184,7 @@ class Subject:
             self.flushers[cold] = L2Flusher(self.device, cold)
         try:
             workload, samples, launches = (
-                self.workloads[msg["workload"]],
+                self.rotations[msg["workload"]].workload,
                 int(msg["samples"]),
                 int(msg["launches"]),
             )
@@ -190,7 +198,7 @@ class Subject:
             raise integrity.Violation("THREAD_ESCAPE", f"{len(left)} new thread(s) running after timing")
         self.guard.check("after timing")
         # the measurement, and where the rotation goes on (the judge's spot checks)
-        return {"ok": True, **vars(m), "pos": self.workloads[msg["workload"]].pos}, []
+        return {"ok": True, **vars(m), "pos": workload.pos}, []
 
     def do_contract(self, msg: dict) -> tuple[dict, list[int]]:
         from mini_kv.worker import contract
@@ -222,8 +230,7 @@ class Subject:
     def _forget(self, workload: int) -> None:
         """A rotation whose timing is over: its sets (views of the judge's buffers, which keep them
         mapped) and the candidate's latest outputs on them go."""
-        for held in (self.workloads, self.workload_sets, self.last_outputs):
-            held.pop(workload, None)
+        self.rotations.pop(workload, None)
 
     def _drop(self, buf: int) -> None:
         self.buffers.pop(buf, None)
