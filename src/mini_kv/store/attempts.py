@@ -12,6 +12,7 @@ import re
 import secrets
 from pathlib import Path, PurePosixPath
 
+from mini_kv.codec import to_json
 from mini_kv.model import sha256_file
 from mini_kv.store import signing
 from mini_kv.store.atomic import StagedDir
@@ -49,9 +50,8 @@ class AttemptWriter(StagedDir):
             "files": self.manifest(),
         }
         full.pop(signing.SIGNATURE_FIELD, None)
-        full[signing.SIGNATURE_FIELD] = signing.signature_for(
-            signing.operator_key(self.task_dir.parent), full
-        )
+        sig = signing.signature_for(signing.operator_key(self.task_dir.parent), full)
+        full[signing.SIGNATURE_FIELD] = to_json(sig)
         return self.publish("attempt.json", full)
 
 
