@@ -35,7 +35,7 @@ from mini_kv.pipeline import (
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.solexec import floor, languages, traces
-from mini_kv.solexec.build import build_log, job_entry, solution_build, stage_sources
+from mini_kv.solexec.build import SolutionEntry, build_log, job_entry, solution_build, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
@@ -495,7 +495,7 @@ class SolDoor(FrontDoor):
     def identity(self, prep: Prepared) -> Identity:
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
-    def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
+    def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[SolutionEntry, dict]:
         from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
