@@ -539,7 +539,7 @@ class CardDoor(FrontDoor):
         check_benchmark_options(card, opts, device)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
         sandbox, artifacts = (
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",

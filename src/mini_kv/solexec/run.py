@@ -413,7 +413,7 @@ class SolDoor(FrontDoor):
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
         bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
         return Prepared(
             device,
             env,
