@@ -207,6 +207,26 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class BuildHeadline:
+    """How the candidate's build ended (the attempt header's `compile`; compile.json has the rest)."""
+
+    status: str | None
+    cache_hit: bool | None
+    duration_s: float
+    key: str | None
+
+
+@dataclass(frozen=True)
+class DoorSummary:
+    """A front door's own attempt header keys: its build's headline, the run's seconds, why a baseline
+    was not used."""
+
+    compile: BuildHeadline
+    duration_s: float
+    baseline_notes: tuple[str, ...] | None = optional()
+
+
+@dataclass(frozen=True)
 class Run:
     """What run_stages hands back to its front door."""
 
@@ -246,8 +266,8 @@ class FrontDoor(Protocol):
     def timed(
         self, res: WorkerResults, case_id: str
     ) -> tuple[dict | None, str | None]: ...  # (timing, why none)
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        return {}  # its header keys
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary | None:
+        return None  # its header keys
 
     def evaluated(self) -> Evaluated: ...
     def source_dir(self) -> Path | None: ...  # the candidate's directory, whose git commit is recorded
@@ -306,7 +326,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "device": prep.device,
             "correctness": to_json(out.correctness),
             "benchmark": out.benchmark,
-            **door.summary(built, duration, notes),
+            **(to_json(door.summary(built, duration, notes)) or {}),
             # the verdict and its reasons, when the attempt was judged against a baseline
             **({"regression": {k: regression[k] for k in ("verdict", "reasons")}} if regression else {}),
         }
@@ -691,12 +711,11 @@ class CardDoor(FrontDoor):
         why = (res.load or {}).get("reason") or next((r.get("reason") for r in recs), None)
         return next((r for r in recs if "candidate" in r), None), why
 
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        return {
-            "compile": {k: getattr(built.compile, k) for k in ("status", "cache_hit", "duration_s", "key")},
-            "duration_s": duration_s,
-            **({"baseline_notes": notes} if notes else {}),
-        }
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary:
+        c = built.compile
+        return DoorSummary(
+            BuildHeadline(c.status, c.cache_hit, c.duration_s, c.key), duration_s, tuple(notes) or None
+        )
 
     def evaluated(self) -> Evaluated:
         return Evaluated(self.cand.id, self.cand.op)
