@@ -172,6 +172,30 @@ CARD_CANDIDATE_FIELDS = (
 
 
 @dataclass(frozen=True)
+class CandidateManifest:
+    """candidate_manifest.json of a verify: the card candidate (CARD_CANDIDATE_FIELDS), its build key, the
+    files kept under the attempt's sources/ with their SHA-256, and those whose bytes changed after the
+    build read them (the attempt holds what is there now)."""
+
+    id: str
+    path: str
+    op: str
+    cpu_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...]
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    backward: bool = False
+    build_key: str | None = None
+    files: tuple[dict, ...] = ()  # {path, sha256}
+    changed_since_build: tuple[str, ...] = ()
+    schema_version: int = 1
+
+    def candidate(self, path: str) -> Candidate:
+        """The candidate as verified, its sources at `path` (an attempt's sources/)."""
+        return Candidate(**{f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS if f != "path"}, path=path)
+
+
+@dataclass(frozen=True)
 class Problem:
     """What is evaluated, whichever front door loaded it: a task card (format `task-card`) or a SOL-ExecBench
     definition with its workloads (`sol-execbench`, its validated parse in `payload`), as cases, reference,

@@ -21,7 +21,7 @@ from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import Retimed
-from mini_kv.model import Candidate, Problem, WorkerResults
+from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
@@ -747,7 +747,9 @@ def _watch_paths(card: Problem) -> list[str]:
     return sorted(set(paths))
 
 
-def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord) -> dict:
+def _copy_sources(
+    w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord
+) -> CandidateManifest:
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
     `changed_since_build`: the attempt then holds what is there now, not what was built."""
@@ -765,10 +767,6 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: Co
         if entry["sha256"] is not None and digest != entry["sha256"]:
             changed.append(entry["path"])
         files.append({"path": entry["path"], "sha256": digest})
-    return {
-        "schema_version": 1,
-        **cand.to_dict(),
-        "build_key": compile_rec.key,
-        "files": files,
-        "changed_since_build": changed,
-    }
+    return CandidateManifest(
+        **cand.to_dict(), build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed)
+    )
