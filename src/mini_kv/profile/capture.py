@@ -275,7 +275,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: f
             "rows": result.rows,
         },
     )
-    rec["kernel"], rec["summary"] = result.kernel, result.summary
+    rec["kernel"], rec["summary"] = result.kernel, to_json(result.summary)
 
 
 def _ncu_home(ncu: str) -> str:
