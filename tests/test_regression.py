@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
+    RegressionVerdict,
     Retimed,
     Thresholds,
     exit_code_for,
@@ -41,6 +42,11 @@ def compare_to_baseline(baseline, header, bench, confirm=None, thresholds=None) 
     return verdict_document(judge(baseline, header, bench, confirm, thresholds))
 
 
+def code_of(doc: dict) -> ExitCode:
+    """The exit code of a verdict read back from regression.json's content."""
+    return exit_code_for(from_json(RegressionVerdict, doc))
+
+
 def check_card_baseline(
     card, env: dict, bench_cases: list[dict], device: str, confirm_with=None, thresholds=None, artifacts=None
 ):
@@ -57,8 +63,10 @@ def check_card_baseline(
         "environment_key": env.get("key"),
         "device": device,
     }
-    return check_baseline(
-        path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+    return verdict_document(
+        check_baseline(
+            path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+        )
     )
 
 
@@ -105,7 +113,7 @@ def test_identical_distributions_pass(tmp_path, baseline):
     assert [c["verdict"] for c in v["cases"]] == [PASS, PASS]
     assert confirm.calls == []  # nothing was slow enough to need a confirmation
     assert v["schema_version"] == 1 and all(k["match"] for k in v["keys"])
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
@@ -122,7 +130,7 @@ def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
         # the verdict record keeps the confirmation batch's raw samples
         assert len(case["confirmation"]["samples"]) == 5 and len(case["confirmation"]["samples"][0]) == 100
         assert case["confirmation"]["summary"]["overall"]["p50"] == pytest.approx(12.0, rel=0.01)
-    assert exit_code_for(v) == ExitCode.REGRESSION
+    assert code_of(v) == ExitCode.REGRESSION
     json.dumps(v, allow_nan=False)  # the record is plain JSON
 
 
@@ -153,14 +161,14 @@ def test_a_stored_slowdown_the_same_run_does_not_see_passes(tmp_path, baseline):
     assert all("not seen in the same run" in c["reasons"][0] for c in v["cases"])
     assert all(not c["confirmation"]["test"]["slower"] for c in v["cases"])
     assert all(c["second_confirmation"] is None for c in v["cases"])
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_a_slowdown_confirmed_once_but_not_twice_is_unconfirmed_never_fail(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     confirm = Confirm(0, p50s=[12.0, 10.0])
     v = compare_to_baseline(baseline, header, bench, confirm)
-    assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
+    assert v["verdict"] == UNCONFIRMED and code_of(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("disagree" in c["reasons"][0] for c in v["cases"])
 
 
@@ -193,7 +201,7 @@ def test_unconfirmed_has_its_own_line_and_exit_code(tmp_path, baseline):
     print_regression(v, con)
     text = con.export_text()
     assert "UNCONFIRMED" in text and "exit 8" in text and "too noisy to decide" in text
-    assert exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED == 8
+    assert code_of(v) == ExitCode.REGRESSION_UNCONFIRMED == 8
 
 
 def test_unchanged_code_on_a_loaded_machine_is_not_a_regression(tmp_path, baseline):
@@ -205,7 +213,7 @@ def test_unchanged_code_on_a_loaded_machine_is_not_a_regression(tmp_path, baseli
     v = compare_to_baseline(baseline, header, bench, confirm)
     assert confirm.calls == ["bench_a", "bench_b"]  # the screen against stored samples did fire
     assert all(c["first_batch"]["slower"] for c in v["cases"])
-    assert v["verdict"] == PASS and exit_code_for(v) == ExitCode.OK
+    assert v["verdict"] == PASS and code_of(v) == ExitCode.OK
     for c in v["cases"]:
         conf = c["confirmation"]
         assert conf["test"]["ratio"] == pytest.approx(1.0, abs=0.01) and not conf["test"]["slower"]
@@ -217,7 +225,7 @@ def test_same_run_slowdown_fails_even_when_both_are_slower_than_stored(tmp_path,
     """Loaded machine and a real 20 % regression: the baseline's build at 11.8, the candidate at 14.2."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.42)
     v = compare_to_baseline(baseline, header, bench, Confirm(14.16, base_p50=11.8))
-    assert v["verdict"] == FAIL and exit_code_for(v) == ExitCode.REGRESSION
+    assert v["verdict"] == FAIL and code_of(v) == ExitCode.REGRESSION
     assert all(c["confirmation"]["test"]["ratio"] == pytest.approx(1.2, rel=0.02) for c in v["cases"])
 
 
@@ -226,7 +234,7 @@ def test_a_confirmation_without_the_baselines_own_timings_is_not_evidence(tmp_pa
     confirm that returns no baseline timings cannot make a FAIL."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     v = compare_to_baseline(baseline, header, bench, lambda case_id: Retimed(synth_samples(12.0, 5), []))
-    assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
+    assert v["verdict"] == UNCONFIRMED and code_of(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("could not run" in c["reasons"][0] for c in v["cases"])
 
 
@@ -258,7 +266,7 @@ def test_heavier_tail_warns_only_where_the_same_run_agrees(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2)
     _heavier_tail(bench)
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0, tail=1.5))
-    assert v["verdict"] == WARN and exit_code_for(v) == ExitCode.OK
+    assert v["verdict"] == WARN and code_of(v) == ExitCode.OK
     assert all(c["verdict"] == WARN and "P95" in c["reasons"][0] for c in v["cases"])
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0))  # the same run: no heavier tail
     assert v["verdict"] == PASS
@@ -296,7 +304,7 @@ def test_each_mismatched_key_is_incomparable(tmp_path, baseline, field, change):
     assert [k["key"] for k in v["keys"] if not k["match"]] == [field]
     assert v["reasons"][0].startswith(f"{field} differs")
     assert confirm.calls == [] and v["cases"] == []
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_missing_cases_and_other_timing_method(tmp_path, baseline):
@@ -419,7 +427,7 @@ def test_card_hook(tmp_path, baseline):
     (tmp_path / "baselines" / "broken.json").write_text("{")
     v = check_card_baseline(_card(tmp_path, "baselines/broken.json"), env, bench["cases"], "cpu")
     assert v["verdict"] == INCOMPARABLE and "unreadable baseline" in v["baseline_error"]
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 def test_baseline_found_by_convention_and_unused_ones_are_named(tmp_path, baseline):
@@ -597,7 +605,7 @@ def test_an_edited_baseline_is_tampered_never_a_candidate_fail(tmp_path, baselin
     assert v["verdict"] == "TAMPERED", v["reasons"]
     assert v["tampered_file"] == str(path) and str(path) in v["reasons"][0] and "TAMPERED" in v["reasons"][0]
     assert confirm_calls == [] and v["cases"] == []
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
     validate(json.loads(json.dumps(v)), "regression", "regression.json")
     # the attempt that carries this verdict is still a valid, indexable attempt
     a = make_attempt(
@@ -626,7 +634,7 @@ def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
         _card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu"
     )
     assert v["verdict"] == "TAMPERED" and v["tampered_file"] == str(src / "attempt.json")
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 def test_a_deeply_nested_baseline_is_a_clear_error(tmp_path):
@@ -651,7 +659,7 @@ def test_a_deeply_nested_baseline_does_not_crash_verify(tmp_path):
     (tmp_path / "baselines" / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     v = check_card_baseline(_card(tmp_path, "baselines/deep.json"), {"key": ENV_KEY}, [], "cpu")
     assert v["verdict"] == INCOMPARABLE and "nested too deeply" in v["baseline_error"]
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 # ---------------------------------------------------------------- promote-baseline: store checks

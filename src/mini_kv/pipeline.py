@@ -20,7 +20,7 @@ from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.judge.regression import Retimed
+from mini_kv.judge.regression import RegressionVerdict, Retimed, verdict_document
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
@@ -235,7 +235,7 @@ class Run:
     out: Outcome
     summary: dict  # the attempt header's status, exit code, summaries, the door's keys, regression
     code: ExitCode
-    regression: dict | None
+    regression: RegressionVerdict | None
     attempt: Path
     index_warning: str | None
     phases: dict  # seconds since the start at the end of each stage, and where the worker's time went
@@ -328,7 +328,11 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "benchmark": out.benchmark,
             **(to_json(door.summary(built, duration, notes)) or {}),
             # the verdict and its reasons, when the attempt was judged against a baseline
-            **({"regression": {k: regression[k] for k in ("verdict", "reasons")}} if regression else {}),
+            **(
+                {"regression": {"verdict": regression.verdict, "reasons": list(regression.reasons)}}
+                if regression
+                else {}
+            ),
         }
         attempt = _write_attempt(door, prep, built, out, summary, regression, outbox or prep.artifacts)
         index_warning = None
@@ -410,7 +414,7 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
 
 def _judge_regression(
     door: FrontDoor, prep: Prepared, out: Outcome, confirm_with
-) -> tuple[dict | None, list[str]]:
+) -> tuple[RegressionVerdict | None, list[str]]:
     """The verdict against the promoted baseline for a PASSED attempt with a benchmark (None otherwise or
     without a baseline), and notes on a baseline not used. `confirm_with()` gives the same-run comparison."""
     from mini_kv.store.baseline import check_baseline
@@ -486,7 +490,7 @@ def _write_attempt(
     built: Built,
     out: Outcome,
     summary: dict,
-    regression: dict | None,
+    regression: RegressionVerdict | None,
     store: Path,
 ) -> Path:
     """The attempt in `store`: the door's own files, environment.json, compile.json and its logs, the
@@ -511,7 +515,7 @@ def _write_attempt(
         BenchmarkRecord(door.FORMAT, prep.device, out.bench_settings, out.bench_cases, out.benchmark),
     )
     if regression is not None:
-        w.json("regression.json", regression)
+        w.json("regression.json", verdict_document(regression))
     return w.commit(
         {
             **to_json(ident),

@@ -372,16 +372,16 @@ def unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> Regressi
     return RegressionVerdict(verdict, (why,), thresholds or Thresholds(), baseline_error=why, **where)
 
 
-def exit_code_for(verdict: dict | None) -> ExitCode:
+def exit_code_for(verdict: RegressionVerdict | None) -> ExitCode:
     """REGRESSION for a FAIL, REGRESSION_UNCONFIRMED when the noise was too high to decide, CONFIG when
     the declared baseline could not be used (unreadable or TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
-    if verdict.get("verdict") == Verdict.FAIL:
+    if verdict.verdict == Verdict.FAIL:
         return ExitCode.REGRESSION
-    if verdict.get("verdict") == Verdict.UNCONFIRMED:
+    if verdict.verdict == Verdict.UNCONFIRMED:
         return ExitCode.REGRESSION_UNCONFIRMED
-    if verdict.get("baseline_error"):
+    if verdict.baseline_error:
         return ExitCode.CONFIG
     return ExitCode.OK
 

@@ -184,7 +184,7 @@ def check_baseline(
     confirm_with: Callable[[dict, str], regression.Retimed] | None = None,
     thresholds: Thresholds | None = None,
     artifacts: Path | None = None,
-) -> dict:
+) -> regression.RegressionVerdict:
     """The verdict of an attempt (`header`: the ids judge.regression.judge reads; its bench cases) against
     the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
     set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
@@ -203,7 +203,7 @@ def check_baseline(
     else:
         confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
         verdict = regression.judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
-    return regression.verdict_document(dataclasses.replace(verdict, baseline_file=ref))
+    return dataclasses.replace(verdict, baseline_file=ref)
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from
