@@ -18,7 +18,6 @@ from mini_kv.judge.regression import (
     exit_code_for,
     find_card_baseline,
     judge,
-    verdict_document,
 )
 from mini_kv.load.schema import validate
 from mini_kv.model import WorkerResults
@@ -39,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def compare_to_baseline(baseline, header, bench, confirm=None, thresholds=None) -> dict:
     """regression.json's content for one attempt judged against a baseline."""
-    return verdict_document(judge(baseline, header, bench, confirm, thresholds))
+    return to_json(judge(baseline, header, bench, confirm, thresholds))
 
 
 def code_of(doc: dict) -> ExitCode:
@@ -63,7 +62,7 @@ def check_card_baseline(
         "environment_key": env.get("key"),
         "device": device,
     }
-    return verdict_document(
+    return to_json(
         check_baseline(
             path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
         )
@@ -768,3 +767,12 @@ def test_a_conventional_baseline_linked_out_of_the_project_is_not_used(tmp_path,
     (proj / "baselines").symlink_to(tmp_path / "baselines")
     path, how, notes = find_card_baseline(_card(proj, None))
     assert path is None and "outside the project root" in notes[0]
+
+
+def test_an_attempt_never_holds_a_regression_json_that_breaks_its_schema(tmp_path):
+    from mini_kv.store.attempts import AttemptWriter
+
+    w = AttemptWriter(tmp_path / "artifacts", "vector_add", "v1")
+    with pytest.raises(ConfigError, match="regression.json"):
+        w.json("regression.json", {"verdict": "MAYBE", "reasons": []})
+    assert not (w.partial / "regression.json").exists()

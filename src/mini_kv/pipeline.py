@@ -20,7 +20,7 @@ from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.judge.regression import RegressionVerdict, Retimed, verdict_document
+from mini_kv.judge.regression import RegressionVerdict, Retimed
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
@@ -515,7 +515,7 @@ def _write_attempt(
         BenchmarkRecord(door.FORMAT, prep.device, out.bench_settings, out.bench_cases, out.benchmark),
     )
     if regression is not None:
-        w.json("regression.json", verdict_document(regression))
+        w.json("regression.json", regression)
     return w.commit(
         {
             **to_json(ident),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv import stats
-from mini_kv.codec import optional, to_json
+from mini_kv.codec import optional
 from mini_kv.errors import BaselineTampered, ExitCode
 from mini_kv.stats import RepeatSummary, Slower
 from mini_kv.status import Verdict
@@ -162,15 +162,6 @@ class RegressionVerdict:
     baseline_error: str | None = optional()
     tampered_file: str | None = optional()
     baseline_file: dict | None = optional()
-
-
-def verdict_document(verdict: RegressionVerdict) -> dict:
-    """regression.json's content, checked against its schema (what the store writes and reads)."""
-    from mini_kv.load.schema import validate
-
-    doc = to_json(verdict)
-    validate(doc, "regression", "regression.json")
-    return doc
 
 
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> CaseVerdict:

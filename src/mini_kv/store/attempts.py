@@ -20,6 +20,9 @@ from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 
 ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
+# the schemas/ the files of an attempt are checked against when written and when read (correctness.json
+# and benchmark.json: store.records' records check themselves)
+FILE_SCHEMAS = {"regression.json": "regression"}
 
 
 def new_attempt_id(candidate: str) -> str:
@@ -39,6 +42,14 @@ class AttemptWriter(StagedDir):
             raise FileExistsError(
                 f"attempt directory {self.task_dir / self.attempt_id} already exists"
             ) from None
+
+    def json(self, rel: str, obj) -> None:
+        """`obj` (a record: the codec writes it) as `rel`, checked first against its schema if it has one."""
+        if rel in FILE_SCHEMAS:
+            from mini_kv.load.schema import validate
+
+            validate(to_json(obj), FILE_SCHEMAS[rel], rel)
+        super().json(rel, obj)
 
     def commit(self, header: dict) -> Path:
         """Seal: attempt.json lists every file's SHA-256, and is signed with the operator's key when one
