@@ -74,7 +74,7 @@ def baseline(tmp_path) -> dict:
     src = make_attempt(
         tmp_path / "artifacts", candidate="v0", seed=1, speedups={"bench_a": 1.5, "bench_b": 2.0}
     )
-    return promote_baseline(src, tmp_path / "baselines" / "vector_add.json")
+    return to_json(promote_baseline(src, tmp_path / "baselines" / "vector_add.json"))
 
 
 def _attempt(tmp_path, **kw) -> tuple[dict, dict]:
@@ -332,7 +332,7 @@ def test_malformed_samples_are_not_judged_and_do_not_raise(tmp_path, baseline):
 def test_promoted_baseline_content(tmp_path):
     src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
     out = tmp_path / "baselines" / "vector_add.json"
-    base = promote_baseline(src, out)
+    base = to_json(promote_baseline(src, out))
     on_disk = json.loads(out.read_text())
     assert on_disk == base
     validate(on_disk, "baseline", str(out))
@@ -361,7 +361,7 @@ def test_promotion_refuses_to_overwrite_unless_forced(tmp_path):
     with pytest.raises(UserError, match="--force"):
         promote_baseline(b, out)
     assert out.read_bytes() == before  # baselines never change by themselves
-    assert promote_baseline(b, out, force=True)["source"]["attempt_id"] == b.name
+    assert promote_baseline(b, out, force=True).source.attempt_id == b.name
 
 
 @pytest.mark.parametrize(
@@ -561,7 +561,7 @@ def test_baseline_carries_a_hash_manifest_of_itself_and_its_attempt(tmp_path):
     from mini_kv.store.baseline import content_sha256
 
     src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
-    base = promote_baseline(src, tmp_path / "b.json")
+    base = to_json(promote_baseline(src, tmp_path / "b.json"))
     m = base["manifest"]
     assert m["algorithm"] == "sha256" and m["content_sha256"] == content_sha256(base)
     assert m["attempt_files"] == read_attempt(src)["files"]

@@ -125,7 +125,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
         Path(_bench_stable(SOLS / "good_return" / "solution.json").attempt),
         project / "baselines" / "scale_mul.json",
     )
-    assert base["task_id"] == "scale_mul"
+    assert base.task_id == "scale_mul"
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
