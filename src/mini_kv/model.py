@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 
 # a card's `benchmark:` and `timeouts:` sections when they set nothing
@@ -227,7 +228,7 @@ class Problem:
     def suite_hash(self, settings: dict | None = None) -> str:
         """Identity of what is measured: the cases and the benchmark settings (SOL: the run's settings)."""
         if self.format != "task-card":
-            return sol_suite_hash(self.raw, [wl.trace_dict() for wl in self.payload[1]], settings)
+            return sol_suite_hash(self.raw, [to_json(wl.traced()) for wl in self.payload[1]], settings)
         return sha256_text(
             canonical_json(
                 {

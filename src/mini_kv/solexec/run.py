@@ -320,7 +320,7 @@ def build_traces(problem: Problem, outcomes: tuple[WorkloadOutcome, ...], env: d
         out.append(
             traces.make_trace(
                 problem.id,
-                wl.trace_dict(),
+                wl.traced(),
                 problem.candidates[0].id,
                 # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
                 # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
@@ -531,7 +531,7 @@ class SolDoor(FrontDoor):
     def write_files(self, w, built: Built, out: Outcome) -> None:
         sol = self.cand
         w.json("definition.json", self.problem.raw)
-        w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in self.workloads))
+        w.text("workload.jsonl", "".join(json.dumps(to_json(wl.traced())) + "\n" for wl in self.workloads))
         w.json("solution.json", sol.resolved())
         for src in sol.sources:
             w.text(f"sources/{src.path}", src.content)
