@@ -303,15 +303,30 @@ def test_a_plain_line_per_finished_result():
     lines = []
     on_event = pipeline._progress(job, "v0", lambda *a, **k: None, lines.append)
     on_event({"event": "case", "record": {"id": "a", "status": "PASS"}})
-    on_event({"event": "case", "record": {"id": "b", "status": "FAIL"}})
+    why = "\n  max abs error 0.5 at [3] (expected 1.0, got 1.5)\nsecond line\n"
+    on_event({"event": "case", "record": {"id": "b", "status": "FAIL", "reason": why}})
     on_event({"event": "contract", "name": "opcheck", "record": {"status": "PASS"}})
     on_event({"event": "bench", "record": _bench_rec("z")})
     assert lines == [
         "v0 correctness 1/2 a: PASS",
-        "v0 correctness 2/2 b: FAIL",
+        "v0 correctness 2/2 b: FAIL (max abs error 0.5 at [3] (expected 1.0, got 1.5))",
         "v0 contract 1/1 opcheck: PASS",
         "v0 benchmark 1/1 z: ok P50 12345.68 µs, speedup 0.812x",
     ]
+
+
+def test_a_failed_workloads_line_says_why_in_one_line():
+    """A SOL workload's line carries the first line of its log when it did not pass (a user watching
+    `bench` saw "workload 2/14 ...: RUNTIME_ERROR" and nothing more until the end), cut to 160 columns."""
+    job = SimpleNamespace(cases=[{"id": "a"}, {"id": "b"}])
+    lines = []
+    on_event = pipeline._progress(job, None, lambda *a, **k: None, lines.append)
+    on_event({"event": "case", "record": {"id": "a", "status": "PASSED", "log": "fine\n"}})
+    long = "solution raised OutOfMemoryError: CUDA out of memory. " + "x" * 300
+    on_event({"event": "case", "record": {"id": "b", "status": "RUNTIME_ERROR", "log": long + "\nTraceback"}})
+    assert lines[0] == "workload 1/2 a: PASSED"
+    assert lines[1].startswith("workload 2/2 b: RUNTIME_ERROR (solution raised OutOfMemoryError: CUDA out")
+    assert lines[1].endswith("...)") and len(lines[1]) == len("workload 2/2 b: RUNTIME_ERROR ()") + 160
 
 
 @pytest.mark.slow

@@ -99,7 +99,11 @@ def test_device_memory_does_not_pile_up_across_workloads(tmp_path):
     """The subject kept every workload's input sets and outputs until it ended: on an H200 one bench of
     rmsnorm's 14 workloads held 81 GB at the end (25 GB after the first large one) and benches side by
     side ran out of device memory, honest solutions then judged REWARD_HACK. A workload's memory goes
-    when its timing ends: the peak is one large workload's, not the sum."""
+    when its timing ends: the peak is one large workload's, not the sum. With the sets let go but every
+    output the subject had copied out for the judge still held (the judge's frees never reached it), the
+    two processes held about 32 GB at the end (nvidia-smi: judge 7.7, subject 24), under the 30 GiB this
+    test allowed then. 20 GiB: the judge held at most 7.7 GB, and the subject now holds little more than one
+    workload's sets and outputs."""
     import threading
 
     import torch
@@ -125,4 +129,4 @@ def test_device_memory_does_not_pile_up_across_workloads(tmp_path):
         watcher.join()
     assert set(statuses(result).values()) == {"PASSED"}, statuses(result)
     used = (peak[0] - (total - free0)) / 2**30
-    assert used < 30, f"{used:.1f} GiB of device memory in use at the peak"
+    assert used < 20, f"{used:.1f} GiB of device memory in use at the peak"

@@ -351,26 +351,34 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
 FINISHED_EVENTS = {"case": "correctness", "contract": "contract", "bench": "benchmark"}
 
 
+def _first_line(text, width: int = 160) -> str:
+    """A failure's reason as one line of a progress log: its first non-blank line, cut to `width`."""
+    line = next((ln.strip() for ln in str(text or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def _finished_line(ev: dict, done: int, total: int, label: str | None) -> str:
     """One plain line for a finished case, contract check, benchmark or (`label` None) SOL workload."""
     rec = ev.get("record") or {}
     name = rec.get("id") or ev.get("name") or "?"
     status = rec.get("status") or ("ok" if "candidate" in rec else "?")
     perf = rec.get("performance") or {}
+    why = _first_line(rec.get("reason") or rec.get("log"))
+    why = f" ({why})" if why and status not in (Status.PASSED, "PASS", "ok") else ""
     if label is None:
         extra = (
             f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x"
             if perf.get("latency_ms")
             else ""
         )
-        return f"workload {done}/{total} {name}: {status}{extra}"
+        return f"workload {done}/{total} {name}: {status}{extra}{why}"
     extra = ""
     if "candidate" in rec:  # a timed case: its P50 and speedup
         p50 = ((rec["candidate"].get("summary") or {}).get("overall") or {}).get("p50")
         extra = (f" P50 {p50:.2f} µs" if p50 is not None else "") + (
             f", speedup {rec['speedup']:.3f}x" if rec.get("speedup") else ""
         )
-    return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}"
+    return f"{label} {FINISHED_EVENTS[ev['event']]} {done}/{total} {name}: {status}{extra}{why}"
 
 
 def _progress(job, label: str | None, say, line=None, phases: dict | None = None, started: float = 0.0):
