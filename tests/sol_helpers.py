@@ -16,11 +16,11 @@ def bench_result(**fields) -> BenchResult:
 
 
 def statuses(result: BenchResult) -> dict:
-    return {t.workload["uuid"]: t.evaluation.status for t in result.traces}
+    return {t.workload.uuid: t.evaluation.status for t in result.traces}
 
 
 def logs(result: BenchResult) -> dict:
-    return {t.workload["uuid"]: t.evaluation.log for t in result.traces}
+    return {t.workload.uuid: t.evaluation.log for t in result.traces}
 
 
 def write_solution(

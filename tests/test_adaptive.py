@@ -365,7 +365,7 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
     t0 = time.perf_counter()
     result = bench(str(problem), opts)
     took = time.perf_counter() - t0
-    got = {t.workload["uuid"]: (t.evaluation.status, t.evaluation.log) for t in result.traces}
+    got = {t.workload.uuid: (t.evaluation.status, t.evaluation.log) for t in result.traces}
     assert [s for s, _ in got.values()] == ["TIMEOUT"] * 8
     assert "process group killed" in got["w0"][1] and "process group killed" in got["w1"][1]
     assert all("--give-up-after 2" in got[f"w{i}"][1] for i in range(2, 8))
@@ -404,7 +404,7 @@ def test_a_first_calls_one_off_cost_does_not_get_a_larger_workload_skipped(tmp_p
         "    if FIRST.pop() if FIRST else False:\n        time.sleep(0.5)\n"
         "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
     )
-    got = {t.workload["uuid"]: t.evaluation.status for t in result.traces}
+    got = {t.workload.uuid: t.evaluation.status for t in result.traces}
     assert got == {"s": "PASSED", "l": "PASSED"}, [t.evaluation.log for t in result.traces]
 
 
@@ -419,7 +419,7 @@ def test_a_workload_measured_too_large_bounds_the_others_without_a_call(tmp_path
         "    time.sleep(1.5 if x.shape[0] > 32 else 0.02)  # far slower than its size says once large\n"
         "    y = x * (w * alpha)\n    return {'y': y, 'total': y.sum()}\n",
     )
-    passed = {t.workload["uuid"]: t.evaluation.status for t in result.traces}
+    passed = {t.workload.uuid: t.evaluation.status for t in result.traces}
     skipped = {s.id: s.reason for s in result.skipped}
     assert passed == {"s": "PASSED"} and set(skipped) == {"a", "b", "c"}, (passed, skipped)
     # measured: it ran one round, and its slowness is the solution's (the reference's call was quick)

@@ -39,8 +39,8 @@ def test_a_document_that_breaks_its_schema_is_refused_naming_file_and_field():
 
 
 def test_a_document_that_passes_its_schema_reads_as_its_record():
-    from mini_kv.judge.regression import RegressionVerdict, Thresholds, Verdict, verdict_document
+    from mini_kv.judge.regression import RegressionVerdict, Thresholds, Verdict
 
     verdict = RegressionVerdict(Verdict.PASS, ("same",), Thresholds())
-    back = read_record(RegressionVerdict, verdict_document(verdict), "regression", "r.json")
+    back = read_record(RegressionVerdict, to_json(verdict), "regression", "r.json")
     assert back == verdict and isinstance(back.thresholds, Thresholds)

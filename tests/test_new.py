@@ -134,7 +134,7 @@ def test_a_sol_problem_from_a_card_keeps_its_inputs_and_judges_solutions(tmp_pat
     for body, want in (("a + b", "PASSED"), ("a - b", "INCORRECT_NUMERICAL")):
         sol = _solution(tmp_path / body.replace(" ", ""), body)
         opts = BenchOptions(solution=str(sol), artifacts=str(tmp_path / "artifacts"), device="cpu", **fast)
-        got = {t.workload["uuid"]: t.evaluation.status for t in bench(str(out), opts).traces}
+        got = {t.workload.uuid: t.evaluation.status for t in bench(str(out), opts).traces}
         assert len(got) == 2 and set(got.values()) == {want}, got
 
 

@@ -150,7 +150,7 @@ def test_seed_is_fixed_by_default_and_salt_changes_it(fake_ncu, monkeypatch):
 )
 def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode, code):
     res = run_profile(fake_ncu, monkeypatch, mode=mode)
-    assert res.status == "failed" and res.reason["code"] == code
+    assert res.status == "failed" and res.reason.code == code
     assert res.exit_code == PROFILE_REASONS[code][0]
     doc = read_profile(Path(res.path))  # a failed profile is still a sealed, verifiable directory
     assert doc["reason"]["code"] == code and doc["summary"] is None
@@ -164,7 +164,7 @@ def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode
 
 def test_ncu_timeout_is_ncu_failed(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, mode="hang", timeout=2)
-    assert res.reason["code"] == "NCU_FAILED" and "did not finish" in res.reason["message"]
+    assert res.reason.code == "NCU_FAILED" and "did not finish" in res.reason.message
 
 
 def edited_csv(tmp_path, cand, fn) -> Path:
@@ -188,16 +188,16 @@ def edited_csv(tmp_path, cand, fn) -> Path:
 )
 def test_csv_failures_keep_the_csv(fake_ncu, monkeypatch, tmp_path, edit, code):
     res = run_profile(fake_ncu, monkeypatch, csv=edited_csv(tmp_path, "v0_naive", edit))
-    assert res.reason["code"] == code
+    assert res.reason.code == code
     assert (Path(res.path) / "raw.csv").is_file()  # the evidence of why stays with the verdict
 
 
 def test_other_candidates_kernel_is_no_matching_kernel(fake_ncu, monkeypatch):
     res = run_profile(fake_ncu, monkeypatch, cand="v0_naive", csv=FIX / "rmsnorm-v1_block_reduce.raw.csv")
-    assert res.reason["code"] == "NO_MATCHING_KERNEL"
+    assert res.reason.code == "NO_MATCHING_KERNEL"
     assert (
-        res.reason["details"]["kernels"] == ["rmsnorm_block_kernel"]
-        or "rmsnorm_block_kernel" in res.reason["details"]["kernels"][0]
+        res.reason.details["kernels"] == ["rmsnorm_block_kernel"]
+        or "rmsnorm_block_kernel" in res.reason.details["kernels"][0]
     )
 
 
@@ -215,7 +215,7 @@ def test_no_kernel_names(fake_ncu, monkeypatch, tmp_path):
     proj = tmp_project(tmp_path)
     (proj / "candidates/rmsnorm/v0_naive/kernel.cu").write_text("// the kernels moved elsewhere\n")
     res = run_profile(fake_ncu, monkeypatch, card_path=proj / "tasks" / "rmsnorm.yaml")
-    assert res.reason["code"] == "NO_KERNEL_NAMES" and res.exit_code == 2
+    assert res.reason.code == "NO_KERNEL_NAMES" and res.exit_code == 2
 
 
 @pytest.mark.slow
@@ -223,7 +223,7 @@ def test_compile_failure(fake_ncu, monkeypatch, tmp_path):
     proj = tmp_project(tmp_path)
     (proj / "candidates/rmsnorm/v0_naive/op.cpp").write_text("this is not C++\n")
     res = run_profile(fake_ncu, monkeypatch, card_path=proj / "tasks" / "rmsnorm.yaml", prebuilt=None)
-    assert res.reason["code"] == "COMPILE_FAILED" and res.exit_code == 3
+    assert res.reason.code == "COMPILE_FAILED" and res.exit_code == 3
     assert (Path(res.path) / "compile.json").is_file()
     assert not argv_log(fake_ncu)[1:]  # only `ncu --version`: ncu never ran the target
 

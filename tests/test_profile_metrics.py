@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.load.task_card import load_task_card
 from mini_kv.profile import metrics as m
 from mini_kv.profile.ncu import kernel_names
@@ -66,14 +67,14 @@ def test_fixture_yields_one_row_and_every_required_metric(cand):
     res = m.analyze(fixture(cand), candidate_filter(cand))
     s = res.summary
     grid, block = LAUNCH[cand]
-    assert (s["grid_size"], s["block_size"]) == (grid, block)
-    assert res.kernel["Kernel Name"] == s["kernel_name"]
+    assert (s.grid_size, s.block_size) == (grid, block)
+    assert res.kernel["Kernel Name"] == s.kernel_name
     for concept in m.REQUIRED:
-        assert s[concept] is not None and s[concept] >= 0, concept
-    assert 0 < s["achieved_occupancy_pct"] <= 100
-    assert s["waves_per_sm"] > 0 and s["dram_bandwidth_Bps"] > 1e6 and s["duration_ns"] > 0
-    assert s["top_stalls"] and all(t["reason"] != "selected" for t in s["top_stalls"])
-    values = [t["value"] for t in s["top_stalls"]]
+        assert getattr(s, concept) is not None and getattr(s, concept) >= 0, concept
+    assert 0 < s.achieved_occupancy_pct <= 100
+    assert s.waves_per_sm > 0 and s.dram_bandwidth_Bps > 1e6 and s.duration_ns > 0
+    assert s.top_stalls and all(t.reason != "selected" for t in s.top_stalls)
+    values = [t.value for t in s.top_stalls]
     assert values == sorted(values, reverse=True) and len(values) <= m.TOP_STALLS
 
 
@@ -82,7 +83,7 @@ def test_one_candidates_filter_does_not_match_the_other():
         m.analyze(fixture("v1_block_reduce"), candidate_filter("v0_naive"))
     assert exc.value.code == "NO_MATCHING_KERNEL"
     assert exc.value.details["kernels"] == [
-        m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce")).summary["kernel_name"]
+        m.analyze(fixture("v1_block_reduce"), candidate_filter("v1_block_reduce")).summary.kernel_name
     ]
 
 
@@ -98,7 +99,7 @@ def test_real_profile_json_fixture_matches_its_csv(cand):
     assert doc["status"] == "ok" and doc["candidate"]["id"] == cand
     from mini_kv.profile.store import same_values
 
-    assert same_values(m.analyze(fixture(cand), doc["ncu"]["kernel_filter"]).summary, doc["summary"])
+    assert same_values(to_json(m.analyze(fixture(cand), doc["ncu"]["kernel_filter"]).summary), doc["summary"])
 
 
 # ------------------------------------------------------------------------- kernel filter
@@ -225,7 +226,7 @@ def test_alternative_metric_name_is_used_and_recorded():
         "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     )
     s = m.analyze(text, candidate_filter("v0_naive")).summary
-    assert s["sources"]["dram_throughput_pct"] == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+    assert s.sources["dram_throughput_pct"] == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 
 
 @pytest.mark.parametrize(
@@ -288,20 +289,20 @@ def test_scaled_units_give_the_same_summary_as_base_units():
     scaled = edit_metric(
         fixture("v1_block_reduce"),
         "dram__bytes.sum.per_second",
-        f"{base['dram_bandwidth_Bps'] / 1e9:.6f}",
+        f"{base.dram_bandwidth_Bps / 1e9:.6f}",
         "Gbyte/second",
     )
-    scaled = edit_metric(scaled, "gpu__time_duration.sum", f"{base['duration_ns'] / 1e3:.6f}", "usecond")
+    scaled = edit_metric(scaled, "gpu__time_duration.sum", f"{base.duration_ns / 1e3:.6f}", "usecond")
     s = m.analyze(scaled, candidate_filter("v1_block_reduce")).summary
-    assert s["dram_bandwidth_Bps"] == pytest.approx(base["dram_bandwidth_Bps"])
-    assert s["duration_ns"] == pytest.approx(base["duration_ns"])
+    assert s.dram_bandwidth_Bps == pytest.approx(base.dram_bandwidth_Bps)
+    assert s.duration_ns == pytest.approx(base.duration_ns)
 
 
 def test_prof_lines_around_the_table_are_ignored():
     text = (
         "==PROF== Connected to process 1\n" + fixture("v0_naive") + "==PROF== Disconnected from process 1\n"
     )
-    assert m.analyze(text, candidate_filter("v0_naive")).summary["grid_size"] == LAUNCH["v0_naive"][0]
+    assert m.analyze(text, candidate_filter("v0_naive")).summary.grid_size == LAUNCH["v0_naive"][0]
 
 
 def test_not_issued_variants_and_selected_are_not_stall_reasons():
@@ -310,7 +311,7 @@ def test_not_issued_variants_and_selected_are_not_stall_reasons():
     rows[1].append("")
     rows[2].append("99")
     s = m.analyze(render(rows), candidate_filter("v0_naive")).summary
-    reasons = [t["reason"] for t in s["top_stalls"]]
+    reasons = [t.reason for t in s.top_stalls]
     assert "long_scoreboard_not_issued" not in reasons and "selected" not in reasons
     assert reasons.count("long_scoreboard") == 1
 

@@ -168,8 +168,8 @@ def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(
 
 def test_a_solution_without_kernels_of_its_own_needs_kernel(fake_ncu, monkeypatch):  # noqa: F811
     res = _profile(fake_ncu, monkeypatch, SOLS / "good_return" / "solution.json", problem=str(PROBLEM))
-    assert res.status == "failed" and res.reason["code"] == "NO_KERNEL_NAMES"
-    assert "--kernel" in res.reason["message"]
+    assert res.status == "failed" and res.reason.code == "NO_KERNEL_NAMES"
+    assert "--kernel" in res.reason.message
 
 
 @pytest.mark.gpu

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import (
+    RegressionVerdict,
     Retimed,
     Thresholds,
     exit_code_for,
     find_card_baseline,
     judge,
-    verdict_document,
 )
 from mini_kv.load.schema import validate
 from mini_kv.model import WorkerResults
@@ -38,7 +38,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def compare_to_baseline(baseline, header, bench, confirm=None, thresholds=None) -> dict:
     """regression.json's content for one attempt judged against a baseline."""
-    return verdict_document(judge(baseline, header, bench, confirm, thresholds))
+    return to_json(judge(baseline, header, bench, confirm, thresholds))
+
+
+def code_of(doc: dict) -> ExitCode:
+    """The exit code of a verdict read back from regression.json's content."""
+    return exit_code_for(from_json(RegressionVerdict, doc))
 
 
 def check_card_baseline(
@@ -57,8 +62,10 @@ def check_card_baseline(
         "environment_key": env.get("key"),
         "device": device,
     }
-    return check_baseline(
-        path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+    return to_json(
+        check_baseline(
+            path, found_by, Path(card.project_root), header, bench_cases, confirm_with, thresholds, artifacts
+        )
     )
 
 
@@ -67,7 +74,7 @@ def baseline(tmp_path) -> dict:
     src = make_attempt(
         tmp_path / "artifacts", candidate="v0", seed=1, speedups={"bench_a": 1.5, "bench_b": 2.0}
     )
-    return promote_baseline(src, tmp_path / "baselines" / "vector_add.json")
+    return to_json(promote_baseline(src, tmp_path / "baselines" / "vector_add.json"))
 
 
 def _attempt(tmp_path, **kw) -> tuple[dict, dict]:
@@ -105,7 +112,7 @@ def test_identical_distributions_pass(tmp_path, baseline):
     assert [c["verdict"] for c in v["cases"]] == [PASS, PASS]
     assert confirm.calls == []  # nothing was slow enough to need a confirmation
     assert v["schema_version"] == 1 and all(k["match"] for k in v["keys"])
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
@@ -122,7 +129,7 @@ def test_confirmed_significant_slowdown_fails(tmp_path, baseline):
         # the verdict record keeps the confirmation batch's raw samples
         assert len(case["confirmation"]["samples"]) == 5 and len(case["confirmation"]["samples"][0]) == 100
         assert case["confirmation"]["summary"]["overall"]["p50"] == pytest.approx(12.0, rel=0.01)
-    assert exit_code_for(v) == ExitCode.REGRESSION
+    assert code_of(v) == ExitCode.REGRESSION
     json.dumps(v, allow_nan=False)  # the record is plain JSON
 
 
@@ -153,14 +160,14 @@ def test_a_stored_slowdown_the_same_run_does_not_see_passes(tmp_path, baseline):
     assert all("not seen in the same run" in c["reasons"][0] for c in v["cases"])
     assert all(not c["confirmation"]["test"]["slower"] for c in v["cases"])
     assert all(c["second_confirmation"] is None for c in v["cases"])
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_a_slowdown_confirmed_once_but_not_twice_is_unconfirmed_never_fail(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     confirm = Confirm(0, p50s=[12.0, 10.0])
     v = compare_to_baseline(baseline, header, bench, confirm)
-    assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
+    assert v["verdict"] == UNCONFIRMED and code_of(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("disagree" in c["reasons"][0] for c in v["cases"])
 
 
@@ -193,7 +200,7 @@ def test_unconfirmed_has_its_own_line_and_exit_code(tmp_path, baseline):
     print_regression(v, con)
     text = con.export_text()
     assert "UNCONFIRMED" in text and "exit 8" in text and "too noisy to decide" in text
-    assert exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED == 8
+    assert code_of(v) == ExitCode.REGRESSION_UNCONFIRMED == 8
 
 
 def test_unchanged_code_on_a_loaded_machine_is_not_a_regression(tmp_path, baseline):
@@ -205,7 +212,7 @@ def test_unchanged_code_on_a_loaded_machine_is_not_a_regression(tmp_path, baseli
     v = compare_to_baseline(baseline, header, bench, confirm)
     assert confirm.calls == ["bench_a", "bench_b"]  # the screen against stored samples did fire
     assert all(c["first_batch"]["slower"] for c in v["cases"])
-    assert v["verdict"] == PASS and exit_code_for(v) == ExitCode.OK
+    assert v["verdict"] == PASS and code_of(v) == ExitCode.OK
     for c in v["cases"]:
         conf = c["confirmation"]
         assert conf["test"]["ratio"] == pytest.approx(1.0, abs=0.01) and not conf["test"]["slower"]
@@ -217,7 +224,7 @@ def test_same_run_slowdown_fails_even_when_both_are_slower_than_stored(tmp_path,
     """Loaded machine and a real 20 % regression: the baseline's build at 11.8, the candidate at 14.2."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.42)
     v = compare_to_baseline(baseline, header, bench, Confirm(14.16, base_p50=11.8))
-    assert v["verdict"] == FAIL and exit_code_for(v) == ExitCode.REGRESSION
+    assert v["verdict"] == FAIL and code_of(v) == ExitCode.REGRESSION
     assert all(c["confirmation"]["test"]["ratio"] == pytest.approx(1.2, rel=0.02) for c in v["cases"])
 
 
@@ -226,7 +233,7 @@ def test_a_confirmation_without_the_baselines_own_timings_is_not_evidence(tmp_pa
     confirm that returns no baseline timings cannot make a FAIL."""
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     v = compare_to_baseline(baseline, header, bench, lambda case_id: Retimed(synth_samples(12.0, 5), []))
-    assert v["verdict"] == UNCONFIRMED and exit_code_for(v) == ExitCode.REGRESSION_UNCONFIRMED
+    assert v["verdict"] == UNCONFIRMED and code_of(v) == ExitCode.REGRESSION_UNCONFIRMED
     assert all("could not run" in c["reasons"][0] for c in v["cases"])
 
 
@@ -258,7 +265,7 @@ def test_heavier_tail_warns_only_where_the_same_run_agrees(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2)
     _heavier_tail(bench)
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0, tail=1.5))
-    assert v["verdict"] == WARN and exit_code_for(v) == ExitCode.OK
+    assert v["verdict"] == WARN and code_of(v) == ExitCode.OK
     assert all(c["verdict"] == WARN and "P95" in c["reasons"][0] for c in v["cases"])
     v = compare_to_baseline(baseline, header, bench, Confirm(10.0))  # the same run: no heavier tail
     assert v["verdict"] == PASS
@@ -296,7 +303,7 @@ def test_each_mismatched_key_is_incomparable(tmp_path, baseline, field, change):
     assert [k["key"] for k in v["keys"] if not k["match"]] == [field]
     assert v["reasons"][0].startswith(f"{field} differs")
     assert confirm.calls == [] and v["cases"] == []
-    assert exit_code_for(v) == ExitCode.OK
+    assert code_of(v) == ExitCode.OK
 
 
 def test_missing_cases_and_other_timing_method(tmp_path, baseline):
@@ -325,7 +332,7 @@ def test_malformed_samples_are_not_judged_and_do_not_raise(tmp_path, baseline):
 def test_promoted_baseline_content(tmp_path):
     src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
     out = tmp_path / "baselines" / "vector_add.json"
-    base = promote_baseline(src, out)
+    base = to_json(promote_baseline(src, out))
     on_disk = json.loads(out.read_text())
     assert on_disk == base
     validate(on_disk, "baseline", str(out))
@@ -354,7 +361,7 @@ def test_promotion_refuses_to_overwrite_unless_forced(tmp_path):
     with pytest.raises(UserError, match="--force"):
         promote_baseline(b, out)
     assert out.read_bytes() == before  # baselines never change by themselves
-    assert promote_baseline(b, out, force=True)["source"]["attempt_id"] == b.name
+    assert promote_baseline(b, out, force=True).source.attempt_id == b.name
 
 
 @pytest.mark.parametrize(
@@ -419,7 +426,7 @@ def test_card_hook(tmp_path, baseline):
     (tmp_path / "baselines" / "broken.json").write_text("{")
     v = check_card_baseline(_card(tmp_path, "baselines/broken.json"), env, bench["cases"], "cpu")
     assert v["verdict"] == INCOMPARABLE and "unreadable baseline" in v["baseline_error"]
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 def test_baseline_found_by_convention_and_unused_ones_are_named(tmp_path, baseline):
@@ -554,7 +561,7 @@ def test_baseline_carries_a_hash_manifest_of_itself_and_its_attempt(tmp_path):
     from mini_kv.store.baseline import content_sha256
 
     src = make_attempt(tmp_path / "artifacts", candidate="v0", seed=1)
-    base = promote_baseline(src, tmp_path / "b.json")
+    base = to_json(promote_baseline(src, tmp_path / "b.json"))
     m = base["manifest"]
     assert m["algorithm"] == "sha256" and m["content_sha256"] == content_sha256(base)
     assert m["attempt_files"] == read_attempt(src)["files"]
@@ -597,7 +604,7 @@ def test_an_edited_baseline_is_tampered_never_a_candidate_fail(tmp_path, baselin
     assert v["verdict"] == "TAMPERED", v["reasons"]
     assert v["tampered_file"] == str(path) and str(path) in v["reasons"][0] and "TAMPERED" in v["reasons"][0]
     assert confirm_calls == [] and v["cases"] == []
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
     validate(json.loads(json.dumps(v)), "regression", "regression.json")
     # the attempt that carries this verdict is still a valid, indexable attempt
     a = make_attempt(
@@ -626,7 +633,7 @@ def test_a_changed_source_attempt_is_tampered(tmp_path, baseline):
         _card(tmp_path, "baselines/vector_add.json"), {"key": ENV_KEY}, bench["cases"], "cpu"
     )
     assert v["verdict"] == "TAMPERED" and v["tampered_file"] == str(src / "attempt.json")
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 def test_a_deeply_nested_baseline_is_a_clear_error(tmp_path):
@@ -651,7 +658,7 @@ def test_a_deeply_nested_baseline_does_not_crash_verify(tmp_path):
     (tmp_path / "baselines" / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     v = check_card_baseline(_card(tmp_path, "baselines/deep.json"), {"key": ENV_KEY}, [], "cpu")
     assert v["verdict"] == INCOMPARABLE and "nested too deeply" in v["baseline_error"]
-    assert exit_code_for(v) == ExitCode.CONFIG
+    assert code_of(v) == ExitCode.CONFIG
 
 
 # ---------------------------------------------------------------- promote-baseline: store checks
@@ -760,3 +767,12 @@ def test_a_conventional_baseline_linked_out_of_the_project_is_not_used(tmp_path,
     (proj / "baselines").symlink_to(tmp_path / "baselines")
     path, how, notes = find_card_baseline(_card(proj, None))
     assert path is None and "outside the project root" in notes[0]
+
+
+def test_an_attempt_never_holds_a_regression_json_that_breaks_its_schema(tmp_path):
+    from mini_kv.store.attempts import AttemptWriter
+
+    w = AttemptWriter(tmp_path / "artifacts", "vector_add", "v1")
+    with pytest.raises(ConfigError, match="regression.json"):
+        w.json("regression.json", {"verdict": "MAYBE", "reasons": []})
+    assert not (w.partial / "regression.json").exists()

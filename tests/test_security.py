@@ -256,12 +256,12 @@ def test_attempt_sources_are_exactly_the_files_of_the_build_key(tmp_path):
     kept = sorted(
         str(p.relative_to(w.partial / "sources")) for p in (w.partial / "sources").rglob("*") if p.is_file()
     )
-    assert kept == sorted(f["path"] for f in plan.files) == [f["path"] for f in manifest["files"]]
+    assert kept == sorted(f["path"] for f in plan.files) == [f["path"] for f in manifest.files]
     assert "notes.txt" not in kept and "alias.h" in kept
     for f in plan.files:
         if f["path"] != "op.cpp":
             assert sha256_file(w.partial / "sources" / f["path"]) == f["sha256"]
-    assert manifest["changed_since_build"] == ["op.cpp"] and manifest["build_key"] == plan.key
+    assert manifest.changed_since_build == ("op.cpp",) and manifest.build_key == plan.key
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.solution import load_solution
@@ -39,7 +40,7 @@ def test_axes_resolve_const_var_and_expr():
     assert wls[1].tolerance == {**DEFAULT_TOLERANCE, "max_atol": 1e-3, "max_rtol": 1e-3}
     assert [t.name for t in d.inputs] == ["x", "w", "alpha"] and d.inputs[2].is_scalar
     assert d.shape_of(d.outputs[1], wls[0].resolved_axes) == ()
-    assert list(wls[0].trace_dict()) == ["axes", "inputs", "uuid", "tolerance"]
+    assert list(to_json(wls[0].traced())) == ["axes", "inputs", "uuid", "tolerance"]
 
 
 def _mutate(path: str, value):

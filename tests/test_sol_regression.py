@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from sol_helpers import statuses, write_solution
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
 from mini_kv.judge.regression import exit_code_for
 from mini_kv.load.schema import validate
@@ -87,7 +88,7 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     )
     res = _bench(slowed)
     assert statuses(res) == {"small": "PASSED", "tall": "PASSED"}
-    reg = res.regression
+    reg = to_json(res.regression)  # regression.json's content
     assert reg["verdict"] == FAIL and res.exit_code == ExitCode.REGRESSION, reg["reasons"]
     assert (
         reg["baseline_file"]["path"] == "baselines/scale_mul.json"
@@ -112,8 +113,8 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
 
     # unchanged code: never a FAIL (on a loaded CPU the same-run A/B may be too noisy: UNCONFIRMED, exit 8)
     again = _bench(good)
-    verdict = again.regression["verdict"]
-    assert verdict in (PASS, WARN, Verdict.UNCONFIRMED), again.regression["reasons"]
+    verdict = again.regression.verdict
+    assert verdict in (PASS, WARN, Verdict.UNCONFIRMED), again.regression.reasons
     assert again.exit_code == exit_code_for(again.regression) != ExitCode.REGRESSION
 
 
@@ -124,7 +125,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
         Path(_bench_stable(SOLS / "good_return" / "solution.json").attempt),
         project / "baselines" / "scale_mul.json",
     )
-    assert base["task_id"] == "scale_mul"
+    assert base.task_id == "scale_mul"
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )

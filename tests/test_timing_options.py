@@ -5,6 +5,7 @@ Everything here runs on CPU: GPU timing itself is in test_gpu_timing.py (marker 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from mini_kv import pipeline, report
+from mini_kv.codec import to_json
 from mini_kv.compile.compiler import CompileRecord
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
@@ -463,11 +465,19 @@ def test_bandwidth_cache_is_used_and_validated(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert bandwidth.load_cached(tmp_path, "abc") is None
-    path.write_text(json.dumps({"schema_version": bandwidth.SCHEMA_VERSION, "copy_bandwidth_Bps": 4.2e12}))
+    rec = bandwidth.Bandwidth(
+        bandwidth.SCHEMA_VERSION, 4.2e12, "copy", 1, 2, 20, 1.0, 0.9, 1.1, "H", "2", "t"
+    )
+    path.write_text(json.dumps(to_json(rec)))
     got = bandwidth.ensure(tmp_path, "abc", "cuda:0")  # cached: no measurement, no GPU needed
-    assert got["copy_bandwidth_Bps"] == 4.2e12 and got["cache"] == str(path)
-    path.write_text(json.dumps({"schema_version": 999, "copy_bandwidth_Bps": 4.2e12}))
-    assert bandwidth.load_cached(tmp_path, "abc") is None
+    assert got == dataclasses.replace(rec, cache=str(path))
+    assert to_json(got) == {**json.loads(path.read_text()), "cache": str(path)}  # environment.json's form
+    for stale in (
+        {**to_json(rec), "schema_version": 999},
+        {"schema_version": 1, "copy_bandwidth_Bps": 4.2e12},
+    ):
+        path.write_text(json.dumps(stale))  # another layout, or fields missing: measured again
+        assert bandwidth.load_cached(tmp_path, "abc") is None
 
 
 # ------------------------------------------------------------------ progress, report
@@ -509,5 +519,5 @@ def test_failed_bandwidth_measurement_is_reported_not_cached(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this checks the failure path; a GPU would measure for real")
     got = bandwidth.ensure(tmp_path, "nogpu", "cuda:0", timeout=120)
-    assert got["copy_bandwidth_Bps"] is None and "failed" in got["error"]
+    assert got.copy_bandwidth_Bps is None and "failed" in got.error
     assert not bandwidth.cache_path(tmp_path, "nogpu").exists()

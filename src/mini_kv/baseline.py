@@ -20,8 +20,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from mini_kv.codec import from_json
 from mini_kv.compile.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.model import Candidate
+from mini_kv.model import Candidate, CandidateManifest
 from mini_kv.status import BuildStatus
 from mini_kv.store.baseline import BaselineBuildError, checked_source_attempt, find_source_attempt
 
@@ -51,17 +52,8 @@ def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
         raise BaselineBuildError(f"{attempt_dir}: no candidate_manifest.json (not a candidate's attempt)")
     manifest = json.loads((attempt_dir / "candidate_manifest.json").read_text())
     try:
-        return Candidate(
-            id=manifest["id"],
-            path=str(attempt_dir / "sources"),
-            op=manifest["op"],
-            cpu_sources=tuple(manifest["cpu_sources"]),
-            cuda_sources=tuple(manifest["cuda_sources"]),
-            cflags=tuple(manifest.get("cflags", ())),
-            cuda_cflags=tuple(manifest.get("cuda_cflags", ())),
-            backward=bool(manifest.get("backward", False)),
-        )
-    except (KeyError, TypeError) as exc:
+        return from_json(CandidateManifest, manifest).candidate(str(attempt_dir / "sources"))
+    except (TypeError, AttributeError) as exc:  # a field missing, or not a record at all
         raise BaselineBuildError(f"{attempt_dir / 'candidate_manifest.json'}: missing field {exc}") from None
 
 

@@ -164,7 +164,7 @@ def _cases_of(result: ItemResult) -> list[tuple[str, str, str | None]]:
     if detail is None:  # no result at all (the worker was lost): the item itself fails
         return item
     if result.kind == BENCH:
-        return [(t.workload["uuid"], str(t.evaluation.status), t.evaluation.log) for t in detail.traces] or [
+        return [(t.workload.uuid, str(t.evaluation.status), t.evaluation.log) for t in detail.traces] or [
             ("(item)", str(result.status), (detail.unavailable or "nothing ran"))
         ]
     res = detail["results"]

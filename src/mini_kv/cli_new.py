@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
 
 # starting tolerances per dtype (the user tightens them): what an fp32 accumulation of the dtype reaches
@@ -289,7 +290,21 @@ def _run_cases(problem, cases: list, project: Path) -> tuple[list[str], list, li
     return (names if len(names) == n_args else [f"a{i}" for i in range(n_args)]), kept, left
 
 
-def _sol_definition(problem, dtype: str, names: list[str], runs: list, module_source: str) -> dict:
+@dataclass(frozen=True)
+class DefinitionFile:
+    """definition.json as `new sol` writes it (schemas/sol_definition.schema.json), in its field order."""
+
+    name: str
+    op_type: None
+    description: str
+    axes: dict[str, dict]
+    custom_inputs_entrypoint: None
+    inputs: dict[str, dict]  # name -> {shape, dtype}
+    outputs: dict[str, dict]
+    reference: str
+
+
+def _sol_definition(problem, dtype: str, names: list[str], runs: list, module_source: str) -> DefinitionFile:
     import torch
 
     _, first_in, first_out = runs[0]
@@ -312,23 +327,23 @@ def _sol_definition(problem, dtype: str, names: list[str], runs: list, module_so
 
     module, _, function = problem.operator["reference"].partition(":")
     params = ", ".join(names)
-    return {
-        "name": problem.id,
-        "op_type": None,
-        "description": f"{problem.id} {problem.version} ({dtype}), from the task card {Path(problem.path).name}: "
+    return DefinitionFile(
+        problem.id,
+        None,
+        f"{problem.id} {problem.version} ({dtype}), from the task card {Path(problem.path).name}: "
         + (problem.raw.get("description") or ""),
-        "axes": axes,
-        "custom_inputs_entrypoint": None,
-        "inputs": {n: spec(n, v) for n, v in zip(names, first_in, strict=True)},
-        "outputs": {n: spec(n, v) for n, v in zip(out_names, first_out, strict=True)},
+        axes,
+        None,
+        {n: spec(n, v) for n, v in zip(names, first_in, strict=True)},
+        {n: spec(n, v) for n, v in zip(out_names, first_out, strict=True)},
         # a card's function already called `run` is the entry point as it is (a `run` calling it would recurse)
-        "reference": module_source
+        module_source
         + (
             ""
             if function == "run"
             else REFERENCE_TAIL.format(reference=f"{module}:{function}", params=params, function=function)
         ),
-    }
+    )
 
 
 def scaffold_sol(args) -> tuple[Path, list[str]]:
@@ -368,18 +383,16 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
         if descs is None:
             left.append(case.id)
             continue
-        tensors = [*zip(names, inputs, strict=True), *zip(definition["outputs"], outputs, strict=True)]
+        tensors = [*zip(names, inputs, strict=True), *zip(definition.outputs, outputs, strict=True)]
         sizes = {}
         for n, v in tensors:
-            dims = (definition["inputs"] | definition["outputs"])[n]["shape"] or []
+            dims = (definition.inputs | definition.outputs)[n]["shape"] or []
             sizes |= {
-                a: int(d)
-                for a, d in zip(dims, v.shape, strict=True)
-                if definition["axes"][a]["type"] == "var"
+                a: int(d) for a, d in zip(dims, v.shape, strict=True) if definition.axes[a]["type"] == "var"
             }
         lines.append({"uuid": case.id, "axes": sizes, "inputs": descs, "tolerance": tolerance})
         kept.append((case, inputs, outputs))
-    (out / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
+    (out / "definition.json").write_text(json.dumps(to_json(definition), indent=2) + "\n")
     (out / "workload.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     try:
         _check_sol(

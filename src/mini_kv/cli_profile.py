@@ -72,8 +72,8 @@ def cmd_profile(args) -> int:
         )
     else:
         r = res.reason
-        err_console.print(f"profile {res.path}\n  [red]FAILED[/] {r['code']}: {r['message']}", soft_wrap=True)
-        tail = (r.get("details") or {}).get("log_tail")
+        err_console.print(f"profile {res.path}\n  [red]FAILED[/] {r.code}: {r.message}", soft_wrap=True)
+        tail = r.details.get("log_tail")
         if tail:
             err_console.print(tail[-1500:], markup=False, soft_wrap=True)
     return res.exit_code

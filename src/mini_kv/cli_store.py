@@ -29,9 +29,8 @@ def cmd_promote_baseline(args) -> int:
     output = Path(args.output) if args.output else default_baseline_output(attempt, root)
     base = promote_baseline(attempt, output, force=args.force)
     console.print(
-        f"baseline {output}: {base['task_id']} {base['task_version']}, candidate "
-        f"{base['source']['candidate']}, {len(base['cases'])} bench case(s), from attempt "
-        f"{base['source']['attempt_id']}"
+        f"baseline {output}: {base.task_id} {base.task_version}, candidate "
+        f"{base.source.candidate}, {len(base.cases)} bench case(s), from attempt {base.source.attempt_id}"
     )
     used, note = promoted_baseline_use(attempt, output, root)
     console.print(note if used else f"[yellow]note:[/] {note}", soft_wrap=True)

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 
 # a card's `benchmark:` and `timeouts:` sections when they set nothing
@@ -172,6 +173,30 @@ CARD_CANDIDATE_FIELDS = (
 
 
 @dataclass(frozen=True)
+class CandidateManifest:
+    """candidate_manifest.json of a verify: the card candidate (CARD_CANDIDATE_FIELDS), its build key, the
+    files kept under the attempt's sources/ with their SHA-256, and those whose bytes changed after the
+    build read them (the attempt holds what is there now)."""
+
+    id: str
+    path: str
+    op: str
+    cpu_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...]
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    backward: bool = False
+    build_key: str | None = None
+    files: tuple[dict, ...] = ()  # {path, sha256}
+    changed_since_build: tuple[str, ...] = ()
+    schema_version: int = 1
+
+    def candidate(self, path: str) -> Candidate:
+        """The candidate as verified, its sources at `path` (an attempt's sources/)."""
+        return Candidate(**{f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS if f != "path"}, path=path)
+
+
+@dataclass(frozen=True)
 class Problem:
     """What is evaluated, whichever front door loaded it: a task card (format `task-card`) or a SOL-ExecBench
     definition with its workloads (`sol-execbench`, its validated parse in `payload`), as cases, reference,
@@ -203,7 +228,7 @@ class Problem:
     def suite_hash(self, settings: dict | None = None) -> str:
         """Identity of what is measured: the cases and the benchmark settings (SOL: the run's settings)."""
         if self.format != "task-card":
-            return sol_suite_hash(self.raw, [wl.trace_dict() for wl in self.payload[1]], settings)
+            return sol_suite_hash(self.raw, [to_json(wl.traced()) for wl in self.payload[1]], settings)
         return sha256_text(
             canonical_json(
                 {

@@ -20,8 +20,8 @@ from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.judge.regression import Retimed
-from mini_kv.model import Candidate, Problem, WorkerResults
+from mini_kv.judge.regression import RegressionVerdict, Retimed
+from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
@@ -207,6 +207,26 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class BuildHeadline:
+    """How the candidate's build ended (the attempt header's `compile`; compile.json has the rest)."""
+
+    status: str | None
+    cache_hit: bool | None
+    duration_s: float
+    key: str | None
+
+
+@dataclass(frozen=True)
+class DoorSummary:
+    """A front door's own attempt header keys: its build's headline, the run's seconds, why a baseline
+    was not used."""
+
+    compile: BuildHeadline
+    duration_s: float
+    baseline_notes: tuple[str, ...] | None = optional()
+
+
+@dataclass(frozen=True)
 class Run:
     """What run_stages hands back to its front door."""
 
@@ -215,7 +235,7 @@ class Run:
     out: Outcome
     summary: dict  # the attempt header's status, exit code, summaries, the door's keys, regression
     code: ExitCode
-    regression: dict | None
+    regression: RegressionVerdict | None
     attempt: Path
     index_warning: str | None
     phases: dict  # seconds since the start at the end of each stage, and where the worker's time went
@@ -246,8 +266,8 @@ class FrontDoor(Protocol):
     def timed(
         self, res: WorkerResults, case_id: str
     ) -> tuple[dict | None, str | None]: ...  # (timing, why none)
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        return {}  # its header keys
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary | None:
+        return None  # its header keys
 
     def evaluated(self) -> Evaluated: ...
     def source_dir(self) -> Path | None: ...  # the candidate's directory, whose git commit is recorded
@@ -306,9 +326,13 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             "device": prep.device,
             "correctness": to_json(out.correctness),
             "benchmark": out.benchmark,
-            **door.summary(built, duration, notes),
+            **(to_json(door.summary(built, duration, notes)) or {}),
             # the verdict and its reasons, when the attempt was judged against a baseline
-            **({"regression": {k: regression[k] for k in ("verdict", "reasons")}} if regression else {}),
+            **(
+                {"regression": {"verdict": regression.verdict, "reasons": list(regression.reasons)}}
+                if regression
+                else {}
+            ),
         }
         attempt = _write_attempt(door, prep, built, out, summary, regression, outbox or prep.artifacts)
         index_warning = None
@@ -398,7 +422,7 @@ def _progress(job, label: str | None, say, line=None, phases: dict | None = None
 
 def _judge_regression(
     door: FrontDoor, prep: Prepared, out: Outcome, confirm_with
-) -> tuple[dict | None, list[str]]:
+) -> tuple[RegressionVerdict | None, list[str]]:
     """The verdict against the promoted baseline for a PASSED attempt with a benchmark (None otherwise or
     without a baseline), and notes on a baseline not used. `confirm_with()` gives the same-run comparison."""
     from mini_kv.store.baseline import check_baseline
@@ -474,7 +498,7 @@ def _write_attempt(
     built: Built,
     out: Outcome,
     summary: dict,
-    regression: dict | None,
+    regression: RegressionVerdict | None,
     store: Path,
 ) -> Path:
     """The attempt in `store`: the door's own files, environment.json, compile.json and its logs, the
@@ -547,7 +571,7 @@ class CardDoor(FrontDoor):
         check_benchmark_options(card, opts, device)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
         sandbox, artifacts = (
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
@@ -699,12 +723,11 @@ class CardDoor(FrontDoor):
         why = (res.load or {}).get("reason") or next((r.get("reason") for r in recs), None)
         return next((r for r in recs if "candidate" in r), None), why
 
-    def summary(self, built: Built, duration_s: float, notes: list[str]) -> dict:
-        return {
-            "compile": {k: getattr(built.compile, k) for k in ("status", "cache_hit", "duration_s", "key")},
-            "duration_s": duration_s,
-            **({"baseline_notes": notes} if notes else {}),
-        }
+    def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary:
+        c = built.compile
+        return DoorSummary(
+            BuildHeadline(c.status, c.cache_hit, c.duration_s, c.key), duration_s, tuple(notes) or None
+        )
 
     def evaluated(self) -> Evaluated:
         return Evaluated(self.cand.id, self.cand.op)
@@ -736,7 +759,9 @@ def _watch_paths(card: Problem) -> list[str]:
     return sorted(set(paths))
 
 
-def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord) -> dict:
+def _copy_sources(
+    w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: CompileRecord
+) -> CandidateManifest:
     """Copy into `sources/` exactly the files the build key hashed, and the manifest saying so. A copy
     whose bytes differ from the key's (the file changed after the build read it) is named in
     `changed_since_build`: the attempt then holds what is there now, not what was built."""
@@ -754,10 +779,6 @@ def _copy_sources(w: AttemptWriter, cdir: Path, cand: Candidate, compile_rec: Co
         if entry["sha256"] is not None and digest != entry["sha256"]:
             changed.append(entry["path"])
         files.append({"path": entry["path"], "sha256": digest})
-    return {
-        "schema_version": 1,
-        **cand.to_dict(),
-        "build_key": compile_rec.key,
-        "files": files,
-        "changed_since_build": changed,
-    }
+    return CandidateManifest(
+        **cand.to_dict(), build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed)
+    )

@@ -11,6 +11,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
+from mini_kv.codec import to_json
 from mini_kv.judge.regression import timed
 from mini_kv.model import WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
@@ -397,7 +398,7 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     for note in s.get("baseline_notes") or []:
         console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
     if result.get("regression"):
-        print_regression(result["regression"], console)
+        print_regression(to_json(result["regression"]), console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
     gaps = jail_note(res.sandbox)  # every summary line names the jail's missing layers
     problems = [*problems, gaps] if gaps else problems

@@ -73,7 +73,7 @@ def test_sol_attack_fails_with_a_normal_verdict(name, world, sol_runs):
     result = sol_runs[name]["result"]
     assert result.traces, result  # a normal result, not a crash of mini_kv
     got = statuses(result)
-    assert got <= EXPECTED.get(name, {"PASSED"}), {t.workload["uuid"]: t.evaluation for t in result.traces}
+    assert got <= EXPECTED.get(name, {"PASSED"}), {t.workload.uuid: t.evaluation for t in result.traces}
     assert escaped_files(world) == []
     assert world["listener"].calls == []
     assert store_leaks(world) == []

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mini_kv import stats
-from mini_kv.codec import optional, to_json
+from mini_kv.codec import optional
 from mini_kv.errors import BaselineTampered, ExitCode
 from mini_kv.stats import RepeatSummary, Slower
 from mini_kv.status import Verdict
@@ -162,15 +162,6 @@ class RegressionVerdict:
     baseline_error: str | None = optional()
     tampered_file: str | None = optional()
     baseline_file: dict | None = optional()
-
-
-def verdict_document(verdict: RegressionVerdict) -> dict:
-    """regression.json's content, checked against its schema (what the store writes and reads)."""
-    from mini_kv.load.schema import validate
-
-    doc = to_json(verdict)
-    validate(doc, "regression", "regression.json")
-    return doc
 
 
 def _compare_case(case_id: str, base: dict, cand: dict, confirm, th: Thresholds) -> CaseVerdict:
@@ -372,16 +363,16 @@ def unused_baseline(verdict: Verdict, why: str, thresholds, **where) -> Regressi
     return RegressionVerdict(verdict, (why,), thresholds or Thresholds(), baseline_error=why, **where)
 
 
-def exit_code_for(verdict: dict | None) -> ExitCode:
+def exit_code_for(verdict: RegressionVerdict | None) -> ExitCode:
     """REGRESSION for a FAIL, REGRESSION_UNCONFIRMED when the noise was too high to decide, CONFIG when
     the declared baseline could not be used (unreadable or TAMPERED), else OK."""
     if not verdict:
         return ExitCode.OK
-    if verdict.get("verdict") == Verdict.FAIL:
+    if verdict.verdict == Verdict.FAIL:
         return ExitCode.REGRESSION
-    if verdict.get("verdict") == Verdict.UNCONFIRMED:
+    if verdict.verdict == Verdict.UNCONFIRMED:
         return ExitCode.REGRESSION_UNCONFIRMED
-    if verdict.get("baseline_error"):
+    if verdict.baseline_error:
         return ExitCode.CONFIG
     return ExitCode.OK
 

@@ -27,7 +27,7 @@ from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
-from mini_kv.profile.reasons import ProfileFailure
+from mini_kv.profile.reasons import FailureReason, ProfileFailure
 from mini_kv.profile.store import ProfileWriter
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, ProfileStatus
@@ -275,7 +275,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: f
             "rows": result.rows,
         },
     )
-    rec["kernel"], rec["summary"] = result.kernel, result.summary
+    rec["kernel"], rec["summary"] = result.kernel, to_json(result.summary)
 
 
 def _ncu_home(ncu: str) -> str:
@@ -367,7 +367,7 @@ class ProfileResult:
 
     status: str
     exit_code: int
-    reason: dict | None  # ProfileFailure.to_dict
+    reason: FailureReason | None
     path: str
     profile_id: str
     summary: dict | None
@@ -455,11 +455,18 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
         job = t.build(w, rec)
         say(f"ncu: {t.candidate} on {rec['case']['id']}")
         capture(ncu, job, p, w, rec, opts.timeout, t.cwd)
+        reason = None
         rec.update(status=ProfileStatus.OK, reason=None, exit_code=int(ExitCode.OK))
     except ProfileFailure as exc:
-        rec.update(status=ProfileStatus.FAILED, reason=exc.to_dict(), exit_code=int(exc.exit_code))
+        reason = exc.reason
+        rec.update(status=ProfileStatus.FAILED, reason=to_json(reason), exit_code=int(exc.exit_code))
     path = w.commit(rec)
-    said = {k: rec[k] for k in ("status", "exit_code", "reason", "summary", "kernel")}
+    said = {k: rec[k] for k in ("status", "exit_code", "summary", "kernel")}
     return ProfileResult(
-        **said, path=str(path), profile_id=w.profile_id, case=rec["case"]["id"], candidate=t.candidate
+        **said,
+        reason=reason,
+        path=str(path),
+        profile_id=w.profile_id,
+        case=rec["case"]["id"],
+        candidate=t.candidate,
     )

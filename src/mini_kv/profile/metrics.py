@@ -43,8 +43,40 @@ class Analysis:
 
     kernel: dict[str, str]
     metrics: dict[str, Metric]
-    summary: dict
+    summary: ProfileSummary
     rows: int  # data rows in the CSV
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A warp stall reason: average warps stalled for it per issue-active cycle, and the metric saying so."""
+
+    reason: str
+    metric: str
+    value: float
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The comparison's view of one kernel (profile.json's `summary`): each concept of REQUIRED and
+    OPTIONAL in base units (None: not measured), the metric each came from, the stalls."""
+
+    kernel_name: str
+    sources: dict[str, str]  # concept -> the metric it was read from
+    grid_size: float
+    block_size: float
+    waves_per_sm: float
+    achieved_occupancy_pct: float
+    dram_throughput_pct: float
+    dram_bandwidth_Bps: float
+    duration_ns: float
+    registers_per_thread: float | None
+    theoretical_occupancy_pct: float | None
+    sm_throughput_pct: float | None
+    memory_throughput_pct: float | None
+    shared_mem_per_block_bytes: float | None
+    stalls_total: float
+    top_stalls: tuple[Stall, ...]
 
 
 # Each concept of the summary, and the metric names that provide it, preferred first. Alternatives
@@ -203,7 +235,7 @@ def _pick(metrics: dict[str, Metric], names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in metrics and metrics[n].value is not None), None)
 
 
-def summarize(metrics: dict[str, Metric], kernel_name: str) -> dict:
+def summarize(metrics: dict[str, Metric], kernel_name: str) -> ProfileSummary:
     """The comparison's view of one kernel; MISSING_METRICS names every absent concept."""
     missing = [
         f"{c} ({' or '.join(names)})" for c, names in REQUIRED.items() if _pick(metrics, names) is None
@@ -214,26 +246,26 @@ def summarize(metrics: dict[str, Metric], kernel_name: str) -> dict:
         reason = hit.group("reason") if hit else ""
         # "<reason>_not_issued" variants count a subset of the same stalls: never a reason of their own
         if hit and reason not in NOT_STALLS and not reason.endswith("_not_issued") and m.value is not None:
-            stalls.append({"reason": reason, "metric": name, "value": m.value})
+            stalls.append(Stall(reason, name, m.value))
     if not stalls:
         missing.append(f"warp stall reasons ({STALL_REQUIRED})")
     if missing:
         raise ProfileFailure("MISSING_METRICS", "missing or n/a: " + ", ".join(missing), missing=missing)
-    out: dict = {"kernel_name": kernel_name, "sources": {}}
+    values, sources = {}, {}
     for concept, names in {**REQUIRED, **OPTIONAL}.items():
-        name = _pick(metrics, names)
+        name, values[concept] = _pick(metrics, names), None
         if name is None:
-            out[concept] = None
             continue
         try:
-            out[concept] = to_base(metrics[name].value, metrics[name].unit, concept)
+            values[concept] = to_base(metrics[name].value, metrics[name].unit, concept)
         except ValueError as exc:
             raise ProfileFailure("CSV_UNPARSABLE", f"{name}: {exc}") from None
-        out["sources"][concept] = name
-    stalls.sort(key=lambda s: (-s["value"], s["reason"]))
-    out["stalls_total"] = round(sum(s["value"] for s in stalls), 6)  # stable when re-derived from the CSV
-    out["top_stalls"] = stalls[:TOP_STALLS]
-    return out
+        sources[concept] = name
+    stalls.sort(key=lambda s: (-s.value, s.reason))
+    total = round(sum(s.value for s in stalls), 6)  # stable when re-derived from the CSV
+    return ProfileSummary(
+        kernel_name, sources, **values, stalls_total=total, top_stalls=tuple(stalls[:TOP_STALLS])
+    )
 
 
 def analyze(text: str, pattern: str) -> Analysis:

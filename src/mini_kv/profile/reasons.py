@@ -6,6 +6,8 @@ why (logs, the CSV that did not parse) is kept next to the verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mini_kv.errors import ExitCode, UserError
 
 # code -> (exit code, what it means)
@@ -49,6 +51,15 @@ COMPARE_REASONS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class FailureReason:
+    """Why a profile failed (profile.json's `reason`): a PROFILE_REASONS code, what happened, its details."""
+
+    code: str
+    message: str
+    details: dict
+
+
 class ProfileFailure(Exception):
     """A step of `profile` failed for a recorded reason; carries the code and details."""
 
@@ -58,8 +69,9 @@ class ProfileFailure(Exception):
         super().__init__(f"{code}: {message}")
         self.code, self.message, self.details = code, message, details
 
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message, "details": self.details}
+    @property
+    def reason(self) -> FailureReason:
+        return FailureReason(self.code, self.message, self.details)
 
     @property
     def exit_code(self) -> ExitCode:

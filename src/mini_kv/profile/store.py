@@ -14,6 +14,7 @@ import math
 import secrets
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.model import sha256_file
 from mini_kv.status import ProfileStatus
 from mini_kv.store.atomic import StagedDir
@@ -120,5 +121,5 @@ def _check_summary(path: Path, doc: dict, listed: set[str]) -> None:
         raise ProfileUnusable(
             "PROFILE_TAMPERED", f"{path}: raw.csv no longer yields a profile ({exc})"
         ) from None
-    if not same_values(again, doc["summary"]):
+    if not same_values(to_json(again), doc["summary"]):
         raise ProfileUnusable("PROFILE_TAMPERED", f"{path}: profile.json's summary differs from its raw.csv")

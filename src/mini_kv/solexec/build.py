@@ -32,18 +32,24 @@ def solution_build(solution: Candidate, staged: Path, extra: CppFlags) -> Candid
     )
 
 
-def job_entry(solution: Candidate, staged: Path, rec: CompileRecord | None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class SolutionEntry:
     """How the worker loads a staged solution: the SOL job's `solution` (and its `baseline`, the
-    regression gate's same-run comparison)."""
-    return {
-        "group": solution.group,
-        "dir": str(staged),
-        "entry_file": solution.entry_file,
-        "entry_function": solution.entry_function,
-        "dps": solution.dps,
-        "module": rec.module if rec else None,
-        "library": rec.library if rec else None,
-    }
+    regression gate's same-run comparison); `module` and `library` are the build's, None for Python."""
+
+    group: str
+    dir: str
+    entry_file: str
+    entry_function: str
+    dps: bool
+    module: str | None
+    library: str | None
+
+
+def job_entry(solution: Candidate, staged: Path, rec: CompileRecord | None) -> SolutionEntry:
+    s = solution
+    module, library = (rec.module, rec.library) if rec else (None, None)
+    return SolutionEntry(s.group, str(staged), s.entry_file, s.entry_function, s.dps, module, library)
 
 
 def build_log(record: CompileRecord, limit: int = 8000) -> str:
@@ -63,7 +69,7 @@ def build_log(record: CompileRecord, limit: int = 8000) -> str:
 
 def stage_sol_baseline(
     baseline: dict, project_root: Path, artifacts: Path, dest: Path, definition: str, timeout: float
-) -> dict:
+) -> SolutionEntry:
     """The baseline's own SOL-ExecBench solution, ready to load beside the candidate (the SOL job's
     `baseline` entry): the solution.json (every source inlined, as in its sources/) of the attempt it was
     promoted from, checked like a card's, staged under `dest` and built when it is C++ (a Python module

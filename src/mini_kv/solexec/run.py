@@ -19,6 +19,7 @@ from mini_kv import environment, jail
 from mini_kv.codec import from_json, optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.model import Candidate, Case, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
@@ -35,7 +36,7 @@ from mini_kv.pipeline import (
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.solexec import floor, languages, traces
-from mini_kv.solexec.build import build_log, job_entry, solution_build, stage_sources
+from mini_kv.solexec.build import SolutionEntry, build_log, job_entry, solution_build, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
 from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
@@ -319,7 +320,7 @@ def build_traces(problem: Problem, outcomes: tuple[WorkloadOutcome, ...], env: d
         out.append(
             traces.make_trace(
                 problem.id,
-                wl.trace_dict(),
+                wl.traced(),
                 problem.candidates[0].id,
                 # upstream has no NOT_RUN (a workload given up on after the solution hung is a TIMEOUT there)
                 # nor IMPOSSIBLE_TIME (its nearest word: REWARD_HACK, the log starting with the code)
@@ -413,7 +414,7 @@ class SolDoor(FrontDoor):
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
         bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = (bw or {}).get("copy_bandwidth_Bps"), bw
+        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
         return Prepared(
             device,
             env,
@@ -495,7 +496,7 @@ class SolDoor(FrontDoor):
     def identity(self, prep: Prepared) -> Identity:
         return sol_identity(self.problem, prep.settings, prep.env, prep.device)
 
-    def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[dict, dict]:
+    def build_baseline(self, baseline: dict, prep: Prepared, job: SolJob) -> tuple[SolutionEntry, dict]:
         from mini_kv.solexec.build import stage_sol_baseline
 
         entry = stage_sol_baseline(
@@ -530,7 +531,7 @@ class SolDoor(FrontDoor):
     def write_files(self, w, built: Built, out: Outcome) -> None:
         sol = self.cand
         w.json("definition.json", self.problem.raw)
-        w.text("workload.jsonl", "".join(json.dumps(wl.trace_dict()) + "\n" for wl in self.workloads))
+        w.text("workload.jsonl", "".join(json.dumps(to_json(wl.traced())) + "\n" for wl in self.workloads))
         w.json("solution.json", sol.resolved())
         for src in sol.sources:
             w.text(f"sources/{src.path}", src.content)
@@ -572,7 +573,7 @@ class BenchResult:
     solution: str
     duration_s: float
     phases: dict
-    regression: dict | None
+    regression: RegressionVerdict | None
     sandbox: dict | None  # the jail's record (its summary line names gaps)
     kernels: dict  # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v
 

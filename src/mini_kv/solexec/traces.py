@@ -15,6 +15,7 @@ import platform
 from dataclasses import dataclass
 
 from mini_kv.codec import to_json
+from mini_kv.solexec.workload import TraceWorkload
 from mini_kv.status import Status
 from mini_kv.worker.formats import Performance  # the worker's record, as the trace carries it
 
@@ -56,7 +57,7 @@ class Trace:
     """One trace, in upstream's field order (to_json writes it as upstream does)."""
 
     definition: str
-    workload: dict  # the workload as written (solexec.workload.Workload.trace_dict)
+    workload: TraceWorkload
     solution: str
     evaluation: Evaluation
 
@@ -97,7 +98,7 @@ def _finite(value: float, name: str) -> float:
 
 def make_trace(
     definition: str,
-    workload: dict,
+    workload: TraceWorkload,
     solution: str,
     status: str,
     environment: TraceEnvironment,

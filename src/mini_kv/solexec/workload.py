@@ -27,6 +27,17 @@ DEFAULT_TOLERANCE = {
 
 
 @dataclass(frozen=True)
+class TraceWorkload:
+    """A workload as upstream's trace writes it, in its field order (a trace's `workload`, a line of the
+    attempt's workload.jsonl, what the suite hash covers)."""
+
+    axes: dict  # the var axes as written
+    inputs: dict
+    uuid: str
+    tolerance: dict
+
+
+@dataclass(frozen=True)
 class Workload:
     uuid: str
     line: int
@@ -38,14 +49,10 @@ class Workload:
     nbytes: int = 0  # the inputs and outputs together, for the check against the device's memory
     file: str = ""  # the workload.jsonl it came from
 
-    def trace_dict(self) -> dict:
-        """The workload as upstream's trace writes it: axes, inputs, uuid, tolerance."""
-        return {
-            "axes": dict(self.axes),
-            "inputs": {k: dict(v) for k, v in self.inputs.items()},
-            "uuid": self.uuid,
-            "tolerance": dict(self.tolerance),
-        }
+    def traced(self) -> TraceWorkload:
+        """The workload as upstream's trace writes it."""
+        inputs = {k: dict(v) for k, v in self.inputs.items()}
+        return TraceWorkload(dict(self.axes), inputs, self.uuid, dict(self.tolerance))
 
 
 def _check_axes(raw: dict, definition: Definition, file: str, at: str) -> dict:

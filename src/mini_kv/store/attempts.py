@@ -12,6 +12,7 @@ import re
 import secrets
 from pathlib import Path, PurePosixPath
 
+from mini_kv.codec import to_json
 from mini_kv.model import sha256_file
 from mini_kv.store import signing
 from mini_kv.store.atomic import StagedDir
@@ -19,6 +20,9 @@ from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 
 ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
+# the schemas/ the files of an attempt are checked against when written and when read (correctness.json
+# and benchmark.json: store.records' records check themselves)
+FILE_SCHEMAS = {"regression.json": "regression"}
 
 
 def new_attempt_id(candidate: str) -> str:
@@ -39,6 +43,14 @@ class AttemptWriter(StagedDir):
                 f"attempt directory {self.task_dir / self.attempt_id} already exists"
             ) from None
 
+    def json(self, rel: str, obj) -> None:
+        """`obj` (a record: the codec writes it) as `rel`, checked first against its schema if it has one."""
+        if rel in FILE_SCHEMAS:
+            from mini_kv.load.schema import validate
+
+            validate(to_json(obj), FILE_SCHEMAS[rel], rel)
+        super().json(rel, obj)
+
     def commit(self, header: dict) -> Path:
         """Seal: attempt.json lists every file's SHA-256, and is signed with the operator's key when one
         is set (store.signing; `signature: null` says it is not)."""
@@ -49,9 +61,8 @@ class AttemptWriter(StagedDir):
             "files": self.manifest(),
         }
         full.pop(signing.SIGNATURE_FIELD, None)
-        full[signing.SIGNATURE_FIELD] = signing.signature_for(
-            signing.operator_key(self.task_dir.parent), full
-        )
+        sig = signing.signature_for(signing.operator_key(self.task_dir.parent), full)
+        full[signing.SIGNATURE_FIELD] = to_json(sig)
         return self.publish("attempt.json", full)
 
 

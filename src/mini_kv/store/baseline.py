@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from mini_kv.codec import to_json
 from mini_kv.errors import BaselineTampered, ConfigError, UserError
 from mini_kv.judge import regression
 from mini_kv.judge.regression import Thresholds, timed
@@ -23,6 +24,46 @@ from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 # 2: the baseline carries a hash manifest (a version 1 file has none and cannot be checked)
 BASELINE_SCHEMA_VERSION = 2
 BASELINE_KIND = "mini_kv.baseline"
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineSource:
+    """The attempt a baseline was promoted from: attempt.json's SHA-256 vouches for every file of it."""
+
+    attempt_id: str
+    attempt_json_sha256: str
+    candidate: str
+    created_at: str
+    path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineManifest:
+    """The source attempt's file list, and the SHA-256 of the baseline's content (`content_sha256`)."""
+
+    algorithm: str
+    attempt_files: list
+    content_sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """baselines/<task>.json (schemas/baseline.schema.json): the identity keys an attempt must match, the
+    source attempt's environment, its stable bench cases' samples, and the hash manifest."""
+
+    task_id: str
+    task_version: str
+    operator: dict  # name, version
+    suite_hash: str
+    environment_key: str
+    device: str | None
+    environment: dict
+    source: BaselineSource
+    promoted_at: str
+    cases: list
+    manifest: BaselineManifest
+    schema_version: int = BASELINE_SCHEMA_VERSION
+    kind: str = BASELINE_KIND
 
 
 def load_baseline(path: Path) -> dict:
@@ -135,7 +176,7 @@ def _baseline_cases(bench: dict, where: str) -> list[dict]:
     return cases
 
 
-def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> dict:
+def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> Baseline:
     """Write a baseline from one attempt (a task card's or a SOL-ExecBench one); refuses unless it is
     complete, PASSED, stable and benchmarked."""
     from mini_kv.load.schema import validate
@@ -143,29 +184,29 @@ def promote_baseline(attempt_dir: Path, output: Path, force: bool = False) -> di
     attempt_dir, output = Path(attempt_dir), Path(output)
     where = f"cannot promote {attempt_dir}"
     header, bench, env = _promotable(attempt_dir, where)
-    baseline = {
-        "schema_version": BASELINE_SCHEMA_VERSION,
-        "kind": BASELINE_KIND,
-        "task_id": header["task_id"],
-        "task_version": header["task_version"],
-        "operator": {"name": header["operator"]["name"], "version": header["operator"]["version"]},
-        "suite_hash": header["suite_hash"],
-        "environment_key": header["environment_key"],
-        "device": header.get("device"),
-        "environment": env,
-        "source": {
-            "attempt_id": header["attempt_id"],
-            "attempt_json_sha256": sha256_file(attempt_dir / "attempt.json"),
-            "candidate": header["candidate"],
-            "created_at": header["created_at"],
-            "path": str(attempt_dir.resolve()),
-        },
-        "promoted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "cases": _baseline_cases(bench, where),
-    }
-    baseline["manifest"] = {"algorithm": "sha256", "attempt_files": header["files"]}
-    baseline["manifest"]["content_sha256"] = content_sha256(baseline)
-    validate(baseline, "baseline", str(output))
+    source = BaselineSource(
+        header["attempt_id"],
+        sha256_file(attempt_dir / "attempt.json"),
+        header["candidate"],
+        header["created_at"],
+        str(attempt_dir.resolve()),
+    )
+    draft = Baseline(
+        header["task_id"],
+        header["task_version"],
+        {"name": header["operator"]["name"], "version": header["operator"]["version"]},
+        header["suite_hash"],
+        header["environment_key"],
+        header.get("device"),
+        env,
+        source,
+        dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        _baseline_cases(bench, where),
+        BaselineManifest("sha256", header["files"], ""),  # content_sha256 hashes all but itself
+    )
+    manifest = dataclasses.replace(draft.manifest, content_sha256=content_sha256(to_json(draft)))
+    baseline = dataclasses.replace(draft, manifest=manifest)
+    validate(to_json(baseline), "baseline", str(output))
     if output.exists() and not force:
         raise UserError(
             f"{output} already exists; baselines never change by themselves: pass --force to "
@@ -184,7 +225,7 @@ def check_baseline(
     confirm_with: Callable[[dict, str], regression.Retimed] | None = None,
     thresholds: Thresholds | None = None,
     artifacts: Path | None = None,
-) -> dict:
+) -> regression.RegressionVerdict:
     """The verdict of an attempt (`header`: the ids judge.regression.judge reads; its bench cases) against
     the baseline file at `path`. A baseline that cannot be used gives INCOMPARABLE with `baseline_error`
     set; a forged or damaged one (or a source attempt that changed since) gives TAMPERED.
@@ -203,7 +244,7 @@ def check_baseline(
     else:
         confirm = None if confirm_with is None else (lambda case_id: confirm_with(baseline, case_id))
         verdict = regression.judge(baseline, header, {"cases": bench_cases}, confirm, thresholds)
-    return regression.verdict_document(dataclasses.replace(verdict, baseline_file=ref))
+    return dataclasses.replace(verdict, baseline_file=ref)
 
 
 # ------------------------------------------------------------------- the attempt a baseline came from

@@ -37,7 +37,7 @@ from mini_kv.model import WorkerResults, case_seed, safe_name, sha256_file, sol_
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir
-from mini_kv.store.attempts import PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
+from mini_kv.store.attempts import FILE_SCHEMAS, PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
 
@@ -53,8 +53,6 @@ LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
 KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
-# the schemas/ they are checked against (correctness.json and benchmark.json: store.records)
-FILE_SCHEMAS = {"regression.json": "regression"}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
 KNOWN_JSON_FILES = tuple(
     (

@@ -110,11 +110,18 @@ def _mac(key: SigningKey, header: dict) -> str:
     return hmac.new(key.secret, _payload(header), hashlib.sha256).hexdigest()
 
 
-def signature_for(key: SigningKey | None, header: dict) -> dict | None:
+@dataclass(frozen=True)
+class AttemptSignature:
+    """attempt.json's `signature`: the MAC (ALGORITHM) of the header under the key `key_id`."""
+
+    algorithm: str
+    key_id: str
+    mac: str
+
+
+def signature_for(key: SigningKey | None, header: dict) -> AttemptSignature | None:
     """attempt.json's `signature` for `header` (everything but the signature itself): None unsigned."""
-    if key is None:
-        return None
-    return {"algorithm": ALGORITHM, "key_id": key.key_id, "mac": _mac(key, header)}
+    return None if key is None else AttemptSignature(ALGORITHM, key.key_id, _mac(key, header))
 
 
 class Signature(StrEnum):

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from mini_kv.codec import from_json, optional
 from mini_kv.settings import DEFAULTS
 
 COPY_BYTES = 2 * 2**30
@@ -43,6 +44,16 @@ class Bandwidth:
     device_name: str
     torch: str
     measured_at: str
+    cache: str | None = optional()  # the file it was read from (not in the file itself)
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A failed measurement: no bandwidth, and why (never cached; the next run measures again)."""
+
+    error: str
+    copy_bandwidth_Bps: None = None
+    method: str = METHOD
 
 
 def measure(device: str = "cuda", nbytes: int = COPY_BYTES, iterations: int = ITERATIONS) -> Bandwidth:
@@ -83,15 +94,16 @@ def cache_path(project_root: Path, environment_key: str) -> Path:
     return Path(project_root) / ".build" / f"bandwidth-{environment_key}.json"
 
 
-def load_cached(project_root: Path, environment_key: str) -> dict | None:
+def load_cached(project_root: Path, environment_key: str) -> Bandwidth | None:
     path = cache_path(project_root, environment_key)
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        got = from_json(Bandwidth, {**data, "cache": str(path)})
+    except (OSError, ValueError, TypeError):  # unreadable, or fields missing: measure again
         return None
-    if data.get("schema_version") != SCHEMA_VERSION or not (data.get("copy_bandwidth_Bps") or 0) > 0:
-        return None  # unreadable or from another layout: measure again
-    return {**data, "cache": str(path)}
+    if got.schema_version != SCHEMA_VERSION or not (got.copy_bandwidth_Bps or 0) > 0:
+        return None  # from another layout: measure again
+    return got
 
 
 def ensure(
@@ -100,12 +112,12 @@ def ensure(
     device: str,
     timeout: float = DEFAULTS.bandwidth_timeout_s,
     env: dict | None = None,
-) -> dict | None:
+) -> Bandwidth | Unmeasured | None:
     """The cached measurement for this environment, measuring it first if needed. None off CUDA.
 
     `env` is the measuring child's environment (e.g. CUDA_VISIBLE_DEVICES, so it measures the GPU
     the worker will use). A lock makes concurrent verifies measure once, one at a time. A failed
-    measurement is returned (with `error`, bandwidth None) but not cached.
+    measurement is returned (Unmeasured) but not cached.
     """
     if not device.startswith("cuda"):
         return None
@@ -130,11 +142,6 @@ def ensure(
             env=env,  # jailed as every child is (harness code only, but one way to start a child)
         )
         if not ev.ok:
-            return {
-                "copy_bandwidth_Bps": None,
-                "method": METHOD,
-                "error": f"bandwidth measurement failed ({ev.reason}): {ev.log_tail.strip()[-500:]}",
-            }
-        data = ev.result
-        write_json(path, data)
-    return {**data, "cache": str(path)}
+            return Unmeasured(f"bandwidth measurement failed ({ev.reason}): {ev.log_tail.strip()[-500:]}")
+        write_json(path, ev.result)
+    return from_json(Bandwidth, {**ev.result, "cache": str(path)})

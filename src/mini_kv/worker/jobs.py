@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import ClassVar
 
+from mini_kv.codec import to_json
+
 
 class Event(StrEnum):
     """What the child sends on its signed channel (mini_kv.worker.channel), one JSON line each."""
@@ -48,7 +50,7 @@ class Job:
         return {
             "kind": self.KIND,
             "schema_version": self.SCHEMA_VERSION,
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            **{f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)},
         }
 
     @classmethod
