@@ -25,36 +25,7 @@ def pytest_xdist_auto_num_workers(config):
     return (os.cpu_count() or 1) + 1
 
 
-# The modules that take longest on the 2-core CI machine, longest first (per-module sums of
-# `--durations=0`, docs/measurements/ci-time.md). pytest-xdist's --dist loadscope hands modules to its
-# workers in collection order, and a long module handed out last kept one worker busy while the others
-# had nothing left: longest first is the classic bound on that tail.
-LONGEST_FIRST = (
-    "exploits/test_exploits.py",
-    "test_distributed.py",
-    "test_resume.py",
-    "redteam/test_sol_attacks.py",
-    "test_sol_regression.py",
-    "test_sol_bench.py",
-    "test_isolation.py",
-    "test_subject.py",
-    "test_throughput.py",
-    "test_confirmation.py",
-    "test_scripts_compile.py",
-    "test_html_report.py",
-    "redteam/test_card_attacks.py",
-    "test_cli_output.py",
-    "test_candidate_messages.py",
-)
-
-
-def _module_rank(item) -> int:
-    module = item.nodeid.split("::", 1)[0].removeprefix("tests/")
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_module_rank)  # stable: a module's own tests keep their order
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and a CUDA build of torch")
