@@ -505,22 +505,28 @@ def test_a_workload_whose_timing_is_over_is_unmapped_in_the_subject(subject):
 
 def test_outputs_the_judge_let_go_are_unmapped_in_the_subject(subject):
     """Every output the subject copies out for the judge is a shared buffer it keeps until the judge
-    says the buffer is free. The judge's finalizers appended to a list that each request swapped for a
-    new one, so no id reached the subject: on an H200 it held 545 outputs (9 GB) after 13 of rmsnorm's
-    workloads. Now the outputs of 20 calls, dropped, are all let go."""
+    says the buffer is free. The judge's finalizers appended to the list of frees that was current when
+    the output arrived, and each request replaced that list with a new one: an output let go after a
+    later request (a cycle the garbage collector breaks at some later moment) was never freed in the
+    subject, and on an H200 the subject held 545 outputs (9 GB) after 13 of rmsnorm's workloads. Here
+    8 outputs are each let go by the collector after a later request: all are unmapped (the old list
+    lost every one: 10 mappings instead of 2)."""
     import gc
 
     op = load(subject, "add")
     a, b = torch.randn(1 << 12), torch.randn(1 << 12)
-    for _ in range(20):
-        out = op(a, b)
-        assert torch.equal(out, a + b)
-        del out
-        gc.collect()
-    # the first request carries the ids; the last answer's buffers are let go when the next answer
-    # comes (Subject.mapped), so the second carries the last one
-    for _ in range(2):
-        subject.ask("refresh")
-        gc.collect()
+    gc.disable()  # the collector runs where the test says, after the request that follows each call
+    try:
+        for _ in range(8):
+            out = op(a, b)
+            assert torch.equal(out, a + b)
+            cycle = [out]
+            cycle.append(cycle)
+            del out, cycle
+            subject.ask("check", when="between calls")  # a request that sends no buffers
+            gc.collect()
+    finally:
+        gc.enable()
+    subject.ask("check", when="after the calls")  # carries the last ids
     # the judge's two inputs stay mapped (it still holds them); no output does
     assert _shared_maps(subject.proc.pid) == 2
