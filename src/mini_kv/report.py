@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mini_kv.codec import to_json
-from mini_kv.judge.regression import timed
+from mini_kv.judge.regression import RegressionVerdict, timed
 from mini_kv.model import WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
@@ -398,7 +398,7 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
     for note in s.get("baseline_notes") or []:
         console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
     if result.get("regression"):
-        print_regression(to_json(result["regression"]), console)
+        print_regression(result["regression"], console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
     gaps = jail_note(res.sandbox)  # every summary line names the jail's missing layers
     problems = [*problems, gaps] if gaps else problems
@@ -422,8 +422,9 @@ def _batch(b: dict | None) -> str:
     return f"p={b['p_value']:.2g}, {'significant' if b['significant'] else 'not significant'}"
 
 
-def print_regression(reg: dict, console: Console) -> None:
+def print_regression(verdict: RegressionVerdict, console: Console) -> None:
     """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
+    reg = to_json(verdict)  # regression.json's shape: the cases' timings as the store keeps them
     style = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.INCOMPARABLE: "yellow"}.get(
         reg["verdict"], "red"
     )

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.codec import to_json
 from mini_kv.report import Tally, jail_note, kernels_line, print_regression, signature_line, timing_word
 from mini_kv.solexec import traces
 from mini_kv.status import Status
@@ -76,7 +75,7 @@ def print_report(result: BenchResult, console: Console, verbose: bool = False) -
     if failed and not result.unavailable:
         _print_logs(failed, console, verbose)
     if result.regression:
-        print_regression(to_json(result.regression), console)
+        print_regression(result.regression, console)
     console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
     console.print(signature_line(result.attempt), markup=False, soft_wrap=True)
     if result.index_warning:
