@@ -58,6 +58,7 @@ from mini_kv.worker.timing import (
     Warmup,
     is_cuda,
     is_fixed_count,
+    l2_cache_bytes,
     measure,
     measure_until,
     method_chain,
@@ -674,8 +675,7 @@ def _input_sets(job: Job, case, cold: bool, launches: int) -> tuple[list, int, i
     set_bytes = tensor_nbytes(args) + tensor_nbytes(refs)
     free = l2 = None
     if is_cuda(fmt.device):
-        free = torch.cuda.mem_get_info(torch.device(fmt.device))[0]
-        l2 = int(getattr(torch.cuda.get_device_properties(torch.device(fmt.device)), "L2_cache_size", 0) or 0)
+        free, l2 = torch.cuda.mem_get_info(torch.device(fmt.device))[0], l2_cache_bytes(fmt.device)
     n = input_set_count(set_bytes, cold, max(2, launches), free, l2)
     # every tensor of the candidate's sets crosses to the subject as a file descriptor, all in one
     # message: more than it can carry ended the subject (rmsnorm's 20 cold sets on an H200)

@@ -324,6 +324,12 @@ def persisting_l2_limit() -> tuple[Callable[[int], int] | None, Callable[[], int
 FLUSH_METHOD = "read"  # how L2Flusher empties L2: a reduction over the buffer (see L2Flusher)
 
 
+def l2_cache_bytes(device: str) -> int | None:
+    """The L2 cache size of a CUDA device (None where torch does not say)."""
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return int(getattr(props, "L2_cache_size", 0) or 0) or None
+
+
 class L2Flusher:
     """Before each sample, outside the timed span, on CUDA: the persisting-L2 limit set to 0 (hot and cold:
     a candidate that sets one, with an access-policy window on its data, keeps those lines through a
@@ -345,8 +351,7 @@ class L2Flusher:
         if is_cuda(device):
             self._no_carve_out, _, self.limit = persisting_l2_limit()
         if self.enabled:
-            props = torch.cuda.get_device_properties(torch.device(device))
-            self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
+            self.l2_bytes = l2_cache_bytes(device)
             flush_bytes = 2 * (self.l2_bytes or 64 * 2**20)
             self.buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
             self._sink = torch.empty((), dtype=torch.int64, device=device)
