@@ -364,7 +364,7 @@ def _finished_line(ev: dict, done: int, total: int, label: str | None) -> str:
     status = rec.get("status") or ("ok" if "candidate" in rec else "?")
     perf = rec.get("performance") or {}
     why = _first_line(rec.get("reason") or rec.get("log"))
-    why = f" ({why})" if why and status not in (Status.PASSED, "PASS", "ok") else ""
+    why = f" ({why})" if why and status not in (Status.PASSED, "ok") else ""
     if label is None:
         extra = (
             f" {perf['latency_ms']:.3f} ms, speedup {perf['speedup_factor']:.2f}x"

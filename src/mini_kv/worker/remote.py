@@ -256,9 +256,9 @@ class Subject:
                     raise ValueError(f"a buffer on {n['device']!r}")
                 buf = shared.receive(int(n["id"]), fd, int(n["nbytes"]), str(n["device"]))
                 self.mapped[buf.id] = buf
-                # (the deque itself, never replaced: a finalizer bound to a list that `request` swapped
-                # for a new one lost every id, and the subject kept every output it had ever handed
-                # over, 9 GB after rmsnorm's 13 workloads on an H200)
+                # (the deque itself, never replaced: a finalizer bound to a list that `request` had
+                # swapped for a new one by the time the buffer was let go lost its id, and the subject
+                # kept those outputs mapped, 9 GB after rmsnorm's 13 workloads on an H200)
                 weakref.finalize(buf.anchor, self.freed.append, buf.id)
         except (shared.SharedMemoryError, ValueError, TypeError, KeyError) as exc:
             for fd in left:
