@@ -7,10 +7,8 @@ import json
 from pathlib import Path
 
 from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
+from mini_kv.cli_bench import add_run_arguments
 from mini_kv.cli_common import (
-    VERBOSE_HELP,
-    add_integrity_arguments,
-    add_sandbox_argument,
     artifacts_dir,
     console,
     console_entry,
@@ -19,7 +17,6 @@ from mini_kv.cli_common import (
     selected_candidates,
 )
 from mini_kv.errors import ConfigError, ExitCode
-from mini_kv.settings import DEFAULTS
 
 
 def cmd_doctor(args) -> int:
@@ -159,60 +156,21 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument(
         "--candidate", action="append", help="candidate id or glob (repeatable); default: the card's default"
     )
-    vr.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
     vr.add_argument(
         "--skip-benchmark", action="store_true", help="only compile, correctness, opcheck and gradcheck"
     )
-    vr.add_argument(
-        "--method",
-        choices=["auto", "events", "graph", "cupti", "wallclock"],
-        help="timing method (default: the card's; auto = cupti on CUDA, falling back to graph, events)",
-    )
-    vr.add_argument(
-        "--l2", choices=["hot", "cold"], help="L2 cache state for timing (cold: flush + fresh inputs)"
-    )
-    vr.add_argument(
-        "--max-cv",
-        type=checks.fraction,
-        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv})",
-    )
-    vr.add_argument(
-        "--max-p95-cv",
-        type=checks.fraction,
-        help=f"stability gate: max robust CV of the candidate's P95s (fraction, default {DEFAULTS.max_p95_cv})",
-    )
-    vr.add_argument(
-        "--samples",
-        type=checks.positive_int,
-        help="a fixed count of timed calls per repeat (default: the card's; adaptive unless it gives one)",
-    )
-    from mini_kv.cli_bench import add_sampling_arguments
-
-    add_sampling_arguments(vr, "seconds of warm-up and timing per bench case")
     vr.add_argument("--bench-all", action="store_true", help="also time every core case")
     vr.add_argument("--case", action="append", help="run only this case id (repeatable)")
-    vr.add_argument("--compile-timeout", type=checks.positive_float, help="seconds for the build")
-    vr.add_argument("--timeout", type=checks.positive_float, help="seconds per case")
-    vr.add_argument(
-        "--memory-limit",
-        type=checks.positive_float,
-        metavar="GB",
-        help="address-space cap of a CPU worker (default: half the machine's memory)",
-    )
     vr.add_argument(
         "--env-tag",
         help="label what mini_kv cannot detect but that changes timings (power cap, "
         "clocks, image); part of the environment key (default: $MINI_KV_ENV_TAG)",
     )
-    add_sandbox_argument(vr)
-    add_integrity_arguments(vr, sol=False)
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
     )
-    vr.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
-    vr.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     vr.add_argument("--json", action="store_true", help="print one JSON summary line per candidate")
-    vr.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    add_run_arguments(vr, sol=False)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
     from mini_kv import cli_attempts, cli_batch, cli_bench, cli_new, cli_store

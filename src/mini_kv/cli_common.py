@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.text import Text
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
-from mini_kv.settings import DEFAULTS
 
 
 def _width(stream) -> int | None:
@@ -216,47 +215,3 @@ def task_id_of(spec: str, flag: str) -> str:
         # the task id `bench` stores a problem under: its name made directory-safe
         return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
     return spec
-
-
-def add_integrity_arguments(p, sol: bool) -> None:
-    """The integrity options beside --sandbox: --require-own-kernels (verify and bench) and, for bench
-    (`sol`), --extra-workloads and its seed. docs/integrity.md says what each defends against."""
-    from mini_kv import cli_checks as checks
-
-    p.add_argument(
-        "--require-own-kernels",
-        action="store_true",
-        default=DEFAULTS.require_own_kernels,
-        help="refuse a candidate whose calls ran only library kernels (aten ops on CPU, cuBLAS/aten/cuDNN "
-        "kernels on CUDA) and none of its own: LIBRARY_DELEGATION, a REWARD_HACK (docs/integrity.md)",
-    )
-    if not sol:
-        return
-    p.add_argument(
-        "--extra-workloads",
-        type=checks.nonnegative_int,
-        default=DEFAULTS.extra_workloads,
-        metavar="N",
-        help="also run N unseen workloads drawn from the definition's var axes (within the shipped "
-        "workloads' range), so a solution specialised to the shipped shapes meets others; recorded in "
-        f"the attempt (default {DEFAULTS.extra_workloads})",
-    )
-    p.add_argument(
-        "--extra-workloads-seed",
-        type=checks.nonnegative_int,
-        default=DEFAULTS.extra_workloads_seed,
-        metavar="SEED",
-        help=f"the seed --extra-workloads draws with (default {DEFAULTS.extra_workloads_seed}; recorded)",
-    )
-
-
-def add_sandbox_argument(p) -> None:
-    """--sandbox, as verify and bench take it (mini_kv.jail.mode_from reads it)."""
-    p.add_argument(
-        "--sandbox",
-        choices=("auto", "required", "off"),
-        help="the jail around candidate code and its build: auto (default: every layer this machine "
-        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
-        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
-        "see docs/security.md",
-    )
