@@ -9,7 +9,7 @@ solution is a solution.json path, an in-memory `Solution` (source strings, no fi
 task card, a candidate id of the card. Each one goes through the same pipeline as `mini-kv bench` /
 `mini-kv verify` (`pipeline.run_stages`: the same build cache, sandbox, worker, integrity checks and
 store), and its result is read back from the attempt the pipeline wrote, through the store's own
-checks (`store.index.record_for_attempt`), so a result here is exactly what `leaderboard` would rank.
+checks (`store.index.check_attempt`), so a result here is exactly what `leaderboard` would rank.
 With `store=False` the attempt is written to a temporary store and removed once read.
 """
 
@@ -184,14 +184,15 @@ def _options(cls, options: dict, **fixed):
 def _result(out: ItemResult, keep: bool) -> Result:
     """The Result of one front door's run, read back from the attempt the pipeline stored."""
     from mini_kv.solexec.run import BenchResult
-    from mini_kv.store.index import AttemptInvalid, record_for_attempt
+    from mini_kv.store.index import AttemptInvalid, check_attempt
 
     sol = out.detail if isinstance(out.detail, BenchResult) else None
     attempt = Path(out.attempt) if out.attempt else None
     row, case_rows, invalid = None, (), None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
-            row, case_rows = record_for_attempt(attempt)
+            checked = check_attempt(attempt)
+            row, case_rows = checked.row, checked.cases
         except AttemptInvalid as exc:  # the store refuses it: so does the API
             invalid = str(exc)
     cases = _cases(attempt, case_rows)

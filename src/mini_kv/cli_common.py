@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -212,6 +211,7 @@ def task_id_of(spec: str, flag: str) -> str:
             raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
         if not isinstance(name, str):
             raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
-        # the task id `bench` stores a problem under: its name made directory-safe
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+        from mini_kv.model import safe_name
+
+        return safe_name(name)  # the task id `bench` stores a problem under
     return spec

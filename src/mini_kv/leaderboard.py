@@ -30,11 +30,11 @@ from mini_kv.store.index import (
     AttemptRow,
     CaseRow,
     Problem,
+    check_attempt,
     index_path,
     read_index,
     read_tampered,
     rebuild_index,
-    record_for_attempt,
 )
 
 LEADERBOARD_SCHEMA_VERSION = 1
@@ -195,7 +195,7 @@ def _ranked_groups(latest: list[tuple[tuple, Entry]]) -> tuple[Group, ...]:
 
 
 def signature_state(key: signing.SigningKey | None, signed_by: str | None) -> signing.Signature:
-    """The signature state of a row that checked_row has just re-derived: record_for_attempt refused
+    """The signature state of a row that checked_row has just re-derived: check_attempt refused
     an attempt whose signature does not hold under `key`, so a row signed with `key` is VALID."""
     if signed_by is None:
         return signing.Signature.UNSIGNED
@@ -247,9 +247,10 @@ def checked_row(
             f"{path}: TAMPERED {db.name}: the row cites an attempt directory that does not exist; " + REDERIVE
         )
     try:
-        real_row, real_cases = record_for_attempt(path)
+        checked = check_attempt(path)
     except OSError as exc:
         raise AttemptInvalid(f"{path}: could not be read ({exc})") from None
+    real_row, real_cases = checked.row, checked.cases
     if real_row.attempt_sha256 != row.attempt_sha256:
         raise AttemptTampered(
             f"{path}: TAMPERED attempt.json: rewritten after it was indexed (its SHA-256 is not "

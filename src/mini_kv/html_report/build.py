@@ -164,7 +164,6 @@ def _build(opts: ReportOptions) -> ReportResult:
     t0 = time.perf_counter()
     artifacts = Path(opts.artifacts)
     store = _select(_load(artifacts, opts.attempts), opts.tasks, artifacts)
-    store = _select(store, opts.tasks, artifacts)
     tasks = store.tasks()
     out = Path(opts.output)
     links = pg.Links(out.parent)

@@ -119,7 +119,7 @@ class Problem:
 @dataclass(frozen=True)
 class AttemptRow:
     """One attempt as the index holds it (table `attempts`, in column order): every value recomputed
-    from the attempt's hashed records by record_for_attempt, never taken from its claims."""
+    from the attempt's hashed records by check_attempt, never taken from its claims."""
 
     attempt_id: str
     task_id: str
@@ -230,12 +230,6 @@ class CheckedAttempt:
     files: dict[str, dict]  # its JSON files (KNOWN_JSON_FILES it lists), by name, as read and checked
     row: AttemptRow  # the headline, recomputed from the per-case records
     cases: tuple[CaseRow, ...]
-
-
-def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ...]]:
-    """The index row and bench-case rows of one attempt (check_attempt); AttemptInvalid if it is not usable."""
-    checked = check_attempt(attempt_dir)
-    return checked.row, checked.cases
 
 
 def check_attempt(attempt_dir: Path) -> CheckedAttempt:
@@ -508,7 +502,8 @@ def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
                 )
             else:
                 try:
-                    records.append(record_for_attempt(d))
+                    checked = check_attempt(d)
+                    records.append((checked.row, checked.cases))
                 except AttemptInvalid as exc:
                     msg = str(exc)
                     msg = msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg
@@ -820,7 +815,7 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
     """
     artifacts = Path(artifacts)
     try:
-        row, cases = record_for_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
+        checked = check_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
     except AttemptInvalid as exc:
         raise IndexUnusable(f"not indexed: {exc}") from None
     except (OSError, RecursionError) as exc:
@@ -834,8 +829,8 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
-                    _refuse_remembered(con, artifacts, row)
-                    _insert(con, row, cases)
+                    _refuse_remembered(con, artifacts, checked.row)
+                    _insert(con, checked.row, checked.cases)
                     con.execute("COMMIT")
                 except BaseException:
                     con.execute("ROLLBACK")
