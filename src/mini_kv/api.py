@@ -15,6 +15,7 @@ With `store=False` the attempt is written to a temporary store and removed once 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -28,7 +29,7 @@ from mini_kv.errors import ExitCode, UserError
 
 if TYPE_CHECKING:
     from mini_kv.cluster.batch import ItemResult
-    from mini_kv.store.index import CaseRow
+    from mini_kv.store.index import CheckedAttempt
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,6 @@ def _solution_file(problem: Path, sol, tmp: Path) -> Path:
 
 
 def _options(cls, options: dict, **fixed):
-    import dataclasses
-
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -188,14 +187,14 @@ def _result(out: ItemResult, keep: bool) -> Result:
 
     sol = out.detail if isinstance(out.detail, BenchResult) else None
     attempt = Path(out.attempt) if out.attempt else None
-    row, case_rows, invalid = None, (), None
+    checked, invalid = None, None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
             checked = check_attempt(attempt)
-            row, case_rows = checked.row, checked.cases
         except AttemptInvalid as exc:  # the store refuses it: so does the API
             invalid = str(exc)
-    cases = _cases(attempt, case_rows)
+    row = checked.row if checked else None
+    cases = _cases(checked)
     speedup = row.geomean_speedup if row else None
     return Result(
         solution=sol.solution if sol else out.candidate,
@@ -211,11 +210,12 @@ def _result(out: ItemResult, keep: bool) -> Result:
     )
 
 
-def _cases(attempt: Path | None, case_rows: tuple[CaseRow, ...]) -> tuple[CaseResult, ...]:
-    if attempt is None or not (attempt / "correctness.json").exists():
+def _cases(checked: CheckedAttempt | None) -> tuple[CaseResult, ...]:
+    """The cases of correctness.json as the store's checks read it, with their timings."""
+    if checked is None:
         return ()
-    timed = {r.case_id: r for r in case_rows}
-    records = json.loads((attempt / "correctness.json").read_text())["cases"]
+    timed = {r.case_id: r for r in checked.cases}
+    records = checked.files["correctness.json"]["cases"]
     return tuple(
         CaseResult(
             id=c["id"],

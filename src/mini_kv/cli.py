@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
@@ -52,9 +53,7 @@ def cmd_validate_task(args) -> int:
 
     for path in args.cards:
         card = load_task_card(path, import_modules=False)  # checking a card runs none of its code
-        kinds: dict[str, int] = {}
-        for c in card.cases:
-            kinds[c.kind] = kinds.get(c.kind, 0) + 1
+        kinds = Counter(c.kind for c in card.cases)
         console.print(
             f"{path}: ok (task {card.id} {card.version}, {len(card.candidates)} candidate(s), "
             f"{len(card.cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")",
@@ -63,22 +62,18 @@ def cmd_validate_task(args) -> int:
     return ExitCode.OK
 
 
-def _check_case_names(card, requested: list[str]) -> None:
-    known = {c.base_id for c in card.cases} | {c.id for c in card.cases}
-    unknown = [r for r in requested if r not in known]
+def _check_case_filter(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
+    """Every --case names a case, and together they select one that runs here: a filter that selects
+    nothing would pass vacuously. ConfigError (exit CONFIG) naming what is there otherwise."""
+    unknown = [r for r in requested if r not in {c.base_id for c in card.cases} | {c.id for c in card.cases}]
     if unknown:
         raise ConfigError(
             card.path,
             "cases",
             f"--case {', '.join(unknown)}: no such case; known: "
             + ", ".join(sorted({c.base_id for c in card.cases}))
-            + " (or an expanded id such as "
-            + f"{card.cases[0].id})",
+            + f" (or an expanded id such as {card.cases[0].id})",
         )
-
-
-def _check_cases_run_here(card, requested: list[str], device: str, skip_benchmark: bool) -> None:
-    """A --case filter that selects nothing here would pass vacuously: exit CONFIG, naming what runs."""
     picked = [c for c in card.cases if c.id in requested or c.base_id in requested]
     if any(c.runs_on(device) and not (skip_benchmark and c.kind == "bench") for c in picked):
         return
@@ -107,9 +102,8 @@ def cmd_verify(args) -> int:
     card = load_task_card(args.task)
     where = placement_from(args)
     device = "cuda:0" if where.gpus else pick_device(args.device)
-    if args.case:  # every --case names a case, and together they select one that runs here (else exit CONFIG)
-        _check_case_names(card, args.case)
-        _check_cases_run_here(card, args.case, device, args.skip_benchmark)
+    if args.case:
+        _check_case_filter(card, args.case, device, args.skip_benchmark)
     store = artifacts_dir(args, Path(card.project_root))
     check_store_writable(store)
     opts = options_from(

@@ -68,7 +68,7 @@ def _attempt(spec: str, artifacts: Path) -> Path:
     return found[0]
 
 
-def _sources(attempt: Path, header: dict) -> dict[str, str]:
+def _sources(header: dict) -> dict[str, str]:
     """The candidate's files as the attempt holds them: relative path -> SHA-256 (from its manifest)."""
     keep = ("sources/", "solution.json")
     return {f["path"]: f["sha256"] for f in header["files"] if f["path"].startswith(keep)}
@@ -119,7 +119,7 @@ def compare(a: Path, b: Path) -> AttemptDiff:
 
     # hashes and claims checked, as any reader of the store does
     (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
-    sa, sb = _sources(a, ha), _sources(b, hb)
+    sa, sb = _sources(ha), _sources(hb)
     ea, eb = _flat(fa.get("environment.json") or {}), _flat(fb.get("environment.json") or {})
     ca = {c["id"]: c for c in (fa.get("benchmark.json") or {}).get("cases", [])}
     cb = {c["id"]: c for c in (fb.get("benchmark.json") or {}).get("cases", [])}

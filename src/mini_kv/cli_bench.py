@@ -16,7 +16,7 @@ from mini_kv.cli_common import (
     options_from,
     run_command,
 )
-from mini_kv.errors import ExitCode
+from mini_kv.errors import ExitCode, UserError
 from mini_kv.settings import DEFAULTS
 
 
@@ -235,7 +235,6 @@ def _check_outputs(args, opts) -> Path:
     """The attempt store (returned) and the -o file's directory must be writable before anything is built
     or run."""
     from mini_kv.cli_checks import check_store_writable, store_write_problem
-    from mini_kv.errors import UserError
     from mini_kv.solexec.run import bench_project_root
 
     store = artifacts_dir(args, bench_project_root(opts))

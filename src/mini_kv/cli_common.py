@@ -3,6 +3,8 @@ exit-code mapping of a command's errors. It imports no command module, so each o
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import json
 import os
 import sys
@@ -45,8 +47,6 @@ def progress_line(line: str) -> None:
 
 
 def selected_candidates(card, requested: list[str]) -> list:
-    import fnmatch
-
     if not requested:
         return [card.candidate(card.default_candidate)]
     out = []
@@ -64,8 +64,6 @@ def selected_candidates(card, requested: list[str]) -> list:
 
 def options_from(cls, args, **given):
     """The options dataclass `cls` from the parsed `args` of the same names, `given` for the others."""
-    import dataclasses
-
     names = {f.name for f in dataclasses.fields(cls)} - set(given)
     return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
 

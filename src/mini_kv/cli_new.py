@@ -14,6 +14,7 @@ import importlib
 import inspect
 import json
 import re
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -340,8 +341,6 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     kept), its tolerance the card's for that dtype; the reference is the card's module, its `run` calling
     the card's function. Read back by the SOL loaders and the reference run on every workload before
     the command says it is done; nothing is left when a check fails."""
-    import shutil
-
     from mini_kv.load.task_card import load_task_card
     from mini_kv.solexec.definition import load_definition
     from mini_kv.solexec.workload import load_workloads

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
-from mini_kv.errors import ExitCode
+from mini_kv.codec import to_json
+from mini_kv.errors import ExitCode, UserError
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
 
@@ -30,8 +31,6 @@ def _fmt_summary(s: dict) -> str:
 
 def cmd_profile(args) -> int:
     from mini_kv.cli_checks import check_store_writable
-    from mini_kv.codec import to_json
-    from mini_kv.errors import UserError
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
@@ -124,7 +123,6 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
 
 
 def cmd_compare_profiles(args) -> int:
-    from mini_kv.codec import to_json
     from mini_kv.profile.ab import ABTiming, run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -9,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.table import Table
 
 from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
@@ -64,7 +64,6 @@ class Tally:
 def signature_line(attempt: str) -> str:
     """`signature: key id ...`, or `signature: none (...)`: whether the leaderboard's --require-signed
     will rank the attempt (store.signing). A line of its own: scripts read the path after `attempt: `."""
-    import json
     from pathlib import Path
 
     from mini_kv.store import signing
@@ -113,10 +112,6 @@ def case_detail(r: dict) -> str:
     return detail.strip()
 
 
-def _group(tables: list[Table]):
-    return tables[0] if len(tables) == 1 else Group(*tables)
-
-
 def case_table(cases: list[dict], width: int = 200):
     """The correctness table; case ids and numbers are never cut (see mini_kv.tables). Details go on
     their own lines below it (case_details)."""
@@ -136,7 +131,7 @@ def case_table(cases: list[dict], width: int = 200):
                 _fmt(ref.get("max_abs_err")),
             ]
         )
-    return _group(fitted_tables("correctness", cols, rows, width))
+    return Group(*fitted_tables("correctness", cols, rows, width))
 
 
 def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
@@ -180,7 +175,7 @@ def bench_table(cases: list[dict], width: int = 200):
                 "yes" if r["stability"]["stable"] else "[red]no[/]",
             ]
         )
-    return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
+    return Group(*fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
 def jail_note(record: dict | None) -> str | None:
@@ -470,7 +465,7 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
                     else "-",
                 ]
             )
-        console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
+        console.print(Group(*fitted_tables("regression (times in µs)", cols, rows, console.width)))
         if any(c.get("first_batch") for c in cases):
             console.print(
                 "  vs stored: the candidate against the baseline's stored timings, only a screen; same "

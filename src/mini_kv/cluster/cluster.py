@@ -61,15 +61,9 @@ def placement_from(args) -> Placement:
     if args.cluster and args.cluster != "slurm" and "://" not in args.cluster:
         raise UserError(f"--cluster {args.cluster!r}: expected tcp://HOST:PORT, tls://HOST:PORT or 'slurm'")
     warn_oversubscribed(args.workers)
-    return Placement(
-        args.workers,
-        tuple(parse_gpus(args.gpus)),
-        args.cluster,
-        args.retries,
-        args.tls_ca_file,
-        args.tls_cert,
-        args.tls_key,
-    )
+    from mini_kv.cli_common import options_from
+
+    return options_from(Placement, args, gpus=tuple(parse_gpus(args.gpus)))
 
 
 # A CPU worker times on a core of its own: torch's kernels use more than one thread each, so workers

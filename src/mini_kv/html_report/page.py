@@ -276,7 +276,7 @@ def _latency_rows(a: Attempt, i: int, cid: str, rows: list, rows_chart: list) ->
         )
 
 
-def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def latency_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = []
     for g, members in groups(attempts).items():
         latest = latest_per_candidate(members)
@@ -362,7 +362,7 @@ def _roofline_group(page: Page, g: tuple, latest: list[Attempt], png: bool) -> l
     return out
 
 
-def roofline_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def roofline_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = [
         b
         for g, ms in groups(attempts).items()
@@ -496,12 +496,12 @@ def _history_group(page: Page, g: tuple, members: list[Attempt], png: bool) -> l
     return [*out, table("history", headers, rows)]
 
 
-def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def history_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = [b for g, members in groups(attempts).items() for b in _history_group(page, g, members, png)]
     return out or [note("no timed attempt.")]
 
 
-def profiles_section(comparisons: list[ProfilePair], skipped: list[Skipped]) -> list[Block]:
+def profiles_section(comparisons: list[ProfilePair]) -> list[Block]:
     if not comparisons:
         return [
             note(
