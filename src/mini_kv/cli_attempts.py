@@ -17,16 +17,7 @@ from mini_kv.tables import Column, fitted_tables
 if TYPE_CHECKING:
     from mini_kv.store.index import AttemptRow
 
-LIST_COLUMNS = (
-    "attempt_id",
-    "candidate",
-    "status",
-    "device",
-    "stable",
-    "geomean_speedup",
-    "source",
-    "created_at",
-)
+LIST_COLUMNS = tuple("attempt_id candidate status device stable geomean_speedup source created_at".split())
 
 
 def cmd_list(args) -> int:

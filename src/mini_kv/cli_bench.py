@@ -75,24 +75,21 @@ def add_run_arguments(p, sol: bool) -> None:
         return value if sol else None
 
     card = "" if sol else "the card's, else "
+
+    def setting(flag: str, parse, value: float, what: str) -> None:
+        """An option whose default is a setting of settings.py."""
+        p.add_argument(flag, type=parse, default=default(value), help=f"{what} (default: {card}{value:g})")
+
     # a SOL workload's budget also covers its correctness rounds (settings.sol_budget_factor)
     factor = DEFAULTS.sol_budget_factor if sol else 1.0
     p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument(
-        "--compile-timeout",
-        type=checks.positive_float,
-        default=default(DEFAULTS.compile_s),
-        help=f"seconds for the build (default: {card}{DEFAULTS.compile_s:g})",
-    )
-    p.add_argument(
-        "--timeout",
-        type=checks.positive_float,
-        default=default(DEFAULTS.sol_timeout_s),
-        help=f"seconds per workload, correctness rounds and timing together (default {DEFAULTS.sol_timeout_s:g})"
-        if sol
-        else f"seconds per case (default: {card}{DEFAULTS.case_s:g})",
-    )
+    setting("--compile-timeout", checks.positive_float, DEFAULTS.compile_s, "seconds for the build")
+    if sol:
+        what = "seconds per workload, correctness rounds and timing together"
+        setting("--timeout", checks.positive_float, DEFAULTS.sol_timeout_s, what)
+    else:
+        setting("--timeout", checks.positive_float, DEFAULTS.case_s, "seconds per case")
     p.add_argument(
         "--samples",
         type=checks.positive_int,
@@ -133,18 +130,11 @@ def add_run_arguments(p, sol: bool) -> None:
         help="L2 cache state for timing, cold: flush + fresh inputs (default: "
         + ("cold on CUDA, as upstream)" if sol else f"the card's, else {DEFAULTS.l2})"),
     )
-    p.add_argument(
-        "--max-cv",
-        type=checks.fraction,
-        default=default(DEFAULTS.max_cv),
-        help=f"stability gate: max robust CV of the P50s (fraction, default: {card}{DEFAULTS.max_cv})",
+    setting(
+        "--max-cv", checks.fraction, DEFAULTS.max_cv, "stability gate: max robust CV of the P50s, a fraction"
     )
-    p.add_argument(
-        "--max-p95-cv",
-        type=checks.fraction,
-        default=default(DEFAULTS.max_p95_cv),
-        help=f"stability gate: max robust CV of the candidate's P95s (fraction, default: {card}{DEFAULTS.max_p95_cv})",
-    )
+    what = "stability gate: max robust CV of the candidate's P95s, a fraction"
+    setting("--max-p95-cv", checks.fraction, DEFAULTS.max_p95_cv, what)
     p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
     p.add_argument(
