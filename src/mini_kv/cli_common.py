@@ -112,21 +112,14 @@ class BatchDisplay:
     a terminal; a finished item is then one plain line (progress_line)."""
 
     def __init__(self, total: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich import progress as rp
 
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
+        self.progress = rp.Progress(
+            rp.SpinnerColumn(),
+            rp.TextColumn("{task.description}"),
+            rp.BarColumn(),
+            rp.MofNCompleteColumn(),
+            rp.TimeElapsedColumn(),
             console=err_console,
             transient=True,
         )
