@@ -38,22 +38,11 @@ def cmd_promote_baseline(args) -> int:
     return ExitCode.OK
 
 
-def _check_rebuildable(artifacts: Path, what: str) -> None:
-    """Rebuilding writes the index and takes its lock: refuse a store this user cannot write, up front."""
-    from mini_kv.cli_checks import store_write_problem
-
-    problem = store_write_problem(artifacts)
-    if problem:
-        raise UserError(
-            f"{what}: cannot write the index in the artifact store {artifacts}: {problem}. "
-            "Run it where the store is writable (or make it so)"
-        )
-
-
 def cmd_rebuild_index(args) -> int:
+    from mini_kv.cli_checks import check_store_writable
     from mini_kv.store.index import rebuild_index
 
-    _check_rebuildable(artifacts_dir(args), "rebuild-index")
+    check_store_writable(artifacts_dir(args))  # rebuilding writes the index and takes its lock
     result = rebuild_index(artifacts_dir(args))
     if args.json:
         print(

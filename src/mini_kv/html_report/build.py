@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
-from mini_kv.html_report.collect import PROFILES_DIR, ProfilePair, Skipped, Store, load_store
+from mini_kv.html_report.collect import ProfilePair, Skipped, Store, load_store
+from mini_kv.profile.store import PROFILES_DIR
 from mini_kv.status import ProfileStatus
 
 if TYPE_CHECKING:

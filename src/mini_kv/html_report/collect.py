@@ -19,12 +19,11 @@ from mini_kv.codec import from_json
 from mini_kv.errors import UserError
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.profile.compare import Ident, MetricRow
+from mini_kv.profile.store import PROFILES_DIR  # Nsight Compute profiles, not attempts
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
 from mini_kv.store.records import SOL_FORMAT
-
-PROFILES_DIR = "profiles"  # artifacts/profiles/ holds Nsight Compute profiles, not attempts
 
 
 class MalformedAttempt(Exception):
