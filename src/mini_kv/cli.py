@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
+from mini_kv.cli_batch import add_junit_argument, add_selection_arguments, print_batch, run_items
 from mini_kv.cli_bench import add_run_arguments
 from mini_kv.cli_common import (
     artifacts_dir,
@@ -118,8 +118,6 @@ def cmd_verify(args) -> int:
         Item(VERIFY, f"{card.id}/{c.id}", args.task, c.id, opts, str(store))
         for c in selected_candidates(card, args.candidate)
     ]
-    from mini_kv.cli_batch import print_batch, run_items
-
     return print_batch(run_items(items, where, args=args), args)
 
 
@@ -167,19 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(vr, sol=False)
     cluster.add_arguments(vr)
     vr.set_defaults(func=cmd_verify)
-    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_new, cli_store
-
-    cli_new.register(sub)
-    cli_store.register(sub)
-    cli_attempts.register(sub)
-    cli_bench.register(sub)
-    cli_batch.register(sub)
-    from mini_kv import cli_profile
-
-    cli_profile.register(sub)
+    from mini_kv import cli_attempts, cli_batch, cli_bench, cli_new, cli_profile, cli_store
     from mini_kv.html_report import cli as report_cli
 
-    report_cli.register(sub)
+    for command in (cli_new, cli_store, cli_attempts, cli_bench, cli_batch, cli_profile, report_cli):
+        command.register(sub)  # in the order `mini-kv --help` lists them
     return p
 
 
