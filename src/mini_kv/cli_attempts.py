@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, num
 
 if TYPE_CHECKING:
     from mini_kv.store.index import AttemptRow
@@ -40,9 +40,7 @@ def cmd_list(args) -> int:
 
 
 def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return "-" if v is None else str(v)
+    return num(v, ".3f" if isinstance(v, float) else "")
 
 
 # ------------------------------------------------------------------------------------------- compare

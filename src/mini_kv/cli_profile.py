@@ -11,6 +11,7 @@ from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
+from mini_kv.tables import num
 
 if TYPE_CHECKING:
     from mini_kv.profile.ab import ABTiming
@@ -97,7 +98,6 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
         console.print(t)
 
     ratio = lambda x: "" if x is None else f"{x:.3g}x"  # noqa: E731
-    two = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     show(
         "Nsight Compute: what explains the difference",
         ("metric", "A", "B", "B/A"),
@@ -106,7 +106,7 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
     show(
         "top warp stall reasons (warps stalled per issue-active cycle)",
         ("stall reason", "A", "B"),
-        ((r.reason, two(r.A), two(r.B)) for r in result.stalls),
+        ((r.reason, num(r.A, ".2f"), num(r.B, ".2f")) for r in result.stalls),
     )
     if not timing.ran:
         console.print(f"A/B timing: not run: {timing.reason}", soft_wrap=True)

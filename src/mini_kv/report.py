@@ -15,7 +15,7 @@ from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
 from mini_kv.model import WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
-from mini_kv.tables import Column, fitted_tables, verbose_details
+from mini_kv.tables import Column, fitted_tables, num, verbose_details
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
@@ -87,10 +87,6 @@ def timing_word(stable: bool | None, timed: bool = True) -> str:
     return "timing stable" if stable else "timing UNSTABLE (a robust CV above the limit: not ranked)"
 
 
-def _fmt(x, spec=".3g"):
-    return "-" if x is None else format(x, spec)
-
-
 def describe_input(i: dict) -> str:
     """`float16[33,65] non-contiguous` for a tensor, the value itself for a scalar argument."""
     if "shape" not in i:
@@ -126,9 +122,9 @@ def case_table(cases: list[dict], width: int = 200):
                 escape(r["id"]),
                 r["kind"],
                 f"[{style}]{escape(r['status'])}[/]",
-                _fmt(r.get("max_abs_err")),
-                _fmt(r.get("max_rel_err")),
-                _fmt(ref.get("max_abs_err")),
+                num(r.get("max_abs_err")),
+                num(r.get("max_rel_err")),
+                num(ref.get("max_abs_err")),
             ]
         )
     return Group(*fitted_tables("correctness", cols, rows, width))
@@ -164,13 +160,13 @@ def bench_table(cases: list[dict], width: int = 200):
                 escape(r["id"]),
                 r["method"] + ("*" if r.get("fallbacks") else ""),
                 r["l2"],
-                _fmt(c["p50"], ".2f"),
-                _fmt(c["p95"], ".2f"),
+                num(c["p50"], ".2f"),
+                num(c["p95"], ".2f"),
                 f"{c['p50_robust_cv'] * 100:.1f}%",
-                _fmt(ref["p50"], ".2f"),
-                _fmt(r["speedup"], ".3f"),
-                _fmt(roof.get("gbps"), ".1f"),
-                _fmt(roof.get("tflops"), ".2f"),
+                num(ref["p50"], ".2f"),
+                num(r["speedup"], ".3f"),
+                num(roof.get("gbps"), ".1f"),
+                num(roof.get("tflops"), ".2f"),
                 "-" if share is None else f"{share * 100:.0f}%",
                 "yes" if r["stability"]["stable"] else "[red]no[/]",
             ]
@@ -454,8 +450,8 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
                 [
                     escape(c["id"]),
                     c["verdict"],
-                    _fmt(c["baseline"]["p50"], ".2f"),
-                    _fmt(c["candidate"]["p50"], ".2f"),
+                    num(c["baseline"]["p50"], ".2f"),
+                    num(c["candidate"]["p50"], ".2f"),
                     f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
                     f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
                     _batch(c.get("first_batch")),

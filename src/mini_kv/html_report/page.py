@@ -21,6 +21,7 @@ from markupsafe import Markup
 from mini_kv.html_report import charts
 from mini_kv.html_report.collect import Attempt, BenchCase, ProfilePair, Skipped, Store
 from mini_kv.status import Status
+from mini_kv.tables import num
 
 if TYPE_CHECKING:
     from mini_kv.leaderboard import Group
@@ -93,10 +94,6 @@ class Page:
     def html(self) -> str:
         sections = [{"id": sid, "title": title, "blocks": blocks} for sid, title, blocks in self.sections]
         return _ENV.get_template("report.html.j2").render(title=self.title, sections=sections)
-
-
-def num(x: float | None, spec: str = ".3g", none: str = "-") -> str:
-    return none if x is None else format(x, spec)
 
 
 def us(x: float | None) -> str:
