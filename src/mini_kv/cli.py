@@ -110,7 +110,6 @@ def cmd_verify(args) -> int:
         VerifyOptions,
         args,
         case_filter=args.case or [],
-        memory_limit_gb=args.memory_limit,
         sandbox=jail.mode_from(args.sandbox, jail.project_setting(Path(card.project_root))),
     )
     jail.resolve(opts.sandbox)  # --sandbox required on a machine without every layer: exit 2 now

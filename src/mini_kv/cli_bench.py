@@ -139,6 +139,7 @@ def add_run_arguments(p, sol: bool) -> None:
     p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
     p.add_argument(
         "--memory-limit",
+        dest="memory_limit_gb",
         type=checks.positive_float,
         metavar="GB",
         help="address-space cap of a CPU worker (default: half the machine's memory)",
@@ -191,13 +192,7 @@ def cmd_bench(args) -> int:
     mode = jail.mode_from(args.sandbox, jail.project_setting(Path.cwd()))
     jail.resolve(mode)  # --sandbox required on a machine without every layer: exit 2 now
     for solution in args.solution:
-        opts = options_from(
-            BenchOptions,
-            args,
-            solution=solution,
-            memory_limit_gb=args.memory_limit,
-            sandbox=mode,
-        )
+        opts = options_from(BenchOptions, args, solution=solution, sandbox=mode)
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
     results = run_items(items, where, args.output, getattr(args, "resume", False), args)
