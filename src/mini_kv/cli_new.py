@@ -343,7 +343,7 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     the command says it is done; nothing is left when a check fails."""
     from mini_kv.load.task_card import load_task_card
     from mini_kv.solexec.definition import load_definition
-    from mini_kv.solexec.workload import load_workloads
+    from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 
     project = Path(args.project).resolve()
     problem = load_task_card(Path(args.task).resolve(), project_root=project)
@@ -356,8 +356,8 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     definition = _sol_definition(problem, dtype, names, runs, inspect.getsource(module))
     tol = problem.tolerances.get(dtype, {})
     tolerance = {
-        "max_atol": tol.get("atol", 1e-2),
-        "max_rtol": tol.get("rtol", 1e-2),
+        "max_atol": tol.get("atol", DEFAULT_TOLERANCE["max_atol"]),
+        "max_rtol": tol.get("rtol", DEFAULT_TOLERANCE["max_rtol"]),
         "required_matched_ratio": 1.0,
     }
     shutil.rmtree(out, ignore_errors=True)

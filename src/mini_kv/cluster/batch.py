@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ def build_item(item: Item) -> CompileRecord | None:
     """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
     from mini_kv.cluster import prebuild
 
-    timeout = getattr(item.opts, "compile_timeout", None) or 600.0
+    timeout = getattr(item.opts, "compile_timeout", None) or DEFAULTS.compile_s
     if item.kind == BENCH:
         return prebuild.build_solution(item.target, item.opts.solution, timeout)
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)

@@ -45,8 +45,8 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--retries",
         type=checks.nonnegative_int,
-        default=2,
-        help="worker deaths an item survives before it is recorded as WORKER_LOST (default 2)",
+        default=Placement.retries,
+        help=f"worker deaths an item survives before it is recorded as WORKER_LOST (default {Placement.retries})",
     )
     g.add_argument("--tls-ca-file", type=checks.existing_file, help="Dask TLS: the CA certificate")
     g.add_argument("--tls-cert", type=checks.existing_file, help="Dask TLS: this side's certificate")

@@ -20,6 +20,7 @@ from mini_kv.errors import UserError
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.profile.compare import Ident, MetricRow
 from mini_kv.profile.store import PROFILES_DIR  # Nsight Compute profiles, not attempts
+from mini_kv.solexec.workload import DEFAULT_TOLERANCE
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
@@ -235,8 +236,8 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
                 status,
                 _num(c.get("max_absolute_error")),
                 _num(c.get("max_relative_error")),
-                _num(tol.get("max_atol", 1e-2)),
-                _num(tol.get("max_rtol", 1e-2)),
+                _num(tol.get("max_atol", DEFAULT_TOLERANCE["max_atol"])),
+                _num(tol.get("max_rtol", DEFAULT_TOLERANCE["max_rtol"])),
                 "" if status == Status.PASSED else str(r.get("log") or "")[:300],
             )
         )
