@@ -155,9 +155,9 @@ class Candidate:
         """solution.json with every source's content inlined: what was actually evaluated."""
         return {**self.raw, "sources": [{"path": s.path, "content": s.content} for s in self.sources]}
 
-    def to_dict(self) -> dict:
-        """A card candidate's record (candidate_manifest.json, profile.json)."""
-        return {f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS}
+    def manifest(self, **found) -> CandidateManifest:
+        """A card candidate's candidate_manifest.json (`found`: its build key and files)."""
+        return CandidateManifest(**{f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS}, **found)
 
 
 CARD_CANDIDATE_FIELDS = (

@@ -779,6 +779,4 @@ def _copy_sources(
         if entry["sha256"] is not None and digest != entry["sha256"]:
             changed.append(entry["path"])
         files.append({"path": entry["path"], "sha256": digest})
-    return CandidateManifest(
-        **cand.to_dict(), build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed)
-    )
+    return cand.manifest(build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed))

@@ -411,11 +411,7 @@ def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, prog
     )
     records = {
         "task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
-        "candidate_manifest.json": {
-            "schema_version": 1,
-            **cand.to_dict(),
-            "files": rec["candidate"]["sources"],
-        },
+        "candidate_manifest.json": cand.manifest(files=tuple(rec["candidate"]["sources"])),
         "environment.json": env,
     }
     target = Target(
