@@ -236,5 +236,7 @@ def _reason(out: ItemResult, cases: tuple[CaseResult, ...], invalid: str | None)
     if failed:
         first = failed[0]
         return f"{len(failed)} case(s) failed; first {first.id}: {first.status} {first.reason or ''}".strip()
-    summary = out.detail.get("summary") or {} if isinstance(out.detail, dict) else {}
+    from mini_kv.cluster.batch import VERIFY
+
+    summary = out.detail.summary if out.kind == VERIFY and out.detail is not None else {}
     return summary.get("reason") or str(out.status)

@@ -242,6 +242,30 @@ class Run:
     phases: dict  # seconds since the start at the end of each stage, and where the worker's time went
 
 
+@dataclass(frozen=True)
+class VerifyResult:
+    """What `verify` says of one candidate (report.print_verify prints it; a cluster item carries it)."""
+
+    candidate: str
+    summary: dict  # the attempt header's (Run.summary)
+    results: WorkerResults
+    compile: CompileRecord
+    attempt: str
+    exit_code: ExitCode = ExitCode.OK
+    regression: RegressionVerdict | None = None
+    index_warning: str | None = None
+    settings: dict = field(default_factory=dict)  # the timing settings the run was held to
+    phases: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, candidate: str, run: Run) -> VerifyResult:
+        r = run
+        return cls(
+            candidate, r.summary, r.out.results, r.built.compile, str(r.attempt), r.code, r.regression,
+            r.index_warning, r.prep.settings, r.phases,
+        )  # fmt: skip
+
+
 class FrontDoor(Protocol):
     """A format's part of each stage (run_stages): CardDoor, solexec.run.SolDoor (both subclass it for its defaults)."""
 
