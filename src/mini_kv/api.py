@@ -84,7 +84,7 @@ class Result:
     attempt: Path | None = None  # None with store=False, or when nothing was stored
     reason: str | None = None  # why it did not pass, in one line
     duration_s: float = 0.0
-    # the front door's own result: bench's BenchResult, verify's report dict
+    # the front door's own result: bench's BenchResult, verify's VerifyResult
     raw: object = field(default=None, repr=False, compare=False)
 
     @property
