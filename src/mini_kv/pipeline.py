@@ -259,11 +259,18 @@ class VerifyResult:
 
     @classmethod
     def of(cls, candidate: str, run: Run) -> VerifyResult:
-        r = run
         return cls(
-            candidate, r.summary, r.out.results, r.built.compile, str(r.attempt), r.code, r.regression,
-            r.index_warning, r.prep.settings, r.phases,
-        )  # fmt: skip
+            candidate,
+            run.summary,
+            run.out.results,
+            run.built.compile,
+            str(run.attempt),
+            exit_code=run.code,
+            regression=run.regression,
+            index_warning=run.index_warning,
+            settings=run.prep.settings,
+            phases=run.phases,
+        )
 
 
 class FrontDoor(Protocol):
