@@ -331,7 +331,7 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
-        results = WorkerResults(None, prep.sandbox.to_dict())
+        results = WorkerResults(None, prep.sandbox.record())
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             first = door.first_child()

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
-from mini_kv.model import WorkerResults
+from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
@@ -184,15 +184,13 @@ def bench_table(cases: list[dict], width: int = 200):
     return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
-def jail_note(record: dict | None) -> str | None:
-    """For a run's summary line: the jail's missing layers (mini_kv.jail.JailInfo.to_dict's record), or
-    None when every layer was active."""
-    if not record:
+def jail_note(record: JailRecord | None) -> str | None:
+    """For a run's summary line: the jail's missing layers, or None when every layer was active."""
+    if record is None:
         return None
-    if not record.get("enabled"):
-        return f"jail off: {record.get('reason') or 'no record'}"
-    missing = record.get("missing") or []
-    return f"jail missing {', '.join(missing)}" if missing else None
+    if not record.enabled:
+        return f"jail off: {record.reason or 'no record'}"
+    return f"jail missing {', '.join(record.missing)}" if record.missing else None
 
 
 def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[dict] = ()) -> str:

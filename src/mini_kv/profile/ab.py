@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mini_kv.codec import from_json, optional
-from mini_kv.model import sha256_file
+from mini_kv.model import JailRecord, sha256_file
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker.jobs import ABJob
 
@@ -37,7 +37,7 @@ class ABTiming:
     reason: str | None = optional()
     error: bool | None = optional()
     integrity: str | None = optional()  # the violation that ended it
-    sandbox: dict | None = optional()  # the jail the timing ran in
+    sandbox: JailRecord | None = optional()  # the jail the timing ran in
     method: str | None = optional()
     timer: str | None = optional()
     fallbacks: list | None = optional()

@@ -20,7 +20,7 @@ from mini_kv.codec import from_json, optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import RegressionVerdict
-from mini_kv.model import Candidate, Case, Problem, WorkerResults, canonical_json, sha256_text
+from mini_kv.model import Candidate, Case, JailRecord, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
     Built,
@@ -575,7 +575,7 @@ class BenchResult:
     duration_s: float
     phases: dict
     regression: RegressionVerdict | None
-    sandbox: dict | None  # the jail's record (its summary line names gaps)
+    sandbox: JailRecord | None  # the jail's record (its summary line names gaps)
     kernels: dict  # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v
 
 
