@@ -250,8 +250,8 @@ def collect(gpu_index: int | None = None, tag: str | None = None) -> Environment
 
 
 def environment_key(env: dict) -> str:
-    """`env` (environment.json's data, as collected or as stored): what must match for two timings to be comparable: device, driver, CUDA, torch, compilers,
-    base build flags and the user's environment tag."""
+    """What must match for two timings to be comparable: device, driver, CUDA, torch, compilers,
+    base build flags and the user's environment tag (`env`: environment.json's data, collected or stored)."""
     gpu = env.get("gpu") or {}
     parts = {
         "device": gpu.get("name") or f"cpu:{env.get('machine')}:{env.get('cpu_count')}",
