@@ -10,6 +10,7 @@ from mini_kv.cli_batch import add_junit_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
     add_integrity_arguments,
+    add_reference_argument,
     add_sandbox_argument,
     artifacts_dir,
     console,
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_sandbox_argument(vr)
     add_integrity_arguments(vr, sol=False)
+    add_reference_argument(vr)
     vr.add_argument(
         "--prebuilt", type=checks.existing_file, help="use this prebuilt library instead of the JIT build"
     )

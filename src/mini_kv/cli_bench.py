@@ -11,6 +11,7 @@ from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selec
 from mini_kv.cli_common import (
     VERBOSE_HELP,
     add_integrity_arguments,
+    add_reference_argument,
     add_sandbox_argument,
     artifacts_dir,
     console,
@@ -112,6 +113,7 @@ def add_arguments(p) -> None:
     )
     add_sandbox_argument(p)
     add_integrity_arguments(p, sol=True)
+    add_reference_argument(p)
 
 
 def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:

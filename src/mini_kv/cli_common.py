@@ -250,6 +250,18 @@ def add_integrity_arguments(p, sol: bool) -> None:
     )
 
 
+def add_reference_argument(p) -> None:
+    """--interleave-reference (verify and bench with several candidates or solutions, batch)."""
+    p.add_argument(
+        "--interleave-reference",
+        action="store_true",
+        default=DEFAULTS.interleave_reference,
+        help="in a batch, time the reference beside every solution, interleaved, as a single run does, "
+        "instead of once per case and device with a short drift re-check for the later solutions; also "
+        "$MINI_KV_INTERLEAVE_REFERENCE=1 (docs/benchmarking.md)",
+    )
+
+
 def add_sandbox_argument(p) -> None:
     """--sandbox, as verify and bench take it (mini_kv.jail.mode_from reads it)."""
     p.add_argument(
