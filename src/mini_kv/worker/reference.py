@@ -108,9 +108,10 @@ def band(cached: CachedReference, settings: dict) -> float:
 
 
 def recheck(cached: CachedReference, samples: list[float], settings: dict) -> Recheck:
-    """The re-check's verdict on `cached`: within the band, or drifted."""
+    """The re-check's verdict on `cached`: within the band (its median between cached / (1 + band) and
+    cached * (1 + band): as far slower as faster, in ratio), or drifted."""
     p50, ref = stats.summarize(samples).p50, cached_p50(cached)
     rel = p50 / ref - 1.0 if ref > 0 else math.inf
     limit = band(cached, settings)
-    verdict = WITHIN if abs(rel) <= limit else DRIFTED
+    verdict = WITHIN if ref > 0 and ref / (1 + limit) <= p50 <= ref * (1 + limit) else DRIFTED
     return Recheck(len(samples), p50, ref, round(rel, 6), round(limit, 6), verdict)
