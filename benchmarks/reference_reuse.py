@@ -7,8 +7,8 @@ workload's reference side was measured.
     PYTHONPATH=$PWD/src python benchmarks/reference_reuse.py [PROBLEM SOLUTION] [--count 4] [--device cpu]
         [--pairs 2] [--json OUT.json]
 
-The N solutions are copies of SOLUTION under distinct names, given in memory (mini_kv.api), so every one
-is evaluated in full. Each pair runs the two modes one after the other, alternating which goes first, so
+The N solutions are copies of SOLUTION under distinct names, run through the batch evaluator the API
+and `bench` use (cluster.batch.evaluate_here), so every one is evaluated in full. Each pair runs the two modes one after the other, alternating which goes first, so
 a slow spell of a shared machine falls on both (docs/measurements/reference-reuse-cpu.md).
 """
 
@@ -22,50 +22,60 @@ import tempfile
 import time
 from pathlib import Path
 
-from mini_kv import api
+from mini_kv.cluster.batch import BENCH, Item, evaluate_here
+from mini_kv.solexec.run import BenchOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def copies(solution: Path, count: int) -> list[api.Solution]:
+def copies(solution: Path, count: int, where: Path) -> list[Path]:
+    """`count` copies of the solution under distinct names, its sources inline."""
     spec = json.loads(solution.read_text())
-    sources = {
-        s["path"]: s.get("content") or (solution.parent / s["path"]).read_text() for s in spec["sources"]
-    }
-    return [
-        api.Solution(
-            name=f"{spec['name']}_{i}",
-            entry_point=spec["spec"]["entry_point"],
-            sources=sources,
-            language=spec["spec"]["languages"][0],
-            destination_passing_style=bool(spec["spec"].get("destination_passing_style")),
-        )
-        for i in range(count)
+    spec["sources"] = [
+        {"path": s["path"], "content": s.get("content") or (solution.parent / s["path"]).read_text()}
+        for s in spec["sources"]
     ]
+    out = []
+    for i in range(count):
+        path = where / f"{i}" / "solution.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({**spec, "name": f"{spec['name']}_{i}"}))
+        out.append(path)
+    return out
 
 
-def one_batch(problem: Path, sols: list[api.Solution], device: str, interleave: bool) -> dict:
+def one_batch(problem: Path, sols: list[Path], options: dict, interleave: bool) -> dict:
+    """One batch's wall time, its solutions' timing seconds (the workloads' `timing` phase, summed), the
+    timed calls of each side, and how the reference sides were measured (with the re-checks' drifts)."""
     with tempfile.TemporaryDirectory(prefix="mini-kv-refreuse-") as store:
+        items = [
+            Item(BENCH, str(s), str(problem), None, BenchOptions(solution=str(s), artifacts=store,
+                 interleave_reference=interleave, **options), store)
+            for s in sols
+        ]  # fmt: skip
         t0 = time.perf_counter()
-        sources, timed = collections.Counter(), collections.Counter()
-        statuses = []
-        for result in api.evaluate(
-            problem, sols, device=device, artifacts=store, interleave_reference=interleave
-        ):
+        sources, timed, drifts, timing_s, statuses = collections.Counter(), collections.Counter(), [], [], []
+        for _, result in evaluate_here(items):
             statuses.append(result.status)
-            cases = json.loads((result.attempt / "benchmark.json").read_text())["cases"]
-            for case in cases:
+            timing_s.append(result.detail.phases.get("workload_timing_s", 0.0))
+            for case in json.loads((Path(result.attempt) / "benchmark.json").read_text())["cases"]:
                 if "candidate" not in case:
                     continue
-                sources[(case.get("reference_timing") or {}).get("source", "interleaved")] += 1
+                how = case.get("reference_timing") or {"source": "interleaved"}
+                sources[how["source"]] += 1
+                if how.get("recheck"):
+                    drifts.append((how["recheck"]["drift"], how["recheck"]["band"]))
                 for who, n in case["sampling"]["timed_calls"].items():
                     timed[who] += n
         wall = time.perf_counter() - t0
     return {
         "wall_s": round(wall, 2),
+        "timing_s": [round(t, 2) for t in timing_s],
         "statuses": statuses,
         "sources": dict(sources),
         "timed_calls": dict(timed),
+        "abs_drift_median": round(statistics.median(abs(d) for d, _ in drifts), 4) if drifts else None,
+        "band": sorted({b for _, b in drifts}),
     }
 
 
@@ -75,20 +85,28 @@ def main() -> int:
     p.add_argument("solution", nargs="?", default=str(ROOT / "solutions/rmsnorm/pytorch/solution.json"))
     p.add_argument("--count", type=int, default=4, help="solutions in the batch")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--max-cv", type=float, default=None, help="the stability gate's limit (and the band's)")
     p.add_argument("--pairs", type=int, default=2, help="runs of each mode, alternating")
     p.add_argument("--json", help="write the runs here")
     args = p.parse_args()
-    sols = copies(Path(args.solution), args.count)
+    options = {"device": args.device, **({"max_cv": args.max_cv} if args.max_cv else {})}
     runs = []
-    for k in range(args.pairs):
-        for interleave in (True, False) if k % 2 == 0 else (False, True):
-            run = one_batch(Path(args.problem), sols, args.device, interleave)
-            run["mode"] = "interleaved" if interleave else "reuse"
-            runs.append(run)
-            print(json.dumps(run), flush=True)
+    with tempfile.TemporaryDirectory(prefix="mini-kv-refreuse-sols-") as tmp:
+        sols = copies(Path(args.solution), args.count, Path(tmp))
+        for k in range(args.pairs):
+            for interleave in (True, False) if k % 2 == 0 else (False, True):
+                run = one_batch(Path(args.problem), sols, options, interleave)
+                run["mode"] = "interleaved" if interleave else "reuse"
+                runs.append(run)
+                print(json.dumps(run), flush=True)
     for mode in ("interleaved", "reuse"):
-        walls = [r["wall_s"] for r in runs if r["mode"] == mode]
-        print(f"{mode}: wall {statistics.median(walls):.1f} s (median of {walls})")
+        mine = [r for r in runs if r["mode"] == mode]
+        walls = [r["wall_s"] for r in mine]
+        later = [t for r in mine for t in r["timing_s"][1:]]
+        print(
+            f"{mode}: batch wall {statistics.median(walls):.1f} s (median of {walls}); timing per solution "
+            f"after the first {statistics.median(later):.2f} s (median of {len(later)})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
     return 0

@@ -190,6 +190,32 @@ def test_bench_with_several_solutions_reuses_and_the_flag_interleaves(tmp_path):
         assert cases and sources <= want, sources
 
 
+@pytest.mark.slow
+def test_verify_with_two_candidates_reuses_the_cards_reference(tmp_path):
+    """A task card's bench cases (five repeats a side) through `verify`: the second candidate times its
+    five repeats and one short re-check of the reference, in the first repeat only."""
+    done = run_cli(
+        "verify", "--task", "tasks/vector_add.yaml", "--candidate", "v0_naive", "v1_vectorized",
+        "--device", "cpu", "--budget", "1", "--max-cv", "0.99", "--artifacts", tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    by = {
+        p.parent.name.split("-")[1]: json.loads(p.read_text())["cases"]
+        for p in tmp_path.glob("*/*/benchmark.json")
+    }
+    first, second = by["v0_naive"], by["v1_vectorized"]
+    assert first and {c["reference_timing"]["source"] for c in first} == {"measured"}
+    for case in second:
+        how = case["reference_timing"]
+        assert how["source"] in ("reused", "retimed") and how["solution"] == "v0_naive"
+        assert [o for o in case["order"] if "reference" in o] == [case["order"][0]] or how[
+            "source"
+        ] == "retimed"
+        if how["source"] == "reused":
+            assert len(case["candidate"]["samples"]) == case["sampling"]["repeats_run"]
+            assert case["sampling"]["timed_calls"]["reference"] == how["recheck"]["samples"]
+
+
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_on_cuda_a_batch_reuses_the_reference_of_every_workload(tmp_path):
