@@ -80,8 +80,8 @@ class Settings:
     # In a batch (several solutions of one problem) the reference of each case is timed in full once per
     # device and timing settings, and every later solution re-checks it with this share of its samples
     # (at least min_samples) instead of timing it again (worker/reference.py); a re-check whose median
-    # is off the full measurement's by more than the band (the larger of max_cv, this floor and the
-    # full measurement's own median interval) times the reference in full again.
+    # is off the full measurement's by more than the band (the larger of max_cv and this floor, in
+    # ratio) times the reference in full again.
     reference_recheck_share: float = 0.1
     reference_drift_floor: float = 0.02
     # `--interleave-reference`, $MINI_KV_INTERLEAVE_REFERENCE: time the reference beside every solution of

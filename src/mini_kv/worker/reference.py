@@ -99,12 +99,12 @@ def cached_p50(cached: CachedReference) -> float:
     return stats.summarize([x for rep in cached.side["samples"] for x in rep]).p50
 
 
-def band(cached: CachedReference, settings: dict) -> float:
-    """How far a re-check's median may be from the full measurement's: the stability gate's max_cv, the
-    drift floor, or the full measurement's own median interval (its widest repeat), the largest."""
-    ci = [x for x in cached.side.get("sampling", {}).get("rel_ci") or [] if x is not None]
-    max_cv = float(settings.get("max_cv") or DEFAULTS.max_cv)
-    return max(max_cv, DEFAULTS.reference_drift_floor, *ci)
+def band(settings: dict) -> float:
+    """How far a re-check's median may be from the full measurement's, in ratio: the stability gate's
+    max_cv (what the gate lets two repeats' medians differ by) or the drift floor, the larger. Not
+    widened by a noisy full measurement's own interval: one whose median is that uncertain is timed
+    again rather than stood behind."""
+    return max(float(settings.get("max_cv") or DEFAULTS.max_cv), DEFAULTS.reference_drift_floor)
 
 
 def recheck(cached: CachedReference, samples: list[float], settings: dict) -> Recheck:
@@ -112,6 +112,6 @@ def recheck(cached: CachedReference, samples: list[float], settings: dict) -> Re
     cached * (1 + band): as far slower as faster, in ratio), or drifted."""
     p50, ref = stats.summarize(samples).p50, cached_p50(cached)
     rel = p50 / ref - 1.0 if ref > 0 else math.inf
-    limit = band(cached, settings)
+    limit = band(settings)
     verdict = WITHIN if ref > 0 and ref / (1 + limit) <= p50 <= ref * (1 + limit) else DRIFTED
     return Recheck(len(samples), p50, ref, round(rel, 6), round(limit, 6), verdict)
