@@ -54,10 +54,14 @@ def one_batch(problem: Path, sols: list[Path], options: dict, interleave: bool) 
             for s in sols
         ]  # fmt: skip
         t0 = time.perf_counter()
-        sources, timed, drifts, timing_s, statuses = collections.Counter(), collections.Counter(), [], [], []
+        sources, timed, drifts = collections.Counter(), collections.Counter(), []
+        timing_s, sampling_s, statuses = [], [], []
         for _, result in evaluate_here(items):
-            statuses.append(result.status)
-            timing_s.append(result.detail.phases.get("workload_timing_s", 0.0))
+            phases = result.detail.phases
+            timing_s.append(phases.get("workload_timing_s", 0.0))
+            sampling_s.append(phases.get("workload_timing_sampling_s", 0.0))
+            failed = [t.evaluation.log for t in result.detail.traces if t.evaluation.status != "PASSED"]
+            statuses.append(result.status + (f": {failed[0].splitlines()[0][:160]}" if failed else ""))
             for case in json.loads((Path(result.attempt) / "benchmark.json").read_text())["cases"]:
                 if "candidate" not in case:
                     continue
@@ -71,6 +75,7 @@ def one_batch(problem: Path, sols: list[Path], options: dict, interleave: bool) 
     return {
         "wall_s": round(wall, 2),
         "timing_s": [round(t, 2) for t in timing_s],
+        "sampling_s": [round(t, 2) for t in sampling_s],
         "statuses": statuses,
         "sources": dict(sources),
         "timed_calls": dict(timed),
@@ -103,9 +108,11 @@ def main() -> int:
         mine = [r for r in runs if r["mode"] == mode]
         walls = [r["wall_s"] for r in mine]
         later = [t for r in mine for t in r["timing_s"][1:]]
+        sampled = [t for r in mine for t in r["sampling_s"][1:]]
         print(
-            f"{mode}: batch wall {statistics.median(walls):.1f} s (median of {walls}); timing per solution "
-            f"after the first {statistics.median(later):.2f} s (median of {len(later)})"
+            f"{mode}: batch wall {statistics.median(walls):.1f} s (median of {walls}); per solution after "
+            f"the first: timing {statistics.median(later):.2f} s, of it sampling "
+            f"{statistics.median(sampled):.2f} s (medians of {len(later)})"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
