@@ -195,7 +195,7 @@ def test_verify_with_two_candidates_reuses_the_cards_reference(tmp_path):
     """A task card's bench cases (five repeats a side) through `verify`: the second candidate times its
     five repeats and one short re-check of the reference, in the first repeat only."""
     done = run_cli(
-        "verify", "--task", "tasks/vector_add.yaml", "--candidate", "v0_naive", "v1_vectorized",
+        "verify", "--task", "tasks/vector_add.yaml", "--candidate", "v0_naive", "--candidate", "v1_vectorized",
         "--device", "cpu", "--budget", "1", "--max-cv", "0.99", "--artifacts", tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
