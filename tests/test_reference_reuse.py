@@ -99,6 +99,27 @@ def test_a_drifted_recheck_times_the_reference_again_and_replaces_the_entry(tmp_
 
 
 @pytest.mark.slow
+def test_a_cached_measurement_taken_otherwise_is_not_reused(tmp_path, monkeypatch):
+    """The judge's own choices (method, input sets, flush) must match the cached measurement's: one that
+    says another input-set count is not re-checked but replaced by a full interleaved measurement."""
+    offer = ReferenceCache.offer
+
+    def elsewhere(self, keys):
+        entries = offer(self, keys)
+        for entry in entries.values():
+            entry["how"]["input_sets"] = 7
+        return entries
+
+    monkeypatch.setattr(ReferenceCache, "offer", elsewhere)
+    (_, _), (second, cases) = run(tmp_path, GOOD)
+    assert second.passed and cases
+    for case in cases.values():
+        how = case["reference_timing"]
+        assert how["source"] == "measured" and "input_sets (7, here 1)" in how["note"], how
+        assert case["sampling"]["timed_calls"]["reference"] == sum(case["reference"]["sampling"]["taken"])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_interleaving_restores_per_solution_reference_timing(tmp_path, monkeypatch, how):
     options = {"interleave_reference": True} if how == "option" else {}
