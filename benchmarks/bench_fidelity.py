@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from mini_kv import environment
+    from mini_kv.codec import to_json
     from mini_kv.worker.timing import L2Flusher
 
     t0 = time.perf_counter()
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t0
     console.print(f"{len(rows)} rows in {elapsed:.1f} s")
 
-    env = environment.collect()
+    env = to_json(environment.collect())
     doc = {
         "schema_version": 1,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from mini_kv import jail  # noqa: E402 - this checkout's, whatever is installed
+from mini_kv.codec import to_json  # noqa: E402
 
 
 def _until_running(start, argv: list[str]) -> float:
@@ -58,7 +59,7 @@ def start_costs(runs: int) -> dict:
     worker = lambda argv, w: jail.popen(argv, spec, info, stdout=w, self_landlock=True)  # noqa: E731
     # as a tool starts (nvcc, ncu): the prelude applies Landlock, then execs it
     tool = lambda argv, w: jail.popen(argv, spec, info, stdout=w)  # noqa: E731
-    out = {"jail": info.to_dict()}
+    out = {"jail": to_json(info.record())}
     for label, argv in (
         ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),
         ("python", [sys.executable, "-c", code]),

@@ -18,6 +18,7 @@ from rich.console import Console
 from mini_kv import pipeline, report
 from mini_kv.compile.compiler import CompileRecord
 from mini_kv.model import WorkerResults
+from mini_kv.pipeline import VerifyResult
 from mini_kv.solexec.table import traces_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,15 +160,11 @@ def test_compile_error_shows_the_first_compiler_error_with_file_and_line_not_the
     assert "op.cpp:20:1" in verbose and "Traceback" not in verbose
 
 
-def _result(status: str, compile_rec: CompileRecord, results: dict, correctness: dict | None = None) -> dict:
+def _result(
+    status: str, compile_rec: CompileRecord, results: dict, correctness: dict | None = None
+) -> VerifyResult:
     summary = {"status": status, "correctness": correctness, "benchmark": None}
-    return {
-        "summary": summary,
-        "compile": compile_rec,
-        "results": WorkerResults(**results),
-        "attempt": "/a/b",
-        "candidate": "v0",
-    }
+    return VerifyResult("v0", summary, WorkerResults(**results), compile_rec, "/a/b")
 
 
 def test_the_summary_line_after_a_compile_error_says_where_it_failed(tmp_path):
@@ -248,7 +245,9 @@ def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if
 
     summary = {"status": "PASSED", "benchmark": {"ran": True, "stable": False}}
     items = [
-        ItemResult(VERIFY, "a", "a", "PASSED", 0, "/a", {"summary": summary}),
+        ItemResult(
+            VERIFY, "a", "a", "PASSED", 0, "/a", VerifyResult("a", summary, WorkerResults(), None, "/a")
+        ),
         ItemResult(
             BENCH, "b", None, "PASSED", 0, "/b", bench_result(benchmark={"ran": True, "stable": True})
         ),

@@ -31,7 +31,7 @@ def test_namespace_rename_touches_whole_tokens_only():
 
 def _card_job(card, cand, comp, device, opts):
     """verify's worker job for a compiled candidate (CardDoor.job with the prepare stage's values)."""
-    prep = SimpleNamespace(device=device, salt="s", env={"copy_bandwidth_Bps": None})
+    prep = SimpleNamespace(device=device, salt="s", env=SimpleNamespace(copy_bandwidth_Bps=None))
     return CardDoor(card, cand, opts).job(prep, Built(comp))
 
 

@@ -118,6 +118,7 @@ def _sol_outcomes(problem, l2="cold"):
 def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_its_trace():
     from pathlib import Path
 
+    from mini_kv import environment
     from mini_kv.solexec import floor
     from mini_kv.solexec.run import BenchOptions, build_traces, load_problem
     from mini_kv.store.headline import sol_headline
@@ -130,8 +131,7 @@ def test_a_sol_workload_under_its_floor_is_impossible_time_and_reward_hack_in_it
     # a 1 kB/s "device": 100 bytes take at least 50 ms, so 10 us is impossible
     outcomes = floor.judge_times(definition, workloads, _sol_outcomes(problem), peak_bw_Bps=1e3)
     assert {o.status for o in outcomes} == {Status.IMPOSSIBLE_TIME}
-    env = {"torch": "x"}
-    trace = to_json(build_traces(problem, outcomes, env)[0])["evaluation"]
+    trace = to_json(build_traces(problem, outcomes, environment.collect())[0])["evaluation"]
     assert trace["status"] == "REWARD_HACK" and trace["log"].startswith("IMPOSSIBLE_TIME: ")
     assert trace["correctness"] is None and trace["performance"] is None
     records = [{"id": o.id, **o.bench} for o in outcomes]

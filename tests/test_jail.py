@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mini_kv import jail
+from mini_kv.codec import to_json
 
 INFO = jail.probe()
 needs_jail = pytest.mark.skipif(not INFO.enabled, reason=f"no jail here: {INFO.reason}")
@@ -37,7 +38,7 @@ def _run(
 
 @needs_jail
 def test_the_probe_records_tool_namespaces_seccomp_hash_and_layers():
-    rec = INFO.to_dict()
+    rec = to_json(INFO.record())  # as the attempt keeps it
     assert rec["tool"].startswith("bwrap ") and rec["seccomp_sha256"] and len(rec["seccomp_sha256"]) == 64
     assert set(rec["layers"]) == set(jail.LAYERS)
     assert {"pid", "mount", "network", "ipc", "uts"} <= set(rec["namespaces"])
@@ -153,9 +154,9 @@ def test_modes_and_the_record_when_off(monkeypatch):
     monkeypatch.setenv(jail.MODE_ENV, "bogus")
     with pytest.raises(jail.UserError):
         jail.mode_from(None)
-    rec = jail.resolve("off").to_dict()
-    assert rec["enabled"] is False and rec["mode"] == "off" and "--sandbox off" in rec["reason"]
-    assert rec["missing"] == list(jail.LAYERS)
+    rec = jail.resolve("off").record()
+    assert rec.enabled is False and rec.mode == "off" and "--sandbox off" in rec.reason and rec.network
+    assert rec.missing == jail.LAYERS
 
 
 def test_required_refuses_when_a_layer_is_missing(monkeypatch):
@@ -221,14 +222,14 @@ def test_summary_lines_name_the_missing_layers():
     from mini_kv.report import jail_note
     from mini_kv.solexec.table import bench_summary_line
 
-    assert jail_note(jail.resolve("off").to_dict()) == "jail off: turned off (--sandbox off)"
+    assert jail_note(jail.resolve("off").record()) == "jail off: turned off (--sandbox off)"
     partial = jail.JailInfo(
         mode="auto", enabled=True, layers=(("landlock", "no Landlock"), ("seccomp", "active"))
     )
-    assert jail_note(partial.to_dict()) == "jail missing landlock"
+    assert jail_note(partial.record()) == "jail missing landlock"
     whole = jail.JailInfo(mode="auto", enabled=True, layers=(("seccomp", "active"),))
-    assert jail_note(whole.to_dict()) is None
-    line = bench_summary_line(bench_result(counts={"PASSED": 1}, sandbox=partial.to_dict()))
+    assert jail_note(whole.record()) is None
+    line = bench_summary_line(bench_result(counts={"PASSED": 1}, sandbox=partial.record()))
     assert line.endswith(", jail missing landlock"), line
 
 

@@ -43,10 +43,12 @@ def test_verify_results_map_cases_contract_checks_and_skips():
     from mini_kv.cli_batch import junit_xml
     from mini_kv.cluster.batch import VERIFY, ItemResult
     from mini_kv.model import WorkerResults
+    from mini_kv.pipeline import VerifyResult
 
-    detail = {
-        "summary": {"status": "INCORRECT"},
-        "results": WorkerResults(
+    detail = VerifyResult(
+        "c",
+        {"status": "INCORRECT"},
+        WorkerResults(
             cases=[
                 {"id": "n1", "status": "PASSED"},
                 {"id": "n2", "status": "INCORRECT_NUMERICAL", "reason": "max abs err 1.0"},
@@ -57,7 +59,9 @@ def test_verify_results_map_cases_contract_checks_and_skips():
                 "gradcheck": {"status": "PASSED"},
             },
         ),
-    }
+        None,
+        "/a",
+    )
     result = ItemResult(VERIFY, "t/c", "c", "INCORRECT", 4, "/a", detail)
     lost = ItemResult(VERIFY, "t/d", "d", "WORKER_LOST", 9, None, reason="died")
     root = ET.fromstring(junit_xml([result, lost]))

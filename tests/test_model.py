@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.load.task_card import load_task_card
 from mini_kv.model import Candidate, Case, Problem, canonical_json, sha256_text
 from mini_kv.solexec.run import BenchOptions, load_problem
@@ -45,8 +46,8 @@ def test_a_solution_is_a_candidate_with_its_build_spec_and_entry_point():
     assert cpp.resolved()["sources"][0]["content"] == cpp.sources[0].content
     card_cand = load_task_card(ROOT / "tasks" / "vector_add.yaml").candidates[0]
     assert card_cand.group == "cpp" and not card_cand.python_module
-    # the card candidate's record (candidate_manifest.json, profile.json) keeps its eight fields
-    assert list(card_cand.to_dict()) == [
+    # the card candidate's record (candidate_manifest.json of a verify and a profile) keeps its eight fields
+    assert list(to_json(card_cand.manifest()))[:8] == [
         "id",
         "path",
         "op",

@@ -48,4 +48,4 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     assert sorted(built) == ["v0_naive", "v1_vectorized"]  # both builds were started ahead
     assert seen == ["v0_naive", "v1_vectorized"]  # evaluated in order, one at a time
     assert [r.status for r in results] == ["PASSED", "PASSED"]
-    assert all(r.detail["compile"].cache_hit for r in results)  # the evaluation found the build made ahead
+    assert all(r.detail.compile.cache_hit for r in results)  # the evaluation found the build made ahead

@@ -85,13 +85,13 @@ def test_successful_profile_binds_everything_and_reads_back(fake_ncu, monkeypatc
     ):
         assert (path / f).is_file(), f
     doc = read_profile(path)
-    assert doc["summary"]["grid_size"] == 32 and doc["summary"]["block_size"] == 128
-    assert doc["case"]["id"] == "bench_4096x8192-float16" and doc["case"]["input_sha256"]
-    assert doc["candidate"]["library_sha256"] and doc["candidate"]["sources"]
-    assert doc["task"]["suite_hash"] == load_task_card(RMSNORM).suite_hash()
-    assert doc["ncu"]["version"] == "Version 2099.1.0.0 (fake)"
-    assert [c["name"] for c in doc["ncu"]["commands"]] == ["profile", "import"]
-    listed = {f["path"] for f in doc["files"]}
+    assert doc.summary.grid_size == 32 and doc.summary.block_size == 128
+    assert doc.case.id == "bench_4096x8192-float16" and doc.case.input_sha256
+    assert doc.candidate.library_sha256 and doc.candidate.sources
+    assert doc.task.suite_hash == load_task_card(RMSNORM).suite_hash()
+    assert doc.ncu.version == "Version 2099.1.0.0 (fake)"
+    assert [c.name for c in doc.ncu.commands] == ["profile", "import"]
+    listed = {f["path"] for f in doc.files}
     assert "raw.csv" in listed and "report.ncu-rep" in listed and "profile.json" not in listed
     metrics = json.loads((path / "metrics.json").read_text())
     assert metrics["metrics"]["launch__grid_size"]["value"] == 32
@@ -110,8 +110,8 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
         "WarpStateStats",
         "LaunchStats",
     }
-    assert ("--kernel-name", f"regex:{doc['ncu']['kernel_filter']}") in pairs
-    assert "rmsnorm_row_kernel" in doc["ncu"]["kernel_filter"]
+    assert ("--kernel-name", f"regex:{doc.ncu.kernel_filter}") in pairs
+    assert "rmsnorm_row_kernel" in doc.ncu.kernel_filter
     assert ("--launch-skip", "7") in pairs and ("--launch-count", "1") in pairs
     assert "--force-overwrite" in profile_argv
     export = profile_argv[profile_argv.index("--export") + 1]
@@ -123,14 +123,14 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
     assert import_argv[0] == "--import" and import_argv[1].endswith(".partial/report.ncu-rep")
     assert ("--page", "raw") in zip(import_argv, import_argv[1:], strict=False) and "--csv" in import_argv
     job = json.loads((Path(res.path) / "job.json").read_text())
-    assert job["warmup"] == 7 and job["calls"] == 1 and job["seed"] == doc["case"]["seed"]
+    assert job["warmup"] == 7 and job["calls"] == 1 and job["seed"] == doc.case.seed
 
 
 def test_seed_is_fixed_by_default_and_salt_changes_it(fake_ncu, monkeypatch):
     a = read_profile(Path(run_profile(fake_ncu, monkeypatch).path))
     b = read_profile(Path(run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce").path))
     c = read_profile(Path(run_profile(fake_ncu, monkeypatch, seed_salt="other").path))
-    assert a["case"]["seed"] == b["case"]["seed"] != c["case"]["seed"]
+    assert a.case.seed == b.case.seed != c.case.seed
 
 
 # ----------------------------------------------------------------------- failure reasons
@@ -153,13 +153,10 @@ def test_ncu_failures_are_recorded_with_their_reason(fake_ncu, monkeypatch, mode
     assert res.status == "failed" and res.reason.code == code
     assert res.exit_code == PROFILE_REASONS[code][0]
     doc = read_profile(Path(res.path))  # a failed profile is still a sealed, verifiable directory
-    assert doc["reason"]["code"] == code and doc["summary"] is None
+    assert doc.reason.code == code and doc.summary is None
     assert (Path(res.path) / "logs" / "ncu-profile.log").is_file()
     if mode == "crash":
-        assert (
-            doc["reason"]["details"]["returncode"] == 9
-            and "error occurred" in doc["reason"]["details"]["log_tail"]
-        )
+        assert doc.reason.details["returncode"] == 9 and "error occurred" in doc.reason.details["log_tail"]
 
 
 def test_ncu_timeout_is_ncu_failed(fake_ncu, monkeypatch):
@@ -266,7 +263,7 @@ def test_cli_ncu_not_found(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "NCU_NOT_FOUND" in r.stderr
     (path,) = (tmp_path / "a" / "profiles").iterdir()
-    assert read_profile(path)["reason"]["code"] == "NCU_NOT_FOUND"
+    assert read_profile(path).reason.code == "NCU_NOT_FOUND"
 
 
 @pytest.mark.skipif(capture.cuda_available(), reason="needs a machine where torch sees no GPU")

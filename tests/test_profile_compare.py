@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_profile_capture import FIX, ROOT, cli, fake_ncu, run_profile  # noqa: F401 - fixture
@@ -79,7 +81,9 @@ def test_environment_mismatch_machine(fake_ncu, monkeypatch, pair):  # noqa: F81
     from mini_kv.profile import capture
 
     real = capture.environment.collect
-    monkeypatch.setattr(capture.environment, "collect", lambda *a: {**real(*a), "key": "another-machine"})
+    monkeypatch.setattr(
+        capture.environment, "collect", lambda *a: dataclasses.replace(real(*a), key="another-machine")
+    )
     other = run_profile(fake_ncu, monkeypatch, cand="v1_block_reduce")
     with pytest.raises(CompareRefused) as exc:
         compare(str(pair[0]), other.path, Path("/nonexistent"))
@@ -117,7 +121,7 @@ def test_tampered_and_invalid_are_refused(pair, tmp_path):
 
 def test_deltas_handle_missing_optional_metrics(pair):
     a, b = load_pair(str(pair[0]), str(pair[1]), Path("/nonexistent"))
-    a["summary"]["registers_per_thread"] = None
+    a = dataclasses.replace(a, summary=dataclasses.replace(a.summary, registers_per_thread=None))
     row = next(r for r in metric_rows(a, b) if r.key == "registers_per_thread")
     assert row.A is None and row.ratio is None
 
@@ -158,16 +162,15 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
         comp = compile_candidate(ROOT, cand, with_cuda=False)
         assert comp.status == "ok"
         docs.append(
-            {
-                "candidate": {"id": cid, "op": cand.op},
-                "task": {"operator": card.operator},
-                "case": {"params": {"rows": 64, "hidden": 256}, "dtype": "float32", "seed": 7},
-            }
+            SimpleNamespace(
+                candidate=SimpleNamespace(id=cid, op=cand.op, library=comp.library),
+                task=SimpleNamespace(operator=card.operator),
+                case=SimpleNamespace(params={"rows": 64, "hidden": 256}, dtype="float32", seed=7),
+            )
         )
-        docs[-1]["candidate"]["library"] = comp.library
     job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
     for entry, doc in zip(job.candidates, docs, strict=True):
-        entry["library"] = doc["candidate"]["library"]
+        entry["library"] = doc.candidate.library
     ev = run_one(job, timeout=300)
     assert ev.ok, ev
     res = ev.result
@@ -181,8 +184,8 @@ def test_ab_timing_process_alternates_on_the_same_inputs():
 def test_ab_refuses_a_changed_library(pair, tmp_path, monkeypatch):
     a, b = load_pair(str(pair[0]), str(pair[1]), Path("/nonexistent"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # reach the library check on CPU
-    Path(a["candidate"]["library"]).write_bytes(b"rebuilt")
+    Path(a.candidate.library).write_bytes(b"rebuilt")
     res = ab.run_ab(a, b)
     assert res.ran is False and "changed since it was profiled" in res.reason
-    a["candidate"]["library"] = str(tmp_path / "gone.so")
+    a = dataclasses.replace(a, candidate=dataclasses.replace(a.candidate, library=str(tmp_path / "gone.so")))
     assert "not on this machine" in ab.run_ab(a, b).reason

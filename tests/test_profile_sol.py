@@ -125,17 +125,17 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
     )
     assert res.status == "ok", res.reason
     doc = read_profile(Path(res.path))  # schema-valid, every file hashed, summary re-derived
-    assert doc["task"]["id"] == "scale_mul" and doc["task"]["version"].startswith("sol-")
-    assert doc["case"] == {**doc["case"], "id": "tall", "kind": "workload", "params": {"n": 17}}
-    assert doc["candidate"]["id"] == "scale_mul_good_return" and doc["candidate"]["op"] == "main.py::forward"
+    assert doc.task.id == "scale_mul" and doc.task.version.startswith("sol-")
+    assert (doc.case.id, doc.case.kind, doc.case.params) == ("tall", "workload", {"n": 17})
+    assert doc.candidate.id == "scale_mul_good_return" and doc.candidate.op == "main.py::forward"
     job = json.loads((Path(res.path) / "job.json").read_text())
     assert job["kind"] == "sol_profile_target" and job["case"]["id"] == "tall" and job["calls"] == 1
-    assert job["seed"] == doc["case"]["seed"] == case_seed("scale_mul", "tall", doc["case"]["seed_salt"])
+    assert job["seed"] == doc.case.seed == case_seed("scale_mul", "tall", doc.case.seed_salt)
     assert job["solution"]["entry_function"] == "forward" and job["solution"]["dps"] is False
     assert Path(job["reference_file"]).name == "reference.py"
     profiled = json.loads(fake_ncu["log"].read_text().splitlines()[-2])
     assert profiled[-6:-4] == ["-m", "mini_kv.worker.child"]
-    assert {"definition.json", "solution.json", "environment.json"} <= {f["path"] for f in doc["files"]}
+    assert {"definition.json", "solution.json", "environment.json"} <= {f["path"] for f in doc.files}
 
 
 def test_compare_profiles_of_two_solutions_leaves_the_latency_to_bench(
@@ -184,5 +184,5 @@ def test_profile_a_cuda_solution_on_the_gpu(tmp_path):
     res = sol.profile_solution(prob, ProfileOptions(artifacts=str(tmp_path / "a"), case="tall"))
     assert res.status == "ok", res.reason
     doc = read_profile(Path(res.path))
-    assert "scale_mul_kernel" in doc["kernel"]["Kernel Name"] and doc["summary"]["grid_size"] >= 1
-    assert doc["target"]["output_check"]["ok"] and doc["candidate"]["library"]
+    assert "scale_mul_kernel" in doc.kernel["Kernel Name"] and doc.summary.grid_size >= 1
+    assert doc.target["output_check"]["ok"] and doc.candidate.library

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
-from test_index import ENV_KEY, SUITE, correctness_records, fixture_env, make_attempt, salt_of, synth_samples
+from test_index import ENV_KEY, SUITE, correctness_records, make_attempt, salt_of, synth_samples
 
 from mini_kv.codec import from_json, to_json
 from mini_kv.errors import ConfigError, ExitCode, UserError
@@ -471,6 +471,7 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
 def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, baseline):
     """pipeline._write_attempt writes regression.json inside the sealed attempt."""
     from mini_kv.compile.compiler import CompileRecord
+    from mini_kv.environment import collect
     from mini_kv.jail import resolve as resolve_sandbox
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import Built, CardDoor, Outcome, Prepared, VerifyOptions, _write_attempt
@@ -498,7 +499,15 @@ def test_write_attempt_stores_the_verdict_and_the_index_shows_it(tmp_path, basel
     }
     store = tmp_path / "store"
     prep = Prepared(
-        "cpu", fixture_env(), salt_of(2), resolve_sandbox("off"), {}, 1.0, 1.0, Path(card.project_root), store
+        "cpu",
+        collect(tag="cpu-env-0001"),
+        salt_of(2),
+        resolve_sandbox("off"),
+        {},
+        1.0,
+        1.0,
+        Path(card.project_root),
+        store,
     )
     out = Outcome(head.status, 0, head.correctness, head.benchmark, results, bench["cases"])
     a = _write_attempt(

@@ -129,7 +129,7 @@ def test_skip_benchmark_ignores_timing_options(card):
 
 def _card_job(card, cand, library, device, opts, salt, peak_bw=None):
     """verify's worker job for a built `library` (CardDoor.job with the prepare stage's values)."""
-    prep = SimpleNamespace(device=device, salt=salt, env={"copy_bandwidth_Bps": peak_bw})
+    prep = SimpleNamespace(device=device, salt=salt, env=SimpleNamespace(copy_bandwidth_Bps=peak_bw))
     built = pipeline.Built(CompileRecord(status="ok", library=library))
     return pipeline.CardDoor(card, cand, opts).job(prep, built)
 

@@ -130,8 +130,7 @@ def test_nvcc_check_uses_torch_standard_and_defines(monkeypatch, tmp_path):
 def test_environment_build_flags_name_the_standard():
     from mini_kv import environment
 
-    flags = environment.collect()["build_flags"]
-    assert torch_flags.installed_std_flag() in flags["cflags"]
+    assert torch_flags.installed_std_flag() in environment.collect().build_flags.cflags
 
 
 @pytest.mark.parametrize(("arch_list", "with_cuda"), [([], False), (["9.0"], True)])

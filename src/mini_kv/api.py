@@ -84,7 +84,7 @@ class Result:
     attempt: Path | None = None  # None with store=False, or when nothing was stored
     reason: str | None = None  # why it did not pass, in one line
     duration_s: float = 0.0
-    # the front door's own result: bench's BenchResult, verify's report dict
+    # the front door's own result: bench's BenchResult, verify's VerifyResult
     raw: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -236,5 +236,7 @@ def _reason(out: ItemResult, cases: tuple[CaseResult, ...], invalid: str | None)
     if failed:
         first = failed[0]
         return f"{len(failed)} case(s) failed; first {first.id}: {first.status} {first.reason or ''}".strip()
-    summary = out.detail.get("summary") or {} if isinstance(out.detail, dict) else {}
+    from mini_kv.cluster.batch import VERIFY
+
+    summary = out.detail.summary if out.kind == VERIFY and out.detail is not None else {}
     return summary.get("reason") or str(out.status)

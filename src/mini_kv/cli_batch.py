@@ -175,7 +175,7 @@ def _cases_of(result: ItemResult) -> list[tuple[str, str, str | None]]:
         return [(t.workload.uuid, str(t.evaluation.status), t.evaluation.log) for t in detail.traces] or [
             ("(item)", str(result.status), (detail.unavailable or "nothing ran"))
         ]
-    res = detail["results"]
+    res = detail.results
     out = [(c["id"], str(c["status"]), c.get("reason")) for c in res.cases]
     for name, check in res.contract.items():
         status = check.get("status") if isinstance(check, dict) else check
@@ -212,7 +212,7 @@ def print_batch(results: list[ItemResult], args) -> int:
             summary = (
                 {"status": result.status, "reason": result.reason}
                 if result.detail is None
-                else result.detail["summary"]
+                else result.detail.summary
                 if result.kind == VERIFY
                 else {"status": result.status, "exit_code": int(result.exit_code)}
             )
@@ -235,7 +235,7 @@ def batch_summary_line(results: list[ItemResult]) -> str:
 
     # each item's benchmark headline: in verify's summary, in bench's result, none without an attempt
     heads = [
-        ((r.detail["summary"].get("benchmark") if r.kind == VERIFY else r.detail.benchmark) or {})
+        ((r.detail.summary.get("benchmark") if r.kind == VERIFY else r.detail.benchmark) or {})
         if r.detail is not None
         else {}
         for r in results

@@ -130,7 +130,7 @@ def cmd_compare_profiles(args) -> int:
     from mini_kv.store.atomic import write_json
 
     result, a, b = compare(args.a, args.b, artifacts_dir(args))
-    sol = "workload" in (a["case"]["kind"], b["case"]["kind"])
+    sol = "workload" in (a.case.kind, b.case.kind)
     timing = (
         ABTiming(False, "--no-timing")
         if args.no_timing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -178,41 +179,79 @@ def build_memory_limit() -> int:
 ENV_TAG_VAR = "MINI_KV_ENV_TAG"
 
 
-def collect(gpu_index: int | None = None, tag: str | None = None) -> dict:
+@dataclass(frozen=True)
+class BuildFlags:
+    """The flags every candidate build starts from: a change to them changes every binary."""
+
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    arch_list: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """environment.json (collect): the machine and toolchain a result was measured on. `key` hashes
+    what must match for two timings to be comparable (environment_key)."""
+
+    schema_version: int = 1
+    python: str
+    platform: str
+    machine: str
+    cpu_count: int | None
+    torch: str
+    torch_cuda: str | None
+    device_kind: str  # cpu | cuda
+    gpu: Gpu | None
+    driver: str | None
+    nvcc: str | None
+    cxx: str | None
+    executable: str
+    build_flags: BuildFlags
+    tag: str | None
+    key: str = ""
+    # the roofline's memory ceiling (worker.bandwidth: measured once per environment) and how it was measured
+    copy_bandwidth_Bps: float | None = None
+    copy_bandwidth: dict | None = None
+
+    def measured(self, bw) -> Environment:
+        """This environment with its copy bandwidth (a worker.bandwidth record; None: not measured)."""
+        return dataclasses.replace(
+            self, copy_bandwidth_Bps=bw and bw.copy_bandwidth_Bps, copy_bandwidth=to_json(bw)
+        )
+
+
+def collect(gpu_index: int | None = None, tag: str | None = None) -> Environment:
     """The environment record stored with every attempt (environment.json). `tag` (or $MINI_KV_ENV_TAG)
     names what mini_kv cannot see but that changes timings (a power cap, a clock setting, a container
     image): runs with different tags are never compared."""
     t = torch_info()
     device = t.devices[gpu_index or 0] if t.devices else None
-    env = {
-        "schema_version": 1,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": t.version,
-        "torch_cuda": t.cuda,
-        "device_kind": "cuda" if device else "cpu",
-        "gpu": to_json(device),
-        "driver": driver_version() if device else None,
-        "nvcc": nvcc_info().version,
-        "cxx": cxx_info().version,
-        "executable": sys.executable,
-        # the flags every candidate build starts from: a change to them changes every binary
-        "build_flags": {
-            "cflags": list(torch_flags.base_cflags()),
-            "cuda_cflags": list(torch_flags.base_cuda_cflags()),
-            "arch_list": cuda_arch_list(t.devices) if t.devices else [],
-        },
-        "tag": tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
-    }
-    env["key"] = environment_key(env)
-    return env
+    env = Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpu_count=os.cpu_count(),
+        torch=t.version,
+        torch_cuda=t.cuda,
+        device_kind="cuda" if device else "cpu",
+        gpu=device,
+        driver=driver_version() if device else None,
+        nvcc=nvcc_info().version,
+        cxx=cxx_info().version,
+        executable=sys.executable,
+        build_flags=BuildFlags(
+            torch_flags.base_cflags(),
+            torch_flags.base_cuda_cflags(),
+            tuple(cuda_arch_list(t.devices) if t.devices else ()),
+        ),
+        tag=tag if tag is not None else (os.environ.get(ENV_TAG_VAR) or None),
+    )
+    return dataclasses.replace(env, key=environment_key(to_json(env)))
 
 
 def environment_key(env: dict) -> str:
     """What must match for two timings to be comparable: device, driver, CUDA, torch, compilers,
-    base build flags and the user's environment tag."""
+    base build flags and the user's environment tag (`env`: environment.json's data, collected or stored)."""
     gpu = env.get("gpu") or {}
     parts = {
         "device": gpu.get("name") or f"cpu:{env.get('machine')}:{env.get('cpu_count')}",

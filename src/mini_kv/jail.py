@@ -69,6 +69,7 @@ from pathlib import Path
 
 from mini_kv.codec import to_json
 from mini_kv.errors import UserError
+from mini_kv.model import JailRecord
 from mini_kv.proc import ProcResult, die_with_parent, kill_group
 
 MODES = ("auto", "required", "off")
@@ -203,18 +204,19 @@ class JailInfo:
     def missing(self) -> tuple[str, ...]:
         return tuple(name for name, state in self.layers if state != "active") if self.enabled else LAYERS
 
-    def to_dict(self) -> dict:
-        return {
-            "enabled": self.enabled,
-            "mode": self.mode,
-            "tool": self.tool,
-            "namespaces": list(self.namespaces),
-            "seccomp_sha256": self.seccomp_sha256,
-            "layers": dict(self.layers),
-            "missing": list(self.missing),
-            "network": not self.enabled,  # whether jailed code can reach the host's network
-            "reason": self.reason,
-        }
+    def record(self) -> JailRecord:
+        """The record an attempt keeps."""
+        return JailRecord(
+            self.enabled,
+            self.mode,
+            self.tool,
+            self.namespaces,
+            self.seccomp_sha256,
+            dict(self.layers),
+            self.missing,
+            network=not self.enabled,
+            reason=self.reason,
+        )
 
     def summary(self) -> str:
         """One line for a run's summary: the jail and what is missing."""

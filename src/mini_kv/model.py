@@ -155,9 +155,9 @@ class Candidate:
         """solution.json with every source's content inlined: what was actually evaluated."""
         return {**self.raw, "sources": [{"path": s.path, "content": s.content} for s in self.sources]}
 
-    def to_dict(self) -> dict:
-        """A card candidate's record (candidate_manifest.json, profile.json)."""
-        return {f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS}
+    def manifest(self, **found) -> CandidateManifest:
+        """A card candidate's candidate_manifest.json (`found`: its build key and files)."""
+        return CandidateManifest(**{f: getattr(self, f) for f in CARD_CANDIDATE_FIELDS}, **found)
 
 
 CARD_CANDIDATE_FIELDS = (
@@ -241,13 +241,29 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class JailRecord:
+    """How a run's processes were jailed, as its attempt keeps it (jail.JailInfo.record; correctness.json's
+    and compile.json's `sandbox`). Every field has a default: an older attempt's record reads too."""
+
+    enabled: bool = False
+    mode: str | None = None
+    tool: str | None = None
+    namespaces: tuple[str, ...] = ()
+    seccomp_sha256: str | None = None
+    layers: dict[str, str] = field(default_factory=dict)  # layer -> "active" or why it is unavailable
+    missing: tuple[str, ...] = ()
+    network: bool = True  # whether jailed code can reach the host's network
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class WorkerResults:
     """What runner.run_worker hands back, and what correctness.json keeps of it: the `load` event, the
     per-case records by stage (cases, contract checks by name, bench cases), the run's incidents (what went
     wrong outside any one case), its log and jail record. The index reads a stored one back as this."""
 
     log: str | None = None
-    sandbox: dict | None = None  # JailInfo.to_dict(), as correctness.json keeps it
+    sandbox: JailRecord | None = None
     load: dict | None = None
     cases: list = field(default_factory=list)
     contract: dict = field(default_factory=dict)

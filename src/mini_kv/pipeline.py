@@ -19,6 +19,7 @@ from typing import Protocol
 from mini_kv import environment, jail
 from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
+from mini_kv.environment import Environment
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
@@ -124,7 +125,7 @@ class Prepared:
     """The prepare stage's record: where and how the run happens, fixed before anything is built."""
 
     device: str
-    env: dict  # environment.json
+    env: Environment  # environment.json
     salt: str
     sandbox: JailInfo
     settings: dict  # the timing settings
@@ -242,6 +243,37 @@ class Run:
     attempt: Path
     index_warning: str | None
     phases: dict  # seconds since the start at the end of each stage, and where the worker's time went
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What `verify` says of one candidate (report.print_verify prints it; a cluster item carries it)."""
+
+    candidate: str
+    summary: dict  # the attempt header's (Run.summary)
+    results: WorkerResults
+    compile: CompileRecord
+    attempt: str
+    exit_code: ExitCode = ExitCode.OK
+    regression: RegressionVerdict | None = None
+    index_warning: str | None = None
+    settings: dict = field(default_factory=dict)  # the timing settings the run was held to
+    phases: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, candidate: str, run: Run) -> VerifyResult:
+        return cls(
+            candidate,
+            run.summary,
+            run.out.results,
+            run.built.compile,
+            str(run.attempt),
+            exit_code=run.code,
+            regression=run.regression,
+            index_warning=run.index_warning,
+            settings=run.prep.settings,
+            phases=run.phases,
+        )
 
 
 class FrontDoor(Protocol):
@@ -365,7 +397,7 @@ def run_stages(
         keys = ReferenceCache.keys(door, prep, job) if references is not None and job is not None else {}
         if keys:
             job = job.replace(reference_timings=references.offer(keys))
-        results = WorkerResults(None, prep.sandbox.to_dict())
+        results = WorkerResults(None, prep.sandbox.record())
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             first = door.first_child()
@@ -640,8 +672,7 @@ class CardDoor(FrontDoor):
         env = environment.collect(tag=opts.env_tag)
         check_benchmark_options(card, opts, device)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
-        bw = None if opts.skip_benchmark else bandwidth.ensure(root, env["key"], device)
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
+        env = env.measured(None if opts.skip_benchmark else bandwidth.ensure(root, env.key, device))
         sandbox, artifacts = (
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
@@ -736,7 +767,7 @@ class CardDoor(FrontDoor):
             contract=["opcheck"] + (["gradcheck"] if cand.backward else []),
             backward=cand.backward,
             exprs={k: card.operator[k] for k in ("bytes", "flops") if k in card.operator},
-            peak_bw=prep.env["copy_bandwidth_Bps"],
+            peak_bw=prep.env.copy_bandwidth_Bps,
             # files of the suite the parent watches while the worker runs (with the mini_kv package)
             watch_paths=_watch_paths(card),
             memory_limit_bytes=environment.cpu_memory_limit(opts.memory_limit_gb),
@@ -767,7 +798,7 @@ class CardDoor(FrontDoor):
 
     def identity(self, prep: Prepared) -> Identity:
         card, operator = self.card, {k: self.card.operator[k] for k in ("name", "version")}
-        return Identity(card.id, card.version, operator, card.suite_hash(), prep.env["key"], prep.device)
+        return Identity(card.id, card.version, operator, card.suite_hash(), prep.env.key, prep.device)
 
     def build_baseline(self, baseline: dict, prep: Prepared, job: Job) -> tuple[dict, dict]:
         """The baseline's own sources, built under a namespace of their own."""
@@ -855,6 +886,4 @@ def _copy_sources(
         if entry["sha256"] is not None and digest != entry["sha256"]:
             changed.append(entry["path"])
         files.append({"path": entry["path"], "sha256": digest})
-    return CandidateManifest(
-        **cand.to_dict(), build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed)
-    )
+    return cand.manifest(build_key=compile_rec.key, files=tuple(files), changed_since_build=tuple(changed))

@@ -13,12 +13,13 @@ from rich.table import Table
 
 from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
-from mini_kv.model import WorkerResults
+from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, verbose_details
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
+    from mini_kv.pipeline import VerifyResult
 
 _FINE = (Status.PASSED, Status.SKIPPED)  # a case that needs no detail
 
@@ -183,15 +184,13 @@ def bench_table(cases: list[dict], width: int = 200):
     return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
-def jail_note(record: dict | None) -> str | None:
-    """For a run's summary line: the jail's missing layers (mini_kv.jail.JailInfo.to_dict's record), or
-    None when every layer was active."""
-    if not record:
+def jail_note(record: JailRecord | None) -> str | None:
+    """For a run's summary line: the jail's missing layers, or None when every layer was active."""
+    if record is None:
         return None
-    if not record.get("enabled"):
-        return f"jail off: {record.get('reason') or 'no record'}"
-    missing = record.get("missing") or []
-    return f"jail missing {', '.join(missing)}" if missing else None
+    if not record.enabled:
+        return f"jail off: {record.reason or 'no record'}"
+    return f"jail missing {', '.join(record.missing)}" if record.missing else None
 
 
 def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[dict] = ()) -> str:
@@ -224,9 +223,9 @@ def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[di
     return ", ".join(parts)
 
 
-def _problems(result: dict) -> list[str]:
+def _problems(result: VerifyResult) -> list[str]:
     """Short reasons for the summary line of a run that did not pass."""
-    s, comp, res = result["summary"], result["compile"], result["results"]
+    s, comp, res = result.summary, result.compile, result.results
     out = []
     if comp.status == BuildStatus.TIMEOUT:
         out.append(f"the build did not finish in {comp.duration_s:.0f} s")
@@ -381,15 +380,13 @@ def _print_bench(bench: list[dict], console: Console) -> None:
             console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
 
 
-def print_verify(result: dict, console: Console | None = None, verbose: bool = False) -> None:
+def print_verify(result: VerifyResult, console: Console | None = None, verbose: bool = False) -> None:
     console = console or Console()
-    s, res = result["summary"], result["results"]
+    s, res = result.summary, result.results
     if verbose:
-        for line in verbose_details(
-            result.get("settings") or {}, None, result.get("phases") or {}, result.get("duration_s")
-        ):
+        for line in verbose_details(result.settings, None, result.phases, None):
             console.print(line, soft_wrap=True)
-    _print_compile(result["compile"], console, verbose)
+    _print_compile(result.compile, console, verbose)
     _print_checks(res, s, console, verbose)
     if res.bench:
         _print_bench(res.bench, console)
@@ -397,22 +394,21 @@ def print_verify(result: dict, console: Console | None = None, verbose: bool = F
         console.print(f"[yellow]incident:[/] {escape(str(inc))}")
     for note in s.get("baseline_notes") or []:
         console.print(f"[yellow]note:[/] {escape(str(note))}", soft_wrap=True)
-    if result.get("regression"):
-        print_regression(result["regression"], console)
+    if result.regression:
+        print_regression(result.regression, console)
     problems = _problems(result) if s["status"] != Status.PASSED else []
     gaps = jail_note(res.sandbox)  # every summary line names the jail's missing layers
     problems = [*problems, gaps] if gaps else problems
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(
-        f"[bold]{s['status']}[/] {escape(result.get('candidate', ''))}: "
-        + escape(summary_line(s, problems, res.cases)),
+        f"[bold]{s['status']}[/] {escape(result.candidate)}: " + escape(summary_line(s, problems, res.cases)),
         soft_wrap=True,
     )
-    console.print(f"attempt: {result['attempt']}", markup=False, soft_wrap=True)
-    console.print(signature_line(result["attempt"]), markup=False, soft_wrap=True)
-    if result.get("index_warning"):
+    console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
+    console.print(signature_line(result.attempt), markup=False, soft_wrap=True)
+    if result.index_warning:
         console.print(
-            f"[yellow]index not updated:[/] {escape(result['index_warning'])} (run `mini-kv rebuild-index`)"
+            f"[yellow]index not updated:[/] {escape(result.index_warning)} (run `mini-kv rebuild-index`)"
         )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from mini_kv import jail
 from mini_kv.jail import JailInfo, JailSpec
-from mini_kv.model import WorkerResults
+from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker import explain
@@ -313,7 +313,7 @@ class OneShot:
     result: Any  # the job's answer (None without one)
     reason: str | None
     log_tail: str
-    sandbox: dict  # JailInfo.to_dict()
+    sandbox: JailRecord
     timed_out: bool = False
     traceback: str | None = None
 
@@ -348,7 +348,7 @@ def run_one(
         ev.get("result"),
         ev.get("reason"),
         _tail(log_path),
-        child.sandbox_info.to_dict(),
+        child.sandbox_info.record(),
         bool(ev.get("timed_out")),
         ev.get("traceback"),
     )
@@ -408,7 +408,7 @@ class _WorkerRun:
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout
         self.log_path, self.env, self.on_event, self.sandbox = log_path, env, on_event, sandbox
         self.spec = spec
-        self.results = WorkerResults(log_path, sandbox.to_dict())
+        self.results = WorkerResults(log_path, sandbox.record())
         self.pending = {
             "cases": list(job.cases),
             "bench_cases": list(getattr(job, "bench_cases", [])),

@@ -31,7 +31,7 @@ from mini_kv.status import Status
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
-    from mini_kv.pipeline import ReferenceCache
+    from mini_kv.pipeline import ReferenceCache, VerifyResult
     from mini_kv.solexec.run import BenchResult
     from mini_kv.solexec.traces import Trace
 
@@ -62,7 +62,7 @@ class ItemResult:
     status: str
     exit_code: ExitCode
     attempt: str | None
-    detail: dict | BenchResult | None = None
+    detail: VerifyResult | BenchResult | None = None
     reason: str | None = None
     where: dict | None = None  # host, worker, gpu
 
@@ -78,23 +78,12 @@ def run_item(
         references = None
     if item.kind == VERIFY:
         from mini_kv.load.task_card import load_task_card
-        from mini_kv.pipeline import CardDoor, run_stages
+        from mini_kv.pipeline import CardDoor, VerifyResult, run_stages
 
         card = load_task_card(item.target)
         cand = card.candidate(item.candidate)
         run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox, references)
-        detail = {  # report.print_verify's
-            "candidate": cand.id,
-            "summary": run.summary,
-            "results": run.out.results,
-            "compile": run.built.compile,
-            "attempt": str(run.attempt),
-            "exit_code": run.code,
-            "regression": run.regression,
-            "index_warning": run.index_warning,
-            "settings": run.prep.settings,
-            "phases": run.phases,
-        }
+        detail = VerifyResult.of(cand.id, run)
         return ItemResult(
             VERIFY, item.label, cand.id, run.summary["status"], run.code, str(run.attempt), detail
         )
@@ -339,12 +328,7 @@ def _outcome(item: Item, future) -> ItemResult:
         return _failed(item, Status.NOT_RUN, ExitCode.INTERNAL, str(exc))
     where = {"host": packed.where.host, "worker": packed.where.worker, "gpu": packed.where.gpu}
     # the door's result as the client stored its attempt (its report prints both)
-    detail = packed.result.detail
-    detail = (
-        {**detail, "attempt": str(path), "index_warning": warning}
-        if isinstance(detail, dict)
-        else replace(detail, attempt=str(path), index_warning=warning)
-    )
+    detail = replace(packed.result.detail, attempt=str(path), index_warning=warning)
     return replace(packed.result, attempt=str(path), detail=detail, where=where)
 
 

@@ -31,7 +31,7 @@ from mini_kv.compile import nvcc_steps, pch
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.load.files import links_leaving, odd_files
 from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
-from mini_kv.model import Candidate, canonical_json, sha256_file, sha256_text
+from mini_kv.model import Candidate, JailRecord, canonical_json, sha256_file, sha256_text
 from mini_kv.runner import default_sandbox, run_one
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus
@@ -340,7 +340,7 @@ class CompileRecord:
     files: list | None = optional()
     flags: dict | None = optional()
     toolchain: dict | None = optional()
-    sandbox: dict | None = optional()
+    sandbox: JailRecord | None = optional()
     module: str | None = optional()
     check_only: bool | None = optional()
     cuda_note: str | None = optional()
@@ -381,7 +381,7 @@ def compile_candidate(
         build_dir=str(final),
         with_cuda=with_cuda,
         **{k: keyed[k] for k in ("sources", "files", "flags", "toolchain")},
-        sandbox=sandbox.to_dict(),
+        sandbox=sandbox.record(),
         module=plan.module if plan.python_module else None,
         check_only=plan.check_only if plan.python_module else None,
         cuda_note=note,

@@ -101,14 +101,14 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list
         except (ProfileUnusable, OSError) as exc:
             skipped.append(Skipped(str(d), getattr(exc, "message", str(exc))))
             continue
-        if doc.get("status") == ProfileStatus.OK and doc["task"]["id"] in tasks:
+        if doc.status == ProfileStatus.OK and doc.task.id in tasks:
             docs.append(doc)
-    by_case: dict[tuple, list[dict]] = {}
+    by_case: dict[tuple, list] = {}
     for doc in docs:
-        by_case.setdefault((doc["task"]["id"], doc["case"]["id"]), []).append(doc)
+        by_case.setdefault((doc.task.id, doc.case.id), []).append(doc)
     out = []
     for _, group in sorted(by_case.items()):
-        group.sort(key=lambda d: (d["candidate"]["id"], d.get("created_at", "")))
+        group.sort(key=lambda d: (d.candidate.id, d.created_at))
         a = group[0]
         for b in group[1:]:
             why = refusals(a, b)

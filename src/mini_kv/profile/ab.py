@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mini_kv.codec import from_json, optional
-from mini_kv.model import sha256_file
+from mini_kv.model import JailRecord, sha256_file
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker.jobs import ABJob
+
+if TYPE_CHECKING:
+    from mini_kv.profile.store import Profile
 
 DEFAULT_REPEATS = 6
 DEFAULT_SAMPLES = 50
@@ -33,7 +37,7 @@ class ABTiming:
     reason: str | None = optional()
     error: bool | None = optional()
     integrity: str | None = optional()  # the violation that ended it
-    sandbox: dict | None = optional()  # the jail the timing ran in
+    sandbox: JailRecord | None = optional()  # the jail the timing ran in
     method: str | None = optional()
     timer: str | None = optional()
     fallbacks: list | None = optional()
@@ -49,39 +53,39 @@ class ABTiming:
     samples: dict | None = optional()
 
 
-def _library(doc: dict) -> tuple[str | None, str | None]:
+def _library(doc: Profile) -> tuple[str | None, str | None]:
     """The profiled library, if it is still on this machine unchanged: (path, why not)."""
-    lib = doc["candidate"]["library"]
+    lib = doc.candidate.library
     if not lib or not Path(lib).is_file():
-        return None, f"{doc['candidate']['id']}: the profiled library {lib} is not on this machine"
-    if sha256_file(lib) != doc["candidate"]["library_sha256"]:
-        return None, f"{doc['candidate']['id']}: {lib} changed since it was profiled"
+        return None, f"{doc.candidate.id}: the profiled library {lib} is not on this machine"
+    if sha256_file(lib) != doc.candidate.library_sha256:
+        return None, f"{doc.candidate.id}: {lib} changed since it was profiled"
     return lib, None
 
 
-def job_for(a: dict, b: dict, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> ABJob:
+def job_for(a: Profile, b: Profile, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> ABJob:
     """The timing job; each candidate's `library` is filled in by the caller."""
-    case = a["case"]  # compare() has checked that both profiles have the same case and inputs
+    case = a.case  # compare() has checked that both profiles have the same case and inputs
     return ABJob(
         device=device,
-        inputs=a["task"]["operator"]["inputs"],
-        params=case["params"],
-        dtype=case["dtype"],
-        seed=case["seed"],
+        inputs=a.task.operator["inputs"],
+        params=case.params,
+        dtype=case.dtype,
+        seed=case.seed,
         repeats=repeats,
         samples=samples,
         warmup=warmup,
         method="auto",
         candidates=[
-            {"label": "A", "id": a["candidate"]["id"], "op": a["candidate"]["op"]},
-            {"label": "B", "id": b["candidate"]["id"], "op": b["candidate"]["op"]},
+            {"label": "A", "id": a.candidate.id, "op": a.candidate.op},
+            {"label": "B", "id": b.candidate.id, "op": b.candidate.op},
         ],
     )
 
 
 def run_ab(
-    a: dict,
-    b: dict,
+    a: Profile,
+    b: Profile,
     repeats: int = DEFAULT_REPEATS,
     samples: int = DEFAULT_SAMPLES,
     warmup: int = DEFAULT_WARMUP,

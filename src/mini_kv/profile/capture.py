@@ -17,7 +17,7 @@ import secrets
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,14 @@ from mini_kv.model import Candidate, Case, Problem, sha256_file
 from mini_kv.profile import metrics as metrics_mod
 from mini_kv.profile import ncu as ncu_mod
 from mini_kv.profile.reasons import FailureReason, ProfileFailure
-from mini_kv.profile.store import ProfileWriter
+from mini_kv.profile.store import (
+    NcuRun,
+    Profile,
+    ProfiledCandidate,
+    ProfiledCase,
+    ProfiledTask,
+    ProfileWriter,
+)
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import BuildStatus, ProfileStatus
 from mini_kv.worker import channel
@@ -124,58 +131,40 @@ def kernel_plan(
     return Plan(case, seed, [opts.kernel] if opts.kernel else found, opts.warmup, no_kernels)
 
 
-def binding(task, operator, cand, sources, prebuilt, case, tolerance, p, opts, env) -> dict:
-    """profile.json's binding, in its field order, for a task card's candidate and a SOL solution alike:
-    `task` (id, version, card_path, suite_hash), `cand` (id, op, path), `case` (id, base_id, kind, dtype,
-    params)."""
-    return {
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "task": {
-            **dict(zip(("id", "version", "card_path", "suite_hash"), task, strict=True)),
-            "operator": operator,
-        },
-        "candidate": {
-            **dict(zip(("id", "op", "path"), cand, strict=True)),
-            "sources": sources,
-            "library": None,
-            "library_sha256": None,
-            "build_key": None,
-            "prebuilt": prebuilt,
-        },
-        "case": {
-            **dict(zip(("id", "base_id", "kind", "dtype", "params"), case, strict=True)),
-            "seed": p.seed,
-            "seed_salt": opts.seed_salt,
-            "input_sha256": None,
-            "tolerance": tolerance,
-        },
-        # what ncu and the target fill in
-        "environment_key": env["key"],
-        "device": None,
-        "ncu": {
-            "path": None,
-            "version": None,
-            "kernel_names": p.kernel_names,
-            "kernel_filter": p.kernel_filter,
-            "launch_skip": p.warmup,
-            "launch_count": 1,
-            "clock_control": "none",
-            "sections": list(ncu_mod.SECTIONS),
-            "commands": [],
-        },
-        "target": None,
-        "kernel": None,
-        "summary": None,
-    }
+def binding(task: ProfiledTask, cand: ProfiledCandidate, case: ProfiledCase, p: Plan, env) -> Profile:
+    """profile.json's record before the steps fill it in, for a task card's candidate and a SOL solution
+    alike."""
+    return Profile(
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        task=task,
+        candidate=cand,
+        case=case,
+        environment_key=env.key,
+        ncu=NcuRun(p.kernel_names, p.kernel_filter, p.warmup, ncu_mod.SECTIONS),
+    )
 
 
-def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: dict) -> str:
+class Draft:
+    """profile.json while the steps run: the record, replaced part by part as they find things (what a
+    step found before it failed stays: the failed profile records it)."""
+
+    def __init__(self, rec: Profile):
+        self.rec = rec
+
+    def found(self, part: str | None = None, **values) -> None:
+        """`values` of the record's fields, or of the fields of its `part` (candidate, case, ncu)."""
+        if part is not None:
+            values = {part: replace(getattr(self.rec, part), **values)}
+        self.rec = replace(self.rec, **values)
+
+
+def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWriter, rec: Draft) -> str:
     """The candidate's library: the prebuilt one, or the content-addressed JIT build (logs kept)."""
     from mini_kv.compile.compiler import compile_candidate
 
     if opts.prebuilt:
         lib = Path(opts.prebuilt).resolve()
-        rec["candidate"].update(library=str(lib), library_sha256=sha256_file(lib))
+        rec.found("candidate", library=str(lib), library_sha256=sha256_file(lib))
         return str(lib)
     comp = compile_candidate(
         Path(card.project_root),
@@ -186,7 +175,7 @@ def _build(card: Problem, cand: Candidate, opts: ProfileOptions, w: ProfileWrite
     return built(comp, w, rec)
 
 
-def built(comp: CompileRecord, w: ProfileWriter, rec: dict) -> str:
+def built(comp: CompileRecord, w: ProfileWriter, rec: Draft) -> str:
     """The library of a build record, its record and logs kept in the profile; COMPILE_FAILED otherwise."""
     w.json("compile.json", comp)
     for name, path in (comp.logs or {}).items():
@@ -194,7 +183,7 @@ def built(comp: CompileRecord, w: ProfileWriter, rec: dict) -> str:
             w.copy(f"logs/compile/{name}", Path(path))
     if comp.status != BuildStatus.OK:
         raise ProfileFailure("COMPILE_FAILED", f"build {comp.status}; see logs/compile/", build_key=comp.key)
-    rec["candidate"].update(library=comp.library, library_sha256=comp.library_sha256, build_key=comp.key)
+    rec.found("candidate", library=comp.library, library_sha256=comp.library_sha256, build_key=comp.key)
     return comp.library
 
 
@@ -215,7 +204,7 @@ def _card_job(card: Problem, cand: Candidate, p: Plan, library: str) -> ProfileT
     )
 
 
-def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: float, cwd: str) -> None:
+def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: Draft, timeout: float, cwd: str) -> None:
     """Run ncu around the target (the worker child running `job`), re-import, parse; fills `rec`,
     raises ProfileFailure with the reason."""
     w.json("job.json", job.to_dict())
@@ -247,7 +236,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: f
                 shutil.copyfile(box / name, w.path(name))
     finally:
         shutil.rmtree(box, ignore_errors=True)
-    rec["ncu"]["commands"].append(to_json(run))
+    rec.found("ncu", commands=(*rec.rec.ncu.commands, run))
     _target_result(w, key)
     _judge_profile_run(run, out + err, w, rec)
     imp, out, err = ncu_mod.run_logged(
@@ -257,7 +246,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: f
         timeout,
         spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(w.path(REPORT)))),
     )
-    rec["ncu"]["commands"].append(to_json(imp))
+    rec.found("ncu", commands=(*rec.rec.ncu.commands, imp))
     if imp.timed_out or imp.returncode != 0 or not out.strip():
         raise ProfileFailure(
             "REIMPORT_FAILED",
@@ -275,7 +264,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: dict, timeout: f
             "rows": result.rows,
         },
     )
-    rec["kernel"], rec["summary"] = result.kernel, to_json(result.summary)
+    rec.found(kernel=result.kernel, summary=result.summary)
 
 
 def _ncu_home(ncu: str) -> str:
@@ -318,7 +307,7 @@ def _target_result(w: ProfileWriter, key: bytes) -> None:
         )
 
 
-def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: dict) -> None:
+def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: Draft) -> None:
     """Name what went wrong in the ncu run (`out`: its output), most specific reason first."""
     log_tail = ncu_mod.tail(out)
     if ncu_mod.PERMISSION_MARK in out:
@@ -332,7 +321,7 @@ def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: di
             target = json.loads(result_file.read_text())
         except ValueError:
             target = {"ok": False, "error": "target.json is not JSON"}
-    rec["target"] = target
+    rec.found(target=target)
     if run.timed_out:
         raise ProfileFailure(
             "NCU_FAILED", f"ncu did not finish within {run.duration_s:.0f} s", log_tail=log_tail
@@ -347,8 +336,8 @@ def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: di
         raise ProfileFailure(
             "TARGET_FAILED", "the target wrote no result (did ncu run it?)", log_tail=log_tail
         )
-    rec["case"]["input_sha256"] = target.get("input_sha256")
-    rec["device"] = target.get("device_name")
+    rec.found("case", input_sha256=target.get("input_sha256"))
+    rec.found(device=target.get("device_name"))
     check = target.get("output_check") or {}
     if not check.get("ok"):
         raise ProfileFailure("WRONG_OUTPUT", check.get("reason") or "output check failed", check=check)
@@ -356,7 +345,7 @@ def _judge_profile_run(run: ncu_mod.Command, out: str, w: ProfileWriter, rec: di
         raise ProfileFailure(
             "NO_MATCHING_KERNEL",
             "ncu profiled no kernel: nothing matched "
-            f"{rec['ncu']['kernel_filter']} after {rec['ncu']['launch_skip']} skipped launches",
+            f"{rec.rec.ncu.kernel_filter} after {rec.rec.ncu.launch_skip} skipped launches",
             log_tail=log_tail,
         )
 
@@ -383,10 +372,10 @@ class Target:
     task_id: str
     candidate: str
     plan: Plan
-    rec: dict  # profile.json's binding (binding)
+    rec: Profile  # profile.json's record before the steps (binding)
     records: dict  # the JSON files written beside it
     build: Callable[
-        [ProfileWriter, dict], Job
+        [ProfileWriter, Draft], Job
     ]  # builds (ProfileFailure if it cannot), returns the target's job
     cwd: str
 
@@ -397,25 +386,34 @@ def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, prog
 
     p, env, cdir = plan(card, cand, opts), environment.collect(), Path(card.project_root) / cand.path
     case: Case = p.case
+    sources = tuple(
+        {"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)
+    )
     rec = binding(  # what the profile is about: task, candidate sources, case, seed, environment
-        [card.id, card.version, card.path, card.suite_hash()],
-        {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
-        [cand.id, cand.op, cand.path],
-        [{"path": str(f.relative_to(cdir)), "sha256": sha256_file(f)} for f in candidate_files(cdir)],
-        bool(opts.prebuilt),
-        [case.id, case.base_id, case.kind, case.dtype, case.params],
-        card.tolerances[case.dtype],
+        ProfiledTask(
+            card.id,
+            card.version,
+            card.path,
+            card.suite_hash(),
+            {k: card.operator[k] for k in ("name", "version", "reference", "inputs")},
+        ),
+        ProfiledCandidate(cand.id, cand.op, cand.path, sources, bool(opts.prebuilt)),
+        ProfiledCase(
+            case.id,
+            case.base_id,
+            case.kind,
+            case.dtype,
+            case.params,
+            p.seed,
+            opts.seed_salt,
+            card.tolerances[case.dtype],
+        ),
         p,
-        opts,
         env,
     )
     records = {
         "task_card.json": {"path": card.path, "card": card.raw, "suite_hash": card.suite_hash()},
-        "candidate_manifest.json": {
-            "schema_version": 1,
-            **cand.to_dict(),
-            "files": rec["candidate"]["sources"],
-        },
+        "candidate_manifest.json": cand.manifest(files=sources),
         "environment.json": env,
     }
     target = Target(
@@ -438,7 +436,7 @@ def profile_candidate(card: Problem, cand: Candidate, opts: ProfileOptions, prog
 def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None) -> ProfileResult:
     """The steps every profile takes (module docstring); always writes the profile directory."""
     say = progress or (lambda msg: None)
-    rec, p = t.rec, t.plan
+    rec, p = Draft(t.rec), t.plan
     w = ProfileWriter(artifacts, t.task_id, t.candidate)
     for name, doc in t.records.items():
         w.json(name, doc)
@@ -446,27 +444,29 @@ def run_profile(t: Target, artifacts: Path, opts: ProfileOptions, progress=None)
         ncu = ncu_mod.find_ncu(opts.ncu)
         if ncu is None:
             raise ProfileFailure("NCU_NOT_FOUND", "install Nsight Compute or pass --ncu / set MINI_KV_NCU")
-        rec["ncu"].update(path=ncu, version=ncu_mod.ncu_version(ncu))
+        rec.found("ncu", path=ncu, version=ncu_mod.ncu_version(ncu))
         if not cuda_available():
             raise ProfileFailure("NO_CUDA", "torch sees no CUDA device; profile on a GPU machine")
         if not p.kernel_names:
             raise ProfileFailure("NO_KERNEL_NAMES", p.no_kernels)
         say(f"build {t.candidate}")
         job = t.build(w, rec)
-        say(f"ncu: {t.candidate} on {rec['case']['id']}")
+        say(f"ncu: {t.candidate} on {rec.rec.case.id}")
         capture(ncu, job, p, w, rec, opts.timeout, t.cwd)
         reason = None
-        rec.update(status=ProfileStatus.OK, reason=None, exit_code=int(ExitCode.OK))
+        rec.found(status=ProfileStatus.OK, reason=None, exit_code=int(ExitCode.OK))
     except ProfileFailure as exc:
         reason = exc.reason
-        rec.update(status=ProfileStatus.FAILED, reason=to_json(reason), exit_code=int(exc.exit_code))
-    path = w.commit(rec)
-    said = {k: rec[k] for k in ("status", "exit_code", "summary", "kernel")}
+        rec.found(status=ProfileStatus.FAILED, reason=reason, exit_code=int(exc.exit_code))
+    path, r = w.commit(rec.rec), rec.rec
     return ProfileResult(
-        **said,
-        reason=reason,
-        path=str(path),
-        profile_id=w.profile_id,
-        case=rec["case"]["id"],
-        candidate=t.candidate,
+        r.status,
+        r.exit_code,
+        reason,
+        str(path),
+        w.profile_id,
+        to_json(r.summary),
+        r.kernel,
+        r.case.id,
+        t.candidate,
     )

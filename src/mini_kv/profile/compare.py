@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mini_kv.codec import optional
+from mini_kv.profile.metrics import ProfileSummary
 from mini_kv.profile.reasons import CompareRefused
-from mini_kv.profile.store import ProfileUnusable, read_profile, resolve
+from mini_kv.profile.store import Profile, ProfileUnusable, read_profile, resolve
 from mini_kv.status import ProfileStatus
 
 # (label, summary key, how to show it); "ratio" rows get B/A
@@ -82,7 +83,7 @@ class Comparison:
     stalls: tuple[StallRow, ...]
 
 
-def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
+def load_pair(a: str, b: str, artifacts: Path) -> tuple[Profile, Profile]:
     """Both profiles, verified; CompareRefused with every reason found (either side)."""
     docs, problems = [], []
     for label, spec in (("A", a), ("B", b)):
@@ -92,9 +93,9 @@ def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
             problems.append(Refusal(exc.code, f"{label}: {exc.message}", label))
             docs.append(None)
             continue
-        if doc["status"] != ProfileStatus.OK:
-            r = doc["reason"] or {}
-            why = f"{label} ({doc['profile_id']}) failed: {r.get('code')}: {r.get('message')}"
+        if doc.status != ProfileStatus.OK:
+            r = doc.reason
+            why = f"{label} ({doc.profile_id}) failed: {r and r.code}: {r and r.message}"
             problems.append(Refusal("PROFILE_FAILED", why, label))
         docs.append(doc)
     if problems:
@@ -104,16 +105,16 @@ def load_pair(a: str, b: str, artifacts: Path) -> tuple[dict, dict]:
 
 # what must be equal for two profiles to compare: (refusal code, the fields, read from profile.json)
 CHECKS = (
-    ("TASK_MISMATCH", lambda d: {"id": d["task"]["id"], "version": d["task"]["version"],
-                                 "operator_version": d["task"]["operator"]["version"]}),
-    ("CASE_MISMATCH", lambda d: {k: d["case"][k] for k in ("id", "dtype", "params")}),
-    ("ENVIRONMENT_MISMATCH", lambda d: {"environment_key": d["environment_key"], "device": d["device"],
-                                        "ncu": d["ncu"]["version"]}),
-    ("INPUT_MISMATCH", lambda d: {k: d["case"][k] for k in ("seed", "input_sha256")}),
+    ("TASK_MISMATCH", lambda d: {"id": d.task.id, "version": d.task.version,
+                                 "operator_version": d.task.operator["version"]}),
+    ("CASE_MISMATCH", lambda d: {k: getattr(d.case, k) for k in ("id", "dtype", "params")}),
+    ("ENVIRONMENT_MISMATCH", lambda d: {"environment_key": d.environment_key, "device": d.device,
+                                        "ncu": d.ncu.version}),
+    ("INPUT_MISMATCH", lambda d: {k: getattr(d.case, k) for k in ("seed", "input_sha256")}),
 )  # fmt: skip
 
 
-def refusals(a: dict, b: dict) -> list[Refusal]:
+def refusals(a: Profile, b: Profile) -> list[Refusal]:
     """Every comparability check that fails, with the differing fields."""
     out = []
     for code, key in CHECKS:
@@ -127,44 +128,36 @@ def refusals(a: dict, b: dict) -> list[Refusal]:
     return out
 
 
-def _stall_rows(sa: dict, sb: dict) -> tuple[StallRow, ...]:
+def _stall_rows(sa: ProfileSummary, sb: ProfileSummary) -> tuple[StallRow, ...]:
     """The union of both profiles' top stall reasons, by the larger of the two values."""
-    va = {s["reason"]: s["value"] for s in sa["top_stalls"]}
-    vb = {s["reason"]: s["value"] for s in sb["top_stalls"]}
+    va = {s.reason: s.value for s in sa.top_stalls}
+    vb = {s.reason: s.value for s in sb.top_stalls}
     reasons = sorted(set(va) | set(vb), key=lambda r: (-max(va.get(r, 0.0), vb.get(r, 0.0)), r))
     return tuple(StallRow(r, va.get(r), vb.get(r)) for r in reasons)
 
 
-def metric_rows(a: dict, b: dict) -> tuple[MetricRow, ...]:
+def metric_rows(a: Profile, b: Profile) -> tuple[MetricRow, ...]:
     """The comparison rows (A, B, B/A) of two profiles' summaries."""
-    sa, sb = a["summary"], b["summary"]
     rows = []
     for label, key, kind in ROWS:
-        va, vb = sa.get(key), sb.get(key)
+        va, vb = getattr(a.summary, key), getattr(b.summary, key)
         numbers = kind != "text" and isinstance(va, (int, float)) and isinstance(vb, (int, float))
         rows.append(MetricRow(label, key, kind, va, vb, vb / va if numbers and va else None))
     return tuple(rows)
 
 
-def compare(a_spec: str, b_spec: str, artifacts: Path) -> tuple[Comparison, dict, dict]:
+def compare(a_spec: str, b_spec: str, artifacts: Path) -> tuple[Comparison, Profile, Profile]:
     """Both profiles read and checked, then the deltas (and both profile.json documents);
     CompareRefused if they do not compare."""
     a, b = load_pair(a_spec, b_spec, artifacts)
     problems = refusals(a, b)
     if problems:
         raise CompareRefused(problems)
-    return Comparison(ident(a), ident(b), metric_rows(a, b), _stall_rows(a["summary"], b["summary"])), a, b
+    return Comparison(ident(a), ident(b), metric_rows(a, b), _stall_rows(a.summary, b.summary)), a, b
 
 
-def ident(d: dict) -> Ident:
-    return Ident(
-        d["profile_id"],
-        d["path"],
-        d["candidate"]["id"],
-        d["task"]["id"],
-        d["case"]["id"],
-        d["summary"]["kernel_name"],
-    )
+def ident(d: Profile) -> Ident:
+    return Ident(d.profile_id, d.path, d.candidate.id, d.task.id, d.case.id, d.summary.kernel_name)
 
 
 def fmt(value, kind: str) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
+from mini_kv.environment import Environment
 from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_text
 from mini_kv.profile import capture
 from mini_kv.profile.ncu import _GLOBAL
+from mini_kv.profile.store import ProfiledCandidate, ProfiledCase, ProfiledTask
 from mini_kv.profile.target import TargetResult
 from mini_kv.status import BuildStatus
 from mini_kv.worker.jobs import SolProfileTargetJob
@@ -53,7 +55,7 @@ def plan(prob, opts: capture.ProfileOptions) -> capture.Plan:
     )
 
 
-def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capture.Target:
+def target(prob, opts: capture.ProfileOptions, staging: Path, env: Environment) -> capture.Target:
     """capture.Target of a solution: task = its definition, case = the workload, target = run_target."""
     from mini_kv.solexec.build import job_entry, stage_sources
     from mini_kv.solexec.run import _case, _safe, sol_identity
@@ -61,15 +63,31 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: dict) -> capt
     p, (d, _), sol = plan(prob, opts), prob.payload, prob.candidates[0]
     wl, ident = p.case, sol_identity(prob, {}, env, "cuda:0")
     rec = capture.binding(
-        [ident.task_id, ident.task_version, str(Path(d.path).parent), ident.suite_hash],
-        {**ident.operator, "reference": "definition.json", "inputs": "workload.jsonl"},
-        [_safe(sol.id), sol.op, sol.path],
-        [{"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources],
-        False,
-        [wl.uuid, wl.uuid, "workload", "", dict(wl.axes)],
-        {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]},
+        ProfiledTask(
+            ident.task_id,
+            ident.task_version,
+            str(Path(d.path).parent),
+            ident.suite_hash,
+            {**ident.operator, "reference": "definition.json", "inputs": "workload.jsonl"},
+        ),
+        ProfiledCandidate(
+            _safe(sol.id),
+            sol.op,
+            sol.path,
+            tuple({"path": s.path, "sha256": sha256_text(s.content)} for s in sol.sources),
+            False,
+        ),
+        ProfiledCase(
+            wl.uuid,
+            wl.uuid,
+            "workload",
+            "",
+            dict(wl.axes),
+            p.seed,
+            opts.seed_salt,
+            {"atol": wl.tolerance["max_atol"], "rtol": wl.tolerance["max_rtol"]},
+        ),
         p,
-        opts,
         env,
     )
     ref_file = staging / "reference.py"

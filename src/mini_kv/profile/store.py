@@ -12,16 +12,100 @@ import datetime as dt
 import json
 import math
 import secrets
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, optional, to_json
 from mini_kv.model import sha256_file
+from mini_kv.profile.metrics import ProfileSummary
+from mini_kv.profile.ncu import Command
+from mini_kv.profile.reasons import FailureReason
 from mini_kv.status import ProfileStatus
 from mini_kv.store.atomic import StagedDir
 
 PROFILE_SCHEMA_VERSION = 1
 PARTIAL = ".partial"
 PROFILES_DIR = "profiles"
+
+
+@dataclass(frozen=True)
+class ProfiledTask:
+    """What a profile is about: a task card (or a SOL definition) and its operator."""
+
+    id: str
+    version: str
+    card_path: str
+    suite_hash: str
+    operator: dict  # name, version, reference, inputs
+
+
+@dataclass(frozen=True)
+class ProfiledCandidate:
+    """The profiled candidate: its sources, and the library the build made (or --prebuilt gave)."""
+
+    id: str
+    op: str
+    path: str
+    sources: tuple[dict, ...]  # {path, sha256}
+    prebuilt: bool
+    library: str | None = None
+    library_sha256: str | None = None
+    build_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ProfiledCase:
+    """The one case profiled, its seed and the digest of the inputs the target made (target.json)."""
+
+    id: str
+    base_id: str
+    kind: str
+    dtype: str
+    params: dict
+    seed: int
+    seed_salt: str
+    tolerance: dict
+    input_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class NcuRun:
+    """How ncu ran: where it is, which kernels it matched after how many skipped launches, its commands."""
+
+    kernel_names: tuple[str, ...]
+    kernel_filter: str | None
+    launch_skip: int
+    sections: tuple[str, ...]
+    path: str | None = None
+    version: str | None = None
+    launch_count: int = 1
+    clock_control: str = "none"
+    commands: tuple[Command, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """profile.json (schemas/profile.schema.json): what was profiled, how, and the outcome; the steps of
+    a profile fill in what they find (`device`, `target`, ...), ProfileWriter.commit adds the files."""
+
+    created_at: str
+    task: ProfiledTask
+    candidate: ProfiledCandidate
+    case: ProfiledCase
+    environment_key: str
+    ncu: NcuRun
+    device: str | None = None  # the GPU the target ran on, as torch names it
+    target: dict | None = None  # what the profiled process reported (target.json)
+    kernel: dict[str, str] | None = None  # the identity columns of the target kernel's CSV row
+    summary: ProfileSummary | None = None
+    status: str | None = None
+    reason: FailureReason | None = None
+    exit_code: int | None = None
+    schema_version: int | None = optional()
+    kind: str | None = optional()
+    profile_id: str | None = optional()
+    files: tuple[dict, ...] | None = optional()  # {path, sha256, size}
+    path: str | None = optional()  # where read_profile found it (not in the file)
 
 
 class ProfileUnusable(Exception):
@@ -45,12 +129,12 @@ class ProfileWriter(StagedDir):
         self.root = Path(artifacts) / PROFILES_DIR
         super().__init__(self.root / self.profile_id)
 
-    def commit(self, header: dict) -> Path:
+    def commit(self, header: Profile) -> Path:
         """Hash every file, write profile.json (validated) last, rename the directory into place."""
         from mini_kv.load.schema import validate
 
         doc = {
-            **header,
+            **to_json(header),
             "schema_version": PROFILE_SCHEMA_VERSION,
             "kind": "mini_kv.profile",
             "profile_id": self.profile_id,
@@ -69,7 +153,7 @@ def resolve(spec: str, artifacts: Path) -> Path:
     return under if under.is_dir() else p
 
 
-def read_profile(path: Path) -> dict:
+def read_profile(path: Path) -> Profile:
     """profile.json of a sealed profile after every check; ProfileUnusable says which failed."""
     from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 
@@ -92,8 +176,7 @@ def read_profile(path: Path) -> dict:
             )
     if doc["status"] == ProfileStatus.OK:
         _check_summary(path, doc, listed)
-    doc["path"] = str(path)
-    return doc
+    return replace(from_json(Profile, doc), path=str(path))
 
 
 def same_values(a, b) -> bool:

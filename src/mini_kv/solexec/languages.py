@@ -36,15 +36,14 @@ def _has_package(module: str) -> bool:
         return False
 
 
-def _capability(env: dict) -> tuple[int, int] | None:
-    gpu = env.get("gpu") or {}
-    if not gpu.get("capability"):
+def _capability(env: environment.Environment) -> tuple[int, int] | None:
+    if env.gpu is None or not env.gpu.capability:
         return None
-    major, _, minor = gpu["capability"].partition(".")
+    major, _, minor = env.gpu.capability.partition(".")
     return int(major), int(minor or 0)
 
 
-def python_unavailable(languages: tuple[str, ...], device: str, env: dict) -> str | None:
+def python_unavailable(languages: tuple[str, ...], device: str, env: environment.Environment) -> str | None:
     """Why a Python-language solution cannot run here, or None."""
     for lang in languages:
         if lang == "pytorch":
@@ -59,7 +58,7 @@ def python_unavailable(languages: tuple[str, ...], device: str, env: dict) -> st
         if need and have and have < need:
             return (
                 f"{lang}: needs compute capability >= {need[0]}.{need[1]}; this GPU "
-                f"({(env.get('gpu') or {}).get('name')}) has {have[0]}.{have[1]}"
+                f"({env.gpu.name}) has {have[0]}.{have[1]}"
             )
     return None
 

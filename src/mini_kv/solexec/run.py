@@ -20,7 +20,7 @@ from mini_kv.codec import from_json, optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
 from mini_kv.judge.regression import RegressionVerdict
-from mini_kv.model import Candidate, Case, Problem, WorkerResults, canonical_json, sha256_text
+from mini_kv.model import Candidate, Case, JailRecord, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
 from mini_kv.pipeline import (
     Built,
@@ -313,7 +313,9 @@ def outcomes_from_results(results: WorkerResults, cases: tuple[Case, ...]) -> tu
 TRACE_WORDS = {Status.NOT_RUN: Status.TIMEOUT, Status.IMPOSSIBLE_TIME: Status.REWARD_HACK}
 
 
-def build_traces(problem: Problem, outcomes: tuple[WorkloadOutcome, ...], env: dict) -> list[traces.Trace]:
+def build_traces(
+    problem: Problem, outcomes: tuple[WorkloadOutcome, ...], env: environment.Environment
+) -> list[traces.Trace]:
     trace_env = traces.trace_environment(env)
     out = []
     for wl, o in zip(problem.payload[1], outcomes, strict=True):  # the cases are the workloads, in order
@@ -415,8 +417,7 @@ class SolDoor(FrontDoor):
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
-        bw = bandwidth.ensure(root, env["key"], device) if root is not None else None
-        env["copy_bandwidth_Bps"], env["copy_bandwidth"] = bw and bw.copy_bandwidth_Bps, to_json(bw)
+        env = env.measured(bandwidth.ensure(root, env.key, device) if root is not None else None)
         return Prepared(
             device,
             env,
@@ -470,7 +471,7 @@ class SolDoor(FrontDoor):
         outcomes = (
             built.decided if built.decided is not None else outcomes_from_results(results, self.problem.cases)
         )
-        outcomes = floor.judge_times(*self.problem.payload, outcomes, prep.env.get("copy_bandwidth_Bps"))
+        outcomes = floor.judge_times(*self.problem.payload, outcomes, prep.env.copy_bandwidth_Bps)
         trace_list, unavailable = build_traces(self.problem, outcomes, prep.env), built.unavailable
         if outcomes and all(o.log.startswith(UNAVAILABLE) for o in outcomes):
             unavailable = unavailable or outcomes[0].log[len(UNAVAILABLE) :]
@@ -579,7 +580,7 @@ class BenchResult:
     duration_s: float
     phases: dict
     regression: RegressionVerdict | None
-    sandbox: dict | None  # the jail's record (its summary line names gaps)
+    sandbox: JailRecord | None  # the jail's record (its summary line names gaps)
     kernels: dict  # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v
 
 
@@ -646,10 +647,10 @@ def _summaries(cases: list[dict], bench_records: list[dict], code: ExitCode) -> 
     return head.status, head.correctness, head.benchmark
 
 
-def sol_identity(problem: Problem, settings: dict, env: dict, device: str) -> Identity:
+def sol_identity(problem: Problem, settings: dict, env: environment.Environment, device: str) -> Identity:
     """What a SOL attempt is compared by."""
     return Identity(
-        _safe(problem.id), problem.version, problem.operator, problem.suite_hash(settings), env["key"], device
+        _safe(problem.id), problem.version, problem.operator, problem.suite_hash(settings), env.key, device
     )
 
 

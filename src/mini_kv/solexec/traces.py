@@ -15,6 +15,7 @@ import platform
 from dataclasses import dataclass
 
 from mini_kv.codec import to_json
+from mini_kv.environment import Environment
 from mini_kv.solexec.workload import TraceWorkload
 from mini_kv.status import Status
 from mini_kv.worker.formats import Performance  # the worker's record, as the trace carries it
@@ -62,17 +63,16 @@ class Trace:
     evaluation: Evaluation
 
 
-def trace_environment(env: dict) -> TraceEnvironment:
+def trace_environment(env: Environment) -> TraceEnvironment:
     """{hardware, libs}: the GPU's name (or the CPU's), and the torch, triton and CUDA versions present."""
-    gpu = env.get("gpu") or {}
-    hardware = gpu.get("name") or f"CPU ({platform.processor() or env.get('machine') or 'unknown'})"
-    libs = {"torch": env["torch"]}
+    hardware = env.gpu.name if env.gpu else f"CPU ({platform.processor() or env.machine or 'unknown'})"
+    libs = {"torch": env.torch}
     try:
         libs["triton"] = importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:
         pass  # upstream's libs map holds versions only: an absent library is left out
-    if env.get("torch_cuda"):
-        libs["cuda"] = env["torch_cuda"]
+    if env.torch_cuda:
+        libs["cuda"] = env.torch_cuda
     return TraceEnvironment(hardware, libs)
 
 

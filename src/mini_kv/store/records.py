@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mini_kv.model import WorkerResults
+from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
@@ -102,7 +102,7 @@ class CorrectnessRecord(_Checked):
     cases: list
     contract: dict
     incidents: list
-    sandbox: dict | None
+    sandbox: JailRecord | None
     summary: CorrectnessSummary | None
     schema_version: int = RECORD_VERSION
 
