@@ -8,9 +8,16 @@ import ast
 import json
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
-from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console
+from mini_kv.cli_common import (
+    VERBOSE_HELP,
+    BatchDisplay,
+    add_reference_argument,
+    console,
+    err_console,
+)
 from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
 from mini_kv.errors import UserError
 
@@ -246,6 +253,8 @@ def cmd_batch(args) -> int:
     from mini_kv.cluster.manifest import load_manifest
 
     items = load_manifest(args.manifest, args.artifacts)
+    if args.interleave_reference:  # for every item, whatever its entry's options say
+        items = [replace(it, opts=replace(it.opts, interleave_reference=True)) for it in items]
     for store in sorted({item.store for item in items}):
         check_store_writable(Path(store))
     results = run_items(items, placement_from(args), args.results, args.resume, args)
@@ -298,6 +307,7 @@ def register(sub) -> None:
     add_resume_argument(b, "--results")
     add_junit_argument(b)
     add_selection_arguments(b)
+    add_reference_argument(b)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
+    add_reference_argument,
     artifacts_dir,
     console,
     console_entry,
@@ -159,6 +160,7 @@ def add_run_arguments(p, sol: bool) -> None:
         help="refuse a candidate whose calls ran only library kernels (aten ops on CPU, cuBLAS/aten/cuDNN "
         "kernels on CUDA) and none of its own: LIBRARY_DELEGATION, a REWARD_HACK (docs/integrity.md)",
     )
+    add_reference_argument(p)
     if not sol:
         return
     p.add_argument(

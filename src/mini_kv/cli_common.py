@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.settings import DEFAULTS
 
 
 def _width(stream) -> int | None:
@@ -206,3 +207,15 @@ def task_id_of(spec: str, flag: str) -> str:
 
         return safe_name(name)  # the task id `bench` stores a problem under
     return spec
+
+
+def add_reference_argument(p) -> None:
+    """--interleave-reference (verify and bench with several candidates or solutions, batch)."""
+    p.add_argument(
+        "--interleave-reference",
+        action="store_true",
+        default=DEFAULTS.interleave_reference,
+        help="in a batch, time the reference beside every solution, interleaved, as a single run does, "
+        "instead of once per case and device with a short drift re-check for the later solutions; also "
+        "$MINI_KV_INTERLEAVE_REFERENCE=1 (docs/benchmarking.md)",
+    )
