@@ -591,7 +591,8 @@ def test_unwritable_output_is_a_clear_error(store, tmp_path, capsys, flag):
 def test_latency_axis_ends_near_the_p95_when_outliers_lie_far_beyond():
     """A preempted CPU leaves a few samples 1000x slower; the axis must not stretch to them."""
     from mini_kv.html_report import charts
-    from mini_kv.html_report.collect import BenchCase, Side
+    from mini_kv.store.records import BenchCase
+    from mini_kv.store.records import SideTimes as Side
 
     body = tuple(float(x) for x in np.linspace(20.0, 40.0, 200))
     side = Side(body + (30_000.0,), 30.0, 39.0, 0.01)

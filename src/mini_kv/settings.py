@@ -16,6 +16,15 @@ from dataclasses import dataclass
 
 from mini_kv.errors import UserError
 
+# a SOL workload's tolerance: upstream's defaults, in upstream's field order (a trace repeats them so)
+DEFAULT_TOLERANCE = {
+    "max_atol": 1e-2,
+    "max_rtol": 1e-2,
+    "required_matched_ratio": 0.99,
+    "max_error_cap": None,
+    "allow_negative_inf": False,
+}
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mini_kv.html_report.collect import Attempt, BenchCase
+from mini_kv.html_report.collect import Attempt
 from mini_kv.status import INCORRECT_STATUSES, Status, Verdict
+from mini_kv.store.records import BenchCase
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")

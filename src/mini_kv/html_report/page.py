@@ -19,8 +19,9 @@ import jinja2
 from markupsafe import Markup
 
 from mini_kv.html_report import charts
-from mini_kv.html_report.collect import Attempt, BenchCase, ProfilePair, Skipped, Store
+from mini_kv.html_report.collect import Attempt, ProfilePair, Skipped, Store
 from mini_kv.status import Status
+from mini_kv.store.records import BenchCase
 from mini_kv.tables import num
 
 if TYPE_CHECKING:

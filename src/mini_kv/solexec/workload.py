@@ -10,20 +10,12 @@ from pathlib import Path
 from mini_kv.errors import ConfigError
 from mini_kv.load import safetensors_file
 from mini_kv.load.schema import validate
+from mini_kv.settings import DEFAULT_TOLERANCE
 from mini_kv.solexec.definition import Definition
 from mini_kv.solexec.jsonfile import parse_json, read_text
 
 DATA_ROOT_VAR = "MINI_KV_DATA_ROOT"  # a directory outside the problem that safetensors inputs may read
 MAX_TENSOR_BYTES = 2**40  # 1 TiB: no device holds one tensor larger; a bigger size is a typo or an attack
-
-# upstream's defaults, in upstream's field order (the trace repeats them in this order)
-DEFAULT_TOLERANCE = {
-    "max_atol": 1e-2,
-    "max_rtol": 1e-2,
-    "required_matched_ratio": 0.99,
-    "max_error_cap": None,
-    "allow_negative_inf": False,
-}
 
 
 @dataclass(frozen=True)

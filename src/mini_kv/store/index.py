@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -40,7 +41,7 @@ from mini_kv.store import headline, signing
 from mini_kv.store.atomic import fsync_dir, fsync_file
 from mini_kv.store.attempts import FILE_SCHEMAS, PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
-from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
+from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, AttemptRecords, read_record, read_records
 
 # 2: attempts.signed_by and the `tampered` table (the index remembers what it found tampered)
 # 3: attempts.source_commit and source_dirty (the candidate's git commit)
@@ -231,6 +232,11 @@ class CheckedAttempt:
     files: dict[str, dict]  # its JSON files (KNOWN_JSON_FILES it lists), by name, as read and checked
     row: AttemptRow  # the headline, recomputed from the per-case records
     cases: tuple[CaseRow, ...]
+
+    @functools.cached_property
+    def records(self) -> AttemptRecords:
+        """Its per-case records typed (store.records.read_records); MalformedRecord if they cannot be."""
+        return read_records(Path(self.header["path"]), self.header, self.files)
 
 
 def check_attempt(attempt_dir: Path) -> CheckedAttempt:
