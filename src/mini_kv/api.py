@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -184,24 +183,24 @@ def _result(out: ItemResult, keep: bool) -> Result:
     """The Result of one front door's run, read back from the attempt the pipeline stored."""
     from mini_kv.solexec.run import BenchResult
     from mini_kv.store.index import AttemptInvalid, check_attempt
+    from mini_kv.store.records import finite
 
     sol = out.detail if isinstance(out.detail, BenchResult) else None
     attempt = Path(out.attempt) if out.attempt else None
-    checked, invalid = None, None
+    checked, invalid, cases = None, None, ()
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
-            checked = check_attempt(attempt)
-        except AttemptInvalid as exc:  # the store refuses it: so does the API
+            found = check_attempt(attempt)
+            checked, cases = found, _cases(found)
+        except AttemptInvalid as exc:  # the store refuses it (or its records): so does the API
             invalid = str(exc)
     row = checked.row if checked else None
-    cases = _cases(checked)
-    speedup = row.geomean_speedup if row else None
     return Result(
         solution=sol.solution if sol else out.candidate,
         status="INVALID" if invalid else row.status if row else str(out.status),
         exit_code=int(out.exit_code),
         cases=cases,
-        speedup=speedup if isinstance(speedup, float) and math.isfinite(speedup) else None,
+        speedup=finite(row.geomean_speedup) if row else None,
         stable=row.stable if row else None,
         attempt=attempt if keep else None,
         reason=_reason(out, cases, invalid),
@@ -210,21 +209,18 @@ def _result(out: ItemResult, keep: bool) -> Result:
     )
 
 
-def _cases(checked: CheckedAttempt | None) -> tuple[CaseResult, ...]:
+def _cases(checked: CheckedAttempt) -> tuple[CaseResult, ...]:
     """The cases of correctness.json as the store's checks read it, with their timings."""
-    if checked is None:
-        return ()
     timed = {r.case_id: r for r in checked.cases}
-    records = checked.files["correctness.json"]["cases"]
     return tuple(
         CaseResult(
-            id=c["id"],
-            status=c["status"],
-            reason=c.get("reason") or c.get("log") or None,
-            latency_us=timed[c["id"]].p50_us if c["id"] in timed else None,
-            speedup=timed[c["id"]].speedup if c["id"] in timed else None,
+            id=c.id,
+            status=c.status,
+            reason=c.reason or None,
+            latency_us=timed[c.id].p50_us if c.id in timed else None,
+            speedup=timed[c.id].speedup if c.id in timed else None,
         )
-        for c in records
+        for c in checked.records.correctness
     )
 
 

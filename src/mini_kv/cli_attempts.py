@@ -106,19 +106,18 @@ def compare(a: Path, b: Path) -> AttemptDiff:
     from mini_kv import stats
     from mini_kv.store.index import check_attempt
 
-    # hashes and claims checked, as any reader of the store does
-    (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
-    sa, sb = _sources(ha), _sources(hb)
-    ea, eb = _flat(fa.get("environment.json") or {}), _flat(fb.get("environment.json") or {})
-    ca = {c["id"]: c for c in (fa.get("benchmark.json") or {}).get("cases", [])}
-    cb = {c["id"]: c for c in (fb.get("benchmark.json") or {}).get("cases", [])}
+    # hashes and claims checked, as any reader of the store does; the records typed by the store
+    ca, cb = check_attempt(a), check_attempt(b)
+    ra, rb = ca.row, cb.row
+    sa, sb = _sources(ca.header), _sources(cb.header)
+    ea, eb = (_flat(c.files.get("environment.json") or {}) for c in (ca, cb))
+    xa, xb = ({c.id: c.candidate.samples for c in x.records.bench if c.candidate} for x in (ca, cb))
     cases = []
-    for cid in sorted(set(ca) & set(cb)):
-        xa, xb = _samples(ca[cid]), _samples(cb[cid])
-        if not xa or not xb:
+    for cid in sorted(set(xa) & set(xb)):
+        if not xa[cid] or not xb[cid]:
             continue
-        p50a, p50b = stats.summarize(xa).p50, stats.summarize(xb).p50
-        cases.append(CaseDiff(cid, p50a, p50b, p50b / p50a, stats.mann_whitney_u(xa, xb)[1]))
+        p50a, p50b = stats.summarize(xa[cid]).p50, stats.summarize(xb[cid]).p50
+        cases.append(CaseDiff(cid, p50a, p50b, p50b / p50a, stats.mann_whitney_u(xa[cid], xb[cid])[1]))
     return AttemptDiff(
         str(a),
         str(b),
@@ -134,11 +133,6 @@ def compare(a: Path, b: Path) -> AttemptDiff:
         {k: [ea.get(k), eb.get(k)] for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)},
         cases,
     )
-
-
-def _samples(case: dict) -> list[float]:
-    rec = case.get("candidate") or {}
-    return [x for rep in rec.get("samples") or [] for x in rep]
 
 
 def cmd_compare(args) -> int:

@@ -15,6 +15,7 @@ from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.settings import DEFAULT_TOLERANCE
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS, Status
+from mini_kv.store.attempts import AttemptInvalid
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
 
@@ -136,7 +137,7 @@ def correctness_document(
 # ------------------------------------------------------------------------------------------ reading
 
 
-class MalformedRecord(Exception):
+class MalformedRecord(AttemptInvalid):
     """An attempt's records pass their hash and schema checks but do not hold what a reader reads."""
 
 
@@ -240,7 +241,7 @@ class CorrCase:
     max_rel: float | None
     atol: float | None
     rtol: float | None
-    reason: str
+    reason: str  # why it failed (a SOL workload's log)
 
 
 def _strip_dtype(case_id: str, dtype: str) -> str:
@@ -253,10 +254,13 @@ def _card_corr(correctness: dict, card: dict) -> tuple[CorrCase, ...]:
         cid, dtype = str(r["id"]), str(r.get("dtype") or "-")
         tol = tols.get(dtype) or {}
         errs = finite(r.get("max_abs_err")), finite(r.get("max_rel_err"))
-        why = str(r.get("reason") or r.get("integrity") or "")
         kind, status = str(r.get("kind", "")), str(r.get("status"))
-        out.append(CorrCase(cid, _strip_dtype(cid, dtype), dtype, kind, status, *errs, *_tol(tol), why))
+        out.append(CorrCase(cid, _strip_dtype(cid, dtype), dtype, kind, status, *errs, *_tol(tol), _why(r)))
     return tuple(out)
+
+
+def _why(r: dict) -> str:
+    return str(r.get("reason") or r.get("log") or r.get("integrity") or "")
 
 
 def _tol(tol: dict, prefix: str = "") -> tuple[float | None, float | None]:
@@ -271,8 +275,7 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
         c, cid, status = r.get("correctness") or {}, str(r["id"]), str(r.get("status"))
         tol = {**DEFAULT_TOLERANCE, **(workloads.get(cid, {}).get("tolerance") or {})}
         errs = finite(c.get("max_absolute_error")), finite(c.get("max_relative_error"))
-        why = "" if status == Status.PASSED else str(r.get("log") or "")[:300]
-        out.append(CorrCase(cid, cid, dtype, "workload", status, *errs, *_tol(tol, "max_"), why))
+        out.append(CorrCase(cid, cid, dtype, "workload", status, *errs, *_tol(tol, "max_"), _why(r)))
     return tuple(out)
 
 
@@ -326,5 +329,7 @@ def read_records(path: Path, header: dict, files: dict[str, dict]) -> AttemptRec
             _contract(corr, bench),
             None if reg is None else from_json(RegressionVerdict, reg),
         )
+    except MalformedRecord as exc:  # a sample that is not one
+        raise MalformedRecord(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise MalformedRecord(f"unexpected content ({type(exc).__name__}: {exc})") from None
+        raise MalformedRecord(f"{path}: unexpected content ({type(exc).__name__}: {exc})") from None
