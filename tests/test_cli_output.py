@@ -446,21 +446,35 @@ def test_a_real_compile_error_shows_file_and_line_and_a_summary(tmp_path):
 
 
 def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
-    case = {
-        "id": "bench_cpu_64k-float32",
-        "verdict": "FAIL",
-        "baseline": {"p50": 21.9412},
-        "candidate": {"p50": 32.4437},
-        "p50_ratio": 1.479,
-        "p95_ratio": 3.229,
-        "first_batch": {"p_value": 5.3e-66, "significant": True},
-        "confirmation": {
-            "test": {"p_value": 4.3e-55, "significant": True, "ratio": 1.36},
-            "summary": {"overall": {"p50": 29.7712}},
-            "baseline": {"summary": {"overall": {"p50": 21.8906}}},
-        },
-    }
-    reg = {"verdict": "FAIL", "baseline_file": {"path": "baselines/x.json"}, "cases": [case], "reasons": []}
+    from mini_kv.judge import regression as rg
+    from mini_kv.stats import Slower, summarize_repeats
+    from mini_kv.status import Verdict
+
+    def runs(p50: float) -> tuple[list, object]:
+        return [[p50] * 5], summarize_repeats([[p50] * 5])
+
+    same_run = rg.SameRun(
+        "interleaved",
+        *runs(29.7712),
+        rg.Side(*runs(21.8906)),
+        Slower(1.36, 4.3e-55, True, True, True, (0, 0), (0, 0)),
+        None,
+        None,
+    )
+    case = rg.CaseVerdict(
+        "bench_cpu_64k-float32",
+        Verdict.FAIL,
+        (),
+        first_batch=Slower(1.479, 5.3e-66, True, True, True, (0, 0), (0, 0)),
+        confirmation=same_run,
+        baseline=rg.Times(21.9412, 22.0, 5),
+        candidate=rg.Times(32.4437, 33.0, 5),
+        p50_ratio=1.479,
+        p95_ratio=3.229,
+    )
+    reg = rg.RegressionVerdict(
+        Verdict.FAIL, (), rg.Thresholds(), cases=(case,), baseline_file={"path": "baselines/x.json"}
+    )
     console = Console(width=80, record=True, file=io.StringIO())
     report.print_regression(reg, console)
     text = console.export_text()

@@ -142,7 +142,7 @@ def test_report_prints_the_verdict_both_batches_and_the_reasons(tmp_path, baseli
     v = compare_to_baseline(baseline, header, bench, Confirm(12.0))
     v["baseline_file"] = {"path": "baselines/vector_add.json"}
     con = Console(record=True, width=200)
-    print_regression(v, con)
+    print_regression(from_json(RegressionVerdict, v), con)
     text = con.export_text()
     assert "regression vs baselines/vector_add.json: FAIL" in text
     assert "+20." in text and "significant" in text and "P50 12.0" in text
@@ -197,7 +197,7 @@ def test_unconfirmed_has_its_own_line_and_exit_code(tmp_path, baseline):
     header, bench = _attempt(tmp_path, seed=2, slowdown=1.2)
     v = compare_to_baseline(baseline, header, bench, None)
     con = Console(record=True, width=200)
-    print_regression(v, con)
+    print_regression(from_json(RegressionVerdict, v), con)
     text = con.export_text()
     assert "UNCONFIRMED" in text and "exit 8" in text and "too noisy to decide" in text
     assert code_of(v) == ExitCode.REGRESSION_UNCONFIRMED == 8
@@ -464,7 +464,7 @@ def test_verify_prints_baseline_notes_and_the_convention(tmp_path, baseline):
     _, bench = _attempt(tmp_path, seed=2)
     v = check_card_baseline(_card(tmp_path, None), {"key": ENV_KEY}, bench["cases"], "cpu")
     con = Console(record=True, width=200)
-    print_regression(v, con)
+    print_regression(from_json(RegressionVerdict, v), con)
     assert "regression vs baselines/vector_add.json (found by convention" in con.export_text()
 
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
 from mini_kv.model import JailRecord, WorkerResults
+from mini_kv.stats import Slower
 from mini_kv.status import BuildStatus, Status, Verdict
 from mini_kv.tables import Column, fitted_tables, num, verbose_details
 
@@ -403,24 +403,23 @@ def print_verify(result: VerifyResult, console: Console | None = None, verbose: 
         )
 
 
-def _batch(b: dict | None) -> str:
+def _batch(b: Slower | None) -> str:
     if not b:
         return "-"
-    return f"p={b['p_value']:.2g}, {'significant' if b['significant'] else 'not significant'}"
+    return f"p={b.p_value:.2g}, {'significant' if b.significant else 'not significant'}"
 
 
-def print_regression(verdict: RegressionVerdict, console: Console) -> None:
+def print_regression(reg: RegressionVerdict, console: Console) -> None:
     """The verdict against the baseline, one row per case, with both batches when a slowdown was seen."""
-    reg = to_json(verdict)  # regression.json's shape: the cases' timings as the store keeps them
     style = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.INCOMPARABLE: "yellow"}.get(
-        reg["verdict"], "red"
+        reg.verdict, "red"
     )
-    ref = reg.get("baseline_file") or {}
+    ref = reg.baseline_file or {}
     how = (
         " (found by convention: the card names no `baseline:`)" if ref.get("found_by") == "convention" else ""
     )
-    console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg['verdict']}[/]")
-    if reg["verdict"] == Verdict.UNCONFIRMED:
+    console.print(f"regression vs {ref.get('path', 'baseline')}{how}: [{style}]{reg.verdict}[/]")
+    if reg.verdict == Verdict.UNCONFIRMED:
         console.print(
             "  UNCONFIRMED (exit 8): the stored timings suggest a slowdown that same-run comparisons with "
             "the baseline's own code could not decide: too noisy to decide. Not a failure and not a pass: "
@@ -428,7 +427,7 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
             markup=False,
             soft_wrap=True,
         )
-    cases = [c for c in reg.get("cases", []) if "p50_ratio" in c]
+    cases = [c for c in reg.cases if c.p50_ratio is not None]
     if cases:
         heads = (
             "case | verdict | stored P50 | cand P50 | P50 Δ | P95 Δ | vs stored | same run: base / cand P50"
@@ -438,32 +437,28 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
         cols = [Column(c, "right" if c in numeric else "left") for c in heads]
         rows = []
         for c in cases:
-            conf = c.get("confirmation") or {}
-            p50 = lambda d: ((d.get("summary") or {}).get("overall") or {}).get("p50")  # noqa: E731
-            same = f"{p50(conf['baseline']):.2f} / {p50(conf):.2f}" if conf.get("baseline") else "-"
-            test = conf.get("test")
+            conf = c.confirmation
+            p50s = (conf.baseline.summary.overall.p50, conf.summary.overall.p50) if conf else ()
             rows.append(
                 [
-                    escape(c["id"]),
-                    c["verdict"],
-                    num(c["baseline"]["p50"], ".2f"),
-                    num(c["candidate"]["p50"], ".2f"),
-                    f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
-                    f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
-                    _batch(c.get("first_batch")),
-                    same,
-                    f"{(test['ratio'] - 1) * 100:+.1f}%, " + _batch(test)
-                    if test and "ratio" in test
-                    else "-",
+                    escape(c.id),
+                    c.verdict,
+                    num(c.baseline.p50, ".2f"),
+                    num(c.candidate.p50, ".2f"),
+                    f"{(c.p50_ratio - 1) * 100:+.1f}%",
+                    f"{(c.p95_ratio - 1) * 100:+.1f}%",
+                    _batch(c.first_batch),
+                    "{:.2f} / {:.2f}".format(*p50s) if conf else "-",
+                    f"{(conf.test.ratio - 1) * 100:+.1f}%, " + _batch(conf.test) if conf else "-",
                 ]
             )
         console.print(Group(*fitted_tables("regression (times in µs)", cols, rows, console.width)))
-        if any(c.get("first_batch") for c in cases):
+        if any(c.first_batch for c in cases):
             console.print(
                 "  vs stored: the candidate against the baseline's stored timings, only a screen; same "
                 "run: the baseline's own code rebuilt and timed with the candidate, interleaved. Only the "
                 "same run can FAIL, and only when a second same run agrees.",
                 markup=False,
             )
-    for reason in reg.get("reasons", []):
+    for reason in reg.reasons:
         console.print(f"  {reason}", markup=False)
