@@ -267,13 +267,15 @@ def _tol(tol: dict, prefix: str = "") -> tuple[float | None, float | None]:
     return finite(tol.get(f"{prefix}atol")), finite(tol.get(f"{prefix}rtol"))
 
 
-def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -> tuple[CorrCase, ...]:
+def _sol_corr(correctness: dict, definition: dict, attempt: Path) -> tuple[CorrCase, ...]:
+    lines = (attempt / "workload.jsonl").read_text().splitlines()
+    tols = {str(w.get("uuid")): w.get("tolerance") for w in map(json.loads, filter(str.strip, lines))}
     outs = (definition.get("outputs") or {}).values()
     dtype = "/".join(sorted({str(o.get("dtype")) for o in outs if isinstance(o, dict)})) or "-"
     out = []
     for r in correctness.get("cases") or []:
         c, cid, status = r.get("correctness") or {}, str(r["id"]), str(r.get("status"))
-        tol = {**DEFAULT_TOLERANCE, **(workloads.get(cid, {}).get("tolerance") or {})}
+        tol = {**DEFAULT_TOLERANCE, **(tols.get(cid) or {})}
         errs = finite(c.get("max_absolute_error")), finite(c.get("max_relative_error"))
         out.append(CorrCase(cid, cid, dtype, "workload", status, *errs, *_tol(tol, "max_"), _why(r)))
     return tuple(out)
@@ -305,21 +307,13 @@ class AttemptRecords:
     regression: RegressionVerdict | None
 
 
-def _workloads(path: Path, listed: set[str]) -> dict[str, dict]:
-    if "workload.jsonl" not in listed:
-        return {}
-    lines = (path / "workload.jsonl").read_text().splitlines()
-    return {str(w.get("uuid")): w for w in map(json.loads, filter(str.strip, lines))}
-
-
 def read_records(path: Path, header: dict, files: dict[str, dict]) -> AttemptRecords:
     """The records of an attempt that passed the store's checks (index.check_attempt: `header`, `files`),
     typed; MalformedRecord when they do not hold what they should."""
     try:
         bench, corr = files["benchmark.json"], files["correctness.json"]
         if header.get("format") == SOL_FORMAT:
-            listed = {f["path"] for f in header["files"]}
-            cases = _sol_corr(corr, files["definition.json"], _workloads(Path(path), listed))
+            cases = _sol_corr(corr, files["definition.json"], Path(path))
         else:
             cases = _card_corr(corr, files["task_card.json"].get("card") or {})
         reg = files.get("regression.json")
