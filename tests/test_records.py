@@ -16,7 +16,7 @@ from mini_kv.codec import from_json, to_json
 from mini_kv.load.schema import is_valid
 from mini_kv.model import WorkerResults
 from mini_kv.status import Status
-from mini_kv.store.attempts import read_attempt
+from mini_kv.store.attempts import AttemptInvalid, read_attempt
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index
 from mini_kv.store.jsonfile import RecordUnusable
@@ -24,6 +24,7 @@ from mini_kv.store.records import (
     CARD_FORMAT,
     SOL_FORMAT,
     BenchmarkRecord,
+    MalformedRecord,
     correctness_document,
     read_record,
 )
@@ -113,6 +114,20 @@ def test_v1_card_records_migrate_and_the_index_reads_them_as_before(tmp_path):
     assert result.problems == [] and result.attempts == 1
     ((row, cases),) = snapshot(art).values()
     assert row[6] == "INCORRECT" and cases == before[a.name][1]
+    # the typed records every reader uses read the version 1 files the same way
+    typed = check_attempt(a).records
+    assert [c.status for c in typed.correctness] == [Status.PASSED, Status.INCORRECT]
+    assert ("opcheck", Status.PASSED) in typed.contract
+    *timed, failed = typed.bench
+    assert (failed.id, failed.status, failed.reason, failed.candidate) == (
+        "bench_z",
+        Status.BENCHMARK_ERROR,
+        "boom",
+        None,
+    )
+    assert [(c.id, c.speedup, len(c.candidate.samples)) for c in timed] == [
+        (r.case_id, r.speedup, 5 * 100) for r in check_attempt(a).cases
+    ]
 
 
 def test_v1_contract_failure_becomes_failed_not_incorrect(tmp_path):
@@ -172,7 +187,30 @@ def test_the_h200_evidence_attempts_written_as_version_1_still_read(tmp_path):
     result = rebuild_index(art)
     assert result.problems == [] and result.attempts == len(dirs)
     for d in dirs:
-        assert check_attempt(d).header["status"] == read_attempt(d)["status"]
+        checked = check_attempt(d)
+        assert checked.header["status"] == read_attempt(d)["status"]
+        typed = checked.records  # the typed reading of version 1 records, as the report reads them
+        assert typed.correctness and {c.status for c in typed.correctness} <= {Status.PASSED, Status.SKIPPED}
+        assert all(c.atol is not None and c.rtol is not None for c in typed.correctness)
+        p50s = {r.case_id: r.p50_us for r in checked.cases}
+        assert p50s and {c.id: c.candidate.p50 for c in typed.bench if c.candidate} == p50s
         corr = read_record(d / "correctness.json")
         assert {c["status"] for c in corr["cases"]} <= {Status.PASSED, Status.SKIPPED}
         assert all(v == Status.PASSED for v in corr["summary"].get("contract", {}).values())
+
+
+def test_a_record_the_checks_pass_but_no_reader_can_read_is_refused_naming_the_attempt(tmp_path):
+    """A case's roofline rewritten to a string and the attempt resealed: the store's checks do not read the
+    roofline, the typed reading does, and refuses it (the report skips it, the API calls it INVALID)."""
+    a = make_attempt(tmp_path / "artifacts")
+
+    def junk(b: dict) -> dict:
+        return {**b, "cases": [{**b["cases"][0], "roofline": "fast"}, *b["cases"][1:]]}
+
+    _rewrite(a, "benchmark.json", junk)
+    _reseal(a)
+    checked = check_attempt(a)
+    with pytest.raises(MalformedRecord) as exc:
+        _ = checked.records
+    assert str(a) in str(exc.value) and "AttributeError" in str(exc.value)
+    assert isinstance(exc.value, AttemptInvalid)
