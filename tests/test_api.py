@@ -51,3 +51,25 @@ def test_empty_selection_and_unknown_options_are_errors():
         list(api.evaluate(PROBLEM, []))
     with pytest.raises(UserError, match="unknown option"):
         list(api.evaluate(PROBLEM, ["x.json"], device="cpu", no_such_option=1))
+
+
+def test_a_result_reads_the_stored_records_and_refuses_one_no_reader_can_read(tmp_path):
+    """Result.cases come from the store's typed records; a resealed record that passes the store's checks
+    but cannot be read (a case's roofline rewritten to a string) makes the result INVALID, naming it."""
+    import json
+    from types import SimpleNamespace
+
+    from test_index import make_attempt
+    from test_store_forgery import _reseal
+
+    a = make_attempt(tmp_path / "artifacts", status="INCORRECT")
+    out = SimpleNamespace(detail=None, attempt=str(a), candidate="v0", status="x", exit_code=1, kind="verify")
+    res = api._result(out, keep=False)
+    assert res.status == "INCORRECT" and [c.status for c in res.cases] == ["PASSED", "INCORRECT"]
+    assert res.reason == f"1 case(s) failed; first {res.cases[1].id}: INCORRECT"
+    bench = json.loads((a / "benchmark.json").read_text())
+    bench["cases"][0]["roofline"] = "fast"
+    (a / "benchmark.json").write_text(json.dumps(bench))
+    _reseal(a)
+    res = api._result(out, keep=False)
+    assert res.status == "INVALID" and res.cases == () and str(a) in res.reason
