@@ -69,6 +69,26 @@ def test_list_and_compare(store):
     assert same["sources"] == {"added": [], "removed": [], "changed": []}
 
 
+def test_compare_refuses_a_tampered_or_unreadable_attempt_with_one_line(tmp_path):
+    """Not a traceback: the store's reason, exit 2 (a benchmark.json edited after sealing; a roofline
+    rewritten to a string and resealed, which only the typed reading of the records catches)."""
+    from test_index import make_attempt
+    from test_store_forgery import _reseal
+
+    art = tmp_path / "artifacts"
+    a, b = make_attempt(art, seed=1), make_attempt(art, seed=2)
+    bench = json.loads((b / "benchmark.json").read_text())
+    bench["cases"][0]["roofline"] = "fast"
+    (b / "benchmark.json").write_text(json.dumps(bench))
+    _reseal(b)
+    res = _mk("attempts", "compare", a.name, b.name, "--artifacts", str(art), check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and str(b) in res.stderr
+    assert "unexpected content" in res.stderr
+    (b / "benchmark.json").write_text("{}")
+    res = _mk("attempts", "compare", a.name, b.name, "--artifacts", str(art), check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "(tampered or truncated)" in res.stderr
+
+
 @pytest.mark.slow
 def test_clean_keeps_the_newest_the_baseline_and_the_leaderboard(store, tmp_path):
     artifacts, first, older, other = store

@@ -104,14 +104,17 @@ def compare(a: Path, b: Path) -> AttemptDiff:
     """What differs between two attempts: their verdicts, sources, environment and per-case latency
     (medians and a two-sided Mann-Whitney U test on the raw samples). Both pass the store's checks."""
     from mini_kv import stats
+    from mini_kv.store.attempts import AttemptInvalid
     from mini_kv.store.index import check_attempt
 
-    # hashes and claims checked, as any reader of the store does; the records typed by the store
-    ca, cb = check_attempt(a), check_attempt(b)
+    try:  # hashes and claims checked, as any reader of the store does; the records typed by the store
+        ca, cb = check_attempt(a), check_attempt(b)
+        xa, xb = ({c.id: c.candidate.samples for c in x.records.bench if c.candidate} for x in (ca, cb))
+    except AttemptInvalid as exc:  # tampered, misplaced, unreadable: not compared
+        raise UserError(str(exc)) from None
     ra, rb = ca.row, cb.row
     sa, sb = _sources(ca.header), _sources(cb.header)
     ea, eb = (_flat(c.files.get("environment.json") or {}) for c in (ca, cb))
-    xa, xb = ({c.id: c.candidate.samples for c in x.records.bench if c.candidate} for x in (ca, cb))
     cases = []
     for cid in sorted(set(xa) & set(xb)):
         if not xa[cid] or not xb[cid]:
