@@ -10,10 +10,11 @@ import torch
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode
 from mini_kv.model import WorkerResults
+from mini_kv.settings import DEFAULT_TOLERANCE
 from mini_kv.solexec import traces
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.run import _case, exit_code, outcomes_from_results
-from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
+from mini_kv.solexec.workload import load_workloads
 from mini_kv.worker import compare, inputs
 from mini_kv.worker.compare import compare_matched
 from mini_kv.worker.explain import WrongReturn

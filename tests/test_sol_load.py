@@ -10,9 +10,10 @@ import pytest
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ConfigError
+from mini_kv.settings import DEFAULT_TOLERANCE
 from mini_kv.solexec.definition import load_definition
 from mini_kv.solexec.solution import load_solution
-from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
+from mini_kv.solexec.workload import load_workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems" / "sol-execbench"

@@ -342,8 +342,9 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     the card's function. Read back by the SOL loaders and the reference run on every workload before
     the command says it is done; nothing is left when a check fails."""
     from mini_kv.load.task_card import load_task_card
+    from mini_kv.settings import DEFAULT_TOLERANCE
     from mini_kv.solexec.definition import load_definition
-    from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
+    from mini_kv.solexec.workload import load_workloads
 
     project = Path(args.project).resolve()
     problem = load_task_card(Path(args.task).resolve(), project_root=project)
