@@ -148,7 +148,6 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project, stable_good):
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
-    env = {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     proc = run_cli(
         "bench",
         str(PROBLEM),
@@ -167,8 +166,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project, stable_good):
         "--max-p95-cv",
         "0.9",
         cwd=project,
-        env=env,
-    )
+    )  # in this process (conftest.run_cli): its piped console is wide enough for whole headers
     text = " ".join(proc.stdout.split())
     assert proc.returncode == ExitCode.REGRESSION, proc.stdout + proc.stderr
     assert "regression vs baselines/scale_mul.json: FAIL" in text and "regression (times in µs)" in text
@@ -188,7 +186,6 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project, stable_good):
         "--max-cv",
         "0.9",
         cwd=project,
-        env=env,
     )
     text = " ".join(proc.stdout.split())
     assert "regression vs baselines/scale_mul.json: INCOMPARABLE" in text and "suite_hash differs" in text, (
@@ -222,7 +219,6 @@ def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project, stable_good
         "--json",
         str(project / "lb.json"),
         cwd=project,
-        env={"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "250"},
     )
     assert proc.returncode == 0, proc.stderr
     board = json.loads((project / "lb.json").read_text())
