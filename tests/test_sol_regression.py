@@ -141,9 +141,7 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
 def test_the_cli_prints_the_regression_table_and_exits_6(project, stable_good):
     from conftest import run_cli
 
-    base = promote_baseline(
-        _with_stable_good(stable_good, project), project / "baselines" / "scale_mul.json"
-    )
+    base = promote_baseline(_with_stable_good(stable_good, project), project / "baselines" / "scale_mul.json")
     assert base.task_id == "scale_mul"
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
