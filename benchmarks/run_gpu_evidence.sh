@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: run_gpu_evidence.sh OUTDIR [STEP...]}"; shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile sweeps integrity concurrent)
+[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile sweeps integrity concurrent reference)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 failed=()
@@ -51,6 +51,7 @@ for step in "${steps[@]}"; do
         run_step integrity python benchmarks/integrity_cost.py --before "$MINI_KV_BEFORE_TREE" --out "$out/integrity_cost.json"
       else echo "=== integrity: skipped, MINI_KV_BEFORE_TREE not set"; fi ;;
     concurrent) run_step concurrent python benchmarks/concurrent_benches.py --count 4 --json "$out/concurrent_benches.json" ;;
+    reference) run_step reference python benchmarks/reference_reuse.py --device cuda --json "$out/reference_reuse.json" ;;
     *) echo "unknown step $step"; failed+=("$step(unknown)") ;;
   esac
 done

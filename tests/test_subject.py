@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from mini_kv.worker.integrity import Violation, check_output
 from mini_kv.worker.remote import (
     RemoteGuard,
     RemoteOp,
+    RemoteWorkload,
     SpotCheck,
     Subject,
     SubjectLost,
@@ -376,7 +378,6 @@ def test_an_unsealed_buffer_from_the_subject_is_refused():
     [
         ([100.0] * 10, 0.0012, "wallclock", True),  # 1 ms of calls in 1.2 ms
         ([1000.0] * 10, 0.005, "wallclock", False),  # 10 ms timed in a batch of 5 ms
-        ([25.0] * 100, 0.1, "wallclock", False),  # a 40th of 0.1 s claimed: the rest unaccounted for
         ([25.0] * 100, 0.1, "cupti", True),  # device time: flushes and syncs sit between the samples
         ([float("nan")] * 3, 1.0, "wallclock", False),
         ([-1.0] * 3, 1.0, "cupti", False),
@@ -390,6 +391,44 @@ def test_claimed_samples_the_judges_clock_rules_out_are_refused(samples, elapsed
     with pytest.raises(Violation) as v:
         check_claim(m, method, len(samples), elapsed_s)
     assert v.value.code == "IMPOSSIBLE_TIME"
+
+
+def _stalling_subject(fake_subject, stalls: int):
+    """A rotation whose subject claims 100 wall-clock samples of 25 us (2.5 ms) per batch and takes
+    0.1 s to answer each of its first `stalls` batches: stalled between its calls, as a loaded host does
+    now and then, or doing work outside them, as a cheat does every time."""
+    batches = []
+
+    def answer(msg):
+        if msg.get("request") != "measure":
+            return {"ok": True, "seq": msg["seq"]}
+        batches.append(msg)
+        time.sleep(0.003 + (0.1 if len(batches) <= stalls else 0.0))  # the 2.5 ms of calls, and the stall
+        return {
+            "ok": True,
+            "seq": msg["seq"],
+            "method": "wallclock",
+            "samples": [25.0] * 100,
+            "calls_per_sample": 1,
+            "pos": 0,
+        }
+
+    return RemoteWorkload(RemoteOp(fake_subject(answer), "candidate"), [[1.0]]), batches
+
+
+@pytest.mark.parametrize("stalls", [1, 2])
+def test_a_batch_stalled_between_its_calls_is_timed_again(fake_subject, stalls):
+    work, batches = _stalling_subject(fake_subject, stalls)
+    m = work.measure("wallclock", 100, "cpu", cold=False, launches=1)
+    assert m.samples == [25.0] * 100 and len(batches) == stalls + 1
+
+
+def test_gaps_in_every_batch_are_impossible_time(fake_subject):
+    work, batches = _stalling_subject(fake_subject, stalls=99)
+    with pytest.raises(Violation) as v:
+        work.measure("wallclock", 100, "cpu", cold=False, launches=1)
+    assert v.value.code == "IMPOSSIBLE_TIME" and "unaccounted for" in v.value.message
+    assert len(batches) == 3 and "in each of 3 batches" in v.value.message
 
 
 def test_another_count_or_method_than_asked_is_refused():

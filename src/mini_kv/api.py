@@ -9,12 +9,13 @@ solution is a solution.json path, an in-memory `Solution` (source strings, no fi
 task card, a candidate id of the card. Each one goes through the same pipeline as `mini-kv bench` /
 `mini-kv verify` (`pipeline.run_stages`: the same build cache, sandbox, worker, integrity checks and
 store), and its result is read back from the attempt the pipeline wrote, through the store's own
-checks (`store.index.record_for_attempt`), so a result here is exactly what `leaderboard` would rank.
+checks (`store.index.check_attempt`), so a result here is exactly what `leaderboard` would rank.
 With `store=False` the attempt is written to a temporary store and removed once read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -28,7 +29,7 @@ from mini_kv.errors import ExitCode, UserError
 
 if TYPE_CHECKING:
     from mini_kv.cluster.batch import ItemResult
-    from mini_kv.store.index import CaseRow
+    from mini_kv.store.index import CheckedAttempt
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,6 @@ def _solution_file(problem: Path, sol, tmp: Path) -> Path:
 
 
 def _options(cls, options: dict, **fixed):
-    import dataclasses
-
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -184,17 +183,18 @@ def _options(cls, options: dict, **fixed):
 def _result(out: ItemResult, keep: bool) -> Result:
     """The Result of one front door's run, read back from the attempt the pipeline stored."""
     from mini_kv.solexec.run import BenchResult
-    from mini_kv.store.index import AttemptInvalid, record_for_attempt
+    from mini_kv.store.index import AttemptInvalid, check_attempt
 
     sol = out.detail if isinstance(out.detail, BenchResult) else None
     attempt = Path(out.attempt) if out.attempt else None
-    row, case_rows, invalid = None, (), None
+    checked, invalid = None, None
     if attempt is not None and (attempt / "attempt.json").exists():
         try:
-            row, case_rows = record_for_attempt(attempt)
+            checked = check_attempt(attempt)
         except AttemptInvalid as exc:  # the store refuses it: so does the API
             invalid = str(exc)
-    cases = _cases(attempt, case_rows)
+    row = checked.row if checked else None
+    cases = _cases(checked)
     speedup = row.geomean_speedup if row else None
     return Result(
         solution=sol.solution if sol else out.candidate,
@@ -210,11 +210,12 @@ def _result(out: ItemResult, keep: bool) -> Result:
     )
 
 
-def _cases(attempt: Path | None, case_rows: tuple[CaseRow, ...]) -> tuple[CaseResult, ...]:
-    if attempt is None or not (attempt / "correctness.json").exists():
+def _cases(checked: CheckedAttempt | None) -> tuple[CaseResult, ...]:
+    """The cases of correctness.json as the store's checks read it, with their timings."""
+    if checked is None:
         return ()
-    timed = {r.case_id: r for r in case_rows}
-    records = json.loads((attempt / "correctness.json").read_text())["cases"]
+    timed = {r.case_id: r for r in checked.cases}
+    records = checked.files["correctness.json"]["cases"]
     return tuple(
         CaseResult(
             id=c["id"],

@@ -12,21 +12,12 @@ from typing import TYPE_CHECKING
 from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
-from mini_kv.tables import Column, fitted_tables
+from mini_kv.tables import Column, fitted_tables, num
 
 if TYPE_CHECKING:
     from mini_kv.store.index import AttemptRow
 
-LIST_COLUMNS = (
-    "attempt_id",
-    "candidate",
-    "status",
-    "device",
-    "stable",
-    "geomean_speedup",
-    "source",
-    "created_at",
-)
+LIST_COLUMNS = tuple("attempt_id candidate status device stable geomean_speedup source created_at".split())
 
 
 def cmd_list(args) -> int:
@@ -49,9 +40,7 @@ def cmd_list(args) -> int:
 
 
 def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return "-" if v is None else str(v)
+    return num(v, ".3f" if isinstance(v, float) else "")
 
 
 # ------------------------------------------------------------------------------------------- compare
@@ -68,7 +57,7 @@ def _attempt(spec: str, artifacts: Path) -> Path:
     return found[0]
 
 
-def _sources(attempt: Path, header: dict) -> dict[str, str]:
+def _sources(header: dict) -> dict[str, str]:
     """The candidate's files as the attempt holds them: relative path -> SHA-256 (from its manifest)."""
     keep = ("sources/", "solution.json")
     return {f["path"]: f["sha256"] for f in header["files"] if f["path"].startswith(keep)}
@@ -119,7 +108,7 @@ def compare(a: Path, b: Path) -> AttemptDiff:
 
     # hashes and claims checked, as any reader of the store does
     (ra, ha, fa), (rb, hb, fb) = ((c.row, c.header, c.files) for c in map(check_attempt, (a, b)))
-    sa, sb = _sources(a, ha), _sources(b, hb)
+    sa, sb = _sources(ha), _sources(hb)
     ea, eb = _flat(fa.get("environment.json") or {}), _flat(fb.get("environment.json") or {})
     ca = {c["id"]: c for c in (fa.get("benchmark.json") or {}).get("cases", [])}
     cb = {c["id"]: c for c in (fb.get("benchmark.json") or {}).get("cases", [])}

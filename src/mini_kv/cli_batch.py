@@ -8,9 +8,16 @@ import ast
 import json
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
-from mini_kv.cli_common import VERBOSE_HELP, BatchDisplay, console, err_console, task_id_of
+from mini_kv.cli_common import (
+    VERBOSE_HELP,
+    BatchDisplay,
+    add_reference_argument,
+    console,
+    err_console,
+)
 from mini_kv.cluster.batch import BENCH, VERIFY, ItemResult
 from mini_kv.errors import UserError
 
@@ -40,15 +47,13 @@ def keyword_matches(expr: str, name: str) -> bool:
 
 def _last_status(item) -> str | None:
     """The status of the item's newest stored attempt, or None when it has none."""
+    from mini_kv.cluster.batch import item_key
+    from mini_kv.model import safe_name
     from mini_kv.store.index import read_index
 
-    if item.kind == VERIFY:
-        task, cand = item.label.split("/", 1)
-    else:
-        task, cand = (
-            task_id_of(item.target, "PROBLEM_DIR"),
-            json.loads(Path(item.opts.solution).read_text())["name"],
-        )
+    _, task, cand = item_key(item)
+    if item.kind == BENCH:  # the store knows a SOL problem and solution by their directory-safe names
+        task, cand = safe_name(task), safe_name(cand)
     try:
         rows, _ = read_index(Path(item.store), "task_id = ? AND candidate = ?", (task, cand))
     except UserError:  # no index yet: nothing ran before
@@ -248,6 +253,8 @@ def cmd_batch(args) -> int:
     from mini_kv.cluster.manifest import load_manifest
 
     items = load_manifest(args.manifest, args.artifacts)
+    if args.interleave_reference:  # for every item, whatever its entry's options say
+        items = [replace(it, opts=replace(it.opts, interleave_reference=True)) for it in items]
     for store in sorted({item.store for item in items}):
         check_store_writable(Path(store))
     results = run_items(items, placement_from(args), args.results, args.resume, args)
@@ -300,6 +307,7 @@ def register(sub) -> None:
     add_resume_argument(b, "--results")
     add_junit_argument(b)
     add_selection_arguments(b)
+    add_reference_argument(b)
     cluster.add_arguments(b)
     b.set_defaults(func=cmd_batch)
 

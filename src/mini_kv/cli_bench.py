@@ -10,15 +10,14 @@ from pathlib import Path
 from mini_kv.cli_batch import add_junit_argument, add_resume_argument, add_selection_arguments
 from mini_kv.cli_common import (
     VERBOSE_HELP,
-    add_integrity_arguments,
-    add_sandbox_argument,
+    add_reference_argument,
     artifacts_dir,
     console,
     console_entry,
     options_from,
     run_command,
 )
-from mini_kv.errors import ExitCode
+from mini_kv.errors import ExitCode, UserError
 from mini_kv.settings import DEFAULTS
 
 
@@ -43,21 +42,7 @@ def add_arguments(p) -> None:
     add_junit_argument(p)
     add_selection_arguments(p)
     p.add_argument("--json", action="store_true", help="print the traces as JSONL instead of the table")
-    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--keep-staging", action="store_true", help="keep the staged sources and worker log")
-    p.add_argument(
-        "--compile-timeout",
-        type=checks.positive_float,
-        default=DEFAULTS.compile_s,
-        help=f"seconds for a C++ build (default {DEFAULTS.compile_s:g})",
-    )
-    p.add_argument(
-        "--timeout",
-        type=checks.positive_float,
-        default=DEFAULTS.sol_timeout_s,
-        help=f"seconds per workload, correctness rounds and timing together (default {DEFAULTS.sol_timeout_s:g})",
-    )
-    p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument(
         "--rounds",
         type=checks.positive_int,
@@ -77,57 +62,48 @@ def add_arguments(p) -> None:
         help="timed repeats, candidate and reference alternating "
         f"first (default {DEFAULTS.sol_repeats}; with one, the first side alternates across workloads)",
     )
-    p.add_argument(
-        "--samples",
-        type=checks.positive_int,
-        help="a fixed count of timed calls per repeat (default: adaptive, until the median's 95%% CI is "
-        "within --target-rel-ci; docs/benchmarking.md)",
-    )
-    add_sampling_arguments(
-        p, "seconds per workload for correctness rounds and timing together", with_correctness=True
-    )
-    p.add_argument(
-        "--method",
-        default="auto",
-        choices=["auto", "cupti", "graph", "events", "wallclock"],
-        help="timing method (auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)",
-    )
-    p.add_argument("--l2", choices=["hot", "cold"], help="L2 state (default: cold on CUDA, as upstream)")
-    p.add_argument(
-        "--max-cv",
-        type=checks.fraction,
-        default=DEFAULTS.max_cv,
-        help=f"stability gate: max robust CV of the P50s (fraction, default {DEFAULTS.max_cv}; a baseline must be stable)",
-    )
-    p.add_argument(
-        "--max-p95-cv",
-        type=checks.fraction,
-        default=DEFAULTS.max_p95_cv,
-        help=f"stability gate on the P95s (default {DEFAULTS.max_p95_cv})",
-    )
-    p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
-    p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
-    p.add_argument(
-        "--memory-limit", type=checks.positive_float, metavar="GB", help="address-space cap of a CPU worker"
-    )
-    add_sandbox_argument(p)
-    add_integrity_arguments(p, sol=True)
+    add_run_arguments(p, sol=True)
 
 
-def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) -> None:
-    """The adaptive-sampling and give-up options both front doors share (verify and bench);
-    `with_correctness`: the budget covers SOL's correctness rounds too (settings.sol_budget_factor)."""
-    factor = DEFAULTS.sol_budget_factor if with_correctness else 1.0
-    budget_defaults = (
-        f"{DEFAULTS.cuda.budget_s * factor:g} on CUDA, {DEFAULTS.cpu.budget_s * factor:g} on CPU"
-    )
+def add_run_arguments(p, sol: bool) -> None:
+    """The options verify and bench (`sol`) both take. A task card carries its own timing settings, so
+    verify's default is None (settings.py: the card's, else the default); bench's is the default.
+    docs/integrity.md says what --sandbox and the integrity options defend against."""
     from mini_kv import cli_checks as checks
     from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
 
+    def default(value):
+        return value if sol else None
+
+    card = "" if sol else "the card's, else "
+
+    def setting(flag: str, parse, value: float, what: str) -> None:
+        """An option whose default is a setting of settings.py."""
+        p.add_argument(flag, type=parse, default=default(value), help=f"{what} (default: {card}{value:g})")
+
+    # a SOL workload's budget also covers its correctness rounds (settings.sol_budget_factor)
+    factor = DEFAULTS.sol_budget_factor if sol else 1.0
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    p.add_argument("--device", type=checks.device, help="cpu, cuda or cuda:N (default: cuda when available)")
+    setting("--compile-timeout", checks.positive_float, DEFAULTS.compile_s, "seconds for the build")
+    if sol:
+        what = "seconds per workload, correctness rounds and timing together"
+        setting("--timeout", checks.positive_float, DEFAULTS.sol_timeout_s, what)
+    else:
+        setting("--timeout", checks.positive_float, DEFAULTS.case_s, "seconds per case")
+    p.add_argument(
+        "--samples",
+        type=checks.positive_int,
+        help=f"a fixed count of timed calls per repeat (default: {card}adaptive, until the median's 95%% CI "
+        "is within --target-rel-ci; docs/benchmarking.md)",
+    )
     p.add_argument(
         "--budget",
         type=checks.positive_float,
-        help=f"{budget_what} (default: {budget_defaults}; at most half of --timeout)",
+        help="seconds per "
+        + ("workload for correctness rounds and timing together" if sol else "bench case, warm-up and timing")
+        + f" (default: {DEFAULTS.cuda.budget_s * factor:g} on CUDA, "
+        f"{DEFAULTS.cpu.budget_s * factor:g} on CPU; at most half of --timeout)",
     )
     p.add_argument(
         "--target-rel-ci",
@@ -142,6 +118,66 @@ def add_sampling_arguments(p, budget_what: str, with_correctness: bool = False) 
         metavar="K",
         help=f"after K TIMEOUTs in a row, record the remaining cases NOT_RUN (default {DEFAULT_GIVE_UP_AFTER}; "
         "0: never)",
+    )
+    p.add_argument(
+        "--method",
+        default=default("auto"),
+        choices=["auto", "cupti", "graph", "events", "wallclock"],
+        help=f"timing method (default: {card}auto: cupti on CUDA, falling back to graph, events; wallclock on CPU)",
+    )
+    p.add_argument(
+        "--l2",
+        choices=["hot", "cold"],
+        help="L2 cache state for timing, cold: flush + fresh inputs (default: "
+        + ("cold on CUDA, as upstream)" if sol else f"the card's, else {DEFAULTS.l2})"),
+    )
+    setting(
+        "--max-cv", checks.fraction, DEFAULTS.max_cv, "stability gate: max robust CV of the P50s, a fraction"
+    )
+    what = "stability gate: max robust CV of the candidate's P95s, a fraction"
+    setting("--max-p95-cv", checks.fraction, DEFAULTS.max_p95_cv, what)
+    p.add_argument("--seed-salt", help="reuse a recorded seed salt (default: a fresh secret per run)")
+    p.add_argument("--artifacts", help="artifact store for the attempt (default: <project>/artifacts)")
+    p.add_argument(
+        "--memory-limit",
+        dest="memory_limit_gb",
+        type=checks.positive_float,
+        metavar="GB",
+        help="address-space cap of a CPU worker (default: half the machine's memory)",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="the jail around candidate code and its build: auto (default: every layer this machine "
+        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
+        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
+        "see docs/security.md",
+    )
+    p.add_argument(
+        "--require-own-kernels",
+        action="store_true",
+        default=DEFAULTS.require_own_kernels,
+        help="refuse a candidate whose calls ran only library kernels (aten ops on CPU, cuBLAS/aten/cuDNN "
+        "kernels on CUDA) and none of its own: LIBRARY_DELEGATION, a REWARD_HACK (docs/integrity.md)",
+    )
+    add_reference_argument(p)
+    if not sol:
+        return
+    p.add_argument(
+        "--extra-workloads",
+        type=checks.nonnegative_int,
+        default=DEFAULTS.extra_workloads,
+        metavar="N",
+        help="also run N unseen workloads drawn from the definition's var axes (within the shipped "
+        "workloads' range), so a solution specialised to the shipped shapes meets others; recorded in "
+        f"the attempt (default {DEFAULTS.extra_workloads})",
+    )
+    p.add_argument(
+        "--extra-workloads-seed",
+        type=checks.nonnegative_int,
+        default=DEFAULTS.extra_workloads_seed,
+        metavar="SEED",
+        help=f"the seed --extra-workloads draws with (default {DEFAULTS.extra_workloads_seed}; recorded)",
     )
 
 
@@ -158,13 +194,7 @@ def cmd_bench(args) -> int:
     mode = jail.mode_from(args.sandbox, jail.project_setting(Path.cwd()))
     jail.resolve(mode)  # --sandbox required on a machine without every layer: exit 2 now
     for solution in args.solution:
-        opts = options_from(
-            BenchOptions,
-            args,
-            solution=solution,
-            memory_limit_gb=args.memory_limit,
-            sandbox=mode,
-        )
+        opts = options_from(BenchOptions, args, solution=solution, sandbox=mode)
         label = f"{args.problem_dir or 'bench'}:{solution}"
         items.append(Item(BENCH, label, args.problem_dir, None, opts, str(_check_outputs(args, opts))))
     results = run_items(items, where, args.output, getattr(args, "resume", False), args)
@@ -192,7 +222,6 @@ def _check_outputs(args, opts) -> Path:
     """The attempt store (returned) and the -o file's directory must be writable before anything is built
     or run."""
     from mini_kv.cli_checks import check_store_writable, store_write_problem
-    from mini_kv.errors import UserError
     from mini_kv.solexec.run import bench_project_root
 
     store = artifacts_dir(args, bench_project_root(opts))

@@ -3,9 +3,10 @@ exit-code mapping of a command's errors. It imports no command module, so each o
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -47,8 +48,6 @@ def progress_line(line: str) -> None:
 
 
 def selected_candidates(card, requested: list[str]) -> list:
-    import fnmatch
-
     if not requested:
         return [card.candidate(card.default_candidate)]
     out = []
@@ -66,8 +65,6 @@ def selected_candidates(card, requested: list[str]) -> list:
 
 def options_from(cls, args, **given):
     """The options dataclass `cls` from the parsed `args` of the same names, `given` for the others."""
-    import dataclasses
-
     names = {f.name for f in dataclasses.fields(cls)} - set(given)
     return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
 
@@ -116,21 +113,14 @@ class BatchDisplay:
     a terminal; a finished item is then one plain line (progress_line)."""
 
     def __init__(self, total: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich import progress as rp
 
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
+        self.progress = rp.Progress(
+            rp.SpinnerColumn(),
+            rp.TextColumn("{task.description}"),
+            rp.BarColumn(),
+            rp.MofNCompleteColumn(),
+            rp.TimeElapsedColumn(),
             console=err_console,
             transient=True,
         )
@@ -213,50 +203,19 @@ def task_id_of(spec: str, flag: str) -> str:
             raise ConfigError(str(p / "definition.json"), flag, f"unreadable definition ({exc})") from None
         if not isinstance(name, str):
             raise ConfigError(str(p / "definition.json"), "name", "a string: the problem's name")
-        # the task id `bench` stores a problem under: its name made directory-safe
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+        from mini_kv.model import safe_name
+
+        return safe_name(name)  # the task id `bench` stores a problem under
     return spec
 
 
-def add_integrity_arguments(p, sol: bool) -> None:
-    """The integrity options beside --sandbox: --require-own-kernels (verify and bench) and, for bench
-    (`sol`), --extra-workloads and its seed. docs/integrity.md says what each defends against."""
-    from mini_kv import cli_checks as checks
-
+def add_reference_argument(p) -> None:
+    """--interleave-reference (verify and bench with several candidates or solutions, batch)."""
     p.add_argument(
-        "--require-own-kernels",
+        "--interleave-reference",
         action="store_true",
-        default=DEFAULTS.require_own_kernels,
-        help="refuse a candidate whose calls ran only library kernels (aten ops on CPU, cuBLAS/aten/cuDNN "
-        "kernels on CUDA) and none of its own: LIBRARY_DELEGATION, a REWARD_HACK (docs/integrity.md)",
-    )
-    if not sol:
-        return
-    p.add_argument(
-        "--extra-workloads",
-        type=checks.nonnegative_int,
-        default=DEFAULTS.extra_workloads,
-        metavar="N",
-        help="also run N unseen workloads drawn from the definition's var axes (within the shipped "
-        "workloads' range), so a solution specialised to the shipped shapes meets others; recorded in "
-        f"the attempt (default {DEFAULTS.extra_workloads})",
-    )
-    p.add_argument(
-        "--extra-workloads-seed",
-        type=checks.nonnegative_int,
-        default=DEFAULTS.extra_workloads_seed,
-        metavar="SEED",
-        help=f"the seed --extra-workloads draws with (default {DEFAULTS.extra_workloads_seed}; recorded)",
-    )
-
-
-def add_sandbox_argument(p) -> None:
-    """--sandbox, as verify and bench take it (mini_kv.jail.mode_from reads it)."""
-    p.add_argument(
-        "--sandbox",
-        choices=("auto", "required", "off"),
-        help="the jail around candidate code and its build: auto (default: every layer this machine "
-        "allows, a warning names what is missing), required (exit 2 unless every layer is active), off "
-        "(recorded); also $MINI_KV_SANDBOX and [tool.mini-kv] sandbox in the project's pyproject.toml; "
-        "see docs/security.md",
+        default=DEFAULTS.interleave_reference,
+        help="in a batch, time the reference beside every solution, interleaved, as a single run does, "
+        "instead of once per case and device with a short drift re-check for the later solutions; also "
+        "$MINI_KV_INTERLEAVE_REFERENCE=1 (docs/benchmarking.md)",
     )

@@ -14,6 +14,7 @@ import importlib
 import inspect
 import json
 import re
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -83,21 +84,27 @@ def _case(spec: str) -> CaseSpec:
     return CaseSpec(case_id, params)
 
 
-def _tensor_params(reference, sample: tuple) -> list[str]:
-    """The reference's parameter names for the factory's tensors (a0, a1, ... where it takes *args)."""
-    import torch
-
-    if not all(isinstance(a, torch.Tensor) for a in sample):
-        raise UserError(
-            "the input factory returned non-tensor arguments; the scaffold declares a schema of tensors "
-            "only (edit the card's op and the schema by hand for scalars)"
-        )
+def _param_names(reference, count: int) -> list[str]:
+    """The reference's first `count` positional parameter names (a0, a1, ... where it takes *args)."""
     names = [
         p.name
         for p in inspect.signature(reference).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    return names[: len(sample)] if len(names) >= len(sample) else [f"a{i}" for i in range(len(sample))]
+    ][:count]
+    return names if len(names) == count else [f"a{i}" for i in range(count)]
+
+
+def _import_from(project: Path, *specs: str) -> list:
+    """`module:function`s imported from the project, as the loader imports a card's."""
+    from mini_kv.worker.inputs import import_path
+
+    sys.path.insert(0, str(project))
+    try:
+        return [import_path(spec) for spec in specs]
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UserError(f"{', '.join(specs)}: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.remove(str(project))
 
 
 def _try_cases(reference, factory, cases: list[CaseSpec], dtypes: list[str]) -> list[str]:
@@ -119,14 +126,18 @@ def _try_cases(reference, factory, cases: list[CaseSpec], dtypes: list[str]) -> 
                     f"case {case.id} ({dtype}): the reference returned {type(out).__name__}; a task "
                     "card's reference returns one torch.Tensor"
                 )
-            names = _tensor_params(reference, tuple(args))
+            if not all(isinstance(a, torch.Tensor) for a in args):
+                raise UserError(
+                    "the input factory returned non-tensor arguments; the scaffold declares a schema of "
+                    "tensors only (edit the card's op and the schema by hand for scalars)"
+                )
+            names = _param_names(reference, len(args))
     return names
 
 
 def scaffold_card(args) -> tuple[Path, Path]:
     """Write the card and the candidate; both paths. Nothing is written when a check fails."""
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.worker.inputs import import_path
 
     if not _ID.match(args.id):
         raise ConfigError("ID", args.id, "lower case letters, digits and _, starting with a letter")
@@ -141,14 +152,7 @@ def scaffold_card(args) -> tuple[Path, Path]:
     if unknown:
         raise ConfigError("--dtype", ",".join(unknown), f"one of {sorted(DEFAULT_TOLERANCES)}")
     cases = [_case(c) for c in args.case]
-
-    sys.path.insert(0, str(project))  # the project's modules, as the loader imports them
-    try:
-        reference, factory = import_path(args.reference), import_path(args.inputs)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UserError(f"--reference/--inputs: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.path.remove(str(project))
+    reference, factory = _import_from(project, args.reference, args.inputs)
     names = _try_cases(reference, factory, cases, dtypes)
     namespace = f"{args.id}_v0"
     card = {
@@ -241,9 +245,7 @@ def _sol_value(name: str, value, file: str):
     """A factory's argument or a reference's output: a tensor, or a Python scalar (a SOL scalar input)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (torch.Tensor, bool, int, float)):
         return value
     raise ConfigError(file, name, f"a tensor or a Python number, got {type(value).__name__}")
 
@@ -256,16 +258,9 @@ def _run_cases(problem, cases: list, project: Path) -> tuple[list[str], list, li
     """The reference's parameter names; each case with its inputs (the card's factory, on CPU) and the
     reference's outputs on them, for the cases whose tensors have the most common ranks (one SOL
     definition names each dim once); the ids of the others."""
-    from mini_kv.worker.inputs import import_path, make_case_inputs
+    from mini_kv.worker.inputs import make_case_inputs
 
-    sys.path.insert(0, str(project))
-    try:
-        reference, factory = (
-            import_path(problem.operator["reference"]),
-            import_path(problem.operator["inputs"]),
-        )
-    finally:
-        sys.path.remove(str(project))
+    reference, factory = _import_from(project, problem.operator["reference"], problem.operator["inputs"])
     runs = []
     for i, case in enumerate(cases):
         args = make_case_inputs(factory, case.params, case.dtype, "cpu", i)
@@ -281,13 +276,7 @@ def _run_cases(problem, cases: list, project: Path) -> tuple[list[str], list, li
     ranks = Counter(_rank(v) for _, v, _ in runs).most_common(1)[0][0]
     kept = [(c, v[:n], v[n:]) for c, v, n in runs if _rank(v) == ranks]
     left = [c.id for c, v, _ in runs if _rank(v) != ranks]
-    n_args = len(kept[0][1])
-    names = [
-        p.name
-        for p in inspect.signature(reference).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ][:n_args]
-    return (names if len(names) == n_args else [f"a{i}" for i in range(n_args)]), kept, left
+    return _param_names(reference, len(kept[0][1])), kept, left
 
 
 @dataclass(frozen=True)
@@ -352,11 +341,9 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     kept), its tolerance the card's for that dtype; the reference is the card's module, its `run` calling
     the card's function. Read back by the SOL loaders and the reference run on every workload before
     the command says it is done; nothing is left when a check fails."""
-    import shutil
-
     from mini_kv.load.task_card import load_task_card
     from mini_kv.solexec.definition import load_definition
-    from mini_kv.solexec.workload import load_workloads
+    from mini_kv.solexec.workload import DEFAULT_TOLERANCE, load_workloads
 
     project = Path(args.project).resolve()
     problem = load_task_card(Path(args.task).resolve(), project_root=project)
@@ -369,8 +356,8 @@ def scaffold_sol(args) -> tuple[Path, list[str]]:
     definition = _sol_definition(problem, dtype, names, runs, inspect.getsource(module))
     tol = problem.tolerances.get(dtype, {})
     tolerance = {
-        "max_atol": tol.get("atol", 1e-2),
-        "max_rtol": tol.get("rtol", 1e-2),
+        "max_atol": tol.get("atol", DEFAULT_TOLERANCE["max_atol"]),
+        "max_rtol": tol.get("rtol", DEFAULT_TOLERANCE["max_rtol"]),
         "required_matched_ratio": 1.0,
     }
     shutil.rmtree(out, ignore_errors=True)

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, options_from, selected_candidates
-from mini_kv.errors import ExitCode
+from mini_kv.codec import to_json
+from mini_kv.errors import ExitCode, UserError
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import ProfileStatus
+from mini_kv.tables import num
 
 if TYPE_CHECKING:
     from mini_kv.profile.ab import ABTiming
@@ -30,8 +32,6 @@ def _fmt_summary(s: dict) -> str:
 
 def cmd_profile(args) -> int:
     from mini_kv.cli_checks import check_store_writable
-    from mini_kv.codec import to_json
-    from mini_kv.errors import UserError
     from mini_kv.load.task_card import load_task_card
     from mini_kv.profile.capture import ProfileOptions, profile_candidate
 
@@ -98,7 +98,6 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
         console.print(t)
 
     ratio = lambda x: "" if x is None else f"{x:.3g}x"  # noqa: E731
-    two = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     show(
         "Nsight Compute: what explains the difference",
         ("metric", "A", "B", "B/A"),
@@ -107,7 +106,7 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
     show(
         "top warp stall reasons (warps stalled per issue-active cycle)",
         ("stall reason", "A", "B"),
-        ((r.reason, two(r.A), two(r.B)) for r in result.stalls),
+        ((r.reason, num(r.A, ".2f"), num(r.B, ".2f")) for r in result.stalls),
     )
     if not timing.ran:
         console.print(f"A/B timing: not run: {timing.reason}", soft_wrap=True)
@@ -124,7 +123,6 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
 
 
 def cmd_compare_profiles(args) -> int:
-    from mini_kv.codec import to_json
     from mini_kv.profile.ab import ABTiming, run_ab
     from mini_kv.profile.compare import compare
     from mini_kv.store.atomic import write_json

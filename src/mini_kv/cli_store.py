@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from mini_kv.cli_common import artifacts_dir, console, err_console, task_id_of
-from mini_kv.errors import ExitCode
+from mini_kv.codec import to_json
+from mini_kv.errors import ExitCode, UserError
 
 
 def print_problems(problems, err_console) -> None:
@@ -37,24 +38,11 @@ def cmd_promote_baseline(args) -> int:
     return ExitCode.OK
 
 
-def _check_rebuildable(artifacts: Path, what: str) -> None:
-    """Rebuilding writes the index and takes its lock: refuse a store this user cannot write, up front."""
-    from mini_kv.cli_checks import store_write_problem
-    from mini_kv.errors import UserError
-
-    problem = store_write_problem(artifacts)
-    if problem:
-        raise UserError(
-            f"{what}: cannot write the index in the artifact store {artifacts}: {problem}. "
-            "Run it where the store is writable (or make it so)"
-        )
-
-
 def cmd_rebuild_index(args) -> int:
-    from mini_kv.codec import to_json
+    from mini_kv.cli_checks import check_store_writable
     from mini_kv.store.index import rebuild_index
 
-    _check_rebuildable(artifacts_dir(args), "rebuild-index")
+    check_store_writable(artifacts_dir(args))  # rebuilding writes the index and takes its lock
     result = rebuild_index(artifacts_dir(args))
     if args.json:
         print(
@@ -84,7 +72,6 @@ def _known_tasks(artifacts: Path) -> list[str]:
 def _check_leaderboard_args(args, artifacts: Path) -> None:
     """A read-only store can be read, not rebuilt; the export files must be writable. All before anything is read or written."""
     from mini_kv.cli_checks import store_write_problem
-    from mini_kv.errors import UserError
     from mini_kv.store.index import index_path, store_read_only
 
     if not artifacts.is_dir():
@@ -109,12 +96,8 @@ def cmd_leaderboard(args) -> int:
 
     artifacts = artifacts_dir(args)
     if args.target and args.task:
-        from mini_kv.errors import UserError
-
         raise UserError(f"leaderboard: give the task once, as TARGET ({args.target}) or --task ({args.task})")
-    if (
-        args.target or args.task
-    ):  # a task card or problem directory names its task, as `verify`/`bench` took it
+    if args.target or args.task:  # a task card or problem directory names its task, as verify/bench took it
         args.task = task_id_of(args.target or args.task, "TARGET" if args.target else "--task")
     _check_leaderboard_args(args, artifacts)
     if store_read_only(artifacts):
@@ -128,10 +111,8 @@ def cmd_leaderboard(args) -> int:
         artifacts, task=args.task, rebuild=args.rebuild, require_signed=args.require_signed
     )
     print_problems(board.problems, err_console)
-    if args.task and not board.groups and args.task not in _known_tasks(artifacts):
-        from mini_kv.errors import UserError
-
-        known = _known_tasks(artifacts)
+    known = _known_tasks(artifacts) if args.task and not board.groups else []
+    if args.task and not board.groups and args.task not in known:
         raise UserError(
             f"--task {args.task}: no attempt of this task in {artifacts}; tasks with attempts: "
             + (", ".join(known) or "none")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,16 +24,15 @@ from mini_kv.store.atomic import write_bytes, write_json
 from mini_kv.store.attempts import AttemptInvalid, AttemptTampered
 from mini_kv.store.index import (
     ATTEMPT_COLUMNS,
-    CASE_COLUMNS,
     STAYS_OUT,
     AttemptRow,
     CaseRow,
     Problem,
+    check_attempt,
     index_path,
     read_index,
     read_tampered,
     rebuild_index,
-    record_for_attempt,
 )
 
 LEADERBOARD_SCHEMA_VERSION = 1
@@ -157,9 +155,7 @@ def _latest_valid(
         try:
             real, real_cases = checked_row(artifacts, row, cases.get(row.attempt_id, ()))
         except AttemptInvalid as exc:
-            msg = str(exc)
-            msg = msg[len(str(path)) + 2 :] if msg.startswith(f"{path}: ") else msg
-            problems.append(Problem(str(path), getattr(exc, "kind", "invalid"), msg))
+            problems.append(Problem(str(path), exc.kind, str(exc).removeprefix(f"{path}: ")))
             continue
         state = signature_state(signing_key, real.signed_by)
         if require_signed and state != signing.Signature.VALID:
@@ -195,7 +191,7 @@ def _ranked_groups(latest: list[tuple[tuple, Entry]]) -> tuple[Group, ...]:
 
 
 def signature_state(key: signing.SigningKey | None, signed_by: str | None) -> signing.Signature:
-    """The signature state of a row that checked_row has just re-derived: record_for_attempt refused
+    """The signature state of a row that checked_row has just re-derived: check_attempt refused
     an attempt whose signature does not hold under `key`, so a row signed with `key` is VALID."""
     if signed_by is None:
         return signing.Signature.UNSIGNED
@@ -247,22 +243,19 @@ def checked_row(
             f"{path}: TAMPERED {db.name}: the row cites an attempt directory that does not exist; " + REDERIVE
         )
     try:
-        real_row, real_cases = record_for_attempt(path)
+        checked = check_attempt(path)
     except OSError as exc:
         raise AttemptInvalid(f"{path}: could not be read ({exc})") from None
+    real_row, real_cases = checked.row, checked.cases
     if real_row.attempt_sha256 != row.attempt_sha256:
         raise AttemptTampered(
             f"{path}: TAMPERED attempt.json: rewritten after it was indexed (its SHA-256 is not "
             f"the one {db.name} recorded); {STAYS_OUT}"
         )
-    wrong = [c for c in ATTEMPT_COLUMNS if not _same(getattr(row, c), getattr(real_row, c))]
+    # values as sqlite gives them back: an int where a float was stored compares equal, text never does
+    wrong = [c for c in ATTEMPT_COLUMNS if getattr(row, c) != getattr(real_row, c)]
     key = lambda c: str(c.case_id)  # noqa: E731
-    mine = sorted(cases, key=key)
-    if len(mine) != len(real_cases) or any(
-        not _same(getattr(a, k), getattr(b, k))
-        for a, b in zip(mine, sorted(real_cases, key=key), strict=False)
-        for k in CASE_COLUMNS
-    ):
+    if sorted(cases, key=key) != sorted(real_cases, key=key):
         wrong.append("bench_cases")
     if wrong:
         said = getattr(row, wrong[0], cases)
@@ -276,19 +269,6 @@ def checked_row(
 
 def _plain_name(name: str) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\\" not in name and "\0" not in name
-
-
-def _same(a, b) -> bool:
-    if type(a) is not type(b) and not (
-        isinstance(a, (int, float))
-        and isinstance(b, (int, float))
-        and not isinstance(a, bool)
-        and not isinstance(b, bool)
-    ):
-        return False
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return a == b
 
 
 def why_nothing_ranked(artifacts: Path, board: Board) -> str:

@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from mini_kv.environment import Environment
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
-from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults
+from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, from_environment
 from mini_kv.status import BuildStatus, Status
@@ -30,6 +31,7 @@ from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
 from mini_kv.store.records import CARD_FORMAT, BenchmarkRecord, correctness_document
 from mini_kv.worker import bandwidth
+from mini_kv.worker import reference as refs
 from mini_kv.worker.jobs import CardJob, Job
 
 
@@ -56,6 +58,7 @@ class VerifyOptions:
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
     give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
     require_own_kernels: bool = DEFAULTS.require_own_kernels  # LIBRARY_DELEGATION unless own kernels ran
+    interleave_reference: bool = DEFAULTS.interleave_reference  # in a batch too (no reference reuse)
 
 
 def benchmark_settings(
@@ -302,19 +305,79 @@ class FrontDoor(Protocol):
         return None  # its header keys
 
     def evaluated(self) -> Evaluated: ...
+    def reference_digest(self) -> str: ...  # the reference's code (ReferenceCache's key)
     def source_dir(self) -> Path | None: ...  # the candidate's directory, whose git commit is recorded
     def write_files(self, w: AttemptWriter, built: Built, out: Outcome) -> None: ...
     def close(self) -> None:
         return None
 
 
+# ------------------------------------------------------------------ the reference's timing in a batch
+
+
+class ReferenceCache:
+    """The full timings of the reference side of a batch's cases (worker/reference.py), kept here in the
+    parent, by everything that makes a reference's timing comparable (`key`). Filled only from the
+    records the judge signed, of attempts that PASSED (a candidate caught tampering with the harness or
+    the timing leaves nothing behind); the subject, the only process that runs candidate code, never sees
+    it. One per batch here, one per worker process on a cluster (one GPU each); thread-safe."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, refs.CachedReference] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def keys(door: FrontDoor, prep: Prepared, job: Job) -> dict[str, str]:
+        """Each timed case's key: the problem (its identity, suite hash and the reference's code), the case,
+        the device (its index, and the environment key: GPU model, driver, torch, ...), the timing
+        settings."""
+        ident = to_json(door.identity(prep))
+        common = {"identity": ident, "reference": door.reference_digest(), "settings": prep.settings}
+        timed = job.bench_cases if job.KIND == "card" else job.cases  # a SOL workload times after its rounds
+        return {c["id"]: sha256_text(canonical_json({**common, "case": c})) for c in timed}
+
+    def offer(self, keys: dict[str, str]) -> dict:
+        """The job's `reference_timings`: the cached measurement of each case that has one."""
+        with self._lock:
+            return {cid: to_json(self._entries[k]) for cid, k in keys.items() if k in self._entries}
+
+    def learn(self, keys: dict[str, str], out: Outcome, attempt: str, solution: str) -> None:
+        """Keep the reference sides this run timed in full (measured, or retimed after a drift) of a
+        PASSED attempt, replacing what was there."""
+        if out.status != Status.PASSED:
+            return
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        for rec in out.bench_cases:
+            source = (rec.get("reference_timing") or {}).get("source")
+            if (
+                source not in (refs.MEASURED, refs.RETIMED)
+                or rec.get("id") not in keys
+                or "reference" not in rec
+            ):
+                continue
+            how = refs.reference_how(
+                rec["method"], rec["calls_per_sample"], rec["input_sets"], rec["l2"], rec.get("l2_flush")
+            )
+            with self._lock:
+                self._entries[keys[rec["id"]]] = refs.CachedReference(
+                    rec["reference"], how, attempt, solution, now
+                )
+
+
 # ---------------------------------------------------------------------------------- the stages
 
 
-def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = None) -> Run:
+def run_stages(
+    door: FrontDoor,
+    progress=None,
+    line=None,
+    outbox: Path | None = None,
+    references: ReferenceCache | None = None,
+) -> Run:
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
     attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's.
-    `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it)."""
+    `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it).
+    `references`: in a batch, the reference timings the job re-checks instead of timing again, and keeps."""
     from mini_kv.judge.regression import exit_code_for
     from mini_kv.store.index import IndexUnusable, update_index
 
@@ -331,6 +394,9 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
         built = door.build(prep, say)
         lap("built_s")
         job = door.job(prep, built)
+        keys = ReferenceCache.keys(door, prep, job) if references is not None and job is not None else {}
+        if keys:
+            job = job.replace(reference_timings=references.offer(keys))
         results = WorkerResults(None, prep.sandbox.record())
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
@@ -367,6 +433,8 @@ def run_stages(door: FrontDoor, progress=None, line=None, outbox: Path | None = 
             ),
         }
         attempt = _write_attempt(door, prep, built, out, summary, regression, outbox or prep.artifacts)
+        if keys:
+            references.learn(keys, out, attempt.name, door.evaluated().candidate)
         index_warning = None
         try:  # the attempt is committed either way; `mini-kv rebuild-index` repairs a stale index
             if outbox is None:
@@ -490,7 +558,9 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
     def confirm(baseline: dict, case_id: str) -> Retimed:
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
-        rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
+        rerun = door.confirm_job(job, case_id).replace(
+            salt=secrets.token_hex(16), baseline=built["entry"], reference_timings=None
+        )
         with tempfile.TemporaryDirectory(prefix="mini-kv-confirm-") as scratch:
             res = run_worker(
                 rerun,
@@ -762,6 +832,12 @@ class CardDoor(FrontDoor):
 
     def evaluated(self) -> Evaluated:
         return Evaluated(self.cand.id, self.cand.op)
+
+    def reference_digest(self) -> str:
+        """The card and its reference's and input factory's files, as they are now."""
+        return sha256_text(
+            "".join(sha256_text(Path(p).read_text(encoding="utf-8")) for p in _watch_paths(self.card))
+        )
 
     def source_dir(self) -> Path | None:
         return Path(self.card.project_root) / self.cand.path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -9,13 +10,12 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.table import Table
 
 from mini_kv.codec import to_json
 from mini_kv.judge.regression import RegressionVerdict, timed
 from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.status import BuildStatus, Status, Verdict
-from mini_kv.tables import Column, fitted_tables, verbose_details
+from mini_kv.tables import Column, fitted_tables, num, verbose_details
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
@@ -65,7 +65,6 @@ class Tally:
 def signature_line(attempt: str) -> str:
     """`signature: key id ...`, or `signature: none (...)`: whether the leaderboard's --require-signed
     will rank the attempt (store.signing). A line of its own: scripts read the path after `attempt: `."""
-    import json
     from pathlib import Path
 
     from mini_kv.store import signing
@@ -89,10 +88,6 @@ def timing_word(stable: bool | None, timed: bool = True) -> str:
     return "timing stable" if stable else "timing UNSTABLE (a robust CV above the limit: not ranked)"
 
 
-def _fmt(x, spec=".3g"):
-    return "-" if x is None else format(x, spec)
-
-
 def describe_input(i: dict) -> str:
     """`float16[33,65] non-contiguous` for a tensor, the value itself for a scalar argument."""
     if "shape" not in i:
@@ -114,10 +109,6 @@ def case_detail(r: dict) -> str:
     return detail.strip()
 
 
-def _group(tables: list[Table]):
-    return tables[0] if len(tables) == 1 else Group(*tables)
-
-
 def case_table(cases: list[dict], width: int = 200):
     """The correctness table; case ids and numbers are never cut (see mini_kv.tables). Details go on
     their own lines below it (case_details)."""
@@ -132,12 +123,12 @@ def case_table(cases: list[dict], width: int = 200):
                 escape(r["id"]),
                 r["kind"],
                 f"[{style}]{escape(r['status'])}[/]",
-                _fmt(r.get("max_abs_err")),
-                _fmt(r.get("max_rel_err")),
-                _fmt(ref.get("max_abs_err")),
+                num(r.get("max_abs_err")),
+                num(r.get("max_rel_err")),
+                num(ref.get("max_abs_err")),
             ]
         )
-    return _group(fitted_tables("correctness", cols, rows, width))
+    return Group(*fitted_tables("correctness", cols, rows, width))
 
 
 def case_details(cases: list[dict], verbose: bool = False) -> list[str]:
@@ -170,18 +161,18 @@ def bench_table(cases: list[dict], width: int = 200):
                 escape(r["id"]),
                 r["method"] + ("*" if r.get("fallbacks") else ""),
                 r["l2"],
-                _fmt(c["p50"], ".2f"),
-                _fmt(c["p95"], ".2f"),
+                num(c["p50"], ".2f"),
+                num(c["p95"], ".2f"),
                 f"{c['p50_robust_cv'] * 100:.1f}%",
-                _fmt(ref["p50"], ".2f"),
-                _fmt(r["speedup"], ".3f"),
-                _fmt(roof.get("gbps"), ".1f"),
-                _fmt(roof.get("tflops"), ".2f"),
+                num(ref["p50"], ".2f"),
+                num(r["speedup"], ".3f"),
+                num(roof.get("gbps"), ".1f"),
+                num(roof.get("tflops"), ".2f"),
                 "-" if share is None else f"{share * 100:.0f}%",
                 "yes" if r["stability"]["stable"] else "[red]no[/]",
             ]
         )
-    return _group(fitted_tables("benchmark (times in µs)", cols, rows, width))
+    return Group(*fitted_tables("benchmark (times in µs)", cols, rows, width))
 
 
 def jail_note(record: JailRecord | None) -> str | None:
@@ -455,8 +446,8 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
                 [
                     escape(c["id"]),
                     c["verdict"],
-                    _fmt(c["baseline"]["p50"], ".2f"),
-                    _fmt(c["candidate"]["p50"], ".2f"),
+                    num(c["baseline"]["p50"], ".2f"),
+                    num(c["candidate"]["p50"], ".2f"),
                     f"{(c['p50_ratio'] - 1) * 100:+.1f}%",
                     f"{(c['p95_ratio'] - 1) * 100:+.1f}%",
                     _batch(c.get("first_batch")),
@@ -466,7 +457,7 @@ def print_regression(verdict: RegressionVerdict, console: Console) -> None:
                     else "-",
                 ]
             )
-        console.print(_group(fitted_tables("regression (times in µs)", cols, rows, console.width)))
+        console.print(Group(*fitted_tables("regression (times in µs)", cols, rows, console.width)))
         if any(c.get("first_batch") for c in cases):
             console.print(
                 "  vs stored: the candidate against the baseline's stored timings, only a screen; same "

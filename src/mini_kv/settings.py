@@ -77,6 +77,16 @@ class Settings:
     extra_workloads_seed: int = 0
     # `--require-own-kernels`: refuse a candidate whose calls ran only library kernels (LIBRARY_DELEGATION)
     require_own_kernels: bool = False
+    # In a batch (several solutions of one problem) the reference of each case is timed in full once per
+    # device and timing settings, and every later solution re-checks it with this share of its samples
+    # (at least min_samples) instead of timing it again (worker/reference.py); a re-check whose median
+    # is off the full measurement's by more than the band (the larger of max_cv and this floor, in
+    # ratio) times the reference in full again.
+    reference_recheck_share: float = 0.1
+    reference_drift_floor: float = 0.02
+    # `--interleave-reference`, $MINI_KV_INTERLEAVE_REFERENCE: time the reference beside every solution of
+    # a batch, interleaved, as a single solution's run does (no reuse)
+    interleave_reference: bool = False
 
 
 DEFAULTS = Settings()
@@ -90,6 +100,24 @@ ENV_KEYS = {
     "MINI_KV_BUDGET": ("budget_s", float),
     "MINI_KV_TARGET_REL_CI": ("target_rel_ci", float),
 }
+
+
+# The run options the environment may switch on or off: variable -> option field.
+ENV_SWITCHES = {"MINI_KV_INTERLEAVE_REFERENCE": "interleave_reference"}
+SWITCH_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def switch_from_environment(field: str, given: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """An on/off option (ENV_SWITCHES) as the environment sets it, else `given` (the command line's or
+    the option record's); a value that is not 1/0, true/false or yes/no is the user's error."""
+    environ = os.environ if environ is None else environ
+    var = next(v for v, f in ENV_SWITCHES.items() if f == field)
+    raw = environ.get(var)
+    if raw is None or raw == "":
+        return given
+    if raw.strip().lower() not in SWITCH_WORDS:
+        raise UserError(f"{var}={raw!r}: expected 1 or 0 (true/false, yes/no)")
+    return SWITCH_WORDS[raw.strip().lower()]
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> dict:

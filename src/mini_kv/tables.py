@@ -25,6 +25,11 @@ class Column:
     style: str | None = None
 
 
+def num(x: float | None, spec: str = ".3g", none: str = "-") -> str:
+    """A number as a table cell shows it; `none` where there is none."""
+    return none if x is None else format(x, spec)
+
+
 def _cell_width(cell: str) -> int:
     return max((Text.from_markup(line).cell_len for line in cell.splitlines()), default=0)
 

@@ -11,6 +11,7 @@ inside the child protocol, and never kills the worker."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,11 +27,12 @@ from typing import TYPE_CHECKING
 
 from mini_kv.codec import to_json
 from mini_kv.errors import ExitCode, UserError
+from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
-    from mini_kv.pipeline import VerifyResult
+    from mini_kv.pipeline import ReferenceCache, VerifyResult
     from mini_kv.solexec.run import BenchResult
     from mini_kv.solexec.traces import Trace
 
@@ -66,22 +68,31 @@ class ItemResult:
     where: dict | None = None  # host, worker, gpu
 
 
-def run_item(item: Item, progress=None, line=None, outbox: Path | None = None) -> ItemResult:
-    """The item through the pipeline (verify or bench), as the command would run it here."""
+def run_item(
+    item: Item, progress=None, line=None, outbox: Path | None = None, references: ReferenceCache | None = None
+) -> ItemResult:
+    """The item through the pipeline (verify or bench), as the command would run it here. `references`: the
+    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving."""
+    from mini_kv.settings import switch_from_environment
+
+    if switch_from_environment("interleave_reference", item.opts.interleave_reference):
+        references = None
     if item.kind == VERIFY:
         from mini_kv.load.task_card import load_task_card
         from mini_kv.pipeline import CardDoor, VerifyResult, run_stages
 
         card = load_task_card(item.target)
         cand = card.candidate(item.candidate)
-        run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox)
+        run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox, references)
         detail = VerifyResult.of(cand.id, run)
         return ItemResult(
             VERIFY, item.label, cand.id, run.summary["status"], run.code, str(run.attempt), detail
         )
     from mini_kv.solexec.run import bench
 
-    detail = bench(item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox)
+    detail = bench(
+        item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox, references
+    )
     return ItemResult(BENCH, item.label, None, detail.status, detail.exit_code, detail.attempt, detail)
 
 
@@ -213,14 +224,25 @@ class Shipment:
     where: Worker
 
 
-def on_worker(item: Item) -> Shipment:
-    """What a cluster worker runs: the item into a scratch outbox, its attempt packed as data."""
+@functools.lru_cache(maxsize=1)
+def worker_references(batch: str) -> ReferenceCache:
+    """A cluster worker process's own reference timings for the items of one batch (it has one GPU): a
+    worker serving batch after batch keeps only the current one's."""
+    from mini_kv.pipeline import ReferenceCache
+
+    return ReferenceCache()
+
+
+def on_worker(item: Item, batch: str | None = None) -> Shipment:
+    """What a cluster worker runs: the item into a scratch outbox, its attempt packed as data. `batch`: the
+    id of a batch of several items, whose reference timings the worker shares among its items."""
     from distributed import get_worker
 
     w = get_worker()
     where = Worker(socket.gethostname(), w.name, w.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
     with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
-        result = run_item(item, outbox=Path(box))
+        refs = worker_references(batch) if batch is not None else None
+        result = run_item(item, outbox=Path(box), references=refs)
         attempt = Path(result.attempt)
         files = [
             (p.relative_to(attempt).as_posix(), p.read_bytes())
@@ -315,7 +337,7 @@ def build_item(item: Item) -> CompileRecord | None:
     """The item's build, as its evaluation would make it (cluster.prebuild), into the build cache."""
     from mini_kv.cluster import prebuild
 
-    timeout = getattr(item.opts, "compile_timeout", None) or 600.0
+    timeout = getattr(item.opts, "compile_timeout", None) or DEFAULTS.compile_s
     if item.kind == BENCH:
         return prebuild.build_solution(item.target, item.opts.solution, timeout)
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
@@ -325,10 +347,14 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) while earlier items are evaluated: the
     evaluation finds its build in the cache, and at most one evaluation, so one timing, is on the GPU at
-    any moment. Closing the generator early cancels the builds not yet started."""
+    any moment. The reference of each case is timed in full once for all the items (pipeline.ReferenceCache)
+    and re-checked by the later ones. Closing the generator early cancels the builds not yet started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
+    from mini_kv.pipeline import ReferenceCache
+
+    references = ReferenceCache() if len(items) > 1 else None  # one item: timed as a single run is
 
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
@@ -338,7 +364,7 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, run_item(item, progress, line)
+            yield item, run_item(item, progress, line, references=references)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -378,7 +404,14 @@ def run_batch(
         need = {GPU: 1} if any(GPU in (w.get("resources") or {}) for w in workers) else None
         batch = uuid.uuid4().hex[:8]
         futures = {
-            client.submit(on_worker, item, key=f"mini-kv-{batch}-{i}", resources=need, pure=False): i
+            client.submit(
+                on_worker,
+                item,
+                batch if len(items) > 1 else None,
+                key=f"mini-kv-{batch}-{i}",
+                resources=need,
+                pure=False,
+            ): i
             for i, item in enumerate(items)
         }
         results: list[ItemResult | None] = [None] * len(items)

@@ -45,8 +45,8 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--retries",
         type=checks.nonnegative_int,
-        default=2,
-        help="worker deaths an item survives before it is recorded as WORKER_LOST (default 2)",
+        default=Placement.retries,
+        help=f"worker deaths an item survives before it is recorded as WORKER_LOST (default {Placement.retries})",
     )
     g.add_argument("--tls-ca-file", type=checks.existing_file, help="Dask TLS: the CA certificate")
     g.add_argument("--tls-cert", type=checks.existing_file, help="Dask TLS: this side's certificate")
@@ -61,15 +61,9 @@ def placement_from(args) -> Placement:
     if args.cluster and args.cluster != "slurm" and "://" not in args.cluster:
         raise UserError(f"--cluster {args.cluster!r}: expected tcp://HOST:PORT, tls://HOST:PORT or 'slurm'")
     warn_oversubscribed(args.workers)
-    return Placement(
-        args.workers,
-        tuple(parse_gpus(args.gpus)),
-        args.cluster,
-        args.retries,
-        args.tls_ca_file,
-        args.tls_cert,
-        args.tls_key,
-    )
+    from mini_kv.cli_common import options_from
+
+    return options_from(Placement, args, gpus=tuple(parse_gpus(args.gpus)))
 
 
 # A CPU worker times on a core of its own: torch's kernels use more than one thread each, so workers

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mini_kv.environment import pick_device
+
 if TYPE_CHECKING:
     from mini_kv.compile.compiler import CompileRecord
 
@@ -41,12 +43,8 @@ def build_card_candidate(
     from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
 
-    if device is None:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     card = load_task_card(card_path)
-    with_cuda = None if device.startswith("cuda") else False
+    with_cuda = None if (device or pick_device(None)).startswith("cuda") else False
     return compile_candidate(
         Path(card.project_root), card.candidate(cand_id), timeout=compile_timeout, with_cuda=with_cuda
     )
@@ -61,8 +59,4 @@ def overlaps_evaluation(devices: set[str | None], count: int) -> bool:
     beside the timed code would take the cores the timing measures."""
     if count < 2:
         return False
-    if None in devices:
-        import torch
-
-        devices = {d or ("cuda" if torch.cuda.is_available() else "cpu") for d in devices}
-    return all(str(d).startswith("cuda") for d in devices)
+    return all((d or pick_device(None)).startswith("cuda") for d in devices)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
-from mini_kv.html_report.collect import PROFILES_DIR, ProfilePair, Skipped, Store, load_store
+from mini_kv.html_report.collect import ProfilePair, Skipped, Store, load_store
+from mini_kv.profile.store import PROFILES_DIR
 from mini_kv.status import ProfileStatus
 
 if TYPE_CHECKING:
@@ -164,7 +165,6 @@ def _build(opts: ReportOptions) -> ReportResult:
     t0 = time.perf_counter()
     artifacts = Path(opts.artifacts)
     store = _select(_load(artifacts, opts.attempts), opts.tasks, artifacts)
-    store = _select(store, opts.tasks, artifacts)
     tasks = store.tasks()
     out = Path(opts.output)
     links = pg.Links(out.parent)
@@ -195,11 +195,11 @@ def _build(opts: ReportOptions) -> ReportResult:
             pg.leaderboard_section(groups, board_error, store, links, selected_ids),
         ),
         ("attempts", "Attempts", pg.attempts_section(store, links)),
-        ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, t, a, png))),
-        ("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, t, a, png))),
+        ("latency", "Latency distributions", per_task(lambda t, a: pg.latency_section(page, a, png))),
+        ("roofline", "Roofline", per_task(lambda t, a: pg.roofline_section(page, a, png))),
         ("correctness", "Correctness", per_task(lambda t, a: pg.correctness_section(page, t, a, png, links))),
-        ("history", "History", per_task(lambda t, a: pg.history_section(page, t, a, png))),
-        ("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons, prof_skipped)),
+        ("history", "History", per_task(lambda t, a: pg.history_section(page, a, png))),
+        ("profiles", "Nsight Compute profiles", pg.profiles_section(comparisons)),
         ("environment", "Environment", pg.environment_section(store.attempts)),
         ("skipped", f"Skipped ({len(skipped)})", pg.skipped_section(skipped)),
         ("about", "About this report", pg.footer(store, pg.now())),

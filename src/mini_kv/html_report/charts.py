@@ -29,8 +29,10 @@ STATUS_COLOURS = {
     "skip": "#BBBBBB",
     "none": "#FFFFFF",
 }
-ECDF_POINTS = 120
-TAIL_SPAN = 1.5  # the latency axis ends at this multiple of the largest P95 when slower samples lie far beyond  # an ECDF drawn through this many quantiles looks the same and keeps the SVG small
+ECDF_POINTS = 120  # an ECDF drawn through this many quantiles looks the same and keeps the SVG small
+TAIL_SPAN = (
+    1.5  # the latency axis ends at this multiple of the largest P95 when slower samples lie far beyond
+)
 RC = {
     "svg.fonttype": "none",
     "svg.hashsalt": "mini_kv",
@@ -58,8 +60,8 @@ _styled = threading.local()
 
 @contextlib.contextmanager
 def style():
-    """The report's matplotlib settings; entered once around a whole build (rc_context copies every
-    setting on entry, which added up over dozens of charts), nested uses are free."""
+    """The report's matplotlib settings, around every chart function; entered once around a whole build
+    (rc_context copies every setting on entry, which added up over dozens of charts), nested uses are free."""
     if getattr(_styled, "on", False):
         yield
         return
@@ -77,18 +79,19 @@ def colour(i: int) -> str:
     return OKABE_ITO[i % len(OKABE_ITO)]
 
 
-def _render(fig, chart_id: str, title: str, png: bool) -> Chart:
-
-    with style():
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-        svg = buf.getvalue()
-        svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
-        raw = None
-        if png:
-            pbuf = io.BytesIO()
-            fig.savefig(pbuf, format="png", dpi=110)
-            raw = pbuf.getvalue()
+def _render(fig, ax, chart_id: str, title: str, png: bool, legend: bool = True) -> Chart:
+    """The chart with its legend to the right of the axes (the room _figure left for it)."""
+    if legend:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
+    raw = None
+    if png:
+        pbuf = io.BytesIO()
+        fig.savefig(pbuf, format="png", dpi=110)
+        raw = pbuf.getvalue()
     return Chart(chart_id, title, svg, raw)
 
 
@@ -99,10 +102,9 @@ def _figure(
     a layout engine or a tight bounding box: those measure every text twice and doubled the build time."""
     from matplotlib.figure import Figure
 
-    with style():
-        fig = Figure(figsize=(w, h))
-        fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h)
-        return fig
+    fig = Figure(figsize=(w, h))
+    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h)
+    return fig
 
 
 def legend_room(labels) -> float:
@@ -168,40 +170,37 @@ def _latency_xaxis(ax, first: BenchCase, lo: float, hi: float, top: float) -> No
     )
 
 
+@style()
 def latency(chart_id: str, case_id: str, rows: list[tuple[str, int, BenchCase]], png: bool) -> Chart:
     """ECDF of candidate (solid) and reference (dashed) samples of one bench case, one colour per candidate;
     P50 and P95 marked on every curve."""
-
-    with style():
-        room = legend_room(
-            [f"reference ({label})" for label, _, _ in rows]
-            + [f"{label}  [UNSTABLE]" for label, _, _ in rows]
-        )
-        fig = _figure(4.9 + room, 3.2, right=room, bottom=0.75)  # room for a second x-label line
-        ax = fig.add_subplot()
-        lo, hi, top = np.inf, 0.0, 0.0
-        for label, idx, c in rows:
-            unstable_mark = "" if c.stable is not False else "  [UNSTABLE]"
-            for side, dash, who in (
-                (c.candidate, "-", label + unstable_mark),
-                (c.reference, "--", f"reference ({label})"),
-            ):
-                if side is not None and side.samples:
-                    first, tail, last = _ecdf_curve(ax, side, idx, dash, who)
-                    lo, hi, top = min(lo, first), max(hi, tail), max(top, last)
-        _latency_xaxis(ax, rows[0][2], lo, hi, top)
-        ax.set_ylabel("fraction of samples ≤ x")
-        ax.set_ylim(0, 1.02)
-        ax.axhline(0.5, color="#777777", linewidth=0.6, linestyle=":")
-        ax.axhline(0.95, color="#777777", linewidth=0.6, linestyle=":")
-        unstable = [label for label, _, c in rows if c.stable is False]
-        ax.set_title(
-            f"{case_id}: ● P50  ▲ P95" + (f"   UNSTABLE: {', '.join(unstable)}" if unstable else ""),
-            color="#D55E00" if unstable else "black",
-            loc="left",
-        )
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-        return _render(fig, chart_id, f"latency {case_id}", png)
+    room = legend_room(
+        [f"reference ({label})" for label, _, _ in rows] + [f"{label}  [UNSTABLE]" for label, _, _ in rows]
+    )
+    fig = _figure(4.9 + room, 3.2, right=room, bottom=0.75)  # room for a second x-label line
+    ax = fig.add_subplot()
+    lo, hi, top = np.inf, 0.0, 0.0
+    for label, idx, c in rows:
+        unstable_mark = "" if c.stable is not False else "  [UNSTABLE]"
+        for side, dash, who in (
+            (c.candidate, "-", label + unstable_mark),
+            (c.reference, "--", f"reference ({label})"),
+        ):
+            if side is not None and side.samples:
+                first, tail, last = _ecdf_curve(ax, side, idx, dash, who)
+                lo, hi, top = min(lo, first), max(hi, tail), max(top, last)
+    _latency_xaxis(ax, rows[0][2], lo, hi, top)
+    ax.set_ylabel("fraction of samples ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.axhline(0.5, color="#777777", linewidth=0.6, linestyle=":")
+    ax.axhline(0.95, color="#777777", linewidth=0.6, linestyle=":")
+    unstable = [label for label, _, c in rows if c.stable is False]
+    ax.set_title(
+        f"{case_id}: ● P50  ▲ P95" + (f"   UNSTABLE: {', '.join(unstable)}" if unstable else ""),
+        color="#D55E00" if unstable else "black",
+        loc="left",
+    )
+    return _render(fig, ax, chart_id, f"latency {case_id}", png)
 
 
 def _marks(ax, marks: list[tuple[str, int, float, float]]) -> None:
@@ -213,37 +212,36 @@ def _marks(ax, marks: list[tuple[str, int, float, float]]) -> None:
         seen.add(label)
 
 
+@style()
 def bandwidth(
     chart_id: str, title: str, points: list[tuple[str, int, str, float]], ceiling: float | None, png: bool
 ) -> Chart:
     """Achieved GB/s per bench case (x) and candidate (marker/colour) under the measured copy bandwidth."""
-
-    with style():
-        cases = sorted({p[2] for p in points})
-        room = legend_room([p[0] for p in points] + ["measured copy bandwidth 00,000.0 GB/s"])
-        bottom = 0.45 + 0.03 * max(len(c) for c in cases)  # labels turned 20°: a third of their length
-        fig = _figure(4.9 + room, 2.2 + bottom, right=room, bottom=bottom)
-        ax = fig.add_subplot()
-        _marks(ax, [(label, idx, cases.index(case), gbps) for label, idx, case, gbps in points])
-        if ceiling:
-            ax.axhline(
-                ceiling / 1e9,
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label=f"measured copy bandwidth {ceiling / 1e9:,.1f} GB/s",
-            )
-        else:
-            ax.text(0.01, 0.97, "copy bandwidth: not recorded", transform=ax.transAxes, va="top", fontsize=8)
-        ax.set_xticks(range(len(cases)), cases, rotation=20, ha="right")
-        ax.set_xlim(-0.6, len(cases) - 0.4)
-        ax.set_ylabel("achieved GB/s (at P50)")
-        ax.set_ylim(0, 1.15 * max([p[3] for p in points] + [ceiling / 1e9 if ceiling else 0.0]))
-        ax.set_title(title, loc="left")
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-        return _render(fig, chart_id, title, png)
+    cases = sorted({p[2] for p in points})
+    room = legend_room([p[0] for p in points] + ["measured copy bandwidth 00,000.0 GB/s"])
+    bottom = 0.45 + 0.03 * max(len(c) for c in cases)  # labels turned 20°: a third of their length
+    fig = _figure(4.9 + room, 2.2 + bottom, right=room, bottom=bottom)
+    ax = fig.add_subplot()
+    _marks(ax, [(label, idx, cases.index(case), gbps) for label, idx, case, gbps in points])
+    if ceiling:
+        ax.axhline(
+            ceiling / 1e9,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"measured copy bandwidth {ceiling / 1e9:,.1f} GB/s",
+        )
+    else:
+        ax.text(0.01, 0.97, "copy bandwidth: not recorded", transform=ax.transAxes, va="top", fontsize=8)
+    ax.set_xticks(range(len(cases)), cases, rotation=20, ha="right")
+    ax.set_xlim(-0.6, len(cases) - 0.4)
+    ax.set_ylabel("achieved GB/s (at P50)")
+    ax.set_ylim(0, 1.15 * max([p[3] for p in points] + [ceiling / 1e9 if ceiling else 0.0]))
+    ax.set_title(title, loc="left")
+    return _render(fig, ax, chart_id, title, png)
 
 
+@style()
 def roofline(
     chart_id: str,
     title: str,
@@ -253,48 +251,43 @@ def roofline(
 ) -> Chart:
     """Classic roofline: arithmetic intensity (FLOP/byte) against achieved FLOP/s, with the memory roof
     from the measured copy bandwidth. The compute roof is drawn only when recorded (it is not, today)."""
-
-    with style():
-        room = legend_room([p[0] for p in points] + ["memory roof 00,000.0 GB/s × FLOP/byte"])
-        fig = _figure(4.9 + room, 3.0, right=room)
-        ax = fig.add_subplot()
-        _marks(ax, [(label, idx, ai, gflops) for label, idx, _case, ai, gflops in points])
-        for case in sorted({p[2] for p in points}):  # one label per case, above its highest point
-            ai, top = max(((p[3], p[4]) for p in points if p[2] == case), key=lambda t: t[1])
-            ax.annotate(case, (ai, top), fontsize=7, xytext=(4, 4), textcoords="offset points")
-        ais = [p[3] for p in points]
-        xs = np.geomspace(min(ais) / 4, max(ais) * 4, 20)
-        if ceiling:
-            ax.plot(
-                xs,
-                xs * ceiling / 1e9,
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label=f"memory roof {ceiling / 1e9:,.1f} GB/s × FLOP/byte",
-            )
-        ax.text(
-            0.01,
-            0.97,
-            "compute peak: not recorded" + ("" if ceiling else "; copy bandwidth: not recorded"),
-            transform=ax.transAxes,
-            va="top",
-            fontsize=8,
+    room = legend_room([p[0] for p in points] + ["memory roof 00,000.0 GB/s × FLOP/byte"])
+    fig = _figure(4.9 + room, 3.0, right=room)
+    ax = fig.add_subplot()
+    _marks(ax, [(label, idx, ai, gflops) for label, idx, _case, ai, gflops in points])
+    for case in sorted({p[2] for p in points}):  # one label per case, above its highest point
+        ai, top = max(((p[3], p[4]) for p in points if p[2] == case), key=lambda t: t[1])
+        ax.annotate(case, (ai, top), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ais = [p[3] for p in points]
+    xs = np.geomspace(min(ais) / 4, max(ais) * 4, 20)
+    if ceiling:
+        ax.plot(
+            xs,
+            xs * ceiling / 1e9,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"memory roof {ceiling / 1e9:,.1f} GB/s × FLOP/byte",
         )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ys = [p[4] for p in points] + (
-            [min(ais) * ceiling / 1e9, max(ais) * ceiling / 1e9] if ceiling else []
-        )
-        ax.set_xlim(min(ais) / 4, max(ais) * 4)  # at least a decade each way: readable log ticks
-        ax.set_ylim(min(ys) / 4, max(ys) * 4)
-        _plain_log(ax.xaxis)
-        _plain_log(ax.yaxis)
-        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-        ax.set_ylabel("achieved GFLOP/s (at P50)")
-        ax.set_title(title, loc="left")
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-        return _render(fig, chart_id, title, png)
+    ax.text(
+        0.01,
+        0.97,
+        "compute peak: not recorded" + ("" if ceiling else "; copy bandwidth: not recorded"),
+        transform=ax.transAxes,
+        va="top",
+        fontsize=8,
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ys = [p[4] for p in points] + ([min(ais) * ceiling / 1e9, max(ais) * ceiling / 1e9] if ceiling else [])
+    ax.set_xlim(min(ais) / 4, max(ais) * 4)  # at least a decade each way: readable log ticks
+    ax.set_ylim(min(ys) / 4, max(ys) * 4)
+    _plain_log(ax.xaxis)
+    _plain_log(ax.yaxis)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved GFLOP/s (at P50)")
+    ax.set_title(title, loc="left")
+    return _render(fig, ax, chart_id, title, png)
 
 
 def status_class(status: str) -> str:
@@ -310,6 +303,7 @@ def status_class(status: str) -> str:
 _SHORT = {"pass": "", "fail": Verdict.FAIL, "error": "ERR", "skip": "skip", "none": ""}
 
 
+@style()
 def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -> Chart:
     """Heat map: rows are cases, one column per (candidate, dtype); each cell says its status in words too."""
     from matplotlib.colors import ListedColormap
@@ -323,50 +317,49 @@ def correctness(chart_id: str, title: str, attempts: list[Attempt], png: bool) -
         for c in a.correctness:
             if c.dtype == d:
                 grid[rows.index(c.base), j] = keys.index(status_class(c.status))
-    with style():
-        left = 0.3 + 0.065 * max(len(r) for r in rows)
-        bottom = 0.35 + 0.07 * max(len(f"{a.candidate} {d}") for a, d in cols)
-        width = max(left + 0.2 + 0.55 * len(cols), 0.3 + 0.075 * len(title))  # the title must fit too
-        fig = _figure(
-            width,
-            bottom + 0.4 + 0.2 * len(rows),
-            left=left,
-            right=width - left - 0.55 * len(cols),
-            bottom=bottom,
-            top=0.4,
-        )
-        ax = fig.add_subplot()
-        ax.imshow(
-            grid,
-            cmap=ListedColormap([STATUS_COLOURS[k] for k in keys]),
-            vmin=0,
-            vmax=len(keys) - 1,
-            aspect="auto",
-            interpolation="nearest",
-        )
-        for i in range(len(rows)):
-            for j in range(len(cols)):
-                k = keys[grid[i, j]]
-                if not _SHORT[k]:
-                    continue
-                ax.text(
-                    j,
-                    i,
-                    _SHORT[k],
-                    ha="center",
-                    va="center",
-                    fontsize=6.5,
-                    color="white" if k in ("fail", "error", "pass") else "black",
-                )
-        ax.set_xticks(range(len(cols)), [f"{a.candidate} {d}" for a, d in cols], fontsize=7, rotation=90)
-        ax.set_yticks(range(len(rows)), rows, fontsize=7)
-        ax.tick_params(length=0)
-        ax.grid(False)
-        ax.set_xticks(np.arange(-0.5, len(cols)), minor=True)
-        ax.set_yticks(np.arange(-0.5, len(rows)), minor=True)
-        ax.grid(which="minor", color="white", linewidth=1)
-        ax.set_title(title, loc="left", fontsize=9)
-        return _render(fig, chart_id, title, png)
+    left = 0.3 + 0.065 * max(len(r) for r in rows)
+    bottom = 0.35 + 0.07 * max(len(f"{a.candidate} {d}") for a, d in cols)
+    width = max(left + 0.2 + 0.55 * len(cols), 0.3 + 0.075 * len(title))  # the title must fit too
+    fig = _figure(
+        width,
+        bottom + 0.4 + 0.2 * len(rows),
+        left=left,
+        right=width - left - 0.55 * len(cols),
+        bottom=bottom,
+        top=0.4,
+    )
+    ax = fig.add_subplot()
+    ax.imshow(
+        grid,
+        cmap=ListedColormap([STATUS_COLOURS[k] for k in keys]),
+        vmin=0,
+        vmax=len(keys) - 1,
+        aspect="auto",
+        interpolation="nearest",
+    )
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            k = keys[grid[i, j]]
+            if not _SHORT[k]:
+                continue
+            ax.text(
+                j,
+                i,
+                _SHORT[k],
+                ha="center",
+                va="center",
+                fontsize=6.5,
+                color="white" if k in ("fail", "error", "pass") else "black",
+            )
+    ax.set_xticks(range(len(cols)), [f"{a.candidate} {d}" for a, d in cols], fontsize=7, rotation=90)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.tick_params(length=0)
+    ax.grid(False)
+    ax.set_xticks(np.arange(-0.5, len(cols)), minor=True)
+    ax.set_yticks(np.arange(-0.5, len(rows)), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1)
+    ax.set_title(title, loc="left", fontsize=9)
+    return _render(fig, ax, chart_id, title, png, legend=False)
 
 
 def _when(created_at: str) -> dt.datetime | None:
@@ -386,6 +379,7 @@ VERDICT_MARKERS = {
 }
 
 
+@style()
 def history(
     chart_id: str,
     case_id: str,
@@ -395,48 +389,43 @@ def history(
 ) -> Chart:
     """P50 of one bench case over each candidate's attempts; the baseline band (baseline P50 up to the
     regression threshold) shaded; the marker shape is the attempt's regression verdict."""
-
-    with style():
-        room = legend_room([label for label, _, _ in series] + ["verdict INCOMPARABLE"])
-        fig = _figure(4.9 + room, 3.0, right=room, bottom=0.8)
-        ax = fig.add_subplot()
-        if band:
-            ax.axhspan(band[0], band[1], color="#56B4E9", alpha=0.25, label="baseline band")
-        used = set()
-        for label, idx, pts in series:
-            pts = [(a, _when(a.created_at), p) for a, p in pts]
-            pts = [(a, t, p) for a, t, p in pts if t is not None]
-            if not pts:
-                continue
+    room = legend_room([label for label, _, _ in series] + ["verdict INCOMPARABLE"])
+    fig = _figure(4.9 + room, 3.0, right=room, bottom=0.8)
+    ax = fig.add_subplot()
+    if band:
+        ax.axhspan(band[0], band[1], color="#56B4E9", alpha=0.25, label="baseline band")
+    used = set()
+    for label, idx, pts in series:
+        pts = [(a, _when(a.created_at), p) for a, p in pts]
+        pts = [(a, t, p) for a, t, p in pts if t is not None]
+        if not pts:
+            continue
+        ax.plot([t for _, t, _ in pts], [p for _, _, p in pts], color=colour(idx), linewidth=1.2, label=label)
+        for a, t, p in pts:
+            v = a.regression.verdict if a.regression else "none"
             ax.plot(
-                [t for _, t, _ in pts], [p for _, _, p in pts], color=colour(idx), linewidth=1.2, label=label
-            )
-            for a, t, p in pts:
-                v = a.regression.verdict if a.regression else "none"
-                ax.plot(
-                    [t],
-                    [p],
-                    marker=VERDICT_MARKERS.get(v, "."),
-                    color=colour(idx),
-                    linestyle="none",
-                    markersize=7 if v != "none" else 4,
-                    markeredgecolor="black" if v == Verdict.FAIL else colour(idx),
-                )
-                used.add(v)
-        for v in sorted(used - {"none"}):
-            ax.plot(
-                [],
-                [],
+                [t],
+                [p],
                 marker=VERDICT_MARKERS.get(v, "."),
-                color="#555555",
+                color=colour(idx),
                 linestyle="none",
-                label=f"verdict {v}",
+                markersize=7 if v != "none" else 4,
+                markeredgecolor="black" if v == Verdict.FAIL else colour(idx),
             )
-        ax.set_ylabel("candidate P50 (µs)")
-        ax.set_title(f"{case_id}: P50 per attempt", loc="left")
-        from matplotlib.dates import DateFormatter
+            used.add(v)
+    for v in sorted(used - {"none"}):
+        ax.plot(
+            [],
+            [],
+            marker=VERDICT_MARKERS.get(v, "."),
+            color="#555555",
+            linestyle="none",
+            label=f"verdict {v}",
+        )
+    ax.set_ylabel("candidate P50 (µs)")
+    ax.set_title(f"{case_id}: P50 per attempt", loc="left")
+    from matplotlib.dates import DateFormatter
 
-        ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:%M"))
-        ax.tick_params(axis="x", labelrotation=25)
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-        return _render(fig, chart_id, f"history {case_id}", png)
+    ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:%M"))
+    ax.tick_params(axis="x", labelrotation=25)
+    return _render(fig, ax, chart_id, f"history {case_id}", png)

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mini_kv.codec import from_json
+from mini_kv.errors import UserError
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.profile.compare import Ident, MetricRow
+from mini_kv.profile.store import PROFILES_DIR  # Nsight Compute profiles, not attempts
+from mini_kv.solexec.workload import DEFAULT_TOLERANCE
 from mini_kv.status import Status
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
 from mini_kv.store.records import SOL_FORMAT
-
-PROFILES_DIR = "profiles"  # artifacts/profiles/ holds Nsight Compute profiles, not attempts
 
 
 class MalformedAttempt(Exception):
@@ -235,8 +236,8 @@ def _sol_corr(correctness: dict, definition: dict, workloads: dict[str, dict]) -
                 status,
                 _num(c.get("max_absolute_error")),
                 _num(c.get("max_relative_error")),
-                _num(tol.get("max_atol", 1e-2)),
-                _num(tol.get("max_rtol", 1e-2)),
+                _num(tol.get("max_atol", DEFAULT_TOLERANCE["max_atol"])),
+                _num(tol.get("max_rtol", DEFAULT_TOLERANCE["max_rtol"])),
                 "" if status == Status.PASSED else str(r.get("log") or "")[:300],
             )
         )
@@ -311,8 +312,6 @@ def read_one(path: Path) -> Attempt:
 
 def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
     """Every attempt under `artifacts` (or only the `explicit` directories), each verified and typed."""
-    from mini_kv.errors import UserError
-
     store = Store(Path(artifacts))
     dirs = (
         list(explicit)
@@ -325,10 +324,7 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
             continue
         try:
             store.attempts.append(read_one(d))
-        except (AttemptInvalid, MalformedAttempt, OSError) as exc:
-            msg = str(exc)
-            store.skipped.append(Skipped(str(d), msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg))
-        except UserError as exc:  # e.g. an unreadable JSON file
-            store.skipped.append(Skipped(str(d), str(exc)))
+        except (AttemptInvalid, MalformedAttempt, OSError, UserError) as exc:  # UserError: unreadable JSON
+            store.skipped.append(Skipped(str(d), str(exc).removeprefix(f"{d}: ")))
     store.attempts.sort(key=lambda a: (a.task_id, a.candidate, a.created_at, a.attempt_id))
     return store

@@ -21,6 +21,7 @@ from markupsafe import Markup
 from mini_kv.html_report import charts
 from mini_kv.html_report.collect import Attempt, BenchCase, ProfilePair, Skipped, Store
 from mini_kv.status import Status
+from mini_kv.tables import num
 
 if TYPE_CHECKING:
     from mini_kv.leaderboard import Group
@@ -93,10 +94,6 @@ class Page:
     def html(self) -> str:
         sections = [{"id": sid, "title": title, "blocks": blocks} for sid, title, blocks in self.sections]
         return _ENV.get_template("report.html.j2").render(title=self.title, sections=sections)
-
-
-def num(x: float | None, spec: str = ".3g", none: str = "-") -> str:
-    return none if x is None else format(x, spec)
 
 
 def us(x: float | None) -> str:
@@ -276,7 +273,7 @@ def _latency_rows(a: Attempt, i: int, cid: str, rows: list, rows_chart: list) ->
         )
 
 
-def latency_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def latency_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = []
     for g, members in groups(attempts).items():
         latest = latest_per_candidate(members)
@@ -362,7 +359,7 @@ def _roofline_group(page: Page, g: tuple, latest: list[Attempt], png: bool) -> l
     return out
 
 
-def roofline_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def roofline_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = [
         b
         for g, ms in groups(attempts).items()
@@ -496,12 +493,12 @@ def _history_group(page: Page, g: tuple, members: list[Attempt], png: bool) -> l
     return [*out, table("history", headers, rows)]
 
 
-def history_section(page: Page, task: str, attempts: list[Attempt], png: bool) -> list[Block]:
+def history_section(page: Page, attempts: list[Attempt], png: bool) -> list[Block]:
     out = [b for g, members in groups(attempts).items() for b in _history_group(page, g, members, png)]
     return out or [note("no timed attempt.")]
 
 
-def profiles_section(comparisons: list[ProfilePair], skipped: list[Skipped]) -> list[Block]:
+def profiles_section(comparisons: list[ProfilePair]) -> list[Block]:
     if not comparisons:
         return [
             note(

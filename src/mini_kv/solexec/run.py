@@ -29,6 +29,7 @@ from mini_kv.pipeline import (
     Identity,
     Outcome,
     Prepared,
+    ReferenceCache,
     _interleaved_settings,
     run_stages,
     worker_spec,
@@ -75,6 +76,7 @@ class BenchOptions:
     extra_workloads_seed: int = DEFAULTS.extra_workloads_seed
     require_own_kernels: bool = DEFAULTS.require_own_kernels  # LIBRARY_DELEGATION unless own kernels ran
     sandbox: str = "auto"  # the jail's mode (jail.MODES): --sandbox, $MINI_KV_SANDBOX, the project's
+    interleave_reference: bool = DEFAULTS.interleave_reference  # in a batch too (no reference reuse)
 
 
 def _found_under(base: Path, name: str, limit: int = 12) -> str:
@@ -524,6 +526,9 @@ class SolDoor(FrontDoor):
     def evaluated(self) -> Evaluated:
         return Evaluated(_safe(self.cand.id), self.cand.op, SOL_FORMAT)
 
+    def reference_digest(self) -> str:
+        return sha256_text(self.problem.reference)
+
     def source_dir(self) -> Path | None:
         """The solution file's directory; None for sources given in memory (mini_kv.api)."""
         path = Path(str(self.opts.solution)) if self.opts.solution else None
@@ -580,12 +585,18 @@ class BenchResult:
 
 
 def bench(
-    problem_dir: str | None, opts: BenchOptions, progress=None, line=None, outbox: Path | None = None
+    problem_dir: str | None,
+    opts: BenchOptions,
+    progress=None,
+    line=None,
+    outbox: Path | None = None,
+    references: ReferenceCache | None = None,
 ) -> BenchResult:
+    """`references`: in a batch, the reference timings its solutions share (pipeline.ReferenceCache)."""
     t0 = time.perf_counter()
     problem = load_problem(problem_dir, opts)
     door = SolDoor(problem, problem.candidates[0], opts)
-    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox)
+    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox, references)
     cases = run.out.results.cases
     return BenchResult(
         traces=tuple(run.out.detail["traces"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,11 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -58,8 +64,8 @@ def _default(o):
 class StagedDir:
     """A directory built as `<final>.partial` and renamed into place when whole (attempts, profiles).
 
-    `seal(manifest_name, doc)` fsyncs every file, lists each with its SHA-256 and size under
-    `files` in the manifest (written last), and renames: readers never see a partial directory."""
+    `manifest()` fsyncs every file and lists each with its SHA-256 and size; `publish(name, doc)` writes
+    the manifest file last and renames: readers never see a partial directory."""
 
     PARTIAL = ".partial"
 
@@ -82,8 +88,6 @@ class StagedDir:
         write_bytes(self.partial / rel, text.encode("utf-8", "replace"))
 
     def copy(self, rel: str, src: Path) -> None:
-        import shutil
-
         shutil.copyfile(src, self.path(rel))
 
     def copy_log(self, rel: str, src: Path, cap: int = LOG_CAP) -> None:
@@ -110,8 +114,7 @@ class StagedDir:
         files = []
         for p in sorted(self.partial.rglob("*")):
             if p.is_file():
-                with open(p, "rb+") as f:
-                    os.fsync(f.fileno())
+                fsync_file(p)
                 files.append(
                     {
                         "path": str(p.relative_to(self.partial)),

@@ -19,7 +19,7 @@ from mini_kv.store.atomic import StagedDir
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 
 ATTEMPT_SCHEMA_VERSION = 1
-PARTIAL = ".partial"
+PARTIAL = StagedDir.PARTIAL
 # the schemas/ the files of an attempt are checked against when written and when read (correctness.json
 # and benchmark.json: store.records' records check themselves)
 FILE_SCHEMAS = {"regression.json": "regression"}

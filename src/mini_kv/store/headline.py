@@ -25,9 +25,6 @@ from mini_kv.model import WorkerResults
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import VIOLATION_STATUSES, BuildStatus, Status, verdict_of, verdict_of_statuses
 
-# the stability limits the worker uses when a record does not carry its own (stats.stability's defaults)
-DEFAULT_MAX_CV = DEFAULTS.max_cv
-DEFAULT_MAX_P95_CV = DEFAULTS.max_p95_cv
 # the statuses a SOL attempt that did not pass may carry (solexec.run.record_attempt)
 SOL_FAILED_STATUSES = (Status.COMPILE_ERROR, Status.FAILED)
 
@@ -124,8 +121,8 @@ def case_headline(rec: dict) -> CaseHeadline:
     stable = stats.stability(
         cs,
         rs,
-        _limit(stab, "max_cv", DEFAULT_MAX_CV, where),
-        _limit(stab, "max_p95_cv", DEFAULT_MAX_P95_CV, where),
+        _limit(stab, "max_cv", DEFAULTS.max_cv, where),  # a record without its own: the defaults
+        _limit(stab, "max_p95_cv", DEFAULTS.max_p95_cv, where),
     ).stable
     p50 = cs.overall.p50
     return CaseHeadline(

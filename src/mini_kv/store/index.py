@@ -19,6 +19,7 @@ unknown schema versions) are returned as `Problem`s and skipped; they never stop
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import re
@@ -36,7 +37,7 @@ from mini_kv.judge.regression import timed
 from mini_kv.model import WorkerResults, case_seed, safe_name, sha256_file, sol_suite_hash
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store import headline, signing
-from mini_kv.store.atomic import fsync_dir
+from mini_kv.store.atomic import fsync_dir, fsync_file
 from mini_kv.store.attempts import FILE_SCHEMAS, PARTIAL, AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.jsonfile import RecordUnusable, read_versioned
 from mini_kv.store.records import CARD_FORMAT, SOL_FORMAT, read_record
@@ -119,7 +120,7 @@ class Problem:
 @dataclass(frozen=True)
 class AttemptRow:
     """One attempt as the index holds it (table `attempts`, in column order): every value recomputed
-    from the attempt's hashed records by record_for_attempt, never taken from its claims."""
+    from the attempt's hashed records by check_attempt, never taken from its claims."""
 
     attempt_id: str
     task_id: str
@@ -232,12 +233,6 @@ class CheckedAttempt:
     cases: tuple[CaseRow, ...]
 
 
-def record_for_attempt(attempt_dir: Path) -> tuple[AttemptRow, tuple[CaseRow, ...]]:
-    """The index row and bench-case rows of one attempt (check_attempt); AttemptInvalid if it is not usable."""
-    checked = check_attempt(attempt_dir)
-    return checked.row, checked.cases
-
-
 def check_attempt(attempt_dir: Path) -> CheckedAttempt:
     """One attempt, checked as the index checks it; raises AttemptInvalid if it is not usable.
 
@@ -315,6 +310,14 @@ def _tampered(attempt_dir: Path, file: str, message: str) -> AttemptTampered:
     return AttemptTampered(f"{attempt_dir}: TAMPERED {file}: {message}")
 
 
+def _agree(attempt_dir: Path, file: str, what: str, said, header_field: str, want) -> None:
+    """A record's `what` is what attempt.json says (its `header_field`): else it is another attempt's."""
+    if said != want:
+        raise _tampered(
+            attempt_dir, file, f"{what} {said!r} differs from attempt.json's {header_field} {want!r}"
+        )
+
+
 def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str, dict]]:
     """The headline recomputed from a verified attempt's records, after checking that the header's ids
     agree with the files they describe. Returns it with the JSON files read (by name)."""
@@ -342,10 +345,7 @@ def derive(attempt_dir: Path, header: dict) -> tuple[headline.Headline, dict[str
     _check_environment(attempt_dir, header, files["environment.json"])
     for rel in ("correctness.json", "benchmark.json"):
         for key, want in (("device", header.get("device")), ("format", fmt)):
-            if files[rel].get(key) != want:
-                raise _tampered(
-                    attempt_dir, rel, f"{key} {files[rel].get(key)!r} differs from attempt.json's {want!r}"
-                )
+            _agree(attempt_dir, rel, key, files[rel].get(key), key, want)
     corr, bench = files["correctness.json"], files["benchmark.json"]
     try:
         head = (_sol_headline if fmt == SOL_FORMAT else _card_headline)(attempt_dir, header, files)
@@ -394,13 +394,9 @@ def _card_headline(attempt_dir: Path, header: dict, files: dict[str, dict]) -> h
 def _check_environment(attempt_dir: Path, header: dict, env: dict) -> None:
     from mini_kv.environment import environment_key
 
-    if env.get("key") != header["environment_key"]:
-        raise _tampered(
-            attempt_dir,
-            "environment.json",
-            f"key {env.get('key')!r} differs from attempt.json's "
-            f"environment_key {header['environment_key']!r}",
-        )
+    _agree(
+        attempt_dir, "environment.json", "key", env.get("key"), "environment_key", header["environment_key"]
+    )
     try:
         key = environment_key(env)
     except (AttributeError, TypeError, ValueError) as exc:
@@ -416,18 +412,10 @@ def _check_environment(attempt_dir: Path, header: dict, env: dict) -> None:
 
 def _check_card_ids(attempt_dir: Path, header: dict, card_rec: dict) -> None:
     card = card_rec.get("card")
-    if isinstance(card, dict) and card.get("id") != header["task_id"]:
-        raise _tampered(
-            attempt_dir,
-            "task_card.json",
-            f"card id {card.get('id')!r} differs from attempt.json's task_id {header['task_id']!r}",
-        )
-    if card_rec.get("suite_hash") != header["suite_hash"]:
-        raise _tampered(
-            attempt_dir,
-            "task_card.json",
-            f"suite_hash {card_rec.get('suite_hash')!r} differs from attempt.json's {header['suite_hash']!r}",
-        )
+    if isinstance(card, dict):
+        _agree(attempt_dir, "task_card.json", "card id", card.get("id"), "task_id", header["task_id"])
+    suite = card_rec.get("suite_hash")
+    _agree(attempt_dir, "task_card.json", "suite_hash", suite, "suite_hash", header["suite_hash"])
 
 
 def _check_card_seeds(attempt_dir: Path, header: dict, corr: dict, bench: dict) -> None:
@@ -508,11 +496,10 @@ def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
                 )
             else:
                 try:
-                    records.append(record_for_attempt(d))
+                    checked = check_attempt(d)
+                    records.append((checked.row, checked.cases))
                 except AttemptInvalid as exc:
-                    msg = str(exc)
-                    msg = msg[len(str(d)) + 2 :] if msg.startswith(f"{d}: ") else msg
-                    problems.append(Problem(str(d), exc.kind, msg))
+                    problems.append(Problem(str(d), exc.kind, str(exc).removeprefix(f"{d}: ")))
                 except (OSError, RecursionError, MemoryError) as exc:
                     # unreadable in a way no check foresaw: this attempt is skipped, the others still count
                     problems.append(
@@ -602,8 +589,6 @@ def _store_path(artifacts: Path, path: str) -> str:
 
 
 def _now() -> str:
-    import datetime as dt
-
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
@@ -727,11 +712,6 @@ def _insert(con: sqlite3.Connection, row: AttemptRow, cases: tuple[CaseRow, ...]
     )
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
 def _retire(db: Path) -> None:
     """Fold any WAL of the old index into it and drop its sidecar files, so the new file can replace it.
 
@@ -782,7 +762,7 @@ def _rebuild_locked(artifacts: Path) -> RebuildResult:
             con.execute("COMMIT")
         finally:
             con.close()
-        _fsync_file(tmp)
+        fsync_file(tmp)
         _retire(db)
         os.replace(tmp, db)
         fsync_dir(artifacts)
@@ -820,7 +800,7 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
     """
     artifacts = Path(artifacts)
     try:
-        row, cases = record_for_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
+        checked = check_attempt(Path(attempt_dir))  # hashing needs no lock: attempts never change
     except AttemptInvalid as exc:
         raise IndexUnusable(f"not indexed: {exc}") from None
     except (OSError, RecursionError) as exc:
@@ -834,8 +814,8 @@ def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
-                    _refuse_remembered(con, artifacts, row)
-                    _insert(con, row, cases)
+                    _refuse_remembered(con, artifacts, checked.row)
+                    _insert(con, checked.row, checked.cases)
                     con.execute("COMMIT")
                 except BaseException:
                     con.execute("ROLLBACK")

@@ -25,7 +25,7 @@ import itertools
 import time
 import traceback
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -33,6 +33,7 @@ from mini_kv import stats
 from mini_kv.codec import to_json
 from mini_kv.settings import DEFAULTS
 from mini_kv.worker import explain, integrity, shared
+from mini_kv.worker import reference as refs
 from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
 from mini_kv.worker.explain import WrongReturn
 from mini_kv.worker.inputs import case_seed, clone_args, tensor_nbytes, unwritten
@@ -162,6 +163,9 @@ class Job:
     budget: RoundBudget = field(default_factory=lambda: RoundBudget(None, "cpu"))
     own_kernels: bool = False  # --require-own-kernels: library compute in a case's census is a violation
     kernels: Census | None = None  # the census of the current case's first call (remote.census_of)
+    # in a batch: the parent's full reference measurements by case id (reference.CachedReference as JSON),
+    # which a case re-checks instead of timing the reference again; None: not in a batch (interleaved)
+    references: dict | None = None
 
     @classmethod
     def local(cls, fmt, budget_s: float | None = None) -> Job:
@@ -561,6 +565,7 @@ class SampledRepeats:
         self.samples: dict[str, list] = {"candidate": [], "reference": []}
         self.sampling = {w: {"taken": [], "stopped": [], "rel_ci": []} for w in self.samples}
         self.kernel_us: dict[str, list] = {"candidate": [], "reference": []}
+        self.taken = {"candidate": 0, "reference": 0}  # samples timed here (a reused side's are not)
         self.order: list[list[str]] = []
 
     def __iter__(self):
@@ -572,10 +577,26 @@ class SampledRepeats:
     def add(self, who: str, m) -> None:
         """One measurement (timing.Measurement) of `who`."""
         self.samples[who].append(m.samples)
+        self.taken[who] += len(m.samples)
         for key in ("taken", "stopped", "rel_ci"):
             self.sampling[who][key].append(m.notes["sampling"][key])
         if m.kernel_us is not None:
             self.kernel_us[who].append(m.kernel_us)
+
+    def substitute(self, who: str, side: dict) -> None:
+        """`who`'s side is `side` (a Side's JSON: a full measurement of an earlier run), not what was
+        timed here; the samples timed here still count as timed calls."""
+        self.samples[who] = [list(rep) for rep in side["samples"]]
+        self.sampling[who] = {k: list(side["sampling"][k]) for k in ("taken", "stopped", "rel_ci")}
+        kernel = side.get("kernel_us_p50")
+        self.kernel_us[who] = [[kernel]] if kernel is not None else []
+
+    def adopt(self, who: str, other: SampledRepeats) -> None:
+        """`who`'s side is the one `other` timed (after this plan's), its order appended."""
+        self.samples[who], self.sampling[who] = other.samples[who], other.sampling[who]
+        self.kernel_us[who] = other.kernel_us[who]
+        self.taken[who] += other.taken[who]
+        self.order += other.order
 
     def side(self, who: str, summary: stats.RepeatSummary) -> Side:
         kernel = [x for rep in self.kernel_us[who] for x in rep]
@@ -639,21 +660,35 @@ class Timing:
     speedup: float
     stability: dict
     l2_flush: Flush | None = field(default=None, metadata=OMIT)
+    reference_timing: refs.ReferenceTiming | None = field(default=None, metadata=OMIT)  # in a batch
 
 
 def _repeats(
-    calls: dict, method: str, settings: dict, job: Job, flush, launches: int, budget: Budget, first: int
+    calls: dict,
+    method: str,
+    settings: dict,
+    job: Job,
+    flush,
+    launches: int,
+    budget: Budget,
+    first: int,
+    short: dict | None = None,
 ) -> SampledRepeats:
     """Every repeat, alternating who goes first (the candidate on even repeats when `first` is even, so
     single-repeat runs alternate across cases); each measurement samples by the stopping rule within its
-    share of the case's budget, and the harness is checked after each."""
+    share of the case's budget, and the harness is checked after each. The sides named in `short` are
+    timed once, in the first repeat, for that fixed count (a cached reference's drift re-check); a side
+    not in `calls` is not timed."""
     threads = integrity.os_threads()  # after the probes: lazily started runtime threads exist by now
-    plan = SampledRepeats(settings, budget)
+    plan, short = SampledRepeats(settings, budget), short or {}
     for r in plan:
         order = ("candidate", "reference") if (r + first) % 2 == 0 else ("reference", "candidate")
-        plan.order.append(list(order))
+        order = [w for w in order if w in calls and (r == 0 or w not in short)]
+        plan.order.append(order)
         for who in order:
             rule = stopping_rule(settings, plan.share, plan.count)
+            if who in short:
+                rule = replace(rule, fixed=short[who])
             # `measure`: this module's name, the seam tests script timings through
             args = (calls[who], method, rule, job.fmt.device, flush, launches, plan.cost.get(who))
             m = timed(lambda args=args: measure_until(*args, measure_fn=measure, floor=plan.floor))
@@ -770,21 +805,61 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
         job.guard.check("before timing")
         budget = timing_budget(budget_s, t0, warm, len(sets), round_s, settings)
+        calls_per = launches if method == "graph" else 1
+        l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
+        flushed = to_json(flush.describe()) if flush.enabled else None
+        cached, note = _cached_reference(
+            job, case, refs.reference_how(method, calls_per, len(sets), l2, flushed)
+        )
         lap("checks")
-        plan = _repeats(
-            {"candidate": cand, "reference": ref}, method, settings, job, flush, launches, budget, first
+        sides = {"candidate": cand, "reference": ref}
+        short = {"reference": refs.recheck_count(cached, settings)} if cached else None
+        plan = _repeats(sides, method, settings, job, flush, launches, budget, first, short)
+        source = _reference_side(
+            plan, cached, note, job, settings, (ref, method, flush, launches, budget, first)
         )
         lap("sampling")
         post = post_check(job, case, sets, ref_sets)
         job.guard.check("after the post-timing check")
-        calls_per = launches if method == "graph" else 1
-        l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
         record = timing_record(
             plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
         )
+        record = replace(record, reference_timing=source)
         lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
         itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
         return Timed(record, post, set_bytes, numel, itemsize)
+
+
+def _cached_reference(job: Job, case, how: dict) -> tuple[refs.CachedReference | None, str | None]:
+    """The parent's full measurement of this case's reference that this run may re-check instead of
+    timing it again, or None and why not (None, None: not in a batch, or no measurement yet). A
+    regression confirmation (a baseline in the reference's place) never reuses one."""
+    found = (job.references or {}).get(case.id) if job.fmt.baseline is None else None
+    if found is None:
+        return None, None
+    cached = refs.CachedReference(**found)
+    why = refs.mismatch(cached, how)
+    return (None, why) if why else (cached, None)
+
+
+def _reference_side(
+    plan: SampledRepeats, cached, note: str | None, job: Job, settings: dict, again: tuple
+) -> refs.ReferenceTiming | None:
+    """Which way the reference side was measured (None: not in a batch). With a cached measurement the
+    plan timed only the re-check: within its band the cached side stands in; outside it, the reference
+    is timed in full again (`again`: what _repeats needs) and that measurement stands."""
+    if cached is None:
+        return None if job.references is None else refs.ReferenceTiming(refs.MEASURED, note=note)
+    check = refs.recheck(cached, plan.samples["reference"][0], settings)
+    origin = (cached.attempt, cached.solution, cached.measured_at)
+    if check.verdict == refs.WITHIN:
+        plan.substitute("reference", cached.side)
+        return refs.ReferenceTiming(refs.REUSED, *origin, check)
+    ref, method, flush, launches, budget, first = again
+    plan.adopt(
+        "reference", _repeats({"reference": ref}, method, settings, job, flush, launches, budget, first)
+    )
+    return refs.ReferenceTiming(refs.RETIMED, *origin, check)
 
 
 def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
@@ -796,7 +871,7 @@ def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_se
     stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
     timed = (method, settings["method"], fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
     sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))
-    sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per)
+    sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per, plan.taken)
     speedup = stats.speedup(ref_s.overall.p50, cand_s.overall.p50)
     stability = {**stability, "max_cv": max_cv, "max_p95_cv": max_p95_cv}
     return Timing(
@@ -804,13 +879,17 @@ def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_se
     )
 
 
-def sampling_record(settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int) -> Sampled:
+def sampling_record(
+    settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int, taken: dict | None = None
+) -> Sampled:
+    """`taken`: the samples each side timed here (default: what `sides` took; a reused side's differ)."""
     fixed = is_fixed_count(settings)
     target = None if fixed else repeat_target(settings, int(settings.get("repeats", 1)))
     rule = ("fixed" if fixed else "adaptive", settings.get("samples", "auto"))
     rule += (*(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")), target, budget_s)
     repeats = len(next(iter(sides.values()))["taken"])
-    timed = {who: sum(side["taken"]) * calls_per for who, side in sides.items()}
+    taken = taken or {who: sum(side["taken"]) for who, side in sides.items()}
+    timed = {who: n * calls_per for who, n in taken.items()}
     stopped = sorted({why for side in sides.values() for why in side["stopped"]})
     return Sampled(*rule, warm.calls, warm.seconds, repeats, timed, stopped)
 

@@ -193,7 +193,8 @@ class CardEvaluator:
 
     def __init__(self, job, chan, fmt: CardFormat, guard):
         self.job, self.chan, self.fmt = job, chan, fmt
-        self.engine = engine.Job(fmt, guard, own_kernels=bool(job.benchmark.get("require_own_kernels")))
+        own = bool(job.benchmark.get("require_own_kernels"))
+        self.engine = engine.Job(fmt, guard, own_kernels=own, references=job.reference_timings)
 
     @classmethod
     def load(cls, job, chan, subject) -> CardEvaluator | None:
@@ -594,9 +595,8 @@ class SolEvaluator:
     def __init__(self, job, chan, fmt: SolFormat, guard):
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
         budget = engine.RoundBudget(job.settings.get("budget_s"), job.device)
-        self.engine = engine.Job(
-            fmt, guard, budget, own_kernels=bool(job.settings.get("require_own_kernels"))
-        )
+        own = bool(job.settings.get("require_own_kernels"))
+        self.engine = engine.Job(fmt, guard, budget, own_kernels=own, references=job.reference_timings)
 
     @classmethod
     def load(cls, job, chan, subject) -> SolEvaluator | None:

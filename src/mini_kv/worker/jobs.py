@@ -94,7 +94,10 @@ def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
 
 
 # `baseline`: the regression gate's same-run comparison, {library, op}; `watch_paths`: files of the
-# suite the parent watches while the worker runs; `project_root`: where the card's modules import from
+# suite the parent watches while the worker runs; `project_root`: where the card's modules import from;
+# `reference_timings`: in a batch, the parent's full reference measurements by case id
+# (worker.reference.CachedReference as JSON) for the judge to re-check instead of timing again; None:
+# not in a batch
 CardJob = _kind(
     "CardJob",
     "card",
@@ -102,6 +105,7 @@ CardJob = _kind(
     "task_id op library device salt project_root reference inputs tolerances cases all_cases "
     "bench_cases benchmark contract backward exprs peak_bw watch_paths memory_limit_bytes",
     baseline=None,
+    reference_timings=None,
 )
 SolJob = _kind(
     "SolJob",
@@ -109,6 +113,7 @@ SolJob = _kind(
     "A SOL-ExecBench solution on its problem's workloads (worker/formats.SolEvaluator).",
     "device salt settings definition_name reference_file solution cases memory_limit_bytes",
     baseline=None,
+    reference_timings=None,
 )
 BandwidthJob = _kind(
     "BandwidthJob",

@@ -63,6 +63,11 @@ WALL_UNEXPLAINED_SHARE = 0.5
 # the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
 WALL_GAP_PER_SAMPLE_S = 100e-6
 WALL_GAP_FIXED_S = 0.02
+# A batch whose gaps are unexplained is timed again, up to this many batches in all: a loaded host stalls
+# the subject between two calls now and then (a stall inside a call is a slow sample, owned up to), so
+# an honest batch fails by chance and its next one passes; work done outside the timed calls, or a
+# clock that reads short, leaves the gap in every batch.
+WALL_GAP_TRIES = 3
 
 
 class SubjectLost(BaseException):
@@ -378,7 +383,26 @@ class RemoteWorkload(Workload):
 
     def measure(self, method: str, samples: int, device: str, cold: bool, launches: int) -> Measurement:
         """One batch timed in the subject, bracketed by this process's clock (check_claim), with one of
-        the input sets it calls spot-checked (_arm, _spot_check)."""
+        the input sets it calls spot-checked (_arm, _spot_check). A batch with unexplained gaps is timed
+        again (WALL_GAP_TRIES); the last one's gap is a violation."""
+        for tries_left in range(WALL_GAP_TRIES - 1, -1, -1):
+            m, elapsed, k = self._batch(method, samples, cold, launches)
+            check_claim(m, method, samples, elapsed)
+            gap = unexplained_gap(m, samples, elapsed)
+            if gap is None or tries_left == 0:
+                break
+            if k is not None:
+                self._restore(k)  # this batch's samples are dropped, its armed set with them
+        if gap is not None:
+            raise Violation("IMPOSSIBLE_TIME", f"{gap} (in each of {WALL_GAP_TRIES} batches)")
+        if k is not None:
+            self._spot_check(k)
+        return m
+
+    def _batch(
+        self, method: str, samples: int, cold: bool, launches: int
+    ) -> tuple[Measurement, float, int | None]:
+        """One batch: the subject's claim, the seconds this process's clock saw it take, the armed set."""
         k = self._arm(samples) if self.spot is not None else None
         t0 = time.perf_counter()
         reply = self.subject.ask(
@@ -396,10 +420,7 @@ class RemoteWorkload(Workload):
             self.pos = int(reply["pos"])
         except (KeyError, TypeError, ValueError) as exc:
             raise self.subject.lie(f"the subject's timing answer is out of protocol: {exc}") from None
-        check_claim(m, method, samples, elapsed)
-        if k is not None:
-            self._spot_check(k)
-        return m
+        return m, elapsed, k
 
     def _arm(self, samples: int) -> int:
         """Before a batch: choose at random one of the input sets it will call (every batch calls at
@@ -462,8 +483,7 @@ def _poison(t) -> None:
 
 def check_claim(m: Measurement, method: str, samples: int, elapsed_s: float) -> None:
     """Refuse samples this process's clock makes impossible: another method or count than asked, a
-    non-finite or negative time, timed calls that add up to more than the batch took, and (host wall
-    clock, where little happens between the timed calls) far less than it took."""
+    non-finite or negative time, timed calls that add up to more than the batch took."""
     if m.method != method or len(m.samples) != samples or m.calls_per_sample < 1:
         raise Violation(
             "IMPOSSIBLE_TIME",
@@ -478,13 +498,19 @@ def check_claim(m: Measurement, method: str, samples: int, elapsed_s: float) -> 
             f"{samples} samples claimed {claimed * 1e3:.3f} ms of timed calls in a batch the judge's "
             f"clock saw take {elapsed_s * 1e3:.3f} ms",
         )
+
+
+def unexplained_gap(m: Measurement, samples: int, elapsed_s: float) -> str | None:
+    """Host wall-clock samples, where little happens between the timed calls, that add up to far less
+    than the batch took: what is wrong, else None."""
+    claimed = sum(m.samples) * m.calls_per_sample * 1e-6
     unexplained = elapsed_s - claimed - WALL_GAP_FIXED_S - WALL_GAP_PER_SAMPLE_S * samples
-    if method == "wallclock" and unexplained > WALL_UNEXPLAINED_SHARE * elapsed_s:
-        raise Violation(
-            "IMPOSSIBLE_TIME",
-            f"{samples} wall-clock samples claimed {claimed * 1e3:.3f} ms of a batch the judge's clock saw "
-            f"take {elapsed_s * 1e3:.3f} ms: more than half of it unaccounted for between the calls",
-        )
+    if m.method != "wallclock" or unexplained <= WALL_UNEXPLAINED_SHARE * elapsed_s:
+        return None
+    return (
+        f"{samples} wall-clock samples claimed {claimed * 1e3:.3f} ms of a batch the judge's clock saw "
+        f"take {elapsed_s * 1e3:.3f} ms: more than half of it unaccounted for between the calls"
+    )
 
 
 def workload_of(fn, sets: list[list], spot: SpotCheck | None = None) -> Workload:
