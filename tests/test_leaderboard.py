@@ -171,7 +171,10 @@ def test_new_attempts_reach_the_leaderboard_through_update_index(store):
 )
 def test_end_to_end_verify_index_leaderboard_promote(tmp_path):
     art = tmp_path / "artifacts"
-    v = run_cli("verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(art), "--json")
+    # 1 s of adaptive timing, not the default 3: the test follows the attempt, not its times
+    v = run_cli(
+        "verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(art), "--json", "--budget", "1"
+    )
     assert v.returncode == 0, v.stdout + v.stderr
     summary = json.loads(v.stdout.strip().splitlines()[-1])
     attempt = Path(summary["attempt"])

@@ -32,6 +32,10 @@ RMSNORM = ROOT / "tasks" / "rmsnorm.yaml"
 @pytest.fixture
 def fake_ncu(tmp_path, monkeypatch):
     """An executable `ncu` that runs fake_ncu.py; its argv log; CUDA reported as present."""
+    return _fake_ncu(tmp_path, monkeypatch)
+
+
+def _fake_ncu(tmp_path: Path, monkeypatch) -> dict:
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir()
     exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FIX / "fake_ncu.py"} "$@"\n')
@@ -287,9 +291,18 @@ def test_cli_no_cuda(fake_ncu, tmp_path):
 # ---------------------------------------------------------------------- store integrity
 
 
+@pytest.fixture(scope="module")
+def sealed_profile(tmp_path_factory) -> Path:
+    """One good profile, captured once for the module; each integrity test damages its own copy."""
+    with pytest.MonkeyPatch.context() as mp:
+        return Path(run_profile(_fake_ncu(tmp_path_factory.mktemp("profile"), mp), mp).path)
+
+
 @pytest.fixture
-def good_profile(fake_ncu, monkeypatch) -> Path:
-    return Path(run_profile(fake_ncu, monkeypatch).path)
+def good_profile(sealed_profile, tmp_path) -> Path:
+    dest = tmp_path / "profiles" / sealed_profile.name
+    shutil.copytree(sealed_profile, dest, symlinks=True)
+    return dest
 
 
 def unusable(path: Path) -> str:

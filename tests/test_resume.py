@@ -74,7 +74,8 @@ def _interrupt_after_first(cmd: list[str], results: Path) -> subprocess.Complete
 def test_interrupt_then_resume_runs_each_solution_once(tmp_path, where):
     if where:
         pytest.importorskip("distributed")
-    n = 3  # more than the two that run at once under --workers 2, so that one is left for the resume
+    # one more than run at once (two under --workers 2, one here), so that one is left for the resume
+    n = 3 if where else 2
     manifest = _manifest(tmp_path, n)
     results = tmp_path / "r.jsonl"
     res = _interrupt_after_first(_cmd(manifest, tmp_path, *where), results)

@@ -1,6 +1,7 @@
 """SOL-ExecBench attempts are first-class: baselines, the regression gate of `bench`, the leaderboard."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,25 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def stable_good(tmp_path_factory):
+    """(bench result, project): good_return benched until stable once for the module, in a project of its
+    own; the tests that promote it or rank it copy that project into theirs (`_with_stable_good`)."""
+    where = tmp_path_factory.mktemp("stable_good")
+    (where / ".mini-kv-project").write_text("")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(where)
+        res = _bench_stable(SOLS / "good_return" / "solution.json")
+    return res, where
+
+
+def _with_stable_good(stable_good, project: Path) -> Path:
+    """The module's stable good_return attempt, in a copy of its store inside `project`."""
+    res, where = stable_good
+    shutil.copytree(where, project, dirs_exist_ok=True)
+    return project / Path(res.attempt).resolve().relative_to(where.resolve())
+
+
 def _bench(solution: Path) -> dict:
     return bench(str(PROBLEM), BenchOptions(solution=str(solution), **SETTINGS))
 
@@ -67,14 +87,14 @@ def _bench_stable(solution: Path, tries: int = 3) -> dict:
 
 
 def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_same_solution(
-    project, capsys
+    project, capsys, stable_good
 ):
     from mini_kv.cli import main
 
     good = SOLS / "good_return" / "solution.json"
-    first = _bench_stable(good)  # promotion takes a stable attempt only
+    first = stable_good[0]  # promotion takes a stable attempt only
     assert first.exit_code == ExitCode.OK and first.regression is None  # no baseline yet
-    assert main(["promote-baseline", "--attempt", first.attempt]) == 0
+    assert main(["promote-baseline", "--attempt", str(_with_stable_good(stable_good, project))]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "`mini-kv bench` of scale_mul will use it (found by convention at baselines/scale_mul.json)" in out
     base = load_baseline(project / "baselines" / "scale_mul.json")  # the task cards' schema and hash manifest
@@ -118,18 +138,14 @@ def test_promote_a_sol_attempt_then_the_gate_fails_a_slowed_copy_and_passes_the_
     assert again.exit_code == exit_code_for(again.regression) != ExitCode.REGRESSION
 
 
-def test_the_cli_prints_the_regression_table_and_exits_6(project):
+def test_the_cli_prints_the_regression_table_and_exits_6(project, stable_good):
     from conftest import run_cli
 
-    base = promote_baseline(
-        Path(_bench_stable(SOLS / "good_return" / "solution.json").attempt),
-        project / "baselines" / "scale_mul.json",
-    )
+    base = promote_baseline(_with_stable_good(stable_good, project), project / "baselines" / "scale_mul.json")
     assert base.task_id == "scale_mul"
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
-    env = {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     proc = run_cli(
         "bench",
         str(PROBLEM),
@@ -148,8 +164,7 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
         "--max-p95-cv",
         "0.9",
         cwd=project,
-        env=env,
-    )
+    )  # in this process (conftest.run_cli): its piped console is wide enough for whole headers
     text = " ".join(proc.stdout.split())
     assert proc.returncode == ExitCode.REGRESSION, proc.stdout + proc.stderr
     assert "regression vs baselines/scale_mul.json: FAIL" in text and "regression (times in µs)" in text
@@ -169,7 +184,6 @@ def test_the_cli_prints_the_regression_table_and_exits_6(project):
         "--max-cv",
         "0.9",
         cwd=project,
-        env=env,
     )
     text = " ".join(proc.stdout.split())
     assert "regression vs baselines/scale_mul.json: INCOMPARABLE" in text and "suite_hash differs" in text, (
@@ -186,11 +200,12 @@ def test_promotion_refuses_a_failed_sol_attempt(project):
         promote_baseline(Path(res.attempt), project / "baselines" / "scale_mul.json")
 
 
-def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project):
+def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project, stable_good):
     from conftest import run_cli
 
-    for name in ("good_return", "good_dps"):
-        assert _bench_stable(SOLS / name / "solution.json").exit_code == ExitCode.OK
+    _with_stable_good(stable_good, project)  # good_return's stable attempt, in this project's store
+    assert stable_good[0].exit_code == ExitCode.OK
+    assert _bench_stable(SOLS / "good_dps" / "solution.json").exit_code == ExitCode.OK
     slowed = write_solution(
         project / "slowed", "scale_mul_slowed", "scale_mul", "main.py", SLOWED, entry="forward", dps=False
     )
@@ -202,7 +217,6 @@ def test_leaderboard_ranks_the_solutions_of_one_sol_problem(project):
         "--json",
         str(project / "lb.json"),
         cwd=project,
-        env={"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "250"},
     )
     assert proc.returncode == 0, proc.stderr
     board = json.loads((project / "lb.json").read_text())

@@ -54,9 +54,11 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     assert [len(r) for r in case["candidate"]["samples"]] == taken
     assert set(case["candidate"]["sampling"]["stopped"]) <= {"converged", "budget", "max"}
 
+    # the second run checks the build cache: one case is enough to reach the build and write an attempt
     second = cli(
-        "verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark"
-    )
+        "verify", "--task", "tasks/vector_add.yaml", "--artifacts", str(tmp_path), "--skip-benchmark",
+        "--case", "n31",
+    )  # fmt: skip
     assert second.returncode == 0, second.stdout + second.stderr
     comp = json.loads((_attempt(second.stdout) / "compile.json").read_text())
     assert comp["cache_hit"] is True

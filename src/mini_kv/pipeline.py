@@ -355,7 +355,7 @@ class ReferenceCache:
                 or "reference" not in rec
             ):
                 continue
-            how = refs.reference_how(
+            how = refs.ReferenceHow(
                 rec["method"], rec["calls_per_sample"], rec["input_sets"], rec["l2"], rec.get("l2_flush")
             )
             with self._lock:

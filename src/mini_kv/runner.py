@@ -419,6 +419,7 @@ class _WorkerRun:
         self.give_up_after = give_up_after
         self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
         self.log_mark = 0  # the log's size when the current case began (_mark_log)
+        self.broke: list[str] = []  # the cases a child crashed or hung on (_contract_cases)
         self.handlers = {
             Event.BEGIN: self._begin,
             Event.LOAD: self._load,
@@ -437,7 +438,7 @@ class _WorkerRun:
         watch = getattr(self.job, "watch_paths", [])
         files_before = harness_files(watch)
         for _ in range(MAX_RESTARTS):
-            sub = self.job.replace(**self.pending)
+            sub = self.job.replace(**self.pending, **self._contract_cases())
             if first_child is not None:
                 child, first_child = first_child, None
                 child.send(sub)
@@ -452,6 +453,14 @@ class _WorkerRun:
             changed = "files of the verifier changed while the worker ran: " + ", ".join(touched[:10])
             self._incident("worker", changed, integrity="HARNESS_TAMPERED", case=None)
         return self.results
+
+    def _contract_cases(self) -> dict:
+        """The cases a contract check picks from (a card job's `all_cases`) without those a child already
+        crashed or hung on: opcheck would call the op on them again, a hang costing its timeout twice."""
+        every = getattr(self.job, "all_cases", None)
+        if every is None or not self.broke:
+            return {}
+        return {"all_cases": [c for c in every if c["id"] not in self.broke]}
 
     def _incident(self, stage: str, reason: str, prefix: str = "", **more) -> None:
         """An incident of the run: what went wrong outside any one case's record (correctness.json)."""
@@ -600,6 +609,7 @@ class _WorkerRun:
             "log_tail": _tail(self.log_path, since=self.log_mark),
         }
         if stage in ("correctness", "inputs"):
+            self.broke.append(case_id)
             case = next(c for c in self.pending["cases"] if c["id"] == case_id)
             if stage == "inputs":  # the card's input factory, before any candidate call: the card's fault
                 failure.update(

@@ -809,7 +809,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
         flushed = to_json(flush.describe()) if flush.enabled else None
         cached, note = _cached_reference(
-            job, case, refs.reference_how(method, calls_per, len(sets), l2, flushed)
+            job, case, refs.ReferenceHow(method, calls_per, len(sets), l2, flushed)
         )
         lap("checks")
         sides = {"candidate": cand, "reference": ref}
@@ -830,14 +830,16 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         return Timed(record, post, set_bytes, numel, itemsize)
 
 
-def _cached_reference(job: Job, case, how: dict) -> tuple[refs.CachedReference | None, str | None]:
+def _cached_reference(
+    job: Job, case, how: refs.ReferenceHow
+) -> tuple[refs.CachedReference | None, str | None]:
     """The parent's full measurement of this case's reference that this run may re-check instead of
     timing it again, or None and why not (None, None: not in a batch, or no measurement yet). A
     regression confirmation (a baseline in the reference's place) never reuses one."""
     found = (job.references or {}).get(case.id) if job.fmt.baseline is None else None
     if found is None:
         return None, None
-    cached = refs.CachedReference(**found)
+    cached = refs.CachedReference.from_json(found)
     why = refs.mismatch(cached, how)
     return (None, why) if why else (cached, None)
 

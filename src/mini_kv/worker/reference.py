@@ -14,7 +14,7 @@ a batch records which way its reference side was measured (ReferenceTiming, benc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 from mini_kv import stats
 from mini_kv.codec import optional
@@ -25,16 +25,33 @@ WITHIN, DRIFTED = "within", "drift"
 
 
 @dataclass(frozen=True)
+class ReferenceHow:
+    """What a reuse must match in the judge's own choices (the method `auto` resolved to, the input sets
+    memory allowed, the flush): a cached measurement taken otherwise is not comparable."""
+
+    method: str
+    calls_per_sample: int
+    input_sets: int
+    l2: str
+    l2_flush: dict | None
+
+
+@dataclass(frozen=True)
 class CachedReference:
     """A full measurement of one case's reference side, as a later job gets it: the side's record
-    (engine.Side as JSON: samples per repeat, summary, sampling), how it was timed (`how`: reference_how),
+    (engine.Side as JSON: samples per repeat, summary, sampling), how it was timed (`how`),
     and where it came from (the attempt and solution whose run measured it, when)."""
 
     side: dict
-    how: dict
+    how: ReferenceHow
     attempt: str
     solution: str
     measured_at: str
+
+    @classmethod
+    def from_json(cls, doc: dict) -> CachedReference:
+        """A job's entry (ReferenceCache.offer: this record as JSON) back as the record."""
+        return cls(**{**doc, "how": ReferenceHow(**doc["how"])})
 
 
 @dataclass(frozen=True)
@@ -65,26 +82,16 @@ class ReferenceTiming:
     note: str | None = optional()
 
 
-def reference_how(method: str, calls_per_sample: int, input_sets: int, l2: str, flush: dict | None) -> dict:
-    """What a reuse must match in the judge's own choices (the method `auto` resolved to, the input sets
-    memory allowed, the flush): a cached measurement taken otherwise is not comparable."""
-    return {
-        "method": method,
-        "calls_per_sample": calls_per_sample,
-        "input_sets": input_sets,
-        "l2": l2,
-        "l2_flush": flush,
-    }
-
-
-def mismatch(cached: CachedReference, how: dict) -> str | None:
+def mismatch(cached: CachedReference, how: ReferenceHow) -> str | None:
     """Why `cached` cannot stand in for a measurement taken `how` (None: it can)."""
-    differ = sorted(k for k in how if cached.how.get(k) != how[k])
-    if not differ:
+    if cached.how == how:
         return None
-    return "the cached measurement differs in " + ", ".join(
-        f"{k} ({cached.how.get(k)!r}, here {how[k]!r})" for k in differ
-    )
+    differ = [
+        (f.name, a, b)
+        for f, a, b in zip(fields(how), astuple(cached.how), astuple(how), strict=True)
+        if a != b
+    ]
+    return "the cached measurement differs in " + ", ".join(f"{k} ({a!r}, here {b!r})" for k, a, b in differ)
 
 
 def recheck_count(cached: CachedReference, settings: dict) -> int:

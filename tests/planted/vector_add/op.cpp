@@ -1,6 +1,7 @@
-// Planted misbehaving vector_add candidates for the isolation tests. One source; the task card
-// builds it once per behaviour with -DPLANT=<n> and -DNS=<namespace>. Each misbehaves only on
-// inputs of 33 elements, so the cases before and after it show that a failure stays local.
+// Planted misbehaving vector_add candidates for the isolation tests. One source, one build (the same
+// sources and flags for every candidate): each behaviour is registered in a dispatcher namespace of its
+// own, which the task card's candidate names. Each misbehaves only on inputs of 33 elements, so the
+// cases before and after it show that a failure stays local.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -38,30 +39,32 @@ void forge_result_channel() {
   }
 }
 
+template <int PLANT>
 void misbehave() {
-#if PLANT == PLANT_SEGFAULT
-  volatile int* p = nullptr;
-  *p = 42;
-#elif PLANT == PLANT_ABORT
-  std::abort();
-#elif PLANT == PLANT_HANG
-  volatile bool forever = true;
-  while (forever) {
+  if constexpr (PLANT == PLANT_SEGFAULT) {
+    volatile int* p = nullptr;
+    *p = 42;
+  } else if constexpr (PLANT == PLANT_ABORT) {
+    std::abort();
+  } else if constexpr (PLANT == PLANT_HANG) {
+    volatile bool forever = true;
+    while (forever) {
+    }
+  } else if constexpr (PLANT == PLANT_THROW) {
+    throw std::runtime_error("planted: the op threw a C++ exception");
+  } else if constexpr (PLANT == PLANT_OOM) {
+    std::vector<at::Tensor> hoard;
+    for (;;) hoard.push_back(at::ones({1 << 28}, at::kByte));  // 256 MiB at a time, touched
+  } else if constexpr (PLANT == PLANT_FORGE) {
+    forge_result_channel();
   }
-#elif PLANT == PLANT_THROW
-  throw std::runtime_error("planted: the op threw a C++ exception");
-#elif PLANT == PLANT_OOM
-  std::vector<at::Tensor> hoard;
-  for (;;) hoard.push_back(at::ones({1 << 28}, at::kByte));  // 256 MiB at a time, touched
-#elif PLANT == PLANT_FORGE
-  forge_result_channel();
-#endif
 }
 
+template <int PLANT>
 at::Tensor vector_add_cpu(const at::Tensor& a_in, const at::Tensor& b_in) {
   TORCH_CHECK(a_in.sizes() == b_in.sizes(), "vector_add: shape mismatch");
   TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), "vector_add: dtype mismatch");
-  if (a_in.numel() == 33) misbehave();
+  if (a_in.numel() == 33) misbehave<PLANT>();
   return a_in + b_in;
 }
 
@@ -69,6 +72,14 @@ at::Tensor vector_add_meta(const at::Tensor& a, const at::Tensor& b) { return at
 
 }  // namespace
 
-TORCH_LIBRARY(NS, m) { m.def("vector_add(Tensor a, Tensor b) -> Tensor"); }
-TORCH_LIBRARY_IMPL(NS, CPU, m) { m.impl("vector_add", &vector_add_cpu); }
-TORCH_LIBRARY_IMPL(NS, Meta, m) { m.impl("vector_add", &vector_add_meta); }
+#define PLANTED(NS, PLANT)                                                          \
+  TORCH_LIBRARY(NS, m) { m.def("vector_add(Tensor a, Tensor b) -> Tensor"); }       \
+  TORCH_LIBRARY_IMPL(NS, CPU, m) { m.impl("vector_add", &vector_add_cpu<PLANT>); } \
+  TORCH_LIBRARY_IMPL(NS, Meta, m) { m.impl("vector_add", &vector_add_meta); }
+
+PLANTED(mini_kv_planted_segfault, PLANT_SEGFAULT)
+PLANTED(mini_kv_planted_abort, PLANT_ABORT)
+PLANTED(mini_kv_planted_hang, PLANT_HANG)
+PLANTED(mini_kv_planted_throw, PLANT_THROW)
+PLANTED(mini_kv_planted_oom, PLANT_OOM)
+PLANTED(mini_kv_planted_forge, PLANT_FORGE)
