@@ -148,12 +148,12 @@ class Verdict:
 
 def verdict_of(attempt: str | None, fallback: str, note: str = "") -> Verdict:
     """The stored attempt's verdict, through the store's own checks (what `leaderboard` ranks)."""
-    from mini_kv.store.index import AttemptInvalid, record_for_attempt
+    from mini_kv.store.index import AttemptInvalid, check_attempt
 
     if not attempt or not (Path(attempt) / "attempt.json").is_file():
         return Verdict(fallback, note=note or "no attempt stored")
     try:
-        row, _ = record_for_attempt(Path(attempt))
+        row = check_attempt(Path(attempt)).row
     except AttemptInvalid as exc:
         return Verdict("INVALID", attempt=attempt, note=str(exc))
     traces = Path(attempt) / "traces.jsonl"
