@@ -1,8 +1,10 @@
 """`bench` end to end on CPU: planted solutions get the status they deserve, as traces, never as a crash of the tool."""
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -300,22 +302,7 @@ def test_unavailable_language_is_reported_not_crashed(tmp_path):
     assert result.exit_code == ExitCode.CONFIG
 
 
-def _hpc_bench(args: list[str], monkeypatch) -> subprocess.CompletedProcess:
-    """`hpc-bench ARGS` (mini_kv.cli_bench.main) in this process from the repository, as conftest.run_cli
-    runs `mini-kv`: its piped console is wide enough for whole headers."""
-    import contextlib
-    import io
-
-    from mini_kv.cli_bench import main
-
-    monkeypatch.chdir(ROOT)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(args)
-    return subprocess.CompletedProcess(["hpc-bench", *args], code, out.getvalue(), err.getvalue())
-
-
-def test_cli_table_output_and_json(tmp_path, monkeypatch):
+def test_cli_table_output_and_json(tmp_path):
     out = tmp_path / "traces.jsonl"
     args = [
         str(PROBLEM),
@@ -337,7 +324,14 @@ def test_cli_table_output_and_json(tmp_path, monkeypatch):
         str(out),
         "-v",
     ]
-    res = _hpc_bench(args, monkeypatch)
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys; from mini_kv.cli_bench import main; sys.exit(main())", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # wide enough for whole headers
     assert res.returncode == ExitCode.CORRECTNESS, res.stdout + res.stderr
     for col in ("#", "Status", "Latency (ms)", "Ref (ms)", "Speedup", "Max Abs Err", "Max Rel Err"):
         assert col in res.stdout
