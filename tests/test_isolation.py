@@ -58,7 +58,9 @@ def test_planted_failure_is_a_recorded_status(cli, tmp_path, candidate):
     assert cases["n64-float32"]["status"] == "PASSED"
     assert summary["status"] == "INCORRECT"
     opcheck = corr["contract"]["opcheck"]
-    if candidate in ("segfault", "abort", "hang"):  # the child died on n33: opcheck calls the op on others
+    # the child died on n33: opcheck calls the op on the other core cases (the hang's child died the same
+    # way, but its 5-s timeout is too short for opcheck itself on a loaded machine: not asserted there)
+    if candidate in ("segfault", "abort"):
         assert opcheck["status"] == "PASSED", opcheck
         assert [c["case"] for c in opcheck["cases"]] == ["n31-float32", "n64-float32"]
 
