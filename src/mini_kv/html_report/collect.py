@@ -18,7 +18,7 @@ from mini_kv.profile.compare import Ident, MetricRow
 from mini_kv.profile.store import PROFILES_DIR  # Nsight Compute profiles, not attempts
 from mini_kv.store.attempts import AttemptInvalid, iter_attempt_dirs
 from mini_kv.store.index import check_attempt
-from mini_kv.store.records import SOL_FORMAT, BenchCase, CorrCase, MalformedRecord, finite
+from mini_kv.store.records import SOL_FORMAT, BenchCase, CorrCase, finite
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
             continue
         try:
             store.attempts.append(read_one(d))
-        except (AttemptInvalid, MalformedRecord, OSError, UserError) as exc:  # UserError: unreadable JSON
+        # AttemptInvalid includes MalformedRecord; UserError: unreadable JSON
+        except (AttemptInvalid, OSError, UserError) as exc:
             store.skipped.append(Skipped(str(d), str(exc).removeprefix(f"{d}: ")))
     store.attempts.sort(key=lambda a: (a.task_id, a.candidate, a.created_at, a.attempt_id))
     return store

@@ -882,15 +882,14 @@ def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_se
 
 
 def sampling_record(
-    settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int, taken: dict | None = None
+    settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int, taken: dict
 ) -> Sampled:
-    """`taken`: the samples each side timed here (default: what `sides` took; a reused side's differ)."""
+    """`taken`: the samples each side timed here (SampledRepeats.taken: a reused side's are not its own)."""
     fixed = is_fixed_count(settings)
     target = None if fixed else repeat_target(settings, int(settings.get("repeats", 1)))
     rule = ("fixed" if fixed else "adaptive", settings.get("samples", "auto"))
     rule += (*(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")), target, budget_s)
     repeats = len(next(iter(sides.values()))["taken"])
-    taken = taken or {who: sum(side["taken"]) for who, side in sides.items()}
     timed = {who: n * calls_per for who, n in taken.items()}
     stopped = sorted({why for side in sides.values() for why in side["stopped"]})
     return Sampled(*rule, warm.calls, warm.seconds, repeats, timed, stopped)

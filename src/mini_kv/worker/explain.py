@@ -92,16 +92,6 @@ def output_not_tensor(name: str, value, names: list[str], who: str = "the soluti
     )
 
 
-def raised(exc: BaseException, judge_traceback: str) -> str:
-    """`solution raised Type: message` and the candidate's own frames: those of the process that ran it
-    (`remote_traceback`, sent by the subject) where there is one, with mini_kv's frames left out. An
-    exception marked `plain` (a caught sys.exit) is its message alone."""
-    if getattr(exc, "plain", False):
-        return str(exc)
-    frames = candidate_frames(getattr(exc, "remote_traceback", None) or judge_traceback)
-    return f"solution raised {exception_text(exc)}" + (f"\n{frames}" if frames else "")
-
-
 def candidate_frames(tb: str) -> str:
     """A formatted traceback without mini_kv's frames (and the interpreter's own); '' when no frame is
     left, as when only mini_kv's code was on the stack."""
