@@ -20,7 +20,8 @@ EXPECTED = {
 
 
 def _verify(cli, tmp_path, candidate):
-    # a hang costs its case's timeout (opcheck leaves out the case a child hung on); the other cases take
+    # a hang costs its case's timeout (opcheck leaves out the case a child hung on; 2 s, less than torch's
+    # first import of its compiler stack for opcheck, which the runner allows on top); the other cases take
     # milliseconds, except the OOM, which touches 3 GiB before the memory limit stops it: several seconds on a busy
     # 2-core machine (10 s once ran out there), so its limit is generous; it costs nothing when met
     res = cli(
@@ -31,7 +32,7 @@ def _verify(cli, tmp_path, candidate):
         candidate,
         "--skip-benchmark",
         "--timeout",
-        "5" if candidate == "hang" else "30",
+        "2" if candidate == "hang" else "30",
         "--memory-limit",
         "3",
         "--artifacts",
@@ -58,9 +59,9 @@ def test_planted_failure_is_a_recorded_status(cli, tmp_path, candidate):
     assert cases["n64-float32"]["status"] == "PASSED"
     assert summary["status"] == "INCORRECT"
     opcheck = corr["contract"]["opcheck"]
-    # the child died on n33: opcheck calls the op on the other core cases (the hang's child died the same
-    # way, but its 5-s timeout is too short for opcheck itself on a loaded machine: not asserted there)
-    if candidate in ("segfault", "abort"):
+    # the child died on n33: opcheck calls the op on the other core cases, within the case timeout plus
+    # the allowance for torch's own imports (the hang's 2 s alone is too short for them)
+    if candidate in ("segfault", "abort", "hang"):
         assert opcheck["status"] == "PASSED", opcheck
         assert [c["case"] for c in opcheck["cases"]] == ["n31-float32", "n64-float32"]
 

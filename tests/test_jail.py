@@ -363,3 +363,28 @@ def test_jails_side_by_side_run_as_uids_of_their_own(monkeypatch):
         assert len(set(uids)) == 2 and 0 not in uids, uids
     finally:
         jail.run_as.cache_clear()
+
+
+@needs_jail
+def test_a_script_run_from_the_hosts_tmp_shows_the_jail_neither_that_tmp_nor_a_read_only_scratch(
+    monkeypatch,
+):
+    """`python /tmp/loop.py` puts /tmp first on sys.path, and the Python environment is bound into the
+    jail: /tmp itself must not be, or the host's /tmp (other runs' files) is laid, read-only, over the
+    jail's scratch (opcheck then failed writing its inductor cache: a false FAILED)."""
+    import tempfile
+
+    host_tmp = os.path.realpath(tempfile.gettempdir())
+    marker = Path(tempfile.mkdtemp(prefix="mini-kv-host-tmp-")) / "host-secret"
+    marker.write_text("not for candidates")
+    marker.chmod(0o644)
+    marker.parent.chmod(0o755)
+    monkeypatch.setattr(sys, "path", [host_tmp, "/tmp", *sys.path])
+    assert host_tmp not in jail.python_paths() and "/tmp" not in jail.python_paths()
+    res = _run(
+        "import os, pathlib; p = pathlib.Path('/tmp/inductor'); p.mkdir(); (p / 'x').write_text('y'); "
+        f"print('seen' if os.path.exists({str(marker)!r}) else 'hidden')"
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "hidden", res.stdout
+    shutil.rmtree(marker.parent)

@@ -560,8 +560,9 @@ class _PidsGroup:
 
 def python_paths() -> list[str]:
     """The Python environment, read-only inside: the prefixes and every `sys.path` entry, less the
-    working directory that `python -m` puts first (it may be $HOME) and anything above $HOME."""
-    home = os.path.realpath(os.path.expanduser("~"))
+    working directory that `python -m` puts first (it may be $HOME) and anything that would show $HOME
+    or the host's /tmp whole (a script run from /tmp puts /tmp first on sys.path: bound, it would lay
+    the host's /tmp, read-only, over the jail's own scratch)."""
     cwd = os.path.realpath(os.getcwd())
     env_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     out = []
@@ -571,8 +572,8 @@ def python_paths() -> list[str]:
         real = os.path.realpath(p)
         if real == cwd and p not in env_path:
             continue
-        if real in ("/", home) or home.startswith(real.rstrip("/") + "/"):
-            continue  # binding it would show $HOME whole
+        if _shows_too_much(real) or real == SCRATCH or SCRATCH.startswith(real.rstrip("/") + "/"):
+            continue
         if os.path.exists(real) and real not in out:
             out.append(real)
     exe_dir = os.path.dirname(os.path.realpath(sys.executable))

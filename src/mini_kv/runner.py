@@ -480,8 +480,12 @@ class _WorkerRun:
         """Handle the child's events until it is done, stops or times out: (outcome, time budget)."""
         self.current = None
         self._mark_log()
+        first_contract = True  # this child has not yet imported torch's compiler stack (contract_import_s)
         while True:
-            budget = min(self.case_timeout, max(0.0, self.stage_timeout - (time.monotonic() - self.started)))
+            per_case = self.case_timeout
+            if first_contract and self.current is not None and self.current[0] == "contract":
+                per_case += DEFAULTS.contract_import_s
+            budget = min(per_case, max(0.0, self.stage_timeout - (time.monotonic() - self.started)))
             ev = child.next_event(budget)
             if ev == "timeout":
                 return "timeout", budget
@@ -490,6 +494,7 @@ class _WorkerRun:
             if self.on_event is not None:
                 self.on_event(ev)
             kind = ev.get("event")
+            first_contract = first_contract and kind != Event.CONTRACT
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
                 self._incident("channel", f"unexpected event {ev!r}"[:500])

@@ -68,6 +68,10 @@ class Settings:
     # A worker child's start-up before its `ready` event: the harness only (Python, torch, CUPTI), so a
     # limit for a broken machine, never a candidate's time (its per-case timeout starts at `ready`).
     startup_s: float = 300.0
+    # A worker child's first contract check (opcheck, gradcheck) imports torch's compiler stack
+    # (torch._dynamo, the AOT tests: 6 s of CPU on a 2-core machine at load 2): torch's time, not the
+    # candidate's, so that check gets this much on top of the per-case timeout.
+    contract_import_s: float = 60.0
     bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
     ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
     cuda: Sampling = Sampling(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=20.0)
