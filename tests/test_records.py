@@ -16,7 +16,7 @@ from mini_kv.codec import from_json, to_json
 from mini_kv.load.schema import is_valid
 from mini_kv.model import WorkerResults
 from mini_kv.status import Status
-from mini_kv.store.attempts import AttemptInvalid, read_attempt
+from mini_kv.store.attempts import AttemptInvalid, AttemptTampered, read_attempt
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.index import INDEX_NAME, check_attempt, rebuild_index
 from mini_kv.store.jsonfile import RecordUnusable
@@ -214,3 +214,17 @@ def test_a_record_the_checks_pass_but_no_reader_can_read_is_refused_naming_the_a
         _ = checked.records
     assert str(a) in str(exc.value) and "AttributeError" in str(exc.value)
     assert isinstance(exc.value, AttemptInvalid)
+
+
+def test_a_workload_file_changed_after_the_stores_check_is_refused_when_read(tmp_path):
+    """The typed reading of a SOL attempt reads workload.jsonl (its tolerances) after the store checked
+    every file: it checks what it read against the manifest, so a file swapped in between is not used."""
+    art = tmp_path / "artifacts"
+    shutil.copytree(EVIDENCE, art)
+    (a,) = [p.parent for p in art.glob("rmsnorm_h4096/*/attempt.json")]
+    checked = check_attempt(a)
+    wl = a / "workload.jsonl"
+    wl.write_text(wl.read_text().replace('"tolerance"', '"tolerance_was"', 1) + "\n")
+    with pytest.raises(AttemptTampered) as exc:
+        _ = checked.records
+    assert "workload.jsonl" in str(exc.value) and str(a) in str(exc.value)

@@ -5,6 +5,7 @@ attempt has passed the store's checks, read_records types its per-case records f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.settings import DEFAULT_TOLERANCE
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS, Status
-from mini_kv.store.attempts import AttemptInvalid
+from mini_kv.store.attempts import AttemptInvalid, AttemptTampered
 from mini_kv.store.headline import CorrectnessSummary
 from mini_kv.store.jsonfile import read_versioned
 
@@ -267,8 +268,12 @@ def _tol(tol: dict, prefix: str = "") -> tuple[float | None, float | None]:
     return finite(tol.get(f"{prefix}atol")), finite(tol.get(f"{prefix}rtol"))
 
 
-def _sol_corr(correctness: dict, definition: dict, attempt: Path) -> tuple[CorrCase, ...]:
-    lines = (attempt / "workload.jsonl").read_text().splitlines()
+def _sol_corr(correctness: dict, definition: dict, attempt: Path, header: dict) -> tuple[CorrCase, ...]:
+    data = (attempt / "workload.jsonl").read_bytes()
+    listed = {e.get("path"): e.get("sha256") for e in header.get("files") or [] if isinstance(e, dict)}
+    if hashlib.sha256(data).hexdigest() != listed.get("workload.jsonl"):  # read once, checked here
+        raise AttemptTampered(f"{attempt}: workload.jsonl changed after the store checked it")
+    lines = data.decode().splitlines()
     tols = {str(w.get("uuid")): w.get("tolerance") for w in map(json.loads, filter(str.strip, lines))}
     outs = (definition.get("outputs") or {}).values()
     dtype = "/".join(sorted({str(o.get("dtype")) for o in outs if isinstance(o, dict)})) or "-"
@@ -313,7 +318,7 @@ def read_records(path: Path, header: dict, files: dict[str, dict]) -> AttemptRec
     try:
         bench, corr = files["benchmark.json"], files["correctness.json"]
         if header.get("format") == SOL_FORMAT:
-            cases = _sol_corr(corr, files["definition.json"], Path(path))
+            cases = _sol_corr(corr, files["definition.json"], Path(path), header)
         else:
             cases = _card_corr(corr, files["task_card.json"].get("card") or {})
         reg = files.get("regression.json")
