@@ -388,3 +388,29 @@ def test_a_script_run_from_the_hosts_tmp_shows_the_jail_neither_that_tmp_nor_a_r
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "hidden", res.stdout
     shutil.rmtree(marker.parent)
+
+
+@needs_jail
+def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
+    """The memory cgroup caps the whole tree, a forked child's memory included (an address-space cap
+    per process binds neither a fork nor CUDA); where there is no writable memory cgroup the layer says
+    so, and the same run is not capped."""
+    if dict(INFO.layers).get("memory_cap") != "active":
+        pytest.skip(f"no memory cgroup here: {dict(INFO.layers).get('memory_cap')}")
+    spec = jail.JailSpec(limits=jail.Limits(memory_bytes=256 << 20))
+    touch = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096]); print('held', {n}, flush=True)"
+    # the parent holds 150 MiB and its forked child another 150: each alone fits, the tree does not
+    hog = (
+        "import os, time\n"
+        + touch.format(n=150)
+        + "\npid = os.fork()\n"
+        + "if pid == 0:\n    "
+        + touch.format(n=150)
+        + "\n    time.sleep(5)\n    os._exit(0)\n"
+        + "_, st = os.waitpid(pid, 0); print('child', st)\n"
+    )
+    res = _run(hog, spec)
+    assert "held 150" in res.stdout and "child 0" not in res.stdout, (res.stdout, res.stderr)
+    small = _run(touch.format(n=64), spec)
+    assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
+    assert not list(jail._cgroup_roots()["memory"].glob(f"mini_kv-{os.getpid()}-*"))  # groups removed

@@ -28,6 +28,10 @@ unavailable with the reason:
   domain;
 - process_cap: a pids cgroup per process tree (root), or RLIMIT_NPROC, which binds only for a non-zero
   uid: a caller that is not root, or as root without a cgroup each jail run as a uid of its own (`_jail_uid`);
+- memory_cap: a memory cgroup per process tree (root, a writable cgroup file system) capping its
+  resident memory and swap at `Limits.memory_bytes`: CUDA processes and builds too, which no
+  address-space cap fits (the builds: `environment.build_memory_limit`; the workers: `--memory-limit`,
+  else half the machine);
 - rlimits: open files, file size, CPU time (`Limits`);
 - environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
   parent's environment never reach the jail.
@@ -81,6 +85,7 @@ LAYERS = (
     "seccomp",
     "landlock",
     "process_cap",
+    "memory_cap",
     "rlimits",
     "environment",
 )
@@ -168,6 +173,9 @@ class Limits:
     # machine's memory. None where CUDA may be mapped (its driver reserves far more address space than
     # it uses, and fails under a cap)
     address_space_bytes: int | None = None
+    # the whole tree's memory (resident, and swap), through a memory cgroup where one can be made (root
+    # with a writable cgroup file system; docs/security.md): binds CUDA processes too. None: no cap
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -429,6 +437,14 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
                 "non-root user, give the container a writable pids cgroup, or make the environment readable",
             ),
         ),
+        (
+            "memory_cap",
+            state(
+                "memory" in _cgroup_roots(),
+                "no writable memory cgroup (it needs root and a writable cgroup file system): CPU runs keep "
+                "their per-process address-space cap, GPU runs and CUDA builds have no memory cap",
+            ),
+        ),
         ("rlimits", state(seen["nofile"] == Limits().open_files, "limits not applied")),
         ("environment", "active"),
     )
@@ -484,45 +500,104 @@ def _seccomp_fd(profiler: bool) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# the pids cgroup
+# the cgroups: pids (a process cap) and memory (a resident-memory cap for the whole tree)
 
 
 @functools.cache
-def _pids_cgroup_root() -> Path | None:
-    """A pids cgroup directory this process can make per-jail groups in (root only), or None."""
+def _cgroup_roots() -> dict[str, Path]:
+    """Per controller (`pids`, `memory`), a cgroup dir this process can make per-jail groups in (root
+    only): cgroup v1's hierarchies (pids at its root, memory below this process's own group), else this
+    process's own v2 group where it delegates the controller. One that cannot be written is left out."""
     if os.geteuid() != 0:
-        return None
-    for d in (Path("/sys/fs/cgroup/pids"), _own_v2_cgroup()):
-        if d is None or not (d / "cgroup.procs").exists():
-            continue
-        try:  # make and remove one: a read-only cgroup file system says no only here
-            _PidsGroup(d, 1).remove()
-            return d
-        except OSError:
-            continue
-    return None
+        return {}
+    found: dict[str, Path] = {}
+    own = _own_cgroups()
+    v1 = {
+        "pids": Path("/sys/fs/cgroup/pids"),
+        "memory": Path("/sys/fs/cgroup/memory") / own.get("memory", "/")[1:],
+    }
+    for ctl in ("pids", "memory"):
+        for d in (v1[ctl], _own_v2_cgroup(ctl)):
+            if d is None or not (d / "cgroup.procs").exists():
+                continue
+            v2 = (d / "cgroup.controllers").exists()
+            probe = {f"{ctl}.max": "max"} if v2 else {"pids.max": "max"} if ctl == "pids" else {}
+            try:  # make and remove one: a read-only cgroup file system says no only here
+                _Group(d, probe).remove()
+            except OSError:
+                continue
+            found[ctl] = d
+            break
+    return found
 
 
-def _own_v2_cgroup() -> Path | None:
+def _pids_cgroup_root() -> Path | None:
+    return _cgroup_roots().get("pids")
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per v1 controller, and under "" its v2 path."""
+    out: dict[str, str] = {}
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                d = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
-                controllers = (d / "cgroup.subtree_control").read_text().split()
-                return d if "pids" in controllers else None
-    except OSError:
+            _, ctls, path = line.split(":", 2)
+            for c in ctls.split(",") if ctls else [""]:
+                out[c] = path
+    except (OSError, ValueError):
         pass
-    return None
+    return out
 
 
-class _PidsGroup:
-    """One jailed tree's pids cgroup: every process it forks counts against `limit`."""
+def _own_v2_cgroup(controller: str) -> Path | None:
+    path = _own_cgroups().get("")
+    if path is None:
+        return None
+    d = Path("/sys/fs/cgroup") / path.lstrip("/")
+    try:
+        return d if controller in (d / "cgroup.subtree_control").read_text().split() else None
+    except OSError:
+        return None
 
-    def __init__(self, root: Path, limit: int):
+
+def _groups(limits: Limits) -> list[_Group]:
+    """The cgroups one jailed tree joins: its process cap, and its memory cap where `limits` has one (one
+    group per dir: a v2 process is in one group, which then holds both limits)."""
+    roots, wanted, pids = _cgroup_roots(), {}, _pids_cgroup_root()
+    if pids is not None:
+        wanted.setdefault(pids, {})["pids.max"] = str(limits.processes)
+    if limits.memory_bytes and "memory" in roots:
+        d, n = roots["memory"], str(limits.memory_bytes)
+        if (d / "cgroup.controllers").exists():  # v2: no swapping past the cap either
+            wanted.setdefault(d, {}).update({"memory.max": n, "memory.swap.max": "0"})
+        else:  # v1: memsw (memory and swap) where the kernel counts swap, after the plain limit
+            files = {"memory.limit_in_bytes": n}
+            if (d / "memory.memsw.limit_in_bytes").exists():
+                files["memory.memsw.limit_in_bytes"] = n
+            wanted.setdefault(d, {}).update(files)
+    made: list[_Group] = []
+    try:
+        for d, files in wanted.items():
+            made.append(_Group(d, files))
+    except BaseException:
+        for g in made:
+            g.remove()
+        raise
+    return made
+
+
+class _Group:
+    """One jailed tree's cgroup in one hierarchy: every process it forks is counted against its limits."""
+
+    def __init__(self, root: Path, files: dict[str, str]):
         self.dir = root / f"mini_kv-{os.getpid()}-{secrets.token_hex(4)}"
         self.dir.mkdir()
-        (self.dir / "pids.max").write_text(str(limit))
-        self.procs_fd = os.open(self.dir / "cgroup.procs", os.O_WRONLY)
+        try:
+            for name, value in files.items():
+                (self.dir / name).write_text(value)
+            self.procs_fd = os.open(self.dir / "cgroup.procs", os.O_WRONLY)
+        except BaseException:
+            self.dir.rmdir()
+            raise
 
     def join(self) -> None:  # in the child, before exec: everything below it is counted
         os.write(self.procs_fd, b"0")
@@ -819,22 +894,25 @@ def run_as() -> int | None:
     return HOST_UID if all(_others_can_read(p) for p in needed) else None
 
 
-def _launcher(limits: Limits, nproc: bool, procs_file: str | None, uid: int | None) -> list[str] | None:
+def _launcher(limits: Limits, nproc: bool, procs_files: list[str], uid: int | None) -> list[str] | None:
     """The small C programs that set up the outer bwrap before it runs, instead of a Popen preexec_fn
     (which forks the whole parent: 70 ms for a process with torch loaded on a busy 2-core machine,
     against 1 ms for the vfork Popen uses without one): `setpriv --pdeathsig KILL` (the jail dies
-    with this thread), `prlimit` (the rlimits) and, for the pids cgroup, `sh` writing its own pid into
-    the group before it execs bwrap. None where util-linux's setpriv or prlimit is missing."""
+    with this thread), `prlimit` (the rlimits) and, for the cgroups, `sh` first, writing its own pid
+    into each group while still the caller (a jail's own uid may not) before it execs the rest. None
+    where util-linux's setpriv or prlimit is missing."""
     setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
     if setpriv is None or prlimit is None:
         return None
+    out = []
+    if procs_files:  # $0: the groups' cgroup.procs files, ':'-separated
+        join = 'IFS=:; for f in $0; do echo $$ > "$f" || exit 125; done; exec "$@"'
+        out += ["/bin/sh", "-c", join, ":".join(procs_files)]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
-    out = [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
+    out += [setpriv, *drop, "--pdeathsig", "KILL", "--", prlimit]
     out += [f"--nofile={limits.open_files}", f"--fsize={limits.file_size_bytes}", f"--cpu={limits.cpu_s}"]
     out += ["--core=0", *([f"--nproc={limits.processes}"] if nproc else [])]
     out += [*([f"--as={limits.address_space_bytes}"] if limits.address_space_bytes else []), "--"]
-    if procs_file is not None:
-        out += ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file]
     return out
 
 
@@ -851,9 +929,9 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
 
 class Jailed(subprocess.Popen):
     """A jailed process (a subprocess.Popen). `kill_tree` ends everything it started; `cleanup`
-    (after `wait`) removes its pids cgroup."""
+    (after `wait`) removes its cgroups."""
 
-    group: _PidsGroup | None = None
+    groups: tuple[_Group, ...] = ()
     inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
     jailed = False  # started through bwrap: its exit status is bwrap's
 
@@ -884,14 +962,14 @@ class Jailed(subprocess.Popen):
         return False
 
     def kill_tree(self) -> None:
-        if self.group is not None:
-            self.group.kill_all()
+        for g in self.groups:
+            g.kill_all()
         kill_group(self.pid)
 
     def cleanup(self) -> None:
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
+        for g in self.groups:
+            g.remove()
+        self.groups = ()
         for host in self.inboxes.values():
             shutil.rmtree(host, ignore_errors=True)
         self.inboxes = {}
@@ -995,8 +1073,7 @@ def popen(
     anything else (the worker child), so no prelude interpreter is started for it."""
     if not info.enabled:
         return _popen_unjailed(cmd, env, **kwargs)
-    root = _pids_cgroup_root()
-    group = _PidsGroup(root, spec.limits.processes) if root is not None else None
+    groups = _groups(spec.limits)
     nproc = os.geteuid() != 0 or run_as() is not None
     chdir = _inside_dir(kwargs.pop("cwd", None), spec)
     fd = _seccomp_fd(spec.profiler)
@@ -1008,14 +1085,13 @@ def popen(
 
     def before_exec() -> None:  # only where setpriv or prlimit is missing (slow: Popen forks)
         die_with_parent()
-        if group is not None:
-            group.join()
+        for g in groups:
+            g.join()
         _set_limits(spec.limits, nproc)
 
     uid = _jail_uid()
     _hand_over(spec, inboxes, uid)
-    procs = str(group.dir / "cgroup.procs") if group is not None else None
-    launch = _launcher(spec.limits, nproc, procs, uid)
+    launch = _launcher(spec.limits, nproc, [str(g.dir / "cgroup.procs") for g in groups], uid)
     landlock = {LANDLOCK_ENV: json.dumps(to_json(landlock_rules(spec)))} if self_landlock else {}
     try:
         proc = Jailed(
@@ -1027,14 +1103,14 @@ def popen(
             **kwargs,
         )
     except BaseException:
-        if group is not None:
-            group.remove()
+        for g in groups:
+            g.remove()
         for host in inboxes.values():
             shutil.rmtree(host, ignore_errors=True)
         raise
     finally:
         os.close(fd)
-    proc.group, proc.inboxes, proc.jailed = group, inboxes, True
+    proc.groups, proc.inboxes, proc.jailed = tuple(groups), inboxes, True
     return proc
 
 

@@ -142,9 +142,15 @@ class Prepared:
 WORKER_FILE_CAP = 256 << 20
 
 
-def worker_spec(readable: list[Path | str | None], project: Path | None, artifacts: Path | None) -> JailSpec:
+def worker_spec(
+    readable: list[Path | str | None],
+    project: Path | None,
+    artifacts: Path | None,
+    memory_bytes: int | None = None,
+) -> JailSpec:
     """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
-    names show), the artifact store hidden; the GPU where there is one."""
+    names show), the artifact store hidden; the GPU where there is one; its whole tree's memory capped at
+    `memory_bytes` where the machine allows a memory cgroup (GPU runs too, which no address-space cap fits)."""
     # both made now if missing: a child starts before the build and the attempt create them, and a dir
     # that did not exist when its jail was made is not masked (the whole build cache showed, as the
     # host's files: 0700 ones unreadable to the jail's uid, so a fresh project's first build did not load)
@@ -156,7 +162,7 @@ def worker_spec(readable: list[Path | str | None], project: Path | None, artifac
         staged=(str(project / ".build"),) if project is not None else (),
         hidden=(str(artifacts),) if artifacts is not None else (),
         gpu=bool(jail.gpu_nodes()),
-        limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP),
+        limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP, memory_bytes=memory_bytes),
     )
 
 
@@ -677,7 +683,9 @@ class CardDoor(FrontDoor):
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
         )
-        spec = worker_spec([root, opts.prebuilt], root, artifacts)
+        spec = worker_spec(
+            [root, opts.prebuilt], root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb)
+        )
         # the worker (a fresh jailed process) imports torch while this process builds: started before
         # its job is known, after the bandwidth probe (which must not share the CPU with it)
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")

@@ -248,7 +248,8 @@ def _missing_environment_header(output: str, source_dir: str) -> str | None:
 def _build_spec(plan: BuildPlan, out_dir: Path, extra_read: tuple[str, ...] = ()) -> JailSpec:
     """A build's jail: the candidate's dir and the absolute include/library dirs of its plan (the
     allow-list admits only the candidate's own and those mini_kv adds) read-only, `out_dir` writable;
-    each process's address space capped (environment.build_memory_limit) where the build loads no CUDA."""
+    each process's address space capped (environment.build_memory_limit) where the build loads no CUDA,
+    and the whole build's memory, CUDA's included, where the machine allows a memory cgroup."""
     flags = plan.flags
     dirs = [d for d in flags["include_dirs"] if os.path.isabs(d)]
     dirs += [f[2:] for f in flags.get("ldflags", []) if f.startswith("-L") and os.path.isabs(f[2:])]
@@ -258,6 +259,7 @@ def _build_spec(plan: BuildPlan, out_dir: Path, extra_read: tuple[str, ...] = ()
         limits=jail.Limits(
             file_size_bytes=2 << 30,
             address_space_bytes=None if plan.toolchain.with_cuda else environment.build_memory_limit(),
+            memory_bytes=environment.build_memory_limit(),
         ),
     )
 

@@ -406,7 +406,7 @@ class SolDoor(FrontDoor):
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
         readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
-        spec = worker_spec(readable, root, artifacts)
+        spec = worker_spec(readable, root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb))
         self.warm = ChildRun(
             None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox, spec=spec
         )
