@@ -352,8 +352,9 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
     from mini_kv.solexec.run import BenchOptions, bench
 
     problem = _problem(tmp_path, {f"w{i}": 3 + i for i in range(8)})
-    # it sleeps until the kill (tests/sol_solutions/hangs is the spinning hang: test_sol_bench.py); 8
-    # timeouts would be past the bound below
+    # it sleeps until the kill (tests/sol_solutions/hangs is the spinning hang: test_sol_bench.py); the
+    # statuses show what ran: two timed out, the rest were never started (no wall-clock bound: a loaded
+    # CI machine once took 27 s for the two 4-s timeouts and the start-up)
     sol = _solution(tmp_path, "import time\n\n\ndef run(x, w, alpha):\n    time.sleep(3600)\n")
     timeout = 4.0
     opts = BenchOptions(
@@ -364,14 +365,11 @@ def test_a_solution_hanging_on_every_workload_is_given_up_after_two_timeouts(tmp
         warmup=1,
         timeout=timeout,
     )
-    t0 = time.perf_counter()
     result = bench(str(problem), opts)
-    took = time.perf_counter() - t0
     got = {t.workload.uuid: (t.evaluation.status, t.evaluation.log) for t in result.traces}
     assert [s for s, _ in got.values()] == ["TIMEOUT"] * 8
     assert "process group killed" in got["w0"][1] and "process group killed" in got["w1"][1]
     assert all("--give-up-after 2" in got[f"w{i}"][1] for i in range(2, 8))
-    assert took < 3 * timeout + 15  # not 8 x the timeout
     corr = json.loads((Path(result.attempt) / "correctness.json").read_text())
     assert [c["status"] for c in corr["cases"]][2:] == [Status.NOT_RUN] * 6
 
