@@ -440,7 +440,7 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
         (
             "memory_cap",
             state(
-                "memory" in _cgroup_roots(),
+                _cgroup_roots().memory is not None,
                 "no writable memory cgroup (it needs root and a writable cgroup file system): CPU runs keep "
                 "their per-process address-space cap, GPU runs and CUDA builds have no memory cap",
             ),
@@ -503,19 +503,23 @@ def _seccomp_fd(profiler: bool) -> int:
 # the cgroups: pids (a process cap) and memory (a resident-memory cap for the whole tree)
 
 
+@dataclass(frozen=True)
+class CgroupRoots:
+    """Where this process can make a jailed tree's cgroups, per controller (None: it cannot)."""
+
+    pids: Path | None = None
+    memory: Path | None = None
+
+
 @functools.cache
-def _cgroup_roots() -> dict[str, Path]:
-    """Per controller (`pids`, `memory`), a cgroup dir this process can make per-jail groups in (root
-    only): cgroup v1's hierarchies (pids at its root, memory below this process's own group), else this
-    process's own v2 group where it delegates the controller. One that cannot be written is left out."""
+def _cgroup_roots() -> CgroupRoots:
+    """Per controller, a cgroup dir this process can make per-jail groups in (root only): cgroup v1's
+    hierarchies (pids at its root, memory below this process's own group), else this process's own v2
+    group where it delegates the controller. One that cannot be written is left out."""
     if os.geteuid() != 0:
-        return {}
+        return CgroupRoots()
     found: dict[str, Path] = {}
-    own = _own_cgroups()
-    v1 = {
-        "pids": Path("/sys/fs/cgroup/pids"),
-        "memory": Path("/sys/fs/cgroup/memory") / own.get("memory", "/")[1:],
-    }
+    v1 = {"pids": Path("/sys/fs/cgroup/pids"), "memory": _own_cgroup("memory")}
     for ctl in ("pids", "memory"):
         for d in (v1[ctl], _own_v2_cgroup(ctl)):
             if d is None or not (d / "cgroup.procs").exists():
@@ -528,33 +532,31 @@ def _cgroup_roots() -> dict[str, Path]:
                 continue
             found[ctl] = d
             break
-    return found
+    return CgroupRoots(**found)
 
 
 def _pids_cgroup_root() -> Path | None:
-    return _cgroup_roots().get("pids")
+    return _cgroup_roots().pids
 
 
-def _own_cgroups() -> dict[str, str]:
-    """This process's cgroup path per v1 controller, and under "" its v2 path."""
-    out: dict[str, str] = {}
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's own group in a cgroup v1 controller's hierarchy ("": the v2 one), as a dir."""
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctls, path = line.split(":", 2)
-            for c in ctls.split(",") if ctls else [""]:
-                out[c] = path
+            if controller in (ctls.split(",") if ctls else [""]):
+                return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
     except (OSError, ValueError):
         pass
-    return out
+    return None
 
 
 def _own_v2_cgroup(controller: str) -> Path | None:
-    path = _own_cgroups().get("")
-    if path is None:
-        return None
-    d = Path("/sys/fs/cgroup") / path.lstrip("/")
+    d = _own_cgroup("")
     try:
-        return d if controller in (d / "cgroup.subtree_control").read_text().split() else None
+        return (
+            d if d is not None and controller in (d / "cgroup.subtree_control").read_text().split() else None
+        )
     except OSError:
         return None
 
@@ -562,11 +564,11 @@ def _own_v2_cgroup(controller: str) -> Path | None:
 def _groups(limits: Limits) -> list[_Group]:
     """The cgroups one jailed tree joins: its process cap, and its memory cap where `limits` has one (one
     group per dir: a v2 process is in one group, which then holds both limits)."""
-    roots, wanted, pids = _cgroup_roots(), {}, _pids_cgroup_root()
+    memory, wanted, pids = _cgroup_roots().memory, {}, _pids_cgroup_root()
     if pids is not None:
         wanted.setdefault(pids, {})["pids.max"] = str(limits.processes)
-    if limits.memory_bytes and "memory" in roots:
-        d, n = roots["memory"], str(limits.memory_bytes)
+    if limits.memory_bytes and memory is not None:
+        d, n = memory, str(limits.memory_bytes)
         if (d / "cgroup.controllers").exists():  # v2: no swapping past the cap either
             wanted.setdefault(d, {}).update({"memory.max": n, "memory.swap.max": "0"})
         else:  # v1: memsw (memory and swap) where the kernel counts swap, after the plain limit
