@@ -5,8 +5,9 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
 
 1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
    writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`):
-   jailed as a worker child starts (it applies Landlock itself) and as a tool starts (through the
-   Landlock prelude); and the same with a full `python` start (site-packages, no -I -S).
+   jailed as a worker child starts (it applies Landlock itself), the same in a memory cgroup of its own
+   (the memory_cap layer), and as a tool starts (through the Landlock prelude); and the same with a
+   full `python` start (site-packages, no -I -S).
 2. commands: `verify` of every shipped candidate of tasks/vector_add.yaml on CPU, and `bench` of the
    shipped custom_inputs_matmul solution on CPU, alternating baseline and this checkout, N rounds after
    one untimed warm-up each (builds cached), medians of the wall time.
@@ -59,12 +60,22 @@ def start_costs(runs: int) -> dict:
     worker = lambda argv, w: jail.popen(argv, spec, info, stdout=w, self_landlock=True)  # noqa: E731
     # as a tool starts (nvcc, ncu): the prelude applies Landlock, then execs it
     tool = lambda argv, w: jail.popen(argv, spec, info, stdout=w)  # noqa: E731
+    # as a worker, in a memory cgroup of its own too (the memory_cap layer; where the machine has none,
+    # the same start as the worker's)
+    capped = jail.JailSpec(limits=jail.Limits(memory_bytes=4 << 30))
+    worker_capped = lambda argv, w: jail.popen(argv, capped, info, stdout=w, self_landlock=True)  # noqa: E731
     out = {"jail": to_json(info.record())}
     for label, argv in (
         ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),
         ("python", [sys.executable, "-c", code]),
     ):
-        for how, start in (("plain", plain), ("jailed as a worker", worker), ("jailed as a tool", tool)):
+        hows = (
+            ("plain", plain),
+            ("jailed as a worker", worker),
+            ("jailed as a worker, memory cap", worker_capped),
+            ("jailed as a tool", tool),
+        )
+        for how, start in hows:
             _until_running(start, argv)  # warm the page cache and the seccomp program
             xs = [_until_running(start, argv) for _ in range(runs)]
             out[f"{label} {how}"] = {"median_ms": round(statistics.median(xs) * 1000, 1), "runs": runs}
