@@ -173,3 +173,35 @@ def test_the_same_failure_on_every_workload_is_printed_once(traces):
     out = " ".join(traces["stdout"].split())
     assert out.count("the solution returned None; expected") == 1, traces["stdout"]
     assert "the same log as workload 0" in out
+
+
+def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(tmp_path):
+    """A helper process holding 600 MiB beside a solution that takes 800 MiB more: each stays under its
+    own address-space cap (--memory-limit 1.5), the tree does not, and the kernel kills the solution's
+    process at the jail's memory cgroup. The workload says so, with the cap and the option that sets it,
+    not only 'killed by signal SIGKILL'."""
+    from mini_kv import jail
+
+    state = dict(jail.resolve("auto").layers).get("memory_cap")
+    if state != "active":
+        pytest.skip(f"no memory cgroup here: {state}")
+    hog = "b = bytearray(600 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(120)"
+    source = (
+        "import subprocess, sys, time\n\n"
+        "def forward(x, w, alpha):\n"
+        f"    helper = subprocess.Popen([sys.executable, '-c', {hog!r}])\n"
+        "    time.sleep(3)\n"
+        "    b = bytearray(800 << 20)\n"
+        "    b[::4096] = b'x' * len(b[::4096])\n"
+        "    y = x * (w * alpha)\n"
+        "    return y, y.sum()\n"
+    )
+    sol = _write(tmp_path / "oom", "oom", False, source)
+    opts = BenchOptions(
+        solution=str(sol), artifacts=str(tmp_path / "a"), memory_limit_gb=1.5, give_up_after=1, **FAST
+    )
+    result = bench(str(PROBLEM), opts)
+    first = result.traces[0].evaluation
+    assert first.status == "RUNTIME_ERROR", first
+    assert "out of memory" in first.log and "memory cap of 1.5 GiB" in first.log, first.log
+    assert "--memory-limit" in first.log, first.log

@@ -592,6 +592,7 @@ class _Group:
 
     def __init__(self, root: Path, files: dict[str, str]):
         self.dir = root / f"mini_kv-{os.getpid()}-{secrets.token_hex(4)}"
+        self.files = dict(files)
         self.dir.mkdir()
         try:
             for name, value in files.items():
@@ -600,6 +601,23 @@ class _Group:
         except BaseException:
             self.dir.rmdir()
             raise
+
+    @property
+    def is_memory(self) -> bool:
+        return any(name.startswith("memory.") for name in self.files)
+
+    def oom_kills(self) -> int:
+        """Processes of the tree the kernel killed at the memory cap (v2 memory.events, v1
+        memory.oom_control: `oom_kill N`); 0 where neither says."""
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                for line in (self.dir / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+            except (OSError, ValueError):
+                continue
+        return 0
 
     def join(self) -> None:  # in the child, before exec: everything below it is counted
         os.write(self.procs_fd, b"0")
@@ -934,6 +952,8 @@ class Jailed(subprocess.Popen):
     (after `wait`) removes its cgroups."""
 
     groups: tuple[_Group, ...] = ()
+    memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup enforces it
+    out_of_memory = False  # (after `cleanup`) the kernel killed a process of the tree at the memory cap
     inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
     jailed = False  # started through bwrap: its exit status is bwrap's
 
@@ -969,6 +989,8 @@ class Jailed(subprocess.Popen):
         kill_group(self.pid)
 
     def cleanup(self) -> None:
+        # the kernel's count of out-of-memory kills in the tree's memory cgroup, read before it goes
+        self.out_of_memory = self.out_of_memory or any(g.oom_kills() for g in self.groups)
         for g in self.groups:
             g.remove()
         self.groups = ()
@@ -992,7 +1014,7 @@ def _copy_regular(src: Path, dest: Path) -> None:
 
 def _popen_unjailed(cmd: list[str], env: dict | None, **kwargs) -> subprocess.Popen:
     """The jail is off: `cmd` as it would run without mini_kv's jail (no rlimits), in its own session."""
-    launch = _launcher(Limits(), False, None, None)
+    launch = _launcher(Limits(), False, [], None)
     if launch is None:
         return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
     return Jailed([*launch[: launch.index("--") + 1], *cmd], env=env, start_new_session=True, **kwargs)
@@ -1113,6 +1135,8 @@ def popen(
     finally:
         os.close(fd)
     proc.groups, proc.inboxes, proc.jailed = tuple(groups), inboxes, True
+    if any(g.is_memory for g in groups):
+        proc.memory_cap = spec.limits.memory_bytes
     return proc
 
 

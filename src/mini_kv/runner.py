@@ -63,7 +63,19 @@ def _tail(path: str, n: int = 4000, since: int = 0) -> str:
         return ""
 
 
-def _describe_exit(code: int | None) -> str:
+def _describe_exit(code: int | None, memory_cap: int | None = None) -> str:
+    """How a child ended; `memory_cap`: its jail's memory cap, where the kernel killed a process of its
+    tree there."""
+    how = _exit_status(code)
+    if memory_cap is None:
+        return how
+    return (
+        f"{how}: out of memory, the kernel killed a process of its tree at the jail's memory cap of "
+        f"{memory_cap / 2**30:.3g} GiB (--memory-limit sets the cap)"
+    )
+
+
+def _exit_status(code: int | None) -> str:
     if code is None:
         return "still running"
     if code == jail.ENTER_FAILED:
@@ -79,13 +91,13 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _ended(code: int | None, subject_code: int | None) -> str:
+def _ended(code: int | None, child: ChildRun) -> str:
     """How a worker ended, for the record: a judge whose subject was lost says how the subject ended."""
     if code == SUBJECT_LOST_EXIT:
-        return explain.process_ended(_describe_exit(subject_code))
+        return explain.process_ended(_describe_exit(child.subject_code, child.subject_out_of_memory))
     if code == SUBJECT_DROPPED_EXIT:
         return "the judge dropped its subject, which broke the protocol (the case's record says how)"
-    return f"worker {_describe_exit(code)}"
+    return f"worker {_describe_exit(code, child.out_of_memory)}"
 
 
 def default_sandbox() -> JailInfo:
@@ -144,6 +156,9 @@ class ChildRun:
         self.job: Job | None = None
         self.subject: SubjectRun | None = None
         self.subject_code: int | None = None  # how the subject ended (close)
+        # (close) the jail's memory cap where the kernel killed the child, or its subject, at it
+        self.out_of_memory: int | None = None
+        self.subject_out_of_memory: int | None = None
         self.judge_end: int | None = None  # the judge's end of the link, until handed to it
         self.buf = b""
         self.ready = False  # the child's `ready` event seen
@@ -276,11 +291,13 @@ class ChildRun:
             self.proc.kill_tree()
             code = self.proc.wait()
         self.proc.cleanup()
+        self.out_of_memory = self.proc.memory_cap if getattr(self.proc, "out_of_memory", False) else None
         if self.subject is not None:
             if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.subject.proc.wait(timeout=SUBJECT_END_WAIT_S)
             self.subject_code = self.subject.close(kill=True)
+            self.subject_out_of_memory = self.subject.out_of_memory
             self.subject = None
         if self.fd is not None:
             os.close(self.fd)
@@ -338,7 +355,7 @@ def run_one(
         why = (
             f"no result within {timeout:.0f} s; process group killed"
             if ev == "timeout"
-            else f"worker {_describe_exit(code)} without a result"
+            else f"worker {_describe_exit(code, child.out_of_memory)} without a result"
             if ev is None
             else f"unexpected event {ev!r}"[:500]
         )
@@ -446,7 +463,7 @@ class _WorkerRun:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             outcome, budget = self._read(child)
             code = child.close(kill=outcome != "done")
-            if not self._carry_on(outcome, _ended(code, child.subject_code), budget):
+            if not self._carry_on(outcome, _ended(code, child), budget):
                 break
         touched = files_changed(files_before, harness_files(watch))
         if touched:
