@@ -413,4 +413,7 @@ def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
     assert "held 150" in res.stdout and "child 0" not in res.stdout, (res.stdout, res.stderr)
     small = _run(touch.format(n=64), spec)
     assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
+    # a tool run through jail.run (a build's compiler) has it said after its own output
+    tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
+    assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
     assert not list(jail._cgroup_roots().memory.glob(f"mini_kv-{os.getpid()}-*"))  # groups removed

@@ -16,6 +16,7 @@ from mini_kv import torch_flags
 from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import canonical_json, sha256_text
+from mini_kv.settings import BUILD_MEMORY_VAR
 
 
 @dataclass(frozen=True)
@@ -158,9 +159,6 @@ def cpu_memory_limit(gb: float | None = None) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError):
         return 8 << 30
-
-
-BUILD_MEMORY_VAR = "MINI_KV_BUILD_MEMORY_GB"
 
 
 def build_memory_limit() -> int:

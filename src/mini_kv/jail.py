@@ -75,6 +75,7 @@ from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import JailRecord
 from mini_kv.proc import ProcResult, die_with_parent, kill_group
+from mini_kv.settings import BUILD_MEMORY_VAR
 
 MODES = ("auto", "required", "off")
 MODE_ENV = "MINI_KV_SANDBOX"
@@ -1205,4 +1206,10 @@ def run(
     out.join()
     err.join()
     proc.cleanup()
-    return ProcResult(proc.returncode if not timed_out else -9, out.text(), err.text(), timed_out)
+    said = err.text()
+    if proc.out_of_memory and proc.memory_cap:  # what the tool's own output cannot say
+        said += (
+            f"\nmini_kv: out of memory: the kernel killed a process of this step at its jail's memory cap "
+            f"of {proc.memory_cap / 2**30:.3g} GiB (a build's: ${BUILD_MEMORY_VAR})\n"
+        )
+    return ProcResult(proc.returncode if not timed_out else -9, out.text(), said, timed_out)

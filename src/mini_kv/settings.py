@@ -115,6 +115,10 @@ ENV_KEYS = {
 }
 
 
+# The GiB a build's jail may hold (its memory cgroup, and the address space of each process of a build
+# that loads no CUDA): environment.build_memory_limit reads it; default half the machine.
+BUILD_MEMORY_VAR = "MINI_KV_BUILD_MEMORY_GB"
+
 # The run options the environment may switch on or off: variable -> option field.
 ENV_SWITCHES = {"MINI_KV_INTERLEAVE_REFERENCE": "interleave_reference"}
 SWITCH_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
