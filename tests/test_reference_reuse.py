@@ -187,6 +187,32 @@ def test_the_cache_keeps_only_a_passing_attempts_full_measurements():
     assert entry["attempt"] == "a3" and entry["side"] == side and entry["how"]["method"] == "wallclock"
 
 
+def test_a_regression_confirmation_never_reuses_a_cached_reference():
+    """Unit (the one place of the rule, worker.engine): a job with a baseline in the reference's place
+    times it, whatever cached measurement came with the job; the same job without a baseline reuses it."""
+    from types import SimpleNamespace
+
+    from mini_kv.worker import engine
+    from mini_kv.worker import reference as refs
+
+    how = refs.ReferenceHow("wallclock", 1, 1, "n/a", None)
+    cached = {
+        "side": {"samples": [[1.0]]},
+        "how": vars(how),
+        "attempt": "a",
+        "solution": "s",
+        "measured_at": "t",
+    }
+    case = SimpleNamespace(id="w")
+
+    def job(baseline):
+        return SimpleNamespace(references={"w": cached}, fmt=SimpleNamespace(baseline=baseline))
+
+    found, why = engine._cached_reference(job(None), case, how)
+    assert found is not None and found.attempt == "a" and why is None
+    assert engine._cached_reference(job({"entry": "the baseline's build"}), case, how) == (None, None)
+
+
 def test_the_interleave_switch_reads_the_environment():
     assert switch_from_environment("interleave_reference", False, {}) is False
     assert switch_from_environment("interleave_reference", False, {"MINI_KV_INTERLEAVE_REFERENCE": "yes"})
