@@ -955,6 +955,12 @@ class Jailed(subprocess.Popen):
     groups: tuple[_Group, ...] = ()
     memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup enforces it
     out_of_memory = False  # (after `cleanup`) the kernel killed a process of the tree at the memory cap
+
+    @property
+    def oom_cap(self) -> int | None:
+        """(after `cleanup`) the memory cap the kernel killed a process of the tree at, else None."""
+        return self.memory_cap if self.out_of_memory else None
+
     inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
     jailed = False  # started through bwrap: its exit status is bwrap's
 
@@ -1207,9 +1213,15 @@ def run(
     err.join()
     proc.cleanup()
     said = err.text()
-    if proc.out_of_memory and proc.memory_cap:  # what the tool's own output cannot say
-        said += (
-            f"\nmini_kv: out of memory: the kernel killed a process of this step at its jail's memory cap "
-            f"of {proc.memory_cap / 2**30:.3g} GiB (a build's: ${BUILD_MEMORY_VAR})\n"
-        )
+    if proc.oom_cap is not None:  # what the tool's own output cannot say
+        said += f"\nmini_kv: {out_of_memory(proc.oom_cap, f'${BUILD_MEMORY_VAR} for a build')}\n"
     return ProcResult(proc.returncode if not timed_out else -9, out.text(), said, timed_out)
+
+
+def out_of_memory(cap: int, set_by: str) -> str:
+    """What to say of a jailed tree the kernel killed a process of at its memory cap (`set_by`: what
+    sets the cap), for a worker's record and a tool's output alike."""
+    return (
+        f"out of memory: the kernel killed a process of its tree at the jail's memory cap of "
+        f"{cap / 2**30:.3g} GiB ({set_by} sets the cap)"
+    )

@@ -67,12 +67,7 @@ def _describe_exit(code: int | None, memory_cap: int | None = None) -> str:
     """How a child ended; `memory_cap`: its jail's memory cap, where the kernel killed a process of its
     tree there."""
     how = _exit_status(code)
-    if memory_cap is None:
-        return how
-    return (
-        f"{how}: out of memory, the kernel killed a process of its tree at the jail's memory cap of "
-        f"{memory_cap / 2**30:.3g} GiB (--memory-limit sets the cap)"
-    )
+    return how if memory_cap is None else f"{how}: {jail.out_of_memory(memory_cap, '--memory-limit')}"
 
 
 def _exit_status(code: int | None) -> str:
@@ -291,7 +286,7 @@ class ChildRun:
             self.proc.kill_tree()
             code = self.proc.wait()
         self.proc.cleanup()
-        self.out_of_memory = self.proc.memory_cap if getattr(self.proc, "out_of_memory", False) else None
+        self.out_of_memory = self.proc.oom_cap
         if self.subject is not None:
             if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
                 with contextlib.suppress(subprocess.TimeoutExpired):
