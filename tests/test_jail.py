@@ -417,3 +417,45 @@ def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
     tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
     assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
     assert not list(jail._cgroup_roots().memory.glob(f"mini_kv-{os.getpid()}-*"))  # groups removed
+
+
+def test_the_cpu_meter_counts_the_whole_tree_and_the_tree_cannot_set_it_back():
+    """The judge's count of its subject's CPU time (remote.CpuMeter on jail.Jailed.cpu_meter): a forked
+    child's work is in it, time asleep is not, and the jailed tree, root in its namespace, can neither
+    reset the counter (cgroup v1 takes a write of 0 as a reset) nor leave its group."""
+    from mini_kv.worker.remote import CpuMeter
+
+    if not INFO.enabled or jail._cgroup_roots().cpu is None:
+        pytest.skip("no jail or no writable cgroup here: the gap check has only the judge's clock")
+    attack = (
+        "import os, time\n"
+        "def spin(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    spin(0.6)\n    os._exit(0)\n"
+        "spin(0.4); os.waitpid(pid, 0)\n"
+        "tried = []\n"
+        "for line in open('/proc/self/cgroup').read().splitlines():\n"
+        "    _, ctl, path = line.split(':', 2)\n"
+        "    for d in ('/sys/fs/cgroup/cpuacct', '/sys/fs/cgroup/cpu,cpuacct', '/sys/fs/cgroup'):\n"
+        "        for f in ('cpuacct.usage', 'cgroup.procs', 'cpu.stat'):\n"
+        "            p = d + path + '/' + f\n"
+        "            try:\n"
+        "                with open(p, 'w') as fh: fh.write('0')\n"
+        "                tried.append('WROTE ' + p)\n"
+        "            except OSError as e:\n"
+        "                tried.append(type(e).__name__)\n"
+        "print(tried, flush=True)\n"
+        "time.sleep(1.0)\n"
+    )
+    proc = jail.popen(
+        [sys.executable, "-c", attack], jail.JailSpec(), INFO, stdout=subprocess.PIPE, text=True
+    )
+    meter = CpuMeter(proc.cpu_meter())
+    try:
+        out, _ = proc.communicate(timeout=60)
+        used = meter.seconds()
+    finally:
+        meter.close()
+        proc.cleanup()
+    assert proc.returncode == 0 and "Error" in out and "WROTE" not in out, out
+    assert 1.0 <= used < 1.0 + 0.8, used  # 1 s of work by two processes; the second asleep is not in it

@@ -393,17 +393,34 @@ def test_claimed_samples_the_judges_clock_rules_out_are_refused(samples, elapsed
     assert v.value.code == "IMPOSSIBLE_TIME"
 
 
-def _stalling_subject(fake_subject, stalls: int):
+class _Meter:
+    """A CpuMeter's stand-in: the subject's CPU seconds, as the fake subject below spends them."""
+
+    def __init__(self):
+        self.s = 0.0
+
+    def seconds(self) -> float:
+        return self.s
+
+    def close(self) -> None:
+        pass
+
+
+def _stalling_subject(fake_subject, stalls: int, meter: _Meter | None = None, working: bool = False):
     """A rotation whose subject claims 100 wall-clock samples of 25 us (2.5 ms) per batch and takes
     0.1 s to answer each of its first `stalls` batches: stalled between its calls, as a loaded host does
-    now and then, or doing work outside them, as a cheat does every time."""
+    now and then, or doing work outside them, as a cheat does every time. With a `meter` the subject's
+    CPU time is counted: 3 ms a batch, and the stall too where it is `working`."""
     batches = []
 
     def answer(msg):
         if msg.get("request") != "measure":
             return {"ok": True, "seq": msg["seq"]}
         batches.append(msg)
-        time.sleep(0.003 + (0.1 if len(batches) <= stalls else 0.0))  # the 2.5 ms of calls, and the stall
+        stall = 0.1 if len(batches) <= stalls else 0.0
+        time.sleep(0.003 + stall)  # the 2.5 ms of calls, and the stall
+        if meter is not None:
+            meter.s += 0.003 + (stall if working else 0.0)
         return {
             "ok": True,
             "seq": msg["seq"],
@@ -413,7 +430,9 @@ def _stalling_subject(fake_subject, stalls: int):
             "pos": 0,
         }
 
-    return RemoteWorkload(RemoteOp(fake_subject(answer), "candidate"), [[1.0]]), batches
+    sub = fake_subject(answer)
+    sub.meter = meter
+    return RemoteWorkload(RemoteOp(sub, "candidate"), [[1.0]]), batches
 
 
 @pytest.mark.parametrize("stalls", [1, 2])
@@ -429,6 +448,24 @@ def test_gaps_in_every_batch_are_impossible_time(fake_subject):
         work.measure("wallclock", 100, "cpu", cold=False, launches=1)
     assert v.value.code == "IMPOSSIBLE_TIME" and "unaccounted for" in v.value.message
     assert len(batches) == 3 and "in each of 3 batches" in v.value.message
+
+
+def test_with_a_cpu_meter_a_subject_kept_waiting_in_every_batch_is_not_impossible(fake_subject):
+    """A host loaded all along keeps an honest subject waiting between its calls in every batch: on the
+    judge's clock, not in the CPU time the subject's jail used (the CI run that judged honest CPU
+    solutions IMPOSSIBLE_TIME)."""
+    work, batches = _stalling_subject(fake_subject, stalls=99, meter=_Meter())
+    m = work.measure("wallclock", 100, "cpu", cold=False, launches=1)
+    assert m.samples == [25.0] * 100 and len(batches) == 1
+
+
+def test_with_a_cpu_meter_work_between_the_calls_is_still_impossible_time(fake_subject):
+    meter = _Meter()
+    work, batches = _stalling_subject(fake_subject, stalls=99, meter=meter, working=True)
+    with pytest.raises(Violation) as v:
+        work.measure("wallclock", 100, "cpu", cold=False, launches=1)
+    assert v.value.code == "IMPOSSIBLE_TIME" and "ms of CPU time" in v.value.message
+    assert len(batches) == 3 and meter.s > 0.3
 
 
 def test_another_count_or_method_than_asked_is_refused():
@@ -569,3 +606,49 @@ def test_outputs_the_judge_let_go_are_unmapped_in_the_subject(subject):
     subject.ask("check", when="after the calls")  # carries the last ids
     # the judge's two inputs stay mapped (it still holds them); no output does
     assert _shared_maps(subject.proc.pid) == 2
+
+
+def test_a_subject_kept_off_the_cpu_between_its_calls_is_excused_only_by_its_cpu_meter(subject):
+    """A real subject that the host keeps off the CPU nine tenths of the time (stopped and continued from
+    outside, as a loaded host's scheduler does): its batch is far longer on the judge's clock than its
+    calls, in every batch. Judged on that clock alone it is IMPOSSIBLE_TIME; the kernel's count of its
+    CPU time (its cgroup, as the jail's cpu_meter makes one) says it did nothing between the calls."""
+    import signal
+
+    from mini_kv import jail
+    from mini_kv.worker.remote import CpuMeter
+
+    if jail._cgroup_roots().cpu is None:
+        pytest.skip("no writable cpuacct or v2 cgroup here")
+    op = load(subject, "add")
+    sets = [[torch.randn(256), torch.randn(256)] for _ in range(3)]
+    group = jail._Group(jail._cgroup_roots().cpu, {})
+    os.write(group.procs_fd, str(subject.proc.pid).encode())
+    done = threading.Event()
+
+    def scheduler():
+        while not done.is_set():
+            os.kill(subject.proc.pid, signal.SIGSTOP)
+            time.sleep(0.009)
+            os.kill(subject.proc.pid, signal.SIGCONT)
+            time.sleep(0.001)
+
+    def batch():
+        return measure(workload_of(op, sets), "wallclock", 300, "cpu", L2Flusher("cpu", False))
+
+    meter = CpuMeter(group.cpu_meter())
+    thread = threading.Thread(target=scheduler, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(Violation, match="unaccounted for") as v:  # the judge's clock alone
+            batch()
+        assert v.value.code == "IMPOSSIBLE_TIME"
+        subject.meter = meter
+        assert len(batch().samples) == 300
+    finally:
+        done.set()
+        thread.join()
+        os.kill(subject.proc.pid, signal.SIGCONT)
+        subject.meter = None
+        meter.close()
+        group.remove()  # kills what is in it: the subject, which this test ends

@@ -32,6 +32,11 @@ unavailable with the reason:
   resident memory and swap at `Limits.memory_bytes`: CUDA processes and builds too, which no
   address-space cap fits (the builds: `environment.build_memory_limit`; the workers: `--memory-limit`,
   else half the machine);
+- cpu_meter: a cgroup per process tree that counts its CPU time (cgroup v1 cpuacct, or the v2 group;
+  root, a writable cgroup file system), handed read-only to the judge of a subject
+  (`Jailed.cpu_meter`, `worker/remote.CpuMeter`): the check of wall-clock samples against the
+  judge's clock counts only time the subject spent on a CPU, so a loaded host's waits are not taken
+  for work done outside the timed calls;
 - rlimits: open files, file size, CPU time (`Limits`);
 - environment: an allow-list (`ENV_ALLOWED`, `ENV_PREFIXES`), plus `JailSpec.env`; secrets in the
   parent's environment never reach the jail.
@@ -87,6 +92,7 @@ LAYERS = (
     "landlock",
     "process_cap",
     "memory_cap",
+    "cpu_meter",
     "rlimits",
     "environment",
 )
@@ -446,6 +452,15 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
                 "their per-process address-space cap, GPU runs and CUDA builds have no memory cap",
             ),
         ),
+        (
+            "cpu_meter",
+            state(
+                _cgroup_roots().cpu is not None,
+                "no writable cpuacct or v2 cgroup (root, a writable cgroup file system): the check of "
+                "wall-clock samples against the judge's clock cannot tell a loaded host's waits from "
+                "work outside the timed calls, and may judge an honest CPU solution IMPOSSIBLE_TIME",
+            ),
+        ),
         ("rlimits", state(seen["nofile"] == Limits().open_files, "limits not applied")),
         ("environment", "active"),
     )
@@ -501,7 +516,8 @@ def _seccomp_fd(profiler: bool) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# the cgroups: pids (a process cap) and memory (a resident-memory cap for the whole tree)
+# the cgroups: pids (a process cap), memory (a resident-memory cap for the whole tree) and cpu (the
+# kernel's count of the CPU time the whole tree used: a meter the tree cannot set back)
 
 
 @dataclass(frozen=True)
@@ -510,6 +526,7 @@ class CgroupRoots:
 
     pids: Path | None = None
     memory: Path | None = None
+    cpu: Path | None = None
 
 
 @functools.cache
@@ -520,8 +537,8 @@ def _cgroup_roots() -> CgroupRoots:
     if os.geteuid() != 0:
         return CgroupRoots()
     found: dict[str, Path] = {}
-    v1 = {"pids": Path("/sys/fs/cgroup/pids"), "memory": _own_cgroup("memory")}
-    for ctl in ("pids", "memory"):
+    v1 = {"pids": Path("/sys/fs/cgroup/pids"), "memory": _own_cgroup("memory"), "cpu": _own_cgroup("cpuacct")}
+    for ctl in ("pids", "memory", "cpu"):
         for d in (v1[ctl], _own_v2_cgroup(ctl)):
             if d is None or not (d / "cgroup.procs").exists():
                 continue
@@ -533,6 +550,11 @@ def _cgroup_roots() -> CgroupRoots:
                 continue
             found[ctl] = d
             break
+    if "cpu" not in found:  # v2 counts every group's CPU time (cpu.stat), whatever it delegates
+        v2 = [
+            d for d in (found.get("pids"), found.get("memory")) if d and (d / "cgroup.controllers").exists()
+        ]
+        found.update({"cpu": v2[0]} if v2 else {})
     return CgroupRoots(**found)
 
 
@@ -563,11 +585,14 @@ def _own_v2_cgroup(controller: str) -> Path | None:
 
 
 def _groups(limits: Limits) -> list[_Group]:
-    """The cgroups one jailed tree joins: its process cap, and its memory cap where `limits` has one (one
-    group per dir: a v2 process is in one group, which then holds both limits)."""
-    memory, wanted, pids = _cgroup_roots().memory, {}, _pids_cgroup_root()
+    """The cgroups one jailed tree joins: its process cap, its CPU-time meter, and its memory cap where
+    `limits` has one (one group per dir: a v2 process is in one group, which then holds them all)."""
+    roots, wanted, pids = _cgroup_roots(), {}, _pids_cgroup_root()
+    memory = roots.memory
     if pids is not None:
         wanted.setdefault(pids, {})["pids.max"] = str(limits.processes)
+    if roots.cpu is not None:  # nothing to limit: the group only counts
+        wanted.setdefault(roots.cpu, {})
     if limits.memory_bytes and memory is not None:
         d, n = memory, str(limits.memory_bytes)
         if (d / "cgroup.controllers").exists():  # v2: no swapping past the cap either
@@ -606,6 +631,14 @@ class _Group:
     @property
     def is_memory(self) -> bool:
         return any(name.startswith("memory.") for name in self.files)
+
+    def cpu_meter(self) -> int | None:
+        """A read-only fd on the kernel's count of the tree's CPU time (v1 cpuacct.usage, v2 cpu.stat:
+        `CpuMeter` reads either), else None."""
+        for name in ("cpuacct.usage", "cpu.stat"):
+            if (self.dir / name).exists():
+                return os.open(self.dir / name, os.O_RDONLY | os.O_CLOEXEC)
+        return None
 
     def oom_kills(self) -> int:
         """Processes of the tree the kernel killed at the memory cap (v2 memory.events, v1
@@ -989,6 +1022,10 @@ class Jailed(subprocess.Popen):
                 _copy_regular(Path(real), dest)
                 return True
         return False
+
+    def cpu_meter(self) -> int | None:
+        """(while it runs) a read-only fd on the CPU time its whole tree has used, else None."""
+        return next((fd for g in self.groups if (fd := g.cpu_meter()) is not None), None)
 
     def kill_tree(self) -> None:
         for g in self.groups:

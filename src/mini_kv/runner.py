@@ -227,14 +227,17 @@ class ChildRun:
             self._spawn_subject()
         for path in job_paths(self.job.to_dict()):
             self.subject.proc.stage(path)
+        meter = self.subject.proc.cpu_meter()  # read-only: the judge's count of the subject's CPU time
         try:
             with socket.socket(fileno=os.dup(self.fd)) as sock:
-                socket.send_fds(sock, [b"link"], [self.judge_end])
+                socket.send_fds(sock, [b"link"], [self.judge_end, *([] if meter is None else [meter])])
         except OSError:  # the judge died early: next_event sees the end of the stream
             pass
         finally:
             os.close(self.judge_end)
             self.judge_end = None
+            if meter is not None:
+                os.close(meter)
 
     def next_event(self, timeout: float) -> dict | None | str:
         """An event dict, None at end of stream, or 'timeout'. `timeout` counts from the child's

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         job = Job.from_dict(data)
         _limit_memory(job)
         if job.KIND in SUBJECT_KINDS:
-            return run_job(job, chan, _link_fd(ns.result_fd))
+            return run_job(job, chan, *_link_fds(ns.result_fd))
         return HANDLERS[job.KIND](job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
         chan.send(
@@ -66,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def _link_fd(result_fd: int) -> int:
-    """The judge's end of the link to its subject, which the parent sends on the result channel."""
+def _link_fds(result_fd: int) -> tuple[int, int | None]:
+    """The judge's end of the link to its subject, which the parent sends on the result channel, and
+    the subject's CPU meter where the parent has one (remote.CpuMeter)."""
     with socket.socket(fileno=os.dup(result_fd)) as sock:
-        _, fds, _, _ = socket.recv_fds(sock, 16, 1)
-    if len(fds) != 1:
+        _, fds, _, _ = socket.recv_fds(sock, 16, 2)
+    if len(fds) not in (1, 2):
         raise RuntimeError("the parent sent no link to a subject")
-    return fds[0]
+    return fds[0], (fds[1] if len(fds) == 2 else None)
 
 
 def _warm_profiler() -> None:
@@ -112,16 +113,16 @@ def _set_device(device: str) -> None:
     torch.set_num_threads(1)
 
 
-def run_job(job: Job, chan: Channel, link_fd: int) -> int:
+def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) -> int:
     """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator,
     then one loop over the kind's steps: a card's correctness cases, contract checks and bench cases, a
     SOL problem's workloads (each record holds its timing too); a `begin` event before each. A subject
     that is gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a
     new pair."""
-    from mini_kv.worker.remote import Subject, SubjectLost
+    from mini_kv.worker.remote import CpuMeter, Subject, SubjectLost
 
     _set_device(job.device)
-    subject = Subject(link_fd, job.device)
+    subject = Subject(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
     try:
         return _run_stages(job, chan, subject)
     except SubjectLost as lost:

@@ -51,6 +51,7 @@ from mini_kv.worker.timing import (
     TimingError,
     TimingGuardError,
     Workload,
+    is_cuda,
 )
 
 # Timed calls cannot add up to more than the time the whole batch took on the judge's clock; the
@@ -58,7 +59,11 @@ from mini_kv.worker.timing import (
 CLOCK_SLACK_S = 0.002
 # Wall-clock samples are the host's time of each call: the time between them (the loop, the timer) is
 # small, so most of the batch's time must be in them. What is left unexplained beyond this share of
-# the batch and this much per sample is time the samples do not own up to: an impossible claim.
+# the batch and this much per sample is time the samples do not own up to: an impossible claim. Where
+# the parent handed over a CpuMeter the batch's time is the less of the judge's clock and the CPU time
+# the subject's jail used: a loaded host keeps an honest subject waiting for a CPU between its calls
+# (that wait is on the clock, not in the CPU time), while work done outside the calls, or a clock that
+# reads short, shows in both.
 WALL_UNEXPLAINED_SHARE = 0.5
 # the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
 WALL_GAP_PER_SAMPLE_S = 100e-6
@@ -68,6 +73,27 @@ WALL_GAP_FIXED_S = 0.02
 # an honest batch fails by chance and its next one passes; work done outside the timed calls, or a
 # clock that reads short, leaves the gap in every batch.
 WALL_GAP_TRIES = 3
+
+
+class CpuMeter:
+    """The kernel's count of the CPU time the subject's whole jail has used: its cgroup's
+    `cpuacct.usage` (v1, ns) or `cpu.stat` (v2, `usage_usec`), opened read-only by the parent
+    (jail.Jailed.cpu_meter) and handed to the judge with the link. Nothing in the subject can set it
+    back or leave work out of it: every process the subject starts is in the group."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def seconds(self) -> float:
+        text = os.pread(self.fd, 4096, 0).decode("ascii", "replace")
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) * 1e-6
+        return int(text.strip()) * 1e-9
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class SubjectLost(BaseException):
@@ -95,9 +121,10 @@ def _named(name: str) -> type[Exception]:
 class Subject:
     """The link to the subject process and the buffers both sides map."""
 
-    def __init__(self, fd: int, device: str):
+    def __init__(self, fd: int, device: str, meter: CpuMeter | None = None):
         self.link = Link(fd)
         self.device = device
+        self.meter = meter  # the subject's CPU time, where the parent could count it
         self.seq = 0
         self.next_id = 1
         self.by_storage: dict[int, int] = {}  # data_ptr of a shared buffer's storage -> buffer id
@@ -169,6 +196,8 @@ class Subject:
 
     def close(self) -> None:
         self.link.close()
+        if self.meter is not None:
+            self.meter.close()
 
     # ------------------------------------------------------------------ values both sides see
 
@@ -385,10 +414,13 @@ class RemoteWorkload(Workload):
         """One batch timed in the subject, bracketed by this process's clock (check_claim), with one of
         the input sets it calls spot-checked (_arm, _spot_check). A batch with unexplained gaps is timed
         again (WALL_GAP_TRIES); the last one's gap is a violation."""
+        meter = None if is_cuda(device) else self.subject.meter  # a GPU's work is not CPU time
         for tries_left in range(WALL_GAP_TRIES - 1, -1, -1):
+            before = meter.seconds() if meter else None
             m, elapsed, k = self._batch(method, samples, cold, launches)
+            cpu = meter.seconds() - before if meter else None
             check_claim(m, method, samples, elapsed)
-            gap = unexplained_gap(m, samples, elapsed)
+            gap = unexplained_gap(m, samples, elapsed, cpu)
             if gap is None or tries_left == 0:
                 break
             if k is not None:
@@ -500,16 +532,20 @@ def check_claim(m: Measurement, method: str, samples: int, elapsed_s: float) -> 
         )
 
 
-def unexplained_gap(m: Measurement, samples: int, elapsed_s: float) -> str | None:
+def unexplained_gap(m: Measurement, samples: int, elapsed_s: float, cpu_s: float | None = None) -> str | None:
     """Host wall-clock samples, where little happens between the timed calls, that add up to far less
-    than the batch took: what is wrong, else None."""
+    than the batch took (the less of the judge's clock and, where counted, the subject's CPU time): what
+    is wrong, else None."""
     claimed = sum(m.samples) * m.calls_per_sample * 1e-6
-    unexplained = elapsed_s - claimed - WALL_GAP_FIXED_S - WALL_GAP_PER_SAMPLE_S * samples
-    if m.method != "wallclock" or unexplained <= WALL_UNEXPLAINED_SHARE * elapsed_s:
+    # a count that went back was tampered with: no excuse from it
+    busy = elapsed_s if cpu_s is None or cpu_s < 0 else min(elapsed_s, cpu_s)
+    unexplained = busy - claimed - WALL_GAP_FIXED_S - WALL_GAP_PER_SAMPLE_S * samples
+    if m.method != "wallclock" or unexplained <= WALL_UNEXPLAINED_SHARE * busy:
         return None
+    used = "" if cpu_s is None else f" and the subject used {cpu_s * 1e3:.3f} ms of CPU time in"
     return (
         f"{samples} wall-clock samples claimed {claimed * 1e3:.3f} ms of a batch the judge's clock saw "
-        f"take {elapsed_s * 1e3:.3f} ms: more than half of it unaccounted for between the calls"
+        f"take {elapsed_s * 1e3:.3f} ms{used}: more than half of it unaccounted for between the calls"
     )
 
 
