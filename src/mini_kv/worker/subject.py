@@ -76,6 +76,10 @@ class Subject:
         except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
             return {"ok": False, "error": Raised.of(exc, explain.system_exit(exc))}, []
 
+    def do_hello(self, msg: dict) -> tuple[dict, list[int]]:
+        """Up: the judge's `ready` waits for this answer (worker/child.run_job)."""
+        return {"ok": True}, []
+
     def do_load(self, msg: dict) -> tuple[dict, list[int]]:
         """The candidate (and the regression gate's baseline), loaded under the Guard."""
         self.device = msg["device"]
