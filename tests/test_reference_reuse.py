@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "tests" / "sol_solutions" / "problem"
 GOOD = [ROOT / "tests" / "sol_solutions" / name / "solution.json" for name in ("good_return", "good_dps")]
 FORGER = ROOT / "tests" / "exploits" / "sol" / "forge_channel" / "solution.json"
-# max_cv 1.0: a band of 100 % for the re-check, so a busy shared CPU cannot turn a reuse into a re-time
-# (the drift tests force theirs); adaptive sampling, as a batch runs, within a short budget
-FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "timeout": 120.0, "budget": 1.5, "max_cv": 1.0}
+# max_cv 3.0: a band of 300 % for the re-check (a median within 4x of the cached one either way), so a
+# busy shared CPU cannot turn a reuse into a re-time (a CI run saw a 30-us reference at 68 us, drift 115 %;
+# the drift tests force theirs, 50x); adaptive sampling, as a batch runs, within a short budget
+FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "timeout": 120.0, "budget": 1.5, "max_cv": 3.0}
 
 
 def third() -> api.Solution:

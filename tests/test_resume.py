@@ -54,7 +54,12 @@ def _solutions_in(results: Path) -> list[str]:
 
 
 def _interrupt_after_first(cmd: list[str], results: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal gives it, whatever this process inherited: a shell's background job (`.ci/run
+    # &`) ignores SIGINT, and an ignored signal stays ignored across exec
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
         if proc.poll() is not None:  # it ended before any item finished: say why

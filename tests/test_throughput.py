@@ -106,7 +106,8 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     code = throughput.main([str(tmp_path / "c"), "--device", "cpu", "--json"])
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 1
-    assert [w["solution"] for w in rep["wrong"]] == [spec["name"] + "-mislabelled"], rep["wrong"]
+    said = [(w["solution"], w["got"], w["note"]) for w in rep["wrong"]]
+    assert [w["solution"] for w in rep["wrong"]] == [spec["name"] + "-mislabelled"], said
     assert rep["wrong"][0]["got"] == "PASSED"
     assert rep["right"] == 8 and rep["solutions"] == 9
     assert rep["gpu_busy_fraction"] is None and rep["solutions_per_hour"] > 0
