@@ -542,7 +542,7 @@ def unexplained_gap(m: Measurement, samples: int, elapsed_s: float, cpu_s: float
     unexplained = busy - claimed - WALL_GAP_FIXED_S - WALL_GAP_PER_SAMPLE_S * samples
     if m.method != "wallclock" or unexplained <= WALL_UNEXPLAINED_SHARE * busy:
         return None
-    used = "" if cpu_s is None else f" and the subject used {cpu_s * 1e3:.3f} ms of CPU time in"
+    used = "" if cpu_s is None else f" (the subject used {cpu_s * 1e3:.3f} ms of CPU time in it)"
     return (
         f"{samples} wall-clock samples claimed {claimed * 1e3:.3f} ms of a batch the judge's clock saw "
         f"take {elapsed_s * 1e3:.3f} ms{used}: more than half of it unaccounted for between the calls"
