@@ -51,14 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         data = json.load(sys.stdin)
         key = data.pop("channel_key")
     chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
-    ready = ns.result_file is None  # the parent's timeouts count from `ready` (runner.ChildRun.next_event)
-    if ready and data.get("kind") not in SUBJECT_KINDS:  # a judge says it once its subject is up too
-        chan.send(event=Event.READY)
     try:
         job = Job.from_dict(data)
         _limit_memory(job)
-        if job.KIND in SUBJECT_KINDS:
-            return run_job(job, chan, *_link_fds(ns.result_fd), ready=ready)
+        if job.KIND in SUBJECT_KINDS:  # a judge says `ready` once its subject is up too (run_job)
+            return run_job(job, chan, *_link_fds(ns.result_fd))
+        if ns.result_file is None:  # the parent's timeouts count from here (runner.ChildRun.next_event)
+            chan.send(event=Event.READY)
         return HANDLERS[job.KIND](job, chan)
     except Exception as exc:  # noqa: BLE001 - report, then exit non-zero
         chan.send(
@@ -114,7 +113,7 @@ def _set_device(device: str) -> None:
     torch.set_num_threads(1)
 
 
-def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None, ready: bool = False) -> int:
+def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) -> int:
     """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator,
     then one loop over the kind's steps: a card's correctness cases, contract checks and bench cases, a
     SOL problem's workloads (each record holds its timing too); a `begin` event before each. A subject
@@ -125,9 +124,10 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None, 
     _set_device(job.device)
     subject = Subject(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
     try:
-        if ready:  # the subject answers once it is up (Python, torch; no candidate code): a loaded host's
-            subject.ask("hello")  # slow start is not taken from the candidate's first timeout
-            chan.send(event=Event.READY)
+        # the subject answers once it is up (Python, torch; no candidate code): `ready` then, so that a
+        # loaded host's slow start is not taken from the candidate's first timeout
+        subject.ask("hello")
+        chan.send(event=Event.READY)
         return _run_stages(job, chan, subject)
     except SubjectLost as lost:
         print(f"mini_kv: {lost}", file=sys.stderr, flush=True)
