@@ -158,7 +158,11 @@ def verdict_of(attempt: str | None, fallback: str, note: str = "") -> Verdict:
         return Verdict("INVALID", attempt=attempt, note=str(exc))
     traces = Path(attempt) / "traces.jsonl"
     lines = traces.read_text(encoding="utf-8").splitlines() if traces.is_file() else []
-    workloads = Counter(json.loads(x)["evaluation"]["status"] for x in lines if x.strip())
+    evaluations = [json.loads(x)["evaluation"] for x in lines if x.strip()]
+    workloads = Counter(e["status"] for e in evaluations)
+    # why each failing status was given (its first workload's log, first line): a wrong verdict says why
+    why = {e["status"]: (e.get("log") or "").strip().split("\n")[0][:200] for e in reversed(evaluations)}
+    note = note or "; ".join(f"{s}: {why[s]}" for s in sorted(why) if s != PASSED)
     speedup = row.geomean_speedup
     return Verdict(row.status, workloads, speedup if isinstance(speedup, float) else None, attempt, note)
 

@@ -124,7 +124,10 @@ def test_ncu_command_line(fake_ncu, monkeypatch):
     tail = profile_argv[profile_argv.index("--force-overwrite") + 1 :]
     assert tail[:3] == [sys.executable, "-m", "mini_kv.worker.child"] and tail[3] == "--job"
     assert tail[5] == "--result-file"
-    assert import_argv[0] == "--import" and import_argv[1].endswith(".partial/report.ncu-rep")
+    # re-imported from a copy in a scratch dir of its own: not from the attempt's private dir (which a
+    # jail of its own uid cannot reach), nor from the box the profiled target wrote
+    assert import_argv[0] == "--import" and Path(import_argv[1]).name == "report.ncu-rep"
+    assert Path(import_argv[1]).parent.name.startswith("mini-kv-ncu-import-")
     assert ("--page", "raw") in zip(import_argv, import_argv[1:], strict=False) and "--csv" in import_argv
     job = json.loads((Path(res.path) / "job.json").read_text())
     assert job["warmup"] == 7 and job["calls"] == 1 and job["seed"] == doc.case.seed

@@ -85,10 +85,9 @@ def test_an_empty_or_missing_corpus_is_an_error(tmp_path, capsys):
 def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_path, capsys):
     corpus = _corpus(tmp_path / "c", "--device", "cpu", "--count", "8")
     assert len(corpus["solutions"]) == 8
-    # the hang costs the whole per-workload timeout (15 s in the corpus): 8 s still leaves the honest
-    # solutions' workloads (milliseconds of compute each) a wide margin on a loaded machine
-    assert corpus["options"]["timeout"] > 8
-    corpus["options"]["timeout"] = 8.0
+    # the corpus's per-workload timeout (15 s) is kept: the hang costs it once (give_up_after 1), and a
+    # shorter one made a cheat's workload (a fresh judge and subject after each forgery) time out on a
+    # loaded CI machine
     # one more solution, a correct one, labelled as a cheat: the benchmark must call that verdict wrong
     liar = dict(next(s for s in corpus["solutions"] if s["kind"] == "correct"))
     src = (tmp_path / "c" / liar["solution"]).parent

@@ -239,13 +239,7 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: Draft, timeout: 
     rec.found("ncu", commands=(*rec.rec.ncu.commands, run))
     _target_result(w, key)
     _judge_profile_run(run, out + err, w, rec)
-    imp, out, err = ncu_mod.run_logged(
-        "import",
-        ncu_mod.import_command(ncu, w.path(REPORT)),
-        w.path("logs/ncu-import.log"),
-        timeout,
-        spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(w.path(REPORT)))),
-    )
+    imp, out, err = _reimport(ncu, w, timeout)
     rec.found("ncu", commands=(*rec.rec.ncu.commands, imp))
     if imp.timed_out or imp.returncode != 0 or not out.strip():
         raise ProfileFailure(
@@ -265,6 +259,24 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: Draft, timeout: 
         },
     )
     rec.found(kernel=result.kernel, summary=result.summary)
+
+
+def _reimport(ncu: str, w: ProfileWriter, timeout: float) -> tuple[ncu_mod.Command, str, str]:
+    """`ncu --import` of the kept report, jailed, from a copy in a fresh scratch dir: a jail of its own
+    uid cannot reach the attempt's private directory, and the profiled target's box is its to tamper
+    with (a link left there would turn a copy into it into a write elsewhere)."""
+    inbox = Path(jail.scratch_dir("mini-kv-ncu-import-"))
+    try:
+        shutil.copyfile(w.path(REPORT), inbox / REPORT)
+        return ncu_mod.run_logged(
+            "import",
+            ncu_mod.import_command(ncu, inbox / REPORT),
+            w.path("logs/ncu-import.log"),
+            timeout,
+            spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(inbox / REPORT))),
+        )
+    finally:
+        shutil.rmtree(inbox, ignore_errors=True)
 
 
 def _ncu_home(ncu: str) -> str:

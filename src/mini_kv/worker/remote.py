@@ -163,6 +163,7 @@ class Subject:
             # what this process wrote into shared buffers (inputs, poison, new values) has landed before
             # the subject, another process on the device, is asked to read it
             torch.cuda.synchronize()
+            shared.release_let_go()  # what that work used and no tensor is on any more
         self.seq += 1
         free = [self.freed.popleft() for _ in range(len(self.freed))]
         msg = {**fields, "request": op, "seq": self.seq, "new": self.new, "free": free}

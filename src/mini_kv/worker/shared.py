@@ -9,6 +9,7 @@ does. Either way a buffer travels once; later messages name it by number (`Buffe
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import fcntl
 import functools
@@ -99,8 +100,10 @@ def create(id_: int, nbytes: int, device: str) -> Buffer:
         except SharedMemoryError as exc:
             if not out_of_memory(exc):
                 raise
-            # the caching allocator's free blocks are memory the driver cannot give out: returned, once
+            # the caching allocator's free blocks and the mappings let go are memory the driver cannot
+            # give out: returned, once
             gc.collect()
+            release_let_go()
             torch.cuda.empty_cache()
             fd = _CudaMapping.create_fd(nbytes, device)
     else:
@@ -282,9 +285,29 @@ class _CudaMapping:
         return torch.as_tensor(self, device=self.device)  # keeps this object (and the mapping) alive
 
     def __del__(self) -> None:
+        # Not unmapped here: a kernel queued before the last tensor on the mapping was let go may still
+        # read or write it, and an unmapped range is an illegal address that breaks this process's CUDA
+        # context for good (seen on an H200: the judge's reference failed while other processes kept the
+        # device busy). Unmapped by release_let_go, after a device-wide synchronize.
+        _LET_GO.append((self.ptr, self.size, self.handle))
+
+
+# mappings no tensor is on any more, appended by __del__ at any moment (a gc pass included): one deque,
+# only appended to and popped from
+_LET_GO: collections.deque = collections.deque()
+
+
+def release_let_go() -> None:
+    """Unmap and release the mappings let go since the last call, once the device has finished all the
+    work queued so far (which may still use them); nothing to do, no synchronize."""
+    if not _LET_GO:
+        return
+    torch.cuda.synchronize()  # this process's device: a process maps buffers of one device only
+    while True:
         try:
-            _cu().cuMemUnmap(self.ptr, self.size)
-            _cu().cuMemAddressFree(self.ptr, self.size)
-            _cu().cuMemRelease(self.handle)
-        except Exception:  # noqa: BLE001, S110 - the process is ending; the driver frees it then
-            pass
+            ptr, size, handle = _LET_GO.popleft()
+        except IndexError:
+            return
+        _cu().cuMemUnmap(ptr, size)
+        _cu().cuMemAddressFree(ptr, size)
+        _cu().cuMemRelease(handle)

@@ -64,6 +64,7 @@ class Subject:
             self._forget(wid)
         for buf in msg.get("free", []):
             self._drop(buf)
+        shared.release_let_go()  # after the device finished what the last request queued
         try:
             handler = getattr(self, "do_" + str(msg.get("request")), None)
             if handler is None:
