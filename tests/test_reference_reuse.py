@@ -36,6 +36,27 @@ def cases_of(result: api.Result) -> dict[str, dict]:
     return {c["id"]: c for c in doc["cases"]}
 
 
+def assert_no_two_timings_overlapped(case_lists) -> None:
+    """Every timed case's span (when its timing had the device), across all the attempts of a batch: in
+    order, each ends before the next starts (at most one timing on a device at any moment)."""
+    case_lists = [list(cases) for cases in case_lists]
+    for c in (c for cases in case_lists for c in cases):
+        # the span holds at least the candidate's timed calls (microseconds each)
+        timed_s = sum(x for rep in c["candidate"]["samples"] for x in rep) * 1e-6
+        assert c["span"]["end"] - c["span"]["start"] >= timed_s > 0, (c["id"], c["span"], timed_s)
+    spans = sorted((c["span"]["start"], c["span"]["end"], c["id"]) for cases in case_lists for c in cases)
+    assert spans, "no timed case"
+    for (s0, e0, a), (s1, e1, b) in zip(spans, spans[1:], strict=False):
+        assert s0 <= e0 <= s1 <= e1, f"{a} ({s0:.6f}-{e0:.6f}) overlaps {b} ({s1:.6f}-{e1:.6f})"
+
+
+def test_the_overlap_check_fails_on_two_timings_that_shared_the_device():
+    one = {"id": "a", "span": {"start": 10.0, "end": 12.0}, "candidate": {"samples": [[1.0]]}}
+    assert_no_two_timings_overlapped([[one], [{**one, "id": "b", "span": {"start": 12.5, "end": 13.0}}]])
+    with pytest.raises(AssertionError, match="a .* overlaps b"):
+        assert_no_two_timings_overlapped([[one], [{**one, "id": "b", "span": {"start": 11.0, "end": 13.0}}]])
+
+
 def run(tmp_path: Path, solutions: list, **options) -> list[tuple[api.Result, dict[str, dict]]]:
     results = list(api.evaluate(PROBLEM, solutions, artifacts=tmp_path / "a", **{**FAST, **options}))
     return [(r, cases_of(r)) for r in results]
@@ -44,6 +65,7 @@ def run(tmp_path: Path, solutions: list, **options) -> list[tuple[api.Result, di
 @pytest.mark.slow
 def test_a_batch_times_the_reference_once_per_workload_and_rechecks_it(tmp_path):
     (first, timed), *later = run(tmp_path, [*GOOD, third()])
+    assert_no_two_timings_overlapped([timed.values(), *(cases.values() for _, cases in later)])
     assert (
         first.passed and timed and {c["reference_timing"]["source"] for c in timed.values()} == {"measured"}
     )
@@ -263,6 +285,7 @@ def test_verify_with_two_candidates_reuses_the_cards_reference(tmp_path):
         for p in tmp_path.glob("*/*/benchmark.json")
     }
     first, second = by["v0_naive"], by["v1_vectorized"]
+    assert_no_two_timings_overlapped([first, second])
     assert first and {c["reference_timing"]["source"] for c in first} == {"measured"}
     for case in second:
         how = case["reference_timing"]
@@ -286,6 +309,8 @@ def test_on_cuda_a_batch_reuses_the_reference_of_every_workload(tmp_path):
     (first, timed), (second, cases) = ((r, cases_of(r)) for r in results)
     assert first.passed and second.passed, (first.reason, second.reason)
     assert {c["reference_timing"]["source"] for c in timed.values()} == {"measured"}
+    # the builds and checks of the batch may overlap; no two timings on the GPU did
+    assert_no_two_timings_overlapped([timed.values(), cases.values()])
     sources = [c["reference_timing"]["source"] for c in cases.values()]
     # a re-check outside the drift band retimes, as it should: on the few-microsecond workloads that is
     # noise now and then (2 of 14 on an H200 once), never the rule

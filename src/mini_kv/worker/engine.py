@@ -640,6 +640,16 @@ class Sampled:
 
 
 @dataclass(frozen=True)
+class Span:
+    """When a case's timing had the device: the host's real-time clock (seconds since the epoch, as
+    `time.time()`) from the start of its warm-up to the end of its post-timing check. Two spans of one
+    host's device that overlap are two timings that shared it (a batch gives none: tests/test_reference_reuse.py checks it)."""
+
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class Timing:
     """benchmark.json's record of a timed case (both formats): how it was timed (the method, the methods
     that failed first, calls per sample, the L2 mode), the samples of both sides, their summaries, the
@@ -661,6 +671,7 @@ class Timing:
     stability: dict
     l2_flush: Flush | None = field(default=None, metadata=OMIT)
     reference_timing: refs.ReferenceTiming | None = field(default=None, metadata=OMIT)  # in a batch
+    span: Span | None = field(default=None, metadata=OMIT)
 
 
 def _repeats(
@@ -797,7 +808,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         # cold: one captured launch per input set, so consecutive replayed launches use different buffers
         launches = len(sets) if cold else launches
         flush = L2Flusher(fmt.device, cold)
-        t0 = time.perf_counter()
+        t0, start = time.perf_counter(), time.time()
         warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
         sync(fmt.device)
         lap("warmup")
@@ -824,7 +835,8 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         record = timing_record(
             plan, settings, (method, fallbacks, calls_per, l2), warm, budget_s, len(sets), flush
         )
-        record = replace(record, reference_timing=source)
+        span = Span(round(start, 6), round(time.time(), 6))
+        record = replace(record, reference_timing=source, span=span)
         lap("checks")  # the record's statistics too: the laps account for all of the timing's seconds
         itemsize = next((a.element_size() for a in sets[0] if isinstance(a, torch.Tensor)), 0)
         return Timed(record, post, set_bytes, numel, itemsize)
