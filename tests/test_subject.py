@@ -652,3 +652,29 @@ def test_a_subject_kept_off_the_cpu_between_its_calls_is_excused_only_by_its_cpu
         subject.meter = None
         meter.close()
         group.remove()  # kills what is in it: the subject, which this test ends
+
+
+def test_a_cuda_mapping_let_go_is_unmapped_only_after_a_device_wide_synchronize(monkeypatch):
+    """A kernel queued before the last tensor on a shared buffer went may still use it: the mapping's
+    end (its `__del__`, at any gc moment) must not unmap it; `release_let_go` does, after synchronizing
+    the device. The driver and the synchronize are recorded in order."""
+    calls = []
+
+    class Driver:
+        def __getattr__(self, name):
+            return lambda *args: calls.append(name) or 0
+
+    monkeypatch.setattr(shared, "_cu", lambda: Driver())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    shared.release_let_go()
+    assert calls == []  # nothing let go: no synchronize either
+    for k in range(2):
+        mapping = object.__new__(shared._CudaMapping)
+        mapping.ptr, mapping.size, mapping.handle = 4096 * (k + 1), 4096, k
+        del mapping
+    assert calls == []  # let go: nothing unmapped yet
+    shared.release_let_go()
+    assert calls == ["synchronize"] + ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease"] * 2
+    calls.clear()
+    shared.release_let_go()
+    assert calls == []
