@@ -6,7 +6,8 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
 1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
    writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`):
    jailed as a worker child starts (it applies Landlock itself), the same in a memory cgroup of its own
-   (the memory_cap layer), and as a tool starts (through the Landlock prelude); and the same with a
+   (the memory_cap layer), the same without its CPU-time meter's cgroup (what the cpu_meter layer
+   costs), and as a tool starts (through the Landlock prelude); and the same with a
    full `python` start (site-packages, no -I -S).
 2. commands: `verify` of every shipped candidate of tasks/vector_add.yaml on CPU, and `bench` of the
    shipped custom_inputs_matmul solution on CPU, alternating baseline and this checkout, N rounds after
@@ -18,6 +19,7 @@ Prints one JSON document (machine, date, figures). docs/measurements/jail.md kee
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -64,6 +66,18 @@ def start_costs(runs: int) -> dict:
     # the same start as the worker's)
     capped = jail.JailSpec(limits=jail.Limits(memory_bytes=4 << 30))
     worker_capped = lambda argv, w: jail.popen(argv, capped, info, stdout=w, self_landlock=True)  # noqa: E731
+    # as a worker without its CPU-time meter (the cpu_meter layer's own cgroup left out): what that layer
+    # costs a start, where the machine has it
+    roots = jail._cgroup_roots()
+
+    def worker_unmetered(argv, w):
+        jail._cgroup_roots = lambda: dataclasses.replace(roots, cpu=None)
+        try:
+            return jail.popen(argv, spec, info, stdout=w, self_landlock=True)
+        finally:
+            jail._cgroup_roots = _roots_found
+
+    _roots_found = jail._cgroup_roots
     out = {"jail": to_json(info.record())}
     for label, argv in (
         ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),
@@ -73,6 +87,7 @@ def start_costs(runs: int) -> dict:
             ("plain", plain),
             ("jailed as a worker", worker),
             ("jailed as a worker, memory cap", worker_capped),
+            ("jailed as a worker, no cpu_meter group", worker_unmetered),
             ("jailed as a tool", tool),
         )
         for how, start in hows:
