@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -68,16 +69,12 @@ def start_costs(runs: int) -> dict:
     worker_capped = lambda argv, w: jail.popen(argv, capped, info, stdout=w, self_landlock=True)  # noqa: E731
     # as a worker without its CPU-time meter (the cpu_meter layer's own cgroup left out): what that layer
     # costs a start, where the machine has it
-    roots = jail._cgroup_roots()
+    unmetered = dataclasses.replace(jail._cgroup_roots(), cpu=None)
 
     def worker_unmetered(argv, w):
-        jail._cgroup_roots = lambda: dataclasses.replace(roots, cpu=None)
-        try:
+        with mock.patch.object(jail, "_cgroup_roots", lambda: unmetered):
             return jail.popen(argv, spec, info, stdout=w, self_landlock=True)
-        finally:
-            jail._cgroup_roots = _roots_found
 
-    _roots_found = jail._cgroup_roots
     out = {"jail": to_json(info.record())}
     for label, argv in (
         ("python -I -S", [sys.executable, "-I", "-S", "-c", code]),

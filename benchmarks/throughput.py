@@ -161,7 +161,9 @@ def verdict_of(attempt: str | None, fallback: str, note: str = "") -> Verdict:
     evaluations = [json.loads(x)["evaluation"] for x in lines if x.strip()]
     workloads = Counter(e["status"] for e in evaluations)
     # why each failing status was given (its first workload's log, first line): a wrong verdict says why
-    why = {e["status"]: (e.get("log") or "").strip().split("\n")[0][:200] for e in reversed(evaluations)}
+    why: dict[str, str] = {}
+    for e in evaluations:
+        why.setdefault(e["status"], (e.get("log") or "").strip().split("\n")[0][:200])
     note = note or "; ".join(f"{s}: {why[s]}" for s in sorted(why) if s != PASSED)
     speedup = row.geomean_speedup
     return Verdict(row.status, workloads, speedup if isinstance(speedup, float) else None, attempt, note)

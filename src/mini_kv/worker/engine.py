@@ -643,7 +643,8 @@ class Sampled:
 class Span:
     """When a case's timing had the device: the host's real-time clock (seconds since the epoch, as
     `time.time()`) from the start of its warm-up to the end of its post-timing check. Two spans of one
-    host's device that overlap are two timings that shared it (a batch gives none: tests/test_reference_reuse.py checks it)."""
+    host's device that overlap are two timings that shared it (a batch gives none:
+    tests/test_reference_reuse.py checks it)."""
 
     start: float
     end: float
