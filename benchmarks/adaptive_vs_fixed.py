@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,12 +35,13 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 
 from mini_kv import stats  # noqa: E402
+from mini_kv.settings import DEFAULTS, resolve  # noqa: E402
 from mini_kv.status import StopReason  # noqa: E402
 from mini_kv.worker import timing  # noqa: E402
 
 TOL = 0.01  # the issue's 1 % bars
 FEWER = 3.0  # at least this many times fewer timed calls on a stable case
-TARGET = timing.SAMPLING_DEFAULTS["cuda"]["target_rel_ci"]  # 0.5 %, for `spread`'s count
+TARGET = DEFAULTS.cuda.target_rel_ci  # 0.5 %, for `spread`'s count
 
 
 def _rel(a: float, b: float) -> float:
@@ -92,13 +94,13 @@ def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
     from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 
     card = entry["card"]
-    base = timing.sampling_settings(dict(card.benchmark), device, card.timeouts["case_s"])
+    base = resolve(card.benchmark, device, card.timeouts["case_s"])
     tol = card.tolerances[entry["case"]["dtype"]]
     exprs = {k: card.operator[k] for k in ("bytes", "flops") if k in card.operator}
     out = {}
     for mode, settings in (
-        ("adaptive", {**base, "samples": "auto"}),
-        ("fixed", {**base, "samples": fixed, "repeats": 1, "budget_s": None}),
+        ("adaptive", replace(base, samples="auto")),
+        ("fixed", replace(base, samples=fixed, repeats=1, budget_s=None)),
     ):
         t0 = time.perf_counter()
         fmt = CardFormat(
@@ -110,7 +112,7 @@ def time_card_case(entry: dict, device: str, fixed: int, salt: str) -> dict:
             entry["factory"],
             {entry["case"]["dtype"]: tol},
         )
-        rec = bench_record(engine.Job.local(fmt), CardCase.of(entry["case"]), settings, None, exprs)
+        rec = bench_record(engine.JobContext.local(fmt), CardCase.of(entry["case"]), settings, None, exprs)
         out[mode] = _side_summary(rec, time.perf_counter() - t0)
         if "p50_us" not in out[mode]:  # skipped as too large for the device: no fixed count either
             out["fixed"] = {"status": "not run", "reason": "the adaptive run did not time this case"}
@@ -197,12 +199,12 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
         for _ in range(n)
     ]
     sides = {
-        "candidate": timing.Workload([lambda s=s: entry["sol"](*s) for s in sets]),
-        "reference": timing.Workload([lambda s=s: entry["ref"](*s) for s in sets]),
+        "candidate": timing.CallRotation([lambda s=s: entry["sol"](*s) for s in sets]),
+        "reference": timing.CallRotation([lambda s=s: entry["ref"](*s) for s in sets]),
     }
     flush = timing.L2Flusher(device, cuda)
     method = timing.method_chain("auto", device)[0]
-    settings = timing.sampling_settings({"samples": "auto"}, device, 600.0)
+    settings = resolve({"samples": "auto"}, device, 600.0)
     warm = timing.warm_up(list(sides.values()), 10, 2.0, device)
     out = {}
     for mode in ("adaptive", "fixed"):
@@ -210,8 +212,8 @@ def time_sol_case(entry: dict, device: str, fixed: int) -> dict:
         res = {}
         for who, calls in sides.items():
             rule = timing.stopping_rule(
-                {**settings, "samples": fixed if mode == "fixed" else "auto"},
-                settings["budget_s"] / 2 if mode == "adaptive" else 1e9,
+                replace(settings, samples=fixed if mode == "fixed" else "auto"),
+                settings.budget_s / 2 if mode == "adaptive" else 1e9,
             )
             res[who] = timing.measure_until(
                 calls, method, rule, device, flush, per_sample_s=warm.seconds_per_call[0]

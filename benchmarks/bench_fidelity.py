@@ -103,9 +103,9 @@ def card_rows(device: str, salt: str, compile_timeout: float):
 
 def measure_row(fn, args, device: str, flush, samples: int, launches: int) -> dict:
     from mini_kv.worker.engine import choose_method
-    from mini_kv.worker.timing import AUTO_CHAIN, TimingError, Workload, measure
+    from mini_kv.worker.timing import AUTO_CHAIN, CallRotation, TimingError, measure
 
-    calls = Workload([lambda: fn(*args)])
+    calls = CallRotation([lambda: fn(*args)])
     for _ in range(5):
         calls.next()()
     res: dict = {"errors": {}}

@@ -126,7 +126,7 @@ def per_call_cost() -> list[str]:
     from mini_kv.worker import timing
 
     x = torch.randn(7 * 4096, device="cuda", dtype=torch.bfloat16)
-    work = timing.Workload([lambda: x.mul(2)])
+    work = timing.CallRotation([lambda: x.mul(2)])
     lines = []
     for label, flush, counts in (
         ("cold L2", timing.L2Flusher("cuda", True), (10, 40, 160, 640)),

@@ -107,10 +107,10 @@ class _WriteThenReadFlush:
 def mini_kv_median_us(n: int, samples: int, flush) -> float:
     import torch
 
-    from mini_kv.worker.timing import Workload, time_cupti
+    from mini_kv.worker.timing import CallRotation, time_cupti
 
     a, b, c = _inputs(n)
-    m = time_cupti(Workload([lambda: torch.add(a, b, out=c)]), samples, flush)
+    m = time_cupti(CallRotation([lambda: torch.add(a, b, out=c)]), samples, flush)
     return statistics.median(m.kernel_us or m.samples)
 
 

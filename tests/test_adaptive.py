@@ -5,6 +5,7 @@ import json
 import random
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,7 @@ import torch
 from mini_kv import stats
 from mini_kv.codec import to_json
 from mini_kv.load.schema import load_schema
+from mini_kv.settings import DEFAULTS, RunSettings, resolve
 from mini_kv.status import Status, StopReason
 from mini_kv.store.headline import summarize_benchmark
 from mini_kv.store.records import BenchmarkRecord
@@ -151,16 +153,17 @@ def test_a_sol_workloads_timing_budget_keeps_back_the_output_check_after_timing(
     budget, so sampling to the end of the budget does not push the workload past its timeout."""
     warm = timing.Warmup(1, [0.01, 0.02], 0.03)
     t0 = time.perf_counter()
-    plain = timing_budget(10.0, t0, warm, 3, None)
-    kept = timing_budget(10.0, t0, warm, n_sets=3, round_s=0.5)
+    settings = _resolved(repeats=2)
+    plain = timing_budget(10.0, t0, warm, 3, None, settings)
+    kept = timing_budget(10.0, t0, warm, n_sets=3, round_s=0.5, settings=settings)
     assert plain.left_s - kept.left_s == pytest.approx(3.0, abs=0.05)  # two passes per input set
     assert kept.cost == plain.cost == {"candidate": 0.01, "reference": 0.02}
     # the repeats share what is left, and stop at its end
-    plan = SampledRepeats({"repeats": 2}, kept)
+    plan = SampledRepeats(settings, kept)
     assert plan.share == pytest.approx(kept.left_s / 4, abs=0.01)
     assert plan.deadline - time.perf_counter() <= 7.0 + 0.05
     # before any correctness round has run (no round time yet) nothing is kept back
-    none = timing_budget(10.0, t0, warm, n_sets=3, round_s=None)
+    none = timing_budget(10.0, t0, warm, n_sets=3, round_s=None, settings=settings)
     assert none.left_s == pytest.approx(plain.left_s, abs=0.05)
 
 
@@ -192,27 +195,30 @@ def test_a_fixed_count_is_taken_as_asked_in_one_batch():
 
 
 def test_settings_resolve_per_device_and_keep_a_fixed_count():
-    cpu = timing.sampling_settings({"samples": "auto"}, "cpu", case_timeout=120.0)
-    assert cpu["samples"] == "auto" and cpu["target_rel_ci"] == 0.02 and cpu["budget_s"] == 3.0
-    assert timing.sampling_settings({"samples": 100}, "cpu", 120.0)["samples"] == 100
+    cpu = resolve({"samples": "auto"}, "cpu", case_timeout=120.0, environ={})
+    assert cpu.samples == "auto" and cpu.target_rel_ci == 0.02 and cpu.budget_s == 3.0
+    assert (
+        resolve({"samples": None}, "cuda:0", 120.0, environ={}).target_rel_ci == DEFAULTS.cuda.target_rel_ci
+    )
+    assert resolve({"samples": 100}, "cpu", 120.0, environ={}).samples == 100
     # the budget never takes more than half the per-case timeout: the timeout is for hangs
-    assert timing.sampling_settings({"budget_s": 500.0}, "cpu", 60.0)["budget_s"] == 30.0
-    rule = timing.stopping_rule({**cpu, "samples": 100}, 1.0)
+    assert resolve({"budget_s": 500.0}, "cpu", 60.0, environ={}).budget_s == 30.0
+    rule = timing.stopping_rule(replace(cpu, samples=100), 1.0)
     assert rule.fixed == 100 and rule.budget_s == 1.0
     with pytest.raises(ValueError):
         stats.StoppingRule(0.0, 10, 100, 1.0)
 
 
 def test_each_repeat_samples_to_the_target_of_the_pooled_p50_within_the_stability_gate():
-    gpu = {"target_rel_ci": 0.005, "max_cv": 0.03}
+    gpu = resolve({"target_rel_ci": 0.005, "max_cv": 0.03}, "cuda:0", None, environ={})
     assert timing.repeat_target(gpu, 1) == 0.005  # one repeat: the target itself (a SOL workload)
     assert timing.repeat_target(gpu, 4) == pytest.approx(0.01)  # 4 repeats pool 4x the samples
     assert timing.repeat_target(gpu, 5) == pytest.approx(0.005 * 5**0.5)
     # never looser than 2/3 of max_cv: the repeats' medians must still resolve the stability gate
     assert timing.repeat_target(gpu, 100) == pytest.approx(0.02)
-    assert timing.repeat_target({"target_rel_ci": 0.02, "max_cv": 0.03}, 5) == 0.02  # CPU: unchanged
-    assert timing.repeat_target({"target_rel_ci": 0.05, "max_cv": 0.03}, 5) == 0.05  # never tighter
-    assert timing.stopping_rule({**gpu, "samples": "auto"}, 1.0, 4).target_rel_ci == pytest.approx(0.01)
+    assert timing.repeat_target(replace(gpu, target_rel_ci=0.02), 5) == 0.02  # CPU: unchanged
+    assert timing.repeat_target(replace(gpu, target_rel_ci=0.05), 5) == 0.05  # never tighter
+    assert timing.stopping_rule(gpu, 1.0, 4).target_rel_ci == pytest.approx(0.01)
 
 
 def test_pooled_repeats_reach_the_target_with_about_the_samples_of_one():
@@ -221,7 +227,9 @@ def test_pooled_repeats_reach_the_target_with_about_the_samples_of_one():
     rng = random.Random(5)
     timer = FakeTimer(lambda: 100.0 * (1 + rng.gauss(0, 0.02)))
     one = run(timer, RULE)
-    rule = timing.stopping_rule({"target_rel_ci": 0.005, "samples": "auto", "max_cv": 0.03}, 10.0, 5)
+    rule = timing.stopping_rule(
+        resolve({"target_rel_ci": 0.005, "max_cv": 0.03}, "cpu", None, environ={}), 10.0, 5
+    )
     repeats = [run(timer, rule) for _ in range(5)]
     pooled = [x for m in repeats for x in m.samples]
     assert all(m.notes["sampling"]["stopped"] == StopReason.CONVERGED for m in repeats)
@@ -249,10 +257,15 @@ def _slow_add(x, y):
 SETTINGS = {"method": "auto", "l2": "hot", "warmup": 3, "repeats": 3, "max_cv": 0.5, "max_p95_cv": 1.0}
 
 
+def _resolved(**given) -> RunSettings:
+    """SETTINGS with `given` over them, resolved for the CPU (the environment's overrides left out)."""
+    return resolve({**SETTINGS, **given}, "cpu", 120.0, environ={})
+
+
 def _bench(op, settings, reference=_add):
     case = {"id": "c0", "dtype": "float32", "params": {"n": 4096}}
     fmt = CardFormat("t", "cpu", "salt", op, reference, _factory, {"float32": {"atol": 1e-6, "rtol": 1e-6}})
-    return bench_record(engine.Job.local(fmt), CardCase.of(case), settings, None, {})
+    return bench_record(engine.JobContext.local(fmt), CardCase.of(case), settings, None, {})
 
 
 def _valid(records: list) -> dict:
@@ -265,7 +278,7 @@ def _valid(records: list) -> dict:
 
 @pytest.mark.parametrize("samples", ["auto", 12])
 def test_a_bench_record_says_how_it_was_sampled_and_is_schema_valid(samples):
-    settings = timing.sampling_settings({**SETTINGS, "samples": samples}, "cpu", 120.0)
+    settings = _resolved(samples=samples)
     rec = _bench(_add, settings)
     _valid([rec])
     s = rec["sampling"]
@@ -286,7 +299,7 @@ def test_a_bench_record_says_how_it_was_sampled_and_is_schema_valid(samples):
 
 
 def test_a_case_slower_than_its_budget_is_timed_with_fewer_samples():
-    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 2.5}, "cpu", 120.0)
+    settings = _resolved(warmup=1, budget_s=2.5)
     t0 = time.perf_counter()
     rec = _bench(_slow_add, settings)
     assert time.perf_counter() - t0 < 2 * 2.5 + 2.0  # the budget, plus the post-timing check's calls
@@ -294,14 +307,14 @@ def test_a_case_slower_than_its_budget_is_timed_with_fewer_samples():
     # each repeat's share of the budget holds one 0.3 s call, but the floor (timing.sample_floor) is not
     # the candidate's to lower: the reference could take the minimum count in its share, so the candidate
     # takes it too, and the budget cuts the repeats instead
-    assert set(rec["candidate"]["sampling"]["taken"]) == {settings["min_samples"]}
+    assert set(rec["candidate"]["sampling"]["taken"]) == {settings.min_samples}
     assert set(rec["candidate"]["sampling"]["stopped"]) == {StopReason.BUDGET}
     assert rec["sampling"]["repeats_run"] < SETTINGS["repeats"]
     _valid([rec])
 
 
 def test_a_case_too_large_for_its_budget_is_skipped_with_the_reason():
-    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 0.2}, "cpu", 120.0)
+    settings = _resolved(warmup=1, budget_s=0.2)
     rec = _bench(_slow_add, settings, reference=_slow_add)  # the reference itself outruns the budget
     assert rec["status"] == Status.SKIPPED and "too large for cpu" in rec["reason"]
     _valid([rec])
@@ -312,7 +325,7 @@ def test_a_case_too_large_for_its_budget_is_skipped_with_the_reason():
 def test_a_candidate_alone_too_slow_for_the_budget_fails_rather_than_skips():
     """A skip is neutral (the attempt passes on the other cases), so the candidate's own warm-up time,
     which it can make what it likes by sleeping, cannot buy one: where the reference fits, it fails."""
-    settings = timing.sampling_settings({**SETTINGS, "warmup": 1, "budget_s": 0.2}, "cpu", 120.0)
+    settings = _resolved(warmup=1, budget_s=0.2)
     rec = _bench(_slow_add, settings)
     assert rec["status"] == Status.BENCHMARK_ERROR and "too slow to time" in rec["reason"], rec
     summary, _ = summarize_benchmark([rec], skipped=False)

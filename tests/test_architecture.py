@@ -148,3 +148,17 @@ def test_the_docs_name_only_code_that_exists():
             if not _resolves(modules[mod], attr):
                 stale.append(f"{page.relative_to(ROOT)}:{text[: ref.start()].count(chr(10)) + 1}: {ref[0]}")
     assert not stale, "\n".join(stale)
+
+
+def test_every_class_name_is_defined_once():
+    """One class per name across the package: two records called `Workload` (a SOL workload, and the
+    input sets timing rotates through) sent a reader of one to the other."""
+    import ast
+
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "src" / "mini_kv").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: files for name, files in where.items() if len(files) > 1}
+    assert not twice, twice

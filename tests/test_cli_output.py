@@ -456,7 +456,7 @@ def test_regression_table_at_80_columns_keeps_ids_and_numbers_whole():
     same_run = rg.SameRun(
         "interleaved",
         *runs(29.7712),
-        rg.Side(*runs(21.8906)),
+        rg.BaselineSide(*runs(21.8906)),
         Slower(1.36, 4.3e-55, True, True, True, (0, 0), (0, 0)),
         None,
         None,
@@ -573,10 +573,11 @@ def test_verbose_means_one_thing_on_every_command():
 
 
 def test_verbose_details_name_settings_build_and_time():
+    from mini_kv.settings import resolve
     from mini_kv.tables import verbose_details
 
     lines = verbose_details(
-        {"warmup": 20, "method": "cupti", "l2": "cold"},
+        resolve({"warmup": 20, "method": "cupti", "l2": "cold"}, "cuda:0", None, environ={}),
         CompileRecord(status="ok", cache_hit=True, duration_s=0.0, key="abc"),
         {"prepared_s": 1.0, "recorded_s": 3.5, "workload_timing_s": 1.2},
         None,

@@ -11,14 +11,14 @@ from mini_kv.codec import from_json, to_json
 from mini_kv.errors import ConfigError
 from mini_kv.leaderboard import Board, Entry, Group, SigningState
 from mini_kv.load.schema import read_record
-from mini_kv.store.index import Problem
+from mini_kv.store.index import StoreProblem
 
 
 def _board() -> Board:
     entry = Entry(1, "v1", 2.0, "a1", "2026-01-01T00:00:00+00:00", "t/a1", None, "unsigned", {"c": 2.0})
     group = Group("t", "s" * 64, "env", "cpu", (entry,))
     return Board(
-        1, "now", "artifacts", None, (group,), (Problem("p", "stray", "why"),), SigningState(None, False)
+        1, "now", "artifacts", None, (group,), (StoreProblem("p", "stray", "why"),), SigningState(None, False)
     )
 
 

@@ -1,6 +1,7 @@
 """The regression gate's confirmation is a same-run comparison: the baseline's own sources, rebuilt
 under a dispatcher namespace of their own, timed in one worker with the candidate, interleaved."""
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,9 +17,9 @@ from mini_kv.pipeline import (
     Prepared,
     VerifyOptions,
     _confirmation,
-    _interleaved_settings,
     run_stages,
 )
+from mini_kv.settings import resolve
 from mini_kv.store.attempts import read_attempt
 
 
@@ -52,8 +53,10 @@ def _confirm(card, cand, opts, job, store):
 
 
 def test_interleaved_settings_keep_the_sample_budget_in_more_repeats():
-    s = _interleaved_settings({"repeats": 5, "samples": 100, "warmup": 20})
-    assert s["repeats"] == 10 and s["samples"] == 50 and s["warmup"] == 20
+    s = resolve({"repeats": 5, "samples": 100, "warmup": 20}, "cpu", None, environ={}).interleaved()
+    assert s.repeats == 10 and s.samples == 50 and s.warmup == 20
+    adaptive = resolve({"repeats": 5, "samples": "auto"}, "cpu", None, environ={}).interleaved()
+    assert adaptive.repeats == 10 and adaptive.samples == "auto"
 
 
 def test_a_baseline_whose_attempt_is_gone_cannot_be_rebuilt(tmp_path):
@@ -90,7 +93,7 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     assert comp.status == "ok"
     opts = VerifyOptions(device="cpu")
     job = _card_job(card, cand, comp, "cpu", opts)
-    job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 10, "warmup": 1})
+    job = job.replace(benchmark=replace(job.benchmark, repeats=2, samples=10, warmup=1))
     run = _confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32")
 
     assert run.build["op"].startswith("mini_kv_vector_add_v0_naive__baseline_")

@@ -80,7 +80,9 @@ def test_a_card_factory_failure_is_the_cards_fault():
         fmt = CardFormat(
             "vector_add", "cpu", "salt", lambda a, b: a + b, lambda a, b: a + b, make_inputs, tol
         )
-        return correctness_record(engine.Job.local(fmt), CardCase.of(case), on_inputs=lambda: made.append(1))
+        return correctness_record(
+            engine.JobContext.local(fmt), CardCase.of(case), on_inputs=lambda: made.append(1)
+        )
 
     case = {"id": "neg-float32", "kind": "core", "dtype": "float32", "params": {"n": -5}}
     made = []

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mini_kv.references import vector_add
+from mini_kv.settings import resolve
 from mini_kv.worker import bandwidth, engine
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
@@ -74,7 +75,9 @@ def test_events_include_launch_overhead_graph_does_not(hot):
 def _bench(op, case: dict, settings: dict) -> dict:
     tol = {case["dtype"]: {"atol": 1e-3, "rtol": 1e-3}}
     fmt = CardFormat("vector_add", DEV, "salt", op, vector_add.reference, vector_add.make_inputs, tol)
-    return bench_record(engine.Job.local(fmt), CardCase.of(case), settings, None, {})
+    return bench_record(
+        engine.JobContext.local(fmt), CardCase.of(case), resolve(settings, DEV, None, environ={}), None, {}
+    )
 
 
 def test_cold_mode_uses_distinct_buffers_per_call():

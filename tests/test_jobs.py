@@ -10,6 +10,7 @@ import pytest
 
 from mini_kv.jail import off
 from mini_kv.runner import run_one
+from mini_kv.settings import resolve
 from mini_kv.worker.channel import Channel, Verifier
 from mini_kv.worker.jobs import (
     JOB_KINDS,
@@ -30,8 +31,14 @@ NO_SANDBOX = off("test")
 
 
 def example(cls) -> Job:
-    """A job of kind `cls` whose every field holds a distinct JSON value."""
-    return cls(**{f.name: {"field": f.name, "n": i} for i, f in enumerate(dataclasses.fields(cls))})
+    """A job of kind `cls` whose every field holds a distinct JSON value (a typed record's: a record)."""
+    settings = resolve({"method": "auto", "l2": "hot", "warmup": 1, "repeats": 2}, "cpu", None, environ={})
+    return cls(
+        **{
+            f.name: settings if f.name in cls.RECORDS else {"field": f.name, "n": i}
+            for i, f in enumerate(dataclasses.fields(cls))
+        }
+    )
 
 
 def test_every_kind_round_trips_through_json():
@@ -60,6 +67,9 @@ def test_unknown_kind_version_or_field_is_refused_by_name():
         Job.from_dict({**data, "gpu_count": 2})
     with pytest.raises(JobError, match="unknown job kind 'bandwidth'"):
         SolJob.from_dict(data)  # a record of another kind
+    sol = example(SolJob).to_dict()
+    with pytest.raises(JobError, match="job kind 'sol'.*RunSettings"):
+        Job.from_dict({**sol, "settings": {"method": "auto"}})  # a typed record with fields missing
 
 
 def test_the_child_refuses_an_unknown_version_as_a_fatal_event():

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS
 from mini_kv.pipeline import VerifyOptions, benchmark_settings
-from mini_kv.settings import DEFAULTS, ENV_KEYS, from_environment
-from mini_kv.solexec.run import BenchOptions
-from mini_kv.worker.timing import SAMPLING_DEFAULTS
+from mini_kv.settings import DEFAULTS, ENV_KEYS, resolve
+from mini_kv.solexec.run import BenchOptions, check_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,29 +32,41 @@ def test_a_card_without_a_benchmark_section_gets_the_defaults(no_env):
     card = load_task_card(MINIMAL)
     assert card.benchmark == DEFAULT_BENCHMARK and card.benchmark["cases"] == DEFAULTS.cases == "bench"
     assert card.timeouts == DEFAULT_TIMEOUTS == {"compile_s": 600.0, "case_s": 120.0, "stage_s": 1800.0}
-    assert benchmark_settings(card, VerifyOptions())["max_cv"] == DEFAULTS.max_cv == 0.03
+    assert benchmark_settings(card, VerifyOptions(), "cpu").max_cv == DEFAULTS.max_cv == 0.03
 
 
 def test_card_then_command_line_then_environment(no_env):
     card = load_task_card(MINIMAL)
     card = dataclasses.replace(card, benchmark={**card.benchmark, "max_cv": 0.04, "max_p95_cv": 0.2})
-    assert benchmark_settings(card, VerifyOptions())["max_cv"] == 0.04
-    assert benchmark_settings(card, VerifyOptions(max_cv=0.05))["max_cv"] == 0.05
+    assert benchmark_settings(card, VerifyOptions(), "cpu").max_cv == 0.04
+    assert benchmark_settings(card, VerifyOptions(max_cv=0.05), "cpu").max_cv == 0.05
     no_env.setenv("MINI_KV_MAX_CV", "0.07")
     got = benchmark_settings(card, VerifyOptions(max_cv=0.05), device="cpu", case_timeout=60.0)
-    assert got["max_cv"] == 0.07 and got["max_p95_cv"] == 0.2
+    assert got.max_cv == 0.07 and got.max_p95_cv == 0.2
     no_env.setenv("MINI_KV_BUDGET", "1.5")
     assert (
-        benchmark_settings(card, VerifyOptions(budget=2.0), device="cpu", case_timeout=60.0)["budget_s"]
-        == 1.5
+        benchmark_settings(card, VerifyOptions(budget=2.0), device="cpu", case_timeout=60.0).budget_s == 1.5
     )
+
+
+def test_the_recorded_settings_hold_only_what_the_front_door_has(no_env):
+    """benchmark.json's `settings` (and a SOL suite hash): a card's keys, a SOL run's keys, and the two
+    switches only when asked for, so attempts recorded before stay comparable."""
+    card = to_json(benchmark_settings(load_task_card(MINIMAL), VerifyOptions(), "cpu", 60.0))
+    common = {"method", "l2", "warmup", "repeats", "samples", "max_cv", "max_p95_cv", "target_rel_ci"}
+    common |= {"min_samples", "max_samples", "budget_s"}
+    assert set(card) == common | {"graph_launches", "cases"}
+    sol = to_json(check_options(BenchOptions(solution="s.json", require_own_kernels=True), "cpu"))
+    assert set(sol) == common | {"rounds", "require_own_kernels"} and sol["max_cv"] == DEFAULTS.max_cv
+    extra = check_options(BenchOptions(solution="s.json", extra_workloads=3, extra_workloads_seed=7), "cpu")
+    assert to_json(extra)["extra_workloads"] == {"count": 3, "seed": 7}
 
 
 @pytest.mark.parametrize("raw", ["x", "0", "-1", "nan", "inf"])
 def test_an_environment_value_that_is_not_a_positive_number_names_its_variable(raw):
     with pytest.raises(UserError, match="MINI_KV_MAX_CV"):
-        from_environment({"MINI_KV_MAX_CV": raw})
-    assert from_environment({"MINI_KV_SAMPLES": "7", "OTHER": "1"}) == {"samples": 7}
+        resolve({}, "cpu", None, environ={"MINI_KV_MAX_CV": raw})
+    assert resolve({}, "cpu", None, environ={"MINI_KV_SAMPLES": "7", "OTHER": "1"}).samples == 7
 
 
 def test_the_front_doors_take_their_defaults_from_the_one_object():
@@ -65,7 +77,7 @@ def test_the_front_doors_take_their_defaults_from_the_one_object():
         DEFAULTS.sol_timeout_s,
         DEFAULTS.sol_rounds,
     )
-    assert SAMPLING_DEFAULTS["cuda"]["target_rel_ci"] == DEFAULTS.cuda.target_rel_ci
+    assert resolve({}, "cuda:0", None, environ={}).target_rel_ci == DEFAULTS.cuda.target_rel_ci
 
 
 def _cv_literals(tree: ast.AST) -> list[int]:

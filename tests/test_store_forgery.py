@@ -20,7 +20,7 @@ from test_index import env_key_of, fixture_env, make_attempt, snapshot
 
 from mini_kv.cli import main
 from mini_kv.leaderboard import build_leaderboard
-from mini_kv.store.index import INDEX_NAME, IndexUnusable, Problem, read_index, rebuild_index
+from mini_kv.store.index import INDEX_NAME, IndexUnusable, StoreProblem, read_index, rebuild_index
 
 # ------------------------------------------------------------------------------------------- tools
 
@@ -53,13 +53,13 @@ def _edit_json(path: Path, fn) -> None:
     path.write_text(json.dumps(obj))
 
 
-def _problem(problems, attempt: Path | str) -> Problem:
+def _problem(problems, attempt: Path | str) -> StoreProblem:
     found = [p for p in problems if p.path == str(attempt)]
     assert found, f"{attempt} not reported; problems: {problems}"
     return found[0]
 
 
-def _caught(problems, attempt: Path | str, file: str, kinds=("tampered",)) -> Problem:
+def _caught(problems, attempt: Path | str, file: str, kinds=("tampered",)) -> StoreProblem:
     p = _problem(problems, attempt)
     assert p.kind in kinds, p
     assert file in p.message, p

@@ -24,7 +24,7 @@ from mini_kv.worker.remote import (
     RemoteOp,
     RemoteWorkload,
     SpotCheck,
-    Subject,
+    SubjectLink,
     SubjectLost,
     check_claim,
     workload_of,
@@ -83,7 +83,7 @@ def amax_when_timed(x, w):
 """
 
 
-def start_subject(sol_dir, device: str) -> Subject:
+def start_subject(sol_dir, device: str) -> SubjectLink:
     """A real subject process on one end of a link, SOLUTION in `sol_dir`: its judge-side handle (its
     process as `.proc`)."""
     (sol_dir / "main.py").write_text(SOLUTION)
@@ -93,7 +93,7 @@ def start_subject(sol_dir, device: str) -> Subject:
         pass_fds=(subject_end,),
     )
     os.close(subject_end)
-    sub = Subject(judge_end, device)
+    sub = SubjectLink(judge_end, device)
     sub.sol_dir, sub.proc = str(sol_dir), proc
     return sub
 
@@ -143,7 +143,7 @@ def test_a_worker_ends_without_the_interpreters_teardown_yet_runs_its_exit_handl
     assert not (sol / "teardown").exists()
 
 
-def load(sub: Subject, entry: str) -> RemoteOp:
+def load(sub: SubjectLink, entry: str) -> RemoteOp:
     sol = {"group": "python", "dir": sub.sol_dir, "entry_file": "main.py", "entry_function": entry}
     sub.ask("load", kind="sol", device=sub.device, solution=sol)
     return RemoteOp(sub, "candidate")
@@ -296,7 +296,7 @@ def _fake_subject(answer):
         peer.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    return Subject(judge_end, "cpu")
+    return SubjectLink(judge_end, "cpu")
 
 
 @pytest.fixture
@@ -329,7 +329,7 @@ def test_a_violation_code_the_harness_does_not_know_is_a_forged_channel(fake_sub
 
 
 def test_an_output_in_a_buffer_the_subject_never_sent_is_a_forged_channel(fake_subject):
-    spec = to_json(shared.TensorSpec(-7, "float32", (4,), (1,)))
+    spec = to_json(shared.SharedView(-7, "float32", (4,), (1,)))
     sub = fake_subject(lambda msg: {"ok": True, "seq": msg["seq"], "out": {"t": spec}})
     with pytest.raises(Violation) as v:
         RemoteOp(sub, "candidate")(1.0)
@@ -345,7 +345,7 @@ def test_an_unsealed_buffer_from_the_subject_is_refused():
         msg, _ = peer.recv()
         fd = os.memfd_create("x")
         os.ftruncate(fd, 16)
-        spec = to_json(shared.TensorSpec(-1, "float32", (4,), (1,)))
+        spec = to_json(shared.SharedView(-1, "float32", (4,), (1,)))
         socket.send_fds(
             peer.sock,
             [
@@ -366,7 +366,7 @@ def test_an_unsealed_buffer_from_the_subject_is_refused():
         peer.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    sub = Subject(judge_end, "cpu")
+    sub = SubjectLink(judge_end, "cpu")
     with pytest.raises(Violation) as v:
         RemoteOp(sub, "candidate")(1.0)
     sub.close()
@@ -477,12 +477,12 @@ def test_another_count_or_method_than_asked_is_refused():
 
 def test_a_cpu_buffer_is_shared_in_place_across_processes():
     buf = shared.create(1, 32, "cpu")
-    view = buf.view(shared.TensorSpec(1, "float32", (8,), (1,)))
+    view = buf.view(shared.SharedView(1, "float32", (8,), (1,)))
     view.fill_(2.0)
     code = (
         "import sys, torch; from mini_kv.worker import shared;"
         "b = shared.receive(1, int(sys.argv[1]), 32, 'cpu');"
-        "v = b.view(shared.TensorSpec(1, 'float32', (8,), (1,))); assert float(v.sum()) == 16.0; v.fill_(3.0)"
+        "v = b.view(shared.SharedView(1, 'float32', (8,), (1,))); assert float(v.sum()) == 16.0; v.fill_(3.0)"
     )
     subprocess.run([sys.executable, "-c", code, str(buf.fd)], pass_fds=(buf.fd,), check=True)
     assert torch.equal(view, torch.full((8,), 3.0))
@@ -494,13 +494,13 @@ def test_a_cuda_buffer_is_shared_in_place_across_processes():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     buf = shared.create(1, 4096, "cuda:0")
-    view = buf.view(shared.TensorSpec(1, "float32", (1024,), (1,)))
+    view = buf.view(shared.SharedView(1, "float32", (1024,), (1,)))
     view.fill_(2.0)
     torch.cuda.synchronize()
     code = (
         "import sys, torch; from mini_kv.worker import shared;"
         "b = shared.receive(1, int(sys.argv[1]), 4096, 'cuda:0');"
-        "v = b.view(shared.TensorSpec(1, 'float32', (1024,), (1,)));"
+        "v = b.view(shared.SharedView(1, 'float32', (1024,), (1,)));"
         "assert float(v.sum()) == 2048.0; v.fill_(3.0); torch.cuda.synchronize()"
     )
     subprocess.run([sys.executable, "-c", code, str(buf.fd)], pass_fds=(buf.fd,), check=True)

@@ -19,7 +19,7 @@ from mini_kv.compile.compiler import CompileRecord
 from mini_kv.errors import ExitCode, UserError
 from mini_kv.load.task_card import load_task_card
 from mini_kv.references import vector_add
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, resolve
 from mini_kv.worker import bandwidth, engine, timing
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import (
@@ -139,12 +139,15 @@ def test_good_options_pass_and_reach_the_job(card):
     pipeline.check_benchmark_options(card, opts, "cpu")
     cand = card.candidate(card.default_candidate)
     job = _card_job(card, cand, "/nonexistent.so", "cpu", opts, "salt", peak_bw=None)
-    assert job.benchmark["method"] == "wallclock"
-    assert job.benchmark["max_cv"] == 0.05 and job.benchmark["max_p95_cv"] == 0.2
+    assert job.benchmark.method == "wallclock"
+    assert job.benchmark.max_cv == 0.05 and job.benchmark.max_p95_cv == 0.2
+    assert (
+        type(job).from_dict(json.loads(json.dumps(job.to_dict()))).benchmark == job.benchmark
+    )  # to the child
     assert job.peak_bw is None
     job = _card_job(card, cand, "/x.so", "cuda:0", pipeline.VerifyOptions(), "s", peak_bw=4.2e12)
     assert job.peak_bw == 4.2e12
-    assert job.benchmark["max_cv"] == card.benchmark["max_cv"]
+    assert job.benchmark.max_cv == card.benchmark["max_cv"]
 
 
 def test_cli_rejects_cupti_on_cpu_before_compiling(tmp_path, monkeypatch):
@@ -315,7 +318,8 @@ def _bench(settings, op=vector_add.reference):
     fmt = CardFormat(
         "vector_add", "cpu", "salt", op, vector_add.reference, vector_add.make_inputs, {"float32": TOL}
     )
-    return bench_record(engine.Job.local(fmt), CardCase.of(CASE), settings, None, {"flops": "numel"})
+    resolved = resolve(settings, "cpu", None, environ={})
+    return bench_record(engine.JobContext.local(fmt), CardCase.of(CASE), resolved, None, {"flops": "numel"})
 
 
 def test_bench_case_cpu_record():

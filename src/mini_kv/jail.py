@@ -60,6 +60,7 @@ preexec_fn, which would make Popen fork the whole parent (tens of ms with torch 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import hashlib
@@ -73,6 +74,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1184,9 +1186,25 @@ def popen(
     return proc
 
 
-def scratch_dir(prefix: str) -> str:
-    """A private host dir for a jail's `writable` (mode 700), outside any project; remove it after."""
-    return tempfile.mkdtemp(prefix=prefix)
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A private host dir for a jail's `writable` (mode 700), outside any project, removed with all
+    that jailed code left in it when the block ends."""
+    box = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield box
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+def take_out(box: Path, name: str, dest: Path) -> bool:
+    """Copy `box/name` to `dest` if it is a regular file. Jailed code wrote `box`: a link there would
+    turn the copy into a read of whatever it points at, so one is never followed. Whether it copied."""
+    src = box / name
+    if src.is_symlink() or not src.is_file():
+        return False
+    shutil.copyfile(src, dest)
+    return True
 
 
 class _Bounded(threading.Thread):

@@ -27,7 +27,7 @@ from mini_kv.store.index import (
     STAYS_OUT,
     AttemptRow,
     CaseRow,
-    Problem,
+    StoreProblem,
     check_attempt,
     index_path,
     read_index,
@@ -88,7 +88,7 @@ class Board:
     artifacts: str
     task: str | None
     groups: tuple[Group, ...]
-    problems: tuple[Problem, ...]
+    problems: tuple[StoreProblem, ...]
     signing: SigningState
 
 
@@ -117,7 +117,7 @@ def build_leaderboard(
             f"--require-signed needs the operator's signing key to check signatures: set "
             f"{signing.KEY_ENV} or {signing.KEY_FILE_ENV} (docs/store.md, Signatures)"
         )
-    problems: list[Problem] = []
+    problems: list[StoreProblem] = []
     if rebuild or not index_path(artifacts).exists():
         problems.extend(rebuild_index(artifacts).problems)
     where = f"status='{Status.PASSED}' AND stable=1 AND geomean_speedup IS NOT NULL"
@@ -141,7 +141,7 @@ def _latest_valid(
     cases: dict[str, tuple[CaseRow, ...]],
     signing_key,
     require_signed: bool,
-    problems: list[Problem],
+    problems: list[StoreProblem],
 ) -> list[tuple[tuple, Entry]]:
     """Per (task, candidate), its newest attempt that passes every check (and, with `require_signed`,
     whose signature holds), unranked, with its group key; each one that fails is added to `problems`."""
@@ -155,11 +155,11 @@ def _latest_valid(
         try:
             real, real_cases = checked_row(artifacts, row, cases.get(row.attempt_id, ()))
         except AttemptInvalid as exc:
-            problems.append(Problem(str(path), exc.kind, str(exc).removeprefix(f"{path}: ")))
+            problems.append(StoreProblem(str(path), exc.kind, str(exc).removeprefix(f"{path}: ")))
             continue
         state = signature_state(signing_key, real.signed_by)
         if require_signed and state != signing.Signature.VALID:
-            problems.append(Problem(str(path), "unsigned", _unsigned_why(state)))
+            problems.append(StoreProblem(str(path), "unsigned", _unsigned_why(state)))
             continue
         groups[key] = tuple(getattr(real, k) for k in GROUP_KEYS)
         latest[key] = Entry(
@@ -208,10 +208,10 @@ def _unsigned_why(state: signing.Signature) -> str:
     return f"{what}; --require-signed ranks only attempts signed with the operator's key"
 
 
-def _remembered_tampered(artifacts: Path, task: str | None, reported: set[str]) -> list[Problem]:
+def _remembered_tampered(artifacts: Path, task: str | None, reported: set[str]) -> list[StoreProblem]:
     """The attempts the index remembers as tampered (and this run has not just reported), of `task`."""
     return [
-        Problem(str(artifacts / t.path), "tampered", f"{t.message} (found {t.first_seen}); {STAYS_OUT}")
+        StoreProblem(str(artifacts / t.path), "tampered", f"{t.message} (found {t.first_seen}); {STAYS_OUT}")
         for t in read_tampered(artifacts)
         if str(artifacts / t.path) not in reported and (task is None or t.path.split("/")[0] == task)
     ]

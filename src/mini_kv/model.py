@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mini_kv.codec import to_json
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, RunSettings
 
 # a card's `benchmark:` and `timeouts:` sections when they set nothing
 _BENCHMARK_KEYS = "method l2 warmup repeats samples graph_launches max_cv max_p95_cv cases".split()
@@ -225,10 +225,11 @@ class Problem:
                 return cand
         raise KeyError(cid)
 
-    def suite_hash(self, settings: dict | None = None) -> str:
+    def suite_hash(self, settings: RunSettings | None = None) -> str:
         """Identity of what is measured: the cases and the benchmark settings (SOL: the run's settings)."""
         if self.format != "task-card":
-            return sol_suite_hash(self.raw, [to_json(wl.traced()) for wl in self.payload[1]], settings)
+            workloads = [to_json(wl.traced()) for wl in self.payload[1]]
+            return sol_suite_hash(self.raw, workloads, to_json(settings))
         return sha256_text(
             canonical_json(
                 {

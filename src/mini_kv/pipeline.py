@@ -25,7 +25,7 @@ from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
-from mini_kv.settings import DEFAULTS, from_environment
+from mini_kv.settings import DEFAULTS, RunSettings, resolve
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -62,11 +62,11 @@ class VerifyOptions:
 
 
 def benchmark_settings(
-    card: Problem, opts: VerifyOptions, device: str | None = None, case_timeout: float | None = None
-) -> dict:
-    """The card's benchmark section with the command line's overrides; with `device`, the sampling keys
-    resolved for it (worker.timing.sampling_settings)."""
-    settings = dict(card.benchmark)
+    card: Problem, opts: VerifyOptions, device: str, case_timeout: float | None = None
+) -> RunSettings:
+    """The card's benchmark section with the command line's overrides, then the environment's, resolved
+    for `device` (settings.resolve)."""
+    given = dict(card.benchmark)
     for key, opt in (
         ("method", "method"),
         ("l2", "l2"),
@@ -77,15 +77,9 @@ def benchmark_settings(
         ("target_rel_ci", "target_rel_ci"),
     ):
         if getattr(opts, opt) is not None:
-            settings[key] = getattr(opts, opt)
-    if opts.require_own_kernels:  # recorded (and in the suite hash) only when asked for
-        settings["require_own_kernels"] = True
-    settings.update(from_environment())
-    if device is None:
-        return settings
-    from mini_kv.worker.timing import sampling_settings
-
-    return sampling_settings(settings, device, case_timeout)
+            given[key] = getattr(opts, opt)
+    given["require_own_kernels"] = opts.require_own_kernels
+    return resolve(given, device, case_timeout)
 
 
 def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> None:
@@ -97,7 +91,7 @@ def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> 
 
     if opts.skip_benchmark:
         return
-    settings = benchmark_settings(card, opts)
+    settings = benchmark_settings(card, opts, device)
 
     def where(key: str) -> str:
         return (
@@ -106,13 +100,13 @@ def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> 
             else f"{card.path}: benchmark.{key}"
         )
 
-    for key, method, l2 in (("method", settings["method"], "hot"), ("l2", "auto", settings["l2"])):
+    for key, method, l2 in (("method", settings.method, "hot"), ("l2", "auto", settings.l2)):
         try:
             check_options(method, l2, device)
         except ValueError as exc:
             raise UserError(f"{where(key)}: {exc}") from None
     for key in ("max_cv", "max_p95_cv"):
-        value = settings.get(key)
+        value = getattr(settings, key)
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise UserError(f"{where(key)}: must be a positive fraction (0.03 = 3%), got {value!r}")
 
@@ -128,7 +122,7 @@ class Prepared:
     env: Environment  # environment.json
     salt: str
     sandbox: JailInfo
-    settings: dict  # the timing settings
+    settings: RunSettings  # the timing settings
     case_timeout: float
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
@@ -212,7 +206,7 @@ class Outcome:
     benchmark: dict | None
     results: WorkerResults
     bench_cases: list
-    bench_settings: dict | None = None
+    bench_settings: RunSettings | None = None
     detail: dict = field(default_factory=dict)
 
 
@@ -263,7 +257,7 @@ class VerifyResult:
     exit_code: ExitCode = ExitCode.OK
     regression: RegressionVerdict | None = None
     index_warning: str | None = None
-    settings: dict = field(default_factory=dict)  # the timing settings the run was held to
+    settings: RunSettings | None = None  # the timing settings the run was held to
     phases: dict = field(default_factory=dict)
 
     @classmethod
@@ -338,7 +332,7 @@ class ReferenceCache:
         the device (its index, and the environment key: GPU model, driver, torch, ...), the timing
         settings."""
         ident = to_json(door.identity(prep))
-        common = {"identity": ident, "reference": door.reference_digest(), "settings": prep.settings}
+        common = {"identity": ident, "reference": door.reference_digest(), "settings": to_json(prep.settings)}
         timed = job.bench_cases if job.KIND == "card" else job.cases  # a SOL workload times after its rounds
         return {c["id"]: sha256_text(canonical_json({**common, "case": c})) for c in timed}
 
@@ -587,18 +581,6 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
     return confirm
 
 
-def _interleaved_settings(settings: dict) -> dict:
-    """The card's sample budget in twice as many, shorter repeats: the worker alternates candidate and
-    baseline every repeat, so a burst of load on the machine hits both alike. Adaptive sampling stays
-    adaptive (each shorter repeat stops by the same rule, within the same budget)."""
-    repeats = int(settings["repeats"])
-    finer = max(2 * repeats, 10)
-    if settings.get("samples") in (None, "auto"):
-        return {**settings, "repeats": finer}
-    samples = int(settings["samples"])
-    return {**settings, "repeats": finer, "samples": max(10, -(-repeats * samples // finer))}
-
-
 def _write_attempt(
     door: FrontDoor,
     prep: Prepared,
@@ -822,9 +804,7 @@ class CardDoor(FrontDoor):
 
     def confirm_job(self, job: Job, case_id: str) -> Job:
         case = next(c for c in job.bench_cases if c["id"] == case_id)
-        return job.replace(
-            cases=[], contract=[], bench_cases=[case], benchmark=_interleaved_settings(job.benchmark)
-        )
+        return job.replace(cases=[], contract=[], bench_cases=[case], benchmark=job.benchmark.interleaved())
 
     def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
         recs = [r for r in res.bench if r.get("id") == case_id]

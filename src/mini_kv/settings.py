@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
+from mini_kv.codec import optional
 from mini_kv.errors import UserError
 
 # a SOL workload's tolerance: upstream's defaults, in upstream's field order (a trace repeats them so)
@@ -137,11 +139,9 @@ def switch_from_environment(field: str, given: bool, environ: Mapping[str, str] 
     return SWITCH_WORDS[raw.strip().lower()]
 
 
-def from_environment(environ: Mapping[str, str] | None = None) -> dict:
-    """The benchmark settings the environment sets (ENV_KEYS); a value that is not a positive, finite
+def _from_environment(environ: Mapping[str, str]) -> Iterator[tuple[str, float | int]]:
+    """The timing settings the environment sets (ENV_KEYS); a value that is not a positive, finite
     number is the user's error, named by its variable (checked here: the run's own checks name flags)."""
-    environ = os.environ if environ is None else environ
-    out = {}
     for var, (key, parse) in ENV_KEYS.items():
         raw = environ.get(var)
         if raw is None or raw == "":
@@ -152,5 +152,85 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict:
             raise UserError(f"{var}={raw!r}: expected {parse.__name__}") from None
         if not (math.isfinite(value) and value > 0):
             raise UserError(f"{var}={raw!r}: must be positive")
-        out[key] = value
-    return out
+        yield key, value
+
+
+@dataclass(frozen=True)
+class ExtraWorkloads:
+    """`bench --extra-workloads N --extra-workloads-seed S`: unseen workloads drawn from the definition."""
+
+    count: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The timing settings one run is held to, resolved for its device (`resolve`). benchmark.json keeps
+    it as `settings` and a SOL problem's suite hash hashes it, so its JSON form (codec.to_json) is what
+    attempts hold: a key only one front door has is left out for the other (`optional`), and so are
+    `require_own_kernels` and `extra_workloads` unless asked for (attempts without stay comparable)."""
+
+    method: str
+    l2: str
+    warmup: int
+    repeats: int
+    samples: int | str  # "auto": adaptive sampling; an integer: a fixed count per repeat
+    max_cv: float | None  # None: DEFAULTS.max_cv (a SOL run given no --max-cv records null)
+    max_p95_cv: float | None
+    target_rel_ci: float
+    min_samples: int
+    max_samples: int
+    budget_s: float | None  # a case's seconds of timing (a SOL workload's: its rounds too); None: none
+    graph_launches: int | None = optional()  # a task card's
+    cases: str | None = optional()  # a task card's: which cases are timed
+    rounds: int | None = optional()  # a SOL workload's correctness rounds
+    require_own_kernels: bool | None = optional()
+    extra_workloads: ExtraWorkloads | None = optional()
+
+    @property
+    def fixed_count(self) -> int | None:
+        """The fixed sample count per repeat, or None: adaptive sampling."""
+        return None if self.samples in (None, "auto") else int(self.samples)
+
+    def interleaved(self) -> RunSettings:
+        """The same sample budget in twice as many, shorter repeats (a regression confirmation: the
+        worker alternates candidate and baseline every repeat, so a burst of load hits both alike).
+        Adaptive sampling stays adaptive (each shorter repeat stops by the same rule, in the same budget)."""
+        finer = max(2 * self.repeats, 10)
+        if self.fixed_count is None:
+            return replace(self, repeats=finer)
+        return replace(self, repeats=finer, samples=max(10, -(-self.repeats * self.fixed_count // finer)))
+
+
+SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
+
+
+def resolve(
+    given: Mapping[str, Any],
+    device: str,
+    case_timeout: float | None,
+    *,
+    with_correctness: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> RunSettings:
+    """The run's settings: `given` (a card's `benchmark:` section with the command line's values over
+    it, or a SOL run's command line; None: unset) overridden by the environment (ENV_KEYS), the sampling
+    keys the device's defaults where unset, `samples` "auto" unless a count is given, and the budget held
+    to half the per-case timeout. `with_correctness`: the budget covers a SOL workload's correctness
+    rounds too (sol_budget_factor times the timing default)."""
+    merged = {**given, **dict(_from_environment(os.environ if environ is None else environ))}
+    base = DEFAULTS.cuda if device.startswith("cuda") else DEFAULTS.cpu
+    if with_correctness:
+        base = replace(base, budget_s=base.budget_s * DEFAULTS.sol_budget_factor)
+    sampling = {k: merged[k] if merged.get(k) is not None else getattr(base, k) for k in SAMPLING_KEYS}
+    if case_timeout is not None:
+        sampling["budget_s"] = min(float(sampling["budget_s"]), case_timeout / 2.0)
+    samples = merged.get("samples")
+    return RunSettings(
+        **{k: merged.get(k) for k in ("method", "l2", "warmup", "repeats", "max_cv", "max_p95_cv")},
+        samples="auto" if samples in (None, "auto") else samples,
+        **sampling,
+        **{k: merged.get(k) for k in ("graph_launches", "cases", "rounds")},
+        require_own_kernels=True if merged.get("require_own_kernels") else None,
+        extra_workloads=merged.get("extra_workloads"),
+    )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
+from mini_kv.settings import RunSettings
+
 # per column: one space of padding each side and one vertical rule; plus the table's left edge
 COLUMN_OVERHEAD = 3
 EDGE = 1
@@ -86,12 +88,12 @@ def fitted_tables(
     return tables
 
 
-def verbose_details(settings: dict, comp, phases: dict, duration_s) -> list[str]:
+def verbose_details(settings: RunSettings | None, comp, phases: dict, duration_s) -> list[str]:
     """What `-v` adds on every command (verify, bench, batch): the timing settings, the build (`comp`, a
     compile.compiler.CompileRecord, None: nothing built), and where
     the time went. Rich markup; the time line is one line whatever the width (scripts grep it)."""
     keys = ("rounds", "warmup", "repeats", "samples", "target_rel_ci", "budget_s", "method", "l2", "max_cv")
-    shown = ", ".join(f"{k} {settings[k]}" for k in keys if settings.get(k) is not None)
+    shown = ", ".join(f"{k} {getattr(settings, k)}" for k in keys if getattr(settings, k, None) is not None)
     out = [f"[dim]settings: {shown}[/]"]
     if comp:
         note = " (compile check only)" if comp.check_only else ""

@@ -407,9 +407,9 @@ def compile_candidate(
         for stale in build_root.glob(f"tmp-{plan.key[:12]}-*"):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan.key[:12]}-", dir=build_root))
-        box = Path(jail.scratch_dir(f"mini-kv-build-{plan.key[:12]}-"))  # the jail's only writable dir
         try:
-            status, record = _build_into(plan, tmp, box, timeout, record, sandbox)
+            with jail.scratch(f"mini-kv-build-{plan.key[:12]}-") as box:  # the jail's only writable dir
+                status, record = _build_into(plan, tmp, box, timeout, record, sandbox)
             if status == BuildStatus.OK and _files_now(Path(plan.candidate_dir)) != plan.files:
                 # the compiler may have read other bytes than the key names: never cache that library
                 why = (
@@ -428,7 +428,6 @@ def compile_candidate(
             jail.open_to_jail(tmp)  # a profile's jail binds the library where it lies
             os.replace(tmp, final)
         finally:
-            shutil.rmtree(box, ignore_errors=True)
             if tmp.exists() and record.failed_build_dir is None:
                 shutil.rmtree(tmp, ignore_errors=True)
     return _finish(record, final, cache_hit=False, t0=t0, status=BuildStatus.OK)
@@ -511,13 +510,11 @@ def _built_in_jail(plan: BuildPlan, tmp: Path, box: Path, timeout: float, sandbo
         (tmp / "stderr.log").write_text(f"{ev.reason}\n{ev.traceback or ''}")
         return BuildStatus.ERROR
     lib = _library_in(box / "out")
-    if lib is None or lib.is_symlink() or not lib.is_file():
+    # copies: nothing in the cache links back to the jail's dir
+    if lib is None or not jail.take_out(lib.parent, lib.name, tmp / lib.name):
         (tmp / "stderr.log").write_text("build produced no shared library (a regular file)\n")
         return BuildStatus.ERROR
-    shutil.copyfile(lib, tmp / lib.name)  # a copy: nothing in the cache links back to the jail's dir
-    ninja = box / "out" / "build.ninja"
-    if ninja.is_file() and not ninja.is_symlink():
-        shutil.copyfile(ninja, tmp / "build.ninja")
+    jail.take_out(box / "out", "build.ninja", tmp / "build.ninja")
     return BuildStatus.OK
 
 

@@ -88,7 +88,7 @@ class Unhandled(Exception):
 
 
 @dataclass
-class Step:
+class NvccStep:
     order: int  # its place in nvcc's own sequence
     argv: list[str]
     rc: int | None = None
@@ -97,10 +97,10 @@ class Step:
 
 
 @dataclass
-class Plan:
-    host: list[Step]  # preprocess, cudafe++
-    device: list[Step]  # preprocess, cicc, ptxas, fatbinary, rm (as nvcc lists them)
-    compile: Step  # the host compiler on cudafe++'s output
+class NvccPlan:
+    host: list[NvccStep]  # preprocess, cudafe++
+    device: list[NvccStep]  # preprocess, cicc, ptxas, fatbinary, rm (as nvcc lists them)
+    compile: NvccStep  # the host compiler on cudafe++'s output
     module_ids: tuple[str, list[str]]  # cudafe++'s file, and each cicc's own
     env: dict = field(default_factory=dict)
 
@@ -128,10 +128,10 @@ def _tool(argv: list[str]) -> str:
     return os.path.basename(argv[0]) if argv else ""
 
 
-def parse_dry_run(text: str, base_env: dict) -> Plan:
+def parse_dry_run(text: str, base_env: dict) -> NvccPlan:
     """nvcc's steps (`#$ ` lines of `nvcc --dryrun`) as a host chain, a device chain and the compile."""
     env = dict(base_env)
-    steps: list[Step] = []
+    steps: list[NvccStep] = []
     for line in text.splitlines():
         if not line.startswith("#$ "):
             continue
@@ -146,11 +146,11 @@ def parse_dry_run(text: str, base_env: dict) -> Plan:
             argv = shlex.split(body)
         except ValueError as exc:
             raise Unhandled(f"unparsable step {body!r}: {exc}") from None
-        steps.append(Step(len(steps), _expand(argv, env)))
+        steps.append(NvccStep(len(steps), _expand(argv, env)))
     return _chains(steps, env)
 
 
-def _host_front_end(steps: list[Step]) -> tuple[Step, str]:
+def _host_front_end(steps: list[NvccStep]) -> tuple[NvccStep, str]:
     """cudafe++'s step and the module id file it writes."""
     cudafe = [s for s in steps if _tool(s.argv) == "cudafe++"]
     if len(cudafe) != 1:
@@ -161,7 +161,7 @@ def _host_front_end(steps: list[Step]) -> tuple[Step, str]:
     return cudafe[0], module_id
 
 
-def _own_module_ids(cicc: list[Step], module_id: str) -> list[str]:
+def _own_module_ids(cicc: list[NvccStep], module_id: str) -> list[str]:
     """Each cicc step made to write its own module id file instead of reading cudafe++'s."""
     if not cicc:
         raise Unhandled("no cicc step")
@@ -176,7 +176,7 @@ def _own_module_ids(cicc: list[Step], module_id: str) -> list[str]:
     return own_ids
 
 
-def _chains(steps: list[Step], env: dict) -> Plan:
+def _chains(steps: list[NvccStep], env: dict) -> NvccPlan:
     fe, module_id = _host_front_end(steps)
     host_pp = [s for s in steps if "-E" in s.argv and _option(s.argv, "-o") == fe.argv[-1]]
     generated = _option(fe.argv, "--gen_c_file_name")
@@ -189,10 +189,10 @@ def _chains(steps: list[Step], env: dict) -> Plan:
     if unknown:
         raise Unhandled(f"unknown device step {unknown[0]!r}")
     own_ids = _own_module_ids([s for s in device if _tool(s.argv) == "cicc"], module_id)
-    return Plan(host=host, device=device, compile=last, module_ids=(module_id, own_ids), env=env)
+    return NvccPlan(host=host, device=device, compile=last, module_ids=(module_id, own_ids), env=env)
 
 
-def _run(step: Step, env: dict) -> bool:
+def _run(step: NvccStep, env: dict) -> bool:
     if _tool(step.argv) == "rm":  # nvcc removes a temporary the fat binary's C file replaced
         for path in step.argv[1:]:
             if not path.startswith("-"):
@@ -208,13 +208,13 @@ def _run(step: Step, env: dict) -> bool:
     return done.returncode == 0
 
 
-def _chain(steps: list[Step], env: dict) -> None:
+def _chain(steps: list[NvccStep], env: dict) -> None:
     for s in steps:
         if not _run(s, env):
             return
 
 
-def _same_module_ids(plan: Plan) -> bool:
+def _same_module_ids(plan: NvccPlan) -> bool:
     try:
         ids = {Path(p).read_bytes() for p in (plan.module_ids[0], *plan.module_ids[1])}
     except OSError:
@@ -222,7 +222,7 @@ def _same_module_ids(plan: Plan) -> bool:
     return len(ids) == 1
 
 
-def _report(steps: list[Step]) -> int:
+def _report(steps: list[NvccStep]) -> int:
     """Print each step's output in nvcc's order, up to the first that failed; its status, or 0."""
     for s in sorted(steps, key=lambda s: s.order):
         if s.rc is None:  # not run: an earlier step of its chain failed
@@ -234,7 +234,7 @@ def _report(steps: list[Step]) -> int:
     return 0
 
 
-def run_plan(plan: Plan) -> int | None:
+def run_plan(plan: NvccPlan) -> int | None:
     """Both chains side by side, then the compile. None: the module ids differ (run plain nvcc)."""
     device = threading.Thread(target=_chain, args=(plan.device, plan.env))
     device.start()

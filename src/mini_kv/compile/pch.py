@@ -112,16 +112,15 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbo
     for stale in final.parent.glob(f"tmp-{final.name}-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=final.parent))
-    box = Path(jail.scratch_dir("mini-kv-pch-"))
     try:
-        stub = box / _stub_name(header)
-        stub.write_text(f"#include <{header}>\n")
-        cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]
-        log(f"precompiling {header}: {' '.join(cmd)}")
-        res = jail.run(cmd, jail.JailSpec(writable=(str(box),)), sandbox, timeout=1800)
-        for name in (stub.name, f"{stub.name}.gch"):
-            if (box / name).is_file() and not (box / name).is_symlink():
-                shutil.copyfile(box / name, tmp / name)
+        with jail.scratch("mini-kv-pch-") as box:
+            stub = box / _stub_name(header)
+            stub.write_text(f"#include <{header}>\n")
+            cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]
+            log(f"precompiling {header}: {' '.join(cmd)}")
+            res = jail.run(cmd, jail.JailSpec(writable=(str(box),)), sandbox, timeout=1800)
+            for name in (stub.name, f"{stub.name}.gch"):
+                jail.take_out(box, name, tmp / name)
         if res.returncode != 0:
             log(
                 f"precompiling {header} failed (exit {res.returncode}); building without it:\n{res.stderr[-2000:]}"
@@ -134,7 +133,6 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbo
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(box, ignore_errors=True)
 
 
 def pch_cflags(

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from mini_kv.errors import ConfigError, UserError
 from mini_kv.html_report import page as pg
-from mini_kv.html_report.collect import ProfilePair, Skipped, Store, load_store
+from mini_kv.html_report.collect import ProfilePair, SkippedAttempt, Store, load_store
 from mini_kv.profile.store import PROFILES_DIR
 from mini_kv.status import ProfileStatus
 
 if TYPE_CHECKING:
     from mini_kv.leaderboard import Group
-    from mini_kv.store.index import Problem
+    from mini_kv.store.index import StoreProblem
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ReportResult:
     size: int
     attempts: int
     charts: int
-    skipped: list[Skipped] = field(default_factory=list)
+    skipped: list[SkippedAttempt] = field(default_factory=list)
     pngs: list[Path] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -70,13 +70,13 @@ def _select(store: Store, wanted: tuple[str, ...], artifacts: Path) -> Store:
     )
 
 
-def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[Problem], str | None]:
+def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[StoreProblem], str | None]:
     """The leaderboard exactly as `mini-kv leaderboard` computes it, one task at a time: its groups, its
     problems, and why there is none (or None)."""
     from mini_kv.leaderboard import build_leaderboard
 
     groups: list[Group] = []
-    problems: list[Problem] = []
+    problems: list[StoreProblem] = []
     try:
         for t in tasks:
             board = build_leaderboard(artifacts, task=t)
@@ -87,7 +87,7 @@ def _board(artifacts: Path, tasks: list[str]) -> tuple[list[Group], list[Problem
     return groups, problems, None
 
 
-def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list[Skipped]]:
+def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list[SkippedAttempt]]:
     """Comparisons of the verified profiles of each (task, case): the first candidate against each other."""
     from mini_kv.profile.compare import ident, metric_rows, refusals
     from mini_kv.profile.store import ProfileUnusable, read_profile
@@ -100,7 +100,7 @@ def _profiles(artifacts: Path, tasks: set[str]) -> tuple[list[ProfilePair], list
         try:
             doc = read_profile(d)
         except (ProfileUnusable, OSError) as exc:
-            skipped.append(Skipped(str(d), getattr(exc, "message", str(exc))))
+            skipped.append(SkippedAttempt(str(d), getattr(exc, "message", str(exc))))
             continue
         if doc.status == ProfileStatus.OK and doc.task.id in tasks:
             docs.append(doc)
@@ -177,7 +177,7 @@ def _build(opts: ReportOptions) -> ReportResult:
     # the leaderboard's own refusals (tampered after indexing, ...)
     for p in problems:
         if p.path not in listed and Path(p.path).parent.name in set(tasks):
-            skipped.append(Skipped(p.path, p.message))
+            skipped.append(SkippedAttempt(p.path, p.message))
             listed.add(p.path)
 
     title = "mini_kv report: " + (", ".join(tasks) if tasks else "no readable attempt")

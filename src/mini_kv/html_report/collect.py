@@ -4,7 +4,7 @@ Attempts are listed and read with the store's own reader (store.index.check_atte
 file's SHA-256, the ids, and the headline recomputed from the per-case records, exactly as the index
 and the leaderboard check them) and its typed records (store.records.read_records), so the charts and
 the page never touch raw dicts. An attempt that fails a check (tampered, misplaced) or whose files do
-not have the expected shape becomes a `Skipped` entry with the reason; the page still builds.
+not have the expected shape becomes a `SkippedAttempt` entry with the reason; the page still builds.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mini_kv.store.records import SOL_FORMAT, BenchCase, CorrCase, finite
 
 
 @dataclass(frozen=True)
-class Skipped:
+class SkippedAttempt:
     path: str
     reason: str
 
@@ -69,7 +69,7 @@ class ProfilePair:
 class Store:
     artifacts: Path
     attempts: list[Attempt] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
+    skipped: list[SkippedAttempt] = field(default_factory=list)
 
     def tasks(self) -> list[str]:
         return sorted({a.task_id for a in self.attempts})
@@ -115,12 +115,12 @@ def load_store(artifacts: Path, explicit: list[Path] | None = None) -> Store:
     )
     for d in dirs:
         if not d.is_dir():
-            store.skipped.append(Skipped(str(d), "not a directory"))
+            store.skipped.append(SkippedAttempt(str(d), "not a directory"))
             continue
         try:
             store.attempts.append(read_one(d))
         # AttemptInvalid includes MalformedRecord; UserError: unreadable JSON
         except (AttemptInvalid, OSError, UserError) as exc:
-            store.skipped.append(Skipped(str(d), str(exc).removeprefix(f"{d}: ")))
+            store.skipped.append(SkippedAttempt(str(d), str(exc).removeprefix(f"{d}: ")))
     store.attempts.sort(key=lambda a: (a.task_id, a.candidate, a.created_at, a.attempt_id))
     return store

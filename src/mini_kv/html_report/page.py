@@ -19,7 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from mini_kv.html_report import charts
-from mini_kv.html_report.collect import Attempt, ProfilePair, Skipped, Store
+from mini_kv.html_report.collect import Attempt, ProfilePair, SkippedAttempt, Store
 from mini_kv.status import Status
 from mini_kv.store.records import BenchCase
 from mini_kv.tables import num
@@ -569,7 +569,7 @@ def environment_section(attempts: list[Attempt]) -> list[Block]:
     return [table("environment", ["", *[f"environment {k}" for k in keys]], rows)]
 
 
-def skipped_section(skipped: list[Skipped]) -> list[Block]:
+def skipped_section(skipped: list[SkippedAttempt]) -> list[Block]:
     if not skipped:
         return [note("every attempt directory in the selection was read and verified.")]
     return [

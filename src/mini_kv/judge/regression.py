@@ -75,7 +75,7 @@ class Times:
 
 
 @dataclasses.dataclass(frozen=True)
-class Side:
+class BaselineSide:
     samples: list[list[float]]
     summary: RepeatSummary
 
@@ -98,7 +98,7 @@ class SameRun:
     method: str
     samples: list[list[float]]
     summary: RepeatSummary
-    baseline: Side
+    baseline: BaselineSide
     test: Slower  # the P50 test (stats.is_slower)
     order: object
     build: object
@@ -224,7 +224,7 @@ def _same_run(case_id: str, confirm: Callable[[str], Retimed], th: Thresholds, s
             "same-run, interleaved with the baseline's own build",
             cand,
             stats.summarize_repeats(cand),
-            Side(base, stats.summarize_repeats(base)),
+            BaselineSide(base, stats.summarize_repeats(base)),
             stats.is_slower(_flat(base), _flat(cand), th.p50_threshold, th.alpha, th.n_boot, seed),
             run.order,
             run.build,

@@ -127,7 +127,7 @@ def time_pair(job: ABJob) -> ABTiming:
     from mini_kv.worker import integrity
     from mini_kv.worker.inputs import clone_args, import_path, make_case_inputs
     from mini_kv.worker.loader import load_op
-    from mini_kv.worker.timing import Workload
+    from mini_kv.worker.timing import CallRotation
 
     device = job.device
     args = make_case_inputs(import_path(job.inputs), job.params, job.dtype, device, int(job.seed))
@@ -137,7 +137,7 @@ def time_pair(job: ABJob) -> ABTiming:
         for c in job.candidates:
             op = load_op(c["library"], c["op"])
             own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
-            calls[c["label"]] = Workload([lambda op=op, own=own: op(*own)])
+            calls[c["label"]] = CallRotation([lambda op=op, own=own: op(*own)])
         guard.check("loading the candidates")
         result = _time(job, calls)
         guard.check("after timing")

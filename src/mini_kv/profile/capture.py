@@ -87,7 +87,7 @@ def pick_case(card: Problem, wanted: str | None) -> Case:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ProfilePlan:
     """One profiled launch: the case (a card's Case, a SOL Workload), its seed, the kernels ncu matches
     after `warmup` skipped launches, and why no kernel was found (said only when none was)."""
 
@@ -102,7 +102,7 @@ class Plan:
         return metrics_mod.kernel_regex(self.kernel_names) if self.kernel_names else None
 
 
-def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> Plan:
+def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> ProfilePlan:
     """What will be profiled, and how; no side effects."""
     from mini_kv.worker.inputs import case_seed
 
@@ -119,7 +119,7 @@ def plan(card: Problem, cand: Candidate, opts: ProfileOptions) -> Plan:
 
 def kernel_plan(
     opts: ProfileOptions, case, seed: int, found: list[str], of: str, no_kernels: str, strict: bool = True
-) -> Plan:
+) -> ProfilePlan:
     """The plan of one profiled launch: `found` kernels (`--kernel` must be one of them, if `strict` or any
     were found), the filter ncu gets, the warm-up launches it skips."""
     if opts.warmup < 1:
@@ -128,10 +128,10 @@ def kernel_plan(
         raise ConfigError(
             "--kernel", "", f"{opts.kernel!r} is not {of} (found: {', '.join(found) or 'none'})"
         )
-    return Plan(case, seed, [opts.kernel] if opts.kernel else found, opts.warmup, no_kernels)
+    return ProfilePlan(case, seed, [opts.kernel] if opts.kernel else found, opts.warmup, no_kernels)
 
 
-def binding(task: ProfiledTask, cand: ProfiledCandidate, case: ProfiledCase, p: Plan, env) -> Profile:
+def binding(task: ProfiledTask, cand: ProfiledCandidate, case: ProfiledCase, p: ProfilePlan, env) -> Profile:
     """profile.json's record before the steps fill it in, for a task card's candidate and a SOL solution
     alike."""
     return Profile(
@@ -187,7 +187,7 @@ def built(comp: CompileRecord, w: ProfileWriter, rec: Draft) -> str:
     return comp.library
 
 
-def _card_job(card: Problem, cand: Candidate, p: Plan, library: str) -> ProfileTargetJob:
+def _card_job(card: Problem, cand: Candidate, p: ProfilePlan, library: str) -> ProfileTargetJob:
     case: Case = p.case
     return ProfileTargetJob(
         library=library,
@@ -204,15 +204,16 @@ def _card_job(card: Problem, cand: Candidate, p: Plan, library: str) -> ProfileT
     )
 
 
-def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: Draft, timeout: float, cwd: str) -> None:
+def capture(
+    ncu: str, job: Job, p: ProfilePlan, w: ProfileWriter, rec: Draft, timeout: float, cwd: str
+) -> None:
     """Run ncu around the target (the worker child running `job`), re-import, parse; fills `rec`,
     raises ProfileFailure with the reason."""
     w.json("job.json", job.to_dict())
     # the worker child, with its signed events in a file: ncu stands between it and this process. Both
     # run jailed; they write only into `box`, from which this process copies the report and the events
     key = secrets.token_bytes(32)
-    box = Path(jail.scratch_dir("mini-kv-ncu-"))
-    try:
+    with jail.scratch("mini-kv-ncu-") as box:
         shutil.copyfile(w.path("job.json"), box / "job.json")
         files = ["--job", str(box / "job.json"), "--result-file", str(box / "target.events")]
         target = [sys.executable, "-m", "mini_kv.worker.child", *files]
@@ -231,11 +232,8 @@ def capture(ncu: str, job: Job, p: Plan, w: ProfileWriter, rec: Draft, timeout: 
             cwd=cwd,
             spec=_ncu_spec(ncu, job, cwd, box),
         )
-        for name in (REPORT, "target.events"):  # regular files only: nothing links back into the jail
-            if (box / name).is_file() and not (box / name).is_symlink():
-                shutil.copyfile(box / name, w.path(name))
-    finally:
-        shutil.rmtree(box, ignore_errors=True)
+        for name in (REPORT, "target.events"):
+            jail.take_out(box, name, w.path(name))
     rec.found("ncu", commands=(*rec.rec.ncu.commands, run))
     _target_result(w, key)
     _judge_profile_run(run, out + err, w, rec)
@@ -265,8 +263,7 @@ def _reimport(ncu: str, w: ProfileWriter, timeout: float) -> tuple[ncu_mod.Comma
     """`ncu --import` of the kept report, jailed, from a copy in a fresh scratch dir: a jail of its own
     uid cannot reach the attempt's private directory, and the profiled target's box is its to tamper
     with (a link left there would turn a copy into it into a write elsewhere)."""
-    inbox = Path(jail.scratch_dir("mini-kv-ncu-import-"))
-    try:
+    with jail.scratch("mini-kv-ncu-import-") as inbox:
         shutil.copyfile(w.path(REPORT), inbox / REPORT)
         return ncu_mod.run_logged(
             "import",
@@ -275,8 +272,6 @@ def _reimport(ncu: str, w: ProfileWriter, timeout: float) -> tuple[ncu_mod.Comma
             timeout,
             spec=jail.JailSpec(read_only=(_ncu_home(ncu), str(inbox / REPORT))),
         )
-    finally:
-        shutil.rmtree(inbox, ignore_errors=True)
 
 
 def _ncu_home(ncu: str) -> str:
@@ -383,7 +378,7 @@ class Target:
 
     task_id: str
     candidate: str
-    plan: Plan
+    plan: ProfilePlan
     rec: Profile  # profile.json's record before the steps (binding)
     records: dict  # the JSON files written beside it
     build: Callable[

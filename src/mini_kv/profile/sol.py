@@ -36,7 +36,7 @@ def kernel_names(sol) -> list[str]:
     return names
 
 
-def plan(prob, opts: capture.ProfileOptions) -> capture.Plan:
+def plan(prob, opts: capture.ProfileOptions) -> capture.ProfilePlan:
     """The workload (--case: its uuid; default the first), seed, kernels; no side effects."""
     from mini_kv.worker.inputs import case_seed
 

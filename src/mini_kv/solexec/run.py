@@ -30,12 +30,11 @@ from mini_kv.pipeline import (
     Outcome,
     Prepared,
     ReferenceCache,
-    _interleaved_settings,
     run_stages,
     worker_spec,
 )
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
-from mini_kv.settings import DEFAULTS, from_environment
+from mini_kv.settings import DEFAULTS, ExtraWorkloads, RunSettings, resolve
 from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import SolutionEntry, build_log, job_entry, solution_build, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
@@ -148,7 +147,7 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
     )
 
 
-def check_options(opts: BenchOptions, device: str) -> dict:
+def check_options(opts: BenchOptions, device: str) -> RunSettings:
     """The timing and round settings, checked before anything is built (exit CONFIG)."""
     from mini_kv.worker.timing import check_options as check_timing
 
@@ -167,33 +166,12 @@ def check_options(opts: BenchOptions, device: str) -> dict:
     for name in ("timeout", "compile_timeout", "max_cv", "max_p95_cv", "budget", "target_rel_ci"):
         if getattr(opts, name) is not None and not getattr(opts, name) > 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")
-    from mini_kv.worker.timing import sampling_settings
-
-    return sampling_settings(
-        {
-            "rounds": opts.rounds,
-            "warmup": opts.warmup,
-            "repeats": opts.repeats,
-            "samples": opts.samples,
-            "method": opts.method,
-            "l2": l2,
-            "max_cv": opts.max_cv,
-            "max_p95_cv": opts.max_p95_cv,
-            "budget_s": opts.budget,
-            "target_rel_ci": opts.target_rel_ci,
-            # recorded (and part of the suite hash) only when asked for: attempts without stay comparable
-            **(
-                {"extra_workloads": {"count": opts.extra_workloads, "seed": opts.extra_workloads_seed}}
-                if opts.extra_workloads
-                else {}
-            ),
-            **({"require_own_kernels": True} if opts.require_own_kernels else {}),
-            **from_environment(),
-        },
-        device,
-        opts.timeout,
-        with_correctness=True,
-    )
+    given = {name: getattr(opts, name) for name in ("rounds", "warmup", "repeats", "samples", "method")}
+    given |= {"l2": l2, "max_cv": opts.max_cv, "max_p95_cv": opts.max_p95_cv, "budget_s": opts.budget}
+    given |= {"target_rel_ci": opts.target_rel_ci, "require_own_kernels": opts.require_own_kernels}
+    if opts.extra_workloads:
+        given["extra_workloads"] = ExtraWorkloads(opts.extra_workloads, opts.extra_workloads_seed)
+    return resolve(given, device, opts.timeout, with_correctness=True)
 
 
 def device_memory(device: str, opts: BenchOptions) -> int:
@@ -515,7 +493,7 @@ class SolDoor(FrontDoor):
     def confirm_job(self, job: SolJob, case_id: str) -> SolJob:
         return job.replace(
             cases=[c for c in job.cases if c["id"] == case_id],
-            settings={**_interleaved_settings(job.settings), "rounds": 1},
+            settings=replace(job.settings.interleaved(), rounds=1),
         )
 
     def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
@@ -551,7 +529,7 @@ class SolDoor(FrontDoor):
 
 
 @dataclass(frozen=True)
-class Skipped:
+class SkippedWorkload:
     """A workload left out (too large for the device within the budget) and why."""
 
     id: str
@@ -569,9 +547,9 @@ class BenchResult:
     index_warning: str | None
     compile: CompileRecord | None
     device: str
-    settings: dict
+    settings: RunSettings
     unavailable: str | None
-    skipped: tuple[Skipped, ...]
+    skipped: tuple[SkippedWorkload, ...]
     counts: dict[str, int]  # workloads by status (SKIPPED and NOT_RUN included): the summary line
     benchmark: dict | None  # the timing's headline (its stability): the summary line
     staging: str | None  # the staging dir, when kept
@@ -608,7 +586,9 @@ def bench(
         device=run.prep.device,
         settings=run.prep.settings,
         unavailable=run.out.detail["unavailable"],
-        skipped=tuple(Skipped(c["id"], c.get("log")) for c in cases if c.get("status") == Status.SKIPPED),
+        skipped=tuple(
+            SkippedWorkload(c["id"], c.get("log")) for c in cases if c.get("status") == Status.SKIPPED
+        ),
         counts=run.summary["correctness"]["counts"],
         benchmark=run.summary.get("benchmark"),
         staging=str(door.staging) if opts.keep_staging else None,
@@ -647,7 +627,9 @@ def _summaries(cases: list[dict], bench_records: list[dict], code: ExitCode) -> 
     return head.status, head.correctness, head.benchmark
 
 
-def sol_identity(problem: Problem, settings: dict, env: environment.Environment, device: str) -> Identity:
+def sol_identity(
+    problem: Problem, settings: RunSettings, env: environment.Environment, device: str
+) -> Identity:
     """What a SOL attempt is compared by."""
     return Identity(
         _safe(problem.id), problem.version, problem.operator, problem.suite_hash(settings), env.key, device

@@ -110,7 +110,7 @@ class IndexUnusable(UserError):
 
 
 @dataclass(frozen=True)
-class Problem:
+class StoreProblem:
     """A directory or file under artifacts/ that is not a usable attempt; reported and skipped."""
 
     path: str
@@ -175,7 +175,7 @@ CASE_COLUMNS = tuple(f.name for f in fields(CaseRow))
 class RebuildResult:
     index: Path
     attempts: int
-    problems: list[Problem]
+    problems: list[StoreProblem]
 
 
 def rebuild_hint(artifacts: Path) -> str:
@@ -467,11 +467,11 @@ def _check_sol_ids(attempt_dir: Path, header: dict, files: dict) -> None:
 IndexRecord = tuple[AttemptRow, tuple[CaseRow, ...]]
 
 
-def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
+def scan(artifacts: Path) -> tuple[list[IndexRecord], list[StoreProblem]]:
     """Every valid attempt's rows, plus a Problem for everything else found under artifacts/."""
     artifacts = Path(artifacts)
     records: list[IndexRecord] = []
-    problems: list[Problem] = []
+    problems: list[StoreProblem] = []
     if not artifacts.is_dir():
         return records, problems
     own = {INDEX_NAME} | {INDEX_NAME + s for s in SIDECARS}
@@ -479,21 +479,21 @@ def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
         if entry.name.startswith(".") or entry.name in own:
             continue  # the lock, temporary index files, hidden tool state
         if entry.is_symlink() or not entry.is_dir():
-            problems.append(Problem(str(entry), "stray", "not a task directory (stray file); remove it"))
+            problems.append(StoreProblem(str(entry), "stray", "not a task directory (stray file); remove it"))
             continue
         try:
             children = sorted(entry.iterdir())
         except OSError as exc:
-            problems.append(Problem(str(entry), "invalid", f"task directory unreadable ({exc})"))
+            problems.append(StoreProblem(str(entry), "invalid", f"task directory unreadable ({exc})"))
             continue
         for d in children:
             if d.is_symlink() or not d.is_dir():
                 problems.append(
-                    Problem(str(d), "stray", "not an attempt directory (stray file or link); remove it")
+                    StoreProblem(str(d), "stray", "not an attempt directory (stray file or link); remove it")
                 )
             elif d.name.endswith(PARTIAL):
                 problems.append(
-                    Problem(
+                    StoreProblem(
                         str(d),
                         "partial",
                         "incomplete attempt (.partial): still being written, "
@@ -505,18 +505,18 @@ def scan(artifacts: Path) -> tuple[list[IndexRecord], list[Problem]]:
                     checked = check_attempt(d)
                     records.append((checked.row, checked.cases))
                 except AttemptInvalid as exc:
-                    problems.append(Problem(str(d), exc.kind, str(exc).removeprefix(f"{d}: ")))
+                    problems.append(StoreProblem(str(d), exc.kind, str(exc).removeprefix(f"{d}: ")))
                 except (OSError, RecursionError, MemoryError) as exc:
                     # unreadable in a way no check foresaw: this attempt is skipped, the others still count
                     problems.append(
-                        Problem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})")
+                        StoreProblem(str(d), "invalid", f"could not be read ({type(exc).__name__}: {exc})")
                     )
     return _drop_duplicates(records, problems)
 
 
 def _drop_duplicates(
-    records: list[IndexRecord], problems: list[Problem]
-) -> tuple[list[IndexRecord], list[Problem]]:
+    records: list[IndexRecord], problems: list[StoreProblem]
+) -> tuple[list[IndexRecord], list[StoreProblem]]:
     """Attempt ids are unique: two directories claiming one id (a copy relabelled under another task)
     are both reported and neither is indexed, since nothing tells which one is the original."""
     where: dict[str, list[str]] = {}
@@ -530,7 +530,7 @@ def _drop_duplicates(
             continue
         others = ", ".join(p for p in paths if p != row.path)
         problems.append(
-            Problem(
+            StoreProblem(
                 row.path,
                 "tampered",
                 f"TAMPERED attempt.json: attempt_id {row.attempt_id!r} "
@@ -605,8 +605,8 @@ STAYS_OUT = (
 
 
 def apply_memory(
-    artifacts: Path, records: list[IndexRecord], problems: list[Problem], memory: Memory
-) -> tuple[list[IndexRecord], list[Problem], dict[str, TamperedRecord]]:
+    artifacts: Path, records: list[IndexRecord], problems: list[StoreProblem], memory: Memory
+) -> tuple[list[IndexRecord], list[StoreProblem], dict[str, TamperedRecord]]:
     """Hold a rebuild to what the old index knew: an attempt it found tampered stays out, an attempt
     whose attempt.json changed since it was indexed is tampered, and every tampered finding of this
     scan is remembered. Returns the records to index, the problems and the memory to keep."""
@@ -617,7 +617,7 @@ def apply_memory(
         if row.path in tampered:
             t = tampered[row.path]
             problems.append(
-                Problem(
+                StoreProblem(
                     str(artifacts / row.path),
                     "tampered",
                     f"{t.message} (found {t.first_seen}); {STAYS_OUT}",
@@ -629,7 +629,7 @@ def apply_memory(
                 f"the index recorded {old}); attempts are sealed and never rewritten"
             )
             tampered[row.path] = TamperedRecord(row.path, row.attempt_sha256, _now(), msg)
-            problems.append(Problem(str(artifacts / row.path), "tampered", f"{msg}; {STAYS_OUT}"))
+            problems.append(StoreProblem(str(artifacts / row.path), "tampered", f"{msg}; {STAYS_OUT}"))
         else:
             kept.append((row, cases))
     for p in problems:
@@ -797,7 +797,7 @@ def rebuild_index(artifacts: Path) -> RebuildResult:
             raise IndexUnusable(f"{index_path(artifacts)}: rebuild failed ({exc})") from None
 
 
-def update_index(artifacts: Path, attempt_dir: Path) -> list[Problem]:
+def update_index(artifacts: Path, attempt_dir: Path) -> list[StoreProblem]:
     """Add one committed attempt to the index (call after AttemptWriter.commit).
 
     Creates the index with a full rebuild when there is none yet (the rebuild includes the attempt) and

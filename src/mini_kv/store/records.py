@@ -14,7 +14,7 @@ from pathlib import Path
 from mini_kv.codec import from_json
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.model import JailRecord, WorkerResults
-from mini_kv.settings import DEFAULT_TOLERANCE
+from mini_kv.settings import DEFAULT_TOLERANCE, RunSettings
 from mini_kv.status import V1_BENCH_WORDS, V1_CASE_WORDS, V1_CHECK_WORDS, Status
 from mini_kv.store.attempts import AttemptInvalid, AttemptTampered
 from mini_kv.store.headline import CorrectnessSummary
@@ -121,7 +121,7 @@ class BenchmarkRecord(_Checked):
     SCHEMA = "benchmark"
     format: str
     device: str
-    settings: dict | None
+    settings: RunSettings | None  # as written; a reader of stored ones gets its JSON (a dict)
     cases: list
     summary: dict | None
     schema_version: int = RECORD_VERSION

@@ -119,10 +119,10 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) 
     SOL problem's workloads (each record holds its timing too); a `begin` event before each. A subject
     that is gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a
     new pair."""
-    from mini_kv.worker.remote import CpuMeter, Subject, SubjectLost
+    from mini_kv.worker.remote import CpuMeter, SubjectLink, SubjectLost
 
     _set_device(job.device)
-    subject = Subject(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
+    subject = SubjectLink(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
     try:
         # the subject answers once it is up (Python, torch; no candidate code): `ready` then, so that a
         # loaded host's slow start is not taken from the candidate's first timeout

@@ -31,7 +31,7 @@ import torch
 
 from mini_kv import stats
 from mini_kv.codec import to_json
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, RunSettings
 from mini_kv.worker import explain, integrity, shared
 from mini_kv.worker import reference as refs
 from mini_kv.worker.compare import Errors, Fp64Error, Matched, inputs_unchanged
@@ -58,7 +58,6 @@ from mini_kv.worker.timing import (
     TimingGuardError,
     Warmup,
     is_cuda,
-    is_fixed_count,
     l2_cache_bytes,
     measure,
     measure_until,
@@ -154,7 +153,7 @@ class Timed:
 
 
 @dataclass
-class Job:
+class JobContext:
     """What the cases of one job share: the format, the guard (the subject's: remote.RemoteGuard) and
     the correctness budget's state across cases (RoundBudget)."""
 
@@ -168,7 +167,7 @@ class Job:
     references: dict | None = None
 
     @classmethod
-    def local(cls, fmt, budget_s: float | None = None) -> Job:
+    def local(cls, fmt, budget_s: float | None = None) -> JobContext:
         """The engine on a candidate in this process, unguarded: measurement scripts and tests of the
         engine's own logic (a judged candidate always runs in its subject, under its Guard)."""
         return cls(fmt, _Unguarded(), RoundBudget(budget_s, fmt.device))
@@ -206,7 +205,7 @@ def set_seed(namespace: str, case_id: str, salt: str, k: int) -> int:
     return case_seed(namespace, case_id, salt if k == 0 else f"{salt}\0input-set-{k}")
 
 
-def call(job: Job, case, args: list, when: str) -> list:
+def call(job: JobContext, case, args: list, when: str) -> list:
     """The candidate once on `args` (DPS: into fresh poisoned buffers), under the subject's Guard; its
     outputs as a list. An exception of the candidate's is a RAISED Failure."""
     fmt = job.fmt
@@ -257,7 +256,7 @@ class _Round:
 
 
 @_judging
-def correctness(job: Job, case, rounds: int, on_inputs=None) -> Passed:
+def correctness(job: JobContext, case, rounds: int, on_inputs=None) -> Passed:
     """`rounds` rounds (fewer where the budget says: RoundBudget), or a Failure. `on_inputs(args)` is
     called once the first round's inputs exist: what fails before that is the case's fault."""
     fmt, budget = job.fmt, job.budget
@@ -284,7 +283,7 @@ def correctness(job: Job, case, rounds: int, on_inputs=None) -> Passed:
     return Passed(worst.stats if worst else None, r, round_s, ref_error)
 
 
-def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Round:
+def _one_round(job: JobContext, case, r: int, args: list, prev: _Round | None) -> _Round:
     """Round r: even rounds call the candidate before the reference (nothing of the reference's exists
     yet to be read), odd ones after it; the previous round's inputs and outputs are kept alive, so
     neither their addresses nor their Python ids can come back, and freed blocks of the sizes the
@@ -337,7 +336,7 @@ def _one_round(job: Job, case, r: int, args: list, prev: _Round | None) -> _Roun
     return _Round(pristine, outs, refs, [o.detach().clone() for o in outs], checked, calls)
 
 
-def _own_kernels(job: Job) -> None:
+def _own_kernels(job: JobContext) -> None:
     """The case's census (job.kernels, for its record); under --require-own-kernels, library compute in
     it is LIBRARY_DELEGATION (integrity.check_own_kernels)."""
     job.kernels = census_of(job.fmt.candidate)
@@ -345,7 +344,9 @@ def _own_kernels(job: Job) -> None:
         integrity.check_own_kernels(job.kernels.library)
 
 
-def _explain(job: Job, case, r: int, pristine: list, outs: list, refs: list, prev: _Round | None) -> None:
+def _explain(
+    job: JobContext, case, r: int, pristine: list, outs: list, refs: list, prev: _Round | None
+) -> None:
     """A wrong round: a cheat shows itself here (raised as a Violation); an honest wrong answer returns."""
     fmt, where = job.fmt, job.fmt.where(r)
     if (
@@ -538,7 +539,7 @@ class Budget:
 
 
 def timing_budget(
-    budget_s: float | None, started: float, warm: Warmup, n_sets: int, round_s, settings: dict | None = None
+    budget_s: float | None, started: float, warm: Warmup, n_sets: int, round_s, settings: RunSettings
 ) -> Budget:
     """The budget left since `started` (before the warm-up) less what the post-timing check will cost
     (POST_CHECK_PASSES per input set, each about the quickest correctness round: without it a large
@@ -547,7 +548,7 @@ def timing_budget(
     (timing.sample_floor: not the candidate's to steer)."""
     left = (budget_s or float("inf")) - (time.perf_counter() - started)
     cost = dict(zip(("candidate", "reference"), warm.seconds_per_call, strict=True))
-    floor = sample_floor(settings or {}, budget_s, cost["reference"])
+    floor = sample_floor(settings, budget_s, cost["reference"])
     return Budget(left - POST_CHECK_PASSES * n_sets * (round_s or 0.0), cost, int(floor or 1))
 
 
@@ -556,8 +557,8 @@ class SampledRepeats:
     measurement's share of it, no new repeat once it is spent (the first always runs, for both sides),
     each side's samples, kernel times and how its sampling stopped, and who went first in each."""
 
-    def __init__(self, settings: dict, budget: Budget):
-        self.count = int(settings["repeats"])
+    def __init__(self, settings: RunSettings, budget: Budget):
+        self.count = settings.repeats
         self.share = max(0.0, budget.left_s) / (2 * self.count)
         self.deadline = time.perf_counter() + budget.left_s
         self.cost = budget.cost
@@ -678,8 +679,8 @@ class Timing:
 def _repeats(
     calls: dict,
     method: str,
-    settings: dict,
-    job: Job,
+    settings: RunSettings,
+    job: JobContext,
     flush,
     launches: int,
     budget: Budget,
@@ -713,7 +714,7 @@ def _repeats(
     return plan
 
 
-def _input_sets(job: Job, case, cold: bool, launches: int) -> tuple[list, int, int]:
+def _input_sets(job: JobContext, case, cold: bool, launches: int) -> tuple[list, int, int]:
     """(input sets, the first output's numel, bytes of one set with its outputs): set 0 from the case's
     seed, sized by the reference's outputs on it."""
     fmt = job.fmt
@@ -732,7 +733,7 @@ def _input_sets(job: Job, case, cold: bool, launches: int) -> tuple[list, int, i
     return sets, refs[0].numel() if refs else 0, set_bytes
 
 
-def _workloads(job: Job, case, sets: list) -> tuple:
+def _workloads(job: JobContext, case, sets: list) -> tuple:
     """Rotating candidate and reference (or the regression gate's baseline) calls, DPS ones into per-set
     output buffers. The judge spot-checks timed calls of the candidate (remote.RemoteWorkload): the
     reference on a copy of the set's values, compared as a round compares; spare values of their own seed."""
@@ -758,7 +759,7 @@ def _workloads(job: Job, case, sets: list) -> tuple:
     return cand, refc, ref_sets
 
 
-def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: float | None) -> Warmup:
+def _warm(sides: list, settings: RunSettings, device: str, setup_s: float, budget_s: float | None) -> Warmup:
     """The warm-up, or a SKIPPED Failure: a case whose set-up, repeated by the post-timing check,
     alone outruns the budget is skipped before any warm-up (on CPU a GPU-sized case of 33M elements took
     50 s, almost all of it outside the timed calls), and so is one whose single call of each side does."""
@@ -769,7 +770,7 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
             f"too large for {device} within the budget: setting the case up (its inputs and the reference's "
             f"outputs) took {setup_s:.3g} s, and the post-timing check repeats that about twice, over {limit}",
         )
-    warm = warm_up(sides, int(settings["warmup"]), DEFAULTS.warmup_share * (budget_s or float("inf")), device)
+    warm = warm_up(sides, settings.warmup, DEFAULTS.warmup_share * (budget_s or float("inf")), device)
     cost = warm.seconds_per_call
     if budget_s and None not in cost and sum(cost) > budget_s:
         why = f"one call of each side took {sum(cost):.3g} s, over {limit}"
@@ -789,16 +790,18 @@ def _warm(sides: list, settings: dict, device: str, setup_s: float, budget_s: fl
 
 
 @_judging
-def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=None, lap=None) -> Timed:
+def time_case(
+    job: JobContext, case, settings: RunSettings, budget_s, first: int = 0, round_s=None, lap=None
+) -> Timed:
     """Candidate and reference timed alike (same method, L2 mode and input-set layout, interleaved), then
     the post-timing check. In cold-L2 mode each timed call gets an input set at fresh addresses with
     fresh values (rotating sets), and L2 is flushed before every sample. `lap(name)`, if given, is told
     when each part ends (inputs, warmup, checks, sampling)."""
     fmt, lap = job.fmt, lap or (lambda name: None)
-    cold = settings.get("l2", "hot") == "cold"
+    cold = settings.l2 == "cold"
     if cold and not is_cuda(fmt.device):
         raise ValueError(f"l2 'cold' needs a CUDA device, not {fmt.device}")
-    launches = int(settings.get("graph_launches", DEFAULTS.graph_launches))
+    launches = settings.graph_launches or DEFAULTS.graph_launches
     t_setup = time.perf_counter()
     sets, numel, set_bytes = _input_sets(job, case, cold, launches)
     cand, ref, ref_sets = _workloads(job, case, sets)
@@ -813,12 +816,12 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
         warm = _warm([cand, ref], settings, fmt.device, setup_s, budget_s)
         sync(fmt.device)
         lap("warmup")
-        chain = method_chain(settings["method"], fmt.device)
+        chain = method_chain(settings.method, fmt.device)
         method, fallbacks = timed(lambda: choose_method(chain, [cand, ref], fmt.device, flush, launches))
         job.guard.check("before timing")
         budget = timing_budget(budget_s, t0, warm, len(sets), round_s, settings)
         calls_per = launches if method == "graph" else 1
-        l2 = settings.get("l2", "hot") if is_cuda(fmt.device) else "n/a"
+        l2 = settings.l2 if is_cuda(fmt.device) else "n/a"
         flushed = to_json(flush.describe()) if flush.enabled else None
         cached, note = _cached_reference(
             job, case, refs.ReferenceHow(method, calls_per, len(sets), l2, flushed)
@@ -844,7 +847,7 @@ def time_case(job: Job, case, settings: dict, budget_s, first: int = 0, round_s=
 
 
 def _cached_reference(
-    job: Job, case, how: refs.ReferenceHow
+    job: JobContext, case, how: refs.ReferenceHow
 ) -> tuple[refs.CachedReference | None, str | None]:
     """The parent's full measurement of this case's reference that this run may re-check instead of
     timing it again, or None and why not (None, None: not in a batch, or no measurement yet). A
@@ -858,7 +861,7 @@ def _cached_reference(
 
 
 def _reference_side(
-    plan: SampledRepeats, cached, note: str | None, job: Job, settings: dict, again: tuple
+    plan: SampledRepeats, cached, note: str | None, job: JobContext, settings: RunSettings, again: tuple
 ) -> refs.ReferenceTiming | None:
     """Which way the reference side was measured (None: not in a batch). With a cached measurement the
     plan timed only the re-check: within its band the cached side stands in; outside it, the reference
@@ -877,14 +880,16 @@ def _reference_side(
     return refs.ReferenceTiming(refs.RETIMED, *origin, check)
 
 
-def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_sets: int, flush) -> Timing:
+def timing_record(
+    plan, settings: RunSettings, how: tuple, warm: Warmup, budget_s, n_sets: int, flush
+) -> Timing:
     """A timed case's record; `how`: the method, the methods that failed first, calls per sample, L2 mode."""
     method, fallbacks, calls_per, l2 = how
     cand_s, ref_s = (stats.summarize_repeats(plan.samples[who]) for who in ("candidate", "reference"))
-    max_cv = float(settings.get("max_cv", DEFAULTS.max_cv))
-    max_p95_cv = float(settings.get("max_p95_cv", DEFAULTS.max_p95_cv))
+    max_cv = settings.max_cv or DEFAULTS.max_cv
+    max_p95_cv = settings.max_p95_cv or DEFAULTS.max_p95_cv
     stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
-    timed = (method, settings["method"], fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
+    timed = (method, settings.method, fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
     sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))
     sampled = sampling_record(settings, budget_s, warm, plan.sampling, calls_per, plan.taken)
     speedup = stats.speedup(ref_s.overall.p50, cand_s.overall.p50)
@@ -895,20 +900,20 @@ def timing_record(plan, settings: dict, how: tuple, warm: Warmup, budget_s, n_se
 
 
 def sampling_record(
-    settings: dict, budget_s, warm: Warmup, sides: dict, calls_per: int, taken: dict
+    settings: RunSettings, budget_s, warm: Warmup, sides: dict, calls_per: int, taken: dict
 ) -> Sampled:
     """`taken`: the samples each side timed here (SampledRepeats.taken: a reused side's are not its own)."""
-    fixed = is_fixed_count(settings)
-    target = None if fixed else repeat_target(settings, int(settings.get("repeats", 1)))
-    rule = ("fixed" if fixed else "adaptive", settings.get("samples", "auto"))
-    rule += (*(settings.get(k) for k in ("target_rel_ci", "min_samples", "max_samples")), target, budget_s)
+    fixed = settings.fixed_count is not None
+    target = None if fixed else repeat_target(settings, settings.repeats)
+    rule = ("fixed" if fixed else "adaptive", settings.samples)
+    rule += (settings.target_rel_ci, settings.min_samples, settings.max_samples, target, budget_s)
     repeats = len(next(iter(sides.values()))["taken"])
     timed = {who: n * calls_per for who, n in taken.items()}
     stopped = sorted({why for side in sides.values() for why in side["stopped"]})
     return Sampled(*rule, warm.calls, warm.seconds, repeats, timed, stopped)
 
 
-def post_check(job: Job, case, sets: list, ref_sets: list) -> Failure | None:
+def post_check(job: JobContext, case, sets: list, ref_sets: list) -> Failure | None:
     """After all timed calls: every input set must still give the right output, and so must new values
     written into the same buffers (same addresses, shapes, ids and version counters), which a result cache
     keyed on any of those gets wrong. The STALE_OUTPUT_AFTER_TIMING finding, or None."""
@@ -937,7 +942,7 @@ def _stale(message: str) -> Failure:
     return Failure(Failure.VIOLATION, message, "STALE_OUTPUT_AFTER_TIMING")
 
 
-def _after_timing(job: Job, case, args: list, ref_args: list) -> str | None:
+def _after_timing(job: JobContext, case, args: list, ref_args: list) -> str | None:
     """Why the candidate's outputs on `args` are wrong after timing (or why it raised), or None. A
     violation of the output rules is raised with its own code."""
     fmt = job.fmt

@@ -24,7 +24,7 @@ import torch
 
 from mini_kv import roofline
 from mini_kv.codec import optional, to_json
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, RunSettings
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
 from mini_kv.worker.compare import Errors, Fp64Error, Matched, compare, compare_matched, tensor_errors
@@ -193,8 +193,8 @@ class CardEvaluator:
 
     def __init__(self, job, chan, fmt: CardFormat, guard):
         self.job, self.chan, self.fmt = job, chan, fmt
-        own = bool(job.benchmark.get("require_own_kernels"))
-        self.engine = engine.Job(fmt, guard, own_kernels=own, references=job.reference_timings)
+        own = bool(job.benchmark.require_own_kernels)
+        self.engine = engine.JobContext(fmt, guard, own_kernels=own, references=job.reference_timings)
 
     @classmethod
     def load(cls, job, chan, subject) -> CardEvaluator | None:
@@ -263,12 +263,14 @@ class CardEvaluator:
             return {"id": c.id, "status": Status.BENCHMARK_ERROR, "reason": why, "traceback": _tb()}, {}
 
 
-def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | None, exprs: dict) -> dict:
+def bench_record(
+    ej: engine.JobContext, c: CardCase, settings: RunSettings, peak_bw: float | None, exprs: dict
+) -> dict:
     """A card's bench case timed (engine.time_case): benchmark.json's record with the roofline (the card's
     `bytes` and `flops` expressions, else the bytes of an input set with its output) and the post-timing
     check's verdict; a Failure as the record of a benchmark that did not time."""
     try:
-        t = engine.time_case(ej, c, settings, float(settings.get("budget_s") or 0) or None)
+        t = engine.time_case(ej, c, settings, settings.budget_s or None)
     except Failure as f:
         if f.kind in (Failure.SKIPPED, Failure.VIOLATION):  # a skip's stats: its warm-up
             ended = _card_failure(f, CardCaseRecord(c.id, c.kind, c.dtype, c.params, 0))
@@ -296,7 +298,7 @@ def bench_record(ej: engine.Job, c: CardCase, settings: dict, peak_bw: float | N
     }
 
 
-def correctness_record(ej: engine.Job, c: CardCase, on_inputs=None) -> CardCaseRecord:
+def correctness_record(ej: engine.JobContext, c: CardCase, on_inputs=None) -> CardCaseRecord:
     """A card's correctness case (engine.correctness: settings.card_rounds rounds; an illegal case must raise),
     as correctness.json's record. `on_inputs`, if given, is called once the card's input factory has made
     the inputs: what fails before that is the card's fault (INVALID_CASE), never the candidate's."""
@@ -339,7 +341,7 @@ def _card_failure(f: Failure, rec: CardCaseRecord) -> CardCaseRecord:
     return replace(rec, status=Status.INVALID_CASE, reason=f.message)
 
 
-def _run_illegal(ej: engine.Job, args: list, rec: CardCaseRecord) -> CardCaseRecord:
+def _run_illegal(ej: engine.JobContext, args: list, rec: CardCaseRecord) -> CardCaseRecord:
     """An illegal input must raise a clean Python exception from the op; returning anything is a contract
     failure. The harness is checked after the call either way."""
     try:
@@ -594,9 +596,9 @@ class SolEvaluator:
 
     def __init__(self, job, chan, fmt: SolFormat, guard):
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
-        budget = engine.RoundBudget(job.settings.get("budget_s"), job.device)
-        own = bool(job.settings.get("require_own_kernels"))
-        self.engine = engine.Job(fmt, guard, budget, own_kernels=own, references=job.reference_timings)
+        budget = engine.RoundBudget(job.settings.budget_s, job.device)
+        own = bool(job.settings.require_own_kernels)
+        self.engine = engine.JobContext(fmt, guard, budget, own_kernels=own, references=job.reference_timings)
 
     @classmethod
     def load(cls, job, chan, subject) -> SolEvaluator | None:
@@ -648,10 +650,10 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> Workloa
     ev.engine.kernels = None
     status, log, correctness, performance, bench = Status.PASSED, "", None, None, None
     try:
-        passed = engine.correctness(ev.engine, case, int(settings["rounds"]))
+        passed = engine.correctness(ev.engine, case, settings.rounds or DEFAULTS.sol_rounds)
         correctness = SolCorrectness.of(passed.stats)
         phase_s["correctness"] = time.perf_counter() - t0
-        budget = settings.get("budget_s")
+        budget = settings.budget_s
         # timing gets what the correctness rounds left of the workload's budget, and at least half of it
         left = max(budget / 2, budget - phase_s["correctness"]) if budget else None
         bench = _timing(ev, case, passed, left, _Laps(phase_s))

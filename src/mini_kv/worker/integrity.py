@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ WATCHED_MODULES = {
     "mini_kv.worker.timing": tuple(
         (
             "measure measure_until time_cupti time_graph time_events time_wallclock iteration_activity L2Flusher "
-            "Workload"
+            "CallRotation"
         ).split()
     ),
     "mini_kv.worker.compare": tuple(
@@ -115,41 +116,42 @@ def _resolve(obj, dotted: str):
     return obj
 
 
-def _watched_objects() -> dict[str, object]:
-    found: dict[str, object] = {}
+def _watched_objects() -> Iterator[tuple[str, object]]:
     for mod, names in WATCHED_MODULES.items():
         try:
             module = importlib.import_module(mod)
         except ImportError:  # pragma: no cover - every module ships with mini_kv
             continue
         for name in names:
-            found[f"{mod}.{name}"] = getattr(module, name)
+            yield f"{mod}.{name}", getattr(module, name)
     for name in _TORCH_FUNCS:
-        found[f"torch.{name}"] = _resolve(torch, name)
+        yield f"torch.{name}", _resolve(torch, name)
     for name in _TENSOR_METHODS:
-        found[f"torch.Tensor.{name}"] = getattr(torch.Tensor, name)
+        yield f"torch.Tensor.{name}", getattr(torch.Tensor, name)
     for label, (owner, attr) in _OTHER.items():
-        found[label] = getattr(owner, attr)
-    return found
+        yield label, getattr(owner, attr)
 
 
-def precision_flags() -> dict[str, object]:
+def _precision_flags() -> Iterator[tuple[str, object]]:
     """Every switch that trades float32 accuracy for speed (a candidate that flips one is faster
     than the reference for a reason that is not its kernel, and less accurate afterwards)."""
-    m = torch.backends.cuda.matmul
-    flags = {
-        "torch.backends.cuda.matmul.allow_tf32": m.allow_tf32,
-        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
-        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
-        "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
-        "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
-    }
-    for where, obj in (("cuda.matmul", m), ("cudnn", torch.backends.cudnn)):
+    m, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    yield "torch.backends.cuda.matmul.allow_tf32", m.allow_tf32
+    yield "torch.backends.cudnn.allow_tf32", cudnn.allow_tf32
+    yield (
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+        m.allow_fp16_reduced_precision_reduction,
+    )
+    yield (
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+        m.allow_bf16_reduced_precision_reduction,
+    )
+    yield "torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision()
+    yield "torch.backends.cudnn.enabled", cudnn.enabled
+    yield "torch.backends.cudnn.deterministic", cudnn.deterministic
+    for where, obj in (("cuda.matmul", m), ("cudnn", cudnn)):
         if hasattr(obj, "fp32_precision"):  # newer torch: per-backend precision strings
-            flags[f"torch.backends.{where}.fp32_precision"] = obj.fp32_precision
-    return flags
+            yield f"torch.backends.{where}.fp32_precision", obj.fp32_precision
 
 
 # set by torch itself the first time it compiles (opcheck's AOT test does)
@@ -176,16 +178,14 @@ def _c_env_items() -> list[bytes]:
     return sorted(e for e in items if e.split(b"=", 1)[0].decode(errors="replace") not in _TORCH_SET_ENV)
 
 
-def _process_state() -> dict[str, object]:
+def _process_state() -> Iterator[tuple[str, object]]:
     env = sorted((k, v) for k, v in os.environ.items() if k not in _TORCH_SET_ENV)
-    return {
-        "os.environ": hashlib.sha256(json.dumps(env).encode()).hexdigest(),
-        "environ (C)": hashlib.sha256(b"\0".join(_c_env_items())).hexdigest(),
-        "torch.get_num_threads()": torch.get_num_threads(),
-        "sys.gettrace()": id(sys.gettrace()),
-        "sys.getprofile()": id(sys.getprofile()),
-        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-    }
+    yield "os.environ", hashlib.sha256(json.dumps(env).encode()).hexdigest()
+    yield "environ (C)", hashlib.sha256(b"\0".join(_c_env_items())).hexdigest()
+    yield "torch.get_num_threads()", torch.get_num_threads()
+    yield "sys.gettrace()", id(sys.gettrace())
+    yield "sys.getprofile()", id(sys.getprofile())
+    yield "torch.are_deterministic_algorithms_enabled()", torch.are_deterministic_algorithms_enabled()
 
 
 def _stream_state() -> tuple[int, int] | None:
@@ -201,35 +201,34 @@ class Snapshot:
     """What the harness relies on, taken before any candidate code runs (snapshot): the watched objects,
     the precision switches, the process's state and the current CUDA stream."""
 
-    objects: dict
-    precision: dict
-    process: dict
+    objects: dict[str, object]
+    precision: dict[str, object]
+    process: dict[str, object]
     stream: tuple[int, int] | None
 
 
 def snapshot() -> Snapshot:
-    return Snapshot(_watched_objects(), precision_flags(), _process_state(), _stream_state())
+    return Snapshot(
+        dict(_watched_objects()), dict(_precision_flags()), dict(_process_state()), _stream_state()
+    )
 
 
 def violations(snap: Snapshot) -> list[tuple[str, str]]:
     """(code, message) for everything that differs from `snap`."""
-    out = []
-    now = _watched_objects()
-    replaced = sorted(n for n, obj in snap.objects.items() if now.get(n) is not obj)
+    out, now = [], snapshot()
+    replaced = sorted(n for n, obj in snap.objects.items() if now.objects.get(n) is not obj)
     if replaced:
         out.append(("HARNESS_TAMPERED", f"replaced {', '.join(replaced)}"))
-    proc = _process_state()
-    moved = sorted(k for k, v in snap.process.items() if proc.get(k) != v)
+    moved = sorted(k for k, v in snap.process.items() if now.process.get(k) != v)
     if moved:
         out.append(("HARNESS_TAMPERED", f"changed {', '.join(moved)}"))
-    prec = precision_flags()
-    was = snap.precision
+    was, prec = snap.precision, now.precision
     flipped = [f"{k}: {was[k]!r} -> {prec.get(k)!r}" for k in sorted(was) if prec.get(k) != was[k]]
     if flipped:
         out.append(("PRECISION_FLAGS_CHANGED", "; ".join(flipped)))
-    if snap.stream and _stream_state() != snap.stream:
+    if snap.stream and now.stream != snap.stream:
         out.append(
-            ("STREAM_SWITCHED", f"current CUDA stream {_stream_state()} is not the harness's {snap.stream}")
+            ("STREAM_SWITCHED", f"current CUDA stream {now.stream} is not the harness's {snap.stream}")
         )
     return out
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import ClassVar
 
-from mini_kv.codec import to_json
+from mini_kv.codec import from_json, to_json
+from mini_kv.settings import RunSettings
 
 
 class Event(StrEnum):
@@ -45,6 +46,7 @@ SUBJECT_DROPPED_EXIT = 6  # ... when it stopped asking a subject that broke the 
 class Job:
     KIND: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
+    RECORDS: ClassVar[dict[str, type]] = {}  # fields that hold a typed record: from_dict builds it
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +71,9 @@ class Job:
         if unknown:
             raise JobError(f"job kind {kind!r}: unknown field(s) {', '.join(unknown)}")
         try:
+            for name, record in target.RECORDS.items():
+                if isinstance(data.get(name), Mapping):
+                    data[name] = from_json(record, data[name])
             return target(**data)
         except TypeError as exc:
             raise JobError(f"job kind {kind!r}: {exc}") from None
@@ -80,15 +85,16 @@ class Job:
         )
 
 
-def _kind(name: str, kind: str, doc: str, fields: str, **defaults) -> type[Job]:
-    """A frozen dataclass job kind with these fields (space-separated; `defaults` come last)."""
+def _kind(name: str, kind: str, doc: str, fields: str, records=None, **defaults) -> type[Job]:
+    """A frozen dataclass job kind with these fields (space-separated; `defaults` come last; `records`:
+    the fields that hold a typed record, by field name)."""
     spec = [*fields.split(), *((k, object, dataclasses.field(default=v)) for k, v in defaults.items())]
     JOB_KINDS[kind] = cls = dataclasses.make_dataclass(
         name,
         spec,
         bases=(Job,),
         frozen=True,
-        namespace={"KIND": kind, "__doc__": doc, "__module__": __name__},
+        namespace={"KIND": kind, "RECORDS": records or {}, "__doc__": doc, "__module__": __name__},
     )
     return cls
 
@@ -104,6 +110,7 @@ CardJob = _kind(
     "A task card's candidate: correctness, contract checks, benchmark.",
     "task_id op library device salt project_root reference inputs tolerances cases all_cases "
     "bench_cases benchmark contract backward exprs peak_bw watch_paths memory_limit_bytes",
+    records={"benchmark": RunSettings},
     baseline=None,
     reference_timings=None,
 )
@@ -112,6 +119,7 @@ SolJob = _kind(
     "sol",
     "A SOL-ExecBench solution on its problem's workloads (worker/formats.SolEvaluator).",
     "device salt settings definition_name reference_file solution cases memory_limit_bytes",
+    records={"settings": RunSettings},
     baseline=None,
     reference_timings=None,
 )

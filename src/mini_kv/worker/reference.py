@@ -18,7 +18,7 @@ from dataclasses import astuple, dataclass, fields
 
 from mini_kv import stats
 from mini_kv.codec import optional
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, RunSettings
 
 MEASURED, REUSED, RETIMED = "measured", "reused", "retimed"
 WITHIN, DRIFTED = "within", "drift"
@@ -94,11 +94,11 @@ def mismatch(cached: CachedReference, how: ReferenceHow) -> str | None:
     return "the cached measurement differs in " + ", ".join(f"{k} ({a!r}, here {b!r})" for k, a, b in differ)
 
 
-def recheck_count(cached: CachedReference, settings: dict) -> int:
+def recheck_count(cached: CachedReference, settings: RunSettings) -> int:
     """Samples of the re-check: `reference_recheck_share` of the full measurement's, at least the
     minimum the stopping rule takes, never more than the full measurement took."""
     taken = sum(cached.side.get("sampling", {}).get("taken") or [len(r) for r in cached.side["samples"]])
-    least = int(settings.get("min_samples") or DEFAULTS.cpu.min_samples)
+    least = settings.min_samples
     return max(1, min(taken, max(least, math.ceil(DEFAULTS.reference_recheck_share * taken))))
 
 
@@ -106,15 +106,15 @@ def cached_p50(cached: CachedReference) -> float:
     return stats.summarize([x for rep in cached.side["samples"] for x in rep]).p50
 
 
-def band(settings: dict) -> float:
+def band(settings: RunSettings) -> float:
     """How far a re-check's median may be from the full measurement's, in ratio: the stability gate's
     max_cv (what the gate lets two repeats' medians differ by) or the drift floor, the larger. Not
     widened by a noisy full measurement's own interval: one whose median is that uncertain is timed
     again rather than stood behind."""
-    return max(float(settings.get("max_cv") or DEFAULTS.max_cv), DEFAULTS.reference_drift_floor)
+    return max(settings.max_cv or DEFAULTS.max_cv, DEFAULTS.reference_drift_floor)
 
 
-def recheck(cached: CachedReference, samples: list[float], settings: dict) -> Recheck:
+def recheck(cached: CachedReference, samples: list[float], settings: RunSettings) -> Recheck:
     """The re-check's verdict on `cached`: within the band (its median between cached / (1 + band) and
     cached * (1 + band): as far slower as faster, in ratio), or drifted."""
     p50, ref = stats.summarize(samples).p50, cached_p50(cached)

@@ -1,7 +1,7 @@
 """The judge's side of the subject: the candidate as a callable, a guard and a workload that all run there.
 
 The evaluation engine calls the candidate as `op(*args)`, checks around it with a Guard and times it
-through a timing.Workload; here each of those is a request to the subject process
+through a timing.CallRotation; here each of those is a request to the subject process
 (mini_kv.worker.subject), so the engine's code is the same whichever process the candidate is in.
 
 A tensor the judge passes is moved into a shared buffer once (mini_kv.worker.shared) and stays there:
@@ -44,13 +44,13 @@ from mini_kv.worker.integrity import (
 from mini_kv.worker.integrity import poison as integrity_poison
 from mini_kv.worker.link import Link, LinkClosed, LinkError
 from mini_kv.worker.timing import (
+    CallRotation,
     CuptiUnavailableError,
     GraphCaptureError,
     Measurement,
     NoDeviceWorkError,
     TimingError,
     TimingGuardError,
-    Workload,
     is_cuda,
 )
 
@@ -65,7 +65,7 @@ CLOCK_SLACK_S = 0.002
 # (that wait is on the clock, not in the CPU time), while work done outside the calls, or a clock that
 # reads short, shows in both.
 WALL_UNEXPLAINED_SHARE = 0.5
-# the loop, the timer, the deferred-work fingerprint (timing.Workload.returned)
+# the loop, the timer, the deferred-work fingerprint (timing.CallRotation.returned)
 WALL_GAP_PER_SAMPLE_S = 100e-6
 WALL_GAP_FIXED_S = 0.02
 # A batch whose gaps are unexplained is timed again, up to this many batches in all: a loaded host stalls
@@ -118,7 +118,7 @@ def _named(name: str) -> type[Exception]:
     return _TIMING_ERRORS.get(name) or type(name, (CandidateError,), {"__module__": "subject"})
 
 
-class Subject:
+class SubjectLink:
     """The link to the subject process and the buffers both sides map."""
 
     def __init__(self, fd: int, device: str, meter: CpuMeter | None = None):
@@ -218,7 +218,7 @@ class Subject:
             raise self.lie(f"the subject answered out of protocol: {value!r}"[:300])
         if "t" in value:
             try:
-                spec = shared.TensorSpec.from_dict(value["t"])
+                spec = shared.SharedView.from_dict(value["t"])
                 buf = self.mapped[spec.buf]
                 if spec.nbytes_needed() > buf.nbytes:
                     raise ValueError(f"a view past the end of buffer {spec.buf}")
@@ -242,12 +242,12 @@ class Subject:
             return value["v"]
         return _Opaque(str(value.get("opaque")))
 
-    def _share(self, t: torch.Tensor) -> shared.TensorSpec:
+    def _share(self, t: torch.Tensor) -> shared.SharedView:
         buf = self.by_storage.get(t.untyped_storage().data_ptr())
         if buf is None:
             buf = self._move(t)
         dtype = shared.dtype_name(t.dtype)
-        return shared.TensorSpec(buf, dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        return shared.SharedView(buf, dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
     def _move(self, t: torch.Tensor) -> int:
         """Copy `t`'s elements into a new shared buffer and point `t` at it; the buffer's id."""
@@ -318,7 +318,7 @@ class _Opaque:
 class RemoteOp:
     """The candidate (or the regression gate's baseline) as the engine calls it: `op(*args)`."""
 
-    def __init__(self, subject: Subject, target: str):
+    def __init__(self, subject: SubjectLink, target: str):
         self.subject, self.target = subject, target
         self.poison: list[int] = []  # block sizes to fill before the next call (poison_before)
         self.census: Census | None = None  # what the last census call ran (census_next, census_of)
@@ -349,7 +349,7 @@ class RemoteOp:
 class RemoteGuard:
     """integrity.Guard's interface, its checks run in the subject where the candidate could break them."""
 
-    def __init__(self, subject: Subject):
+    def __init__(self, subject: SubjectLink):
         self.subject = subject
 
     def check(self, when: str) -> None:
@@ -375,8 +375,8 @@ class SpotCheck:
     stale_caught: Callable[[list, list], bool] | None = None
 
 
-class RemoteWorkload(Workload):
-    """Input sets to rotate through for timing a target in the subject (timing.Workload's rotation,
+class RemoteWorkload(CallRotation):
+    """Input sets to rotate through for timing a target in the subject (timing.CallRotation's rotation,
     kept there across measurements). timing.measure hands a batch to `measure`."""
 
     remote = True
@@ -550,12 +550,12 @@ def unexplained_gap(m: Measurement, samples: int, elapsed_s: float, cpu_s: float
     )
 
 
-def workload_of(fn, sets: list[list], spot: SpotCheck | None = None) -> Workload:
+def workload_of(fn, sets: list[list], spot: SpotCheck | None = None) -> CallRotation:
     """The timing rotation of `fn` over `sets`: in the subject for a RemoteOp (its timed calls
     spot-checked by `spot`), here for the reference."""
     if isinstance(fn, RemoteOp):
         return RemoteWorkload(fn, sets, spot)
-    return Workload([(lambda s=s: fn(*s)) for s in sets])
+    return CallRotation([(lambda s=s: fn(*s)) for s in sets])
 
 
 def poison_before(op, sizes: list[int], device: str) -> None:

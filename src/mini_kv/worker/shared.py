@@ -29,7 +29,7 @@ class SharedMemoryError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TensorSpec:
+class SharedView:
     """Where a tensor lies in a shared buffer: what a message says instead of the bytes."""
 
     buf: int
@@ -39,7 +39,7 @@ class TensorSpec:
     offset: int = 0  # in elements
 
     @classmethod
-    def from_dict(cls, d: dict) -> TensorSpec:
+    def from_dict(cls, d: dict) -> SharedView:
         """A spec from a message, its fields of the right types (a KeyError, TypeError or ValueError if not)."""
         if not hasattr(torch, str(d["dtype"])) or not isinstance(
             getattr(torch, str(d["dtype"])), torch.dtype
@@ -81,7 +81,7 @@ class Buffer:
             self.raw = torch.from_numpy(self.anchor)[:nbytes]
         self.fd = fd  # kept until sent (the creator) or closed at once (the receiver)
 
-    def view(self, spec: TensorSpec) -> torch.Tensor:
+    def view(self, spec: SharedView) -> torch.Tensor:
         """The tensor `spec` names, a view on this buffer (writes go to the other side)."""
         flat = self.raw.view(getattr(torch, spec.dtype))
         return flat.as_strided(spec.shape, spec.stride, spec.offset)

@@ -25,17 +25,17 @@ from mini_kv.codec import to_json
 from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
-from mini_kv.worker.timing import DeferredWorkError, L2Flusher, Workload, measure
+from mini_kv.worker.timing import CallRotation, DeferredWorkError, L2Flusher, measure
 
 OWN_IDS = -1  # buffers the subject makes (returned outputs) count down from here; the judge's count up
 
 
 @dataclass
 class Rotation:
-    """A workload the judge times here (timing.Workload, kept across measurements): its input sets
+    """A workload the judge times here (timing.CallRotation, kept across measurements): its input sets
     (views of the judge's buffers) and the candidate's latest output on each, for the judge's spot checks."""
 
-    workload: Workload
+    workload: CallRotation
     sets: list[list]
     last: dict[int, object]
 
@@ -150,15 +150,15 @@ class Subject:
         return {"ok": True}, []
 
     def do_workload(self, msg: dict) -> tuple[dict, list[int]]:
-        """A rotation of input sets to time `target` on (timing.Workload, kept across measurements)."""
+        """A rotation of input sets to time `target` on (timing.CallRotation, kept across measurements)."""
         fn = self.targets[msg["target"]]
         sets = [[self._decode(a) for a in s] for s in msg["sets"]]
         # each set's latest output kept (a store, no copy, inside the timed span): the judge spot-checks it
         last: dict[int, object] = {}
         calls = [(lambda k=k, a=a: last.__setitem__(k, fn(*a))) for k, a in enumerate(sets)]
-        # what a call on set k wrote (its output, DPS outputs among its arguments): timing.Workload's
+        # what a call on set k wrote (its output, DPS outputs among its arguments): timing.CallRotation's
         # deferred-work check fingerprints it when each timed call returns and after the batch
-        workload = Workload(calls, written=lambda k: (last.get(k), sets[k]))
+        workload = CallRotation(calls, written=lambda k: (last.get(k), sets[k]))
         self.rotations[msg["id"]] = Rotation(workload, sets, last)
         return {"ok": True}, []
 
@@ -245,7 +245,7 @@ class Subject:
 
     def _decode(self, value):
         if isinstance(value, dict) and "t" in value:
-            spec = shared.TensorSpec.from_dict(value["t"])
+            spec = shared.SharedView.from_dict(value["t"])
             key = (spec.buf, spec.dtype, spec.shape, spec.stride)
             if key not in self.views:
                 self.views[key] = self.buffers[spec.buf].view(spec)
@@ -282,7 +282,7 @@ class Subject:
             "opaque": cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
         }
 
-    def _hand_over(self, out: torch.Tensor, new: list, fds: list) -> shared.TensorSpec:
+    def _hand_over(self, out: torch.Tensor, new: list, fds: list) -> shared.SharedView:
         nbytes = out.numel() * out.element_size()
         buf = shared.create(self.next_own, nbytes, str(out.device))
         self.next_own -= 1
@@ -290,7 +290,7 @@ class Subject:
         new.append({"id": buf.id, "nbytes": nbytes, "device": str(out.device)})
         fds.append(buf.fd)
         contiguous = tuple(torch.empty(out.shape, device="meta").stride())
-        spec = shared.TensorSpec(buf.id, shared.dtype_name(out.dtype), tuple(out.shape), contiguous)
+        spec = shared.SharedView(buf.id, shared.dtype_name(out.dtype), tuple(out.shape), contiguous)
         self.handed[buf.id] = (out, buf.view(spec))
         with torch.no_grad():
             self.handed[buf.id][1].copy_(out)

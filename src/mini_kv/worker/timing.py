@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_kv.codec import to_json
-from mini_kv.settings import DEFAULTS
+from mini_kv.settings import DEFAULTS, RunSettings
 from mini_kv.worker.compare import plain_tensors
 
 METHODS = ("events", "graph", "cupti", "wallclock")
@@ -107,7 +106,7 @@ class Measurement:
     notes: dict = field(default_factory=dict)
 
 
-class Workload:
+class CallRotation:
     """Input sets to rotate through; each call takes the next, continuing across measurements.
 
     `written(k)`, where given, is (what the latest call on set k returned, set k's arguments, DPS
@@ -211,10 +210,10 @@ def fingerprint(value) -> list[torch.Tensor]:
     return out
 
 
-def as_workload(calls: Call | Sequence[Call] | Workload) -> Workload:
-    if isinstance(calls, Workload):
+def as_workload(calls: Call | Sequence[Call] | CallRotation) -> CallRotation:
+    if isinstance(calls, CallRotation):
         return calls
-    return Workload([calls] if callable(calls) else calls)
+    return CallRotation([calls] if callable(calls) else calls)
 
 
 def is_cuda(device: str) -> bool:
@@ -400,7 +399,7 @@ def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
-def time_events(calls: Workload, samples: int, flush: L2Flusher) -> Measurement:
+def time_events(calls: CallRotation, samples: int, flush: L2Flusher) -> Measurement:
     out = []
     for _ in range(samples):
         fn = calls.next()
@@ -425,7 +424,7 @@ def _describe_failure(exc: BaseException) -> str:
     return msg[:600]
 
 
-def time_graph(calls: Workload, samples: int, flush: L2Flusher, launches: int) -> Measurement:
+def time_graph(calls: CallRotation, samples: int, flush: L2Flusher, launches: int) -> Measurement:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(
@@ -574,7 +573,9 @@ def warm_cupti() -> None:
         torch.cuda.synchronize()
 
 
-def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CUPTI_WARMUP) -> Measurement:
+def time_cupti(
+    calls: CallRotation, samples: int, flush: L2Flusher, warmup: int = CUPTI_WARMUP
+) -> Measurement:
     """torch's profiler ships with torch and reads CUPTI's activity API, so no extra package is needed."""
     from torch.autograd.profiler import record_function
 
@@ -645,7 +646,7 @@ def time_cupti(calls: Workload, samples: int, flush: L2Flusher, warmup: int = CU
     )
 
 
-def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
+def time_wallclock(calls: CallRotation, samples: int, device: str) -> Measurement:
     cuda = is_cuda(device)
     out = []
     for _ in range(samples):
@@ -660,7 +661,7 @@ def time_wallclock(calls: Workload, samples: int, device: str) -> Measurement:
 
 
 def measure(
-    calls: Call | Sequence[Call] | Workload,
+    calls: Call | Sequence[Call] | CallRotation,
     method: str,
     samples: int,
     device: str,
@@ -697,7 +698,7 @@ def measure(
 
 
 def measure_until(
-    calls: Call | Sequence[Call] | Workload,
+    calls: Call | Sequence[Call] | CallRotation,
     method: str,
     rule,
     device: str,
@@ -751,17 +752,17 @@ def measure_until(
     return Measurement(method, samples, launches if method == "graph" else 1, kernel or None, notes)
 
 
-def sample_floor(settings: dict, budget_s: float | None, reference_s: float | None) -> int:
+def sample_floor(settings: RunSettings, budget_s: float | None, reference_s: float | None) -> int:
     """The fewest samples each measurement of a case takes, whatever its budget has left: the minimum
     count (`min_samples`), lowered only where the reference itself could not take that many in its share
     of the whole budget (`reference_s`: one reference call's seconds in the warm-up, measured by the
     judge). The candidate cannot steer it: a candidate that sleeps in its warm-up calls spends the budget
     that sizes the batches (without a floor, both sides then stopped after one sample, the candidate's
     choice of which), not this count."""
-    least = int(settings.get("min_samples") or DEFAULTS.cpu.min_samples)
-    if is_fixed_count(settings) or not budget_s or not math.isfinite(budget_s) or not reference_s:
+    least = settings.min_samples
+    if settings.fixed_count is not None or not budget_s or not math.isfinite(budget_s) or not reference_s:
         return least
-    share = budget_s * (1 - DEFAULTS.warmup_share) / (2 * max(1, int(settings.get("repeats") or 1)))
+    share = budget_s * (1 - DEFAULTS.warmup_share) / (2 * max(1, settings.repeats))
     return max(1, min(least, int(share / reference_s)))
 
 
@@ -780,7 +781,7 @@ class Warmup:
 
 
 def warm_up(
-    sides: Sequence[Workload], count: int, limit_s: float, device: str, clock=time.perf_counter
+    sides: Sequence[CallRotation], count: int, limit_s: float, device: str, clock=time.perf_counter
 ) -> Warmup:
     """`count` untimed calls of each side, in turn, but no new round once `limit_s` is spent (at least one
     round: lazy initialisation stays out of the timed span)."""
@@ -801,66 +802,29 @@ def warm_up(
     return Warmup(done, cost, round(clock() - t0, 4))
 
 
-# The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling").
-# GPU: nvbench's 0.5 % noise target and 10-sample minimum. CPU: host wall-clock timing on a shared
-# machine has per-call noise of several percent, so a 0.5 % interval would mostly end on the budget;
-# 2 % is inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen
-# samples. The budgets (per case, warm-up and every timed sample of both sides) keep the per-case
-# timeout for hangs: a case is given at most half of it.
-SAMPLING_DEFAULTS = {"cuda": to_json(DEFAULTS.cuda), "cpu": to_json(DEFAULTS.cpu)}
-SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
-
-
-def sampling_settings(
-    settings: dict, device: str, case_timeout: float | None, with_correctness: bool = False
-) -> dict:
-    """`settings` with the sampling keys filled from the device's defaults, `samples` "auto" unless a
-    count is given, and the budget held to half the per-case timeout. `with_correctness`: the budget
-    covers a SOL workload's correctness rounds too (settings.sol_budget_factor times the timing default)."""
-    base = dict(SAMPLING_DEFAULTS["cuda" if is_cuda(device) else "cpu"])
-    if with_correctness:
-        base["budget_s"] *= DEFAULTS.sol_budget_factor
-    out = {
-        **settings,
-        **{k: settings.get(k) if settings.get(k) is not None else base[k] for k in SAMPLING_KEYS},
-    }
-    out["samples"] = settings.get("samples") if is_fixed_count(settings) else "auto"
-    if case_timeout is not None:
-        out["budget_s"] = min(float(out["budget_s"]), case_timeout / 2.0)
-    return out
-
-
-def is_fixed_count(settings: dict) -> bool:
-    """`samples` asks for a fixed count (an integer), not adaptive sampling (`auto`, or unset)."""
-    return settings.get("samples") not in (None, "auto")
-
-
-def repeat_target(settings: dict, repeats: int) -> float:
+def repeat_target(settings: RunSettings, repeats: int) -> float:
     """The interval one of `repeats` measurements of a side samples to. The target is the precision of
     the P50 a case reports, which pools every repeat's samples: n samples in each of R repeats narrow
     its interval by sqrt(R) against one repeat's, so each repeat stops at target * sqrt(R), but never
     looser than settings.repeat_ci_of_max_cv * max_cv, so an honest run's medians scatter well inside the
     stability gate (with 5 repeats: 1.1 % for the 0.5 % CUDA default; the
     2 % CPU default stays 2 %)."""
-    target = float(settings.get("target_rel_ci") or DEFAULTS.cpu.target_rel_ci)
+    target = settings.target_rel_ci
     if repeats <= 1:
         return target
-    cap = DEFAULTS.repeat_ci_of_max_cv * float(settings.get("max_cv") or DEFAULTS.max_cv)
+    cap = DEFAULTS.repeat_ci_of_max_cv * (settings.max_cv or DEFAULTS.max_cv)
     return max(target, min(target * math.sqrt(repeats), cap))
 
 
-def stopping_rule(settings: dict, budget_s: float, repeats: int = 1):
+def stopping_rule(settings: RunSettings, budget_s: float, repeats: int = 1):
     """The stats.StoppingRule of one of `repeats` measurements of a side, given the seconds it
     may take (its interval target: repeat_target)."""
     from mini_kv import stats
 
-    base = DEFAULTS.cpu
     return stats.StoppingRule(
         target_rel_ci=repeat_target(settings, repeats),
-        min_samples=int(settings.get("min_samples") or base.min_samples),
-        max_samples=max(
-            int(settings.get("max_samples") or base.max_samples), int(settings.get("min_samples") or 1)
-        ),
+        min_samples=settings.min_samples,
+        max_samples=max(settings.max_samples, settings.min_samples),
         budget_s=max(1e-6, budget_s),
-        fixed=int(settings["samples"]) if is_fixed_count(settings) else None,
+        fixed=settings.fixed_count,
     )
