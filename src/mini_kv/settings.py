@@ -202,7 +202,8 @@ class RunSettings:
         return replace(self, repeats=finer, samples=max(10, -(-self.repeats * self.fixed_count // finer)))
 
 
-SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")
+SAMPLING_KEYS = ("target_rel_ci", "min_samples", "max_samples", "budget_s")  # defaults: by device
+TIMING_KEYS = ("method", "l2", "warmup", "repeats")  # defaults: DEFAULTS (a SOL run passes its own)
 
 
 def resolve(
@@ -226,8 +227,11 @@ def resolve(
     if case_timeout is not None:
         sampling["budget_s"] = min(float(sampling["budget_s"]), case_timeout / 2.0)
     samples = merged.get("samples")
+    timing = {k: merged[k] if merged.get(k) is not None else getattr(DEFAULTS, k) for k in TIMING_KEYS}
     return RunSettings(
-        **{k: merged.get(k) for k in ("method", "l2", "warmup", "repeats", "max_cv", "max_p95_cv")},
+        **timing,
+        max_cv=merged.get("max_cv"),
+        max_p95_cv=merged.get("max_p95_cv"),
         samples="auto" if samples in (None, "auto") else samples,
         **sampling,
         **{k: merged.get(k) for k in ("graph_launches", "cases", "rounds")},
