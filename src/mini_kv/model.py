@@ -242,6 +242,16 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class Performance:
+    """A SOL workload's `performance`, as the worker records it and its trace carries it: both sides'
+    median latency and the speedup."""
+
+    latency_ms: float
+    reference_latency_ms: float
+    speedup_factor: float
+
+
+@dataclass(frozen=True)
 class JailRecord:
     """How a run's processes were jailed, as its attempt keeps it (jail.JailInfo.record; correctness.json's
     and compile.json's `sandbox`). Every field has a default: an older attempt's record reads too."""

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from mini_kv.codec import to_json
 from mini_kv.environment import Environment
+from mini_kv.model import Performance
 from mini_kv.solexec.workload import TraceWorkload
 from mini_kv.status import Status
-from mini_kv.worker.formats import Performance  # the worker's record, as the trace carries it
 
 STATUSES = tuple(
     Status[s]

@@ -24,6 +24,7 @@ import torch
 
 from mini_kv import roofline
 from mini_kv.codec import optional, to_json
+from mini_kv.model import Performance
 from mini_kv.settings import DEFAULTS, RunSettings
 from mini_kv.status import Status, violation_status
 from mini_kv.worker import engine
@@ -547,15 +548,6 @@ class SolCorrectness:
             return None
         extra = {"matched_ratio": c.matched_ratio}
         return cls(c.max_relative_error, c.max_absolute_error, c.has_nan, c.has_inf, extra)
-
-
-@dataclass(frozen=True)
-class Performance:
-    """A SOL trace's `performance`: both sides' median latency and the speedup."""
-
-    latency_ms: float
-    reference_latency_ms: float
-    speedup_factor: float
 
 
 @dataclass(frozen=True)
