@@ -76,8 +76,8 @@ def test_bench_table_at_80_columns_is_split_with_the_id_repeated():
 
 
 def test_bench_trace_table_at_80_columns_keeps_statuses_whole():
-    from mini_kv.solexec.traces import Correctness, Evaluation, Trace, TraceEnvironment
     from mini_kv.model import Performance
+    from mini_kv.solexec.traces import Correctness, Evaluation, Trace, TraceEnvironment
 
     def trace(status, correctness=None, performance=None) -> Trace:
         env = TraceEnvironment("CPU", {})
