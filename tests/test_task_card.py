@@ -331,3 +331,30 @@ def test_cli_validate_task_rejects_bad_card(name: str):
 def test_cli_validate_task_accepts_real_card():
     proc = _run_cli("validate-task", str(REAL_CARD.relative_to(REPO)))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_verify_refuses_a_reference_module_that_does_not_import_before_anything_is_built(
+    tmp_project: Path, monkeypatch
+):
+    """verify loads a card without running its modules and imports them beside its worker's start
+    (pipeline.CardDoor.prepare): a reference module that raises when imported is still the card's error,
+    named by its field, exit 2, before any build."""
+    from conftest import run_cli
+
+    from mini_kv import pipeline
+
+    (tmp_project / "broken_ref.py").write_text(
+        "def reference(x, y):\n    return x + y\n\nraise RuntimeError('the reference module is broken')\n"
+    )
+    card = _write_tmp_card(
+        tmp_project,
+        {"reference: mini_kv.references.vector_add:reference": "reference: broken_ref:reference"},
+    )
+    built = []
+    monkeypatch.setattr(pipeline, "compile_candidate", lambda *a, **k: built.append(a))
+    res = run_cli("verify", "--task", str(card), "--device", "cpu", "--skip-benchmark", cwd=tmp_project)
+    assert res.returncode == ExitCode.CONFIG, res.stdout + res.stderr
+    said = res.stdout + res.stderr
+    assert "operator.reference" in said and "the reference module is broken" in said, said
+    assert not built
+    sys.modules.pop("broken_ref", None)

@@ -99,7 +99,7 @@ def cmd_verify(args) -> int:
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import VerifyOptions
 
-    card = load_task_card(args.task)
+    card = load_task_card(args.task, import_modules=False)  # its modules import beside the worker's start
     where = placement_from(args)
     device = "cuda:0" if where.gpus else pick_device(args.device)
     if args.case:

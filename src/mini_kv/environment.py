@@ -136,6 +136,8 @@ def torch_has_cuda_build() -> bool:
 
 
 def pick_device(requested: str | None) -> str:
+    if requested and not requested.startswith("cuda"):
+        return requested  # the CPU (or a device torch checks when used): no torch import for it
     import torch
 
     if requested:

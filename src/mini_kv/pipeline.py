@@ -23,9 +23,10 @@ from mini_kv.environment import Environment
 from mini_kv.errors import ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
+from mini_kv.load.task_card import check_card_modules
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
-from mini_kv.settings import DEFAULTS, RunSettings, resolve
+from mini_kv.settings import DEFAULTS, RunSettings, check_options, resolve
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
 from mini_kv.store.headline import card_headline
@@ -87,7 +88,6 @@ def check_benchmark_options(card: Problem, opts: VerifyOptions, device: str) -> 
     import math
 
     from mini_kv.errors import UserError
-    from mini_kv.worker.timing import check_options
 
     if opts.skip_benchmark:
         return
@@ -654,12 +654,10 @@ class CardDoor(FrontDoor):
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
-        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0
+        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0; on
+        # the CPU neither this nor the options' check imports torch
         device = environment.pick_device(opts.device)
-        env = environment.collect(tag=opts.env_tag)
-        check_benchmark_options(card, opts, device)
-        # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
-        env = env.measured(None if opts.skip_benchmark else bandwidth.ensure(root, env.key, device))
+        check_benchmark_options(card, opts, device)  # before the store and the worker exist
         sandbox, artifacts = (
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
@@ -667,8 +665,8 @@ class CardDoor(FrontDoor):
         spec = worker_spec(
             [root, opts.prebuilt], root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb)
         )
-        # the worker (a fresh jailed process) imports torch while this process builds: started before
-        # its job is known, after the bandwidth probe (which must not share the CPU with it)
+        # the worker (a fresh jailed process) imports torch while this process imports it too (the card's
+        # modules and the environment record need it) and builds: started before its job is known
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
         warm = device.startswith("cuda") and not opts.skip_benchmark
         self.warm = ChildRun(
@@ -679,6 +677,13 @@ class CardDoor(FrontDoor):
             sandbox=sandbox,
             spec=spec,
         )
+        # the card was loaded without running its modules (the door's caller): they import here, beside
+        # the worker's start, and a module that does not import is the card's error before any build
+        check_card_modules(card)
+        env = environment.collect(tag=opts.env_tag)
+        # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
+        # (a probe is a child of its own: its torch import, not its copies, overlaps the worker's start)
+        env = env.measured(None if opts.skip_benchmark else bandwidth.ensure(root, env.key, device))
         return Prepared(
             device,
             env,

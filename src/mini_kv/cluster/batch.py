@@ -81,7 +81,7 @@ def run_item(
         from mini_kv.load.task_card import load_task_card
         from mini_kv.pipeline import CardDoor, VerifyResult, run_stages
 
-        card = load_task_card(item.target)
+        card = load_task_card(item.target, import_modules=False)  # CardDoor.prepare imports its modules
         cand = card.candidate(item.candidate)
         run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox, references)
         detail = VerifyResult.of(cand.id, run)

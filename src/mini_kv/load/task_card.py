@@ -79,6 +79,15 @@ def check_import_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
 
 
+def check_card_modules(card: Problem) -> None:
+    """Import a card's reference and input modules, as a card loaded with `import_modules=False` left
+    them: one that does not import, or names no callable, is the card's error (ConfigError)."""
+    add_project_to_path(card.project_root)
+    file = str(Path(card.project_root) / card.path)
+    check_import_path(card.reference, file, "operator.reference")
+    check_import_path(card.operator["inputs"], file, "operator.inputs")
+
+
 def _find_spec_without_import(module: str) -> importlib.machinery.ModuleSpec | None:
     """The module's spec found through the import system's finders, without executing any module:
     importlib.util.find_spec would import (run) every parent package of a dotted name."""
@@ -264,7 +273,9 @@ def _candidates(raw: list, root: Path, file: str) -> tuple[Candidate, ...]:
 def load_task_card(
     path: str | Path, project_root: Path | None = None, import_modules: bool = True
 ) -> Problem:
-    """`import_modules=False` (validate-task) checks the reference and input modules without running them."""
+    """`import_modules=False` checks the reference and input modules without running them: validate-task
+    runs none of a card's code, and verify imports them later (check_card_modules), beside its worker's
+    start, since they import torch."""
     path = Path(path)
     file = str(path)
     data = load_yaml(path, file)

@@ -35,6 +35,7 @@ from mini_kv.pipeline import (
 )
 from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
 from mini_kv.settings import DEFAULTS, ExtraWorkloads, RunSettings, resolve
+from mini_kv.settings import check_options as check_timing_options
 from mini_kv.solexec import floor, languages, traces
 from mini_kv.solexec.build import SolutionEntry, build_log, job_entry, solution_build, stage_sources
 from mini_kv.solexec.definition import Definition, load_definition
@@ -149,11 +150,9 @@ def load_problem(problem_dir: str | None, opts: BenchOptions) -> Problem:
 
 def check_options(opts: BenchOptions, device: str) -> RunSettings:
     """The timing and round settings, checked before anything is built (exit CONFIG)."""
-    from mini_kv.worker.timing import check_options as check_timing
-
     l2 = opts.l2 or ("cold" if device.startswith("cuda") else "hot")
     try:
-        check_timing(opts.method, l2, device)
+        check_timing_options(opts.method, l2, device)
     except ValueError as exc:
         raise UserError(f"--method/--l2: {exc}") from None
     if opts.extra_workloads < 0:

@@ -38,18 +38,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_kv.settings import DEFAULTS, RunSettings
+from mini_kv.settings import AUTO_CHAIN, CUDA_METHODS, DEFAULTS, RunSettings, check_options
 from mini_kv.worker.compare import plain_tensors
-
-METHODS = ("events", "graph", "cupti", "wallclock")
-CUDA_METHODS = ("events", "graph", "cupti")
-# `auto` on CUDA: CUPTI first. On an H200 its per-iteration span matched the CUPTI per-kernel
-# duration on every fidelity row, while graph replay of back-to-back launches ran 7-9% under it for
-# some memory-bound kernels (docs/benchmarking.md). When the profiler cannot run (another profiler
-# is active, CUPTI is unavailable) graph replay is next, then per-launch events; an op that graph
-# capture refuses (it syncs, or allocates in a way capture forbids) skips to events.
-AUTO_CHAIN = ("cupti", "graph", "events")
-L2_MODES = ("hot", "cold")
 
 TIMER_LABELS = {
     "events": "CUDA events per launch (device-wide sync before the end event; includes launch overhead)",
@@ -218,21 +208,6 @@ def as_workload(calls: Call | Sequence[Call] | CallRotation) -> CallRotation:
 
 def is_cuda(device: str) -> bool:
     return torch.device(device).type == "cuda"
-
-
-def check_options(method: str, l2: str, device: str) -> None:
-    """Raise ValueError when the method or L2 mode cannot run on `device` (before any work starts)."""
-    if method != "auto" and method not in METHODS:
-        raise ValueError(f"unknown timing method {method!r}; choose auto, {', '.join(METHODS)}")
-    if l2 not in L2_MODES:
-        raise ValueError(f"unknown L2 mode {l2!r}; choose hot or cold")
-    if not is_cuda(device):
-        if method in CUDA_METHODS:
-            raise ValueError(
-                f"timing method {method!r} needs a CUDA device; on {device} use wallclock or auto"
-            )
-        if l2 == "cold":
-            raise ValueError(f"l2 'cold' flushes a GPU's L2 cache; on {device} use l2 'hot'")
 
 
 def method_chain(requested: str, device: str) -> list[str]:
