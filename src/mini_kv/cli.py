@@ -101,8 +101,8 @@ def cmd_verify(args) -> int:
 
     card = load_task_card(args.task, import_modules=False)  # its modules import beside the worker's start
     where = placement_from(args)
-    device = "cuda:0" if where.gpus else pick_device(args.device)
-    if args.case:
+    if args.case:  # the device is picked here only for this check: picking one may import torch
+        device = "cuda:0" if where.gpus else pick_device(args.device)
         _check_case_filter(card, args.case, device, args.skip_benchmark)
     store = artifacts_dir(args, Path(card.project_root))
     check_store_writable(store)

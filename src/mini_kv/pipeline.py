@@ -654,10 +654,12 @@ class CardDoor(FrontDoor):
     def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
-        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0; on
-        # the CPU neither this nor the options' check imports torch
-        device = environment.pick_device(opts.device)
-        check_benchmark_options(card, opts, device)  # before the store and the worker exist
+        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0. A device
+        # given is checked before the store and the worker exist (for the CPU without importing torch);
+        # none given, torch picks it, after the worker's start
+        device = environment.pick_device(opts.device) if opts.device else None
+        if device is not None:
+            check_benchmark_options(card, opts, device)
         sandbox, artifacts = (
             jail.resolve(opts.sandbox),
             Path(opts.artifacts) if opts.artifacts else root / "artifacts",
@@ -668,7 +670,7 @@ class CardDoor(FrontDoor):
         # the worker (a fresh jailed process) imports torch while this process imports it too (the card's
         # modules and the environment record need it) and builds: started before its job is known
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
-        warm = device.startswith("cuda") and not opts.skip_benchmark
+        warm = (device or "cuda").startswith("cuda") and not opts.skip_benchmark  # no CUDA: a no-op
         self.warm = ChildRun(
             None,
             os.path.join(self.scratch, "worker.log"),
@@ -680,6 +682,9 @@ class CardDoor(FrontDoor):
         # the card was loaded without running its modules (the door's caller): they import here, beside
         # the worker's start, and a module that does not import is the card's error before any build
         check_card_modules(card)
+        if device is None:
+            device = environment.pick_device(None)
+            check_benchmark_options(card, opts, device)
         env = environment.collect(tag=opts.env_tag)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         # (a probe is a child of its own: its torch import, not its copies, overlaps the worker's start)
