@@ -168,10 +168,12 @@ def test_the_bench_front_door_leaves_torch_to_the_children():
     """`bench` starts its judge and subject (each imports torch, 3.6 s of CPU on a 2-core machine)
     before this process needs torch: a module of the front door that imported it (the trace format
     took a record from worker/formats.py, which imports torch) put a whole torch import before the
-    children's start, serially (10.2 s against 7.9 s for one `bench` here)."""
+    children's start, serially (10.2 s against 7.9 s for one `bench` here). The statistics module is
+    torch-free too. Checked in a fresh interpreter: other tests in the session import torch."""
     code = (
         "import sys, mini_kv.cli, mini_kv.cli_bench, mini_kv.cli_batch, mini_kv.solexec.run, "
-        "mini_kv.solexec.traces, mini_kv.pipeline, mini_kv.runner; print('torch' in sys.modules)"
+        "mini_kv.solexec.traces, mini_kv.pipeline, mini_kv.runner, mini_kv.stats; "
+        "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -76,6 +76,12 @@ class Settings:
     contract_import_s: float = 60.0
     bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
     ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
+    # The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling"). GPU:
+    # nvbench's 0.5 % noise target and 10-sample minimum. CPU: host wall-clock timing on a shared machine
+    # has per-call noise of several percent, so a 0.5 % interval would mostly end on the budget; 2 % is
+    # inside the stability gate's 3 % limit on the repeats' medians and converges in a few dozen samples.
+    # The budgets (per case, warm-up and every timed sample of both sides) keep the per-case timeout for
+    # hangs: a case is given at most half of it (resolve).
     cuda: Sampling = Sampling(target_rel_ci=0.005, min_samples=10, max_samples=1000, budget_s=20.0)
     cpu: Sampling = Sampling(target_rel_ci=0.02, min_samples=5, max_samples=200, budget_s=3.0)
     # A SOL workload's budget also covers its correctness rounds (half of it at most), so it is larger.
@@ -213,6 +219,11 @@ class RunSettings:
     rounds: int | None = optional()  # a SOL workload's correctness rounds
     require_own_kernels: bool | None = optional()
     extra_workloads: ExtraWorkloads | None = optional()
+
+    @property
+    def cv_limits(self) -> tuple[float, float]:
+        """The stability gate's limits (max_cv, max_p95_cv): DEFAULTS' where the run set none."""
+        return self.max_cv or DEFAULTS.max_cv, self.max_p95_cv or DEFAULTS.max_p95_cv
 
     @property
     def fixed_count(self) -> int | None:

@@ -83,9 +83,13 @@ def check_card_modules(card: Problem) -> None:
     """Import a card's reference and input modules, as a card loaded with `import_modules=False` left
     them: one that does not import, or names no callable, is the card's error (ConfigError)."""
     add_project_to_path(card.project_root)
-    file = str(Path(card.project_root) / card.path)
-    check_import_path(card.reference, file, "operator.reference")
-    check_import_path(card.operator["inputs"], file, "operator.inputs")
+    _check_modules(card.operator, str(Path(card.project_root) / card.path), check_import_path)
+
+
+def _check_modules(op: dict, file: str, check) -> None:
+    """The operator's reference and input modules, by `check` (imported, or read without running)."""
+    check(op["reference"], file, "operator.reference")
+    check(op["inputs"], file, "operator.inputs")
 
 
 def _find_spec_without_import(module: str) -> importlib.machinery.ModuleSpec | None:
@@ -295,9 +299,7 @@ def load_task_card(
 
     op = data["operator"]
     add_project_to_path(root)
-    check = check_import_path if import_modules else check_definition_path
-    check(op["reference"], file, "operator.reference")
-    check(op["inputs"], file, "operator.inputs")
+    _check_modules(op, file, check_import_path if import_modules else check_definition_path)
     candidates = _candidates(data["candidates"], root, file)
     cases = _expand_cases(data["cases"], file)
     _check_expressions(op, cases, file)

@@ -886,8 +886,7 @@ def timing_record(
     """A timed case's record; `how`: the method, the methods that failed first, calls per sample, L2 mode."""
     method, fallbacks, calls_per, l2 = how
     cand_s, ref_s = (stats.summarize_repeats(plan.samples[who]) for who in ("candidate", "reference"))
-    max_cv = settings.max_cv or DEFAULTS.max_cv
-    max_p95_cv = settings.max_p95_cv or DEFAULTS.max_p95_cv
+    max_cv, max_p95_cv = settings.cv_limits
     stability = to_json(stats.stability(cand_s, ref_s, max_cv, max_p95_cv))
     timed = (method, settings.method, fallbacks, l2, TIMER_LABELS[method], calls_per, n_sets, "us")
     sides = (plan.side("candidate", cand_s), plan.side("reference", ref_s))

@@ -111,7 +111,7 @@ def band(settings: RunSettings) -> float:
     max_cv (what the gate lets two repeats' medians differ by) or the drift floor, the larger. Not
     widened by a noisy full measurement's own interval: one whose median is that uncertain is timed
     again rather than stood behind."""
-    return max(settings.max_cv or DEFAULTS.max_cv, DEFAULTS.reference_drift_floor)
+    return max(settings.cv_limits[0], DEFAULTS.reference_drift_floor)
 
 
 def recheck(cached: CachedReference, samples: list[float], settings: RunSettings) -> Recheck:

@@ -787,7 +787,7 @@ def repeat_target(settings: RunSettings, repeats: int) -> float:
     target = settings.target_rel_ci
     if repeats <= 1:
         return target
-    cap = DEFAULTS.repeat_ci_of_max_cv * (settings.max_cv or DEFAULTS.max_cv)
+    cap = DEFAULTS.repeat_ci_of_max_cv * settings.cv_limits[0]
     return max(target, min(target * math.sqrt(repeats), cap))
 
 
