@@ -35,6 +35,9 @@ def test_pytorch_solution_on_cuda_is_timed_with_cupti_and_cold_l2(tmp_path):
         assert case["method"] == "cupti" or case["fallbacks"], case["fallbacks"]
         assert case["l2"] == "cold" and case["input_sets"] >= 2
         assert case["l2_flush"]["flush_bytes"] >= 2 * (case["l2_flush"]["l2_bytes"] or 0)
+        # the SM clock while it was timed (mini_kv.clocks, NVML in the parent)
+        clk = case["clocks"]
+        assert clk["samples"] >= 1 and 0 < clk["sm_mhz_min"] <= clk["sm_mhz_max"] <= clk["sm_mhz_limit"], clk
     hw = result.traces[0].evaluation.environment
     assert hw.hardware.startswith("NVIDIA") and "cuda" in hw.libs
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mini_kv import environment, jail
+from mini_kv import clocks, environment, jail
 from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.environment import Environment
@@ -401,17 +401,24 @@ def run_stages(
         if job is not None:
             say(f"{door.evaluating} on {prep.device}")
             first = door.first_child()
-            results = run_worker(
-                job,
-                log_path=None if first is not None else os.path.join(scratch, "worker.log"),
-                case_timeout=prep.case_timeout,
-                stage_timeout=door.stage_timeout(job),
-                on_event=_progress(job, door.label, say, line, phases, t0),
-                first_child=first,
-                sandbox=prep.sandbox,
-                give_up_after=prep.give_up_after,
-                spec=_jail_spec(prep),
-            )
+            watch = clocks.ClockWatch(prep.device)  # the SM clock while each case is timed
+            try:
+                results = run_worker(
+                    job,
+                    log_path=None if first is not None else os.path.join(scratch, "worker.log"),
+                    case_timeout=prep.case_timeout,
+                    stage_timeout=door.stage_timeout(job),
+                    on_event=_progress(job, door.label, say, line, phases, t0),
+                    first_child=first,
+                    sandbox=prep.sandbox,
+                    give_up_after=prep.give_up_after,
+                    spec=_jail_spec(prep),
+                )
+            finally:
+                watch.stop()
+            clocks.attach([*results.bench, *results.cases], watch)
+            if watch.unavailable and prep.device.startswith("cuda") and line is not None:
+                line(f"SM clock not recorded: {watch.unavailable}")
         # the headline comes from the same function the index and the leaderboard recompute it with
         out = door.outcome(prep, built, results)
         lap("evaluated_s")

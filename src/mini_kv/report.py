@@ -81,11 +81,21 @@ def signature_line(attempt: str) -> str:
     )
 
 
-def timing_word(stable: bool | None, timed: bool = True) -> str:
-    """Whether the run's timing can be trusted, in the summary line's words."""
-    if not timed or stable is None:
+def timing_word(bench: dict | None) -> str:
+    """Whether the run's timing (a benchmark headline) can be trusted, in the summary line's words: its
+    stability, and the cases timed on a throttled GPU (mini_kv.clocks)."""
+    bench = bench or {}
+    stable = bench.get("stable")
+    if not bench.get("ran") or stable is None:
         return "timing: none"
-    return "timing stable" if stable else "timing UNSTABLE (a robust CV above the limit: not ranked)"
+    word = "timing stable" if stable else "timing UNSTABLE (a robust CV above the limit: not ranked)"
+    found = bench.get("throttled") or {}
+    if found:
+        reasons = sorted({r for rs in found.values() for r in rs})
+        word += (
+            f", GPU throttled ({', '.join(reasons)}) while timing {len(found)} case(s): {', '.join(found)}"
+        )
+    return word
 
 
 def describe_input(i: dict) -> str:
@@ -208,7 +218,7 @@ def summary_line(summary: dict, problems: list[str] | tuple = (), cases: list[di
     if bench.get("ran"):
         gm = bench.get("geomean_speedup")
         parts.append(f"speedup {gm:.3f}x" if gm else "speedup -")
-    parts.append(timing_word(bench.get("stable"), bool(bench.get("ran"))))
+    parts.append(timing_word(bench))
     if summary.get("regression"):
         parts.append(f"regression {summary['regression']['verdict']}")
     return ", ".join(parts)

@@ -106,10 +106,7 @@ def bench_summary_line(result: BenchResult) -> str:
     statuses = [status for status, n in result.counts.items() for _ in range(n)]
     bench = result.benchmark or {}
     gaps = jail_note(result.sandbox)  # every summary line names the jail's missing layers
-    return (
-        f"{Tally.of(statuses).line('workloads')}, {timing_word(bench.get('stable'), bool(bench.get('ran')))}"
-        + (f", {gaps}" if gaps else "")
-    )
+    return f"{Tally.of(statuses).line('workloads')}, {timing_word(bench)}" + (f", {gaps}" if gaps else "")
 
 
 def _print_details(result: BenchResult, console: Console) -> None:

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mini_kv import roofline
+from mini_kv.clocks import throttled
 from mini_kv.codec import optional
 from mini_kv.judge.regression import timed
 from mini_kv.model import WorkerResults
@@ -187,6 +188,12 @@ def _untimed(records: list) -> tuple[list, list]:
     )
 
 
+def _throttled(records: list) -> dict:
+    """`throttled`: the timed cases whose SM clock was held back while they were timed (mini_kv.clocks)."""
+    found = throttled(records)
+    return {"throttled": found} if found else {}
+
+
 def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHeadline]]:
     """benchmark.json's summary and the recomputed bench cases, from the per-case records."""
     if skipped:
@@ -208,6 +215,7 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
             "failed": failed,
             **({"skipped": skipped_cases} if skipped_cases else {}),
             **({"impossible": impossible} if impossible else {}),
+            **_throttled(good),
             "post_check_failed": post_bad,
             "integrity_failures": integrity,
             "geomean_speedup": _geomean(cases),
@@ -278,6 +286,7 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
         "stable": all(c.stable for c in cases) if passed and cases else None,
         "geomean_speedup": _geomean(cases) if passed else None,
         **({"impossible": impossible} if impossible else {}),
+        **_throttled(records),
     }
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
     if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
