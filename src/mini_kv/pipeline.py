@@ -373,11 +373,13 @@ def run_stages(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
+    prepared: Prepared | None = None,
 ) -> Run:
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
     attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's.
     `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it).
-    `references`: in a batch, the reference timings the job re-checks instead of timing again, and keeps."""
+    `references`: in a batch, the reference timings the job re-checks instead of timing again, and keeps.
+    `prepared`: what `door.prepare()` already returned (a batch prepares the next item ahead)."""
     from mini_kv.judge.regression import exit_code_for
     from mini_kv.store.index import IndexUnusable, update_index
 
@@ -389,7 +391,7 @@ def run_stages(
     say = progress or (lambda msg, **_: None)
     scratch = tempfile.mkdtemp(prefix="mini-kv-run-")  # this run's worker log, removed at the end
     try:
-        prep = door.prepare()
+        prep = prepared if prepared is not None else door.prepare()
         lap("prepared_s")
         built = door.build(prep, say)
         lap("built_s")

@@ -69,31 +69,73 @@ class ItemResult:
 
 
 def run_item(
-    item: Item, progress=None, line=None, outbox: Path | None = None, references: ReferenceCache | None = None
+    item: Item,
+    progress=None,
+    line=None,
+    outbox: Path | None = None,
+    references: ReferenceCache | None = None,
+    ready: Ready | None = None,
 ) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here. `references`: the
-    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving."""
+    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving. `ready`:
+    the item's door, prepared ahead (evaluate_here)."""
     from mini_kv.settings import switch_from_environment
 
     if switch_from_environment("interleave_reference", item.opts.interleave_reference):
         references = None
     if item.kind == VERIFY:
-        from mini_kv.load.task_card import load_task_card
-        from mini_kv.pipeline import CardDoor, VerifyResult, run_stages
+        from mini_kv.pipeline import VerifyResult, run_stages
 
-        card = load_task_card(item.target, import_modules=False)  # CardDoor.prepare imports its modules
-        cand = card.candidate(item.candidate)
-        run = run_stages(CardDoor(card, cand, item.opts), progress, line, outbox, references)
-        detail = VerifyResult.of(cand.id, run)
+        door, prep = (ready.door, ready.prep) if ready is not None else (door_of(item), None)
+        run = run_stages(door, progress, line, outbox, references, prepared=prep)
+        detail = VerifyResult.of(door.cand.id, run)
         return ItemResult(
-            VERIFY, item.label, cand.id, run.summary["status"], run.code, str(run.attempt), detail
+            VERIFY, item.label, door.cand.id, run.summary["status"], run.code, str(run.attempt), detail
         )
     from mini_kv.solexec.run import bench
 
-    detail = bench(
-        item.target, item.opts, progress and (lambda msg, **_: progress(msg)), line, outbox, references
-    )
+    say = progress and (lambda msg, **_: progress(msg))
+    ahead = (ready.door, ready.prep) if ready is not None else None
+    detail = bench(item.target, item.opts, say, line, outbox, references, ready=ahead)
     return ItemResult(BENCH, item.label, None, detail.status, detail.exit_code, detail.attempt, detail)
+
+
+def door_of(item: Item):
+    """The item's front door (pipeline.CardDoor or solexec.run.SolDoor), not yet prepared."""
+    if item.kind == VERIFY:
+        from mini_kv.load.task_card import load_task_card
+        from mini_kv.pipeline import CardDoor
+
+        card = load_task_card(item.target, import_modules=False)  # CardDoor.prepare imports its modules
+        return CardDoor(card, card.candidate(item.candidate), item.opts)
+    from mini_kv.solexec.run import sol_door
+
+    return sol_door(item.target, item.opts)
+
+
+@dataclass
+class Ready:
+    """An item's door and what its `prepare` returned: its worker (judge and subject) started and loading
+    torch while the item before it is evaluated."""
+
+    door: object
+    prep: object
+
+    @classmethod
+    def ahead(cls, item: Item) -> Ready | None:
+        """`item` prepared now; None where that fails (the item's own run then meets the error as it would
+        unprepared: prepared again, in its turn)."""
+        door = None
+        try:
+            door = door_of(item)
+            return cls(door, door.prepare())
+        except Exception:  # noqa: BLE001 - reported by the item's own run, in its turn
+            if door is not None:
+                door.close()
+            return None
+
+    def close(self) -> None:
+        self.door.close()
 
 
 def item_key(item: Item) -> tuple[str, str, str]:
@@ -345,10 +387,12 @@ def build_item(item: Item) -> CompileRecord | None:
 
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
-    item's build starts at once on all cores (cluster.prebuild) while earlier items are evaluated: the
-    evaluation finds its build in the cache, and at most one evaluation, so one timing, is on the GPU at
-    any moment. The reference of each case is timed in full once for all the items (pipeline.ReferenceCache)
-    and re-checked by the later ones. Closing the generator early cancels the builds not yet started."""
+    item's build starts at once on all cores (cluster.prebuild) and the next item is prepared (its judge
+    and subject started: Python, torch, CUPTI; no candidate code) before an item is evaluated, so its
+    start-up runs while the GPU checks and times the one before; at most one evaluation, so one timing,
+    is on the GPU at any moment. The reference of each case is timed in full once for all the items
+    (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early cancels the
+    builds not yet started and ends the prepared item's worker."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -359,13 +403,19 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
+    ready: Ready | None = None
     try:
-        for item, build in zip(items, builds, strict=True):
+        for i, (item, build) in enumerate(zip(items, builds, strict=True)):
+            now, ready = ready, None
+            if ahead and i + 1 < len(items):
+                ready = Ready.ahead(items[i + 1])
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, run_item(item, progress, line, references=references)
+            yield item, run_item(item, progress, line, references=references, ready=now)
     finally:
+        if ready is not None:  # stopped early (-x, Ctrl-C, an error): its worker ends unused
+            ready.close()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 

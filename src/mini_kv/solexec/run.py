@@ -561,6 +561,12 @@ class BenchResult:
     kernels: dict  # per workload, the ops and kernels its first call ran (integrity.kernel_census): bench -v
 
 
+def sol_door(problem_dir: str | None, opts: BenchOptions) -> SolDoor:
+    """bench's front door for `opts.solution` on the problem in `problem_dir`."""
+    problem = load_problem(problem_dir, opts)
+    return SolDoor(problem, problem.candidates[0], opts)
+
+
 def bench(
     problem_dir: str | None,
     opts: BenchOptions,
@@ -568,12 +574,14 @@ def bench(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
+    ready: tuple[SolDoor, Prepared] | None = None,
 ) -> BenchResult:
-    """`references`: in a batch, the reference timings its solutions share (pipeline.ReferenceCache)."""
+    """`references`: in a batch, the reference timings its solutions share (pipeline.ReferenceCache);
+    `ready`: the solution's door, prepared ahead (cluster.batch.evaluate_here)."""
     t0 = time.perf_counter()
-    problem = load_problem(problem_dir, opts)
-    door = SolDoor(problem, problem.candidates[0], opts)
-    run = run_stages(door, progress and (lambda msg, **_: progress(msg)), line, outbox, references)
+    door, prep = ready if ready is not None else (sol_door(problem_dir, opts), None)
+    say = progress and (lambda msg, **_: progress(msg))
+    run = run_stages(door, say, line, outbox, references, prepared=prep)
     cases = run.out.results.cases
     return BenchResult(
         traces=tuple(run.out.detail["traces"]),
