@@ -137,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         a, b, p = (p50s(runs[k].get(name))[0] for k in ("alone_a", "alone_b", "pipelined"))
         for w in sorted(set(a) & set(b) & set(p)):
             noise, added = b[w] / a[w] - 1, p[w] / a[w] - 1
-            rows.append({"solution": name, "workload": w, "alone_us": a[w], "noise": noise, "pipelined": added})
+            rows.append(
+                {"solution": name, "workload": w, "alone_us": a[w], "noise": noise, "pipelined": added}
+            )
     if not rows:
         print("no workload was timed in all three runs", file=sys.stderr)
         return 1
@@ -157,8 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"rows": rows, "median_added": median_added, "outliers": outliers, "took_s": took,
-                 "clocks": clocks, "ok": ok, "device": args.device, "load": len(load)},
+                {
+                    "rows": rows,
+                    "median_added": median_added,
+                    "outliers": outliers,
+                    "took_s": took,
+                    "clocks": clocks,
+                    "ok": ok,
+                    "device": args.device,
+                    "load": len(load),
+                },
                 indent=1,
             )  # fmt: skip
         )
