@@ -257,7 +257,13 @@ def test_every_summary_line_counts_passed_failed_skipped_and_not_run_and_says_if
     assert line.startswith(
         "summary: 2 passed, 1 failed, 0 skipped, 0 not run of 3 items, timing stable in 1 of 2 timed items"
     )
-    assert "a PASSED, b PASSED, c WORKER_LOST" in line
+    assert "a PASSED, b PASSED, c WORKER_LOST" in line and "throttled" not in line
+    hot = {"ran": True, "stable": True, "throttled": {"w1": ["sw_power_cap"]}}
+    items[1] = ItemResult(BENCH, "b", None, "PASSED", 0, "/b", bench_result(benchmark=hot))
+    assert "GPU throttled while timing 1 item(s)" in batch_summary_line(items)
+    assert "GPU throttled (sw_power_cap) while timing 1 case(s): w1" in bench_summary_line(
+        bench_result(counts={"PASSED": 1}, benchmark=hot)
+    )
 
 
 def test_namespace_and_op_name_mismatches_are_named():

@@ -242,6 +242,9 @@ def batch_summary_line(results: list[ItemResult]) -> str:
     timing = f"timing stable in {stable} of {len(timed)} timed items" if timed else "timing: none"
     if timed and stable < len(timed):
         timing += " (UNSTABLE ones are not ranked)"
+    throttled = sum(bool(t.get("throttled")) for t in timed)
+    if throttled:
+        timing += f", GPU throttled while timing {throttled} item(s) (their summaries say which cases)"
     return f"summary: {Tally.of(r.status for r in results).line('items')}, {timing}: " + ", ".join(
         f"{r.label} {r.status}" + (f" ({r.where['worker']})" if r.where else "") for r in results
     )
