@@ -105,13 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     if not entries:
         raise SystemExit(f"no shipped solution matches --only {args.only!r}")
     options = {"timeout": 300.0}
-    load = []
+    load, load_options = [], {}
     if args.load is not None:
         from throughput import load_corpus, stratified
 
-        _, corpus = load_corpus(args.load)
+        data, corpus = load_corpus(args.load)
         corpus = [e for e in corpus if e.kind != "hang"]  # a hang only waits: it adds no load
         load = [(f"load:{e.name}", e.problem, e.solution) for e in stratified(corpus, args.load_count)]
+        load_options = (
+            data.get("options") or {}
+        )  # the corpus's short timeouts: its hangs and slow ones stay cheap
     store = Path(tempfile.mkdtemp(prefix="mini-kv-p50-"))
     runs: dict[str, dict[str, str]] = {}
     took = {}
@@ -127,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         mixed += [*load[i * step : (i + 1) * step], e]
     mixed += load[len(entries) * step :]
     t0 = time.perf_counter()
-    runs["pipelined"] = run(items_for(mixed, args.device, store / "pipelined", options))
+    where = store / "pipelined"
+    runs["pipelined"] = run(
+        [
+            items_for([e], args.device, where, load_options if e[0].startswith("load:") else options)[0]
+            for e in mixed
+        ]
+    )
     took["pipelined"] = round(time.perf_counter() - t0, 1)
 
     rows, clocks = [], {}

@@ -144,7 +144,7 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
     assert comp.status == "ok"
     opts = VerifyOptions(device="cuda")
     job = _card_job(card, slowed, comp, "cuda:0", opts)
-    job = job.replace(benchmark={**job.benchmark, "repeats": 2, "samples": 20, "warmup": 2})
+    job = job.replace(benchmark=replace(job.benchmark, repeats=2, samples=20, warmup=2))
     run = _confirm(card, slowed, opts, job, store)(baseline, "bench_4096x8192-float16")
     test = stats.is_slower([x for r in run.baseline for x in r], [x for r in run.candidate for x in r])
     assert test.slower and test.ratio > 1.15, test

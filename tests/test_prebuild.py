@@ -113,3 +113,44 @@ def test_a_batch_stopped_early_ends_the_worker_it_prepared_ahead(monkeypatch, tm
     assert proc.poll() is None  # the second item's worker is up, waiting for its job
     finished.close()  # -x after the first item, or Ctrl-C
     assert proc.wait(timeout=30) is not None and ready.door.warm is None
+
+
+def test_a_door_prepared_ahead_touches_nothing_on_the_gpu(monkeypatch, tmp_path):
+    """Ahead (while another item may be timing): the worker starts without CUPTI's warm-up (a CUDA
+    context), and a bandwidth that is not cached yet is not measured (a probe on the GPU): the item is
+    prepared in its own turn instead."""
+    import mini_kv.pipeline as pipeline
+    from mini_kv import environment
+    from mini_kv.solexec import run as sol_run
+    from mini_kv.solexec.run import BenchOptions, sol_door
+
+    started = []
+
+    class Child:  # stands in for the jailed worker (runner.ChildRun)
+        def __init__(self, job, log, env, warm_profiler=False, sandbox=None, spec=None):
+            started.append(warm_profiler)
+
+        def close(self, kill):
+            pass
+
+    monkeypatch.setattr(sol_run, "ChildRun", Child)
+    monkeypatch.setattr(environment, "pick_device", lambda d: "cuda:0")
+    monkeypatch.setattr(sol_run, "check_timing_options", lambda *a: None)
+    monkeypatch.setattr(sol_run, "check_memory", lambda *a: None)  # the GPU's memory, through torch
+    opts = BenchOptions(
+        solution=str(ROOT / "solutions/rmsnorm/pytorch/solution.json"), device="cuda", artifacts=str(tmp_path)
+    )
+    door = sol_door(str(ROOT / "problems/sol-execbench/rmsnorm"), opts)
+    with pytest.raises(pipeline.NotAhead, match="not measured yet"):
+        door.prepare(ahead=True)
+    door.close()
+    assert started == [False]  # no --warm-profiler: no CUDA context before its job
+    assert (
+        batch.Ready.ahead(
+            batch.Item(
+                batch.BENCH, "r", str(ROOT / "problems/sol-execbench/rmsnorm"), None, opts, str(tmp_path)
+            )
+        )
+        is None
+    )
+    assert started == [False, False]

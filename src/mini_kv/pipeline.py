@@ -284,7 +284,9 @@ class FrontDoor(Protocol):
     label: str | None = None  # progress messages' prefix (None: SOL workloads)
     skipped_benchmark: bool = False
 
-    def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
+    # options checked, device, environment, salt, sandbox; `ahead`: while another item may be timing on
+    # the device (a batch's next item), so nothing here may touch the GPU (prepare_bandwidth, no CUPTI warm-up)
+    def prepare(self, ahead: bool = False) -> Prepared: ...
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
     def first_child(self) -> ChildRun | None:
@@ -648,6 +650,19 @@ STATUS_CODES = {
 }
 
 
+class NotAhead(Exception):
+    """A door that cannot be prepared while another item times on the device: prepared in its own turn."""
+
+
+def prepare_bandwidth(root: Path, env: Environment, device: str, ahead: bool):
+    """The device's measured memory bandwidth (worker.bandwidth.ensure: cached per environment, else
+    measured by a probe on the device). `ahead`: only a cached one, since a probe would run on the GPU
+    beside another item's timing (NotAhead)."""
+    if ahead and device.startswith("cuda") and bandwidth.load_cached(root, env.key) is None:
+        raise NotAhead(f"the memory bandwidth of {device} is not measured yet")
+    return bandwidth.ensure(root, env.key, device)
+
+
 class CardDoor(FrontDoor):
     """verify's part of the stages (run_stages): a task card's candidate."""
 
@@ -660,7 +675,7 @@ class CardDoor(FrontDoor):
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
 
-    def prepare(self) -> Prepared:
+    def prepare(self, ahead: bool = False) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
         # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0. A device
@@ -679,7 +694,8 @@ class CardDoor(FrontDoor):
         # the worker (a fresh jailed process) imports torch while this process imports it too (the card's
         # modules and the environment record need it) and builds: started before its job is known
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
-        warm = (device or "cuda").startswith("cuda") and not opts.skip_benchmark  # no CUDA: a no-op
+        # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
+        warm = not ahead and (device or "cuda").startswith("cuda") and not opts.skip_benchmark
         self.warm = ChildRun(
             None,
             os.path.join(self.scratch, "worker.log"),
@@ -697,7 +713,7 @@ class CardDoor(FrontDoor):
         env = environment.collect(tag=opts.env_tag)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         # (a probe is a child of its own: its torch import, not its copies, overlaps the worker's start)
-        env = env.measured(None if opts.skip_benchmark else bandwidth.ensure(root, env.key, device))
+        env = env.measured(None if opts.skip_benchmark else prepare_bandwidth(root, env, device, ahead))
         return Prepared(
             device,
             env,

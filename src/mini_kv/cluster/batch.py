@@ -115,8 +115,9 @@ def door_of(item: Item):
 
 @dataclass
 class Ready:
-    """An item's door and what its `prepare` returned: its worker (judge and subject) started and loading
-    torch while the item before it is evaluated."""
+    """An item's door and what its `prepare(ahead=True)` returned: its worker (judge and subject) started
+    and loading torch while the item before it is evaluated, touching nothing on the GPU (no CUDA
+    context, no bandwidth probe) until its own turn."""
 
     door: object
     prep: object
@@ -128,7 +129,7 @@ class Ready:
         door = None
         try:
             door = door_of(item)
-            return cls(door, door.prepare())
+            return cls(door, door.prepare(ahead=True))
         except Exception:  # noqa: BLE001 - reported by the item's own run, in its turn
             if door is not None:
                 door.close()

@@ -30,6 +30,7 @@ from mini_kv.pipeline import (
     Outcome,
     Prepared,
     ReferenceCache,
+    prepare_bandwidth,
     run_stages,
     worker_spec,
 )
@@ -43,7 +44,6 @@ from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
 from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
-from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -371,14 +371,15 @@ class SolDoor(FrontDoor):
         self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
-    def prepare(self) -> Prepared:
+    def prepare(self, ahead: bool = False) -> Prepared:
         opts = self.opts
         if self.cand.group == "cpp" or not opts.artifacts:
             bench_project_root(opts)  # before anything runs: where the build and the attempt will go
         self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
         # and the build (seconds each on a GPU machine)
-        warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
+        # (not ahead: CUPTI's warm-up makes a CUDA context, which waits for the job then)
+        warm = not ahead and opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
         sandbox = jail.resolve(opts.sandbox)
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
@@ -394,7 +395,7 @@ class SolDoor(FrontDoor):
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
-        env = env.measured(bandwidth.ensure(root, env.key, device) if root is not None else None)
+        env = env.measured(prepare_bandwidth(root, env, device, ahead) if root is not None else None)
         return Prepared(
             device,
             env,
