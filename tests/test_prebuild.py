@@ -154,3 +154,19 @@ def test_a_door_prepared_ahead_touches_nothing_on_the_gpu(monkeypatch, tmp_path)
         is None
     )
     assert started == [False, False]
+
+
+def test_ctrl_c_while_preparing_ahead_ends_that_worker_and_stops_the_batch(monkeypatch):
+    closed = []
+
+    class Door:
+        def prepare(self, ahead=False):
+            raise KeyboardInterrupt
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(batch, "door_of", lambda item: Door())
+    with pytest.raises(KeyboardInterrupt):
+        batch.Ready.ahead(None)
+    assert closed == [True]

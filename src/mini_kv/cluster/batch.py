@@ -130,9 +130,11 @@ class Ready:
         try:
             door = door_of(item)
             return cls(door, door.prepare(ahead=True))
-        except Exception:  # noqa: BLE001 - reported by the item's own run, in its turn
-            if door is not None:
+        except BaseException as exc:  # an error is reported by the item's own run, in its turn
+            if door is not None:  # its worker ends, whatever stopped it (Ctrl-C too)
                 door.close()
+            if not isinstance(exc, Exception):
+                raise
             return None
 
     def close(self) -> None:
