@@ -662,3 +662,28 @@ def test_an_attempt_that_claims_a_better_headline_than_its_records_is_skipped(st
     assert forged.name not in {a.attempt_id for a in read.attempts}
     (why,) = [s.reason for s in read.skipped if Path(s.path).name == forged.name]
     assert "TAMPERED attempt.json" in why and "geomean_speedup" in why
+
+
+def test_a_case_timed_on_a_throttled_gpu_says_so_in_the_latency_table():
+    from types import SimpleNamespace
+
+    from mini_kv.html_report.page import Cell, _latency_rows
+    from mini_kv.store.records import BenchCase
+
+    side = {"samples": [[10.0, 10.2]], "summary": {"overall": {"p50": 10.0, "p95": 10.2}}}
+    rec = {
+        "id": "big",
+        "method": "cupti",
+        "candidate": side,
+        "reference": side,
+        "speedup": 1.0,
+        "stability": {"stable": True},
+        "clocks": {"throttled": True, "reasons": ["sw_power_cap", "hw_slowdown"]},
+    }
+    hot, calm = BenchCase.of(rec), BenchCase.of({**rec, "clocks": {"throttled": False, "reasons": []}})
+    assert hot.throttled == "sw_power_cap, hw_slowdown" and calm.throttled == ""
+    rows = []
+    for case in (hot, calm):
+        _latency_rows(SimpleNamespace(bench=(case,), candidate="v0"), 0, "big", rows, [])
+    assert rows[0][-1] == Cell("yes; GPU throttled (sw_power_cap, hw_slowdown)", "fail")
+    assert rows[1][-1] == "yes"

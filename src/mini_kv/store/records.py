@@ -203,10 +203,11 @@ class BenchCase:
     peak_bw: float | None  # bytes/s of the environment's measured copy bandwidth, as the case recorded it
     status: str | None
     reason: str  # why the benchmark of this case failed, when it did
+    throttled: str = ""  # the GPU's throttle reasons while it was timed (mini_kv.clocks), "" if none
 
     @classmethod
     def of(cls, c: dict) -> BenchCase:
-        stab, roof = c.get("stability") or {}, c.get("roofline") or {}
+        stab, roof, clk = c.get("stability") or {}, c.get("roofline") or {}, c.get("clocks") or {}
         why = stab.get("reasons") or stab.get("reason") or ""
         return cls(
             id=str(c.get("id")),
@@ -226,6 +227,7 @@ class BenchCase:
             peak_bw=finite(c.get("peak_bw_Bps")),
             status=c.get("status"),
             reason=str(c.get("reason") or c.get("integrity") or ""),
+            throttled=", ".join(map(str, clk.get("reasons") or [])) if clk.get("throttled") is True else "",
         )
 
 
