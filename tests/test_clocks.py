@@ -26,7 +26,8 @@ def fake_nvml(mhz: list[int], masks: list[int], fail_init: bool = False) -> type
         return values[min(state["i"], len(values) - 1)]
 
     def clock(handle, which):
-        assert handle == ("index", 2) and which == m.NVML_CLOCK_SM
+        assert which == m.NVML_CLOCK_SM
+        state["handle"] = handle
         return step(mhz)
 
     def reasons(handle):
@@ -64,6 +65,7 @@ def test_samples_inside_a_span_give_its_clocks_and_throttle_reasons(monkeypatch)
         time.sleep(0.01)
     watch.stop()
     assert watch.unavailable is None and nvml.state["shutdown"] == 1
+    assert nvml.state["handle"] == ("index", 2)  # cuda:1 of CUDA_VISIBLE_DEVICES=0,2
     (t0, *_), (t4, *_) = watch.samples[0], watch.samples[4]
     calm = watch.during(t0, watch.samples[1][0])
     assert (calm.samples, calm.sm_mhz_min, calm.sm_mhz_max, calm.throttled) == (2, 1980, 1980, False)
@@ -119,3 +121,12 @@ def test_a_throttled_case_is_in_the_headline_and_the_summary_line(fmt):
     assert timing_word(bench) == "timing stable, GPU throttled (hw_slowdown) while timing 1 case(s): big"
     bench_calm, _ = summarize_benchmark([calm], skipped=False)
     assert "throttled" not in bench_calm and timing_word(bench_calm) == "timing stable"
+
+
+def test_doctor_says_whether_the_sm_clock_is_recorded(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([1755], [0x4]))
+    ok, found = clocks.probe("cuda", environ={})
+    assert ok and found == "1755 MHz now of 1980 MHz, throttled (sw_power_cap)"
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([1980], [0], fail_init=True))
+    ok, found = clocks.probe("cuda", environ={})
+    assert not ok and "NVML Shared Library Not Found" in found

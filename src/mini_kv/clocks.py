@@ -166,3 +166,17 @@ def throttled(records: list) -> dict[str, list]:
         for r in records
         if isinstance(r.get("clocks"), dict) and r["clocks"].get("throttled")
     }
+
+
+def probe(device: str = "cuda", environ=os.environ, wait_s: float = 2.0) -> tuple[bool, str]:
+    """doctor's row: whether timed cases on `device` will record their SM clock, and the clock now."""
+    watch = ClockWatch(device, environ=environ)
+    deadline = time.monotonic() + wait_s
+    while not watch.samples and watch.unavailable is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    watch.stop()
+    if not watch.samples:
+        return False, watch.unavailable or f"NVML gave no sample within {wait_s} s"
+    _, mhz, mask = watch.samples[0]
+    held = _reasons(mask)
+    return True, f"{mhz} MHz now of {watch.limit_mhz} MHz" + (f", throttled ({', '.join(held)})" if held else "")

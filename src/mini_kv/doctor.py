@@ -7,7 +7,7 @@ import platform
 import sys
 from pathlib import Path
 
-from mini_kv import environment
+from mini_kv import clocks, environment
 
 
 def checks(build_dir: Path) -> list[dict]:
@@ -41,6 +41,14 @@ def checks(build_dir: Path) -> list[dict]:
                     f"{d.sm_count} SMs, {d.memory_bytes / 2**30:.0f} GiB)",
                     True,
                 )
+            ok, found = clocks.probe("cuda")
+            row(
+                "SM clock (NVML)",
+                found,
+                ok,
+                "the SM clock and throttling record of timed cases (timing itself runs)",
+                "install nvidia-ml-py and make the driver's libnvidia-ml.so.1 visible",
+            )
         else:
             row(
                 "GPU",
