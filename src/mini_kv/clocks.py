@@ -179,4 +179,6 @@ def probe(device: str = "cuda", environ=os.environ, wait_s: float = 2.0) -> tupl
         return False, watch.unavailable or f"NVML gave no sample within {wait_s} s"
     _, mhz, mask = watch.samples[0]
     held = _reasons(mask)
-    return True, f"{mhz} MHz now of {watch.limit_mhz} MHz" + (f", throttled ({', '.join(held)})" if held else "")
+    return True, f"{mhz} MHz now of {watch.limit_mhz} MHz" + (
+        f", throttled ({', '.join(held)})" if held else ""
+    )
