@@ -188,12 +188,6 @@ def _untimed(records: list) -> tuple[list, list]:
     )
 
 
-def _throttled(records: list) -> dict:
-    """`throttled`: the timed cases whose SM clock was held back while they were timed (mini_kv.clocks)."""
-    found = throttled(records)
-    return {"throttled": found} if found else {}
-
-
 def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHeadline]]:
     """benchmark.json's summary and the recomputed bench cases, from the per-case records."""
     if skipped:
@@ -215,7 +209,8 @@ def summarize_benchmark(records: list, skipped: bool) -> tuple[dict, list[CaseHe
             "failed": failed,
             **({"skipped": skipped_cases} if skipped_cases else {}),
             **({"impossible": impossible} if impossible else {}),
-            **_throttled(good),
+            # the timed cases whose SM clock was held back while they were timed (mini_kv.clocks)
+            **({"throttled": hot} if (hot := throttled(good)) else {}),
             "post_check_failed": post_bad,
             "integrity_failures": integrity,
             "geomean_speedup": _geomean(cases),
@@ -286,7 +281,7 @@ def sol_headline(workloads: list, bench_records: list, failed_status: str = Stat
         "stable": all(c.stable for c in cases) if passed and cases else None,
         "geomean_speedup": _geomean(cases) if passed else None,
         **({"impossible": impossible} if impossible else {}),
-        **_throttled(records),
+        **({"throttled": hot} if (hot := throttled(records)) else {}),
     }
     status = (Status.IMPOSSIBLE_TIME if impossible else Status.PASSED) if passed else failed_status
     if failed_status != Status.COMPILE_ERROR:  # a defence that fired decides it (status.VIOLATIONS)
