@@ -391,11 +391,11 @@ def build_item(item: Item) -> CompileRecord | None:
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) and the next item is prepared (its judge
-    and subject started: Python, torch, CUPTI; no candidate code) before an item is evaluated, so its
-    start-up runs while the GPU checks and times the one before; at most one evaluation, so one timing,
-    is on the GPU at any moment. The reference of each case is timed in full once for all the items
-    (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early cancels the
-    builds not yet started and ends the prepared item's worker."""
+    and subject started: Python and torch; no candidate code, nothing on the GPU) before an item is
+    evaluated, so its start-up runs while the GPU checks and times the one before; at most one
+    evaluation, so one timing, is on the GPU at any moment. The reference of each case is timed in full
+    once for all the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the
+    generator early cancels the builds not yet started and ends the prepared item's worker."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
