@@ -41,28 +41,12 @@ def shipped() -> list[tuple[str, Path, Path]]:
     return out
 
 
-def items_for(entries, device: str, store: Path, options: dict):
-    from mini_kv.cluster.batch import BENCH, Item
-    from mini_kv.solexec.run import BenchOptions
+def run(entries, device: str, store: Path, options) -> dict[str, str]:
+    """{label: attempt dir} of one batch of (name, problem dir, solution.json); `options(name)`: its options."""
+    from throughput import bench_item, run_items_here
 
-    return [
-        Item(BENCH, name, str(problem), None,
-             BenchOptions(solution=str(sol), device=device, artifacts=str(store), **options), str(store))
-        for name, problem, sol in entries
-    ]  # fmt: skip
-
-
-def run(items) -> dict[str, str]:
-    """{label: attempt dir} of one batch."""
-    from mini_kv.cli_batch import run_items
-    from mini_kv.cluster.cluster import placement_from
-
-    where = placement_from(
-        argparse.Namespace(
-            gpus=None, workers=None, cluster=None, retries=2, tls_ca_file=None, tls_cert=None, tls_key=None
-        )
-    )
-    return {r.label: r.attempt for r in run_items(items, where)}
+    items = [bench_item(name, problem, sol, device, options(name), store) for name, problem, sol in entries]
+    return {r.label: r.attempt for r in run_items_here(items)}
 
 
 def p50s(attempt: str | None) -> tuple[dict[str, float], list[dict]]:
@@ -122,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         runs[label] = {}
         for e in entries:
-            runs[label].update(run(items_for([e], args.device, store / label, options)))
+            runs[label].update(run([e], args.device, store / label, lambda name: options))
         took[label] = round(time.perf_counter() - t0, 1)
     # the shipped solutions spread among the load, so that their timings overlap its builds and checks
     mixed, step = [], max(1, len(load) // max(1, len(entries)))
@@ -130,12 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         mixed += [*load[i * step : (i + 1) * step], e]
     mixed += load[len(entries) * step :]
     t0 = time.perf_counter()
-    where = store / "pipelined"
     runs["pipelined"] = run(
-        [
-            items_for([e], args.device, where, load_options if e[0].startswith("load:") else options)[0]
-            for e in mixed
-        ]
+        mixed,
+        args.device,
+        store / "pipelined",
+        lambda name: load_options if name.startswith("load:") else options,
     )
     took["pipelined"] = round(time.perf_counter() - t0, 1)
 

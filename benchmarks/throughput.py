@@ -286,24 +286,32 @@ def stage_seconds(phases: dict) -> dict[str, float]:
     return out
 
 
-def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None):
-    """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed)."""
-    from mini_kv.cli_batch import run_items
+def bench_item(name: str, problem: Path, solution: Path, device: str, options: dict, store: Path):
+    """One solution as a batch item (cluster.batch.Item), as `batch` makes it from a manifest."""
     from mini_kv.cluster.batch import BENCH, Item
-    from mini_kv.cluster.cluster import placement_from
     from mini_kv.solexec.run import BenchOptions
 
-    items = [
-        Item(BENCH, e.name, str(e.problem), None,
-             BenchOptions(solution=str(e.solution), device=device, artifacts=str(store), **options), str(store))
-        for e in entries
-    ]  # fmt: skip
+    opts = BenchOptions(solution=str(solution), device=device, artifacts=str(store), **options)
+    return Item(BENCH, name, str(problem), None, opts, str(store))
+
+
+def run_items_here(items: list, gpus: str | None = None) -> list:
+    """The items through `batch`'s evaluator: in this process, or on an embedded Dask cluster with `gpus`."""
+    from mini_kv.cli_batch import run_items
+    from mini_kv.cluster.cluster import placement_from
+
     where = placement_from(
         argparse.Namespace(
             gpus=gpus, workers=None, cluster=None, retries=2, tls_ca_file=None, tls_cert=None, tls_key=None
         )
     )
-    results = run_items(items, where)
+    return run_items(items, where)
+
+
+def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None):
+    """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed)."""
+    items = [bench_item(e.name, e.problem, e.solution, device, options, store) for e in entries]
+    results = run_items_here(items, gpus)
     stages: Counter = Counter()
     verdicts = {}
     for r in results:

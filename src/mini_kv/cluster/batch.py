@@ -83,10 +83,10 @@ def run_item(
 
     if switch_from_environment("interleave_reference", item.opts.interleave_reference):
         references = None
+    door, prep = (ready.door, ready.prep) if ready is not None else (door_of(item), None)
     if item.kind == VERIFY:
         from mini_kv.pipeline import VerifyResult, run_stages
 
-        door, prep = (ready.door, ready.prep) if ready is not None else (door_of(item), None)
         run = run_stages(door, progress, line, outbox, references, prepared=prep)
         detail = VerifyResult.of(door.cand.id, run)
         return ItemResult(
@@ -95,8 +95,7 @@ def run_item(
     from mini_kv.solexec.run import bench
 
     say = progress and (lambda msg, **_: progress(msg))
-    ahead = (ready.door, ready.prep) if ready is not None else None
-    detail = bench(item.target, item.opts, say, line, outbox, references, ready=ahead)
+    detail = bench(item.target, item.opts, say, line, outbox, references, ready=(door, prep))
     return ItemResult(BENCH, item.label, None, detail.status, detail.exit_code, detail.attempt, detail)
 
 

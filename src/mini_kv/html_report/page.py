@@ -265,16 +265,10 @@ def _latency_rows(a: Attempt, i: int, cid: str, rows: list, rows_chart: list) ->
                 ]
             )
             continue
-        word, bad = (
-            ("-", False)
-            if c.stable is None
-            else ("yes", False)
-            if c.stable
-            else (f"UNSTABLE: {c.unstable_why}", True)
-        )
+        word = "-" if c.stable is None else "yes" if c.stable else f"UNSTABLE: {c.unstable_why}"
         if c.throttled:  # its times read slow: the GPU held its clock back while it was timed
-            word, bad = f"{word}; GPU throttled ({c.throttled})", True
-        stable = Cell(word, "fail") if bad else word
+            word += f"; GPU throttled ({c.throttled})"
+        stable = Cell(word, "fail") if c.stable is False or c.throttled else word
         rows_chart.append((a.candidate, i, c))
         rows.append(
             [a.candidate, f"{c.method or '-'} / {c.timer or '-'}", c.l2 or "-", *_side_cells(c), stable]

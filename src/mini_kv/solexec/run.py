@@ -575,10 +575,11 @@ def bench(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
-    ready: tuple[SolDoor, Prepared] | None = None,
+    ready: tuple[SolDoor, Prepared | None] | None = None,
 ) -> BenchResult:
     """`references`: in a batch, the reference timings its solutions share (pipeline.ReferenceCache);
-    `ready`: the solution's door, prepared ahead (cluster.batch.evaluate_here)."""
+    `ready`: the solution's door made by the batch (cluster.batch.run_item), and what its `prepare`
+    returned where it was prepared ahead (evaluate_here), else None."""
     t0 = time.perf_counter()
     door, prep = ready if ready is not None else (sol_door(problem_dir, opts), None)
     say = progress and (lambda msg, **_: progress(msg))
