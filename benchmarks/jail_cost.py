@@ -1,7 +1,8 @@
 """What the jail (mini_kv.jail) costs: its start per child, and whole verify/bench runs side by side
 with another commit's mini_kv (default: fe16f55, main before the jail), measured in one run.
 
-    python benchmarks/jail_cost.py [--runs N] [--baseline COMMIT] [--skip-commands]
+    python benchmarks/jail_cost.py [--runs N] [--baseline COMMIT | --baseline-src DIR] [--device cpu|cuda]
+                                   [--skip-start] [--skip-commands]
 
 1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
    writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`):
@@ -9,9 +10,13 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
    (the memory_cap layer), the same without its CPU-time meter's cgroup (what the cpu_meter layer
    costs), and as a tool starts (through the Landlock prelude); and the same with a
    full `python` start (site-packages, no -I -S).
-2. commands: `verify` of every shipped candidate of tasks/vector_add.yaml on CPU, and `bench` of the
-   shipped custom_inputs_matmul solution on CPU, alternating baseline and this checkout, N rounds after
-   one untimed warm-up each (builds cached), medians of the wall time.
+2. commands: on CPU, `verify` of every shipped candidate of tasks/vector_add.yaml and `bench` of the
+   shipped custom_inputs_matmul solution; with `--device cuda`, `verify` of every candidate of
+   tasks/vector_add.yaml and `bench` of rmsnorm's shipped cuda_cpp and pytorch solutions on the GPU
+   (cold L2, as bench times SOL problems). Baseline and this checkout alternate, N rounds after one
+   untimed warm-up each (builds cached), medians of the wall time. `--baseline-src DIR`: the
+   baseline's `src/` already extracted (`git archive COMMIT src schemas | tar -x -C DIR/..`), for a
+   machine without the git history (the GPU machine gets a copy of the working tree only).
 
 Prints one JSON document (machine, date, figures). docs/measurements/jail.md keeps a run.
 """
@@ -103,7 +108,7 @@ def _baseline_src(commit: str, where: Path) -> Path:
     return where / "src"
 
 
-COMMANDS = {
+CPU_COMMANDS = {
     "verify vector_add (every candidate, cpu)": [
         "verify",
         "--task",
@@ -122,10 +127,21 @@ COMMANDS = {
         "cpu",
     ],
 }
+_RMSNORM = ["bench", "problems/sol-execbench/rmsnorm", "--device", "cuda", "--solution"]
+CUDA_COMMANDS = {
+    "verify vector_add (every candidate, cuda)": CPU_COMMANDS["verify vector_add (every candidate, cpu)"][:-1]
+    + ["cuda"],
+    "bench rmsnorm cuda_cpp (cuda)": [*_RMSNORM, "solutions/rmsnorm/cuda_cpp/solution.json"],
+    "bench rmsnorm pytorch (cuda)": [*_RMSNORM, "solutions/rmsnorm/pytorch/solution.json"],
+}
 
 
 def _run(src: Path, args: list[str], store: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # the version's src/ first; the rest of PYTHONPATH stays (the GPU machine's carried wheels)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
+    }
     t0 = time.perf_counter()
     res = subprocess.run(
         [sys.executable, "-m", "mini_kv", *args, "--artifacts", str(store)],
@@ -140,25 +156,28 @@ def _run(src: Path, args: list[str], store: Path) -> float:
     return elapsed
 
 
-def command_costs(runs: int, commit: str) -> dict:
+def command_costs(runs: int, commit: str, device: str, baseline_src: str | None) -> dict:
     out = {}
+    commands = CUDA_COMMANDS if device == "cuda" else CPU_COMMANDS
     with tempfile.TemporaryDirectory(prefix="mini-kv-jail-cost-") as tmp:
-        versions = {f"baseline {commit}": _baseline_src(commit, Path(tmp)), "this checkout": ROOT / "src"}
-        for name, args in COMMANDS.items():
+        base = Path(baseline_src).resolve() if baseline_src else _baseline_src(commit, Path(tmp))
+        versions = {f"baseline {commit}": base, "this checkout": ROOT / "src"}
+        for name, args in commands.items():
             times: dict[str, list[float]] = {v: [] for v in versions}
             for src in versions.values():  # untimed warm-up: builds cached, page cache warm
                 _run(src, args, Path(tmp) / "store")
             for _ in range(runs):
                 for label, src in versions.items():
                     times[label].append(_run(src, args, Path(tmp) / "store"))
+                    print(f"{name}: {label} {times[label][-1]:.2f} s", file=sys.stderr, flush=True)
             med = {v: statistics.median(xs) for v, xs in times.items()}
-            base, this = med[f"baseline {commit}"], med["this checkout"]
+            before, after = med[f"baseline {commit}"], med["this checkout"]
             out[name] = {
                 **{
                     v: {"median_s": round(m, 2), "runs_s": [round(x, 2) for x in times[v]]}
                     for v, m in med.items()
                 },
-                "ratio": round(this / base, 3),
+                "ratio": round(after / before, 3),
             }
     return out
 
@@ -166,7 +185,12 @@ def command_costs(runs: int, commit: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--baseline", default="fe16f55")
+    ap.add_argument(
+        "--baseline", default="fe16f55", help="the baseline commit (its name, with --baseline-src)"
+    )
+    ap.add_argument("--baseline-src", help="the baseline's src/, already extracted")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--skip-commands", action="store_true")
     ns = ap.parse_args()
     doc = {
@@ -174,10 +198,11 @@ def main() -> None:
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.release()}",
         "load_average": os.getloadavg(),
         "python": sys.version.split()[0],
-        "start": start_costs(max(ns.runs * 4, 21)),
     }
+    if not ns.skip_start:
+        doc["start"] = start_costs(max(ns.runs * 4, 21))
     if not ns.skip_commands:
-        doc["commands"] = command_costs(ns.runs, ns.baseline)
+        doc["commands"] = command_costs(ns.runs, ns.baseline, ns.device, ns.baseline_src)
     print(json.dumps(doc, indent=2))
 
 
