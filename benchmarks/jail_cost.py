@@ -2,7 +2,7 @@
 with another commit's mini_kv (default: fe16f55, main before the jail), measured in one run.
 
     python benchmarks/jail_cost.py [--runs N] [--baseline COMMIT | --baseline-src DIR] [--device cpu|cuda]
-                                   [--skip-start] [--skip-commands]
+                                   [--only TEXT] [--skip-start] [--skip-commands]
 
 1. start: from asking for a jailed child (`jail.popen`) until its interpreter runs (`python -I -S`
    writes a byte on a pipe), median of N, beside the same child started plainly (`subprocess.Popen`):
@@ -156,9 +156,9 @@ def _run(src: Path, args: list[str], store: Path) -> float:
     return elapsed
 
 
-def command_costs(runs: int, commit: str, device: str, baseline_src: str | None) -> dict:
+def command_costs(runs: int, commit: str, device: str, baseline_src: str | None, only: str = "") -> dict:
     out = {}
-    commands = CUDA_COMMANDS if device == "cuda" else CPU_COMMANDS
+    commands = {k: v for k, v in (CUDA_COMMANDS if device == "cuda" else CPU_COMMANDS).items() if only in k}
     with tempfile.TemporaryDirectory(prefix="mini-kv-jail-cost-") as tmp:
         base = Path(baseline_src).resolve() if baseline_src else _baseline_src(commit, Path(tmp))
         versions = {f"baseline {commit}": base, "this checkout": ROOT / "src"}
@@ -190,6 +190,7 @@ def main() -> None:
     )
     ap.add_argument("--baseline-src", help="the baseline's src/, already extracted")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--only", default="", help="only the commands whose name holds this text")
     ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--skip-commands", action="store_true")
     ns = ap.parse_args()
@@ -202,7 +203,7 @@ def main() -> None:
     if not ns.skip_start:
         doc["start"] = start_costs(max(ns.runs * 4, 21))
     if not ns.skip_commands:
-        doc["commands"] = command_costs(ns.runs, ns.baseline, ns.device, ns.baseline_src)
+        doc["commands"] = command_costs(ns.runs, ns.baseline, ns.device, ns.baseline_src, ns.only)
     print(json.dumps(doc, indent=2))
 
 
