@@ -284,9 +284,7 @@ class FrontDoor(Protocol):
     label: str | None = None  # progress messages' prefix (None: SOL workloads)
     skipped_benchmark: bool = False
 
-    # options checked, device, environment, salt, sandbox; `ahead`: while another item may be timing on
-    # the device (a batch's next item), so nothing here may touch the GPU (prepare_bandwidth, no CUPTI warm-up)
-    def prepare(self, ahead: bool = False) -> Prepared: ...
+    def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
     def first_child(self) -> ChildRun | None:
@@ -375,13 +373,11 @@ def run_stages(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
-    prepared: Prepared | None = None,
 ) -> Run:
     """prepare -> build -> the worker job (progress events) -> headline and exit code -> regression gate ->
     attempt -> index, with `door`'s parts; `progress(msg, completed=, total=)` and `line(text)` as verify's.
     `outbox`: write the attempt there and leave the index alone (a cluster worker: the client stores it).
-    `references`: in a batch, the reference timings the job re-checks instead of timing again, and keeps.
-    `prepared`: what `door.prepare()` already returned (a batch prepares the next item ahead)."""
+    `references`: in a batch, the reference timings the job re-checks instead of timing again, and keeps."""
     from mini_kv.judge.regression import exit_code_for
     from mini_kv.store.index import IndexUnusable, update_index
 
@@ -393,7 +389,7 @@ def run_stages(
     say = progress or (lambda msg, **_: None)
     scratch = tempfile.mkdtemp(prefix="mini-kv-run-")  # this run's worker log, removed at the end
     try:
-        prep = prepared if prepared is not None else door.prepare()
+        prep = door.prepare()
         lap("prepared_s")
         built = door.build(prep, say)
         lap("built_s")
@@ -650,16 +646,9 @@ STATUS_CODES = {
 }
 
 
-class NotAhead(Exception):
-    """A door that cannot be prepared while another item times on the device: prepared in its own turn."""
-
-
-def prepare_bandwidth(root: Path, env: Environment, device: str, ahead: bool):
+def prepare_bandwidth(root: Path, env: Environment, device: str):
     """The device's measured memory bandwidth (worker.bandwidth.ensure: cached per environment, else
-    measured by a probe on the device). `ahead`: only a cached one, since a probe would run on the GPU
-    beside another item's timing (NotAhead)."""
-    if ahead and device.startswith("cuda") and bandwidth.load_cached(root, env.key) is None:
-        raise NotAhead(f"the memory bandwidth of {device} is not measured yet")
+    measured by a probe on the device)."""
     return bandwidth.ensure(root, env.key, device)
 
 
@@ -675,7 +664,7 @@ class CardDoor(FrontDoor):
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
 
-    def prepare(self, ahead: bool = False) -> Prepared:
+    def prepare(self) -> Prepared:
         card, opts = self.card, self.opts
         root = Path(card.project_root)
         # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0. A device
@@ -694,8 +683,7 @@ class CardDoor(FrontDoor):
         # the worker (a fresh jailed process) imports torch while this process imports it too (the card's
         # modules and the environment record need it) and builds: started before its job is known
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
-        # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
-        warm = not ahead and (device or "cuda").startswith("cuda") and not opts.skip_benchmark
+        warm = (device or "cuda").startswith("cuda") and not opts.skip_benchmark  # no CUDA: a no-op
         self.warm = ChildRun(
             None,
             os.path.join(self.scratch, "worker.log"),
@@ -713,7 +701,7 @@ class CardDoor(FrontDoor):
         env = environment.collect(tag=opts.env_tag)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         # (a probe is a child of its own: its torch import, not its copies, overlaps the worker's start)
-        env = env.measured(None if opts.skip_benchmark else prepare_bandwidth(root, env, device, ahead))
+        env = env.measured(None if opts.skip_benchmark else prepare_bandwidth(root, env, device))
         return Prepared(
             device,
             env,

@@ -74,20 +74,18 @@ def run_item(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
-    ready: Ready | None = None,
 ) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here. `references`: the
-    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving. `ready`:
-    the item's door, prepared ahead (evaluate_here)."""
+    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving."""
     from mini_kv.settings import switch_from_environment
 
     if switch_from_environment("interleave_reference", item.opts.interleave_reference):
         references = None
-    door, prep = (ready.door, ready.prep) if ready is not None else (door_of(item), None)
+    door = door_of(item)
     if item.kind == VERIFY:
         from mini_kv.pipeline import VerifyResult, run_stages
 
-        run = run_stages(door, progress, line, outbox, references, prepared=prep)
+        run = run_stages(door, progress, line, outbox, references)
         detail = VerifyResult.of(door.cand.id, run)
         return ItemResult(
             VERIFY, item.label, door.cand.id, run.summary["status"], run.code, str(run.attempt), detail
@@ -95,7 +93,7 @@ def run_item(
     from mini_kv.solexec.run import bench
 
     say = progress and (lambda msg, **_: progress(msg))
-    detail = bench(item.target, item.opts, say, line, outbox, references, ready=(door, prep))
+    detail = bench(item.target, item.opts, say, line, outbox, references, door=door)
     return ItemResult(BENCH, item.label, None, detail.status, detail.exit_code, detail.attempt, detail)
 
 
@@ -110,34 +108,6 @@ def door_of(item: Item):
     from mini_kv.solexec.run import sol_door
 
     return sol_door(item.target, item.opts)
-
-
-@dataclass
-class Ready:
-    """An item's door and what its `prepare(ahead=True)` returned: its worker (judge and subject) started
-    and loading torch while the item before it is evaluated, touching nothing on the GPU (no CUDA
-    context, no bandwidth probe) until its own turn."""
-
-    door: object
-    prep: object
-
-    @classmethod
-    def ahead(cls, item: Item) -> Ready | None:
-        """`item` prepared now; None where that fails (the item's own run then meets the error as it would
-        unprepared: prepared again, in its turn)."""
-        door = None
-        try:
-            door = door_of(item)
-            return cls(door, door.prepare(ahead=True))
-        except BaseException as exc:  # an error is reported by the item's own run, in its turn
-            if door is not None:  # its worker ends, whatever stopped it (Ctrl-C too)
-                door.close()
-            if not isinstance(exc, Exception):
-                raise
-            return None
-
-    def close(self) -> None:
-        self.door.close()
 
 
 def item_key(item: Item) -> tuple[str, str, str]:
@@ -389,12 +359,13 @@ def build_item(item: Item) -> CompileRecord | None:
 
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
-    item's build starts at once on all cores (cluster.prebuild) and the next item is prepared (its judge
-    and subject started: Python and torch; no candidate code, nothing on the GPU) before an item is
-    evaluated, so its start-up runs while the GPU checks and times the one before; at most one
-    evaluation, so one timing, is on the GPU at any moment. The reference of each case is timed in full
-    once for all the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the
-    generator early cancels the builds not yet started and ends the prepared item's worker."""
+    item's build starts at once on all cores (cluster.prebuild) while the GPU checks and times the items
+    before it; each item's judge and subject start in its own turn, never beside another item's timing
+    (their start, Python and torch, shifted the reference re-checks of small kernels on an H100 by more
+    than the drift band: docs/measurements/gpu-gate-h200.md). At most one evaluation, so one timing, is
+    on the GPU at any moment. The reference of each case is timed in full once for all the items
+    (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early cancels the
+    builds not yet started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -405,19 +376,13 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
-    ready: Ready | None = None
     try:
-        for i, (item, build) in enumerate(zip(items, builds, strict=True)):
-            now, ready = ready, None
-            if ahead and i + 1 < len(items):
-                ready = Ready.ahead(items[i + 1])
+        for item, build in zip(items, builds, strict=True):
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, run_item(item, progress, line, references=references, ready=now)
+            yield item, run_item(item, progress, line, references=references)
     finally:
-        if ready is not None:  # stopped early (-x, Ctrl-C, an error): its worker ends unused
-            ready.close()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -371,15 +371,14 @@ class SolDoor(FrontDoor):
         self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
-    def prepare(self, ahead: bool = False) -> Prepared:
+    def prepare(self) -> Prepared:
         opts = self.opts
         if self.cand.group == "cpp" or not opts.artifacts:
             bench_project_root(opts)  # before anything runs: where the build and the attempt will go
         self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
         # and the build (seconds each on a GPU machine)
-        # (not ahead: CUPTI's warm-up makes a CUDA context, which waits for the job then)
-        warm = not ahead and opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
+        warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
         sandbox = jail.resolve(opts.sandbox)
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
@@ -395,7 +394,7 @@ class SolDoor(FrontDoor):
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
-        env = env.measured(prepare_bandwidth(root, env, device, ahead) if root is not None else None)
+        env = env.measured(prepare_bandwidth(root, env, device) if root is not None else None)
         return Prepared(
             device,
             env,
@@ -575,15 +574,14 @@ def bench(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
-    ready: tuple[SolDoor, Prepared | None] | None = None,
+    door: SolDoor | None = None,
 ) -> BenchResult:
     """`references`: in a batch, the reference timings its solutions share (pipeline.ReferenceCache);
-    `ready`: the solution's door made by the batch (cluster.batch.run_item), and what its `prepare`
-    returned where it was prepared ahead (evaluate_here), else None."""
+    `door`: the solution's door made by the batch (cluster.batch.run_item), else made here."""
     t0 = time.perf_counter()
-    door, prep = ready if ready is not None else (sol_door(problem_dir, opts), None)
+    door = door if door is not None else sol_door(problem_dir, opts)
     say = progress and (lambda msg, **_: progress(msg))
-    run = run_stages(door, say, line, outbox, references, prepared=prep)
+    run = run_stages(door, say, line, outbox, references)
     cases = run.out.results.cases
     return BenchResult(
         traces=tuple(run.out.detail["traces"]),
