@@ -646,12 +646,6 @@ STATUS_CODES = {
 }
 
 
-def prepare_bandwidth(root: Path, env: Environment, device: str):
-    """The device's measured memory bandwidth (worker.bandwidth.ensure: cached per environment, else
-    measured by a probe on the device)."""
-    return bandwidth.ensure(root, env.key, device)
-
-
 class CardDoor(FrontDoor):
     """verify's part of the stages (run_stages): a task card's candidate."""
 
@@ -701,7 +695,7 @@ class CardDoor(FrontDoor):
         env = environment.collect(tag=opts.env_tag)
         # the roofline's memory ceiling: measured once per environment, cached, kept in environment.json
         # (a probe is a child of its own: its torch import, not its copies, overlaps the worker's start)
-        env = env.measured(None if opts.skip_benchmark else prepare_bandwidth(root, env, device))
+        env = env.measured(None if opts.skip_benchmark else bandwidth.ensure(root, env.key, device))
         return Prepared(
             device,
             env,

@@ -30,7 +30,6 @@ from mini_kv.pipeline import (
     Outcome,
     Prepared,
     ReferenceCache,
-    prepare_bandwidth,
     run_stages,
     worker_spec,
 )
@@ -44,6 +43,7 @@ from mini_kv.solexec.solution import load_solution
 from mini_kv.solexec.workload import DATA_ROOT_VAR, Workload, extra_workloads, load_workloads
 from mini_kv.status import BuildStatus, Status, violation_status
 from mini_kv.store.records import SOL_FORMAT
+from mini_kv.worker import bandwidth
 from mini_kv.worker.jobs import SolJob
 
 UNAVAILABLE = "unavailable here: "
@@ -394,7 +394,7 @@ class SolDoor(FrontDoor):
         salt = opts.seed_salt if opts.seed_salt is not None else secrets.token_hex(16)
         stage_sources(self.cand, self.staging / "solution")
         # the roofline's memory ceiling (cached per environment), for the impossible-time floor (solexec.floor)
-        env = env.measured(prepare_bandwidth(root, env, device) if root is not None else None)
+        env = env.measured(bandwidth.ensure(root, env.key, device) if root is not None else None)
         return Prepared(
             device,
             env,
