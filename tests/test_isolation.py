@@ -77,3 +77,44 @@ def test_a_forged_record_reaches_no_channel(cli, tmp_path):
     assert case["status"] == "PASSED" and "calls" in case, case
     assert not [i for i in corr["incidents"] if i.get("integrity") == "FORGED_RESULT_CHANNEL"]
     assert res.returncode == ExitCode.OK, summary
+
+
+class _ScriptedChild:
+    """A child whose events are scripted; it notes the time budget of each wait."""
+
+    def __init__(self, events):
+        self.events, self.budgets = list(events), []
+
+    def next_event(self, budget):
+        self.budgets.append(budget)
+        return self.events.pop(0)
+
+
+def test_a_childs_load_and_first_contract_check_get_the_harness_allowances(tmp_path):
+    """The runner holds each step to the per-case timeout, with torch's and the harness's own time on
+    top where a child spends it: its load stage (every child's, a fresh one after a crash too) and its
+    first contract check. A load that hangs still ends, after both."""
+    from types import SimpleNamespace
+
+    from mini_kv import runner
+    from mini_kv.settings import DEFAULTS
+    from mini_kv.worker.jobs import Event
+
+    job = SimpleNamespace(cases=[{"id": "a"}, {"id": "b"}], contract=["opcheck"])
+    run = runner._WorkerRun(job, 2.0, 1e6, str(tmp_path / "log"), None, None, SimpleNamespace(record=dict))
+    load, contract = 2.0 + DEFAULTS.load_s, 2.0 + DEFAULTS.contract_import_s
+    first = _ScriptedChild(
+        [
+            {"event": Event.LOAD, "ok": True},
+            {"event": Event.BEGIN, "stage": "correctness", "case": "a"},
+            {"event": Event.CASE, "record": {"id": "a"}},
+            {"event": Event.BEGIN, "stage": "contract", "case": None},
+            {"event": Event.CONTRACT, "name": "opcheck", "record": {}},
+            {"event": Event.BEGIN, "stage": "correctness", "case": "b"},
+            "timeout",
+        ]
+    )
+    assert run._read(first) == ("timeout", 2.0)
+    assert first.budgets == [load, 2.0, 2.0, 2.0, contract, 2.0, 2.0]
+    fresh = _ScriptedChild(["timeout"])  # the next child hangs while loading
+    assert run._read(fresh) == ("timeout", load)

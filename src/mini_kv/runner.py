@@ -495,10 +495,14 @@ class _WorkerRun:
         """Handle the child's events until it is done, stops or times out: (outcome, time budget)."""
         self.current = None
         self._mark_log()
-        first_contract = True  # this child has not yet imported torch's compiler stack (contract_import_s)
+        # torch's and the harness's own time in this child, allowed on top of the per-case timeout: its
+        # load stage (load_s) and its first contract check (contract_import_s)
+        loading, first_contract = True, True
         while True:
             per_case = self.case_timeout
-            if first_contract and self.current is not None and self.current[0] == "contract":
+            if loading:
+                per_case += DEFAULTS.load_s
+            elif first_contract and self.current is not None and self.current[0] == "contract":
                 per_case += DEFAULTS.contract_import_s
             budget = min(per_case, max(0.0, self.stage_timeout - (time.monotonic() - self.started)))
             ev = child.next_event(budget)
@@ -509,6 +513,7 @@ class _WorkerRun:
             if self.on_event is not None:
                 self.on_event(ev)
             kind = ev.get("event")
+            loading = loading and kind != Event.LOAD
             first_contract = first_contract and kind != Event.CONTRACT
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:

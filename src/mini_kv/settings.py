@@ -74,6 +74,10 @@ class Settings:
     # (torch._dynamo, the AOT tests: 6 s of CPU on a 2-core machine at load 2): torch's time, not the
     # candidate's, so that check gets this much on top of the per-case timeout.
     contract_import_s: float = 60.0
+    # A child's load stage runs harness code beside the candidate's: the judge imports the card's
+    # reference and input factory, the subject loads the build under its Guard (seconds on a loaded
+    # 2-core host), so loading gets this much on top of the per-case timeout. A load that hangs costs both.
+    load_s: float = 30.0
     bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
     ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
     # The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling"). GPU:
