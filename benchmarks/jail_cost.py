@@ -18,6 +18,15 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
    baseline's `src/` already extracted (`git archive COMMIT src schemas | tar -x -C DIR/..`), for a
    machine without the git history (the GPU machine gets a copy of the working tree only).
 
+3. bytecode: a jailed child importing torch and opcheck's compiler stack (what a worker's subject
+   does for a card), median of N: where the environment keeps no bytecode (an empty
+   `PYTHONPYCACHEPREFIX`, as on an image that sets PYTHONDONTWRITEBYTECODE and ships none), and from
+   mini_kv's cache once `pycache.warm_for_children` has written it (`--skip-bytecode` leaves it out).
+
+Each version runs in a project of its own (a copy of tasks/, problems/, solutions/, with its own
+`.build/`): versions that record builds differently would otherwise discard each other's cache entries
+and rebuild on every run.
+
 Prints one JSON document (machine, date, figures). docs/measurements/jail.md keeps a run.
 """
 
@@ -29,6 +38,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,6 +109,31 @@ def start_costs(runs: int) -> dict:
     return out
 
 
+def bytecode_costs(runs: int) -> dict:
+    """A jailed child's imports without bytecode and from mini_kv's warmed cache (module docstring, 3)."""
+    from mini_kv import pycache
+
+    code = "import torch, torch._dynamo, torch.testing._internal.optests"
+    info, spec, out = jail.probe(), jail.JailSpec(), {}
+    with tempfile.TemporaryDirectory(prefix="mini-kv-bytecode-") as tmp:
+        for label, where in (("no bytecode", "empty"), ("mini_kv's warmed cache", "cache")):
+            prefix = Path(tmp) / where
+            prefix.mkdir()
+            with mock.patch.object(sys, "pycache_prefix", str(prefix)):
+                if where == "cache":
+                    with mock.patch.object(sys, "dont_write_bytecode", False):
+                        pycache.warm_for_children.__wrapped__()
+                xs = []
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    res = jail.run([sys.executable, "-c", code], spec, info, timeout=600)
+                    if res.returncode != 0:
+                        raise SystemExit(f"the jailed import failed ({label}):\n{res.output[-3000:]}")
+                    xs.append(time.perf_counter() - t0)
+            out[label] = {"median_s": round(statistics.median(xs), 2), "runs_s": [round(x, 2) for x in xs]}
+    return out
+
+
 def _baseline_src(commit: str, where: Path) -> Path:
     """The baseline commit's src/ and schemas/ (git archive); both versions run on this checkout's files."""
     archive = subprocess.run(
@@ -136,7 +171,17 @@ CUDA_COMMANDS = {
 }
 
 
-def _run(src: Path, args: list[str], store: Path) -> float:
+def _project(where: Path) -> Path:
+    """A project of its own for one version: the inputs the commands name, and its own .build/."""
+    where.mkdir(parents=True)
+    for d in ("tasks", "problems", "solutions", "candidates"):
+        if (ROOT / d).exists():
+            shutil.copytree(ROOT / d, where / d, symlinks=True)
+    shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
+    return where
+
+
+def _run(src: Path, args: list[str], store: Path, project: Path = ROOT) -> float:
     # the version's src/ first; the rest of PYTHONPATH stays (the GPU machine's carried wheels)
     env = {
         **os.environ,
@@ -145,7 +190,7 @@ def _run(src: Path, args: list[str], store: Path) -> float:
     t0 = time.perf_counter()
     res = subprocess.run(
         [sys.executable, "-m", "mini_kv", *args, "--artifacts", str(store)],
-        cwd=ROOT,
+        cwd=project,
         env=env,
         capture_output=True,
         text=True,
@@ -162,13 +207,14 @@ def command_costs(runs: int, commit: str, device: str, baseline_src: str | None,
     with tempfile.TemporaryDirectory(prefix="mini-kv-jail-cost-") as tmp:
         base = Path(baseline_src).resolve() if baseline_src else _baseline_src(commit, Path(tmp))
         versions = {f"baseline {commit}": base, "this checkout": ROOT / "src"}
+        projects = {v: _project(Path(tmp) / f"project-{i}") for i, v in enumerate(versions)}
         for name, args in commands.items():
             times: dict[str, list[float]] = {v: [] for v in versions}
-            for src in versions.values():  # untimed warm-up: builds cached, page cache warm
-                _run(src, args, Path(tmp) / "store")
+            for label, src in versions.items():  # untimed warm-up: builds cached, page cache warm
+                _run(src, args, projects[label] / "artifacts", projects[label])
             for _ in range(runs):
                 for label, src in versions.items():
-                    times[label].append(_run(src, args, Path(tmp) / "store"))
+                    times[label].append(_run(src, args, projects[label] / "artifacts", projects[label]))
                     print(f"{name}: {label} {times[label][-1]:.2f} s", file=sys.stderr, flush=True)
             med = {v: statistics.median(xs) for v, xs in times.items()}
             before, after = med[f"baseline {commit}"], med["this checkout"]
@@ -193,6 +239,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="only the commands whose name holds this text")
     ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--skip-commands", action="store_true")
+    ap.add_argument("--skip-bytecode", action="store_true")
     ns = ap.parse_args()
     doc = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -202,6 +249,8 @@ def main() -> None:
     }
     if not ns.skip_start:
         doc["start"] = start_costs(max(ns.runs * 4, 21))
+    if not ns.skip_bytecode:
+        doc["bytecode"] = bytecode_costs(ns.runs)
     if not ns.skip_commands:
         doc["commands"] = command_costs(ns.runs, ns.baseline, ns.device, ns.baseline_src, ns.only)
     print(json.dumps(doc, indent=2))

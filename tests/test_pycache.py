@@ -92,3 +92,69 @@ def test_off_keeps_none_and_doctor_says_so(monkeypatch):
     assert res.returncode == 0, res.stderr
     row = next(r for r in json.loads(res.stdout) if r["name"] == "bytecode")
     assert not row["ok"] and row["value"].startswith("not kept")
+
+
+@pytest.fixture
+def shared_cache(monkeypatch):
+    """A bytecode cache this process keeps, readable by a jail that runs under a uid of its own (as
+    root's default under /var/cache is), warmed for one small module instead of torch's thousands."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="mini-kv-pyc-", dir="/var/tmp"))
+    where.chmod(0o755)
+    monkeypatch.setattr(sys, "pycache_prefix", str(where))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(pycache, "CHILD_MODULES", ("json.tool",))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def test_the_children_modules_are_warmed_once(shared_cache, monkeypatch):
+    assert pycache.warm_for_children.__wrapped__()
+    cached = list(shared_cache.rglob("tool.cpython-*.pyc"))
+    assert cached and "json" in str(cached[0]), sorted(shared_cache.rglob("*"))
+    assert list(shared_cache.glob("mini-kv-children-*"))
+
+    def no_second_run(*a, **k):
+        raise AssertionError("warmed again")
+
+    monkeypatch.setattr(pycache.subprocess, "run", no_second_run)
+    assert pycache.warm_for_children.__wrapped__()
+
+
+ATTACK = """
+import json.tool, os, sys
+print(json.dumps({"prefix": sys.pycache_prefix, "cached": json.tool.__cached__,
+                  "found": os.path.exists(json.tool.__cached__)}))
+for how in ("plant", "replace"):
+    try:
+        if how == "plant":  # bytecode for a module the next run imports
+            open(os.path.join(sys.pycache_prefix, "planted.pyc"), "wb").write(b"x")
+        else:  # the warmed bytecode itself, which a judge would execute
+            open(json.tool.__cached__, "r+b").write(b"x")
+        print(how, "WROTE")
+    except OSError as exc:
+        print(how, "refused", type(exc).__name__)
+"""
+
+
+def test_a_jailed_child_reads_the_cache_and_cannot_write_it(shared_cache):
+    """A candidate's process (root in its namespaces) tries to plant bytecode in the cache and to
+    overwrite what the trusted warm-up wrote: both refused, while its imports use the cache."""
+    from mini_kv import jail
+
+    info = jail.resolve("auto")
+    if not info.enabled:
+        pytest.skip(f"no jail here: {info.reason}")
+    assert pycache.warm_for_children.__wrapped__()
+    before = {p: p.read_bytes() for p in shared_cache.rglob("*.pyc")}
+    res = jail.run([sys.executable, "-c", ATTACK], jail.JailSpec(), info, timeout=120)
+    assert res.returncode == 0, res.output
+    seen, *tries = res.stdout.strip().splitlines()
+    seen = json.loads(seen)
+    assert seen["prefix"] == str(shared_cache) and seen["found"], seen
+    assert seen["cached"].startswith(str(shared_cache)), seen
+    assert [t.split()[:2] for t in tries] == [["plant", "refused"], ["replace", "refused"]], tries
+    assert {p: p.read_bytes() for p in shared_cache.rglob("*.pyc")} == before
+    assert not (shared_cache / "planted.pyc").exists()

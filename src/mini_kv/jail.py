@@ -772,7 +772,13 @@ def read_paths(spec: JailSpec) -> list[str]:
     cuda = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
     found = [p for p in [*tools, *tool_prefixes()] if not _shows_too_much(p)]
-    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *found, *extra]
+    return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *bytecode_cache(), *found, *extra]
+
+
+def bytecode_cache() -> list[str]:
+    """mini_kv's bytecode cache where this process keeps one (mini_kv.pycache): read-only inside, so
+    jailed Python processes start from its bytecode and no candidate can write any."""
+    return [sys.pycache_prefix] if sys.pycache_prefix and os.path.isdir(sys.pycache_prefix) else []
 
 
 def _shows_too_much(path: str) -> bool:
@@ -865,6 +871,8 @@ def environment(base: dict | None, spec: JailSpec) -> dict:
     src = os.environ if base is None else base
     env = {k: v for k, v in src.items() if k in ENV_ALLOWED or k.startswith(ENV_PREFIXES)}
     env.update(ENV_SCRATCH)
+    for cache in bytecode_cache():
+        env["PYTHONPYCACHEPREFIX"] = cache
     path = [os.path.dirname(sys.executable), *env.get("PATH", "/usr/bin:/bin").split(os.pathsep)]
     visible = read_paths(spec)
     env["PATH"] = os.pathsep.join(

@@ -9,22 +9,49 @@ beside the sources (`PYTHONPYCACHEPREFIX`); a command redirects it there, so not
 the trees the environment protects. Python checks each cached file against its source's size and
 modification time, so an upgraded package is compiled again, never run stale.
 
+Jailed processes (the worker's judge and subject, builds) read the cache and never write it: the
+jail shows it read-only (jail.environment, jail.read_paths), so no candidate can plant bytecode that
+another run would execute. What they import beyond a command's own process (the worker's modules,
+torch's compiler stack for opcheck: 14 s to compile from source on the H100 image) is written by
+`warm_for_children`, once: a trusted process that imports only the environment's and mini_kv's modules.
+
 `MINI_KV_PYCACHE` names the directory (default: `$XDG_CACHE_HOME/mini-kv/pycache`, else
-`~/.cache/mini-kv/pycache`); `MINI_KV_PYCACHE=off` keeps the environment's choice. An environment
-that writes bytecode already, or sets its own `PYTHONPYCACHEPREFIX`, is left as it is.
+`~/.cache/mini-kv/pycache`; as root `/var/cache/mini-kv/pycache`, which a jail running under a uid of
+its own can read); `MINI_KV_PYCACHE=off` keeps the environment's choice. An environment that writes
+bytecode already, or sets its own `PYTHONPYCACHEPREFIX`, is left as it is.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 ENV = "MINI_KV_PYCACHE"
 OFF = ("0", "off", "no", "false")
+# What a worker child imports besides what the command's own process does, warmed for jailed children.
+CHILD_MODULES = (
+    "mini_kv.worker.child",
+    "mini_kv.worker.subject",
+    "mini_kv.worker.formats",
+    "mini_kv.worker.contract",
+    "mini_kv.worker.timing",
+    "torch._dynamo",
+    "torch.testing._internal.optests",
+    "torch.utils.cpp_extension",
+    "triton.language",
+)
+_WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    try: importlib.import_module(m)\n    except Exception: pass\n"
 
 
 def default_dir() -> Path:
+    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        # root's home is closed to others; a jail that drops to a uid of its own reads the cache here
+        return Path("/var/cache/mini-kv/pycache")
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mini-kv" / "pycache"
 
@@ -48,10 +75,10 @@ def redirect() -> Path | None:
     if where is None:
         return None
     try:
-        where.mkdir(parents=True, exist_ok=True)
+        where.mkdir(mode=0o755, parents=True, exist_ok=True)
     except OSError:
         return None
-    if not os.access(where, os.W_OK | os.X_OK):
+    if not _ours(where):
         return None
     sys.pycache_prefix = str(where)
     sys.dont_write_bytecode = False
@@ -70,3 +97,66 @@ def describe() -> tuple[str, bool]:
     if not sys.dont_write_bytecode:
         return "kept beside the sources (__pycache__)", True
     return "not kept: every start compiles the sources it imports", False
+
+
+def _ours(where: Path) -> bool:
+    """Only a directory this user owns and nobody else may write: bytecode found there is executed."""
+    try:
+        st = where.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o022:  # ours, left open by an earlier umask
+            os.chmod(where, st.st_mode & ~0o022 & 0o7777)
+            st = where.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022 and os.access(where, os.W_OK | os.X_OK)
+
+
+@functools.cache
+def warm_for_children(timeout: float = 600.0) -> bool:
+    """Bytecode for CHILD_MODULES in this process's cache (redirect's), written once per environment by
+    a trusted child that imports them, so that jailed children, which only read the cache, do not
+    compile them on every start. True where it is there (or nothing needs it); a failure only costs
+    the compile it would have saved."""
+    prefix = sys.pycache_prefix
+    if not prefix or sys.dont_write_bytecode:
+        return True  # bytecode beside the sources, or none kept at all: nothing to warm
+    stamp = Path(prefix) / f"mini-kv-children-{_environment_digest()}"
+    if stamp.exists():
+        return True
+    from filelock import FileLock
+
+    with FileLock(str(Path(prefix) / ".children.lock")):
+        if stamp.exists():
+            return True
+        print(f"mini_kv: writing Python bytecode for jailed workers to {prefix} (once)", file=sys.stderr)
+        try:  # -P: nothing of the working directory on sys.path; only the environment's modules import
+            res = subprocess.run(
+                [sys.executable, "-P", "-c", _WARM, *CHILD_MODULES],
+                cwd=prefix,
+                env={**_writing(os.environ), "PYTHONPYCACHEPREFIX": prefix},
+                capture_output=True,
+                timeout=timeout,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        if res.returncode != 0:
+            return False
+        stamp.write_text("")
+        return True
+
+
+def _writing(env) -> dict:
+    """`env` without the variable that forbids writing bytecode."""
+    return {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _environment_digest() -> str:
+    """The interpreter, its module path and the versions of the packages the children import."""
+    versions = []
+    for dist in ("torch", "triton", "mini_kv"):
+        try:
+            versions.append(f"{dist}={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{dist}=none")
+    text = "\n".join([sys.version, *sys.path, *versions, *CHILD_MODULES])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

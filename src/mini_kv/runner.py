@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mini_kv import jail
+from mini_kv import jail, pycache
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.settings import DEFAULTS
@@ -174,6 +174,7 @@ class ChildRun:
         return mine.detach(), theirs.detach()
 
     def _start(self) -> None:
+        pycache.warm_for_children()  # once per environment: what jailed children import, compiled
         self.fd, write_fd = self._channel()
         argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
         try:
