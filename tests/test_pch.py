@@ -64,8 +64,15 @@ def test_an_existing_header_is_used_without_rebuilding(tmp_path, monkeypatch):
     stub = final / "mini_kv_pch_ATen_ATen_h.h"
     final.mkdir(parents=True)
     Path(f"{stub}.gch").write_bytes(b"")
+    stub.write_text("#include <ATen/ATen.h>\n")
+    # as an earlier mini_kv left it (mkdtemp's 0700, files 0600): opened to the jail's own uid, whose
+    # build otherwise failed on a missing `-include`
+    for p, mode in ((final, 0o700), (stub, 0o600), (Path(f"{stub}.gch"), 0o600)):
+        p.chmod(mode)
     monkeypatch.setattr(pch, "_make", lambda *a: (_ for _ in ()).throw(AssertionError("rebuilt")))
     assert pch.pch_cflags(str(root), [*host, "k.cu"], ["-O3"]) == ["-include", str(stub)]
+    assert final.stat().st_mode & 0o005 == 0o005
+    assert all(p.stat().st_mode & 0o004 for p in (stub, Path(f"{stub}.gch")))
 
 
 def test_a_failed_or_killed_header_build_leaves_no_dirs_behind(tmp_path):

@@ -156,5 +156,12 @@ def pch_cflags(
         with FileLock(str(final) + ".lock"):
             if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log, sandbox):
                 return []
+    # a header an earlier mini_kv made (mkdtemp: 0700, not yet opened) is invisible to a jail that runs
+    # as a uid of its own: the build failed on the missing `-include`
+    from mini_kv import jail
+
+    for path in (root, final, stub, Path(f"{stub}.gch")):
+        if path.exists():
+            jail.open_to_jail(path)
     # ninja passes cflags to a shell unquoted: a path it would split is not offered
     return ["-include", str(stub)] if _SAFE_PATH.fullmatch(str(stub)) else []
