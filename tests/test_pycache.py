@@ -158,3 +158,20 @@ def test_a_jailed_child_reads_the_cache_and_cannot_write_it(shared_cache):
     assert [t.split()[:2] for t in tries] == [["plant", "refused"], ["replace", "refused"]], tries
     assert {p: p.read_bytes() for p in shared_cache.rglob("*.pyc")} == before
     assert not (shared_cache / "planted.pyc").exists()
+
+
+def test_with_the_jail_off_a_child_reads_the_cache_and_writes_none(shared_cache):
+    """`--sandbox off`: a candidate's process would otherwise leave its modules' bytecode (or anything
+    compiled on its path) in the cache that later judges import from."""
+    import subprocess as sp
+
+    from mini_kv import jail
+
+    code = "import sys, os; print(sys.pycache_prefix, sys.dont_write_bytecode)"
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(shared_cache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a command leaves it after pycache.redirect
+    proc = jail.popen(
+        [sys.executable, "-c", code], jail.JailSpec(), jail.off("test"), env=env, stdout=sp.PIPE
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert out.decode().split() == [str(shared_cache), "True"]

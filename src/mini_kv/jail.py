@@ -1067,7 +1067,10 @@ def _copy_regular(src: Path, dest: Path) -> None:
 
 
 def _popen_unjailed(cmd: list[str], env: dict | None, **kwargs) -> subprocess.Popen:
-    """The jail is off: `cmd` as it would run without mini_kv's jail (no rlimits), in its own session."""
+    """The jail is off: `cmd` as it would run without mini_kv's jail (no rlimits), in its own session.
+    It reads the bytecode cache and writes none there (nothing of a candidate's is cached by accident;
+    one that means to write it can, with the jail off)."""
+    env = {**(os.environ if env is None else env), "PYTHONDONTWRITEBYTECODE": "1"}
     launch = _launcher(Limits(), False, [], None)
     if launch is None:
         return Jailed(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
