@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -151,12 +152,14 @@ def _writing(env) -> dict:
 
 
 def _environment_digest() -> str:
-    """The interpreter, its module path and the versions of the packages the children import."""
-    versions = []
+    """The interpreter and where and which version each package the children import is (not sys.path,
+    whose first entry is the working directory: every project would warm again)."""
+    parts = [sys.version, sys.prefix, *CHILD_MODULES]
     for dist in ("torch", "triton", "mini_kv"):
+        spec = importlib.util.find_spec(dist)  # a top-level name: found, not imported
         try:
-            versions.append(f"{dist}={importlib.metadata.version(dist)}")
+            version = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{dist}=none")
-    text = "\n".join([sys.version, *sys.path, *versions, *CHILD_MODULES])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+            version = None
+        parts.append(f"{dist}={version} at {spec.origin if spec else None}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
