@@ -345,6 +345,8 @@ def test_piped_verify_at_80_columns_prints_progress_and_whole_ids(tmp_path):
             "verify",
             "--task",
             "tasks/vector_add.yaml",
+            "--candidate",  # one: the test reads its output, the other candidates add only builds
+            "v0_naive",
             "--device",
             "cpu",
             "--case",
