@@ -678,3 +678,24 @@ def test_a_cuda_mapping_let_go_is_unmapped_only_after_a_device_wide_synchronize(
     calls.clear()
     shared.release_let_go()
     assert calls == []
+
+
+def test_a_card_workers_subject_imports_opchecks_stack_before_it_answers(tmp_path):
+    """`warm_contract` (a card's worker, started while the parent builds): the subject, and only it,
+    imports torch's optests and torch._dynamo before anything else, so the contract stage does not
+    wait seconds for them."""
+    from mini_kv import jail
+    from mini_kv.runner import ChildRun
+
+    child = ChildRun(None, str(tmp_path / "log"), None, sandbox=jail.off("test"), warm_contract=True)
+    try:
+        assert "--warm-contract" in child.subject.proc.args
+        assert "--warm-contract" not in child.proc.args
+    finally:
+        child.close(kill=True)
+    code = (
+        "import sys; from mini_kv.worker.child import _warm_contract; _warm_contract(); "
+        "print('torch._dynamo' in sys.modules, 'torch.testing._internal.optests' in sys.modules)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.stdout.split() == ["True", "True"], res.stderr

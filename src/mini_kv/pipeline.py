@@ -685,6 +685,7 @@ class CardDoor(FrontDoor):
             warm_profiler=warm,
             sandbox=sandbox,
             spec=spec,
+            warm_contract=True,  # every card job runs opcheck
         )
         # the card was loaded without running its modules (the door's caller): they import here, beside
         # the worker's start, and a module that does not import is the card's error before any build

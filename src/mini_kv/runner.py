@@ -130,8 +130,10 @@ class ChildRun:
 
     The child imports torch before it reads its job, so a child started early (`ChildRun(None, ...)`
     then `send(job)`) loads torch while the parent still prepares the job (e.g. builds);
-    `warm_profiler` has it pay CUPTI's start-up then too. `spec` says what the jail shows it (default:
-    `default_spec`); the build products a job names are staged into it when the job is sent."""
+    `warm_profiler` has it pay CUPTI's start-up then too, `warm_contract` its subject the import of
+    torch's compiler stack that opcheck needs (seconds: while the parent builds, not in the contract
+    stage). `spec` says what the jail shows it (default: `default_spec`); the build products a job names
+    are staged into it when the job is sent."""
 
     def __init__(
         self,
@@ -141,7 +143,9 @@ class ChildRun:
         warm_profiler: bool = False,
         sandbox: JailInfo | None = None,
         spec: JailSpec | None = None,
+        warm_contract: bool = False,
     ):
+        self.warm_contract = warm_contract
         self.key = secrets.token_bytes(32)
         self.verifier = Verifier(self.key)
         self.log = open(log_path, "ab")
@@ -217,7 +221,9 @@ class ChildRun:
             return
         self.judge_end, subject_end = link_pair()
         try:
-            self.subject = SubjectRun(subject_end, self.log_path, self.env, self.sandbox_info, self.spec)
+            self.subject = SubjectRun(
+                subject_end, self.log_path, self.env, self.sandbox_info, self.spec, self.warm_contract
+            )
         finally:
             os.close(subject_end)
 
@@ -311,9 +317,21 @@ class SubjectRun(ChildRun):
     FD_FLAG = "--subject-fd"
     HAS_SUBJECT = False
 
-    def __init__(self, link_fd: int, log_path: str, env: dict | None, sandbox: JailInfo, spec: JailSpec):
+    def __init__(
+        self,
+        link_fd: int,
+        log_path: str,
+        env: dict | None,
+        sandbox: JailInfo,
+        spec: JailSpec,
+        warm_contract: bool = False,
+    ):
         self.link_fd = link_fd
-        super().__init__(None, log_path, env, sandbox=sandbox, spec=spec)
+        super().__init__(None, log_path, env, sandbox=sandbox, spec=spec, warm_contract=warm_contract)
+
+    def _start(self) -> None:
+        self.warm = ["--warm-contract"] if self.warm_contract else []  # the subject's head start only
+        super()._start()
 
     def _channel(self) -> tuple[int | None, int]:
         return None, os.dup(self.link_fd)

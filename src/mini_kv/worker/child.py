@@ -33,12 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("--subject-fd", type=int, help="run as the subject of a judge, linked on this fd")
     parser.add_argument("--job", help=f"the job's JSON file (default: stdin); the key is then in ${KEY_ENV}")
     parser.add_argument("--warm-profiler", action="store_true")
+    parser.add_argument(
+        "--warm-contract", action="store_true", help="a subject: import opcheck's stack first"
+    )
     ns = parser.parse_args(argv)
     import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
 
     if ns.subject_fd is not None:
         from mini_kv.worker.subject import serve
 
+        if ns.warm_contract:
+            _warm_contract()
         return serve(ns.subject_fd)
 
     if ns.warm_profiler:
@@ -74,6 +79,16 @@ def _link_fds(result_fd: int) -> tuple[int, int | None]:
     if len(fds) not in (1, 2):
         raise RuntimeError("the parent sent no link to a subject")
     return fds[0], (fds[1] if len(fds) == 2 else None)
+
+
+def _warm_contract() -> None:
+    """A card's subject imports what opcheck needs (torch's optests, torch._dynamo: seconds) before it
+    answers its judge's `hello`, while the parent still builds, so the contract stage does not wait for
+    it. No candidate code is loaded yet."""
+    try:
+        import torch.testing._internal.optests  # noqa: F401
+    except Exception:  # noqa: BLE001 - only a head start: the contract check imports it again, and says why
+        pass
 
 
 def _warm_profiler() -> None:
