@@ -1100,7 +1100,7 @@ def _hand_over(spec: JailSpec, inboxes: dict[str, str], uid: int | None) -> None
         # what it holds: written by mini_kv, but as the umask said (an umask of 077 leaves it 0600/0700)
         for p in chain[1 : own + 1]:
             open_to_jail(p)
-        _open_tree(Path(d))
+        open_tree(Path(d))
 
 
 # the temp dirs mini_kv makes (0700, as tempfile makes them) for files a jail reads: in the temp dir, and
@@ -1120,7 +1120,7 @@ def open_to_jail(d: Path | str) -> None:
         os.chmod(d, (mode & 0o777) | 0o044)
 
 
-def _open_tree(top: Path) -> None:
+def open_tree(top: Path) -> None:
     """`top` and, for a dir, everything in it opened to the jail's uid (links left alone: mini_kv wrote
     none, and chmod would follow one out of the tree)."""
     if top.is_symlink() or not top.exists():

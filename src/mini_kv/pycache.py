@@ -134,7 +134,10 @@ def warm_for_children(timeout: float = 600.0) -> bool:
             res = subprocess.run(
                 [sys.executable, "-P", "-c", _WARM, *CHILD_MODULES],
                 cwd=prefix,
-                env={**_writing(os.environ), "PYTHONPYCACHEPREFIX": prefix},
+                env={
+                    **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                    "PYTHONPYCACHEPREFIX": prefix,
+                },
                 capture_output=True,
                 timeout=timeout,
             )
@@ -144,11 +147,6 @@ def warm_for_children(timeout: float = 600.0) -> bool:
             return False
         stamp.write_text("")
         return True
-
-
-def _writing(env) -> dict:
-    """`env` without the variable that forbids writing bytecode."""
-    return {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _environment_digest() -> str:

@@ -151,7 +151,7 @@ class ChildRun:
         self.log = open(log_path, "ab")
         self.sandbox_info = sandbox if sandbox is not None else default_sandbox()
         self.spec = spec if spec is not None else default_spec(job)
-        self.env, self.warm = env, ["--warm-profiler"] if warm_profiler else []
+        self.env, self.warm = env, self._warm_flags(warm_profiler, warm_contract)
         self.job: Job | None = None
         self.subject: SubjectRun | None = None
         self.subject_code: int | None = None  # how the subject ended (close)
@@ -170,6 +170,11 @@ class ChildRun:
             self.send(job)
 
     FD_FLAG = "--result-fd"
+
+    @staticmethod
+    def _warm_flags(profiler: bool, contract: bool) -> list[str]:
+        """What the child does before its job: a judge warms CUPTI (its subject gets `contract`)."""
+        return ["--warm-profiler"] if profiler else []
 
     def _channel(self) -> tuple[int | None, int]:
         """(this end, the child's end) of the result channel: a socket, so that the judge's end of
@@ -329,9 +334,9 @@ class SubjectRun(ChildRun):
         self.link_fd = link_fd
         super().__init__(None, log_path, env, sandbox=sandbox, spec=spec, warm_contract=warm_contract)
 
-    def _start(self) -> None:
-        self.warm = ["--warm-contract"] if self.warm_contract else []  # the subject's head start only
-        super()._start()
+    @staticmethod
+    def _warm_flags(profiler: bool, contract: bool) -> list[str]:
+        return ["--warm-contract"] if contract else []  # opcheck's imports, before any candidate code
 
     def _channel(self) -> tuple[int | None, int]:
         return None, os.dup(self.link_fd)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from mini_kv import jail
 from mini_kv.model import canonical_json, sha256_text
 
 PCH_FORMAT = 2  # bump when the layout of a .build/pch/<key>/ dir changes (2: stub + its .gch)
@@ -106,8 +107,6 @@ def _key(compiler: str, flags: list[str], header: str) -> str:
 def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbox) -> bool:
     """Write the stub that includes `header` and compile it (jailed) into `<stub>.gch` in a private dir,
     then move that dir into place as `final`."""
-    from mini_kv import jail
-
     # a build killed while making it (its timeout) leaves its tmp dir: the lock held, it is stale
     for stale in final.parent.glob(f"tmp-{final.name}-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -149,19 +148,16 @@ def pch_cflags(
     root = Path(pch_root)
     final = root / _key(compiler, flags, header)[:32]
     stub = final / _stub_name(header)
-    if not Path(f"{stub}.gch").is_file():
-        if len(host) < 2 and len(sources) > len(host):
-            return []
+    if Path(f"{stub}.gch").is_file():
+        # made before, maybe by an earlier mini_kv that left it 0700 (as the build cache's hit does):
+        # a jail running as a uid of its own failed the build on the missing `-include`
+        jail.open_tree(final)
+    elif len(host) < 2 and len(sources) > len(host):
+        return []
+    else:
         root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(final) + ".lock"):
             if not Path(f"{stub}.gch").is_file() and not _make(compiler, flags, header, final, log, sandbox):
                 return []
-    # a header an earlier mini_kv made (mkdtemp: 0700, not yet opened) is invisible to a jail that runs
-    # as a uid of its own: the build failed on the missing `-include`
-    from mini_kv import jail
-
-    for path in (root, final, stub, Path(f"{stub}.gch")):
-        if path.exists():
-            jail.open_to_jail(path)
     # ninja passes cflags to a shell unquoted: a path it would split is not offered
     return ["-include", str(stub)] if _SAFE_PATH.fullmatch(str(stub)) else []
