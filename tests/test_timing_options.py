@@ -81,6 +81,52 @@ def test_measure_refuses_cuda_method_on_cpu():
         timing.measure(lambda: None, "graph", 3, "cpu", L2Flusher("cpu", False))
 
 
+def _deferring_rotation(deferred_at: int | None, sets: int = 3):
+    """A rotation whose call on each set returns a fresh output; the call numbered `deferred_at`
+    returns it unwritten and the next call writes it: work deferred to a later call."""
+    last, pending, count = {}, [], [0]
+
+    def call(k):
+        for out in pending:
+            out.fill_(1.0)
+        pending.clear()
+        out = torch.zeros(64)
+        if count[0] == deferred_at:
+            pending.append(out)
+        else:
+            out.fill_(1.0)
+        last[k] = out
+        count[0] += 1
+
+    calls = [lambda k=k: call(k) for k in range(sets)]
+    return timing.CallRotation(calls, written=lambda k: (last.get(k), [])), sets
+
+
+@pytest.mark.parametrize("deferred_at", [None, 3, 40])
+def test_deferred_work_is_found_in_the_window_or_after_the_batch_and_names_its_set(deferred_at):
+    """The fingerprints of a batch are compared together once it has settled: a call whose output a
+    later call wrote is DEFERRED_WORK, whether its output left the window of 16 calls before the end
+    (call 3) or was still in it (call 40), and the error names that call's input set."""
+    rot, sets = _deferring_rotation(deferred_at)
+    for _ in range(50):
+        rot.next()()
+        rot.returned()
+    if deferred_at is None:
+        rot.settled("cpu")
+        return
+    with pytest.raises(timing.DeferredWorkError, match=f"input set {deferred_at % sets}:"):
+        rot.settled("cpu")
+
+
+def test_a_fingerprint_is_one_copy_of_evenly_spaced_elements():
+    x = torch.arange(3 * timing.FINGERPRINT_ELEMENTS, dtype=torch.float32).reshape(3, -1)
+    (fp,) = timing.fingerprint(x)
+    assert fp.dtype == torch.uint8 and fp.is_contiguous()
+    assert torch.equal(fp.view(torch.float32), x.reshape(-1)[::3])
+    x[0, 3] = -1.0  # an element the fingerprint samples: the fingerprint taken before is a copy
+    assert not torch.equal(timing.fingerprint(x)[0], fp)
+
+
 def test_flusher_is_inert_on_cpu():
     f = L2Flusher("cpu", True)
     assert not f.enabled

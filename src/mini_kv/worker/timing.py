@@ -55,6 +55,11 @@ GRAPH_HOLD_US = 100.0
 CUPTI_MIN_HOLD_US = 100.0
 CUPTI_MARGIN_US = 50.0
 CUPTI_MAX_HOLD_US = 20_000.0
+# The hold is sized by the slowest host launch of the latest calls, not of all: one slow call (a
+# collection, a page fault) held every later sample of the batch that long (about 0.4 ms a sample
+# on an H100 where the calls launch in 0.1 ms). A call that launches slower than the hold only
+# lengthens its own sample: the span then holds its launch gaps, against the candidate.
+CUPTI_HOLD_WINDOW = 8
 CUPTI_WARMUP = 2
 ITERATION_MARK = "mini_kv::timed_iteration#"
 
@@ -102,12 +107,15 @@ class CallRotation:
     `written(k)`, where given, is (what the latest call on set k returned, set k's arguments, DPS
     outputs among them): fingerprinted when each timed call returns, outside the timed span
     (`returned`), and again later: a returned value once DEFERRED_WINDOW more calls have run (fewer when
-    they hold more than DEFERRED_BYTES) and after
-    the batch's final sync, a set's arguments after that sync (`settled`). A change is work the call
-    left for later: a candidate that batches its calls (returns unwritten outputs and writes them in
-    one merged pass in a later call) or finishes call j's output in call j+1 shrinks the time per
-    call. (An honest call never writes a returned output again: one output handed back twice is
-    already REPLAYED_RESULT.)"""
+    they hold more than DEFERRED_BYTES) and after the batch's final sync, a set's arguments after that
+    sync (`settled`). A change is work the call left for later: a candidate that batches its calls
+    (returns unwritten outputs and writes them in one merged pass in a later call) or finishes call j's
+    output in call j+1 shrinks the time per call. (An honest call never writes a returned output again:
+    one output handed back twice is already REPLAYED_RESULT.)
+
+    A fingerprint is one copy kernel and no wait; the pairs to compare are kept and compared together
+    in `settled`, with one wait per batch: compared one by one, each timed call paid a sync and a few
+    launches, which doubled a GPU sample's wall time (benchmarks/sample_cost.py)."""
 
     remote = False  # a candidate's rotation lives in the subject (worker.remote.RemoteWorkload)
 
@@ -120,13 +128,14 @@ class CallRotation:
         self._window: collections.deque = collections.deque()  # (set, returned value, its fingerprint)
         self._args: dict[int, list[torch.Tensor]] = {}  # set -> its arguments' fingerprint
         self._held = 0  # bytes of the returned values the window keeps alive
+        self._pairs: list[tuple[int, list[torch.Tensor], list[torch.Tensor]]] = []  # (set, before, after)
 
     def __len__(self) -> int:
         return len(self.calls)
 
     def close(self) -> None:
         """Timing is over: what the rotation holds may go (the sets, the latest outputs)."""
-        self.calls, self._window, self._args = [], collections.deque(), {}
+        self.calls, self._window, self._args, self._pairs = [], collections.deque(), {}, []
 
     def next(self) -> Call:
         fn = self.calls[self.pos % len(self.calls)]
@@ -147,20 +156,23 @@ class CallRotation:
         while len(self._window) > 1 and (len(self._window) > DEFERRED_WINDOW or self._held > DEFERRED_BYTES):
             k0, value0, before = self._window.popleft()
             self._held -= _nbytes(value0)
-            _unchanged(k0, value0, before)
+            self._pairs.append((k0, before, fingerprint(value0)))
 
     def settled(self, device: str) -> None:
         """After a batch: every fingerprint taken must still hold (DeferredWorkError otherwise)."""
-        if not self._window and not self._args:
+        if not self._window and not self._args and not self._pairs:
             return
         if is_cuda(device):
             torch.cuda.synchronize()
-        window, args, self._window, self._args = self._window, self._args, collections.deque(), {}
-        self._held = 0
-        for k, value, before in window:
-            _unchanged(k, value, before)
-        for k, before in sorted(args.items()):
-            _unchanged(k, self.written(k)[1], before)
+        pairs = self._pairs + [(k, before, fingerprint(value)) for k, value, before in self._window]
+        pairs += [(k, before, fingerprint(self.written(k)[1])) for k, before in sorted(self._args.items())]
+        self._window, self._args, self._pairs, self._held = collections.deque(), {}, [], 0
+        changed = _first_changed(pairs)
+        if changed is not None:
+            raise DeferredWorkError(
+                f"input set {changed}: what a timed call wrote changed after the call returned (work "
+                "deferred to later calls, or left running)"
+            )
 
 
 DEFERRED_WINDOW = 16  # timed calls after which a returned output is fingerprinted again
@@ -175,13 +187,26 @@ def _nbytes(value) -> int:
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
-def _unchanged(k: int, value, before: list[torch.Tensor]) -> None:
-    after = fingerprint(value)
-    if len(after) != len(before) or not all(map(torch.equal, before, after)):
-        raise DeferredWorkError(
-            f"input set {k}: what a timed call wrote changed after the call returned (work deferred to "
-            "later calls, or left running)"
-        )
+def _first_changed(pairs: list[tuple[int, list[torch.Tensor], list[torch.Tensor]]]) -> int | None:
+    """The input set of the first (set, before, after) whose fingerprints differ, else None: all
+    compared at once (one wait for the device), one by one only to name the set once something differs."""
+    if any(len(before) != len(after) for _, before, after in pairs):
+        return next(k for k, before, after in pairs if len(before) != len(after))
+    by_device: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = collections.defaultdict(list)
+    for _, before, after in pairs:
+        for b, a in zip(before, after, strict=True):
+            by_device[(b.device, a.device)].append((b, a))
+    if all(
+        torch.equal(torch.cat([b for b, _ in flat]), torch.cat([a for _, a in flat]))
+        for (b_dev, a_dev), flat in by_device.items()
+        if b_dev == a_dev
+    ) and all(b_dev == a_dev for b_dev, a_dev in by_device):
+        return None
+    return next(k for k, before, after in pairs if not all(map(_same, before, after)))
+
+
+def _same(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return before.device == after.device and torch.equal(before, after)
 
 
 FINGERPRINT_ELEMENTS = 4096  # per tensor: a deferred output is written whole, so a sample shows it
@@ -189,14 +214,16 @@ FINGERPRINT_ELEMENTS = 4096  # per tensor: a deferred output is written whole, s
 
 def fingerprint(value) -> list[torch.Tensor]:
     """The bytes of up to FINGERPRINT_ELEMENTS evenly spaced elements of every tensor in `value` (nested
-    tuples, lists, dicts), copied: cheap enough to take after every timed call, outside its span."""
+    tuples, lists, dicts), copied with one kernel each: cheap enough to take after every timed call,
+    outside its span."""
     out: list[torch.Tensor] = []
     for v in plain_tensors(value):
         if v.layout == torch.strided:
             with torch.no_grad():
                 flat = v.detach().reshape(-1)
                 step = max(1, flat.numel() // FINGERPRINT_ELEMENTS)
-                out.append(flat[::step].contiguous().view(torch.uint8).clone())
+                # a copy of the strided view is contiguous: its bytes viewed without a second copy
+                out.append(flat[::step].clone(memory_format=torch.contiguous_format).view(torch.uint8))
     return out
 
 
@@ -328,7 +355,7 @@ class L2Flusher:
             self.l2_bytes = l2_cache_bytes(device)
             flush_bytes = 2 * (self.l2_bytes or 64 * 2**20)
             self.buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
-            self._sink = torch.empty((), dtype=torch.int64, device=device)
+            self._sink = torch.empty((), dtype=torch.int32, device=device)
             self._reset, self.persisting = persisting_l2_reset()
 
     def __call__(self) -> None:
@@ -336,7 +363,9 @@ class L2Flusher:
             self._no_carve_out, self.limit = None, f"failed via {self.limit}"  # say so once, stop calling it
         if not self.enabled:
             return
-        torch.sum(self.buf, 0, out=self._sink)  # reads every line of the buffer, writes 8 bytes
+        # reads every line of the buffer, writes 4 bytes; accumulated in int32 (it wraps: the value is
+        # never read), as the default int64 sum took 240 µs where this takes 75 (H100, 100 MB)
+        torch.sum(self.buf, 0, dtype=torch.int32, out=self._sink)
         if self._reset is not None:
             rc = self._reset()
             if rc != 0:  # an error from the runtime: say so once, and stop calling it
@@ -556,7 +585,7 @@ def time_cupti(
 
     total = warmup + samples
     hold_us = 2 * CUPTI_MIN_HOLD_US
-    host_us = 0.0
+    host_us: collections.deque = collections.deque(maxlen=CUPTI_HOLD_WINDOW)  # the latest calls' host µs
     profiler_on = getattr(torch._C._autograd, "_profiler_enabled", None)
     if profiler_on is not None and profiler_on():
         # starting a second one would succeed and then stop the first one's trace under it
@@ -577,12 +606,14 @@ def time_cupti(
             with record_function(f"{ITERATION_MARK}{j}"):
                 t0 = time.perf_counter()
                 calls.next()()
-                host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
+                host_us.append((time.perf_counter() - t0) * 1e6)
                 torch.cuda.synchronize()  # inside the range: launches from other threads until now count
             _spin_host(CUPTI_MARGIN_US)
             calls.returned()  # after the margin: its copies stay outside every iteration's range
             # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
-            hold_us = min(CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * host_us + 20.0))
+            hold_us = min(
+                CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * max(host_us) + 20.0)
+            )
     except BaseException:
         with contextlib.suppress(Exception):
             prof.__exit__(None, None, None)
