@@ -158,3 +158,54 @@ def _candidate_module():
         cuda_cflags=(),
         python_module=True,
     )
+
+
+# torch's generated version.py, as a CUDA build (2.11, the GPU machines') and a CPU build write it
+VERSION_PY_CUDA = (
+    "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n"
+    "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
+    "git_version = '0123abc'\nhip: Optional[str] = None\n"
+)
+
+
+def test_the_installed_torch_is_read_from_its_version_py_as_torch_reports_it():
+    """What the front door records about torch, read from its files without importing it, is what the
+    imported torch says (this machine's build), and a CUDA build's version.py reads as one."""
+    found = torch_flags.installed_torch()
+    assert found is not None
+    assert (found.version, found.cuda, found.dir) == (
+        torch.__version__,
+        torch.version.cuda,
+        Path(torch.__file__).parent,
+    )
+    assert torch_flags.read_version_py(VERSION_PY_CUDA) == ("2.11.0+cu130", "13.0")
+    assert torch_flags.read_version_py(VERSION_PY_CUDA.replace("'13.0'", "None")) == ("2.11.0+cu130", None)
+    assert torch_flags.read_version_py("__version__ = get_version()\n") is None  # not torch's: import it
+
+
+def test_a_cpu_bench_front_door_does_not_import_torch(tmp_path):
+    """On a CPU build of torch the front door asks nothing of a device: `bench` of a PyTorch solution
+    leaves the import to the worker's judge and subject (on two cores a third import of torch beside
+    theirs cost the command about half a second)."""
+    import subprocess
+    import sys
+
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of torch: the front door asks it for the devices")
+    probe = (
+        "import sys\n"
+        "from mini_kv.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print('TORCH-IMPORTED' if 'torch' in sys.modules else 'TORCH-NOT-IMPORTED')\n"
+        "sys.exit(code)\n"
+    )
+    res = subprocess.run(
+        [
+            sys.executable, "-c", probe, "bench", str(ROOT / "problems/sol-execbench/custom_inputs_matmul"),
+            "--solution", str(ROOT / "solutions/custom_inputs_matmul/pytorch/solution.json"),
+            "--device", "cpu", "--artifacts", str(tmp_path / "a"),
+        ],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "TORCH-NOT-IMPORTED" in res.stdout, res.stdout + res.stderr

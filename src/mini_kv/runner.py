@@ -125,6 +125,31 @@ def job_paths(value) -> list[str]:
     return []
 
 
+# the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
+# which may be edited in a working tree while a long run goes on); a card's reference module comes
+# with the job's `watch_paths`
+_WORKER_FILES = tuple(("worker/*.py stats.py runner.py status.py model.py settings.py").split())
+
+
+def harness_files(extra=()) -> dict[str, tuple[int, int]]:
+    """(mtime_ns, size) of the verifier's files that a worker uses, and of `extra` paths."""
+    out = {}
+    paths = [p for pattern in _WORKER_FILES for p in sorted(Path(__file__).resolve().parent.glob(pattern))]
+    paths += [Path(p) for p in extra]
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            out[str(p)] = (-1, -1)
+            continue
+        out[str(p)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def files_changed(before: dict, after: dict) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
 class ChildRun:
     """One jailed child process and its event pipe.
 
@@ -471,8 +496,6 @@ class _WorkerRun:
         }
 
     def run(self, first_child: ChildRun | None) -> WorkerResults:
-        from mini_kv.worker.integrity import files_changed, harness_files
-
         # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
         watch = getattr(self.job, "watch_paths", [])
         files_before = harness_files(watch)

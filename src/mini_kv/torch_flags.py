@@ -10,7 +10,9 @@ install) does the table of torch versions below decide.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 # __cplusplus values of the standards, as ATen.h compares against them
@@ -69,8 +71,47 @@ def torch_standard(torch_dir: Path, version: str) -> tuple[int, str]:
     return version_standard(version), f"torch {version} (no readable {GUARD_HEADERS[0]})"
 
 
+@dataclass(frozen=True)
+class InstalledTorch:
+    """Where torch is installed and what it was built as, read from its files."""
+
+    dir: Path
+    version: str
+    cuda: str | None  # the CUDA it was built with; None: a CPU build
+
+
+@functools.cache
+def installed_torch() -> InstalledTorch | None:
+    """The installed torch, found and read from its `version.py` without importing it (a second and
+    more of CPU: the front door need not pay it where it asks nothing of a device); None where torch
+    is missing or its version.py does not read as torch writes it."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    where = Path(spec.submodule_search_locations[0])
+    try:
+        text = (where / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    built = read_version_py(text)
+    return None if built is None else InstalledTorch(where, *built)
+
+
+def read_version_py(text: str) -> tuple[str, str | None] | None:
+    """(version, CUDA version or None) from the text of torch's generated `version.py`
+    (`__version__ = '2.11.0+cu130'`, `cuda: Optional[str] = '13.0'`); None where it does not read so."""
+    version = re.search(r"^__version__\s*=\s*'([^']+)'\s*$", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*(?:None|'([^']*)')\s*$", text, re.M)
+    if version is None or cuda is None:
+        return None
+    return version.group(1), cuda.group(1)
+
+
 @functools.cache
 def installed_standard() -> int:
+    found = installed_torch()
+    if found is not None:
+        return torch_standard(found.dir, found.version)[0]
     import torch
 
     return torch_standard(Path(torch.__file__).parent, torch.__version__)[0]

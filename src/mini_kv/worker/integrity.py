@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -673,35 +672,6 @@ def check_own_kernels(found: list[str]) -> None:
 
 
 @functools.cache
-def _package_dir() -> Path:
-    return Path(__file__).resolve().parents[1]
-
-
-# the files of mini_kv that hold a worker's checks and timers (not the loaders, CLI, store or profiler,
-# which may be edited in a working tree while a long run goes on); a card's reference module comes
-# with the job's `watch_paths`
-_WORKER_FILES = tuple(("worker/*.py stats.py runner.py status.py model.py settings.py").split())
-
-
-def harness_files(extra=()) -> dict[str, tuple[int, int]]:
-    """(mtime_ns, size) of the verifier's files that a worker uses, and of `extra` paths."""
-    out = {}
-    paths = [p for pattern in _WORKER_FILES for p in sorted(_package_dir().glob(pattern))]
-    paths += [Path(p) for p in extra]
-    for p in paths:
-        try:
-            st = p.stat()
-        except OSError:
-            out[str(p)] = (-1, -1)
-            continue
-        out[str(p)] = (st.st_mtime_ns, st.st_size)
-    return out
-
-
-def files_changed(before: dict, after: dict) -> list[str]:
-    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-
-
 def reward_hack_log(code: str, message: str) -> str:
     """A REWARD_HACK trace's log starts with the reason code."""
     return f"{code}: {message}"
