@@ -136,3 +136,39 @@ def test_verify_blames_the_card_for_params_its_factory_rejects(tmp_path):
         "negative-float32",
         "text-float32",
     ]
+
+
+@pytest.mark.parametrize(
+    ("module_text", "field", "target", "why"),
+    [
+        (
+            "raise RuntimeError('broken at import')\n\n\ndef reference(a, b):\n    return a + b\n",
+            "reference",
+            "cardmods_raise:reference",
+            "broken at import",
+        ),
+        ("nope = 3\n", "inputs", "cardmods_value:nope", "has no callable 'nope'"),
+    ],
+    ids=["raises-at-import", "no-callable"],
+)
+def test_a_card_whose_modules_do_not_import_is_the_cards_error_before_any_build(
+    tmp_path, module_text, field, target, why
+):
+    """verify loads a card without running its modules; its judge imports them as it starts (jailed, the
+    front door imports no torch for them), and one that does not import, or names no callable, is the
+    card's error: exit 2 naming the card's file and the field, before the candidate is built. (A name
+    the module does not define at all is the loader's error, read without running it.)"""
+    from fuzz_helpers import card_project, cli_main, shipped_card, write_card
+
+    project = card_project(tmp_path / "p")
+    (project / f"{target.partition(':')[0]}.py").write_text(module_text)  # a name of its own: sys.path
+    card = shipped_card()
+    card["operator"][field] = target
+    path = write_card(project, card, "mods.yaml")
+    code, out = cli_main(
+        "verify", "--task", str(path), "--device", "cpu", "--skip-benchmark",
+        "--artifacts", str(tmp_path / "artifacts"),
+    )  # fmt: skip
+    assert code == ExitCode.CONFIG, out
+    assert str(path) in out and f"operator.{field}" in out and why in out, out
+    assert "compile v0_naive" not in out, out  # told before any build

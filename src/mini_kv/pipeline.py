@@ -20,12 +20,11 @@ from mini_kv import clocks, environment, jail
 from mini_kv.codec import optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.environment import Environment
-from mini_kv.errors import ExitCode
+from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
-from mini_kv.load.task_card import check_card_modules
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
-from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun, run_worker
+from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, STARTUP_S, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, RunSettings, check_options, resolve
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
@@ -686,10 +685,19 @@ class CardDoor(FrontDoor):
             sandbox=sandbox,
             spec=spec,
             warm_contract=True,  # every card job runs opcheck
+            # the card was loaded without running its modules (the door's caller): the judge imports
+            # them as it starts, jailed, and one that does not import is the card's error before any build
+            card_modules={
+                "project_root": str(root),
+                "modules": [
+                    ["operator.reference", card.operator["reference"]],
+                    ["operator.inputs", card.operator["inputs"]],
+                ],
+            },
         )
-        # the card was loaded without running its modules (the door's caller): they import here, beside
-        # the worker's start, and a module that does not import is the card's error before any build
-        check_card_modules(card)
+        failed = self.warm.card_modules_error(STARTUP_S)
+        if failed is not None:
+            raise ConfigError(str(root / card.path), *failed)
         if device is None:
             device = environment.pick_device(None)
             check_benchmark_options(card, opts, device)

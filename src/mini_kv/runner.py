@@ -169,8 +169,10 @@ class ChildRun:
         sandbox: JailInfo | None = None,
         spec: JailSpec | None = None,
         warm_contract: bool = False,
+        card_modules: dict | None = None,
     ):
         self.warm_contract = warm_contract
+        self.card_modules = card_modules
         self.key = secrets.token_bytes(32)
         self.verifier = Verifier(self.key)
         self.log = open(log_path, "ab")
@@ -211,6 +213,8 @@ class ChildRun:
         pycache.warm_for_children()  # once per environment: what jailed children import, compiled
         self.fd, write_fd = self._channel()
         argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
+        if self.card_modules is not None:
+            argv += ["--card-modules", json.dumps(self.card_modules)]
         try:
             self.proc = jail.popen(
                 argv,
@@ -225,6 +229,26 @@ class ChildRun:
             )
         finally:
             os.close(write_fd)
+        if self.HAS_SUBJECT:  # a judge: the channel's key, its stdin's first line (a subject gets none)
+            try:
+                self.proc.stdin.write(self.key.hex().encode() + b"\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:  # the child died early: next_event sees the end of the stream
+                pass
+
+    def card_modules_error(self, timeout: float) -> tuple[str, str] | None:
+        """(field, why) where the card's modules did not import in the judge (`card_modules`), else None:
+        its `modules` event, the first it sends."""
+        ev = self.next_event(timeout)
+        if isinstance(ev, dict) and ev.get("event") == Event.MODULES:
+            return None if ev.get("ok") else (str(ev.get("field")), str(ev.get("message")))
+        what = (
+            "did not answer in time" if ev == "timeout" else "ended" if ev is None else "answered out of turn"
+        )
+        return (
+            "operator.reference",
+            f"the judge importing the card's modules {what}: {_tail(self.log_path, 2000)}",
+        )
 
     def send(self, job: Job) -> None:
         self.job = job
@@ -232,7 +256,7 @@ class ChildRun:
         for path in job_paths(data):  # a library under .build/: copied into the jail's view of it
             self.proc.stage(path)
         try:
-            self.proc.stdin.write(json.dumps({**data, "channel_key": self.key.hex()}).encode())
+            self.proc.stdin.write(json.dumps(data).encode())
             self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass

@@ -79,13 +79,6 @@ def check_import_path(spec: str, file: str, fieldname: str) -> None:
         raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
 
 
-def check_card_modules(card: Problem) -> None:
-    """Import a card's reference and input modules, as a card loaded with `import_modules=False` left
-    them: one that does not import, or names no callable, is the card's error (ConfigError)."""
-    add_project_to_path(card.project_root)
-    _check_modules(card.operator, str(Path(card.project_root) / card.path), check_import_path)
-
-
 def _check_modules(op: dict, file: str, check) -> None:
     """The operator's reference and input modules, by `check` (imported, or read without running)."""
     check(op["reference"], file, "operator.reference")
@@ -278,8 +271,8 @@ def load_task_card(
     path: str | Path, project_root: Path | None = None, import_modules: bool = True
 ) -> Problem:
     """`import_modules=False` checks the reference and input modules without running them: validate-task
-    runs none of a card's code, and verify imports them later (check_card_modules), beside its worker's
-    start, since they import torch."""
+    runs none of a card's code, and verify has its worker's judge import them as it starts (jailed, and
+    without torch in the front door: pipeline.CardDoor.prepare)."""
     path = Path(path)
     file = str(path)
     data = load_yaml(path, file)

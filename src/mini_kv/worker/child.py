@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warm-contract", action="store_true", help="a subject: import opcheck's stack first"
     )
+    parser.add_argument(
+        "--card-modules",
+        help="a card's judge: JSON {project_root, modules: [[field, 'module:function'], ...]} to import "
+        "before the job, answered with a `modules` event",
+    )
     ns = parser.parse_args(argv)
     import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
 
@@ -48,14 +53,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if ns.warm_profiler:
         _warm_profiler()
+    # the key comes first (stdin's first line, or the environment under ncu), the job after it: the
+    # channel is up before the job is known, for a card's `modules` answer
+    key = os.environ.pop(KEY_ENV) if ns.job else sys.stdin.readline().strip()
+    chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
+    if ns.card_modules:
+        chan.send(event=Event.MODULES, **import_card_modules(json.loads(ns.card_modules)))
     if ns.job:
         with open(ns.job) as f:
             data = json.load(f)
-        key = os.environ.pop(KEY_ENV)
     else:
         data = json.load(sys.stdin)
-        key = data.pop("channel_key")
-    chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
     try:
         job = Job.from_dict(data)
         _limit_memory(job)
@@ -69,6 +77,31 @@ def main(argv: list[str] | None = None) -> int:
             event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
         )
         return 3
+
+
+def import_card_modules(spec: dict) -> dict:
+    """A card's reference and input modules imported here, in the judge, before its job: `{ok: true}`,
+    or the first field whose module does not import or names no callable, and why. One that fails is
+    the card's error, told before any build (pipeline.CardDoor.prepare); the job's load finds them
+    imported. No candidate code has run in this pair yet."""
+    import importlib
+
+    root = spec.get("project_root")
+    if root and root not in sys.path:
+        sys.path.append(root)  # the card's own modules, as the loader imports them
+    for field, target in spec.get("modules", []):
+        module, _, attr = str(target).partition(":")
+        try:
+            mod = importlib.import_module(module)
+        except BaseException as exc:  # noqa: BLE001 - sys.exit() at import too: the card's fault either way
+            return {
+                "ok": False,
+                "field": field,
+                "message": f"cannot import module {module!r} ({type(exc).__name__}: {exc})",
+            }
+        if not callable(getattr(mod, attr, None)):
+            return {"ok": False, "field": field, "message": f"module {module!r} has no callable {attr!r}"}
+    return {"ok": True}
 
 
 def _link_fds(result_fd: int) -> tuple[int, int | None]:
