@@ -183,10 +183,19 @@ def test_the_installed_torch_is_read_from_its_version_py_as_torch_reports_it():
     assert torch_flags.read_version_py("__version__ = get_version()\n") is None  # not torch's: import it
 
 
-def test_a_cpu_bench_front_door_does_not_import_torch(tmp_path):
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bench", "problems/sol-execbench/custom_inputs_matmul", "--solution",
+         "solutions/custom_inputs_matmul/pytorch/solution.json"],
+        ["verify", "--task", "tasks/vector_add.yaml", "--candidate", "v0_naive", "--skip-benchmark"],
+    ],
+    ids=["bench", "verify"],
+)  # fmt: skip
+def test_a_cpu_front_door_does_not_import_torch(tmp_path, command):
     """On a CPU build of torch the front door asks nothing of a device: `bench` of a PyTorch solution
-    leaves the import to the worker's judge and subject (on two cores a third import of torch beside
-    theirs cost the command about half a second)."""
+    and `verify` of a card (its modules imported by its judge) leave the import to the worker's judge
+    and subject (on two cores a third import of torch beside theirs cost `bench` about 0.8 s)."""
     import subprocess
     import sys
 
@@ -201,9 +210,7 @@ def test_a_cpu_bench_front_door_does_not_import_torch(tmp_path):
     )
     res = subprocess.run(
         [
-            sys.executable, "-c", probe, "bench", str(ROOT / "problems/sol-execbench/custom_inputs_matmul"),
-            "--solution", str(ROOT / "solutions/custom_inputs_matmul/pytorch/solution.json"),
-            "--device", "cpu", "--artifacts", str(tmp_path / "a"),
+            sys.executable, "-c", probe, *command, "--device", "cpu", "--artifacts", str(tmp_path / "a"),
         ],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
