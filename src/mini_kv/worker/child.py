@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.pop(KEY_ENV) if ns.job else sys.stdin.readline().strip()
     chan = Channel(ns.result_fd if ns.result_file is None else ns.result_file, bytes.fromhex(key))
     if ns.card_modules:
-        chan.send(event=Event.MODULES, **import_card_modules(json.loads(ns.card_modules)))
+        field, message = import_card_modules(json.loads(ns.card_modules)) or (None, None)
+        chan.send(event=Event.MODULES, ok=field is None, field=field, message=message)
     if ns.job:
         with open(ns.job) as f:
             data = json.load(f)
@@ -79,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def import_card_modules(spec: dict) -> dict:
-    """A card's reference and input modules imported here, in the judge, before its job: `{ok: true}`,
-    or the first field whose module does not import or names no callable, and why. One that fails is
+def import_card_modules(spec: dict) -> tuple[str, str] | None:
+    """A card's reference and input modules imported here, in the judge, before its job: None, or the
+    first field whose module does not import or names no callable, and why. One that fails is
     the card's error, told before any build (pipeline.CardDoor.prepare); the job's load finds them
     imported. No candidate code has run in this pair yet."""
     import importlib
@@ -94,14 +95,10 @@ def import_card_modules(spec: dict) -> dict:
         try:
             mod = importlib.import_module(module)
         except BaseException as exc:  # noqa: BLE001 - sys.exit() at import too: the card's fault either way
-            return {
-                "ok": False,
-                "field": field,
-                "message": f"cannot import module {module!r} ({type(exc).__name__}: {exc})",
-            }
+            return field, f"cannot import module {module!r} ({type(exc).__name__}: {exc})"
         if not callable(getattr(mod, attr, None)):
-            return {"ok": False, "field": field, "message": f"module {module!r} has no callable {attr!r}"}
-    return {"ok": True}
+            return field, f"module {module!r} has no callable {attr!r}"
+    return None
 
 
 def _link_fds(result_fd: int) -> tuple[int, int | None]:
