@@ -74,6 +74,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1084,6 +1085,50 @@ def _inside_dir(cwd: str | None, spec: JailSpec) -> str | None:
     return chdir if _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]) else None
 
 
+INBOX_PREFIX = "mini-kv-inbox-"  # then the pid of the process that made it: sweep_inboxes
+# an inbox older than this whose maker's pid is gone is swept: no jail lives this long (a case's timeout
+# is minutes), and a run in another PID namespace that shares this /tmp is not swept from under it
+INBOX_STALE_S = 6 * 3600
+
+
+@functools.cache
+def sweep_inboxes(where: str | None = None) -> int:
+    """Remove the inboxes (copies staged for a jail, Jailed.cleanup's to remove) that a process of this
+    user left behind when it was killed outright (SIGKILL: no cleanup ran), once per process: those
+    whose maker's pid is gone and that are older than INBOX_STALE_S. A pid reused since only keeps a dir
+    a while longer. Returns how many went."""
+    base = Path(where or tempfile.gettempdir())
+    gone = 0
+    for d in base.glob(f"{INBOX_PREFIX}*"):
+        pid = d.name[len(INBOX_PREFIX) :].partition("-")[0]
+        try:
+            st = d.lstat()
+            if (
+                not pid.isdigit()
+                or not d.is_dir()
+                or d.is_symlink()
+                or st.st_uid != os.geteuid()
+                or time.time() - st.st_mtime < INBOX_STALE_S
+                or _alive(int(pid))
+            ):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone += 1
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _hand_over(spec: JailSpec, inboxes: dict[str, str], uid: int | None) -> None:
     """When the jail runs as another uid: it must write its writable dirs and read its inboxes, and
     mini_kv's own temp dirs (staged sources) are made readable to it."""
@@ -1158,8 +1203,10 @@ def popen(
     nproc = os.geteuid() != 0 or run_as() is not None
     chdir = _inside_dir(kwargs.pop("cwd", None), spec)
     fd = _seccomp_fd(spec.profiler)
+    if spec.staged:
+        sweep_inboxes()
     inboxes = {
-        os.path.realpath(d): tempfile.mkdtemp(prefix="mini-kv-inbox-")
+        os.path.realpath(d): tempfile.mkdtemp(prefix=f"{INBOX_PREFIX}{os.getpid()}-")
         for d in spec.staged
         if os.path.isdir(d)
     }
