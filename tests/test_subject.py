@@ -608,13 +608,28 @@ def test_outputs_the_judge_let_go_are_unmapped_in_the_subject(subject):
     assert _shared_maps(subject.proc.pid) == 2
 
 
-def test_a_subject_kept_off_the_cpu_between_its_calls_is_excused_only_by_its_cpu_meter(subject):
+def test_a_batch_with_its_time_between_calls_unaccounted_for_is_impossible_unless_cpu_time_explains_it():
+    """The judge's rule (remote.unexplained_gap), on the numbers of a subject kept off the CPU between
+    its calls: 300 wall-clock samples claiming 12 ms of a batch the judge's clock saw take 600 ms is
+    IMPOSSIBLE_TIME on that clock alone; the subject's CPU time (its cgroup's count) of 15 ms in the
+    batch says it did nothing between the calls, and excuses it; CPU time that covers the gap does not."""
+    from mini_kv.worker.remote import unexplained_gap
+    from mini_kv.worker.timing import Measurement
+
+    m = Measurement("wallclock", [40.0] * 300)  # µs each: 12 ms claimed
+    assert "unaccounted for" in unexplained_gap(m, 300, 0.600)
+    assert unexplained_gap(m, 300, 0.600, cpu_s=0.015) is None
+    assert "unaccounted for" in unexplained_gap(m, 300, 0.600, cpu_s=0.500)
+    assert unexplained_gap(Measurement("cupti", [40.0] * 300), 300, 0.600) is None  # device time: no gap rule
+
+
+def test_a_subject_kept_off_the_cpu_between_its_calls_is_excused_by_its_cpu_meter(subject):
     """A real subject that the host keeps off the CPU 98 % of the time (stopped and continued from
-    outside, as a loaded host's scheduler does; at 90 % the batch took so little longer than the judge's
-    fixed allowance that the stops landing inside the timed calls, whose share grows as the checks
-    between calls get cheaper, explained the gap in one run of three): its batch is far longer on the judge's clock than its
-    calls, in every batch. Judged on that clock alone it is IMPOSSIBLE_TIME; the kernel's count of its
-    CPU time (its cgroup, as the jail's cpu_meter makes one) says it did nothing between the calls."""
+    outside, as a loaded host's scheduler does): its batches are far longer on the judge's clock than
+    its calls, and the kernel's count of its CPU time (its cgroup, as the jail's cpu_meter makes one)
+    says it did nothing between them: no IMPOSSIBLE_TIME. (What the judge's clock alone would say
+    depends on how many stops land inside the timed calls, which a loaded host changes: the rule itself
+    is checked on fixed numbers above.)"""
     import signal
 
     from mini_kv import jail
@@ -635,18 +650,16 @@ def test_a_subject_kept_off_the_cpu_between_its_calls_is_excused_only_by_its_cpu
             os.kill(subject.proc.pid, signal.SIGCONT)
             time.sleep(0.0002)
 
-    def batch():
-        return measure(workload_of(op, sets), "wallclock", 300, "cpu", L2Flusher("cpu", False))
-
     meter = CpuMeter(group.cpu_meter())
     thread = threading.Thread(target=scheduler, daemon=True)
     thread.start()
     try:
-        with pytest.raises(Violation, match="unaccounted for") as v:  # the judge's clock alone
-            batch()
-        assert v.value.code == "IMPOSSIBLE_TIME"
         subject.meter = meter
-        assert len(batch().samples) == 300
+        cpu0, t0 = meter.seconds(), time.perf_counter()
+        m = measure(workload_of(op, sets), "wallclock", 300, "cpu", L2Flusher("cpu", False))
+        cpu, wall = meter.seconds() - cpu0, time.perf_counter() - t0
+        assert len(m.samples) == 300
+        assert cpu < 0.5 * wall, (cpu, wall)  # the meter saw it off the CPU most of the batch
     finally:
         done.set()
         thread.join()
