@@ -671,7 +671,6 @@ def check_own_kernels(found: list[str]) -> None:
 # ------------------------------------------------------------------------------ parent side
 
 
-@functools.cache
 def reward_hack_log(code: str, message: str) -> str:
     """A REWARD_HACK trace's log starts with the reason code."""
     return f"{code}: {message}"
