@@ -102,18 +102,13 @@ def ninja_info() -> Tool:
     return Tool(shutil.which("ninja"), _first_line(["ninja", "--version"]))
 
 
-def _cpu_build() -> bool:
-    """The installed torch is a CPU build, read from its files (torch_flags.installed_torch)."""
-    built = torch_flags.installed_torch()
-    return built is not None and built.cuda is None
-
-
 def torch_info() -> TorchInfo:
-    if "torch" not in sys.modules and _cpu_build():
+    built = torch_flags.torch_installation()
+    if built.cuda is None:
         # a CPU build has no device to ask about: its version is read from its version.py, and this
         # process need not import torch (over a second of a command's CPU on a 2-core machine, while
         # the worker's judge and subject import it too)
-        return TorchInfo(torch_flags.installed_torch().version, None, False, ())
+        return TorchInfo(built.version, None, False, ())
     import torch
 
     available = bool(torch.cuda.is_available())
@@ -141,15 +136,13 @@ def cuda_arch_list(devices: tuple[Gpu, ...] | None = None) -> list[str]:
 
 
 def torch_has_cuda_build() -> bool:
-    import torch
-
-    return torch.version.cuda is not None and cuda_home_dir() is not None
+    return torch_flags.torch_installation().cuda is not None and cuda_home_dir() is not None
 
 
 def pick_device(requested: str | None) -> str:
     if requested and not requested.startswith("cuda"):
         return requested  # the CPU (or a device torch checks when used): no torch import for it
-    if not requested and "torch" not in sys.modules and _cpu_build():
+    if not requested and torch_flags.torch_installation().cuda is None:
         return "cpu"  # a CPU build of torch has no other device: no import for it either
     import torch
 

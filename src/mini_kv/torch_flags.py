@@ -107,14 +107,21 @@ def read_version_py(text: str) -> tuple[str, str | None] | None:
     return version.group(1), cuda.group(1)
 
 
-@functools.cache
-def installed_standard() -> int:
+def torch_installation() -> InstalledTorch:
+    """The installed torch: read from its files (installed_torch), or, where they do not read as torch
+    writes them, from torch itself, imported."""
     found = installed_torch()
     if found is not None:
-        return torch_standard(found.dir, found.version)[0]
+        return found
     import torch
 
-    return torch_standard(Path(torch.__file__).parent, torch.__version__)[0]
+    return InstalledTorch(Path(torch.__file__).parent, torch.__version__, torch.version.cuda)
+
+
+@functools.cache
+def installed_standard() -> int:
+    found = torch_installation()
+    return torch_standard(found.dir, found.version)[0]
 
 
 def installed_std_flag() -> str:

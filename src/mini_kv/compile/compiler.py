@@ -111,13 +111,7 @@ class Toolchain:
 
     @classmethod
     def here(cls, with_cuda: bool) -> Toolchain:
-        built = torch_flags.installed_torch()  # read from torch's files: no import of torch for the key
-        if built is None:
-            import torch
-
-            built = torch_flags.InstalledTorch(
-                Path(torch.__file__).parent, torch.__version__, torch.version.cuda
-            )
+        built = torch_flags.torch_installation()  # read from torch's files: no import of torch for the key
         return cls(
             BUILD_FORMAT,
             f"{sys.version_info.major}.{sys.version_info.minor}",
