@@ -15,6 +15,7 @@ from mini_kv.load.files import links_leaving, odd_files
 from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.load.schema import validate
 from mini_kv.load.strict_yaml import load_yaml
+from mini_kv.load.targets import add_project_to_path, import_error
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS, Candidate, Case, Problem
 
 CARD_SCHEMA_VERSION = 1
@@ -60,23 +61,10 @@ def resolve_inside(
     return resolved
 
 
-def add_project_to_path(root: str | Path) -> None:
-    """A card's `module:function` references may name modules of its project: importable from its
-    root wherever the command runs (as when run from there), after the installed packages."""
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-
-
 def check_import_path(spec: str, file: str, fieldname: str) -> None:
-    module, _, attr = spec.partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - any import failure is a config error here
-        raise ConfigError(
-            file, fieldname, f"cannot import module {module!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    if not callable(getattr(mod, attr, None)):
-        raise ConfigError(file, fieldname, f"module {module!r} has no callable {attr!r}")
+    why = import_error(spec)  # any import failure (an Exception) is a config error here
+    if why is not None:
+        raise ConfigError(file, fieldname, why)
 
 
 def _check_modules(op: dict, file: str, check) -> None:

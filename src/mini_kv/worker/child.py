@@ -85,19 +85,13 @@ def import_card_modules(spec: dict) -> tuple[str, str] | None:
     first field whose module does not import or names no callable, and why. One that fails is
     the card's error, told before any build (pipeline.CardDoor.prepare); the job's load finds them
     imported. No candidate code has run in this pair yet."""
-    import importlib
+    from mini_kv.load.targets import add_project_to_path, import_error
 
-    root = spec.get("project_root")
-    if root and root not in sys.path:
-        sys.path.append(root)  # the card's own modules, as the loader imports them
+    add_project_to_path(spec.get("project_root"))
     for field, target in spec.get("modules", []):
-        module, _, attr = str(target).partition(":")
-        try:
-            mod = importlib.import_module(module)
-        except BaseException as exc:  # noqa: BLE001 - sys.exit() at import too: the card's fault either way
-            return field, f"cannot import module {module!r} ({type(exc).__name__}: {exc})"
-        if not callable(getattr(mod, attr, None)):
-            return field, f"module {module!r} has no callable {attr!r}"
+        why = import_error(str(target), catch=BaseException)  # sys.exit() at import too: the card's fault
+        if why is not None:
+            return field, why
     return None
 
 

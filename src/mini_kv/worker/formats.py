@@ -24,6 +24,7 @@ import torch
 
 from mini_kv import roofline
 from mini_kv.codec import optional, to_json
+from mini_kv.load.targets import add_project_to_path
 from mini_kv.model import Performance
 from mini_kv.settings import DEFAULTS, RunSettings
 from mini_kv.status import Status, violation_status
@@ -201,8 +202,7 @@ class CardEvaluator:
     def load(cls, job, chan, subject) -> CardEvaluator | None:
         """The evaluator with the candidate loaded in the subject under its Guard, or None after a
         failed `load` event. The reference and the card's input factory are loaded here, in the judge."""
-        if job.project_root and job.project_root not in sys.path:
-            sys.path.append(job.project_root)  # the card's own modules, as the loader imports them
+        add_project_to_path(job.project_root)  # the card's own modules, as the loader imports them
         reference, factory = import_path(job.reference), import_path(job.inputs)
         names = ("device", "library", "op", "project_root", "inputs", "memory_limit_bytes")
         reply = subject.request("load", kind="card", **{k: getattr(job, k) for k in names})
