@@ -1105,8 +1105,7 @@ def sweep_inboxes(where: str | None = None) -> int:
             st = d.lstat()
             if (
                 not pid.isdigit()
-                or not d.is_dir()
-                or d.is_symlink()
+                or not stat.S_ISDIR(st.st_mode)  # lstat: a link to a dir is not one
                 or st.st_uid != os.geteuid()
                 or time.time() - st.st_mtime < INBOX_STALE_S
                 or _alive(int(pid))
@@ -1124,8 +1123,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's: alive
+        pass
     return True
 
 

@@ -20,9 +20,7 @@ class Event(StrEnum):
     """What the child sends on its signed channel (mini_kv.worker.channel), one JSON line each."""
 
     READY = "ready"  # the harness started (torch imported, job read); no candidate code loaded yet
-    MODULES = (
-        "modules"  # a card's judge imported the card's reference and input modules before its job, or why not
-    )
+    MODULES = "modules"  # a card judge's import of the card's modules, before its job (or why it failed)
     BEGIN = "begin"  # a stage of one case starts: a crash or hang is pinned on it
     LOAD = "load"  # the candidate (or solution) loaded, or why not
     CASE = "case"  # one correctness case's (or SOL workload's) record

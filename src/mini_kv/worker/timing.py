@@ -188,25 +188,29 @@ def _nbytes(value) -> int:
 
 
 def _first_changed(pairs: list[tuple[int, list[torch.Tensor], list[torch.Tensor]]]) -> int | None:
-    """The input set of the first (set, before, after) whose fingerprints differ, else None: all
-    compared at once (one wait for the device), one by one only to name the set once something differs."""
-    if any(len(before) != len(after) for _, before, after in pairs):
-        return next(k for k, before, after in pairs if len(before) != len(after))
-    by_device: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = collections.defaultdict(list)
-    for _, before, after in pairs:
-        for b, a in zip(before, after, strict=True):
-            by_device[(b.device, a.device)].append((b, a))
-    if all(
-        torch.equal(torch.cat([b for b, _ in flat]), torch.cat([a for _, a in flat]))
-        for (b_dev, a_dev), flat in by_device.items()
-        if b_dev == a_dev
-    ) and all(b_dev == a_dev for b_dev, a_dev in by_device):
-        return None
-    return next(k for k, before, after in pairs if not all(map(_same, before, after)))
+    """The input set of the first (set, before, after) whose fingerprints differ, else None. Where every
+    pair agrees in count, shapes and devices (known on the host), each device's bytes are compared at
+    once (one wait for it); one pair at a time only to name the set once something differs."""
+    same_layout = all(
+        len(before) == len(after)
+        and all(b.shape == a.shape and b.device == a.device for b, a in zip(before, after, strict=True))
+        for _, before, after in pairs
+    )
+    if same_layout:
+        by_device: dict[torch.device, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
+        for _, before, after in pairs:
+            for b, a in zip(before, after, strict=True):
+                by_device[b.device][0].append(b)
+                by_device[b.device][1].append(a)
+        if all(torch.equal(torch.cat(bs), torch.cat(as_)) for bs, as_ in by_device.values()):
+            return None
+    return next(k for k, before, after in pairs if not _same(before, after))
 
 
-def _same(before: torch.Tensor, after: torch.Tensor) -> bool:
-    return before.device == after.device and torch.equal(before, after)
+def _same(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    return len(before) == len(after) and all(
+        b.device == a.device and torch.equal(b, a) for b, a in zip(before, after, strict=True)
+    )
 
 
 FINGERPRINT_ELEMENTS = 4096  # per tensor: a deferred output is written whole, so a sample shows it
