@@ -127,6 +127,25 @@ def test_a_fingerprint_is_one_copy_of_evenly_spaced_elements():
     assert not torch.equal(timing.fingerprint(x)[0], fp)
 
 
+def test_the_host_ops_between_timed_calls_are_not_recorded_and_recording_comes_back():
+    """time_cupti's flush, hold and fingerprints run with torch's RecordFunction off (fewer profiler
+    records a sample); it is on again after them, even when they raise, or the timed call's marker
+    range would not be recorded."""
+    from torch.autograd.profiler import profile, record_function
+
+    x = torch.ones(8)
+    with profile(use_cpu=True, use_kineto=True) as prof:
+        with timing._host_ops_unrecorded():
+            timing.fingerprint(x)
+        with pytest.raises(ZeroDivisionError), timing._host_ops_unrecorded():
+            1 / 0
+        with record_function("after"):
+            torch.add(x, 1)
+    names = [ev.name() for ev in prof.kineto_results.events()]
+    assert "after" in names and "aten::add" in names
+    assert not {"aten::slice", "aten::clone"} & set(names)
+
+
 def test_flusher_is_inert_on_cpu():
     f = L2Flusher("cpu", True)
     assert not f.enabled

@@ -562,6 +562,19 @@ def _spin_host(us: float) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _host_ops_unrecorded():
+    """The profiler records no host op of this thread meanwhile (torch's RecordFunction off): the
+    flush, the hold and the deferred-work fingerprints between timed calls. Their kernels and launches
+    are still CUPTI's records, placed outside every iteration; what goes is a dozen host records a
+    sample that cost time to write and to read back (benchmarks/sample_cost.py: "recorded")."""
+    torch.autograd._enable_record_function(False)
+    try:
+        yield
+    finally:
+        torch.autograd._enable_record_function(True)
+
+
 def cupti_session():
     """A kineto session recording host ranges and CUDA activity (CUPTI), not yet started.
 
@@ -601,19 +614,21 @@ def time_cupti(
         raise CuptiUnavailableError(f"torch.profiler could not start: {_describe_failure(exc)}") from exc
     try:
         for j in range(total):
-            flush()
-            torch.cuda.synchronize()
-            _hold(hold_us)
-            # Our own launches (flush, hold) stay CUPTI_MARGIN_US away from the marker range, so a
-            # small offset between the profiler's host clocks cannot pull them into an iteration.
-            _spin_host(CUPTI_MARGIN_US)
+            with _host_ops_unrecorded():
+                flush()
+                torch.cuda.synchronize()
+                _hold(hold_us)
+                # Our own launches (flush, hold) stay CUPTI_MARGIN_US away from the marker range, so a
+                # small offset between the profiler's host clocks cannot pull them into an iteration.
+                _spin_host(CUPTI_MARGIN_US)
             with record_function(f"{ITERATION_MARK}{j}"):
                 t0 = time.perf_counter()
                 calls.next()()
                 host_us.append((time.perf_counter() - t0) * 1e6)
                 torch.cuda.synchronize()  # inside the range: launches from other threads until now count
-            _spin_host(CUPTI_MARGIN_US)
-            calls.returned()  # after the margin: its copies stay outside every iteration's range
+            with _host_ops_unrecorded():
+                _spin_host(CUPTI_MARGIN_US)
+                calls.returned()  # after the margin: its copies stay outside every iteration's range
             # the hold must outlast the margin and the host's launching, or launch gaps leak into the span
             hold_us = min(
                 CUPTI_MAX_HOLD_US, max(CUPTI_MIN_HOLD_US, CUPTI_MARGIN_US + 2 * max(host_us) + 20.0)
