@@ -48,7 +48,7 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     order, real_stages, real_door = [], pipeline.run_stages, batch.door_of
 
     def stages(door, *args, **kw):
-        order.append(("run", door.cand.id))
+        order.append(("run", door.cand.id, door.warm is not None))
         try:
             return real_stages(door, *args, **kw)
         finally:
@@ -66,13 +66,169 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     assert seen == ["v0_naive", "v1_vectorized"]  # evaluated in order, one at a time
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert all(r.detail.compile.cache_hit for r in results)  # the evaluation found the build made ahead
-    # each item's door (its judge and subject) is made in its own turn, after the item before it ended:
-    # a worker's start (Python, torch) beside another item's timing shifts that timing
+    # the second item's door was made, and its worker (judge and subject) started, before the first
+    # item ran; its run used that door and worker. The first, with nothing before it, started its own.
     assert order == [
-        ("door", "v0_naive"),
-        ("run", "v0_naive"),
-        ("done", "v0_naive"),
         ("door", "v1_vectorized"),
-        ("run", "v1_vectorized"),
+        ("door", "v0_naive"),
+        ("run", "v0_naive", False),
+        ("done", "v0_naive"),
+        ("run", "v1_vectorized", True),
         ("done", "v1_vectorized"),
     ]
+
+
+def _states(child, settle: str | None = None) -> list[str]:
+    """The state letter of every process of a worker's jails (judge and subject), from /proc; with
+    `settle`, read again (for up to 2 s) until all are in that state or none is (signals land late)."""
+    import time
+
+    from mini_kv.proc import _descendants
+
+    if settle is not None:
+        for _ in range(100):
+            states = set(_states(child))
+            if states in ({settle}, states - {settle}):
+                break
+            time.sleep(0.02)
+    out = []
+    for run in (child, child.subject):
+        for pid in [run.proc.pid, *_descendants(run.proc.pid)]:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    out.append(f.read().decode().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.slow
+def test_the_next_items_worker_is_stopped_whole_while_an_item_times(monkeypatch, tmp_path):
+    """A real batch on the CPU with timing: the judge says when each timing starts and ends (its
+    `timing` events), and every process of the worker started ahead is stopped ('T') for as long as it
+    lasts, then runs again; both verdicts as alone."""
+    from mini_kv import runner
+    from mini_kv.pipeline import VerifyOptions
+
+    seen, real = [], runner.AheadOfTurn.timing.__func__
+
+    def timing(cls, on):
+        real(cls, on)
+        seen.append((on, [s for child in list(cls._children) for s in _states(child, "T")]))
+
+    monkeypatch.setattr(runner.AheadOfTurn, "timing", classmethod(timing))
+    opts = VerifyOptions(device="cpu", case_filter=["n31", "bench_cpu_64k"], artifacts=str(tmp_path))
+    items = [
+        batch.Item(
+            batch.VERIFY, f"vector_add/{c}", str(ROOT / "tasks/vector_add.yaml"), c, opts, str(tmp_path)
+        )
+        for c in ("v0_naive", "v1_vectorized")
+    ]
+    results = batch.run_here(items, _Show(), lambda item, result: None)
+    assert [r.status for r in results] == ["PASSED", "PASSED"]
+    assert all(r.detail.results.bench for r in results)  # both timed
+    # the first item's timing, with the second's worker (judge, subject: bwrap and Python) stopped
+    stopped = [states for on, states in seen if on and states]
+    assert stopped and all(len(s) >= 4 and set(s) == {"T"} for s in stopped), seen
+    assert all("T" not in states for on, states in seen if not on), seen  # and running again after
+    assert runner.AheadOfTurn._children == set() and not runner.AheadOfTurn._timing
+
+
+def test_a_worker_started_ahead_is_stopped_while_a_timing_runs_and_ends_when_closed(tmp_path):
+    from mini_kv import runner
+
+    child = runner.ChildRun(None, str(tmp_path / "log"), None, ahead=True)
+    try:
+        runner.AheadOfTurn.timing(True)
+        assert set(_states(child, "T")) == {"T"}
+        child.in_turn()  # its turn: it runs again, and a timing stops it no more
+        assert "T" not in _states(child, "T")
+        runner.AheadOfTurn.timing(False)
+        runner.AheadOfTurn.add(child)
+        runner.AheadOfTurn.timing(True)
+        assert set(_states(child, "T")) == {"T"}
+    finally:
+        code = child.close(kill=False)  # stopped, and closed without a job: it ends all the same
+        runner.AheadOfTurn.timing(False)
+    assert code is not None and runner.AheadOfTurn._children == set()
+
+
+def test_an_item_whose_worker_cannot_start_ahead_meets_its_error_in_its_own_turn(monkeypatch, tmp_path):
+    from mini_kv.pipeline import VerifyOptions
+
+    monkeypatch.setattr(batch, "build_item", lambda item: None)
+    good = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
+    card = str(ROOT / "tasks/vector_add.yaml")
+    items = [
+        batch.Item(batch.VERIFY, "ok", card, "v0_naive", good, str(tmp_path)),
+        batch.Item(batch.VERIFY, "bad", card, "no_such_candidate", good, str(tmp_path)),
+    ]
+    assert batch.started_ahead(items[1]) is None  # the look-ahead swallows it ...
+    finished = batch.evaluate_here(items)
+    item, first = next(finished)
+    assert first.status == "PASSED"
+    with pytest.raises(Exception, match="no_such_candidate"):  # ... and the item's own run raises it
+        next(finished)
+
+
+def test_a_batch_stopped_early_ends_the_worker_it_started_ahead(monkeypatch, tmp_path):
+    from mini_kv.pipeline import VerifyOptions
+
+    monkeypatch.setattr(batch, "build_item", lambda item: None)
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
+    items = [
+        batch.Item(batch.VERIFY, c, str(ROOT / "tasks/vector_add.yaml"), c, opts, str(tmp_path))
+        for c in ("v0_naive", "v1_vectorized")
+    ]
+    started = []
+    real = batch.started_ahead
+    monkeypatch.setattr(batch, "started_ahead", lambda item: started.append(real(item)) or started[-1])
+    finished = batch.evaluate_here(items)
+    next(finished)
+    (door,) = started
+    proc = door.warm.proc
+    assert proc.poll() is None  # the second item's worker is up, waiting for its job
+    finished.close()  # -x after the first item, or Ctrl-C
+    assert proc.wait(timeout=30) is not None and door.warm is None
+
+
+def test_a_worker_started_ahead_touches_nothing_on_the_gpu(monkeypatch, tmp_path):
+    """Ahead (while another item may be timing): the worker starts without CUPTI's warm-up (a CUDA
+    context); in its own turn, a door starts one with it."""
+    from mini_kv.solexec import run as sol_run
+    from mini_kv.solexec.run import BenchOptions, sol_door
+
+    started = []
+
+    class Child:  # stands in for the jailed worker (runner.ChildRun)
+        def __init__(self, job, log, env, warm_profiler=False, sandbox=None, spec=None, ahead=False):
+            started.append((warm_profiler, ahead))
+
+        def close(self, kill):
+            pass
+
+    monkeypatch.setattr(sol_run, "ChildRun", Child)
+    opts = BenchOptions(
+        solution=str(ROOT / "solutions/rmsnorm/pytorch/solution.json"), device="cuda", artifacts=str(tmp_path)
+    )
+    for ahead in (True, False):
+        door = sol_door(str(ROOT / "problems/sol-execbench/rmsnorm"), opts)
+        door.start_worker(ahead=ahead)
+        door.close()
+    assert started == [(False, True), (True, False)]
+
+
+def test_ctrl_c_while_starting_ahead_ends_that_worker_and_stops_the_batch(monkeypatch):
+    closed = []
+
+    class Door:
+        def start_worker(self, ahead=False):
+            raise KeyboardInterrupt
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(batch, "door_of", lambda item: Door())
+    with pytest.raises(KeyboardInterrupt):
+        batch.started_ahead(None)
+    assert closed == [True]

@@ -82,7 +82,7 @@ from pathlib import Path
 from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import JailRecord
-from mini_kv.proc import ProcResult, die_with_parent, kill_group
+from mini_kv.proc import ProcResult, die_with_parent, kill_group, signal_tree
 from mini_kv.settings import BUILD_MEMORY_VAR
 
 MODES = ("auto", "required", "off")
@@ -1037,6 +1037,10 @@ class Jailed(subprocess.Popen):
     def cpu_meter(self) -> int | None:
         """(while it runs) a read-only fd on the CPU time its whole tree has used, else None."""
         return next((fd for g in self.groups if (fd := g.cpu_meter()) is not None), None)
+
+    def signal_tree(self, sig: int) -> None:
+        """`sig` to every process of the jail (bwrap, its namespace's init, what that started)."""
+        signal_tree(self.pid, sig)
 
     def kill_tree(self) -> None:
         for g in self.groups:

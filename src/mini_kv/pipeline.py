@@ -284,6 +284,9 @@ class FrontDoor(Protocol):
     skipped_benchmark: bool = False
 
     def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
+    # the worker (judge and subject) started before its job is known, unless it already is; `ahead`: a
+    # batch's next item, while the item before it runs (runner.AheadOfTurn: no CUPTI warm-up)
+    def start_worker(self, ahead: bool = False) -> None: ...
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
     def first_child(self) -> ChildRun | None:
@@ -657,26 +660,25 @@ class CardDoor(FrontDoor):
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
 
-    def prepare(self) -> Prepared:
+    def _jail(self) -> tuple[JailInfo, JailSpec, Path]:
+        """The worker's sandbox, what its jail shows, and the store it must not see."""
         card, opts = self.card, self.opts
         root = Path(card.project_root)
-        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0. A device
-        # given is checked before the store and the worker exist (for the CPU without importing torch);
-        # none given, torch picks it, after the worker's start
-        device = environment.pick_device(opts.device) if opts.device else None
-        if device is not None:
-            check_benchmark_options(card, opts, device)
-        sandbox, artifacts = (
-            jail.resolve(opts.sandbox),
-            Path(opts.artifacts) if opts.artifacts else root / "artifacts",
-        )
+        artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
         spec = worker_spec(
             [root, opts.prebuilt], root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb)
         )
-        # the worker (a fresh jailed process) imports torch while this process imports it too (the card's
-        # modules and the environment record need it) and builds: started before its job is known
+        return jail.resolve(opts.sandbox), spec, artifacts
+
+    def start_worker(self, ahead: bool = False) -> None:
+        if self.warm is not None:
+            return
+        card, opts = self.card, self.opts
+        sandbox, spec, _ = self._jail()
+        device = environment.pick_device(opts.device) if opts.device else None
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
-        warm = (device or "cuda").startswith("cuda") and not opts.skip_benchmark  # no CUDA: a no-op
+        # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
+        warm = not ahead and (device or "cuda").startswith("cuda") and not opts.skip_benchmark
         self.warm = ChildRun(
             None,
             os.path.join(self.scratch, "worker.log"),
@@ -688,13 +690,29 @@ class CardDoor(FrontDoor):
             # the card was loaded without running its modules (the door's caller): the judge imports
             # them as it starts, jailed, and one that does not import is the card's error before any build
             card_modules={
-                "project_root": str(root),
+                "project_root": str(Path(card.project_root)),
                 "modules": [
                     ["operator.reference", card.operator["reference"]],
                     ["operator.inputs", card.operator["inputs"]],
                 ],
             },
+            ahead=ahead,
         )
+
+    def prepare(self) -> Prepared:
+        card, opts = self.card, self.opts
+        root = Path(card.project_root)
+        # on a cluster worker (mini_kv.cluster) this whole process sees only its GPU, as cuda:0. A device
+        # given is checked before the store and the worker exist (for the CPU without importing torch);
+        # none given, torch picks it, after the worker's start
+        device = environment.pick_device(opts.device) if opts.device else None
+        if device is not None:
+            check_benchmark_options(card, opts, device)
+        sandbox, spec, artifacts = self._jail()
+        # the worker (a fresh jailed process) imports torch and the card's modules while this process
+        # collects the environment and builds: started before its job is known (in a batch, maybe ahead)
+        self.start_worker()
+        self.warm.in_turn()
         failed = self.warm.card_modules_error(STARTUP_S)
         if failed is not None:
             raise ConfigError(str(root / card.path), *failed)

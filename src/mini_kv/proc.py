@@ -83,6 +83,15 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def signal_tree(pid: int, sig: int) -> None:
+    """Send `sig` to `pid` and every process below it (SIGSTOP, SIGCONT: runner.AheadOfTurn), scanning
+    again until no new one turns up: one forked while the first scan ran is signalled too."""
+    done: set[int] = set()
+    while new := [p for p in [pid, *_descendants(pid)] if p not in done]:
+        _signal_all(new, sig)
+        done.update(new)
+
+
 def _signal_all(pids: list[int], sig: int) -> None:
     for p in pids:
         try:

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -150,6 +151,44 @@ def files_changed(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
+class AheadOfTurn:
+    """The workers started before their turn (a batch's next item: cluster.batch.evaluate_here), stopped
+    whole (SIGSTOP to every process of their jails) while a worker of this process times (its judge's
+    Event.TIMING), and continued when the timing ends. Their start-up (Python, torch, opcheck's imports)
+    runs beside the item before's build, correctness rounds and contract checks, never beside a timing:
+    on an H100 a worker's start beside a timing shifted the reference re-checks of small kernels, and on
+    a CPU it would take the cores the timed calls run on. A worker started ahead runs no candidate code
+    and touches nothing on the GPU (no CUPTI warm-up) until its job is sent."""
+
+    _lock = threading.Lock()
+    _children: set[ChildRun] = set()
+    _timing = False
+
+    @classmethod
+    def add(cls, child: ChildRun) -> None:
+        with cls._lock:
+            cls._children.add(child)
+            if cls._timing:
+                child.signal(signal.SIGSTOP)
+
+    @classmethod
+    def discard(cls, child: ChildRun) -> None:
+        """`child`'s turn has come (or it is closed): it runs again, and is stopped no more."""
+        with cls._lock:
+            if child in cls._children:
+                cls._children.discard(child)
+                if cls._timing:
+                    child.signal(signal.SIGCONT)
+
+    @classmethod
+    def timing(cls, on: bool) -> None:
+        with cls._lock:
+            if on != cls._timing:
+                cls._timing = on
+                for child in cls._children:
+                    child.signal(signal.SIGSTOP if on else signal.SIGCONT)
+
+
 class ChildRun:
     """One jailed child process and its event pipe.
 
@@ -158,7 +197,8 @@ class ChildRun:
     `warm_profiler` has it pay CUPTI's start-up then too, `warm_contract` its subject the import of
     torch's compiler stack that opcheck needs (seconds: while the parent builds, not in the contract
     stage). `spec` says what the jail shows it (default: `default_spec`); the build products a job names
-    are staged into it when the job is sent."""
+    are staged into it when the job is sent. `ahead`: started before its turn, so stopped while a timing
+    runs until `in_turn` (AheadOfTurn)."""
 
     def __init__(
         self,
@@ -170,6 +210,7 @@ class ChildRun:
         spec: JailSpec | None = None,
         warm_contract: bool = False,
         card_modules: dict | None = None,
+        ahead: bool = False,
     ):
         self.warm_contract = warm_contract
         self.card_modules = card_modules
@@ -193,8 +234,20 @@ class ChildRun:
         self._start()
         if job is None or job.KIND in SUBJECT_KINDS:
             self._spawn_subject()
+        if ahead:
+            AheadOfTurn.add(self)
         if job is not None:
             self.send(job)
+
+    def signal(self, sig: int) -> None:
+        """`sig` to every process of this child's jail and of its subject's."""
+        for run in (self, self.subject):
+            if run is not None:
+                run.proc.signal_tree(sig)
+
+    def in_turn(self) -> None:
+        """A child started ahead of its turn: its turn has come (AheadOfTurn)."""
+        AheadOfTurn.discard(self)
 
     FD_FLAG = "--result-fd"
 
@@ -251,6 +304,7 @@ class ChildRun:
         )
 
     def send(self, job: Job) -> None:
+        self.in_turn()
         self.job = job
         data = job.to_dict()
         for path in job_paths(data):  # a library under .build/: copied into the jail's view of it
@@ -332,6 +386,7 @@ class ChildRun:
         """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
         the jail's PID namespace ends with its first process. The subject ends when the judge closes
         the link, and is killed once the judge has ended (by then a subject that died has said how)."""
+        self.in_turn()  # a stopped child ends neither by itself nor by its pipe closing
         if self.judge_end is not None:  # a child closed before its job: the link never handed over
             os.close(self.judge_end)
             self.judge_end = None
@@ -514,6 +569,7 @@ class _WorkerRun:
             Event.CASE: self._record,
             Event.CONTRACT: self._record,
             Event.BENCH: self._record,
+            Event.TIMING: lambda ev: AheadOfTurn.timing(ev.get("on") is True),
             Event.FATAL: self._fatal,
             Event.DONE: self._done,
             Event.FORGED: self._unsigned,
@@ -530,7 +586,10 @@ class _WorkerRun:
                 child.send(sub)
             else:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
-            outcome, budget = self._read(child)
+            try:
+                outcome, budget = self._read(child)
+            finally:  # a judge that crashed or hung while timing never says its timing ended
+                AheadOfTurn.timing(False)
             code = child.close(kill=outcome != "done")
             if not self._carry_on(outcome, _ended(code, child), budget):
                 break

@@ -74,14 +74,16 @@ def run_item(
     line=None,
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
+    door=None,
 ) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here. `references`: the
-    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving."""
+    batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving. `door`: the
+    item's door with its worker started ahead (evaluate_here), else made here."""
     from mini_kv.settings import switch_from_environment
 
     if switch_from_environment("interleave_reference", item.opts.interleave_reference):
         references = None
-    door = door_of(item)
+    door = door if door is not None else door_of(item)
     if item.kind == VERIFY:
         from mini_kv.pipeline import VerifyResult, run_stages
 
@@ -108,6 +110,22 @@ def door_of(item: Item):
     from mini_kv.solexec.run import sol_door
 
     return sol_door(item.target, item.opts)
+
+
+def started_ahead(item: Item):
+    """`item`'s door with its worker (judge and subject) started now, ahead of its turn
+    (runner.AheadOfTurn); None where that fails: the item's own run meets the error in its turn."""
+    door = None
+    try:
+        door = door_of(item)
+        door.start_worker(ahead=True)
+        return door
+    except BaseException as exc:
+        if door is not None:  # its worker ends, whatever stopped it (Ctrl-C too)
+            door.close()
+        if not isinstance(exc, Exception):
+            raise
+        return None
 
 
 def item_key(item: Item) -> tuple[str, str, str]:
@@ -360,12 +378,12 @@ def build_item(item: Item) -> CompileRecord | None:
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) while the GPU checks and times the items
-    before it; each item's judge and subject start in its own turn, never beside another item's timing
-    (their start, Python and torch, shifted the reference re-checks of small kernels on an H100 by more
-    than the drift band: docs/measurements/gpu-gate-h200.md). At most one evaluation, so one timing, is
-    on the GPU at any moment. The reference of each case is timed in full once for all the items
-    (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early cancels the
-    builds not yet started."""
+    before it. The next item's judge and subject start as an item begins (Python, torch, opcheck's
+    imports: seconds), and are stopped whole while that item times (runner.AheadOfTurn), so their start
+    runs beside its build, correctness rounds and contract checks, never beside a timing. At most one
+    evaluation, so one timing, is on the device at any moment. The reference of each case is timed in
+    full once for all the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the
+    generator early cancels the builds not yet started and ends the worker started ahead."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -376,13 +394,19 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
+    nxt = None  # the next item's door, its worker started ahead
     try:
-        for item, build in zip(items, builds, strict=True):
+        for i, (item, build) in enumerate(zip(items, builds, strict=True)):
+            door, nxt = nxt, None
+            if i + 1 < len(items):
+                nxt = started_ahead(items[i + 1])
             if build is not None:
                 build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
             progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, run_item(item, progress, line, references=references)
+            yield item, run_item(item, progress, line, references=references, door=door)
     finally:
+        if nxt is not None:  # stopped early (-x, Ctrl-C, an error): its worker ends unused
+            nxt.close()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 

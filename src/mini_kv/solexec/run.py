@@ -19,6 +19,7 @@ from mini_kv import environment, jail
 from mini_kv.codec import from_json, optional, to_json
 from mini_kv.compile.compiler import CompileRecord, compile_candidate
 from mini_kv.errors import ConfigError, ExitCode, UserError
+from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict
 from mini_kv.model import Candidate, Case, JailRecord, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.model import safe_name as _safe
@@ -371,22 +372,44 @@ class SolDoor(FrontDoor):
         self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
-    def prepare(self) -> Prepared:
+    def _jail(self) -> tuple[JailInfo, JailSpec, Path]:
+        """The worker's sandbox, what its jail shows, and the store it must not see."""
         opts = self.opts
-        if self.cand.group == "cpp" or not opts.artifacts:
-            bench_project_root(opts)  # before anything runs: where the build and the attempt will go
-        self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
-        # the worker loads torch and starts CUPTI while this process checks the device, the environment
-        # and the build (seconds each on a GPU machine)
-        warm = opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-        sandbox = jail.resolve(opts.sandbox)
+        if self.staging is None:
+            self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
         readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
         spec = worker_spec(readable, root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb))
+        return jail.resolve(opts.sandbox), spec, artifacts
+
+    def start_worker(self, ahead: bool = False) -> None:
+        if self.warm is not None:
+            return
+        opts = self.opts
+        if self.cand.group == "cpp" or not opts.artifacts:
+            bench_project_root(opts)  # before anything runs: where the build and the attempt will go
+        sandbox, spec, _ = self._jail()
+        # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
+        warm = not ahead and opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
         self.warm = ChildRun(
-            None, str(self.staging / "worker.log"), None, warm_profiler=warm, sandbox=sandbox, spec=spec
+            None,
+            str(self.staging / "worker.log"),
+            None,
+            warm_profiler=warm,
+            sandbox=sandbox,
+            spec=spec,
+            ahead=ahead,
         )
+
+    def prepare(self) -> Prepared:
+        opts = self.opts
+        # the worker loads torch and starts CUPTI while this process checks the device, the environment
+        # and the build (seconds each on a GPU machine); in a batch it may have started ahead
+        self.start_worker()
+        self.warm.in_turn()
+        sandbox, spec, artifacts = self._jail()
+        root = bench_project_root(opts, required=False)
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
         check_memory(self.workloads, device, opts)

@@ -126,7 +126,7 @@ def ensure(
         return cached
     from filelock import FileLock
 
-    from mini_kv.runner import run_one
+    from mini_kv.runner import AheadOfTurn, run_one
     from mini_kv.store.atomic import write_json
     from mini_kv.worker.jobs import BandwidthJob
 
@@ -136,11 +136,15 @@ def ensure(
         cached = load_cached(project_root, environment_key)  # measured while we waited
         if cached is not None:
             return cached
-        ev = run_one(
-            BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS),
-            timeout,
-            env=env,  # jailed as every child is (harness code only, but one way to start a child)
-        )
+        AheadOfTurn.timing(True)  # a measurement on the GPU, as a timing is: workers started ahead stop
+        try:
+            ev = run_one(
+                BandwidthJob(device=device, nbytes=COPY_BYTES, iterations=ITERATIONS),
+                timeout,
+                env=env,  # jailed as every child is (harness code only, but one way to start a child)
+            )
+        finally:
+            AheadOfTurn.timing(False)
         if not ev.ok:
             return Unmeasured(f"bandwidth measurement failed ({ev.reason}): {ev.log_tail.strip()[-500:]}")
         write_json(path, ev.result)

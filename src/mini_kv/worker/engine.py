@@ -24,6 +24,7 @@ import functools
 import itertools
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 
@@ -165,6 +166,9 @@ class JobContext:
     # in a batch: the parent's full reference measurements by case id (reference.CachedReference as JSON),
     # which a case re-checks instead of timing the reference again; None: not in a batch (interleaved)
     references: dict | None = None
+    # told when a timing starts (True) and ends (False): the judge tells the parent (Event.TIMING), which
+    # stops the workers it started ahead of their turn meanwhile (runner.AheadOfTurn)
+    timing: Callable[[bool], None] = lambda on: None
 
     @classmethod
     def local(cls, fmt, budget_s: float | None = None) -> JobContext:
@@ -791,6 +795,17 @@ def _warm(sides: list, settings: RunSettings, device: str, setup_s: float, budge
 
 @_judging
 def time_case(
+    job: JobContext, case, settings: RunSettings, budget_s, first: int = 0, round_s=None, lap=None
+) -> Timed:
+    """_time_case, with `job.timing` told when it starts and ends (whatever ends it)."""
+    job.timing(True)
+    try:
+        return _time_case(job, case, settings, budget_s, first, round_s, lap)
+    finally:
+        job.timing(False)
+
+
+def _time_case(
     job: JobContext, case, settings: RunSettings, budget_s, first: int = 0, round_s=None, lap=None
 ) -> Timed:
     """Candidate and reference timed alike (same method, L2 mode and input-set layout, interleaved), then

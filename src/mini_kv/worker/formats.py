@@ -59,6 +59,11 @@ class Step:
     event: str
 
 
+def timing_event(chan):
+    """engine.JobContext.timing for a judge: the parent told when each timing starts and ends."""
+    return lambda on: chan.send(event=Event.TIMING, on=on)
+
+
 def _tb() -> str:
     return traceback.format_exc()[-4000:]
 
@@ -196,7 +201,9 @@ class CardEvaluator:
     def __init__(self, job, chan, fmt: CardFormat, guard):
         self.job, self.chan, self.fmt = job, chan, fmt
         own = bool(job.benchmark.require_own_kernels)
-        self.engine = engine.JobContext(fmt, guard, own_kernels=own, references=job.reference_timings)
+        self.engine = engine.JobContext(
+            fmt, guard, own_kernels=own, references=job.reference_timings, timing=timing_event(chan)
+        )
 
     @classmethod
     def load(cls, job, chan, subject) -> CardEvaluator | None:
@@ -590,7 +597,9 @@ class SolEvaluator:
         self.job, self.chan, self.fmt, self.settings = job, chan, fmt, job.settings
         budget = engine.RoundBudget(job.settings.budget_s, job.device)
         own = bool(job.settings.require_own_kernels)
-        self.engine = engine.JobContext(fmt, guard, budget, own_kernels=own, references=job.reference_timings)
+        self.engine = engine.JobContext(
+            fmt, guard, budget, own_kernels=own, references=job.reference_timings, timing=timing_event(chan)
+        )
 
     @classmethod
     def load(cls, job, chan, subject) -> SolEvaluator | None:

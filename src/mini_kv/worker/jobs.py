@@ -26,6 +26,7 @@ class Event(StrEnum):
     CASE = "case"  # one correctness case's (or SOL workload's) record
     CONTRACT = "contract"  # one contract check's record
     BENCH = "bench"  # one benchmark case's record
+    TIMING = "timing"  # a timing starts (`on`: true) or ends: workers started ahead stop meanwhile
     FATAL = "fatal"  # the job failed outside any case
     DONE = "done"  # every stage finished
     RESULT = "result"  # the one answer of a one-shot kind (bandwidth, ab, profile_target, build)
