@@ -144,7 +144,7 @@ def test_a_worker_started_ahead_is_stopped_while_a_timing_runs_and_ends_when_clo
         child.in_turn()  # its turn: it runs again, and a timing stops it no more
         assert "T" not in _states(child, "T")
         runner.AheadOfTurn.timing(False)
-        runner.AheadOfTurn.add(child)
+        runner.AheadOfTurn.mark(child, True)
         runner.AheadOfTurn.timing(True)
         assert set(_states(child, "T")) == {"T"}
     finally:

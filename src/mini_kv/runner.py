@@ -165,20 +165,14 @@ class AheadOfTurn:
     _timing = False
 
     @classmethod
-    def add(cls, child: ChildRun) -> None:
+    def mark(cls, child: ChildRun, ahead: bool) -> None:
+        """`child` started ahead (stopped now if a timing runs), or its turn has come (or it is closed):
+        it runs again, and is stopped no more."""
         with cls._lock:
-            cls._children.add(child)
-            if cls._timing:
-                child.signal(signal.SIGSTOP)
-
-    @classmethod
-    def discard(cls, child: ChildRun) -> None:
-        """`child`'s turn has come (or it is closed): it runs again, and is stopped no more."""
-        with cls._lock:
-            if child in cls._children:
-                cls._children.discard(child)
+            if (child in cls._children) != ahead:
+                (cls._children.add if ahead else cls._children.discard)(child)
                 if cls._timing:
-                    child.signal(signal.SIGCONT)
+                    child.signal(signal.SIGSTOP if ahead else signal.SIGCONT)
 
     @classmethod
     def timing(cls, on: bool) -> None:
@@ -235,7 +229,7 @@ class ChildRun:
         if job is None or job.KIND in SUBJECT_KINDS:
             self._spawn_subject()
         if ahead:
-            AheadOfTurn.add(self)
+            AheadOfTurn.mark(self, True)
         if job is not None:
             self.send(job)
 
@@ -247,7 +241,7 @@ class ChildRun:
 
     def in_turn(self) -> None:
         """A child started ahead of its turn: its turn has come (AheadOfTurn)."""
-        AheadOfTurn.discard(self)
+        AheadOfTurn.mark(self, False)
 
     FD_FLAG = "--result-fd"
 
