@@ -1,7 +1,7 @@
 """Solutions per hour through the batch evaluator, on a labelled corpus (benchmarks/make_corpus.py).
 
     python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--part K/N]
-                                        [--sequential] [--json]
+                                        [--sequential | --no-ahead] [--json]
 
 Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_items`, what `mini-kv
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
@@ -14,6 +14,9 @@ A verdict is read back from the stored attempt: attempt.json's status as the sto
 statuses of its traces and its geometric-mean speedup. It is wrong when the status differs from the
 label's, or, where the label names a `workload_status`, when a failing workload's status is another.
 A slow-but-correct solution whose speedup is not below 1 is listed apart (timing, not a verdict).
+
+--no-ahead runs the batch without starting the next solution's worker while one is evaluated (the
+batch's look-ahead, runner.AheadOfTurn), for the side-by-side figure of what it saves.
 
 --limit N takes a stratified slice: the solutions grouped by (label, language), each group its share of
 N, so a slice of 60 keeps the corpus's mix of languages and verdicts. --part K/N runs the K-th of N
@@ -397,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="a stratified slice of N solutions (by label and language)")
     ap.add_argument("--sequential", action="store_true", help="one `mini_kv bench` call per solution")
     ap.add_argument(
+        "--no-ahead",
+        action="store_true",
+        help="the batch without starting the next solution's worker ahead (for an A/B)",
+    )
+    ap.add_argument(
         "--part",
         metavar="K/N",
         help="only the K-th of N interleaved parts of the slice (to split a long run)",
@@ -421,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     store = Path(args.artifacts) if args.artifacts else Path(tempfile.mkdtemp(prefix="mini-kv-throughput-"))
     meta = {
         "corpus": str(args.corpus),
-        "mode": "sequential CLI calls" if args.sequential else "batch evaluator",
+        "mode": "sequential CLI calls"
+        if args.sequential
+        else "batch evaluator" + (" without look-ahead" if args.no_ahead else ""),
         "slice": {"limit": args.limit, "part": args.part},
         "device": device,
         "where": f", GPUs {args.gpus}" if args.gpus and not args.sequential else "",
@@ -435,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.sequential:
                 verdicts, stages = run_sequential(entries, device, meta["options"], store)
             else:
+                if args.no_ahead:  # every solution's worker started in its own turn
+                    from mini_kv.cluster import batch
+
+                    batch.started_ahead = lambda item: None
                 verdicts, stages = run_batch(entries, device, meta["options"], store, args.gpus)
             wall = time.perf_counter() - t0
     except KeyboardInterrupt:
