@@ -69,18 +69,25 @@ def test_the_tutorial_runs_as_written(tmp_path):
             else payload
         )
 
-        def run(c: str):
+        def run(c: str, more_env=None):
             return subprocess.run(
-                ["bash", "-c", c], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+                ["bash", "-c", c],
+                cwd=tmp_path,
+                env={**env, **(more_env or {})},
+                capture_output=True,
+                text=True,
+                timeout=900,
             )
 
         r = run(cmd)
         # on a busy machine (parallel tests) a CPU benchmark may come out unstable: promote-baseline
-        # refuses it and says to verify again, which is what a reader of the tutorial would do
+        # refuses it and says to verify again, which is what a reader of the tutorial would do. The
+        # suite's machine is never quiet (three test workers on two cores), so the verify again is held
+        # to a looser stability limit (settings' environment overrides): the limits are tested elsewhere
         for _ in range(2):
             if " promote-baseline " not in cmd or "not stable" not in r.stderr:
                 break
-            run(last_verify)
+            run(last_verify, {"MINI_KV_MAX_CV": "0.5", "MINI_KV_MAX_P95_CV": "2.0"})
             r = run(cmd)
         if " verify " in cmd:
             last_verify = cmd
