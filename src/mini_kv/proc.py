@@ -83,13 +83,15 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def signal_tree(pid: int, sig: int) -> None:
-    """Send `sig` to `pid` and every process below it (SIGSTOP, SIGCONT: runner.AheadOfTurn), scanning
-    again until no new one turns up: one forked while the first scan ran is signalled too."""
-    done: set[int] = set()
-    while new := [p for p in [pid, *_descendants(pid)] if p not in done]:
+def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
+    """Send `sig` to `pid` (not with `below`) and every process below it (SIGSTOP, SIGCONT:
+    runner.AheadOfTurn; kill_group's freeze), scanning again until no new one turns up: one forked while
+    a scan ran is signalled too. Returns the processes signalled."""
+    done: list[int] = []
+    while new := [p for p in [*([] if below else [pid]), *_descendants(pid)] if p not in done]:
         _signal_all(new, sig)
-        done.update(new)
+        done += new
+    return done
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -103,9 +105,7 @@ def _signal_all(pids: list[int], sig: int) -> None:
 def kill_group(pid: int) -> None:
     """Kill the process group of `pid` and every descendant outside it. Ninja, for one, starts each
     compiler in a process group of its own, so killing the group alone would leave compilers running."""
-    tree = _descendants(pid)
-    _signal_all(tree, signal.SIGSTOP)  # freeze first, so nothing forks past the second scan
-    tree = list(dict.fromkeys(tree + _descendants(pid)))
+    tree = signal_tree(pid, signal.SIGSTOP, below=True)  # frozen first, so nothing forks past the last scan
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
