@@ -6,6 +6,7 @@ SOL-ExecBench problems); the stages hand each other frozen records (`Prepared`, 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import secrets
 import shutil
@@ -283,14 +284,26 @@ class FrontDoor(Protocol):
     label: str | None = None  # progress messages' prefix (None: SOL workloads)
     skipped_benchmark: bool = False
 
+    warm: ChildRun | None = None  # the worker, started before its job (start_worker)
+
     def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
-    # the worker (judge and subject) started before its job is known, unless it already is; `ahead`: a
-    # batch's next item, while the item before it runs (runner.AheadOfTurn: no CUPTI warm-up)
-    def start_worker(self, ahead: bool = False) -> None: ...
+    def new_worker(self, ahead: bool) -> ChildRun: ...  # the door's worker, jailed as its job needs
+
+    def start_worker(self, ahead: bool = False) -> None:
+        """The worker (judge and subject) started before its job is known; `ahead`: a batch's next item,
+        while the item before it runs (runner.AheadOfTurn: no CUPTI warm-up). Called again without
+        `ahead` (its prepare), a worker started ahead is taken in its turn."""
+        if self.warm is None:
+            self.warm = self.new_worker(ahead)
+        elif not ahead:
+            self.warm.in_turn()
+
     def build(self, prep: Prepared, say) -> Built: ...
     def job(self, prep: Prepared, built: Built) -> Job | None: ...  # None: the build decided
     def first_child(self) -> ChildRun | None:
-        return None  # a worker started early to run the job
+        """The worker started early (start_worker) to run the job, handed over to the run: None if none."""
+        child, self.warm = self.warm, None
+        return child
 
     def stage_timeout(self, job: Job) -> float: ...
     def outcome(self, prep: Prepared, built: Built, results: WorkerResults) -> Outcome: ...
@@ -655,12 +668,13 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: Problem, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
-        self.warm: ChildRun | None = None  # the worker, started before its job (prepare)
+        self.warm = None  # the worker, started before its job (start_worker)
         self.scratch: str | None = None  # its log's directory, removed by close
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark
 
-    def _jail(self) -> tuple[JailInfo, JailSpec, Path]:
+    @functools.cached_property
+    def worker_jail(self) -> tuple[JailInfo, JailSpec, Path]:
         """The worker's sandbox, what its jail shows, and the store it must not see."""
         card, opts = self.card, self.opts
         root = Path(card.project_root)
@@ -670,16 +684,14 @@ class CardDoor(FrontDoor):
         )
         return jail.resolve(opts.sandbox), spec, artifacts
 
-    def start_worker(self, ahead: bool = False) -> None:
-        if self.warm is not None:
-            return
+    def new_worker(self, ahead: bool) -> ChildRun:
         card, opts = self.card, self.opts
-        sandbox, spec, _ = self._jail()
+        sandbox, spec, _ = self.worker_jail
         device = environment.pick_device(opts.device) if opts.device else None
         self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
         # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
         warm = not ahead and (device or "cuda").startswith("cuda") and not opts.skip_benchmark
-        self.warm = ChildRun(
+        return ChildRun(
             None,
             os.path.join(self.scratch, "worker.log"),
             None,
@@ -708,11 +720,10 @@ class CardDoor(FrontDoor):
         device = environment.pick_device(opts.device) if opts.device else None
         if device is not None:
             check_benchmark_options(card, opts, device)
-        sandbox, spec, artifacts = self._jail()
+        sandbox, spec, artifacts = self.worker_jail
         # the worker (a fresh jailed process) imports torch and the card's modules while this process
         # collects the environment and builds: started before its job is known (in a batch, maybe ahead)
         self.start_worker()
-        self.warm.in_turn()
         failed = self.warm.card_modules_error(STARTUP_S)
         if failed is not None:
             raise ConfigError(str(root / card.path), *failed)
@@ -736,10 +747,6 @@ class CardDoor(FrontDoor):
             opts.give_up_after,
             spec,
         )
-
-    def first_child(self) -> ChildRun | None:
-        child, self.warm = self.warm, None
-        return child
 
     def close(self) -> None:
         if self.warm is not None:  # never sent a job (the build failed, or an error on the way)

@@ -6,6 +6,7 @@ trace status; only bad input files and arguments (ConfigError) and mini_kv's own
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -372,27 +373,26 @@ class SolDoor(FrontDoor):
         self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
-    def _jail(self) -> tuple[JailInfo, JailSpec, Path]:
-        """The worker's sandbox, what its jail shows, and the store it must not see."""
+    @functools.cached_property
+    def worker_jail(self) -> tuple[JailInfo, JailSpec, Path]:
+        """The worker's sandbox, what its jail shows (its staging dir, made here), and the store it must
+        not see."""
         opts = self.opts
-        if self.staging is None:
-            self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
+        self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
         readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
         spec = worker_spec(readable, root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb))
         return jail.resolve(opts.sandbox), spec, artifacts
 
-    def start_worker(self, ahead: bool = False) -> None:
-        if self.warm is not None:
-            return
+    def new_worker(self, ahead: bool) -> ChildRun:
         opts = self.opts
         if self.cand.group == "cpp" or not opts.artifacts:
             bench_project_root(opts)  # before anything runs: where the build and the attempt will go
-        sandbox, spec, _ = self._jail()
+        sandbox, spec, _ = self.worker_jail
         # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
         warm = not ahead and opts.method in ("auto", "cupti") and not (opts.device or "").startswith("cpu")
-        self.warm = ChildRun(
+        return ChildRun(
             None,
             str(self.staging / "worker.log"),
             None,
@@ -407,8 +407,7 @@ class SolDoor(FrontDoor):
         # the worker loads torch and starts CUPTI while this process checks the device, the environment
         # and the build (seconds each on a GPU machine); in a batch it may have started ahead
         self.start_worker()
-        self.warm.in_turn()
-        sandbox, spec, artifacts = self._jail()
+        sandbox, spec, artifacts = self.worker_jail
         root = bench_project_root(opts, required=False)
         device = environment.pick_device(opts.device)
         settings = check_options(opts, device)
@@ -459,10 +458,6 @@ class SolDoor(FrontDoor):
             cases=[c.to_dict() for c in self.problem.cases],
             memory_limit_bytes=environment.cpu_memory_limit(self.opts.memory_limit_gb),
         )
-
-    def first_child(self) -> ChildRun | None:
-        child, self.warm = self.warm, None
-        return child
 
     def stage_timeout(self, job: SolJob) -> float:
         return self.opts.timeout * (len(job.cases) + 1)
