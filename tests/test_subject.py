@@ -143,6 +143,26 @@ def test_a_worker_ends_without_the_interpreters_teardown_yet_runs_its_exit_handl
     assert not (sol / "teardown").exists()
 
 
+GC_SOLUTION = """
+import gc
+
+
+def add(x, w):
+    # the collector is on for candidate code, and the harness's imports are out of its walks
+    return x + w if gc.isenabled() and gc.get_freeze_count() > 10_000 else x * 0
+"""
+
+
+def test_candidate_code_runs_with_the_collector_on_and_the_harness_frozen(subject):
+    """The child turns the cyclic collector off only while it imports torch (and opcheck's stack), and
+    freezes what those imports made before any job or candidate code runs: the candidate gets an
+    interpreter whose collector is on."""
+    (Path(subject.sol_dir) / "main.py").write_text(GC_SOLUTION)
+    op = load(subject, "add")
+    x = torch.ones(4)
+    assert torch.equal(op(x, x), x + x)
+
+
 def load(sub: SubjectLink, entry: str) -> RemoteOp:
     sol = {"group": "python", "dir": sub.sol_dir, "entry_file": "main.py", "entry_function": entry}
     sub.ask("load", kind="sol", device=sub.device, solution=sol)

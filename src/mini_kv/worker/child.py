@@ -10,6 +10,7 @@ pinned on it. Under ncu the job comes from a file (`--job`) and the events go to
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         "before the job, answered with a `modules` event",
     )
     ns = parser.parse_args(argv)
+    # The cyclic collector off while the harness's own imports run: they build hundreds of thousands of
+    # long-lived objects that each collection walks again (about a fifth of torch's import CPU, a quarter
+    # of opcheck's, in each of a candidate's two processes); frozen afterwards, so later collections skip
+    # them too. Back on before any job or candidate code runs.
+    gc.disable()
     import torch  # noqa: F401 - every job needs it; loading it before the job arrives overlaps the parent's work
 
     if ns.subject_fd is not None:
@@ -49,10 +55,12 @@ def main(argv: list[str] | None = None) -> int:
 
         if ns.warm_contract:
             _warm_contract()
+        _collector_back()
         return serve(ns.subject_fd)
 
     if ns.warm_profiler:
         _warm_profiler()
+    _collector_back()
     # the key comes first (stdin's first line, or the environment under ncu), the job after it: the
     # channel is up before the job is known, for a card's `modules` answer
     key = os.environ.pop(KEY_ENV) if ns.job else sys.stdin.readline().strip()
@@ -78,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             event=Event.FATAL, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
         )
         return 3
+
+
+def _collector_back() -> None:
+    """The harness's imports done (main): what they made kept out of every later collection, and the
+    collector on again."""
+    gc.freeze()
+    gc.enable()
 
 
 def import_card_modules(spec: dict) -> tuple[str, str] | None:
