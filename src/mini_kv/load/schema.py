@@ -9,8 +9,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import jsonschema
-
 from mini_kv.codec import from_json
 from mini_kv.errors import ConfigError, UserError
 
@@ -33,10 +31,16 @@ def _is_integer(checker, instance) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
-)
+@functools.cache
+def _validator_class():
+    """Draft 2020-12 with mini_kv's integers; jsonschema imported on the first check, not with this module
+    (a judge imports the loaders' records but checks no file: 75 ms of its start)."""
+    import jsonschema
+
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+    )
 
 
 @functools.cache
@@ -63,7 +67,7 @@ def field_path(parts) -> str:
     return out or "(top level)"
 
 
-def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
+def _describe(error) -> tuple[str, str]:
     path = field_path(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -90,17 +94,19 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
 
 def validate(instance: Any, schema_name: str, file: str) -> None:
     """Raise ConfigError for the first (most specific, deepest) violation."""
-    validator = Validator(load_schema(schema_name))
+    validator = _validator_class()(load_schema(schema_name))
     errors = list(validator.iter_errors(instance))
     if not errors:
         return
-    best = jsonschema.exceptions.best_match(errors)
+    from jsonschema.exceptions import best_match
+
+    best = best_match(errors)
     path, expected = _describe(best)
     raise ConfigError(file, path, expected)
 
 
 def is_valid(instance: Any, schema_name: str) -> bool:
-    return Validator(load_schema(schema_name)).is_valid(instance)
+    return _validator_class()(load_schema(schema_name)).is_valid(instance)
 
 
 def read_record(cls: type[R], data: Any, schema_name: str, file: str) -> R:
