@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
+from mini_kv import pycache
+
 ROOT = Path(__file__).resolve().parents[1]
+# What a console command does first (cli_common's entry), done once here for the commands these tests
+# run in this process (run_cli): bytecode kept in mini_kv's own cache where the environment keeps none,
+# so that their jailed children read mini_kv's and torch's modules compiled, as a user's do, instead
+# of compiling mini_kv's worker modules at every start
+pycache.redirect()
 
 
 def _has_cuda() -> bool:

@@ -184,3 +184,25 @@ def test_the_warm_up_is_not_repeated_for_another_working_directory(monkeypatch):
     monkeypatch.setattr(sys, "path", ["/some/other/project", *sys.path])
     monkeypatch.chdir("/")
     assert pycache._environment_digest() == before
+
+
+def test_an_edited_source_warms_the_cache_again(tmp_path):
+    """The stamp covers mini_kv's own sources: after an edit (same version, new size or time) the
+    children's bytecode is written again instead of being compiled, stale, by every jailed child."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    before = pycache.sources_state(pkg)
+    assert pycache.sources_state(pkg) == before
+    os.utime(pkg / "sub" / "b.py", ns=(1, 1))
+    touched = pycache.sources_state(pkg)
+    assert touched != before
+    (pkg / "a.py").write_text("x = 10\n")
+    assert pycache.sources_state(pkg) not in (before, touched)
+
+
+def test_the_stamp_changes_with_mini_kvs_sources(monkeypatch):
+    before = pycache._environment_digest()
+    monkeypatch.setattr(pycache, "sources_state", lambda package: "edited")
+    assert pycache._environment_digest() != before

@@ -151,8 +151,11 @@ def warm_for_children(timeout: float = 600.0) -> bool:
 
 def _environment_digest() -> str:
     """The interpreter and where and which version each package the children import is (not sys.path,
-    whose first entry is the working directory: every project would warm again)."""
-    parts = [sys.version, sys.prefix, *CHILD_MODULES]
+    whose first entry is the working directory: every project would warm again), and the state of
+    mini_kv's own sources: an edited or reinstalled module whose version did not change would
+    otherwise leave its cached bytecode stale, and every jailed child, which cannot write the cache,
+    would compile it again."""
+    parts = [sys.version, sys.prefix, *CHILD_MODULES, sources_state(Path(__file__).parent)]
     for dist in ("torch", "triton", "mini_kv"):
         spec = importlib.util.find_spec(dist)  # a top-level name: found, not imported
         try:
@@ -161,3 +164,13 @@ def _environment_digest() -> str:
             version = None
         parts.append(f"{dist}={version} at {spec.origin if spec else None}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def sources_state(package: Path) -> str:
+    """A digest of every .py file under `package`: its path, size and modification time, what Python
+    checks a cached file against (a few milliseconds for mini_kv's files)."""
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        st = path.stat()
+        h.update(f"{path.relative_to(package)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
