@@ -668,7 +668,6 @@ class CardDoor(FrontDoor):
 
     def __init__(self, card: Problem, cand: Candidate, opts: VerifyOptions):
         self.card, self.cand, self.opts = card, cand, opts
-        self.warm = None  # the worker, started before its job (start_worker)
         self.scratch: str | None = None  # its log's directory, removed by close
         self.label, self.evaluating = cand.id, f"verify {cand.id}"
         self.skipped_benchmark = opts.skip_benchmark

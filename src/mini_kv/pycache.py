@@ -166,11 +166,22 @@ def _environment_digest() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def file_stamps(paths) -> dict[str, tuple[int, int]]:
+    """(mtime_ns, size) of each path, what Python checks cached bytecode against; (-1, -1) for one that
+    cannot be read. Also the runner's watch on the harness's files while a worker runs."""
+    out = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            out[str(p)] = (-1, -1)
+            continue
+        out[str(p)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
 def sources_state(package: Path) -> str:
-    """A digest of every .py file under `package`: its path, size and modification time, what Python
-    checks a cached file against (a few milliseconds for mini_kv's files)."""
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        st = path.stat()
-        h.update(f"{path.relative_to(package)} {st.st_size} {st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    """A digest of every .py file under `package`: its path, modification time and size (a few
+    milliseconds for mini_kv's files)."""
+    stamps = file_stamps(sorted(package.rglob("*.py")))
+    return hashlib.sha256("\n".join(f"{p} {t} {n}" for p, (t, n) in stamps.items()).encode()).hexdigest()

@@ -132,19 +132,12 @@ def job_paths(value) -> list[str]:
 _WORKER_FILES = tuple(("worker/*.py stats.py runner.py status.py model.py settings.py").split())
 
 
-def harness_files(extra=()) -> dict[str, tuple[int, int]]:
-    """(mtime_ns, size) of the verifier's files that a worker uses, and of `extra` paths."""
-    out = {}
-    paths = [p for pattern in _WORKER_FILES for p in sorted(Path(__file__).resolve().parent.glob(pattern))]
-    paths += [Path(p) for p in extra]
-    for p in paths:
-        try:
-            st = p.stat()
-        except OSError:
-            out[str(p)] = (-1, -1)
-            continue
-        out[str(p)] = (st.st_mtime_ns, st.st_size)
-    return out
+def harness_paths(extra=()) -> list:
+    """The verifier's files that a worker uses, and `extra` paths: watched (pycache.file_stamps) while it runs."""
+    return [
+        *(p for pattern in _WORKER_FILES for p in sorted(Path(__file__).resolve().parent.glob(pattern))),
+        *extra,
+    ]
 
 
 def files_changed(before: dict, after: dict) -> list[str]:
@@ -572,7 +565,7 @@ class _WorkerRun:
     def run(self, first_child: ChildRun | None) -> WorkerResults:
         # the verifier's own files (and the suite's), checked from here where the candidate cannot reach
         watch = getattr(self.job, "watch_paths", [])
-        files_before = harness_files(watch)
+        files_before = pycache.file_stamps(harness_paths(watch))
         for _ in range(MAX_RESTARTS):
             sub = self.job.replace(**self.pending, **self._contract_cases())
             if first_child is not None:
@@ -587,7 +580,7 @@ class _WorkerRun:
             code = child.close(kill=outcome != "done")
             if not self._carry_on(outcome, _ended(code, child), budget):
                 break
-        touched = files_changed(files_before, harness_files(watch))
+        touched = files_changed(files_before, pycache.file_stamps(harness_paths(watch)))
         if touched:
             changed = "files of the verifier changed while the worker ran: " + ", ".join(touched[:10])
             self._incident("worker", changed, integrity="HARNESS_TAMPERED", case=None)

@@ -369,7 +369,7 @@ class SolDoor(FrontDoor):
     FORMAT = SOL_FORMAT
 
     def __init__(self, problem: Problem, cand: Candidate, opts: BenchOptions):
-        self.problem, self.cand, self.opts, self.staging, self.warm = problem, cand, opts, None, None
+        self.problem, self.cand, self.opts, self.staging = problem, cand, opts, None
         self.workloads = problem.payload[1]  # the SOL loader's parse
         self.evaluating = f"evaluate {cand.id}"
 
