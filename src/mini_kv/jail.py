@@ -76,7 +76,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mini_kv.codec import to_json
@@ -203,6 +203,15 @@ class JailSpec:
     profiler: bool = False  # perf_event_open allowed, TCP on the jail's own loopback (ncu)
     env: tuple[tuple[str, str], ...] = ()  # set inside, after the allow-list
     limits: Limits = field(default_factory=Limits)
+    # read-only for a process that runs candidate code alone (a solution's staged sources): a judge's
+    # view leaves them out, so that one judge can serve every candidate of a batch (`view`)
+    candidate: tuple[str, ...] = ()
+
+    def view(self, runs_candidate: bool) -> JailSpec:
+        """The spec `popen` is given: `candidate` read-only where the process runs candidate code, else
+        left out."""
+        extra = self.candidate if runs_candidate else ()
+        return replace(self, read_only=self.read_only + extra, candidate=())
 
 
 @dataclass(frozen=True)

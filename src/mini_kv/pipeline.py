@@ -141,10 +141,12 @@ def worker_spec(
     project: Path | None,
     artifacts: Path | None,
     memory_bytes: int | None = None,
+    candidate: Path | None = None,
 ) -> JailSpec:
-    """The worker's view: `readable` read-only, the project's .build/ staged (only the libraries a job
-    names show), the artifact store hidden; the GPU where there is one; its whole tree's memory capped at
-    `memory_bytes` where the machine allows a memory cgroup (GPU runs too, which no address-space cap fits)."""
+    """The worker's view: `readable` read-only (`candidate`, the candidate's own staged files, for its
+    subject alone), the project's .build/ staged (only the libraries a job names show), the artifact
+    store hidden; the GPU where there is one; its whole tree's memory capped at `memory_bytes` where the
+    machine allows a memory cgroup (GPU runs too, which no address-space cap fits)."""
     # both made now if missing: a child starts before the build and the attempt create them, and a dir
     # that did not exist when its jail was made is not masked (the whole build cache showed, as the
     # host's files: 0700 ones unreadable to the jail's uid, so a fresh project's first build did not load)
@@ -157,6 +159,7 @@ def worker_spec(
         hidden=(str(artifacts),) if artifacts is not None else (),
         gpu=bool(jail.gpu_nodes()),
         limits=jail.Limits(file_size_bytes=WORKER_FILE_CAP, memory_bytes=memory_bytes),
+        candidate=(str(candidate),) if candidate is not None else (),
     )
 
 

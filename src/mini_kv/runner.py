@@ -176,6 +176,105 @@ class AheadOfTurn:
                     child.signal(signal.SIGSTOP if on else signal.SIGCONT)
 
 
+@dataclass
+class _Judge:
+    """A judge kept between jobs (KeptJudges): its jailed process, its end of the result channel, the
+    channel's verifier (its numbering goes on) and the key it was started under."""
+
+    proc: Any
+    fd: int
+    verifier: Verifier
+    key: tuple
+
+    def end(self) -> None:
+        """The end of its stdin ends it; one that does not end by itself is killed."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill_tree()
+            self.proc.wait()
+        self.proc.cleanup()
+        os.close(self.fd)
+
+
+class KeptJudges:
+    """Judges kept between the jobs of a batch (`keep_judges`: cluster.batch.evaluate_here). A judge whose
+    job ended with `done` and that is still alive waits for another job, and the next ChildRun started
+    alike (the same jail view, sandbox, environment and card modules: `ChildRun.pool_key`) takes it
+    instead of starting one: its Python, torch and the card's modules (about a second and a half of
+    CPU) are paid once per batch. Every job gets a fresh subject: the candidate never runs where another
+    candidate ran, and the judge runs no candidate code. A ChildRun started while a judge of its kind is
+    busy (a batch's next item, started ahead) waits for it, and starts its own when its turn comes and
+    none was kept (that judge crashed, hung, or was killed)."""
+
+    IDLE_MAX = 2  # judges kept at once (each holds torch, and on a GPU a CUDA context)
+    _lock = threading.Lock()
+    _depth = 0
+    _idle: list[_Judge] = []
+    _busy: dict[tuple, int] = {}
+
+    @classmethod
+    def enter(cls) -> None:
+        with cls._lock:
+            cls._depth += 1
+
+    @classmethod
+    def leave(cls) -> None:
+        with cls._lock:
+            cls._depth -= 1
+            ending, cls._idle = (cls._idle, []) if cls._depth == 0 else ([], cls._idle)
+        for judge in ending:
+            judge.end()
+
+    @classmethod
+    def busy(cls, key: tuple | None, change: int) -> None:
+        if key is not None:
+            with cls._lock:
+                cls._busy[key] = cls._busy.get(key, 0) + change
+
+    @classmethod
+    def exists(cls, key: tuple | None) -> bool:
+        """A judge of this kind is kept, or busy and may be kept: worth waiting for."""
+        with cls._lock:
+            if key is None or cls._depth == 0:
+                return False
+            return cls._busy.get(key, 0) > 0 or any(j.key == key for j in cls._idle)
+
+    @classmethod
+    def keeping(cls) -> bool:
+        with cls._lock:
+            return cls._depth > 0
+
+    @classmethod
+    def take(cls, key: tuple | None) -> _Judge | None:
+        with cls._lock:
+            found = next((j for j in cls._idle if j.key == key), None) if key is not None else None
+            if found is not None:
+                cls._idle.remove(found)
+        return found
+
+    @classmethod
+    def put(cls, judge: _Judge) -> None:
+        with cls._lock:
+            cls._idle.append(judge)
+            ending = cls._idle[: -cls.IDLE_MAX]
+            cls._idle = cls._idle[-cls.IDLE_MAX :]
+        for old in ending:
+            old.end()
+
+
+@contextlib.contextmanager
+def keep_judges():
+    """Within it, judges are kept between jobs (KeptJudges); at its end the idle ones end."""
+    KeptJudges.enter()
+    try:
+        yield
+    finally:
+        KeptJudges.leave()
+
+
 class ChildRun:
     """One jailed child process and its event pipe.
 
@@ -218,7 +317,17 @@ class ChildRun:
         self.ready = False  # the child's `ready` event seen
         self.ended = False  # its result pipe closed: it is exiting (or exited) by itself
         self.log_path = log_path
-        self._start()
+        self.done_seen = False  # the job's `done` read: the judge may be kept (close)
+        # a judge of a staged kind can be kept between jobs (KeptJudges); its kind, what it was started with
+        staged = self.HAS_SUBJECT and (job is None or job.KIND in SUBJECT_KINDS)
+        self.pool_key = self._pool_key(env) if staged else None
+        self.modules_answered = card_modules is None  # a kept judge imported them for its first job
+        self.proc = None
+        self.fd: int | None = None
+        # started early (maybe ahead of its turn) where a judge of its kind is kept or busy: it takes that
+        # judge in its turn (_need_judge), never one another run's turn comes to first
+        if not (job is None and KeptJudges.exists(self.pool_key)) and not self._adopt():
+            self._start()
         if job is None or job.KIND in SUBJECT_KINDS:
             self._spawn_subject()
         if ahead:
@@ -229,8 +338,29 @@ class ChildRun:
     def signal(self, sig: int) -> None:
         """`sig` to every process of this child's jail and of its subject's."""
         for run in (self, self.subject):
-            if run is not None:
+            if run is not None and run.proc is not None:
                 run.proc.signal_tree(sig)
+
+    def _pool_key(self, env: dict | None) -> tuple:
+        """What a kept judge must have been started with to serve this run (KeptJudges)."""
+        modules = json.dumps(self.card_modules, sort_keys=True) if self.card_modules is not None else None
+        view = self.spec.view(runs_candidate=False)
+        return (self.sandbox_info, view, modules, json.dumps(env, sort_keys=True))
+
+    def _adopt(self) -> bool:
+        """A kept judge of this run's kind taken over, if one waits (KeptJudges)."""
+        judge = KeptJudges.take(self.pool_key)
+        if judge is None:
+            return False
+        self.proc, self.fd, self.verifier = judge.proc, judge.fd, judge.verifier
+        self.modules_answered = True
+        KeptJudges.busy(self.pool_key, 1)
+        return True
+
+    def _need_judge(self) -> None:
+        """A run that waited for a kept judge (KeptJudges.exists), in its turn: that judge, else its own."""
+        if self.proc is None and not self._adopt():
+            self._start()
 
     def in_turn(self) -> None:
         """A child started ahead of its turn: its turn has come (AheadOfTurn)."""
@@ -251,6 +381,7 @@ class ChildRun:
 
     def _start(self) -> None:
         pycache.warm_for_children()  # once per environment: what jailed children import, compiled
+        KeptJudges.busy(self.pool_key, 1)
         self.fd, write_fd = self._channel()
         argv = [sys.executable, "-m", "mini_kv.worker.child", self.FD_FLAG, str(write_fd), *self.warm]
         if self.card_modules is not None:
@@ -258,7 +389,9 @@ class ChildRun:
         try:
             self.proc = jail.popen(
                 argv,
-                self.spec,
+                # a judge sees no candidate's own files (its subject does); a one-shot job's child, whose
+                # job loads candidate code itself, and a subject see them
+                self.spec.view(runs_candidate=self.pool_key is None),
                 self.sandbox_info,
                 env=self.env,
                 stdin=subprocess.PIPE,
@@ -278,7 +411,11 @@ class ChildRun:
 
     def card_modules_error(self, timeout: float) -> tuple[str, str] | None:
         """(field, why) where the card's modules did not import in the judge (`card_modules`), else None:
-        its `modules` event, the first it sends."""
+        its `modules` event, the first it sends (a kept judge imported them for its first job)."""
+        self._need_judge()
+        if self.modules_answered:
+            return None
+        self.modules_answered = True
         ev = self.next_event(timeout)
         if isinstance(ev, dict) and ev.get("event") == Event.MODULES:
             return None if ev.get("ok") else (str(ev.get("field")), str(ev.get("message")))
@@ -291,14 +428,17 @@ class ChildRun:
         )
 
     def send(self, job: Job) -> None:
+        self._need_judge()
         self.in_turn()
         self.job = job
         data = job.to_dict()
         for path in job_paths(data):  # a library under .build/: copied into the jail's view of it
             self.proc.stage(path)
-        try:
-            self.proc.stdin.write(json.dumps(data).encode())
-            self.proc.stdin.close()
+        try:  # one line: a judge kept after this job reads the next one (KeptJudges)
+            self.proc.stdin.write(json.dumps(data).encode() + b"\n")
+            self.proc.stdin.flush()
+            if job.KIND not in SUBJECT_KINDS:
+                self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
         if job.KIND in SUBJECT_KINDS:
@@ -330,9 +470,10 @@ class ChildRun:
         for path in job_paths(self.job.to_dict()):
             self.subject.proc.stage(path)
         meter = self.subject.proc.cpu_meter()  # read-only: the judge's count of the subject's CPU time
+        fds = [self.judge_end, self.log.fileno(), *([] if meter is None else [meter])]  # and its log
         try:
             with socket.socket(fileno=os.dup(self.fd)) as sock:
-                socket.send_fds(sock, [b"link"], [self.judge_end, *([] if meter is None else [meter])])
+                socket.send_fds(sock, [b"link"], fds)
         except OSError:  # the judge died early: next_event sees the end of the stream
             pass
         finally:
@@ -367,7 +508,9 @@ class ChildRun:
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
-        return self.verifier.read(line)
+        ev = self.verifier.read(line)
+        self.done_seen = ev.get("event") == Event.DONE
+        return ev
 
     def close(self, kill: bool) -> int | None:
         """Wait for the child (kill its tree first with `kill`); whatever it left running dies with it:
@@ -377,7 +520,12 @@ class ChildRun:
         if self.judge_end is not None:  # a child closed before its job: the link never handed over
             os.close(self.judge_end)
             self.judge_end = None
-        if not self.proc.stdin.closed:  # a child that never got its job
+        if self.proc is None:  # it waited for a kept judge and never needed one
+            return self._end_subject(None)
+        if not kill and self._keep():
+            return 0
+        KeptJudges.busy(self.pool_key, -1)
+        if not self.proc.stdin.closed:  # a child that never got its job, or a judge between jobs
             self.proc.stdin.close()
         if kill and self.ended:  # a child that died (its pipe closed): let bwrap report how it died
             try:
@@ -393,6 +541,12 @@ class ChildRun:
             code = self.proc.wait()
         self.proc.cleanup()
         self.out_of_memory = self.proc.oom_cap
+        if self.fd is not None:
+            os.close(self.fd)
+        return self._end_subject(code)
+
+    def _end_subject(self, code: int | None) -> int | None:
+        """The subject ended (killed: its judge has ended, or is done with it), then the log closed."""
         if self.subject is not None:
             if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -400,10 +554,27 @@ class ChildRun:
             self.subject_code = self.subject.close(kill=True)
             self.subject_out_of_memory = self.subject.out_of_memory
             self.subject = None
-        if self.fd is not None:
-            os.close(self.fd)
         self.log.close()
         return code
+
+    def _keep(self) -> bool:
+        """A judge whose job ended with `done`, alive and with nothing more to say, kept for the next job
+        of a batch (KeptJudges); its subject ends."""
+        if not (
+            self.pool_key is not None
+            and KeptJudges.keeping()
+            and self.done_seen
+            and not self.ended
+            and not self.buf
+            and self.proc.poll() is None
+            and not self.proc.stdin.closed
+        ):
+            return False
+        KeptJudges.busy(self.pool_key, -1)
+        KeptJudges.put(_Judge(self.proc, self.fd, self.verifier, self.pool_key))
+        self.fd = None
+        self._end_subject(0)
+        return True
 
 
 class SubjectRun(ChildRun):

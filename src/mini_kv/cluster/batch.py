@@ -11,6 +11,7 @@ inside the child protocol, and never kills the worker."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -112,13 +113,14 @@ def door_of(item: Item):
     return sol_door(item.target, item.opts)
 
 
-def started_ahead(item: Item):
+def started_ahead(item: Item, ahead: bool = True):
     """`item`'s door with its worker (judge and subject) started now, ahead of its turn
-    (runner.AheadOfTurn); None where that fails: the item's own run meets the error in its turn."""
+    (runner.AheadOfTurn) unless `ahead` is false; None where that fails: the item's own run meets the
+    error in its turn."""
     door = None
     try:
         door = door_of(item)
-        door.start_worker(ahead=True)
+        door.start_worker(ahead=ahead)
         return door
     except BaseException as exc:
         if door is not None:  # its worker ends, whatever stopped it (Ctrl-C too)
@@ -388,6 +390,7 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
 
     from mini_kv.cluster import prebuild
     from mini_kv.pipeline import ReferenceCache
+    from mini_kv.runner import keep_judges
 
     references = ReferenceCache() if len(items) > 1 else None  # one item: timed as a single run is
 
@@ -395,15 +398,19 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
     nxt = None  # the next item's door, its worker started ahead
+    # one judge for the items alike (runner.KeptJudges), a fresh subject for each
     try:
-        for i, (item, build) in enumerate(zip(items, builds, strict=True)):
-            door, nxt = nxt, None
-            if i + 1 < len(items):
-                nxt = started_ahead(items[i + 1])
-            if build is not None:
-                build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
-            progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-            yield item, run_item(item, progress, line, references=references, door=door)
+        with keep_judges() if len(items) > 1 else contextlib.nullcontext():
+            # the first item's worker before the second's: the second waits for the first's judge
+            nxt = started_ahead(items[0], ahead=False) if len(items) > 1 else None
+            for i, (item, build) in enumerate(zip(items, builds, strict=True)):
+                door, nxt = nxt, None
+                if i + 1 < len(items):
+                    nxt = started_ahead(items[i + 1])
+                if build is not None:
+                    build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
+                progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
+                yield item, run_item(item, progress, line, references=references, door=door)
     finally:
         if nxt is not None:  # stopped early (-x, Ctrl-C, an error): its worker ends unused
             nxt.close()

@@ -381,8 +381,9 @@ class SolDoor(FrontDoor):
         self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
-        readable = [self.staging, self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
-        spec = worker_spec(readable, root, artifacts, environment.cpu_memory_limit(opts.memory_limit_gb))
+        readable = [self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
+        memory = environment.cpu_memory_limit(opts.memory_limit_gb)
+        spec = worker_spec(readable, root, artifacts, memory, candidate=self.staging)
         return jail.resolve(opts.sandbox), spec, artifacts
 
     def new_worker(self, ahead: bool) -> ChildRun:
@@ -445,15 +446,12 @@ class SolDoor(FrontDoor):
     def job(self, prep: Prepared, built: Built) -> SolJob | None:
         if built.decided is not None:
             return None
-        ref_file = self.staging / "reference" / "reference.py"
-        ref_file.parent.mkdir(parents=True, exist_ok=True)
-        ref_file.write_text(self.problem.reference, encoding="utf-8")
         return SolJob(
             device=prep.device,
             salt=prep.salt,
             settings=prep.settings,
             definition_name=self.problem.id,
-            reference_file=str(ref_file),
+            reference=self.problem.reference,
             solution=job_entry(self.cand, self.staging / "solution", built.compile),
             cases=[c.to_dict() for c in self.problem.cases],
             memory_limit_bytes=environment.cpu_memory_limit(self.opts.memory_limit_gb),

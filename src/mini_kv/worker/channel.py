@@ -23,9 +23,11 @@ class Channel:
         self.f = os.fdopen(dest, "w", buffering=1) if isinstance(dest, int) else open(dest, "a", buffering=1)
         self.key = key
         self.seq = 0
+        self.last: str | None = None  # the last event's kind (a judge takes another job after `done`)
 
     def send(self, **event) -> None:
         self.seq += 1
+        self.last = event.get("event")
         # the edge where the worker's records leave it: typed records become JSON here (the one codec)
         body = json.dumps(to_json({**event, "seq": self.seq}), default=str)
         mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()

@@ -70,9 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         chan.send(event=Event.MODULES, ok=field is None, field=field, message=message)
     if ns.job:
         with open(ns.job) as f:
-            data = json.load(f)
-    else:
-        data = json.load(sys.stdin)
+            return _run(json.load(f), chan, ns)
+    # a judge whose job ended with `done` waits for the next one (a batch's next candidate, with a fresh
+    # subject: runner.KeptJudges); the end of stdin ends it
+    while line := sys.stdin.readline():
+        code = _run(json.loads(line), chan, ns)
+        if code != 0 or chan.last != Event.DONE:
+            return code
+    return 0
+
+
+def _run(data: dict, chan: Channel, ns: argparse.Namespace) -> int:
+    """One job: a judge's (linked to its subject on the fd the parent sends with it) or a one-shot kind's."""
     try:
         job = Job.from_dict(data)
         _limit_memory(job)
@@ -111,13 +120,19 @@ def import_card_modules(spec: dict) -> tuple[str, str] | None:
 
 
 def _link_fds(result_fd: int) -> tuple[int, int | None]:
-    """The judge's end of the link to its subject, which the parent sends on the result channel, and
-    the subject's CPU meter where the parent has one (remote.CpuMeter)."""
+    """The judge's end of the link to its subject, which the parent sends on the result channel with the
+    job's log (this process's output from now on: a kept judge's next job logs where that job's
+    attempt does), and the subject's CPU meter where the parent has one (remote.CpuMeter)."""
     with socket.socket(fileno=os.dup(result_fd)) as sock:
-        _, fds, _, _ = socket.recv_fds(sock, 16, 2)
-    if len(fds) not in (1, 2):
+        _, fds, _, _ = socket.recv_fds(sock, 16, 3)
+    if len(fds) not in (2, 3):
         raise RuntimeError("the parent sent no link to a subject")
-    return fds[0], (fds[1] if len(fds) == 2 else None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for out in (1, 2):
+        os.dup2(fds[1], out)
+    os.close(fds[1])
+    return fds[0], (fds[2] if len(fds) == 3 else None)
 
 
 def _warm_contract() -> None:

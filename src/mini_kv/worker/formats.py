@@ -45,7 +45,7 @@ from mini_kv.worker.inputs import (
 )
 from mini_kv.worker.integrity import Violation, reward_hack_log
 from mini_kv.worker.jobs import Event
-from mini_kv.worker.loader import load_module
+from mini_kv.worker.loader import load_source
 from mini_kv.worker.remote import Census, RemoteGuard, RemoteOp
 
 
@@ -607,7 +607,7 @@ class SolEvaluator:
         # knows whose code it was (the reference's: INVALID_REFERENCE, not the solution's fault)
         chan.send(event=Event.BEGIN, stage="reference", case="(loading the reference)")
         try:
-            reference = load_module(job.reference_file)
+            reference = load_source(job.reference)
             ref_fn = reference.run
         except BaseException as exc:  # noqa: BLE001 - also sys.exit() at import; the problem's fault either way
             return _fail(

@@ -120,7 +120,7 @@ SolJob = _kind(
     "SolJob",
     "sol",
     "A SOL-ExecBench solution on its problem's workloads (worker/formats.SolEvaluator).",
-    "device salt settings definition_name reference_file solution cases memory_limit_bytes",
+    "device salt settings definition_name reference solution cases memory_limit_bytes",
     records={"settings": RunSettings},
     baseline=None,
     reference_timings=None,

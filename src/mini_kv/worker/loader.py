@@ -78,6 +78,26 @@ def load_module(path: str, name: str = "mini_kv_sol_reference"):
     return module
 
 
+def load_source(source: str, name: str = "mini_kv_sol_reference"):
+    """`source` (a SOL problem's reference, given to the judge as text: it sees no solution's staging, so
+    one judge can serve every solution of a batch) loaded from a file of its own in a fresh temporary
+    directory, removed once loaded. Its lines stay in linecache (no modification time: never dropped), so
+    tracebacks and `inspect` still show them."""
+    import linecache
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="mini-kv-reference-")
+    path = os.path.join(where, "reference.py")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(source)
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+        return load_module(path, name)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def import_solution(sol: dict):
     if sol["group"] == "cpp":  # the torch extension module the compiler built
         return load_module(sol["library"], sol["module"])

@@ -1,0 +1,133 @@
+"""One judge for a batch's items alike, a fresh subject for each (runner.KeptJudges): real batches on the
+CPU, with every jailed child counted by its role as it starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mini_kv import jail, runner
+from mini_kv.cluster import batch
+from mini_kv.solexec.run import BenchOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLS = ROOT / "tests" / "sol_solutions"
+MARK = "mini-kv-test: the reference loaded"
+
+
+class _Show:
+    def row(self, label):
+        return None
+
+    def line(self, text):
+        pass
+
+    def done(self, label, status, where=None):
+        pass
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The role of every worker child started, in order: judge, subject, or the one-shot kind."""
+    roles, real = [], jail.popen
+
+    def popen(argv, *args, **kw):
+        if "mini_kv.worker.child" in argv:
+            roles.append("subject" if "--subject-fd" in argv else "judge")
+        return real(argv, *args, **kw)
+
+    monkeypatch.setattr(jail, "popen", popen)
+    return roles
+
+
+def _problem(tmp_path: Path) -> Path:
+    """tests/sol_solutions/problem with a reference that says, on the judge's output, that it loaded."""
+    prob = tmp_path / "problem"
+    shutil.copytree(SOLS / "problem", prob)
+    definition = json.loads((prob / "definition.json").read_text())
+    definition["reference"] = f"print({MARK!r}, flush=True)\n" + definition["reference"]
+    (prob / "definition.json").write_text(json.dumps(definition))
+    return prob
+
+
+def _bench(prob: Path, names: list[str], tmp_path: Path) -> list:
+    items = [
+        batch.Item(
+            batch.BENCH,
+            name,
+            str(prob),
+            None,
+            BenchOptions(
+                solution=str(SOLS / name / "solution.json"),
+                device="cpu",
+                artifacts=str(tmp_path / "store"),
+            ),
+            str(tmp_path),
+        )
+        for name in names
+    ]
+    return batch.run_here(items, _Show(), lambda item, result: None)
+
+
+def test_a_batch_of_solutions_is_judged_by_one_judge_with_a_fresh_subject_each(started, tmp_path):
+    prob = _problem(tmp_path)
+    results = _bench(prob, ["good_dps", "good_return", "wrong_values"], tmp_path)
+    assert [r.status for r in results] == ["PASSED", "PASSED", "FAILED"]
+    assert started == ["judge", "subject", "subject", "subject"]
+    assert runner.KeptJudges._idle == [] and not runner.KeptJudges.keeping()  # ended with the batch
+    # each attempt's log holds what the judge printed for its own job only: the log follows the job
+    for r in results:
+        log = (Path(r.attempt) / "logs" / "worker.log").read_text()
+        assert log.count(MARK) == 1, log
+
+
+def test_a_judge_whose_subject_died_ends_and_the_fresh_pairs_judge_is_kept(started, tmp_path):
+    prob = _problem(tmp_path)
+    results = _bench(prob, ["crashes", "good_dps", "good_return"], tmp_path)
+    assert [r.status for r in results] == ["FAILED", "PASSED", "PASSED"]
+    statuses = [t.evaluation.status for t in results[0].detail.traces]
+    assert "RUNTIME_ERROR" in statuses and "PASSED" in statuses  # the crash pinned on its workload only
+    # the first item's judge and subject; the second item's subject, ahead; the crash ends the first
+    # pair (its judge is not kept) and a fresh pair runs the workload after it; that judge is kept and
+    # judges the second and third items, each with a fresh subject
+    assert started == ["judge", "subject", "subject", "judge", "subject", "subject"]
+    assert runner.KeptJudges._idle == []
+
+
+def test_a_kept_judge_sees_no_solution_of_the_batch(tmp_path):
+    """The judge's jail leaves out every solution's staged files (JailSpec.candidate); its subject's
+    shows them."""
+    spec = jail.JailSpec(read_only=("/a",), candidate=("/staging",))
+    assert spec.view(runs_candidate=False).read_only == ("/a",)
+    assert spec.view(runs_candidate=True).read_only == ("/a", "/staging")
+    assert spec.view(runs_candidate=True).candidate == ()
+
+
+def test_a_card_and_a_problem_in_one_batch_each_get_a_judge_of_their_own(started, tmp_path):
+    """A judge serves only items started alike: a card's (its modules imported) is no SOL problem's."""
+    from mini_kv.pipeline import VerifyOptions
+
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
+    cards = [
+        batch.Item(batch.VERIFY, c, str(ROOT / "tasks/vector_add.yaml"), c, opts, str(tmp_path))
+        for c in ("v0_naive", "v1_vectorized")
+    ]
+    sol = batch.Item(
+        batch.BENCH,
+        "good_dps",
+        str(SOLS / "problem"),
+        None,
+        BenchOptions(
+            solution=str(SOLS / "good_dps" / "solution.json"), device="cpu", artifacts=str(tmp_path)
+        ),
+        str(tmp_path),
+    )
+    results = batch.run_here([*cards, sol], _Show(), lambda item, result: None)
+    assert [r.status for r in results] == ["PASSED", "PASSED", "PASSED"]
+    # the card's judge for both candidates (the second's subject started ahead); the problem's worker,
+    # started ahead as the second candidate began, with a judge of its own: none of its kind existed
+    assert started == ["judge", "subject", "subject", "judge", "subject"]
+    assert runner.KeptJudges._idle == []
