@@ -3,7 +3,8 @@
 `sol/<attack>/` are SOL-ExecBench solutions of tests/sol_solutions/problem whose answer is right only
 while their attack failed; `card/` holds C++ task-card candidates that attack from a static initializer
 (run by the build's load check and by the worker) or through the compiler's input. The module fixtures
-run every attack once, the way `bench` and `verify` run a candidate, against a planted world: a fake
+run every attack once, the way `bench` runs several solutions (one batch: one judge kept between them,
+a fresh subject each) and `verify` runs a candidate, against a planted world: a fake
 $HOME full of secrets, a secret environment variable, a TCP and a unix-socket listener on the host, a
 file in the host's /tmp, the artifact store, the project's .build/. Each test then asserts that its
 attack failed, seen from the host, and that mini_kv ended with a normal verdict (never a crash).
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -45,22 +45,36 @@ def world(tmp_path_factory):
         yield w
 
 
+class _Quiet:  # cluster.batch's display, showing nothing
+    def row(self, label):
+        return None
+
+    def line(self, text):
+        pass
+
+    def done(self, label, status, where=None):
+        pass
+
+
 @pytest.fixture(scope="module")
 def sol_runs(world):
-    """Every SOL attack benched once (from the project, as `bench` runs a solution there)."""
-    runs = {}
+    """Every SOL attack benched once, from the project, as `bench` runs several solutions there: one
+    batch, one judge kept between them (runner.KeptJudges), a fresh subject each."""
+    from mini_kv.cluster import batch
+
+    items = []
+    for name in SOL_ATTACKS:
+        dest = world["base"] / "sols" / name
+        copy_filled(HERE / "sol" / name, dest, world)
+        opts = BenchOptions(solution=str(dest / "solution.json"), artifacts=str(world["store"]), **FAST)
+        items.append(batch.Item(batch.BENCH, name, str(PROBLEM), None, opts, str(world["store"])))
     here = os.getcwd()
     os.chdir(world["project"])
     try:
-        for name in SOL_ATTACKS:
-            dest = world["base"] / "sols" / name
-            copy_filled(HERE / "sol" / name, dest, world)
-            opts = BenchOptions(solution=str(dest / "solution.json"), artifacts=str(world["store"]), **FAST)
-            t0 = time.monotonic()
-            runs[name] = {"result": bench(str(PROBLEM), opts), "seconds": time.monotonic() - t0}
+        results = batch.run_here(items, _Quiet(), lambda item, result: None)
     finally:
         os.chdir(here)
-    return runs
+    return {item.label: {"result": result.detail} for item, result in zip(items, results, strict=True)}
 
 
 # SOL attacks that may end otherwise than PASSED when the jail holds: past the worker's file-size cap a
