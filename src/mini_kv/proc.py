@@ -86,12 +86,40 @@ def _descendants(pid: int) -> list[int]:
 def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
     """Send `sig` to `pid` (not with `below`) and every process below it (SIGSTOP, SIGCONT:
     runner.AheadOfTurn; kill_group's freeze), scanning again until no new one turns up: one forked while
-    a scan ran is signalled too. Returns the processes signalled."""
-    done: list[int] = []
+    a scan ran is signalled too. A SIGSTOP lands when its process is next scheduled, so a process still
+    running may fork after the scan: the next scan waits until those signalled have stopped (or for
+    STOP_WAIT_S: one in an uninterruptible read stops when it ends). Returns the processes signalled."""
+    done: set[int] = set()
     while new := [p for p in [*([] if below else [pid]), *_descendants(pid)] if p not in done]:
         _signal_all(new, sig)
-        done += new
-    return done
+        done.update(new)
+        if sig == signal.SIGSTOP:
+            _wait_stopped(new)
+    return list(done)
+
+
+STOP_WAIT_S = 0.1
+
+
+def _wait_stopped(pids: list[int]) -> None:
+    """Until every one of `pids` is stopped, gone or a zombie, for at most STOP_WAIT_S."""
+    import time
+
+    deadline = time.monotonic() + STOP_WAIT_S
+    running = list(pids)
+    while running and time.monotonic() < deadline:
+        running = [p for p in running if _state(p) not in "TtZX"]
+        if running:
+            time.sleep(0.001)
+
+
+def _state(pid: int) -> str:
+    """The state letter of `pid` (/proc/PID/stat), 'X' where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
 
 
 def _signal_all(pids: list[int], sig: int) -> None:

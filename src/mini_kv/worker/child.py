@@ -1,4 +1,4 @@
-"""The one child-process entry: `python -m mini_kv.worker.child --result-fd N`, job JSON on stdin.
+"""The one child-process entry: `python -m mini_kv.worker.child --result-fd N`, one job JSON a line on stdin.
 
 Every job kind (mini_kv.worker.jobs) runs here: a task card's candidate, a SOL solution, and the
 one-shot kinds (bandwidth probe, A/B timing, the profiled target, a build), each answering with
