@@ -102,11 +102,18 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
         assert len(samples) == 10 and all(len(r) == 10 for r in samples)
         assert all(x > 0 for r in samples for x in r)
     assert run.order[0] == ["candidate", "reference"] and run.order[1] == ["reference", "candidate"]
-    # the same code on both sides: no slowdown beyond the gate's 5 % threshold at P50
+    # the same code on both sides: no slowdown beyond the gate's 5 % threshold at P50, confirmed as the
+    # gate confirms one (a second same-run comparison: one alone, beside the suite's load, can be unlucky)
     from mini_kv import stats
 
-    test = stats.is_slower([x for r in run.baseline for x in r], [x for r in run.candidate for x in r])
-    assert not test.slower
+    def slower(run) -> bool:
+        return stats.is_slower(
+            [x for r in run.baseline for x in r], [x for r in run.candidate for x in r]
+        ).slower
+
+    assert not (
+        slower(run) and slower(_confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32"))
+    )
 
 
 @pytest.mark.gpu

@@ -123,3 +123,28 @@ def test_a_card_and_a_problem_in_one_batch_each_get_a_judge_of_their_own(started
     # judge of its own although the card's was busy: none of its kind existed
     assert started == ["judge", "subject", "judge", "subject"]
     assert runner.KeptJudges._idle == []
+
+
+def test_a_kept_judge_that_died_waiting_is_passed_over(started, tmp_path):
+    """Killed between two items (its jail's parent-death signal fires with the thread that started it,
+    say): the next item starts a judge of its own instead of sending its job to a dead one."""
+
+    def kill_kept(item, result):
+        for judge in runner.KeptJudges._idle:
+            judge.proc.kill_tree()
+            judge.proc.wait(timeout=30)
+
+    items = [
+        batch.Item(
+            batch.BENCH,
+            name,
+            str(SOLS / "problem"),
+            None,
+            BenchOptions(solution=str(SOLS / name / "solution.json"), device="cpu", artifacts=str(tmp_path)),
+            str(tmp_path),
+        )
+        for name in ("good_dps", "good_return")
+    ]
+    results = batch.run_here(items, _Show(), kill_kept)
+    assert [r.status for r in results] == ["PASSED", "PASSED"]
+    assert started == ["judge", "subject", "subject", "judge"]

@@ -249,11 +249,18 @@ class KeptJudges:
 
     @classmethod
     def take(cls, key: tuple | None) -> _Judge | None:
-        with cls._lock:
-            found = next((j for j in cls._idle if j.key == key), None) if key is not None else None
-            if found is not None:
+        """A kept judge of this kind, alive (one that died waiting, e.g. with the thread that started it:
+        its jail's parent-death signal, is ended and passed over)."""
+        while key is not None:
+            with cls._lock:
+                found = next((j for j in cls._idle if j.key == key), None)
+                if found is None:
+                    return None
                 cls._idle.remove(found)
-        return found
+            if found.proc.poll() is None:
+                return found
+            found.end()
+        return None
 
     @classmethod
     def put(cls, judge: _Judge) -> None:
@@ -502,7 +509,10 @@ class ChildRun:
             ready, _, _ = select.select([self.fd], [], [], left)
             if not ready:
                 return "timeout"
-            chunk = os.read(self.fd, 1 << 16)
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except ConnectionResetError:  # it died with our data unread (a kept judge: its next link)
+                chunk = b""
             if not chunk:
                 self.ended = True
                 return None

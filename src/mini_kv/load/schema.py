@@ -7,10 +7,13 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mini_kv.codec import from_json
 from mini_kv.errors import ConfigError, UserError
+
+if TYPE_CHECKING:  # imported on first use (_validator_class): a judge validates no file
+    from jsonschema import ValidationError
 
 R = TypeVar("R")
 
@@ -67,7 +70,7 @@ def field_path(parts) -> str:
     return out or "(top level)"
 
 
-def _describe(error) -> tuple[str, str]:
+def _describe(error: ValidationError) -> tuple[str, str]:
     path = field_path(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
