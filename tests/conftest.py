@@ -41,6 +41,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+class QuietShow:
+    """cluster.batch's display (its rows, lines and verdicts), showing nothing."""
+
+    def row(self, label):
+        return None
+
+    def line(self, text):
+        pass
+
+    def done(self, label, status, where=None):
+        pass
+
+
+def run_batch(items: list) -> list:
+    """The items' results (cluster.batch.ItemResult), evaluated in this process as `bench` of several
+    solutions, `verify` of several candidates and `batch` evaluate them, showing nothing."""
+    from mini_kv.cluster import batch
+
+    return batch.run_here(items, QuietShow(), lambda item, result: None)
+
+
 def run_cli(*args, cwd=ROOT, timeout=900, env=None, fresh_process=False):
     """Run `mini-kv ARGS` and return a CompletedProcess (text).
 

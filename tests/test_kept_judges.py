@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import QuietShow, run_batch
 
 from mini_kv import jail, runner
 from mini_kv.cluster import batch
@@ -16,17 +17,6 @@ from mini_kv.solexec.run import BenchOptions
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 MARK = "mini-kv-test: the reference loaded"
-
-
-class _Show:
-    def row(self, label):
-        return None
-
-    def line(self, text):
-        pass
-
-    def done(self, label, status, where=None):
-        pass
 
 
 @pytest.fixture
@@ -69,7 +59,7 @@ def _bench(prob: Path, names: list[str], tmp_path: Path) -> list:
         )
         for name in names
     ]
-    return batch.run_here(items, _Show(), lambda item, result: None)
+    return run_batch(items)
 
 
 def test_one_judge_serves_the_batch_until_a_crash_ends_it_and_the_fresh_pairs_judge_goes_on(
@@ -117,7 +107,7 @@ def test_a_card_and_a_problem_in_one_batch_each_get_a_judge_of_their_own(started
         ),
         str(tmp_path),
     )
-    results = batch.run_here([card, sol], _Show(), lambda item, result: None)
+    results = run_batch([card, sol])
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     # the card's judge and subject; the problem's worker, started ahead as the card's item began, with a
     # judge of its own although the card's was busy: none of its kind existed
@@ -145,6 +135,6 @@ def test_a_kept_judge_that_died_waiting_is_passed_over(started, tmp_path):
         )
         for name in ("good_dps", "good_return")
     ]
-    results = batch.run_here(items, _Show(), kill_kept)
+    results = batch.run_here(items, QuietShow(), kill_kept)
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert started == ["judge", "subject", "subject", "judge"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import QuietShow, run_batch
 
 from mini_kv.cluster import batch, prebuild
 
@@ -15,17 +16,6 @@ def test_builds_overlap_evaluation_only_for_several_gpu_items():
     assert prebuild.overlaps_evaluation({"cuda", "cuda:1"}, 2)
     assert not prebuild.overlaps_evaluation({"cuda"}, 1)  # nothing to overlap with
     assert not prebuild.overlaps_evaluation({"cpu", "cuda"}, 3)  # a compiler beside CPU timing: never
-
-
-class _Show:
-    def row(self, label):
-        return None
-
-    def line(self, text):
-        pass
-
-    def done(self, label, status, where=None):
-        pass
 
 
 @pytest.mark.slow
@@ -61,7 +51,7 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     monkeypatch.setattr(pipeline, "run_stages", stages)
     monkeypatch.setattr(batch, "door_of", door_of)
     seen = []
-    results = batch.run_here(items, _Show(), lambda item, result: seen.append(item.candidate))
+    results = batch.run_here(items, QuietShow(), lambda item, result: seen.append(item.candidate))
     assert sorted(built) == ["v0_naive", "v1_vectorized"]  # both builds were started ahead
     assert seen == ["v0_naive", "v1_vectorized"]  # evaluated in order, one at a time
     assert [r.status for r in results] == ["PASSED", "PASSED"]
@@ -128,7 +118,7 @@ def test_the_next_items_worker_is_stopped_whole_while_an_item_times(monkeypatch,
         )
         for c in ("v0_naive", "v1_vectorized")
     ]
-    results = batch.run_here(items, _Show(), lambda item, result: None)
+    results = run_batch(items)
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert all(r.detail.results.bench for r in results)  # both timed
     # the first item's timing, with the second's worker (its subject: bwrap and Python; its judge will be

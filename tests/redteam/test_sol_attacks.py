@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_batch
 from redteam_world import (
     FAST,
     HERE,
@@ -45,17 +46,6 @@ def world(tmp_path_factory):
         yield w
 
 
-class _Quiet:  # cluster.batch's display, showing nothing
-    def row(self, label):
-        return None
-
-    def line(self, text):
-        pass
-
-    def done(self, label, status, where=None):
-        pass
-
-
 @pytest.fixture(scope="module")
 def sol_runs(world):
     """Every SOL attack benched once, from the project, as `bench` runs several solutions there: one
@@ -71,7 +61,7 @@ def sol_runs(world):
     here = os.getcwd()
     os.chdir(world["project"])
     try:
-        results = batch.run_here(items, _Quiet(), lambda item, result: None)
+        results = run_batch(items)
     finally:
         os.chdir(here)
     return {item.label: {"result": result.detail} for item, result in zip(items, results, strict=True)}
