@@ -138,3 +138,27 @@ def test_a_kept_judge_that_died_waiting_is_passed_over(started, tmp_path):
     results = batch.run_here(items, QuietShow(), kill_kept)
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert started == ["judge", "subject", "subject", "judge"]
+
+
+def test_a_kept_judges_view_gathers_no_candidates_library(tmp_path):
+    """Each candidate's library is staged into its subject's view alone: the judge loads none, and a
+    kept judge's view would otherwise gather every library of the batch."""
+    from mini_kv.pipeline import VerifyOptions
+
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
+    items = [
+        batch.Item(batch.VERIFY, c, str(ROOT / "tasks/vector_add.yaml"), c, opts, str(tmp_path))
+        for c in ("v0_naive", "v1_vectorized")
+    ]
+    staged = []
+
+    def look(item, result):
+        for judge in runner.KeptJudges._idle:
+            staged.extend(
+                p for inbox in judge.proc.inboxes.values() for p in Path(inbox).rglob("*") if p.is_file()
+            )
+
+    results = batch.run_here(items, QuietShow(), look)
+    assert [r.status for r in results] == ["PASSED", "PASSED"]  # each subject loaded its library
+    assert all(r.detail.compile.library for r in results)
+    assert staged == []

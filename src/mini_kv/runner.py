@@ -439,7 +439,10 @@ class ChildRun:
         self.in_turn()
         self.job = job
         data = job.to_dict()
-        for path in job_paths(data):  # a library under .build/: copied into the jail's view of it
+        # a library under .build/: copied into the view of the process that loads it, a one-shot job's
+        # child or a judge's subject (_link_subject), never into a judge's (it loads none, and a kept
+        # judge's view would gather every library of its batch)
+        for path in job_paths(data) if job.KIND not in SUBJECT_KINDS else ():
             self.proc.stage(path)
         try:  # one line: a judge kept after this job reads the next one (KeptJudges)
             self.proc.stdin.write(json.dumps(data).encode() + b"\n")
@@ -470,7 +473,7 @@ class ChildRun:
             os.close(subject_end)
 
     def _link_subject(self) -> None:
-        """The job's files staged into the subject's view too (the candidate's above all), and the
+        """The job's files staged into the subject's view (the candidate's library above all), and the
         judge's end of the link handed to the judge on the result channel."""
         if self.subject is None:
             self._spawn_subject()
