@@ -74,7 +74,7 @@ def _states(child, settle: str | None = None) -> list[str]:
     (signals land late)."""
     import time
 
-    from mini_kv.proc import _descendants
+    from mini_kv.proc import _descendants, _state
 
     if settle is not None:
         for _ in range(100):
@@ -87,12 +87,8 @@ def _states(child, settle: str | None = None) -> list[str]:
     for run in (child, child.subject):
         if run is None or run.proc is None:  # a judge not taken yet (runner.KeptJudges)
             continue
-        for pid in [run.proc.pid, *_descendants(run.proc.pid)]:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    out.append(f.read().decode().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                pass
+        states = (_state(pid) for pid in [run.proc.pid, *_descendants(run.proc.pid)])
+        out += [s for s in states if s != "X"]  # (X: gone since the scan)
     return out
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from mini_kv.proc import _descendants, kill_group, signal_tree
+from mini_kv.proc import _descendants, _state, kill_group, signal_tree
 
 # forks as fast as it can; each child spins a little (a window in which it runs), then ends
 FORKER = """
@@ -22,14 +22,6 @@ while True:
     except ChildProcessError:
         pass
 """
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "X"
 
 
 def test_a_stop_holds_every_process_of_a_tree_that_forks_while_it_is_signalled():

@@ -132,7 +132,7 @@ def test_a_bench_attempt_is_profiled_with_the_sol_target_job(fake_ncu, monkeypat
     assert job["kind"] == "sol_profile_target" and job["case"]["id"] == "tall" and job["calls"] == 1
     assert job["seed"] == doc.case.seed == case_seed("scale_mul", "tall", doc.case.seed_salt)
     assert job["solution"]["entry_function"] == "forward" and job["solution"]["dps"] is False
-    assert Path(job["reference_file"]).name == "reference.py"
+    assert job["reference"] == json.loads((PROBLEM / "definition.json").read_text())["reference"]
     profiled = json.loads(fake_ncu["log"].read_text().splitlines()[-2])
     assert profiled[-6:-4] == ["-m", "mini_kv.worker.child"]
     assert {"definition.json", "solution.json", "environment.json"} <= {f["path"] for f in doc.files}

@@ -66,15 +66,9 @@ def _descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the command name may contain spaces
-        children.setdefault(ppid, []).append(int(name))
+        stat = _stat(name) if name.isdigit() else None
+        if stat is not None:
+            children.setdefault(int(stat[1]), []).append(int(name))
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -113,13 +107,19 @@ def _wait_stopped(pids: list[int]) -> None:
             time.sleep(0.001)
 
 
-def _state(pid: int) -> str:
-    """The state letter of `pid` (/proc/PID/stat), 'X' where it is gone."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), None where it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "X"
+            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()  # the name may hold spaces
+    except OSError:
+        return None
+
+
+def _state(pid: int) -> str:
+    """The state letter of `pid`, 'X' where it is gone."""
+    stat = _stat(pid)
+    return stat[0] if stat else "X"
 
 
 def _signal_all(pids: list[int], sig: int) -> None:

@@ -439,19 +439,20 @@ class ChildRun:
         self.in_turn()
         self.job = job
         data = job.to_dict()
+        judged = job.KIND in SUBJECT_KINDS
         # a library under .build/: copied into the view of the process that loads it, a one-shot job's
         # child or a judge's subject (_link_subject), never into a judge's (it loads none, and a kept
         # judge's view would gather every library of its batch)
-        for path in job_paths(data) if job.KIND not in SUBJECT_KINDS else ():
+        for path in () if judged else job_paths(data):
             self.proc.stage(path)
         try:  # one line: a judge kept after this job reads the next one (KeptJudges)
             self.proc.stdin.write(json.dumps(data).encode() + b"\n")
             self.proc.stdin.flush()
-            if job.KIND not in SUBJECT_KINDS:
+            if not judged:
                 self.proc.stdin.close()
         except BrokenPipeError:  # the child died early: next_event sees the end of the stream
             pass
-        if job.KIND in SUBJECT_KINDS:
+        if judged:
             self._link_subject()
         elif self.subject is not None:  # started early for a kind that needs none
             self.subject.close(kill=True)
@@ -580,7 +581,6 @@ class ChildRun:
             and not self.ended
             and not self.buf
             and self.proc.poll() is None
-            and not self.proc.stdin.closed
         ):
             return False
         KeptJudges.busy(self.pool_key, -1)

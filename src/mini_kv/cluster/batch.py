@@ -392,7 +392,8 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     from mini_kv.pipeline import ReferenceCache
     from mini_kv.runner import keep_judges
 
-    references = ReferenceCache() if len(items) > 1 else None  # one item: timed as a single run is
+    several = len(items) > 1
+    references = ReferenceCache() if several else None  # one item: timed as a single run is
 
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
@@ -400,9 +401,9 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     nxt = None  # the next item's door, its worker started ahead
     # one judge for the items alike (runner.KeptJudges), a fresh subject for each
     try:
-        with keep_judges() if len(items) > 1 else contextlib.nullcontext():
+        with keep_judges() if several else contextlib.nullcontext():
             # the first item's worker before the second's: the second waits for the first's judge
-            nxt = started_ahead(items[0], ahead=False) if len(items) > 1 else None
+            nxt = started_ahead(items[0], ahead=False) if several else None
             for i, (item, build) in enumerate(zip(items, builds, strict=True)):
                 door, nxt = nxt, None
                 if i + 1 < len(items):

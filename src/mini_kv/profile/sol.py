@@ -90,11 +90,9 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: Environment) 
         p,
         env,
     )
-    ref_file = staging / "reference.py"
 
     def build(w, r) -> SolProfileTargetJob:
         stage_sources(sol, staging / "solution")
-        ref_file.write_text(d.reference, encoding="utf-8")
         comp = None
         if sol.group == "cpp":
             from mini_kv.compile.compiler import CompileRecord
@@ -109,7 +107,7 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: Environment) 
             capture.built(comp or CompileRecord(status=BuildStatus.UNAVAILABLE), w, r)
         return SolProfileTargetJob(
             device="cuda:0",
-            reference_file=str(ref_file),
+            reference=d.reference,
             seed=p.seed,
             warmup=p.warmup,
             calls=1,
@@ -145,11 +143,11 @@ def run_target(job) -> TargetResult:
     from mini_kv.profile.target import input_digest
     from mini_kv.worker.compare import compare_matched
     from mini_kv.worker.inputs import allocate_outputs, clone_args, make_inputs, normalize_outputs
-    from mini_kv.worker.loader import import_solution, load_module
+    from mini_kv.worker.loader import import_solution, load_source
 
     device, sol, case = job.device, job.solution, job.case
     torch.cuda.set_device(torch.device(device))
-    reference = load_module(job.reference_file)
+    reference = load_source(job.reference)
     fn = getattr(import_solution(sol), sol["entry_function"])
     sig, wl = case["signature"], case["workload"]
     args = make_inputs(sig, wl, vars(reference), device, int(job.seed), {})

@@ -141,7 +141,7 @@ SolProfileTargetJob = _kind(
     "SolProfileTargetJob",
     "sol_profile_target",
     "The process ncu profiles for a SOL-ExecBench solution (profile/sol.run_target).",
-    "device reference_file seed warmup calls solution case",
+    "device reference seed warmup calls solution case",
 )
 ABJob = _kind(
     "ABJob",

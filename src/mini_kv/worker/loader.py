@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import linecache
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import PurePosixPath
 
 import torch
@@ -70,7 +73,7 @@ def registration_hint(qualname: str, registered: set[str]) -> str | None:
     return f"the library registers {', '.join(mine[:6])}{' ...' if len(mine) > 6 else ''}, not {qualname}"
 
 
-def load_module(path: str, name: str = "mini_kv_sol_reference"):
+def load_module(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # a real file: decorators such as @triton.jit read the source back with inspect
@@ -79,14 +82,11 @@ def load_module(path: str, name: str = "mini_kv_sol_reference"):
 
 
 def load_source(source: str, name: str = "mini_kv_sol_reference"):
-    """`source` (a SOL problem's reference, given to the judge as text: it sees no solution's staging, so
-    one judge can serve every solution of a batch) loaded from a file of its own in a fresh temporary
+    """`source` (a SOL problem's reference, given to the judge and to the profiled target as text: a
+    judge sees no solution's staging, so one can serve every solution of a batch) loaded from a file of
+    its own in a fresh temporary
     directory, removed once loaded. Its lines stay in linecache (no modification time: never dropped), so
     tracebacks and `inspect` still show them."""
-    import linecache
-    import shutil
-    import tempfile
-
     where = tempfile.mkdtemp(prefix="mini-kv-reference-")
     path = os.path.join(where, "reference.py")
     try:
