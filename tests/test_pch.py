@@ -105,3 +105,28 @@ def test_a_made_header_is_readable_by_the_jails_own_uid(tmp_path):
         assert p.stat().st_mode & 0o005 == 0o005 if p.is_dir() else p.stat().st_mode & 0o004, oct(
             p.stat().st_mode
         )
+
+
+def test_one_header_serves_every_project(tmp_path, monkeypatch):
+    """The header lives in mini_kv's machine-wide cache (settings.cache_dir), not in a project's .build/:
+    a second project's build uses the one the first project's build made."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert pch.root() == (tmp_path / "cache" / "mini-kv" / "pch").resolve()
+    made = []
+
+    def make(compiler, flags, header, final, log, sandbox):
+        stub = final / pch._stub_name(header)
+        final.mkdir(parents=True)
+        stub.write_text(f"#include <{header}>\n")
+        Path(f"{stub}.gch").write_bytes(b"")
+        made.append(final)
+        return True
+
+    monkeypatch.setattr(pch, "_make", make)
+    got = []
+    for project in ("one", "two"):
+        (tmp_path / project).mkdir()
+        host = [_src(tmp_path / project, f"{n}.cpp", "#include <torch/extension.h>\n") for n in ("op", "x")]
+        got.append(pch.pch_cflags(str(pch.root()), host, ["-O3"]))
+    assert len(made) == 1 and made[0].parent == pch.root()
+    assert got[0] == got[1] == ["-include", str(made[0] / "mini_kv_pch_torch_extension_h.h")]

@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mini_kv.settings import cache_dir
+
 ENV = "MINI_KV_PYCACHE"
 OFF = ("0", "off", "no", "false")
 # What a worker child imports besides what the command's own process does, warmed for jailed children.
@@ -49,14 +51,6 @@ CHILD_MODULES = (
 _WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    try: importlib.import_module(m)\n    except Exception: pass\n"
 
 
-def default_dir() -> Path:
-    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
-        # root's home is closed to others; a jail that drops to a uid of its own reads the cache here
-        return Path("/var/cache/mini-kv/pycache")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mini-kv" / "pycache"
-
-
 def wanted() -> Path | None:
     """Where this process should keep bytecode, or None where the environment's own choice stands."""
     setting = os.environ.get(ENV, "").strip()
@@ -64,7 +58,7 @@ def wanted() -> Path | None:
         return None
     if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
         return None  # bytecode is kept already, or kept where the environment says
-    return Path(setting).expanduser() if setting else default_dir()
+    return Path(setting).expanduser() if setting else cache_dir("pycache")
 
 
 def redirect() -> Path | None:

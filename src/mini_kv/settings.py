@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from mini_kv.codec import optional
@@ -125,6 +126,17 @@ CUDA_METHODS = ("events", "graph", "cupti")
 # capture refuses (it syncs, or allocates in a way capture forbids) skips to events.
 AUTO_CHAIN = ("cupti", "graph", "events")
 L2_MODES = ("hot", "cold")
+
+
+def cache_dir(name: str) -> Path:
+    """Where mini_kv keeps a machine-wide cache (`pycache`: bytecode; `pch`: precompiled torch headers):
+    `$XDG_CACHE_HOME/mini-kv/NAME`, else `~/.cache/mini-kv/NAME`; as root without XDG_CACHE_HOME
+    `/var/cache/mini-kv/NAME` (root's home is closed to a jail that runs under a uid of its own, and the
+    jails read these caches). Jails see them read-only: no candidate writes what another run reads."""
+    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        return Path("/var/cache/mini-kv") / name
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mini-kv" / name
 
 
 def check_options(method: str, l2: str, device: str) -> None:

@@ -473,9 +473,7 @@ def _build_into(
     sources = [str(Path(plan.candidate_dir) / s) for s in plan.sources]
     # the precompiled torch header is made (jailed, from torch's headers only) and kept by this process;
     # the build sees it read-only, so no candidate can change what other builds include
-    # by its real path: a project's .build/ may be a symlink, and the jail binds what the path names
-    pch_root = str((tmp.parent / "pch").resolve())
-    pch_flags = pch.pch_cflags(pch_root, sources, plan.flags["cflags"], sandbox=sandbox)
+    pch_flags = pch.pch_cflags(str(pch.root()), sources, plan.flags["cflags"], sandbox=sandbox)
     job = BuildJob(
         name=plan.module,
         build_dir=str(box / "out"),

@@ -1,4 +1,4 @@
-"""Precompiled torch headers for the host (.cpp) files of a build, shared by every build of a project.
+"""Precompiled torch headers for the host (.cpp) files of a build, shared by every build on the machine.
 
 Most of a host file's compile is parsing the torch header it begins with: a shipped candidate's
 op.cpp took 164-214 s without and 59 s with a precompiled ATen/ATen.h on the 2-core CI machine
@@ -10,10 +10,11 @@ flags (which torch's headers do not test) can be left out of it: one .gch serves
 the project. It is used only where every host file of the build begins with that header, so
 including it first changes nothing. nvcc never gets it; a `.cu` is compiled as before.
 
-The .gch files live in the project's build cache, `.build/pch/<key>/`, keyed by the compiler, the
-torch installation and the flags, made once under a file lock by the trusted parent (the compile itself
-jailed, in a private dir that holds only the stub: no candidate file is in it) and moved into place
-when complete. Builds see them read-only, so no candidate can change what another build includes.
+The .gch files live in mini_kv's machine-wide cache, `<cache>/pch/<key>/` (`root`), keyed by the
+compiler, the torch installation and the flags, made once under a file lock by the trusted parent (the
+compile itself jailed, in a private dir that holds only the stub: no candidate file is in it) and moved
+into place when complete. Builds see them read-only, so no candidate can change what another build
+includes. One header serves every project: a new project's first build does not pay it again.
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ from filelock import FileLock
 
 from mini_kv import jail
 from mini_kv.model import canonical_json, sha256_text
+from mini_kv.settings import cache_dir
 
-PCH_FORMAT = 2  # bump when the layout of a .build/pch/<key>/ dir changes (2: stub + its .gch)
+PCH_FORMAT = 2  # bump when the layout of a pch/<key>/ dir changes (2: stub + its .gch)
 # headers worth precompiling: each is most of a host file's compile
 PCH_HEADERS = ("torch/extension.h", "ATen/ATen.h", "torch/all.h", "torch/torch.h", "torch/library.h")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_.,+=:/@%-]+")
+
+
+def root() -> Path:
+    """Where precompiled headers are kept (settings.cache_dir), by its real path: the jail binds what
+    the path names."""
+    return cache_dir("pch").resolve()
 
 
 def first_include(path: Path) -> str | None:
