@@ -41,6 +41,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def started(monkeypatch):
+    """The role of every worker child started in this process, in order: judge, subject, or the one-shot
+    kind (which says judge: it is the child that judges)."""
+    from mini_kv import jail
+
+    roles, real = [], jail.popen
+
+    def popen(argv, *args, **kw):
+        if "mini_kv.worker.child" in argv:
+            roles.append("subject" if "--subject-fd" in argv else "judge")
+        return real(argv, *args, **kw)
+
+    monkeypatch.setattr(jail, "popen", popen)
+    return roles
+
+
 class QuietShow:
     """cluster.batch's display (its rows, lines and verdicts), showing nothing."""
 

@@ -73,3 +73,27 @@ def test_a_result_reads_the_stored_records_and_refuses_one_no_reader_can_read(tm
     _reseal(a)
     res = api._result(out, keep=False)
     assert res.status == "INVALID" and res.cases == () and str(a) in res.reason
+
+
+@pytest.mark.slow
+def test_calls_within_kept_judges_share_a_judge_and_keep_their_verdicts(started, tmp_path):
+    """A loop of one-solution calls: within api.kept_judges the second call's judge is the first's (each
+    solution still gets its own subject), whatever store each call writes to; it ends with the block."""
+    from mini_kv import runner
+
+    wrong = api.Solution(
+        name="matmul_wrong",
+        entry_point="kernel.py::run",
+        destination_passing_style=True,
+        sources={
+            "kernel.py": "import torch\n\ndef run(A, B, C):\n    torch.mm(A, B, out=C)\n    C.add_(1)\n"
+        },
+    )
+    good = ROOT / "solutions/custom_inputs_matmul/pytorch/solution.json"
+    with api.kept_judges():
+        (first,) = api.evaluate(PROBLEM, [good], device="cpu", store=False)
+        (second,) = api.evaluate(PROBLEM, [wrong], device="cpu", artifacts=tmp_path / "store")
+        assert runner.KeptJudges._idle  # the judge waits for a next call
+    assert first.passed and not second.passed and second.status != "PASSED"
+    assert started == ["judge", "subject", "subject"]
+    assert runner.KeptJudges._idle == [] and not runner.KeptJudges.keeping()

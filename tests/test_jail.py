@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -487,3 +488,13 @@ def test_inboxes_left_by_a_killed_run_are_swept_and_live_or_recent_ones_are_not(
     os.utime(other, (old, old))
     assert jail.sweep_inboxes.__wrapped__(str(tmp_path)) == 1
     assert not swept.exists() and live.exists() and recent.exists() and other.exists()
+
+
+def test_a_hidden_path_the_jail_does_not_show_leaves_the_view(tmp_path):
+    """An artifact store inside the project is masked; one elsewhere (the host's /tmp, which the jail
+    replaces with its own) is unseen anyway, so it leaves the view: two judges that see the same are
+    alike whatever store their attempts go to (runner.KeptJudges)."""
+    project, elsewhere = tmp_path / "project", tmp_path / "store"
+    spec = jail.JailSpec(read_only=(str(project),), hidden=(str(project / "artifacts"), str(elsewhere)))
+    assert spec.view(False).hidden == (str(project / "artifacts"),)
+    assert spec.view(False) == replace(spec, hidden=(str(project / "artifacts"),)).view(False)

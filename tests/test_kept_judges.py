@@ -7,7 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 from conftest import QuietShow, run_batch
 
 from mini_kv import jail, runner
@@ -17,20 +16,6 @@ from mini_kv.solexec.run import BenchOptions
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 MARK = "mini-kv-test: the reference loaded"
-
-
-@pytest.fixture
-def started(monkeypatch):
-    """The role of every worker child started, in order: judge, subject, or the one-shot kind."""
-    roles, real = [], jail.popen
-
-    def popen(argv, *args, **kw):
-        if "mini_kv.worker.child" in argv:
-            roles.append("subject" if "--subject-fd" in argv else "judge")
-        return real(argv, *args, **kw)
-
-    monkeypatch.setattr(jail, "popen", popen)
-    return roles
 
 
 def _problem(tmp_path: Path) -> Path:

@@ -15,6 +15,7 @@ With `store=False` the attempt is written to a temporary store and removed once 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -128,6 +129,19 @@ def evaluate(
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def kept_judges():
+    """Within it, judges are kept between `evaluate` calls too, as they are between the solutions of one
+    call: a loop that evaluates one solution per call pays a judge's start (Python, torch, the problem's
+    reference: about a second and a half of CPU) once per problem instead of once per call. Every
+    solution still runs in a fresh subject; the judge runs no candidate code. The judges kept end with
+    it (at most two wait at once)."""
+    from mini_kv.runner import keep_judges
+
+    with keep_judges():
+        yield
 
 
 def _sol_item(problem: Path, sol, tmp: Path, device, store_dir, options: dict):

@@ -209,9 +209,14 @@ class JailSpec:
 
     def view(self, runs_candidate: bool) -> JailSpec:
         """The spec `popen` is given: `candidate` read-only where the process runs candidate code, else
-        left out."""
+        left out; `hidden` only where it lies inside what the jail shows (elsewhere it is unseen anyway:
+        an artifact store under the host's /tmp would otherwise tell apart two judges that see the same,
+        and so keep a batch's judge from serving another store's items, runner.KeptJudges)."""
         extra = self.candidate if runs_candidate else ()
-        return replace(self, read_only=self.read_only + extra, candidate=())
+        seen = replace(self, read_only=self.read_only + extra, candidate=())
+        shown = [os.path.realpath(p) for p in (*read_paths(seen), *self.writable)]
+        hidden = tuple(h for h in self.hidden if _inside_any(os.path.realpath(h), shown))
+        return replace(seen, hidden=hidden)
 
 
 @dataclass(frozen=True)
@@ -783,6 +788,10 @@ def read_paths(spec: JailSpec) -> list[str]:
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
     found = [p for p in [*tools, *tool_prefixes()] if not _shows_too_much(p)]
     return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *bytecode_cache(), *found, *extra]
+
+
+def _inside_any(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
 def bytecode_cache() -> list[str]:
