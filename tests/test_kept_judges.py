@@ -147,3 +147,19 @@ def test_a_kept_judges_view_gathers_no_candidates_library(tmp_path):
     assert [r.status for r in results] == ["PASSED", "PASSED"]  # each subject loaded its library
     assert all(r.detail.compile.library for r in results)
     assert staged == []
+
+
+def test_a_changed_environment_is_another_kind_of_judge(started, tmp_path, monkeypatch):
+    """The kind of judge is its environment as the jail makes it: a variable the jail passes on, changed
+    between two runs (a user's loop within api.kept_judges), gets a judge started with it."""
+    from mini_kv.solexec.run import bench
+
+    opts = {"device": "cpu", "artifacts": str(tmp_path / "store"), "rounds": 2, "samples": 3, "warmup": 1}
+    with runner.keep_judges():
+        for threads in ("1", "1", "2"):
+            monkeypatch.setenv("OMP_NUM_THREADS", threads)
+            res = bench(
+                str(SOLS / "problem"), BenchOptions(solution=str(SOLS / "good_dps" / "solution.json"), **opts)
+            )
+            assert {t.evaluation.status for t in res.traces} == {"PASSED"}
+    assert started == ["judge", "subject", "subject", "judge", "subject"]

@@ -349,10 +349,12 @@ class ChildRun:
                 run.proc.signal_tree(sig)
 
     def _pool_key(self, env: dict | None) -> tuple:
-        """What a kept judge must have been started with to serve this run (KeptJudges)."""
+        """What a kept judge must have been started with to serve this run (KeptJudges): its environment
+        as the jail makes it, so that a variable changed between two runs (CUDA_VISIBLE_DEVICES, a
+        thread count) is a different kind of judge."""
         modules = json.dumps(self.card_modules, sort_keys=True) if self.card_modules is not None else None
         view = self.spec.view(runs_candidate=False)
-        return (self.sandbox_info, view, modules, json.dumps(env, sort_keys=True))
+        return (self.sandbox_info, view, modules, json.dumps(jail.environment(env, view), sort_keys=True))
 
     def _adopt(self) -> bool:
         """A kept judge of this run's kind taken over, if one waits (KeptJudges)."""
