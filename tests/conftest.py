@@ -58,6 +58,18 @@ def started(monkeypatch):
     return roles
 
 
+@pytest.fixture(scope="module")
+def judges_kept():
+    """Judges kept between the module's evaluations (mini_kv.api.kept_judges), as a generation loop
+    keeps them: each candidate still runs in a fresh subject, and a judge is kept only where its job
+    ended cleanly. The suite is CPU-bound and a judge's start is mostly its torch import (about 1.5 s of
+    CPU here): modules of many single evaluations use it (`pytestmark`)."""
+    from mini_kv.api import kept_judges
+
+    with kept_judges():
+        yield
+
+
 class QuietShow:
     """cluster.batch's display (its rows, lines and verdicts), showing nothing."""
 

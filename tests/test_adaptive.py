@@ -24,6 +24,8 @@ from mini_kv.worker.engine import SampledRepeats, timing_budget
 from mini_kv.worker.formats import CardCase, CardFormat, bench_record
 from mini_kv.worker.timing import L2Flusher, Measurement, measure_until
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests/sol_solutions"
 

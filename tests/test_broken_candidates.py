@@ -7,6 +7,8 @@ import pytest
 
 from mini_kv.errors import ExitCode
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 SALT = "broken-candidates-fixed-salt"  # fixed inputs, so the failing cases are exact
 
 # (card, candidate) -> (cases that must fail, cases that may fail)

@@ -14,6 +14,8 @@ from conftest import run_cli
 from mini_kv.solexec.run import BenchOptions, bench
 from mini_kv.worker import explain
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "tests" / "sol_solutions" / "problem"
 MINI_KV_SRC = str(ROOT / "src" / "mini_kv")

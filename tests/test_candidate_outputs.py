@@ -13,6 +13,8 @@ from sol_helpers import statuses, write_solution
 from mini_kv.errors import ExitCode
 from mini_kv.solexec.run import BenchOptions, bench
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 PROBLEM = Path(__file__).resolve().parent / "sol_solutions" / "problem"
 SETTINGS = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 5, "timeout": 300.0}
 # scale_mul: y = x * w * alpha (n x 8) and its sum

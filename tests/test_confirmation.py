@@ -22,6 +22,8 @@ from mini_kv.pipeline import (
 from mini_kv.settings import resolve
 from mini_kv.store.attempts import read_attempt
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 
 def test_namespace_rename_touches_whole_tokens_only():
     text = "#define NS my_ns\nTORCH_LIBRARY(my_ns, m) {}\nmy_ns_launch(); other_my_ns; my_ns::op"

@@ -13,6 +13,8 @@ from mini_kv.errors import ExitCode
 from mini_kv.model import WorkerResults
 from mini_kv.solexec.run import BenchOptions, bench
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 FAST = {"device": "cpu", "rounds": 2, "warmup": 1, "repeats": 1, "samples": 3, "timeout": 60.0}
 REFERENCE = "import torch\n\n\ndef run(x, w, alpha):\n    y = x * w * alpha\n    return y, y.sum()\n"
 

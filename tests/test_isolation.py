@@ -8,6 +8,8 @@ import pytest
 
 from mini_kv.errors import ExitCode
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 CARD = "tests/planted/planted.yaml"
 
 EXPECTED = {

@@ -12,6 +12,8 @@ from conftest import run_cli
 
 from mini_kv.errors import ExitCode
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 REF = [
     "--reference",
     "mini_kv.references.vector_add:reference",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import QuietShow, run_batch
+from test_sol_bench import test_unavailable_language_is_reported_not_crashed as unavailable_language
 
 from mini_kv.cluster import batch, prebuild
 
@@ -230,3 +231,22 @@ def test_ctrl_c_while_starting_ahead_ends_that_worker_and_stops_the_batch(monkey
     with pytest.raises(KeyboardInterrupt):
         batch.started_ahead(None)
     assert closed == [True]
+
+
+def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, monkeypatch):
+    """bench starts the worker before it builds; a run that ends before evaluating (here: every
+    workload unavailable) leaves no child behind."""
+    from mini_kv import runner
+
+    started = []
+    real = runner.ChildRun.__init__
+
+    def spy(self, *a, **kw):
+        real(self, *a, **kw)
+        started.append(self)
+
+    monkeypatch.setattr(runner.ChildRun, "__init__", spy)
+    unavailable_language(tmp_path)  # test_sol_bench's run, outside its module's kept judges
+    judges = [c for c in started if not isinstance(c, runner.SubjectRun)]
+    assert len(judges) == 1 and len(started) == 2  # the judge and the subject started with it
+    assert all(c.proc.poll() is not None for c in started) and judges[0].proc.stdin.closed

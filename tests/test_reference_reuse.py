@@ -16,6 +16,8 @@ from mini_kv.errors import UserError
 from mini_kv.pipeline import ReferenceCache
 from mini_kv.settings import switch_from_environment
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "tests" / "sol_solutions" / "problem"
 GOOD = [ROOT / "tests" / "sol_solutions" / name / "solution.json" for name in ("good_return", "good_dps")]

@@ -11,6 +11,8 @@ from conftest import run_cli
 from mini_kv.cli_batch import keyword_matches
 from mini_kv.errors import UserError
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests/sol_solutions"
 

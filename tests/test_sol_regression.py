@@ -16,6 +16,8 @@ from mini_kv.status import Verdict
 from mini_kv.store.attempts import read_attempt
 from mini_kv.store.baseline import load_baseline, promote_baseline
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 FAIL, PASS, WARN = Verdict.FAIL, Verdict.PASS, Verdict.WARN
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"

@@ -15,6 +15,8 @@ from mini_kv.errors import ExitCode
 from mini_kv.status import VIOLATIONS, Status, verdict_of, violation_status, violation_table
 from mini_kv.worker import integrity
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPLOITS = ROOT / "tests" / "exploits"
 
