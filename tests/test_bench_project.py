@@ -10,6 +10,8 @@ from mini_kv.errors import ConfigError
 from mini_kv.load.task_card import project_root_of
 from mini_kv.solexec.run import BenchOptions, bench
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLS = ROOT / "tests" / "sol_solutions"
 FAST = {"device": "cpu", "rounds": 1, "warmup": 0, "repeats": 1, "samples": 2, "timeout": 120.0}

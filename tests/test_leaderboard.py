@@ -14,6 +14,8 @@ from test_index import ENV_KEY, env_key_of, make_attempt
 from mini_kv.codec import to_json
 from mini_kv.leaderboard import CSV_COLUMNS, build_leaderboard, export_csv, export_json
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -23,6 +23,8 @@ from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
 from mini_kv.model import Candidate
 from mini_kv.solexec.run import BenchOptions, bench
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 ROOT = Path(__file__).resolve().parents[1]
 V0 = ROOT / "candidates" / "vector_add" / "v0_naive"
 SOLS = ROOT / "tests" / "sol_solutions"

@@ -22,6 +22,8 @@ from mini_kv.cli import main
 from mini_kv.leaderboard import build_leaderboard
 from mini_kv.store.index import INDEX_NAME, IndexUnusable, StoreProblem, read_index, rebuild_index
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 # ------------------------------------------------------------------------------------------- tools
 
 

@@ -27,6 +27,8 @@ from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.load.task_card import load_task_card
 from mini_kv.model import DEFAULT_BENCHMARK, DEFAULT_TIMEOUTS
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 REPO = Path(__file__).resolve().parents[1]
 CARDS = Path(__file__).resolve().parent / "task_cards"
 BAD = sorted((CARDS / "bad").glob("*.yaml"))

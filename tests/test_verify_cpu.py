@@ -7,6 +7,8 @@ import pytest
 
 from mini_kv.store.attempts import read_attempt
 
+pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
+
 EXPECTED_FILES = {
     "attempt.json",
     "task_card.json",

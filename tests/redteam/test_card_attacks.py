@@ -22,7 +22,11 @@ from redteam_world import (
 from mini_kv import jail
 from mini_kv.environment import BUILD_MEMORY_VAR
 
-pytestmark = pytest.mark.skipif(not INFO.enabled, reason=f"no jail on this machine: {INFO.reason}")
+pytestmark = [
+    pytest.mark.skipif(not INFO.enabled, reason=f"no jail on this machine: {INFO.reason}"),
+    # the attacks meet a judge kept between candidates, as a batch's (conftest.judges_kept)
+    pytest.mark.usefixtures("judges_kept"),
+]
 
 
 @pytest.fixture(scope="module")
