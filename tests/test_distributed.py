@@ -351,3 +351,27 @@ def test_more_cpu_workers_than_the_cores_hold_is_warned(capsys, monkeypatch):
     cluster.warn_oversubscribed(4)
     cluster.warn_oversubscribed(None)
     assert capsys.readouterr().err == ""
+
+
+def test_a_workers_judges_are_kept_for_one_batch_and_end_when_idle(monkeypatch):
+    """batch.WorkerJudges: kept from a batch's first item on the worker; another batch's item ends them,
+    a lone item keeps none, and IDLE_S after an item with no next one they end."""
+    import time
+
+    from mini_kv.cluster.batch import WorkerJudges
+    from mini_kv.runner import KeptJudges
+
+    monkeypatch.setattr(WorkerJudges, "IDLE_S", 0.05)
+    WorkerJudges.serving("a")
+    assert KeptJudges.keeping() and WorkerJudges._batch == "a"
+    WorkerJudges.served()
+    WorkerJudges.serving("a")  # the next item of the batch in time: the same scope
+    assert KeptJudges._depth == 1 and WorkerJudges._timer is None
+    WorkerJudges.serving("b")  # another batch's item: the first batch's scope ends, one of its own
+    assert KeptJudges._depth == 1 and WorkerJudges._batch == "b"
+    WorkerJudges.serving(None)  # a lone item: nothing kept
+    assert not KeptJudges.keeping()
+    WorkerJudges.serving("c")
+    WorkerJudges.served()
+    time.sleep(0.5)
+    assert not KeptJudges.keeping() and WorkerJudges._scope is None

@@ -264,13 +264,18 @@ def test_bench_with_several_solutions_reuses_and_the_flag_interleaves(tmp_path):
 
 @pytest.mark.slow
 def test_a_dask_worker_keeps_the_batchs_reference_timings(tmp_path):
-    """On a cluster each worker process keeps its own for the batch: one worker, two solutions."""
+    """On a cluster each worker process keeps its own for the batch, and its judge: one worker, two
+    solutions."""
     args = ["bench", PROBLEM, "--solution", *GOOD, "--device", "cpu", "--rounds", "2", "--warmup", "1"]
     done = run_cli(*args, "--budget", "1.5", "--max-cv", "0.99", "--workers", "1", "--artifacts", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     (second,) = tmp_path.glob("*/*good_dps*/benchmark.json")
     sources = {c["reference_timing"]["source"] for c in json.loads(second.read_text())["cases"]}
     assert sources and sources <= {"reused", "retimed"}, sources
+    # and its judge: the first solution's, kept by the worker for the batch (batch.WorkerJudges)
+    (first_log,) = tmp_path.glob("*/*good_return*/logs/worker.log")
+    assert "kept from an earlier job" not in first_log.read_text()
+    assert "kept from an earlier job" in (second.parent / "logs" / "worker.log").read_text()
 
 
 @pytest.mark.slow

@@ -364,6 +364,9 @@ class ChildRun:
         self.proc, self.fd, self.verifier = judge.proc, judge.fd, judge.verifier
         self.modules_answered = True
         KeptJudges.busy(self.pool_key, 1)
+        # the attempt's log says whose judge this was (its own lines follow once the job is sent)
+        self.log.write(f"mini-kv: judge pid {judge.proc.pid} kept from an earlier job\n".encode())
+        self.log.flush()
         return True
 
     def _need_judge(self) -> None:

@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import traceback
 import uuid
 from collections.abc import Iterator
@@ -267,16 +268,59 @@ def worker_references(batch: str) -> ReferenceCache:
     return ReferenceCache()
 
 
+class WorkerJudges:
+    """A cluster worker's kept judges (runner.KeptJudges), for one batch at a time: kept from a batch's
+    first item on this worker, as `evaluate_here` keeps them for its items; they end when an item of
+    another batch comes, or IDLE_S after the batch's last item here (a worker that serves batch after
+    batch holds no judge, and so no GPU memory, between them)."""
+
+    IDLE_S = 30.0
+    _lock = threading.Lock()
+    _batch: str | None = None
+    _scope: contextlib.ExitStack | None = None
+    _timer: threading.Timer | None = None
+
+    @classmethod
+    def serving(cls, batch: str | None) -> None:
+        """An item of `batch` (None: a lone item) begins on this worker."""
+        from mini_kv.runner import keep_judges
+
+        with cls._lock:
+            if cls._timer is not None:
+                cls._timer.cancel()
+                cls._timer = None
+            if cls._scope is not None and batch != cls._batch:
+                cls._scope.close()  # the other batch's judges end
+                cls._scope = None
+            if batch is not None and cls._scope is None:
+                cls._scope, cls._batch = contextlib.ExitStack(), batch
+                cls._scope.enter_context(keep_judges())
+
+    @classmethod
+    def served(cls) -> None:
+        """The item ended: the batch's judges wait IDLE_S for its next item here."""
+        with cls._lock:
+            if cls._scope is not None:
+                cls._timer = threading.Timer(cls.IDLE_S, cls.serving, args=(None,))
+                cls._timer.daemon = True
+                cls._timer.start()
+
+
 def on_worker(item: Item, batch: str | None = None) -> Shipment:
     """What a cluster worker runs: the item into a scratch outbox, its attempt packed as data. `batch`: the
-    id of a batch of several items, whose reference timings the worker shares among its items."""
+    id of a batch of several items, whose reference timings and judges (WorkerJudges) the worker shares
+    among its items."""
     from distributed import get_worker
 
     w = get_worker()
     where = Worker(socket.gethostname(), w.name, w.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
     with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
         refs = worker_references(batch) if batch is not None else None
-        result = run_item(item, outbox=Path(box), references=refs)
+        WorkerJudges.serving(batch)
+        try:
+            result = run_item(item, outbox=Path(box), references=refs)
+        finally:
+            WorkerJudges.served()
         attempt = Path(result.attempt)
         files = [
             (p.relative_to(attempt).as_posix(), p.read_bytes())
