@@ -107,7 +107,8 @@ def test_the_task_card_comparison_never_raises_and_mismatches_are_verdicts(out, 
     if out.shape != ref.shape or out.dtype != ref.dtype:
         assert not res.ok and res.reason
     else:
-        assert res.ok is card_compare.matches(out, ref, atol, rtol)
+        # the verdict alone (the post-timing check's) is the same verdict
+        assert res.ok is card_compare.compare(out, ref, atol, rtol, errors=False).ok
 
 
 @examples(0.5)

@@ -147,11 +147,6 @@ def _identity_problem(out, ref: torch.Tensor) -> str | None:
     return "; ".join(checks) or None
 
 
-def matches(out, ref: torch.Tensor, atol: float, rtol: float) -> bool:
-    """compare(...).ok without the error statistics: for a re-check whose details nobody reads."""
-    return _identity_problem(out, ref) is None and values_match(out, ref, atol, rtol)
-
-
 def compare(out, ref: torch.Tensor, atol: float, rtol: float, errors: bool = True) -> Compared:
     """With the error statistics unless `errors` is False and the values match (a check that needs only
     the verdict: the post-timing check)."""
