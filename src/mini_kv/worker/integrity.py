@@ -61,7 +61,7 @@ WATCHED_MODULES = {
     ),
     "mini_kv.worker.compare": tuple(
         (
-            "compare matches tensor_errors values_match fp64_chunks chunk_errors CPU_CHUNK inputs_unchanged "
+            "compare tensor_errors values_match fp64_chunks chunk_errors CPU_CHUNK inputs_unchanged "
             "raw_bytes compare_matched"
         ).split()
     ),
