@@ -12,6 +12,13 @@ from mini_kv.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "problems/sol-execbench/custom_inputs_matmul"
+# an in-memory solution one off on every element
+WRONG = api.Solution(
+    name="matmul_wrong",
+    entry_point="kernel.py::run",
+    destination_passing_style=True,
+    sources={"kernel.py": "import torch\n\ndef run(A, B, C):\n    torch.mm(A, B, out=C)\n    C.add_(1)\n"},
+)
 
 
 def _first_python_block() -> str:
@@ -30,15 +37,7 @@ def test_documented_example_runs_as_written(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_wrong_in_memory_solution_is_a_verdict_and_stored(tmp_path):
-    wrong = api.Solution(
-        name="matmul_wrong",
-        entry_point="kernel.py::run",
-        destination_passing_style=True,
-        sources={
-            "kernel.py": "import torch\n\ndef run(A, B, C):\n    torch.mm(A, B, out=C)\n    C.add_(1)\n"
-        },
-    )
-    (result,) = api.evaluate(PROBLEM, [wrong], device="cpu", artifacts=tmp_path)
+    (result,) = api.evaluate(PROBLEM, [WRONG], device="cpu", artifacts=tmp_path)
     assert not result.passed
     assert result.status != "PASSED"
     assert result.cases and all(c.status == "INCORRECT_NUMERICAL" for c in result.cases)
@@ -81,18 +80,10 @@ def test_calls_within_kept_judges_share_a_judge_and_keep_their_verdicts(started,
     solution still gets its own subject), whatever store each call writes to; it ends with the block."""
     from mini_kv import runner
 
-    wrong = api.Solution(
-        name="matmul_wrong",
-        entry_point="kernel.py::run",
-        destination_passing_style=True,
-        sources={
-            "kernel.py": "import torch\n\ndef run(A, B, C):\n    torch.mm(A, B, out=C)\n    C.add_(1)\n"
-        },
-    )
     good = ROOT / "solutions/custom_inputs_matmul/pytorch/solution.json"
     with api.kept_judges():
         (first,) = api.evaluate(PROBLEM, [good], device="cpu", store=False)
-        (second,) = api.evaluate(PROBLEM, [wrong], device="cpu", artifacts=tmp_path / "store")
+        (second,) = api.evaluate(PROBLEM, [WRONG], device="cpu", artifacts=tmp_path / "store")
         assert runner.KeptJudges._idle  # the judge waits for a next call
     assert first.passed and not second.passed and second.status != "PASSED"
     assert started == ["judge", "subject", "subject"]
