@@ -135,7 +135,7 @@ def evaluate(
 def kept_judges():
     """Within it, judges are kept between `evaluate` calls too, as they are between the solutions of one
     call: a loop that evaluates one solution per call pays a judge's start (Python, torch, the problem's
-    reference: about a second and a half of CPU) once per problem instead of once per call. Every
+    reference: about 0.8 s of CPU a call on the 2-core machine) once per problem instead of once per call. Every
     solution still runs in a fresh subject; the judge runs no candidate code. The judges kept end with
     it (at most two wait at once)."""
     from mini_kv.runner import keep_judges
