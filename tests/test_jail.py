@@ -462,32 +462,40 @@ def test_the_cpu_meter_counts_the_whole_tree_and_the_tree_cannot_set_it_back():
     assert 1.0 <= used < 1.0 + 0.8, used  # 1 s of work by two processes; the second asleep is not in it
 
 
-def test_inboxes_left_by_a_killed_run_are_swept_and_live_or_recent_ones_are_not(tmp_path):
-    """A run killed outright (SIGKILL) leaves its inboxes (the copies staged for its jails) in the temp
-    dir: a later process removes those whose maker's pid is gone and that are older than
-    INBOX_STALE_S, and keeps a live process's, a recent one's (another PID namespace may share the
-    dir) and what is not an inbox of this user's."""
+def test_scratch_dirs_left_by_a_killed_run_are_swept_and_live_or_recent_ones_are_not(tmp_path):
+    """A run killed outright (SIGKILL) leaves its scratch dirs (a run's log dir, an outbox, a solution's
+    staging, the inboxes staged for its jails) in the temp dir: a later process removes those whose
+    maker's pid is gone and that are older than SCRATCH_STALE_S, and keeps a live process's, a recent
+    one's (another PID namespace may share the dir) and what is not a scratch dir of this user's."""
     import tempfile
 
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()  # a pid that is gone (reaped)
-    old = time.time() - jail.INBOX_STALE_S - 60
+    old = time.time() - jail.SCRATCH_STALE_S - 60
 
-    def inbox(pid: int, age: float | None = old) -> Path:
-        d = Path(tempfile.mkdtemp(prefix=f"{jail.INBOX_PREFIX}{pid}-", dir=tmp_path))
+    def left(kind: str, pid: int, age: float | None = old) -> Path:
+        d = Path(tempfile.mkdtemp(prefix=f"mini-kv-{kind}-pid{pid}-", dir=tmp_path))
         (d / "lib.so").write_bytes(b"staged")
         if age is not None:
             os.utime(d, (age, age))
         return d
 
-    swept = inbox(dead.pid)
-    live = inbox(os.getpid())
-    recent = inbox(dead.pid, age=None)
-    other = tmp_path / "mini-kv-inbox-notapid"
-    other.mkdir()
-    os.utime(other, (old, old))
-    assert jail.sweep_inboxes.__wrapped__(str(tmp_path)) == 1
-    assert not swept.exists() and live.exists() and recent.exists() and other.exists()
+    swept = [left(kind, dead.pid) for kind in ("inbox", "run", "outbox", "sol", "sol-profile")]
+    live = left("run", os.getpid())
+    recent = left("sol", dead.pid, age=None)
+    others = [tmp_path / "mini-kv-inbox-notapid", tmp_path / f"mini-kv-build-{dead.pid}-x"]
+    for other in others:
+        other.mkdir()
+        os.utime(other, (old, old))
+    assert jail.sweep_scratch.__wrapped__(str(tmp_path)) == len(swept)
+    assert not any(d.exists() for d in swept) and live.exists() and recent.exists()
+    assert all(other.exists() for other in others)
+    # what mini_kv makes is named so: its maker's pid after the kind
+    made = jail.scratch_dir("run")
+    try:
+        assert made.name.startswith(f"mini-kv-run-pid{os.getpid()}-") and jail._SCRATCH_NAME.match(made.name)
+    finally:
+        made.rmdir()
 
 
 def test_a_hidden_path_the_jail_does_not_show_leaves_the_view(tmp_path):

@@ -66,6 +66,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -1107,30 +1108,39 @@ def _inside_dir(cwd: str | None, spec: JailSpec) -> str | None:
     return chdir if _under(os.path.realpath(chdir), [os.path.realpath(p) for p in spec.read_only]) else None
 
 
-INBOX_PREFIX = "mini-kv-inbox-"  # then the pid of the process that made it: sweep_inboxes
-# an inbox older than this whose maker's pid is gone is swept: no jail lives this long (a case's timeout
+# mini_kv's scratch dirs under the temp dir (`scratch_dir`): `mini-kv-<kind>-pid<pid>-<random>`, the pid
+# of the process that made it, so that those a killed process left are swept (`sweep_scratch`)
+_SCRATCH_NAME = re.compile(r"^mini-kv-[a-z][a-z0-9-]*?-pid(\d+)-[^/]+$")
+# one older than this whose maker's pid is gone is swept: no run keeps one this long (a case's timeout
 # is minutes), and a run in another PID namespace that shares this /tmp is not swept from under it
-INBOX_STALE_S = 6 * 3600
+SCRATCH_STALE_S = 6 * 3600
+
+
+def scratch_dir(kind: str) -> Path:
+    """A new private dir (mode 700) in the temp dir, named for `kind` and this process: its maker
+    removes it; where that process was killed outright (SIGKILL), `sweep_scratch` does, later."""
+    sweep_scratch()
+    return Path(tempfile.mkdtemp(prefix=f"mini-kv-{kind}-pid{os.getpid()}-"))
 
 
 @functools.cache
-def sweep_inboxes(where: str | None = None) -> int:
-    """Remove the inboxes (copies staged for a jail, Jailed.cleanup's to remove) that a process of this
-    user left behind when it was killed outright (SIGKILL: no cleanup ran), once per process: those
-    whose maker's pid is gone and that are older than INBOX_STALE_S. A pid reused since only keeps a dir
-    a while longer. Returns how many went."""
+def sweep_scratch(where: str | None = None) -> int:
+    """Remove the scratch dirs (`scratch_dir`: a run's log dir, a batch item's outbox, a solution's
+    staging, the copies staged for a jail) that a process of this user left behind when it was killed
+    outright (no cleanup ran), once per process: those whose maker's pid is gone and that are older
+    than SCRATCH_STALE_S. A pid reused since only keeps a dir a while longer. Returns how many went."""
     base = Path(where or tempfile.gettempdir())
     gone = 0
-    for d in base.glob(f"{INBOX_PREFIX}*"):
-        pid = d.name[len(INBOX_PREFIX) :].partition("-")[0]
+    for d in base.glob("mini-kv-*"):
+        m = _SCRATCH_NAME.match(d.name)
         try:
             st = d.lstat()
             if (
-                not pid.isdigit()
+                m is None
                 or not stat.S_ISDIR(st.st_mode)  # lstat: a link to a dir is not one
                 or st.st_uid != os.geteuid()
-                or time.time() - st.st_mtime < INBOX_STALE_S
-                or _alive(int(pid))
+                or time.time() - st.st_mtime < SCRATCH_STALE_S
+                or _alive(int(m.group(1)))
             ):
                 continue
         except OSError:
@@ -1224,13 +1234,7 @@ def popen(
     nproc = os.geteuid() != 0 or run_as() is not None
     chdir = _inside_dir(kwargs.pop("cwd", None), spec)
     fd = _seccomp_fd(spec.profiler)
-    if spec.staged:
-        sweep_inboxes()
-    inboxes = {
-        os.path.realpath(d): tempfile.mkdtemp(prefix=f"{INBOX_PREFIX}{os.getpid()}-")
-        for d in spec.staged
-        if os.path.isdir(d)
-    }
+    inboxes = {os.path.realpath(d): str(scratch_dir("inbox")) for d in spec.staged if os.path.isdir(d)}
 
     def before_exec() -> None:  # only where setpriv or prlimit is missing (slow: Popen forks)
         die_with_parent()
@@ -1266,10 +1270,10 @@ def popen(
 
 
 @contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    """A private host dir for a jail's `writable` (mode 700), outside any project, removed with all
-    that jailed code left in it when the block ends."""
-    box = Path(tempfile.mkdtemp(prefix=prefix))
+def scratch(kind: str) -> Iterator[Path]:
+    """A private host dir (`scratch_dir`) for a jail's `writable` or a run's own files, outside any
+    project, removed with all that jailed code left in it when the block ends."""
+    box = scratch_dir(kind)
     try:
         yield box
     finally:

@@ -405,7 +405,7 @@ def run_stages(
         phases[name] = round(time.perf_counter() - t0, 3)
 
     say = progress or (lambda msg, **_: None)
-    scratch = tempfile.mkdtemp(prefix="mini-kv-run-")  # this run's worker log, removed at the end
+    scratch = str(jail.scratch_dir("run"))  # this run's worker log, removed at the end
     try:
         prep = door.prepare()
         lap("prepared_s")

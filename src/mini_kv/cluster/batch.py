@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import socket
-import tempfile
 import threading
 import traceback
 import uuid
@@ -312,9 +311,11 @@ def on_worker(item: Item, batch: str | None = None) -> Shipment:
     among its items."""
     from distributed import get_worker
 
+    from mini_kv import jail
+
     w = get_worker()
     where = Worker(socket.gethostname(), w.name, w.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    with tempfile.TemporaryDirectory(prefix="mini-kv-outbox-") as box:
+    with jail.scratch("outbox") as box:
         refs = worker_references(batch) if batch is not None else None
         WorkerJudges.serving(batch)
         try:

@@ -407,7 +407,7 @@ def compile_candidate(
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{plan.key[:12]}-", dir=build_root))
         try:
-            with jail.scratch(f"mini-kv-build-{plan.key[:12]}-") as box:  # the jail's only writable dir
+            with jail.scratch("build") as box:  # the jail's only writable dir
                 status, record = _build_into(plan, tmp, box, timeout, record, sandbox)
             if status == BuildStatus.OK and _files_now(Path(plan.candidate_dir)) != plan.files:
                 # the compiler may have read other bytes than the key names: never cache that library

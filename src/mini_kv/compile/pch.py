@@ -120,7 +120,7 @@ def _make(compiler: str, flags: list[str], header: str, final: Path, log, sandbo
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=final.parent))
     try:
-        with jail.scratch("mini-kv-pch-") as box:
+        with jail.scratch("pch") as box:
             stub = box / _stub_name(header)
             stub.write_text(f"#include <{header}>\n")
             cmd = [compiler, *flags, "-x", "c++-header", str(stub), "-o", f"{stub}.gch"]

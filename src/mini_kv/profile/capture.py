@@ -213,7 +213,7 @@ def capture(
     # the worker child, with its signed events in a file: ncu stands between it and this process. Both
     # run jailed; they write only into `box`, from which this process copies the report and the events
     key = secrets.token_bytes(32)
-    with jail.scratch("mini-kv-ncu-") as box:
+    with jail.scratch("ncu") as box:
         shutil.copyfile(w.path("job.json"), box / "job.json")
         files = ["--job", str(box / "job.json"), "--result-file", str(box / "target.events")]
         target = [sys.executable, "-m", "mini_kv.worker.child", *files]
@@ -263,7 +263,7 @@ def _reimport(ncu: str, w: ProfileWriter, timeout: float) -> tuple[ncu_mod.Comma
     """`ncu --import` of the kept report, jailed, from a copy in a fresh scratch dir: a jail of its own
     uid cannot reach the attempt's private directory, and the profiled target's box is its to tamper
     with (a link left there would turn a copy into it into a write elsewhere)."""
-    with jail.scratch("mini-kv-ncu-import-") as inbox:
+    with jail.scratch("ncu-import") as inbox:
         shutil.copyfile(w.path(REPORT), inbox / REPORT)
         return ncu_mod.run_logged(
             "import",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
+from mini_kv import jail
 from mini_kv.environment import Environment
 from mini_kv.errors import ConfigError
 from mini_kv.model import sha256_text
@@ -120,7 +121,6 @@ def target(prob, opts: capture.ProfileOptions, staging: Path, env: Environment) 
 
 
 def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> capture.ProfileResult:
-    import tempfile
 
     from mini_kv import environment
     from mini_kv.solexec.run import BenchOptions, bench_project_root
@@ -130,7 +130,7 @@ def profile_solution(prob, opts: capture.ProfileOptions, progress=None) -> captu
         if opts.artifacts
         else bench_project_root(BenchOptions(prob.candidates[0].path)) / "artifacts"
     )
-    with tempfile.TemporaryDirectory(prefix="mini-kv-sol-profile-") as staging:
+    with jail.scratch("sol-profile") as staging:
         return capture.run_profile(
             target(prob, opts, Path(staging), environment.collect()), artifacts, opts, progress
         )

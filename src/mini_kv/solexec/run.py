@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -378,7 +377,7 @@ class SolDoor(FrontDoor):
         """The worker's sandbox, what its jail shows (its staging dir, made here), and the store it must
         not see."""
         opts = self.opts
-        self.staging = Path(tempfile.mkdtemp(prefix="mini-kv-sol-"))
+        self.staging = jail.scratch_dir("sol")
         root = bench_project_root(opts, required=False)
         artifacts = Path(opts.artifacts) if opts.artifacts else root / "artifacts"
         readable = [self.problem.project_root, root, os.environ.get(DATA_ROOT_VAR)]
