@@ -94,7 +94,9 @@ def test_good_solutions_pass_and_land_as_attempts(good_runs, solution):
     assert ph["workload_correctness_s"] > 0 and ph["workload_timing_s"] > 0
     parts = [ph[f"workload_timing_{p}_s"] for p in ("inputs", "warmup", "sampling", "checks")]
     assert all(p >= 0 for p in parts) and ph["workload_timing_sampling_s"] > 0
-    assert sum(parts) == pytest.approx(ph["workload_timing_s"], abs=0.01 + 0.05 * ph["workload_timing_s"])
+    # the parts leave out only the bookkeeping between them: on the loaded 2-core CI machine a scheduler
+    # slice or two of it (16 ms of a 108 ms timing was seen), so 30 ms and 5 % of slack
+    assert sum(parts) == pytest.approx(ph["workload_timing_s"], abs=0.03 + 0.05 * ph["workload_timing_s"])
 
 
 def _layout(trace: dict):

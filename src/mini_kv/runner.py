@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -645,10 +644,11 @@ def run_one(
     log_path: str | None = None,
     spec: JailSpec | None = None,
 ) -> OneShot:
-    """A one-shot job kind in a fresh child. `log_path` keeps the child's output (default: a temp file,
-    removed)."""
-    own_log = log_path is None
-    log_path = log_path or tempfile.mkstemp(prefix="mini-kv-child-", suffix=".log")[1]
+    """A one-shot job kind in a fresh child. `log_path` keeps the child's output (default: a scratch
+    dir's file, removed)."""
+    if log_path is None:
+        with jail.scratch("child") as box:
+            return run_one(job, timeout, env, sandbox, str(box / "child.log"), spec)
     child = ChildRun(job, log_path, env, sandbox=sandbox, spec=spec)
     ev = child.next_event(timeout)
     kind = ev.get("event") if isinstance(ev, dict) else None
@@ -662,7 +662,7 @@ def run_one(
             else f"unexpected event {ev!r}"[:500]
         )
         ev = {"reason": why, "timed_out": ev == "timeout"}
-    out = OneShot(
+    return OneShot(
         kind == Event.RESULT,
         ev.get("result"),
         ev.get("reason"),
@@ -671,9 +671,6 @@ def run_one(
         bool(ev.get("timed_out")),
         ev.get("traceback"),
     )
-    if own_log:
-        os.unlink(log_path)
-    return out
 
 
 def run_worker(
@@ -697,9 +694,10 @@ def run_worker(
     `sandbox`: how children are jailed (default: mini_kv.jail's choice for this machine), recorded in
     the results; `spec`: what the jail shows them (default: the first child's, else `default_spec`).
     """
-    log_path = log_path or (
-        first_child.log_path if first_child else tempfile.mkstemp(prefix="mini-kv-worker-", suffix=".log")[1]
-    )
+    if log_path is None:
+        if first_child is None:
+            raise ValueError("run_worker needs a log_path or a first_child (whose log it goes on)")
+        log_path = first_child.log_path
     if sandbox is None:
         sandbox = first_child.sandbox_info if first_child is not None else default_sandbox()
     if spec is None:
