@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import json
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,19 +106,20 @@ def evaluate(
     `options` are the command line's option names (`timeout`, `rounds`, `samples`, `memory_limit_gb`,
     ...): `BenchOptions` for a SOL problem, `VerifyOptions` for a task card; an unknown name is a
     UserError. A candidate that fails, crashes or cheats is a Result; bad input is a UserError."""
+    from mini_kv import jail
     from mini_kv.cluster.batch import evaluate_here
 
     problem = Path(problem)
     solutions = list(solutions)
     if not solutions:
         raise UserError("api.evaluate: no solutions given (an empty selection is an error, never a pass)")
-    scratch = None if store else Path(tempfile.mkdtemp(prefix="mini-kv-api-"))
+    scratch = None if store else jail.scratch_dir("api")
     store_dir = str(scratch or artifacts) if (scratch or artifacts) else None
     try:
-        with tempfile.TemporaryDirectory(prefix="mini-kv-solutions-") as tmp:
+        with jail.scratch("solutions") as tmp:
             # every input checked (and every in-memory solution written) before anything runs
             items = [
-                _sol_item(problem, sol, Path(tmp) / str(i), device, store_dir, options)
+                _sol_item(problem, sol, tmp / str(i), device, store_dir, options)
                 if problem.is_dir()
                 else _card_item(problem, sol, device, store_dir, options)
                 for i, sol in enumerate(solutions)

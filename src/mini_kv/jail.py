@@ -216,7 +216,7 @@ class JailSpec:
         extra = self.candidate if runs_candidate else ()
         seen = replace(self, read_only=self.read_only + extra, candidate=())
         shown = [os.path.realpath(p) for p in (*read_paths(seen), *self.writable)]
-        hidden = tuple(h for h in self.hidden if _inside_any(os.path.realpath(h), shown))
+        hidden = tuple(h for h in self.hidden if _under(os.path.realpath(h), shown))
         return replace(seen, hidden=hidden)
 
 
@@ -789,10 +789,6 @@ def read_paths(spec: JailSpec) -> list[str]:
     tools = [os.path.realpath(p) for p in [*ld, *cuda] if p and os.path.isdir(p)]
     found = [p for p in [*tools, *tool_prefixes()] if not _shows_too_much(p)]
     return [*SYSTEM_DIRS, *SYSTEM_ETC, *python_paths(), *bytecode_cache(), *found, *extra]
-
-
-def _inside_any(path: str, dirs: list[str]) -> bool:
-    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
 def bytecode_cache() -> list[str]:

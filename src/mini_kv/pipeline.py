@@ -10,7 +10,6 @@ import functools
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -585,7 +584,7 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
         # a cached reference timing that came with the job is never used in its place (worker.engine)
         rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
-        with tempfile.TemporaryDirectory(prefix="mini-kv-confirm-") as scratch:
+        with jail.scratch("confirm") as scratch:
             res = run_worker(
                 rerun,
                 log_path=os.path.join(scratch, "worker.log"),
@@ -690,7 +689,7 @@ class CardDoor(FrontDoor):
         card, opts = self.card, self.opts
         sandbox, spec, _ = self.worker_jail
         device = environment.pick_device(opts.device) if opts.device else None
-        self.scratch = tempfile.mkdtemp(prefix="mini-kv-verify-")
+        self.scratch = str(jail.scratch_dir("verify"))
         # no CUDA: a no-op; ahead: CUPTI's warm-up makes a CUDA context, so it waits for the job
         warm = not ahead and (device or "cuda").startswith("cuda") and not opts.skip_benchmark
         return ChildRun(

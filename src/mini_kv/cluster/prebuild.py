@@ -10,10 +10,10 @@ the evaluation builds it again and records its COMPILE_ERROR, so nothing is deci
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mini_kv import jail
 from mini_kv.environment import pick_device
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ def build_solution(problem_dir: str, solution_json: str, compile_timeout: float)
     problem = load_problem(problem_dir, opts)
     if problem.candidates[0].group != "cpp":
         return None
-    with tempfile.TemporaryDirectory(prefix="mini-kv-prebuild-") as tmp:
-        stage_sources(problem.candidates[0], Path(tmp) / "solution")
-        rec, _ = compile_problem(problem, Path(tmp), opts, lambda msg: None)
+    with jail.scratch("prebuild") as tmp:
+        stage_sources(problem.candidates[0], tmp / "solution")
+        rec, _ = compile_problem(problem, tmp, opts, lambda msg: None)
     return rec
 
 

@@ -84,9 +84,8 @@ def load_module(path: str, name: str):
 def load_source(source: str, name: str = "mini_kv_sol_reference"):
     """`source` (a SOL problem's reference, given to the judge and to the profiled target as text: a
     judge sees no solution's staging, so one can serve every solution of a batch) loaded from a file of
-    its own in a fresh temporary
-    directory, removed once loaded. Its lines stay in linecache (no modification time: never dropped), so
-    tracebacks and `inspect` still show them."""
+    its own in a fresh temporary directory (the jail's private /tmp), removed once loaded. Its lines stay
+    in linecache (no modification time: never dropped), so tracebacks and `inspect` still show them."""
     where = tempfile.mkdtemp(prefix="mini-kv-reference-")
     path = os.path.join(where, "reference.py")
     try:
