@@ -250,3 +250,52 @@ def test_a_worker_started_early_is_killed_when_nothing_is_evaluated(tmp_path, mo
     judges = [c for c in started if not isinstance(c, runner.SubjectRun)]
     assert len(judges) == 1 and len(started) == 2  # the judge and the subject started with it
     assert all(c.proc.poll() is not None for c in started) and judges[0].proc.stdin.closed
+
+
+def test_items_run_in_the_order_their_builds_are_ready(monkeypatch):
+    """A solution with nothing to compile does not wait behind an earlier one's cold C++ build; the
+    worker started ahead for an item that then loses its turn ends unused; the results come back in
+    the items' order. The builds here are stand-ins, each done only when the test says so."""
+    import threading
+    from types import SimpleNamespace
+
+    from mini_kv.errors import ExitCode
+
+    ran = {label: threading.Event() for label in ("cold", "python-1", "python-2")}
+    first_start = threading.Event()
+    # a build is done once that item has run; python-1's once the first worker was started ahead
+    needs = {"cold": ran["python-2"], "python-2": ran["python-1"], "python-1": first_start}
+
+    def build_item(item):
+        assert needs[item.label].wait(30)
+
+    events, doors = [], []
+
+    def started_ahead(item, ahead=True):
+        doors.append(SimpleNamespace(label=item.label, close=lambda: events.append(("closed", door))))
+        door = doors[-1]
+        first_start.set()
+        return door
+
+    def run_item(item, progress, line, references=None, door=None):
+        events.append(("ran", item.label, door))
+        ran[item.label].set()
+        return batch.ItemResult(batch.BENCH, item.label, None, "PASSED", ExitCode.OK, None)
+
+    monkeypatch.setattr(prebuild, "overlaps_evaluation", lambda devices, count: True)
+    monkeypatch.setattr(batch, "build_item", build_item)
+    monkeypatch.setattr(batch, "started_ahead", started_ahead)
+    monkeypatch.setattr(batch, "run_item", run_item)
+    opts = SimpleNamespace(device="cuda")
+    items = [
+        batch.Item(batch.BENCH, label, "p", None, opts, "s") for label in ("cold", "python-1", "python-2")
+    ]
+    results = batch.run_here(items, QuietShow(), lambda item, result: None)
+    assert [r.label for r in results] == ["cold", "python-1", "python-2"]  # the items' order
+    runs = [e for e in events if e[0] == "ran"]
+    assert [label for _, label, _ in runs] == ["python-1", "python-2", "cold"]  # as their builds were ready
+    assert all(door is None or door.label == label for _, label, door in runs)  # its own worker, or a new one
+    closed = [e[1] for e in events if e[0] == "closed"]
+    # planned while no build was ready (first, and again while python-1 ran), cold lost its turn twice
+    assert doors[0].label == "cold" and [door.label for door in closed] == ["cold", "cold"]
+    assert all(door not in closed for _, _, door in runs)  # no worker both ended and used

@@ -422,15 +422,33 @@ def build_item(item: Item) -> CompileRecord | None:
     return prebuild.build_card_candidate(item.target, item.candidate, item.opts.device, timeout)
 
 
+def next_turn(pending: list[int], builds: list, wait: bool) -> int:
+    """Which pending item runs next: the first (in the batch's order) whose build is done or that has
+    none, so that a solution with nothing to compile never waits behind a cold C++ build of an earlier
+    one. Where none is ready: with `wait`, the first whose build finishes; without, the first pending."""
+    from concurrent.futures import FIRST_COMPLETED
+    from concurrent.futures import wait as wait_for
+
+    while True:
+        for i in pending:
+            if builds[i] is None or builds[i].done():
+                return i
+        if not wait:
+            return pending[0]
+        wait_for([builds[i] for i in pending], return_when=FIRST_COMPLETED)
+
+
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) while the GPU checks and times the items
-    before it. The next item's judge and subject start as an item begins (Python, torch, opcheck's
-    imports: seconds), and are stopped whole while that item times (runner.AheadOfTurn), so their start
-    runs beside its build, correctness rounds and contract checks, never beside a timing. At most one
-    evaluation, so one timing, is on the device at any moment. The reference of each case is timed in
-    full once for all the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the
-    generator early cancels the builds not yet started and ends the worker started ahead."""
+    before it, and the items run in the order their builds are ready (`next_turn`): the batch's order
+    where nothing is built. The next item's judge and subject start as an item begins (Python, torch,
+    opcheck's imports: seconds), and are stopped whole while that item times (runner.AheadOfTurn), so
+    their start runs beside its build, correctness rounds and contract checks, never beside a timing;
+    where another item's build is ready first, that worker ends unused. At most one evaluation, so one
+    timing, is on the device at any moment. The reference of each case is timed in full once for all
+    the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early
+    cancels the builds not yet started and ends the worker started ahead."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -443,18 +461,25 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
-    nxt = None  # the next item's door, its worker started ahead
+    pending = list(range(len(items)))
+    planned, nxt = None, None  # the item whose worker was started ahead, and its door
     # one judge for the items alike (runner.KeptJudges), a fresh subject for each
     try:
         with keep_judges() if several else contextlib.nullcontext():
-            # the first item's worker before the second's: the second waits for the first's judge
-            nxt = started_ahead(items[0], ahead=False) if several else None
-            for i, (item, build) in enumerate(zip(items, builds, strict=True)):
-                door, nxt = nxt, None
-                if i + 1 < len(items):
-                    nxt = started_ahead(items[i + 1])
-                if build is not None:
-                    build.exception()  # wait for it; a failed build is rebuilt and recorded by the evaluation
+            if several:  # the first item's worker before the second's: the second waits for its judge
+                planned = next_turn(pending, builds, wait=False)
+                nxt = started_ahead(items[planned], ahead=False)
+            while pending:
+                i = next_turn(pending, builds, wait=True)  # a failed build is rebuilt and recorded by its run
+                door, nxt = (nxt, None) if i == planned else (None, nxt)
+                if nxt is not None:  # another item's build was ready first: the planned worker ends unused
+                    nxt.close()
+                    nxt = None
+                pending.remove(i)
+                if pending:
+                    planned = next_turn(pending, builds, wait=False)
+                    nxt = started_ahead(items[planned])
+                item = items[i]
                 progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
                 yield item, run_item(item, progress, line, references=references, door=door)
     finally:
@@ -465,18 +490,20 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
 
 
 def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> list[ItemResult]:
-    """The items' results (evaluate_here), shown and handed to `on_result` as each finishes."""
+    """The items' results in the items' order (evaluate_here may run them in another), each shown and
+    handed to `on_result` as it finishes."""
     from contextlib import closing
 
-    results = []
+    order = {id(item): i for i, item in enumerate(items)}
+    results: dict[int, ItemResult] = {}
     with closing(evaluate_here(items, show)) as finished:
         for item, result in finished:
-            results.append(result)
+            results[order[id(item)]] = result
             show.done(result.label, result.status)
             on_result(item, result)
             if stop_first and result.exit_code != ExitCode.OK:
-                break  # -x: the items after it are not run
-    return results
+                break  # -x: the items not run yet are not run
+    return [results[i] for i in sorted(results)]
 
 
 def run_batch(
