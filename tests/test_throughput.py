@@ -111,6 +111,9 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     assert rep["right"] == 8 and rep["solutions"] == 9
     assert rep["gpu_busy_fraction"] is None and rep["solutions_per_hour"] > 0
     assert rep["stages_s"]["evaluate"] > 0
+    # the solutions' own stages and the wait between them make up the wall time, no more
+    own = sum(v for k, v in rep["stages_s"].items() if k[0] != " " and k != "between solutions")
+    assert rep["stages_s"]["between solutions"] >= 0 and own <= rep["wall_s"] + 0.5
     kinds = Counter(s["kind"] for s in corpus["solutions"])
     assert kinds["hang"] == 1 and kinds["cheat_forge_channel"] == 1 and kinds["crash_os_exit"] == 1
     assert kinds["compile_error"] == 1 and kinds["cheat_skip_when_timed"] == 1 and kinds["off_by_one"] == 1
