@@ -7,7 +7,8 @@ Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
 Dask cluster with --gpus), or with --sequential one `python -m mini_kv bench` call per solution, as a
 user's loop does today. Prints solutions per hour, the time per stage (for the batch on one device
-also `between solutions`: wall time that no solution's stages hold), the GPU busy fraction (the
+also `between solutions`: wall time that no solution's stages hold, and with --json the `timeline`: when
+each solution ran), the GPU busy fraction (the
 GPUs' utilization sampled through NVML or nvidia-smi; n/a without a GPU) and every verdict that differs
 from its label. Exit status 1 if any verdict is wrong, 2 on bad input.
 
@@ -308,10 +309,29 @@ def run_items_here(items: list, gpus: str | None = None) -> list:
     return run_items(items, where)
 
 
-def run_batch(entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None):
-    """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed)."""
+def run_batch(
+    entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None, timeline: list
+):
+    """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed). In this
+    process (no `gpus`) `timeline` gets [solution, start s, end s] for each, from the batch's start, in
+    the order they ran (cluster.batch.next_turn's)."""
+    from mini_kv.cluster import batch
+
     items = [bench_item(e.name, e.problem, e.solution, device, options, store) for e in entries]
-    results = run_items_here(items, gpus)
+    real, t0 = batch.run_item, time.perf_counter()
+
+    def run_item(item, *args, **kw):
+        start = time.perf_counter() - t0
+        try:
+            return real(item, *args, **kw)
+        finally:
+            timeline.append([item.label, round(start, 2), round(time.perf_counter() - t0, 2)])
+
+    batch.run_item = run_item
+    try:
+        results = run_items_here(items, gpus)
+    finally:
+        batch.run_item = real
     stages: Counter = Counter()
     verdicts = {}
     for r in results:
@@ -441,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": [round(x, 2) for x in os.getloadavg()],  # 1, 5 and 15 minutes, at the start
     }
     try:
+        timeline: list = []  # the batch's solutions as they ran here: [name, start s, end s]
         with BusySampler(gpu_indices(device, args.gpus)) as busy:
             t0 = time.perf_counter()
             if args.sequential:
@@ -450,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                     from mini_kv.cluster import batch
 
                     batch.started_ahead = lambda item, ahead=True: None
-                verdicts, stages = run_batch(entries, device, meta["options"], store, args.gpus)
+                verdicts, stages = run_batch(entries, device, meta["options"], store, args.gpus, timeline)
             wall = time.perf_counter() - t0
             if not args.sequential and not args.gpus:
                 # one solution at a time here: the wall time no solution's stages hold is the evaluator
@@ -465,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(store, ignore_errors=True)
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["gpu_busy_source"] = busy.source
+    meta["timeline"] = timeline
     rep = report(entries, verdicts, stages, wall, busy.fraction, meta)
     if args.json:
         print(json.dumps(rep))

@@ -114,6 +114,9 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     # the solutions' own stages and the wait between them make up the wall time, no more
     own = sum(v for k, v in rep["stages_s"].items() if k[0] != " " and k != "between solutions")
     assert rep["stages_s"]["between solutions"] >= 0 and own <= rep["wall_s"] + 0.5
+    # when each solution ran: every one, one at a time
+    spans = sorted((start, end) for _, start, end in rep["timeline"])
+    assert len(spans) == 9 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     kinds = Counter(s["kind"] for s in corpus["solutions"])
     assert kinds["hang"] == 1 and kinds["cheat_forge_channel"] == 1 and kinds["crash_os_exit"] == 1
     assert kinds["compile_error"] == 1 and kinds["cheat_skip_when_timed"] == 1 and kinds["off_by_one"] == 1
