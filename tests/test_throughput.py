@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import sys
 from collections import Counter
@@ -116,7 +117,7 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     assert rep["stages_s"]["between solutions"] >= 0 and own <= rep["wall_s"] + 0.5
     # when each solution ran: every one, one at a time
     spans = sorted((start, end) for _, start, end in rep["timeline"])
-    assert len(spans) == 9 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    assert len(spans) == 9 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
     kinds = Counter(s["kind"] for s in corpus["solutions"])
     assert kinds["hang"] == 1 and kinds["cheat_forge_channel"] == 1 and kinds["crash_os_exit"] == 1
     assert kinds["compile_error"] == 1 and kinds["cheat_skip_when_timed"] == 1 and kinds["off_by_one"] == 1
