@@ -21,12 +21,24 @@ def test_builds_overlap_evaluation_only_for_several_gpu_items():
 
 @pytest.mark.slow
 def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path):
+    import threading
+
     from mini_kv.pipeline import VerifyOptions
 
-    built = []
+    built, first_built = [], threading.Event()
     monkeypatch.setattr(prebuild, "overlaps_evaluation", lambda devices, count: True)
     real = batch.build_item
-    monkeypatch.setattr(batch, "build_item", lambda item: built.append(item.candidate) or real(item))
+
+    def build_item(item):  # the second build ends after the first: their turns are the batch's order
+        if item.candidate == "v1_vectorized":
+            assert first_built.wait(300)
+        try:
+            return real(item)
+        finally:
+            built.append(item.candidate)
+            first_built.set()
+
+    monkeypatch.setattr(batch, "build_item", build_item)
     opts = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
     items = [
         batch.Item(
@@ -53,8 +65,8 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     monkeypatch.setattr(batch, "door_of", door_of)
     seen = []
     results = batch.run_here(items, QuietShow(), lambda item, result: seen.append(item.candidate))
-    assert sorted(built) == ["v0_naive", "v1_vectorized"]  # both builds were started ahead
-    assert seen == ["v0_naive", "v1_vectorized"]  # evaluated in order, one at a time
+    assert built == ["v0_naive", "v1_vectorized"]  # both builds were made ahead
+    assert seen == ["v0_naive", "v1_vectorized"]  # evaluated as their builds were ready, one at a time
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert all(r.detail.compile.cache_hit for r in results)  # the evaluation found the build made ahead
     # the first item's door was made and its worker started, then the second's (its subject; its judge
