@@ -590,3 +590,25 @@ def test_failed_bandwidth_measurement_is_reported_not_cached(tmp_path):
     got = bandwidth.ensure(tmp_path, "nogpu", "cuda:0", timeout=120)
     assert got.copy_bandwidth_Bps is None and "failed" in got.error
     assert not bandwidth.cache_path(tmp_path, "nogpu").exists()
+
+
+def test_the_ncu_check_passes_a_row_on_its_cold_penalty_only_where_the_flush_evicts():
+    """benchmarks/l2_flush_ncu.py: a row within 2% of ncu passes; one off by the timers' own offset
+    passes where the cold-L2 penalties (cold minus hot, each timer against itself) agree; a flush that
+    leaves L2 hot does not, whatever the offset."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "l2_flush_ncu.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_l2_flush_ncu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    row = {"ncu_cache_control_all_us": 90.0, "ncu_cache_control_none_us": 70.0, "mini_kv_hot_us": 69.0}
+    assert mod.judge_row({**row, "mini_kv_read_flush_us": 89.0})["ok"]  # within 2%
+    offset = mod.judge_row({**row, "mini_kv_read_flush_us": 85.0})  # -5.6%, penalties 16 vs 20 us
+    assert not offset["ok"] and not offset["passes"]
+    small = {"ncu_cache_control_all_us": 3.74, "ncu_cache_control_none_us": 3.0, "mini_kv_hot_us": 2.0}
+    shifted = mod.judge_row({**small, "mini_kv_read_flush_us": 2.75})  # 1 us below ncu, penalties agree
+    assert not shifted["ok"] and shifted["penalty_ok"] and shifted["passes"]
+    assert shifted["timer_offset_hot_us"] == pytest.approx(1.0)
+    hot = mod.judge_row({**small, "mini_kv_read_flush_us": 2.0})  # a flush that evicts nothing
+    assert not hot["passes"]
