@@ -502,7 +502,7 @@ def run_here(items: list[Item], show, on_result, stop_first: bool = False) -> li
             show.done(result.label, result.status)
             on_result(item, result)
             if stop_first and result.exit_code != ExitCode.OK:
-                break  # -x: the items not run yet are not run
+                break  # -x: nothing more runs
     return [results[i] for i in sorted(results)]
 
 
