@@ -399,7 +399,7 @@ def print_report(rep: dict) -> None:
     )
     print(f"wall {rep['wall_s']:.1f} s: {rep['solutions_per_hour']:.0f} solutions per hour")
     for stage, secs in rep["stages_s"].items():
-        print(f"  {stage:<22} {secs:9.1f} s")
+        print(f"  {stage:<28} {secs:9.1f} s")
     busy = rep["gpu_busy_fraction"]
     src = rep["gpu_busy_source"]
     print(
