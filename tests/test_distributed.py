@@ -373,5 +373,10 @@ def test_a_workers_judges_are_kept_for_one_batch_and_end_when_idle(monkeypatch):
     assert not KeptJudges.keeping()
     WorkerJudges.serving("c")
     WorkerJudges.served()
+    late = WorkerJudges._timer
+    WorkerJudges.serving("c")  # the next item came while the timer, fired, waited for the lock
+    late.function(*late.args, **late.kwargs)
+    assert KeptJudges.keeping() and WorkerJudges._batch == "c"  # that timer ends nothing
+    WorkerJudges.served()
     time.sleep(0.5)
-    assert not KeptJudges.keeping() and WorkerJudges._scope is None
+    assert not KeptJudges.keeping() and WorkerJudges._batch is None

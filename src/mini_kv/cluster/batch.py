@@ -275,34 +275,47 @@ class WorkerJudges:
 
     IDLE_S = 30.0
     _lock = threading.Lock()
-    _batch: str | None = None
-    _scope: contextlib.ExitStack | None = None
+    _batch: str | None = None  # the batch whose judges are kept here (None: none are)
     _timer: threading.Timer | None = None
 
     @classmethod
     def serving(cls, batch: str | None) -> None:
         """An item of `batch` (None: a lone item) begins on this worker."""
-        from mini_kv.runner import keep_judges
+        from mini_kv.runner import KeptJudges
 
         with cls._lock:
-            if cls._timer is not None:
+            if cls._timer is not None:  # the batch's next item came in time
                 cls._timer.cancel()
                 cls._timer = None
-            if cls._scope is not None and batch != cls._batch:
-                cls._scope.close()  # the other batch's judges end
-                cls._scope = None
-            if batch is not None and cls._scope is None:
-                cls._scope, cls._batch = contextlib.ExitStack(), batch
-                cls._scope.enter_context(keep_judges())
+            if cls._batch is not None and batch != cls._batch:
+                cls._end()  # the other batch's judges end
+            if batch is not None and cls._batch is None:
+                KeptJudges.enter()
+                cls._batch = batch
 
     @classmethod
     def served(cls) -> None:
         """The item ended: the batch's judges wait IDLE_S for its next item here."""
         with cls._lock:
-            if cls._scope is not None:
-                cls._timer = threading.Timer(cls.IDLE_S, cls.serving, args=(None,))
-                cls._timer.daemon = True
-                cls._timer.start()
+            if cls._batch is not None:
+                timer = cls._timer = threading.Timer(cls.IDLE_S, lambda: cls._expire(timer))
+                timer.daemon = True
+                timer.start()
+
+    @classmethod
+    def _expire(cls, timer: threading.Timer) -> None:
+        # a timer cancelled after it fired (the next item came while it waited for the lock) ends nothing
+        with cls._lock:
+            if cls._timer is timer:
+                cls._timer = None
+                cls._end()
+
+    @classmethod
+    def _end(cls) -> None:
+        from mini_kv.runner import KeptJudges
+
+        KeptJudges.leave()
+        cls._batch = None
 
 
 def on_worker(item: Item, batch: str | None = None) -> Shipment:
@@ -471,10 +484,9 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
                 nxt = started_ahead(items[planned], ahead=False)
             while pending:
                 i = next_turn(pending, builds, wait=True)  # a failed build is rebuilt and recorded by its run
-                door, nxt = (nxt, None) if i == planned else (None, nxt)
-                if nxt is not None:  # another item's build was ready first: the planned worker ends unused
+                if i != planned and nxt is not None:  # another's build was ready first: it ends unused
                     nxt.close()
-                    nxt = None
+                door, nxt = (nxt if i == planned else None), None
                 pending.remove(i)
                 if pending:
                     planned = next_turn(pending, builds, wait=False)
