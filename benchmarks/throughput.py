@@ -7,7 +7,7 @@ Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
 Dask cluster with --gpus), or with --sequential one `python -m mini_kv bench` call per solution, as a
 user's loop does today. Prints solutions per hour, the time per stage (for the batch on one device
-also `between solutions`: wall time that no solution's stages hold, and with --json the `timeline`: when
+also `between solutions`: wall time that no solution's run holds, and with --json the `timeline`: when
 each solution ran), the GPU busy fraction (the
 GPUs' utilization sampled through NVML or nvidia-smi; n/a without a GPU) and every verdict that differs
 from its label. Exit status 1 if any verdict is wrong, 2 on bad input.
@@ -473,12 +473,11 @@ def main(argv: list[str] | None = None) -> int:
                     batch.started_ahead = lambda item, ahead=True: None
                 verdicts, stages = run_batch(entries, device, meta["options"], store, args.gpus, timeline)
             wall = time.perf_counter() - t0
-            if not args.sequential and not args.gpus:
-                # one solution at a time here: the wall time no solution's stages hold is the evaluator
+            if timeline:
+                # one solution at a time here: the wall time no solution's run holds is the evaluator
                 # waiting between them, for a build not yet done (cluster.batch.next_turn), mostly
-                stages["between solutions"] = max(
-                    0.0, wall - sum(v for k, v in stages.items() if k[0] != " ")
-                )
+                ran = sum(end - start for _, start, end in timeline)
+                stages["between solutions"] = max(0.0, wall - ran)
     except KeyboardInterrupt:
         return 130
     finally:
