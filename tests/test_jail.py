@@ -483,10 +483,19 @@ def test_scratch_dirs_left_by_a_killed_run_are_swept_and_live_or_recent_ones_are
     swept = [left(kind, dead.pid) for kind in ("inbox", "run", "outbox", "sol", "sol-profile")]
     live = left("run", os.getpid())
     recent = left("sol", dead.pid, age=None)
-    others = [tmp_path / "mini-kv-inbox-notapid", tmp_path / f"mini-kv-build-{dead.pid}-x"]
+    # an older version's names: no pid (swept after a day), or an inbox's pid without "pid"
+    week = time.time() - 7 * 86400
+    for name, age in [("mini-kv-run-ab_1cd2e", week), ("mini-kv-sol-profile-x9y8z7w6", week),
+                      (f"mini-kv-inbox-{dead.pid}-q1w2e3r4", old)]:  # fmt: skip
+        (tmp_path / name).mkdir()
+        os.utime(tmp_path / name, (age, age))
+        swept.append(tmp_path / name)
+    others = [tmp_path / "mini-kv-inbox-notapid", tmp_path / f"mini-kv-build-{dead.pid}-x",
+              tmp_path / "mini-kv-checkout", tmp_path / "mini-kv-outbox-abcd1234"]  # fmt: skip
     for other in others:
         other.mkdir()
-        os.utime(other, (old, old))
+        os.utime(other, (old, old))  # the legacy outbox: not a day old yet
+    os.utime(others[2], (week, week))  # a user's own dir of that prefix: never touched
     assert jail.sweep_scratch.__wrapped__(str(tmp_path)) == len(swept)
     assert not any(d.exists() for d in swept) and live.exists() and recent.exists()
     assert all(other.exists() for other in others)

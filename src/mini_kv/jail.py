@@ -1110,6 +1110,12 @@ _SCRATCH_NAME = re.compile(r"^mini-kv-[a-z][a-z0-9-]*?-pid(\d+)-[^/]+$")
 # one older than this whose maker's pid is gone is swept: no run keeps one this long (a case's timeout
 # is minutes), and a run in another PID namespace that shares this /tmp is not swept from under it
 SCRATCH_STALE_S = 6 * 3600
+# the names mini_kv's versions before the pid was in every name gave them (`tempfile.mkdtemp`'s 8
+# characters after the kind; an inbox had its maker's pid): swept too, those without a pid when older
+# than LEGACY_STALE_S, since no run of such a version keeps one a day. Nothing else named mini-kv-* is
+# touched (a user's own `/tmp/mini-kv-checkout` is not one of these names).
+_LEGACY_NAME = re.compile(r"^mini-kv-(?:(?:run|sol|sol-profile|outbox)|inbox-(\d+))-[a-z0-9_]{8}$")
+LEGACY_STALE_S = 24 * 3600
 
 
 def scratch_dir(kind: str) -> Path:
@@ -1124,19 +1130,22 @@ def sweep_scratch(where: str | None = None) -> int:
     """Remove the scratch dirs (`scratch_dir`: a run's log dir, a batch item's outbox, a solution's
     staging, the copies staged for a jail) that a process of this user left behind when it was killed
     outright (no cleanup ran), once per process: those whose maker's pid is gone and that are older
-    than SCRATCH_STALE_S. A pid reused since only keeps a dir a while longer. Returns how many went."""
+    than SCRATCH_STALE_S, and those an older version named without a pid (`_LEGACY_NAME`) older than
+    LEGACY_STALE_S. A pid reused since only keeps a dir a while longer. Returns how many went."""
     base = Path(where or tempfile.gettempdir())
     gone = 0
     for d in base.glob("mini-kv-*"):
         m = _SCRATCH_NAME.match(d.name)
+        legacy = _LEGACY_NAME.match(d.name) if m is None else None
+        pid = m.group(1) if m is not None else legacy and legacy.group(1)
         try:
             st = d.lstat()
             if (
-                m is None
+                (m is None and legacy is None)
                 or not stat.S_ISDIR(st.st_mode)  # lstat: a link to a dir is not one
                 or st.st_uid != os.geteuid()
-                or time.time() - st.st_mtime < SCRATCH_STALE_S
-                or _alive(int(m.group(1)))
+                or time.time() - st.st_mtime < (LEGACY_STALE_S if legacy and not pid else SCRATCH_STALE_S)
+                or (pid and _alive(int(pid)))
             ):
                 continue
         except OSError:
