@@ -100,6 +100,38 @@ def test_a_card_and_a_problem_in_one_batch_each_get_a_judge_of_their_own(started
     assert runner.KeptJudges._idle == []
 
 
+def test_a_batch_alternating_among_three_kinds_starts_one_judge_for_each(started, tmp_path):
+    """Two candidates of a card and two solutions of each of two problems, given alternately: the items
+    of one card or problem run together (cluster.batch.grouped), so three judges start, not one for
+    nearly every item (KeptJudges keeps at most IDLE_MAX = 2 kinds), and the results keep the given
+    order."""
+    from mini_kv.pipeline import VerifyOptions
+
+    opts = VerifyOptions(device="cpu", skip_benchmark=True, case_filter=["n31"], artifacts=str(tmp_path))
+
+    def card(cand: str) -> batch.Item:
+        return batch.Item(batch.VERIFY, cand, str(ROOT / "tasks/vector_add.yaml"), cand, opts, str(tmp_path))
+
+    def sol(prob: Path, name: str) -> batch.Item:
+        bench_opts = BenchOptions(
+            solution=str(SOLS / name / "solution.json"), device="cpu", artifacts=str(tmp_path)
+        )
+        return batch.Item(
+            batch.BENCH, f"{prob.parent.name}/{name}", str(prob), None, bench_opts, str(tmp_path)
+        )
+
+    other = _problem(tmp_path / "other")  # a second problem: its own jail view, so its own kind of judge
+    items = [
+        card("v0_naive"), sol(SOLS / "problem", "good_dps"), sol(other, "good_dps"),
+        card("v1_vectorized"), sol(SOLS / "problem", "good_return"), sol(other, "good_return"),
+    ]  # fmt: skip
+    assert batch.grouped(items) == [0, 3, 1, 4, 2, 5]
+    results = run_batch(items)
+    assert [r.label for r in results] == [it.label for it in items]
+    assert [r.status for r in results] == ["PASSED"] * 6, [(r.label, r.status, r.reason) for r in results]
+    assert started.count("judge") == 3 and started.count("subject") == 6, started
+
+
 def test_a_kept_judge_that_died_waiting_is_passed_over(started, tmp_path):
     """Killed between two items (its jail's parent-death signal fires with the thread that started it,
     say): the next item starts a judge of its own instead of sending its job to a dead one."""

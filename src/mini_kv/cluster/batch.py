@@ -451,6 +451,16 @@ def next_turn(pending: list[int], builds: list, wait: bool) -> int:
         wait_for([builds[i] for i in pending], return_when=FIRST_COMPLETED)
 
 
+def grouped(items: list[Item]) -> list[int]:
+    """The items' indices with the items of one card or problem together, groups in the order of their
+    first item: a judge is kept for items alike (runner.KeptJudges, at most IDLE_MAX kinds), so a batch
+    that alternates among three problems would start a judge for nearly every item."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.target, i)
+    return sorted(range(len(items)), key=lambda i: first[items[i].target])
+
+
 def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResult]]:
     """Each item and its result as it finishes, one after another in this process. On a GPU, every
     item's build starts at once on all cores (cluster.prebuild) while the GPU checks and times the items
@@ -461,7 +471,8 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     where another item's build is ready first, that worker ends unused. At most one evaluation, so one
     timing, is on the device at any moment. The reference of each case is timed in full once for all
     the items (pipeline.ReferenceCache) and re-checked by the later ones. Closing the generator early
-    cancels the builds not yet started and ends the worker started ahead."""
+    cancels the builds not yet started and ends the worker started ahead. The items of one card or
+    problem run one after another (`grouped`), so that one judge serves them."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mini_kv.cluster import prebuild
@@ -474,7 +485,7 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
     pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
-    pending = list(range(len(items)))
+    pending = grouped(items)
     planned, nxt = None, None  # the item whose worker was started ahead, and its door
     # one judge for the items alike (runner.KeptJudges), a fresh subject for each
     try:
