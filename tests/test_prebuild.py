@@ -289,7 +289,7 @@ def test_items_run_in_the_order_their_builds_are_ready(monkeypatch):
         first_start.set()
         return door
 
-    def run_item(item, progress, line, references=None, door=None):
+    def run_item(item, progress, line, references=None, door=None, built_ahead=None):
         events.append(("ran", item.label, door))
         ran[item.label].set()
         return batch.ItemResult(batch.BENCH, item.label, None, "PASSED", ExitCode.OK, None)
@@ -311,3 +311,64 @@ def test_items_run_in_the_order_their_builds_are_ready(monkeypatch):
     # planned while no build was ready (first, and again while python-1 ran), cold lost its turn twice
     assert doors[0].label == "cold" and [door.label for door in closed] == ["cold", "cold"]
     assert all(door not in closed for _, _, door in runs)  # no worker both ended and used
+
+
+def test_a_build_that_failed_ahead_is_not_compiled_again_in_its_run(monkeypatch, tmp_path):
+    """A batch builds every item ahead; a build that failed on its sources (a compiler error) is the
+    item's result in its turn, with the same log, instead of a second compile (a failed build is never
+    cached, and on an H100 the second compile of each syntax error cost 18 s of a 107-s batch)."""
+    from mini_kv.compile import compiler
+    from mini_kv.solexec.run import BenchOptions
+
+    sols = ROOT / "tests" / "sol_solutions"
+    monkeypatch.setattr(prebuild, "overlaps_evaluation", lambda devices, count: True)
+    compiles, real = [], compiler._build_into
+
+    def build_into(plan, *args, **kw):
+        compiles.append(plan.key)
+        return real(plan, *args, **kw)
+
+    monkeypatch.setattr(compiler, "_build_into", build_into)
+    items = [
+        batch.Item(
+            batch.BENCH,
+            name,
+            str(sols / "problem"),
+            None,
+            BenchOptions(solution=str(sols / name / "solution.json"), device="cpu", artifacts=str(tmp_path)),
+            str(tmp_path),
+        )
+        for name in ("cuda_syntax_error_lean", "good_dps")
+    ]
+    results = batch.run_here(items, QuietShow(), lambda item, result: None)
+    assert [r.status for r in results] == ["COMPILE_ERROR", "PASSED"], [r.reason for r in results]
+    assert len(compiles) == 1, compiles  # the build ahead only
+    rec = results[0].detail.compile
+    assert rec.status == "error" and compiler.failed_alike(rec, rec.key)
+    assert "error" in str(rec.cuda_check).lower()  # nvcc's compile check (no CUDA build on this machine)
+
+
+def test_a_failure_that_may_be_the_machines_is_built_again(tmp_path):
+    """Only a compiler's own error on the same key is reused: a timeout, a refusal, a compiler killed
+    or short of memory (beside a batch's other builds), another key, or logs gone are built again."""
+    from dataclasses import replace
+
+    from mini_kv.compile.compiler import BuildStatus, CompileRecord, failed_alike
+
+    log = tmp_path / "stdout.log"
+    log.write_text("kernel.cu(3): error: expected a ';'\n")
+    rec = CompileRecord(
+        status=BuildStatus.ERROR, key="k", failed_build_dir=str(tmp_path), logs={"stdout.log": str(log)}
+    )
+    assert failed_alike(rec, "k")
+    assert not failed_alike(rec, "other key")
+    assert not failed_alike(None, "k")
+    assert not failed_alike(replace(rec, status=BuildStatus.TIMEOUT), "k")
+    assert not failed_alike(replace(rec, refused="a link out of the candidate dir"), "k")
+    assert not failed_alike(replace(rec, failed_build_dir=str(tmp_path / "gone")), "k")
+    for killed in (
+        "g++: fatal error: Killed signal terminated program cc1plus",
+        "virtual memory exhausted: Cannot allocate memory",
+    ):
+        log.write_text(killed + "\n")
+        assert not failed_alike(rec, "k"), killed

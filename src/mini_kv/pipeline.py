@@ -287,6 +287,9 @@ class FrontDoor(Protocol):
     skipped_benchmark: bool = False
 
     warm: ChildRun | None = None  # the worker, started before its job (start_worker)
+    # its build as a batch made it ahead (cluster.batch.evaluate_here): a failure on the sources is not
+    # compiled again (compiler.failed_alike)
+    build_ahead: CompileRecord | None = None
 
     def prepare(self) -> Prepared: ...  # options checked, device, environment, salt, sandbox
     def new_worker(self, ahead: bool) -> ChildRun: ...  # the door's worker, jailed as its job needs
@@ -773,6 +776,7 @@ class CardDoor(FrontDoor):
                 timeout=prep.compile_timeout,
                 with_cuda=None if prep.device.startswith("cuda") else False,
                 sandbox=prep.sandbox,  # the run's jail mode (--sandbox) for its build too
+                known=self.build_ahead,
             )
         )
 

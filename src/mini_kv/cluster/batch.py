@@ -76,15 +76,18 @@ def run_item(
     outbox: Path | None = None,
     references: ReferenceCache | None = None,
     door=None,
+    built_ahead: CompileRecord | None = None,
 ) -> ItemResult:
     """The item through the pipeline (verify or bench), as the command would run it here. `references`: the
     batch's reference timings (pipeline.ReferenceCache), unless the item asks for interleaving. `door`: the
-    item's door with its worker started ahead (evaluate_here), else made here."""
+    item's door with its worker started ahead (evaluate_here), else made here. `built_ahead`: its build
+    as the batch made it ahead (a failure on the sources is not compiled again)."""
     from mini_kv.settings import switch_from_environment
 
     if switch_from_environment("interleave_reference", item.opts.interleave_reference):
         references = None
     door = door if door is not None else door_of(item)
+    door.build_ahead = built_ahead
     if item.kind == VERIFY:
         from mini_kv.pipeline import VerifyResult, run_stages
 
@@ -504,7 +507,12 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
                     nxt = started_ahead(items[planned])
                 item = items[i]
                 progress, line = (show.row(item.label), show.line) if show is not None else (None, None)
-                yield item, run_item(item, progress, line, references=references, door=door)
+                fut = builds[i]  # done (next_turn): a build that failed is not compiled again in its run
+                built = fut.result() if fut is not None and fut.exception() is None else None
+                yield (
+                    item,
+                    run_item(item, progress, line, references=references, door=door, built_ahead=built),
+                )
     finally:
         if nxt is not None:  # stopped early (-x, Ctrl-C, an error): its worker ends unused
             nxt.close()

@@ -352,15 +352,38 @@ class CompileRecord:
     prebuilt: bool | None = optional()
 
 
+# a failed build's log that says the compiler was killed or ran short of memory: beside a batch's other
+# builds that can be the machine's state, not the sources', so such a failure is built again alone
+_NOT_THE_SOURCES = re.compile(r"Killed signal|terminated program|out of memory|Cannot allocate memory", re.I)
+
+
+def failed_alike(known: CompileRecord | None, key: str) -> bool:
+    """`known` (the same candidate's build, made ahead by a batch: cluster.prebuild) failed on its
+    sources with the compiler's own error, under build key `key`, and its logs are still there: the same
+    compiler on the same sources, flags and toolchain fails the same way, so it is the result. A timeout,
+    a refusal, or a compiler killed or short of memory is built again."""
+    if known is None or known.key != key or known.status != BuildStatus.ERROR or known.refused:
+        return False
+    if not known.failed_build_dir or not Path(known.failed_build_dir).is_dir():
+        return False
+    logs = [Path(p) for p in (known.logs or {}).values()]
+    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    text += json.dumps(known.cuda_check) if known.cuda_check else ""  # a compile check's own output
+    return bool(text) and _NOT_THE_SOURCES.search(text) is None
+
+
 def compile_candidate(
     project_root: Path,
     cand: Candidate,
     timeout: float = DEFAULTS.compile_s,
     with_cuda: bool | None = None,
     sandbox: JailInfo | None = None,
+    known: CompileRecord | None = None,
 ) -> CompileRecord:
     """Build (or reuse) the candidate; returns the compile.json record. Never raises for candidate errors.
-    `sandbox`: the jail the build runs in (default: runner.default_sandbox)."""
+    `sandbox`: the jail the build runs in (default: runner.default_sandbox). `known`: this candidate's
+    build made ahead in the same batch; where it failed on its sources (`failed_alike`) that record is
+    returned instead of compiling again (a failed build is never cached)."""
     t0 = time.perf_counter()
     sandbox = sandbox if sandbox is not None else default_sandbox()
     plan = build_plan(project_root, cand, with_cuda)
@@ -391,6 +414,9 @@ def compile_candidate(
     if refused is not None:
         record = replace(record, refused=f"{refused} (nothing was compiled)")
         return _finish(record, build_root / "refused", cache_hit=False, t0=t0, status=BuildStatus.ERROR)
+
+    if failed_alike(known, plan.key):
+        return known
 
     def built() -> bool:  # a check-only build has no library, only its recorded check
         return _cache_entry_holds(final, plan.check_only)

@@ -322,10 +322,11 @@ def _all(cases: tuple[Case, ...], status: str, log: str) -> tuple[WorkloadOutcom
 
 
 def compile_problem(
-    problem: Problem, staging: Path, opts: BenchOptions, say
+    problem: Problem, staging: Path, opts: BenchOptions, say, known: CompileRecord | None = None
 ) -> tuple[CompileRecord | None, tuple[WorkloadOutcome, ...] | None]:
     """(compile record, outcomes when the build decides every workload) for the sources staged under
-    `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's."""
+    `staging`/solution. Also scripts/prebuild_solutions.py's build, so its cache keys are bench's.
+    `known`: the same build made ahead in a batch (compiler.compile_candidate)."""
     sol = problem.candidates[0]
     flags, reason = languages.cpp_flags(sol.languages, sol.dependencies)
     if reason:
@@ -333,7 +334,7 @@ def compile_problem(
     say(f"compile {sol.id}: {sol.build_summary(True)}")
     built = solution_build(sol, staging / "solution", flags)
     rec = compile_candidate(
-        bench_project_root(opts), built, opts.compile_timeout, sandbox=jail.resolve(opts.sandbox)
+        bench_project_root(opts), built, opts.compile_timeout, sandbox=jail.resolve(opts.sandbox), known=known
     )
     if rec.status == BuildStatus.TIMEOUT:
         return rec, _all(
@@ -434,7 +435,9 @@ class SolDoor(FrontDoor):
     def build(self, prep: Prepared, say) -> Built:
         compile_rec, outcomes = None, None
         if self.cand.group == "cpp":
-            compile_rec, outcomes = compile_problem(self.problem, self.staging, self.opts, say)
+            compile_rec, outcomes = compile_problem(
+                self.problem, self.staging, self.opts, say, self.build_ahead
+            )
             unavailable = None if outcomes else _cpp_unavailable(compile_rec, prep.device)
         else:
             unavailable = languages.python_unavailable(self.cand.languages, prep.device, prep.env)
