@@ -515,3 +515,32 @@ def test_a_hidden_path_the_jail_does_not_show_leaves_the_view(tmp_path):
     spec = jail.JailSpec(read_only=(str(project),), hidden=(str(project / "artifacts"), str(elsewhere)))
     assert spec.view(False).hidden == (str(project / "artifacts"),)
     assert spec.view(False) == replace(spec, hidden=(str(project / "artifacts"),)).view(False)
+
+
+@pytest.mark.parametrize("device, limit_name", [("cpu", "RLIMIT_AS"), ("cuda:0", "RLIMIT_DATA")])
+def test_a_workers_memory_cap_binds_and_cannot_be_raised_again(device, limit_name):
+    """proc.cap_memory, as a worker calls it before any candidate code: on CPU the address space, on CUDA
+    the data segment (the driver's reservations are not data: docs/measurements/jail.md); either way a
+    2 GiB allocation under a 1 GiB cap is a MemoryError, and the process cannot lift the cap again."""
+    code = (
+        "import resource, sys\n"
+        "from mini_kv.proc import cap_memory\n"
+        f"cap_memory({device!r}, 1 << 30)\n"
+        f"print(resource.getrlimit(resource.{limit_name}))\n"
+        "try:\n"
+        "    b = bytearray(2 << 30)\n"
+        "    print('ALLOCATED')\n"
+        "except MemoryError:\n"
+        "    print('MemoryError')\n"
+        "try:\n"
+        f"    resource.setrlimit(resource.{limit_name}, (4 << 30, 4 << 30))\n"
+        "    print('RAISED')\n"
+        "except (ValueError, OSError):\n"
+        "    print('kept')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    user = [] if os.geteuid() != 0 else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    out = subprocess.run(
+        [*user, sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.stdout.split("\n")[:3] == [f"({1 << 30}, {1 << 30})", "MemoryError", "kept"], out

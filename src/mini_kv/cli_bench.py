@@ -143,7 +143,7 @@ def add_run_arguments(p, sol: bool) -> None:
         dest="memory_limit_gb",
         type=checks.positive_float,
         metavar="GB",
-        help="memory cap of a worker: its jail's memory cgroup where the machine has one (GPU runs too), and a CPU worker's address space (default: half the machine's memory)",
+        help="memory cap of a worker: its jail's memory cgroup where the machine has one (GPU runs too), and each worker process's address space on CPU, its data segment on a GPU (default: half the machine's memory)",
     )
     p.add_argument(
         "--sandbox",

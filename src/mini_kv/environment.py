@@ -160,7 +160,8 @@ def pick_device(requested: str | None) -> str:
 
 
 def cpu_memory_limit(gb: float | None = None) -> int:
-    """Address-space cap for a CPU worker: `gb` GiB, else half the machine, so a runaway op fails alone."""
+    """A worker process's memory cap (proc.cap_memory): `gb` GiB, else half the machine, so a runaway op
+    fails alone."""
     if gb:
         return int(gb * 2**30)
     try:

@@ -48,7 +48,7 @@ class VerifyOptions:
     artifacts: str | None = None
     case_filter: list[str] = field(default_factory=list)
     bench_all: bool = False
-    memory_limit_gb: float | None = None  # CPU worker address-space cap; None: half the machine
+    memory_limit_gb: float | None = None  # a worker's memory cap (proc.cap_memory); None: half the machine
     max_cv: float | None = None  # stability gate overrides (fractions); None: the card's
     max_p95_cv: float | None = None
     env_tag: str | None = None  # see environment.collect

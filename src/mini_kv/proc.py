@@ -23,6 +23,21 @@ def die_with_parent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def cap_memory(device: str, limit: int | None) -> None:
+    """This worker process's memory capped at `limit` bytes (None: not), before any candidate code runs
+    (an unprivileged process cannot raise its hard limit again): on CPU its address space (RLIMIT_AS), so
+    an op that allocates without bound fails inside it (a MemoryError) instead of taking the machine; on
+    CUDA its data (RLIMIT_DATA: private writable memory), since the driver reserves far more address
+    space than it uses and fails under an address-space cap, and its reservations are not data (CUDA,
+    cuBLAS, pinned memory and Triton ran under a 6 GiB data cap that stopped a 10 GiB host allocation:
+    docs/measurements/jail.md). Per process; the jail's memory cgroup, where there is one, caps the tree."""
+    if limit:
+        import resource
+
+        which = resource.RLIMIT_DATA if str(device).startswith("cuda") else resource.RLIMIT_AS
+        resource.setrlimit(which, (limit, limit))
+
+
 @dataclass
 class ProcResult:
     returncode: int

@@ -18,6 +18,7 @@ import sys
 import traceback
 
 from mini_kv.codec import to_json
+from mini_kv.proc import cap_memory
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
@@ -84,7 +85,7 @@ def _run(data: dict, chan: Channel, ns: argparse.Namespace) -> int:
     """One job: a judge's (linked to its subject on the fd the parent sends with it) or a one-shot kind's."""
     try:
         job = Job.from_dict(data)
-        _limit_memory(job)
+        cap_memory(str(getattr(job, "device", "cpu")), getattr(job, "memory_limit_bytes", None))
         if job.KIND in SUBJECT_KINDS:  # a judge says `ready` once its subject is up too (run_job)
             return run_job(job, chan, *_link_fds(ns.result_fd))
         if ns.result_file is None:  # the parent's timeouts count from here (runner.ChildRun.next_event)
@@ -159,17 +160,6 @@ def _warm_profiler() -> None:
         warm_cupti()
     except Exception:  # noqa: BLE001 - only a head start: timing reports a profiler that cannot run
         pass
-
-
-def _limit_memory(job: Job) -> None:
-    """On CPU, cap the address space so an op that allocates without bound fails inside this
-    child (a clean error) instead of exhausting the machine. Not on CUDA: its driver maps huge
-    virtual ranges."""
-    limit = getattr(job, "memory_limit_bytes", None)
-    if limit and not str(job.device).startswith("cuda"):
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _set_device(device: str) -> None:

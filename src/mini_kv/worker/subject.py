@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.codec import to_json
+from mini_kv.proc import cap_memory
 from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
@@ -310,10 +311,7 @@ def _settle_device(device: str, memory_limit: int | None) -> None:
     if torch.device(device).type == "cuda" and torch.device(device).index is not None:
         torch.cuda.set_device(torch.device(device))
     torch.set_num_threads(1)  # as the judge: the reference gets no parallelism the candidate lacks
-    if memory_limit and torch.device(device).type != "cuda":
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    cap_memory(device, memory_limit)
 
 
 def _sync(device: str) -> None:
