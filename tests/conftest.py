@@ -83,6 +83,16 @@ class QuietShow:
         pass
 
 
+def sol_item(problem, solution, store, label: str | None = None):
+    """A batch item (cluster.batch.Item): `bench` of one SOL solution (its solution.json) on the CPU, its
+    attempt stored in `store`; named `label`, else the solution's folder."""
+    from mini_kv.cluster import batch
+    from mini_kv.solexec.run import BenchOptions
+
+    opts = BenchOptions(solution=str(solution), device="cpu", artifacts=str(store))
+    return batch.Item(batch.BENCH, label or Path(solution).parent.name, str(problem), None, opts, str(store))
+
+
 def run_batch(items: list) -> list:
     """The items' results (cluster.batch.ItemResult), evaluated in this process as `bench` of several
     solutions, `verify` of several candidates and `batch` evaluate them, showing nothing."""

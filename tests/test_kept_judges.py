@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import QuietShow, run_batch
+from conftest import QuietShow, run_batch, sol_item
 
 from mini_kv import jail, runner
 from mini_kv.cluster import batch
@@ -29,22 +29,7 @@ def _problem(tmp_path: Path) -> Path:
 
 
 def _bench(prob: Path, names: list[str], tmp_path: Path) -> list:
-    items = [
-        batch.Item(
-            batch.BENCH,
-            name,
-            str(prob),
-            None,
-            BenchOptions(
-                solution=str(SOLS / name / "solution.json"),
-                device="cpu",
-                artifacts=str(tmp_path / "store"),
-            ),
-            str(tmp_path),
-        )
-        for name in names
-    ]
-    return run_batch(items)
+    return run_batch([sol_item(prob, SOLS / name / "solution.json", tmp_path / "store") for name in names])
 
 
 def test_one_judge_serves_the_batch_until_a_crash_ends_it_and_the_fresh_pairs_judge_goes_on(
@@ -82,16 +67,7 @@ def test_a_card_and_a_problem_in_one_batch_each_get_a_judge_of_their_own(started
     card = batch.Item(
         batch.VERIFY, "v0_naive", str(ROOT / "tasks/vector_add.yaml"), "v0_naive", opts, str(tmp_path)
     )
-    sol = batch.Item(
-        batch.BENCH,
-        "good_dps",
-        str(SOLS / "problem"),
-        None,
-        BenchOptions(
-            solution=str(SOLS / "good_dps" / "solution.json"), device="cpu", artifacts=str(tmp_path)
-        ),
-        str(tmp_path),
-    )
+    sol = sol_item(SOLS / "problem", SOLS / "good_dps" / "solution.json", tmp_path)
     results = run_batch([card, sol])
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     # the card's judge and subject; the problem's worker, started ahead as the card's item began, with a
@@ -113,12 +89,7 @@ def test_a_batch_alternating_among_three_kinds_starts_one_judge_for_each(started
         return batch.Item(batch.VERIFY, cand, str(ROOT / "tasks/vector_add.yaml"), cand, opts, str(tmp_path))
 
     def sol(prob: Path, name: str) -> batch.Item:
-        bench_opts = BenchOptions(
-            solution=str(SOLS / name / "solution.json"), device="cpu", artifacts=str(tmp_path)
-        )
-        return batch.Item(
-            batch.BENCH, f"{prob.parent.name}/{name}", str(prob), None, bench_opts, str(tmp_path)
-        )
+        return sol_item(prob, SOLS / name / "solution.json", tmp_path, f"{prob.parent.name}/{name}")
 
     other = _problem(tmp_path / "other")  # a second problem: its own jail view, so its own kind of judge
     items = [
@@ -142,14 +113,7 @@ def test_a_kept_judge_that_died_waiting_is_passed_over(started, tmp_path):
             judge.proc.wait(timeout=30)
 
     items = [
-        batch.Item(
-            batch.BENCH,
-            name,
-            str(SOLS / "problem"),
-            None,
-            BenchOptions(solution=str(SOLS / name / "solution.json"), device="cpu", artifacts=str(tmp_path)),
-            str(tmp_path),
-        )
+        sol_item(SOLS / "problem", SOLS / name / "solution.json", tmp_path)
         for name in ("good_dps", "good_return")
     ]
     results = batch.run_here(items, QuietShow(), kill_kept)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import QuietShow, run_batch
+from conftest import QuietShow, run_batch, sol_item
 from test_sol_bench import test_unavailable_language_is_reported_not_crashed as unavailable_language
 
 from mini_kv.cluster import batch, prebuild
@@ -318,7 +318,6 @@ def test_a_build_that_failed_ahead_is_not_compiled_again_in_its_run(monkeypatch,
     item's result in its turn, with the same log, instead of a second compile (a failed build is never
     cached, and on an H100 the second compile of each syntax error cost 18 s of a 107-s batch)."""
     from mini_kv.compile import compiler
-    from mini_kv.solexec.run import BenchOptions
 
     sols = ROOT / "tests" / "sol_solutions"
     monkeypatch.setattr(prebuild, "overlaps_evaluation", lambda devices, count: True)
@@ -329,17 +328,8 @@ def test_a_build_that_failed_ahead_is_not_compiled_again_in_its_run(monkeypatch,
         return real(plan, *args, **kw)
 
     monkeypatch.setattr(compiler, "_build_into", build_into)
-    items = [
-        batch.Item(
-            batch.BENCH,
-            name,
-            str(sols / "problem"),
-            None,
-            BenchOptions(solution=str(sols / name / "solution.json"), device="cpu", artifacts=str(tmp_path)),
-            str(tmp_path),
-        )
-        for name in ("cuda_syntax_error_lean", "good_dps")
-    ]
+    names = ("cuda_syntax_error_lean", "good_dps")
+    items = [sol_item(sols / "problem", sols / name / "solution.json", tmp_path) for name in names]
     results = batch.run_here(items, QuietShow(), lambda item, result: None)
     assert [r.status for r in results] == ["COMPILE_ERROR", "PASSED"], [r.reason for r in results]
     assert len(compiles) == 1, compiles  # the build ahead only
