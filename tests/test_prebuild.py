@@ -356,9 +356,14 @@ def test_a_failure_that_may_be_the_machines_is_built_again(tmp_path):
     assert not failed_alike(replace(rec, status=BuildStatus.TIMEOUT), "k")
     assert not failed_alike(replace(rec, refused="a link out of the candidate dir"), "k")
     assert not failed_alike(replace(rec, failed_build_dir=str(tmp_path / "gone")), "k")
-    for killed in (
+    log.write_text("k.cpp:7:12: error: 'x' was not declared in this scope\n")  # gcc's form
+    assert failed_alike(rec, "k")
+    machine = (
         "g++: fatal error: Killed signal terminated program cc1plus",
-        "virtual memory exhausted: Cannot allocate memory",
-    ):
-        log.write_text(killed + "\n")
-        assert not failed_alike(rec, "k"), killed
+        "k.cpp:7:12: fatal error: virtual memory exhausted: Cannot allocate memory",
+        "k.cpp:1: fatal error: error writing to /tmp/ccX.s: No space left on device",
+        "ninja: build stopped: subcommand failed.",  # no diagnostic on a source line
+    )
+    for text in machine:
+        log.write_text(text + "\n")
+        assert not failed_alike(rec, "k"), text

@@ -352,16 +352,24 @@ class CompileRecord:
     prebuilt: bool | None = optional()
 
 
-# a failed build's log that says the compiler was killed or ran short of memory: beside a batch's other
-# builds that can be the machine's state, not the sources', so such a failure is built again alone
-_NOT_THE_SOURCES = re.compile(r"Killed signal|terminated program|out of memory|Cannot allocate memory", re.I)
+# a compiler's diagnostic on a source line: gcc's `file:12:5: error:`, nvcc's `file(12): error:`
+_SOURCE_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error|\(\d+\): (?:catastrophic )?error")
+# a failed build's log that says the compiler was killed or ran short of memory, disk, processes or
+# files: beside a batch's other builds (another candidate's among them) that can be the machine's state,
+# not the sources', so such a failure is built again alone
+_NOT_THE_SOURCES = re.compile(
+    r"Killed signal|terminated program|out of memory|Cannot allocate memory|No space left|"
+    r"Disk quota|Resource temporarily unavailable|Too many open files",
+    re.I,
+)
 
 
 def failed_alike(known: CompileRecord | None, key: str) -> bool:
     """`known` (the same candidate's build, made ahead by a batch: cluster.prebuild) failed on its
-    sources with the compiler's own error, under build key `key`, and its logs are still there: the same
-    compiler on the same sources, flags and toolchain fails the same way, so it is the result. A timeout,
-    a refusal, or a compiler killed or short of memory is built again."""
+    sources with the compiler's own error (a diagnostic on a source line), under build key `key`, and its
+    logs are still there: the same compiler on the same sources, flags and toolchain fails the same way,
+    so it is the result. A timeout, a refusal, a failure with no diagnostic, or a compiler killed or short
+    of a resource is built again."""
     if known is None or known.key != key or known.status != BuildStatus.ERROR or known.refused:
         return False
     if not known.failed_build_dir or not Path(known.failed_build_dir).is_dir():
@@ -369,7 +377,7 @@ def failed_alike(known: CompileRecord | None, key: str) -> bool:
     logs = [Path(p) for p in (known.logs or {}).values()]
     text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
     text += json.dumps(known.cuda_check) if known.cuda_check else ""  # a compile check's own output
-    return bool(text) and _NOT_THE_SOURCES.search(text) is None
+    return _SOURCE_ERROR.search(text) is not None and _NOT_THE_SOURCES.search(text) is None
 
 
 def compile_candidate(
