@@ -555,16 +555,18 @@ def run_batch(
         workers = client.scheduler_info()["workers"].values()
         need = {GPU: 1} if any(GPU in (w.get("resources") or {}) for w in workers) else None
         batch = uuid.uuid4().hex[:8]
+        # submitted with the items of one card or problem together: Dask prefers the tasks submitted
+        # first, so a worker's kept judge (WorkerJudges) more often serves the next item of its kind
         futures = {
             client.submit(
                 on_worker,
-                item,
+                items[i],
                 batch if len(items) > 1 else None,
                 key=f"mini-kv-{batch}-{i}",
                 resources=need,
                 pure=False,
             ): i
-            for i, item in enumerate(items)
+            for i in grouped(items)
         }
         results: list[ItemResult | None] = [None] * len(items)
         try:
