@@ -497,7 +497,7 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
                 planned = next_turn(pending, builds, wait=False)
                 nxt = started_ahead(items[planned], ahead=False)
             while pending:
-                i = next_turn(pending, builds, wait=True)  # a failed build is rebuilt and recorded by its run
+                i = next_turn(pending, builds, wait=True)  # a failed build: its run records it
                 if i != planned and nxt is not None:  # another's build was ready first: it ends unused
                     nxt.close()
                 door, nxt = (nxt if i == planned else None), None
