@@ -1118,6 +1118,15 @@ _LEGACY_NAME = re.compile(r"^mini-kv-(?:(?:run|sol|sol-profile|outbox)|inbox-(\d
 LEGACY_STALE_S = 24 * 3600
 
 
+def _scratch_owner(name: str) -> tuple[int | None, float] | None:
+    """(its maker's pid, None where the name has none; how old it must be to go) of a scratch dir's
+    name, or None for a name that is not one of mini_kv's."""
+    m = _SCRATCH_NAME.match(name) or _LEGACY_NAME.match(name)
+    if m is None:
+        return None
+    return (int(m.group(1)), SCRATCH_STALE_S) if m.group(1) else (None, LEGACY_STALE_S)
+
+
 def scratch_dir(kind: str) -> Path:
     """A new private dir (mode 700) in the temp dir, named for `kind` and this process: its maker
     removes it; where that process was killed outright (SIGKILL), `sweep_scratch` does, later."""
@@ -1135,17 +1144,15 @@ def sweep_scratch(where: str | None = None) -> int:
     base = Path(where or tempfile.gettempdir())
     gone = 0
     for d in base.glob("mini-kv-*"):
-        m = _SCRATCH_NAME.match(d.name)
-        legacy = _LEGACY_NAME.match(d.name) if m is None else None
-        pid = m.group(1) if m is not None else legacy and legacy.group(1)
+        owner = _scratch_owner(d.name)
         try:
             st = d.lstat()
             if (
-                (m is None and legacy is None)
+                owner is None
                 or not stat.S_ISDIR(st.st_mode)  # lstat: a link to a dir is not one
                 or st.st_uid != os.geteuid()
-                or time.time() - st.st_mtime < (LEGACY_STALE_S if legacy and not pid else SCRATCH_STALE_S)
-                or (pid and _alive(int(pid)))
+                or time.time() - st.st_mtime < owner[1]
+                or (owner[0] is not None and _alive(owner[0]))
             ):
                 continue
         except OSError:
