@@ -44,15 +44,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def started(monkeypatch):
     """The role of every worker child started in this process, in order: judge, subject, or the one-shot
-    kind (which says judge: it is the child that judges)."""
+    kind (which says judge: it is the child that judges). A build's child (the one that writes: a cold
+    cache's compile) is no worker and is left out."""
     from mini_kv import jail
 
     roles, real = [], jail.popen
 
-    def popen(argv, *args, **kw):
-        if "mini_kv.worker.child" in argv:
+    def popen(argv, spec, *args, **kw):
+        if "mini_kv.worker.child" in argv and not spec.writable:
             roles.append("subject" if "--subject-fd" in argv else "judge")
-        return real(argv, *args, **kw)
+        return real(argv, spec, *args, **kw)
 
     monkeypatch.setattr(jail, "popen", popen)
     return roles

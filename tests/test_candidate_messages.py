@@ -207,3 +207,30 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
     assert first.status == "RUNTIME_ERROR", first
     assert "out of memory" in first.log and "memory cap of 1.5 GiB" in first.log, first.log
     assert "--memory-limit" in first.log, first.log
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_workers_data_cap_binds_and_cuda_runs_under_it(tmp_path):
+    """proc.cap_memory on CUDA, in mini_kv's own GPU workers: under --memory-limit 6 the solution's process
+    holds RLIMIT_DATA of exactly 6 GiB (soft and hard), its CUDA context and kernels run under it (PASSED),
+    and a solution that asks for 12 GiB of host memory fails with a MemoryError as its reason."""
+    cap = 6 << 30
+    honest = (
+        "import resource\n\n"
+        "def forward(x, w, alpha):\n"
+        "    limits = resource.getrlimit(resource.RLIMIT_DATA)\n"
+        f"    assert limits == ({cap}, {cap}), f'RLIMIT_DATA is {{limits}}'\n"
+        "    y = x * (w * alpha)\n"
+        "    return y, y.sum()\n"
+    )
+    hog = "def forward(x, w, alpha):\n    hoard = bytearray(12 << 30)\n    return x * w, hoard\n"
+    files = [_write(tmp_path / n, n, False, src) for n, src in (("capped", honest), ("hog", hog))]
+    gpu = {**FAST, "device": "cuda"}
+    for sol, expected in zip(files, ("PASSED", "RUNTIME_ERROR"), strict=True):
+        opts = BenchOptions(
+            solution=str(sol), artifacts=str(tmp_path / "a"), memory_limit_gb=6, give_up_after=1, **gpu
+        )
+        first = bench(str(PROBLEM), opts).traces[0].evaluation
+        assert first.status == expected, (sol, first)
+        if expected == "RUNTIME_ERROR":
+            assert "MemoryError" in first.log, first.log

@@ -23,6 +23,19 @@ def die_with_parent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def settle_worker(device: str | None, limit: int | None) -> None:
+    """A judge's or a subject's process made ready before any candidate code: its CUDA device current, one
+    intra-op thread (the reference gets no parallelism the candidate lacks, and CPU timings do not swing
+    with the other core's load), then its memory capped (cap_memory). `device` None: the cap alone."""
+    if device is not None:
+        import torch
+
+        if torch.device(device).type == "cuda" and torch.device(device).index is not None:
+            torch.cuda.set_device(torch.device(device))
+        torch.set_num_threads(1)
+    cap_memory(device or "cpu", limit)
+
+
 def cap_memory(device: str, limit: int | None) -> None:
     """This worker process's memory capped at `limit` bytes (None: not), before any candidate code runs
     (an unprivileged process cannot raise its hard limit again): on CPU its address space (RLIMIT_AS), so

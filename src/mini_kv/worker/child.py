@@ -18,7 +18,7 @@ import sys
 import traceback
 
 from mini_kv.codec import to_json
-from mini_kv.proc import cap_memory
+from mini_kv.proc import settle_worker
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
@@ -85,7 +85,7 @@ def _run(data: dict, chan: Channel, ns: argparse.Namespace) -> int:
     """One job: a judge's (linked to its subject on the fd the parent sends with it) or a one-shot kind's."""
     try:
         job = Job.from_dict(data)
-        cap_memory(str(getattr(job, "device", "cpu")), getattr(job, "memory_limit_bytes", None))
+        settle_worker(getattr(job, "device", None), getattr(job, "memory_limit_bytes", None))
         if job.KIND in SUBJECT_KINDS:  # a judge says `ready` once its subject is up too (run_job)
             return run_job(job, chan, *_link_fds(ns.result_fd))
         if ns.result_file is None:  # the parent's timeouts count from here (runner.ChildRun.next_event)
@@ -162,16 +162,6 @@ def _warm_profiler() -> None:
         pass
 
 
-def _set_device(device: str) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
-        torch.cuda.set_device(torch.device(device))
-    # One intra-op thread on CPU: the reference gets no parallelism the candidate lacks, and
-    # timings do not swing with the other core's load.
-    torch.set_num_threads(1)
-
-
 def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) -> int:
     """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator,
     then one loop over the kind's steps: a card's correctness cases, contract checks and bench cases, a
@@ -180,7 +170,6 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) 
     new pair."""
     from mini_kv.worker.remote import CpuMeter, SubjectLink, SubjectLost
 
-    _set_device(job.device)
     subject = SubjectLink(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
     try:
         # the subject answers once it is up (Python, torch; no candidate code): `ready` then, so that a
@@ -236,8 +225,6 @@ def _one_shot(path: str):
     def handler(job: Job, chan: Channel) -> int:
         from mini_kv.worker.inputs import import_path
 
-        if hasattr(job, "device"):
-            _set_device(job.device)
         chan.send(event=Event.RESULT, result=import_path(path)(job))
         return 0
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mini_kv.codec import to_json
-from mini_kv.proc import cap_memory
+from mini_kv.proc import settle_worker
 from mini_kv.worker import explain, integrity, loader, shared
 from mini_kv.worker.inputs import import_path
 from mini_kv.worker.link import Link, LinkClosed
@@ -85,7 +85,7 @@ class Subject:
     def do_load(self, msg: dict) -> tuple[dict, list[int]]:
         """The candidate (and the regression gate's baseline), loaded under the Guard."""
         self.device = msg["device"]
-        _settle_device(self.device, msg.get("memory_limit_bytes"))
+        settle_worker(self.device, msg.get("memory_limit_bytes"))
         if msg.get("project_root") and msg["project_root"] not in sys.path:
             sys.path.append(msg["project_root"])
         self.factory = import_path(msg["inputs"]) if msg.get("inputs") else None
@@ -305,13 +305,6 @@ class Subject:
                 view.copy_(out)
         if torch.device(self.device).type == "cuda":
             torch.cuda.synchronize()  # the copies landed before the judge reads them
-
-
-def _settle_device(device: str, memory_limit: int | None) -> None:
-    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
-        torch.cuda.set_device(torch.device(device))
-    torch.set_num_threads(1)  # as the judge: the reference gets no parallelism the candidate lacks
-    cap_memory(device, memory_limit)
 
 
 def _sync(device: str) -> None:
