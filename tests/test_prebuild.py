@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,11 +27,14 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
 
     from mini_kv.pipeline import VerifyOptions
 
-    built, first_built = [], threading.Event()
+    built, first_built, niceness = [], threading.Event(), []
     monkeypatch.setattr(prebuild, "overlaps_evaluation", lambda devices, count: True)
     real = batch.build_item
 
     def build_item(item):  # the second build ends after the first: their turns are the batch's order
+        # a process this build thread starts (its compiler) runs below the evaluation's priority
+        stat = subprocess.run(["cat", "/proc/self/stat"], capture_output=True, text=True).stdout
+        niceness.append(int(stat.rsplit(")", 1)[1].split()[16]))
         if item.candidate == "v1_vectorized":
             assert first_built.wait(300)
         try:
@@ -66,6 +71,8 @@ def test_a_batch_with_builds_ahead_gives_the_same_verdicts(monkeypatch, tmp_path
     seen = []
     results = batch.run_here(items, QuietShow(), lambda item, result: seen.append(item.candidate))
     assert built == ["v0_naive", "v1_vectorized"]  # both builds were made ahead
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: it starts the judges and subjects
+    assert niceness == [min(19, base + prebuild.BUILD_NICENESS)] * 2
     assert seen == ["v0_naive", "v1_vectorized"]  # evaluated as their builds were ready, one at a time
     assert [r.status for r in results] == ["PASSED", "PASSED"]
     assert all(r.detail.compile.cache_hit for r in results)  # the evaluation found the build made ahead

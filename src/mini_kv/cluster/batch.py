@@ -486,7 +486,7 @@ def evaluate_here(items: list[Item], show=None) -> Iterator[tuple[Item, ItemResu
     references = ReferenceCache() if several else None  # one item: timed as a single run is
 
     ahead = prebuild.overlaps_evaluation({getattr(it.opts, "device", None) for it in items}, len(items))
-    pool = ThreadPoolExecutor(max_workers=prebuild.pool_size()) if ahead else None
+    pool = ThreadPoolExecutor(prebuild.pool_size(), initializer=prebuild.lower_priority) if ahead else None
     builds = [pool.submit(build_item, item) for item in items] if pool else [None] * len(items)
     pending = grouped(items)
     planned, nxt = None, None  # the item whose worker was started ahead, and its door

@@ -54,6 +54,20 @@ def pool_size() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+BUILD_NICENESS = 10  # added to the batch's own nice value (at most 19)
+
+
+def lower_priority() -> None:
+    """A build thread's initializer: this thread, and so every compiler it starts (a child inherits the
+    nice value of the thread that spawns it), BUILD_NICENESS below the batch. The builds ahead take every
+    idle core but yield to the evaluation beside them (its judge and subject: the harness's Python, the
+    timed calls' launches), which is the batch's critical path and must not queue behind a compiler."""
+    import threading
+
+    tid = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BUILD_NICENESS))
+
+
 def overlaps_evaluation(devices: set[str | None], count: int) -> bool:
     """Builds run beside evaluation only where timing happens on a GPU: on a CPU device a compiler
     beside the timed code would take the cores the timing measures."""
