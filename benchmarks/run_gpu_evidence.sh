@@ -2,7 +2,8 @@
 # Everything the docs report from a GPU, in one go: run on the GPU machine, then check in the numbers.
 #   benchmarks/run_gpu_evidence.sh OUTDIR [STEP...]
 # Steps (default: all that apply): gate fidelity repeat regression scaling kernels sol profile sweeps
-# integrity (integrity needs $MINI_KV_BEFORE_TREE: a copy of the project without the defences, see
+# concurrent reference l2 throughput (throughput: part 1/6 of the 60-solution slice, cold, the batch then
+# one CLI call per solution; about 6 minutes on an H100) integrity (integrity needs $MINI_KV_BEFORE_TREE: a copy of the project without the defences, see
 # benchmarks/integrity_cost.py).
 # OUTDIR can hold many files; copy OUTDIR/evidence.tgz where you need it.
 # Each step's output goes to OUTDIR/<step>.log (and its own files under OUTDIR/<step>/); a step that
@@ -11,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: run_gpu_evidence.sh OUTDIR [STEP...]}"; shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile sweeps integrity concurrent reference)
+[ ${#steps[@]} -gt 0 ] || steps=(gate fidelity repeat regression scaling kernels sol profile sweeps integrity concurrent reference l2 throughput)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 failed=()
@@ -24,6 +25,18 @@ run_step() {  # run_step NAME CMD...
   local rc=$?
   echo "=== $name: exit $rc after $((SECONDS - t0)) s"
   [ "$rc" -eq 0 ] || failed+=("$name($rc)")
+}
+
+throughput_pair() {  # the batch, then one CLI call per solution, on the same cold slice; exit 1 on a wrong verdict
+  local corpus rc=0
+  corpus=$(mktemp -d) && python benchmarks/make_corpus.py --out "$corpus/c" --device cuda > /dev/null || return 1
+  for mode in batch sequential; do
+    rm -rf .build ~/.triton/cache
+    python benchmarks/throughput.py "$corpus/c" --limit 60 --part 1/6 --json \
+      $([ $mode = sequential ] && echo --sequential) > "$1/throughput-$mode.json" || rc=1
+  done
+  rm -rf "$corpus"
+  return $rc
 }
 
 for step in "${steps[@]}"; do
@@ -52,6 +65,8 @@ for step in "${steps[@]}"; do
       else echo "=== integrity: skipped, MINI_KV_BEFORE_TREE not set"; fi ;;
     concurrent) run_step concurrent python benchmarks/concurrent_benches.py --count 4 --json "$out/concurrent_benches.json" ;;
     reference) run_step reference python benchmarks/reference_reuse.py --device cuda --json "$out/reference_reuse.json" ;;
+    l2) run_step l2 python benchmarks/l2_flush_ncu.py --out "$out/l2_flush_ncu.json" --samples 100 ;;
+    throughput) run_step throughput throughput_pair "$out" ;;
     *) echo "unknown step $step"; failed+=("$step(unknown)") ;;
   esac
 done
