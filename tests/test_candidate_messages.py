@@ -209,6 +209,21 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
     assert "--memory-limit" in first.log, first.log
 
 
+def test_a_solution_past_its_memory_cap_is_told_the_cap_and_the_option_that_sets_it(tmp_path):
+    """Python's MemoryError says nothing; a solution that asks for more than its process's cap (here the
+    CPU's address-space cap, --memory-limit 4) is told what ran out, the cap and the option."""
+    hog = "def forward(x, w, alpha):\n    hoard = bytearray(8 << 30)\n    return x * w, hoard\n"
+    sol = _write(tmp_path / "hog", "hog", False, hog)
+    opts = BenchOptions(
+        solution=str(sol), artifacts=str(tmp_path / "a"), memory_limit_gb=4, give_up_after=1, **FAST
+    )
+    first = bench(str(PROBLEM), opts).traces[0].evaluation
+    assert first.status == "RUNTIME_ERROR", first
+    said = " ".join(first.log.split())
+    assert "the solution ran out of memory (MemoryError) under its process's cap of 4 GiB" in said, first.log
+    assert "--memory-limit sets it" in said and "solution raised" not in said, first.log
+
+
 @pytest.mark.gpu
 def test_on_cuda_the_workers_data_cap_binds_and_cuda_runs_under_it(tmp_path):
     """proc.cap_memory on CUDA, in mini_kv's own GPU workers: under --memory-limit 6 the solution's process
@@ -233,4 +248,4 @@ def test_on_cuda_the_workers_data_cap_binds_and_cuda_runs_under_it(tmp_path):
         first = bench(str(PROBLEM), opts).traces[0].evaluation
         assert first.status == expected, (sol, first)
         if expected == "RUNTIME_ERROR":
-            assert "MemoryError" in first.log, first.log
+            assert "cap of 6 GiB of data (RLIMIT_DATA; --memory-limit sets it)" in " ".join(first.log.split())

@@ -30,6 +30,22 @@ def exception_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def out_of_memory(exc: MemoryError) -> str | None:
+    """A candidate's MemoryError in a process under its memory cap (proc.cap_memory): the cap and the
+    option that sets it, since Python's own message is empty. None where this process has no cap."""
+    import resource
+
+    for name, what in (("RLIMIT_DATA", "data"), ("RLIMIT_AS", "address space")):
+        cap = resource.getrlimit(getattr(resource, name))[0]
+        if cap != resource.RLIM_INFINITY:
+            said = exception_message(exc)
+            return (
+                f"the solution ran out of memory (MemoryError{': ' + said if said else ''}) under its "
+                f"process's cap of {cap / 2**30:.3g} GiB of {what} ({name}; --memory-limit sets it)"
+            )
+    return None
+
+
 def system_exit(exc: SystemExit) -> str:
     """A candidate's SystemExit, caught before it ends the process running it."""
     code = exc.code

@@ -73,6 +73,8 @@ class Subject:
             return handler(msg)
         except integrity.Violation as v:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
+        except MemoryError as exc:  # at its cap, most likely: said with the cap and the option that sets it
+            return {"ok": False, "error": Raised.of(exc, explain.out_of_memory(exc))}, []
         except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
             return {"ok": False, "error": Raised.of(exc)}, []
         except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
