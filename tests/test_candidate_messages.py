@@ -209,19 +209,29 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
     assert "--memory-limit" in first.log, first.log
 
 
-def test_a_solution_past_its_memory_cap_is_told_the_cap_and_the_option_that_sets_it(tmp_path):
-    """Python's MemoryError says nothing; a solution that asks for more than its process's cap (here the
-    CPU's address-space cap, --memory-limit 4) is told what ran out, the cap and the option."""
-    hog = "def forward(x, w, alpha):\n    hoard = bytearray(8 << 30)\n    return x * w, hoard\n"
-    sol = _write(tmp_path / "hog", "hog", False, hog)
+@pytest.mark.parametrize(
+    "hog, raised",
+    [
+        ("bytearray(8 << 30)", "(MemoryError)"),  # Python's own: an empty message
+        ("torch.empty(8 << 30, dtype=torch.uint8)", "(RuntimeError: "),  # torch's allocator: its own words
+    ],
+    ids=["python", "torch"],
+)
+def test_a_solution_past_its_memory_cap_is_told_the_cap_and_the_option_that_sets_it(tmp_path, hog, raised):
+    """A solution that asks for more than its process's cap (here the CPU's address-space cap,
+    --memory-limit 4) is told what ran out, the cap and the option, whichever allocator refused it."""
+    source = f"import torch\n\ndef forward(x, w, alpha):\n    hoard = {hog}\n    return x * w, hoard\n"
+    sol = _write(tmp_path / "hog", "hog", False, source)
     opts = BenchOptions(
         solution=str(sol), artifacts=str(tmp_path / "a"), memory_limit_gb=4, give_up_after=1, **FAST
     )
     first = bench(str(PROBLEM), opts).traces[0].evaluation
     assert first.status == "RUNTIME_ERROR", first
     said = " ".join(first.log.split())
-    assert "the solution ran out of memory (MemoryError) under its process's cap of 4 GiB" in said, first.log
-    assert "--memory-limit sets it" in said and "solution raised" not in said, first.log
+    assert f"the solution ran out of memory {raised}" in said, first.log
+    assert raised == "(MemoryError)" or "can't allocate memory" in said, first.log
+    assert "under its process's cap of 4 GiB of address space (RLIMIT_AS; --memory-limit sets it)" in said
+    assert "solution raised" not in said, first.log
 
 
 @pytest.mark.gpu

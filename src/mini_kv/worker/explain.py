@@ -30,18 +30,26 @@ def exception_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def out_of_memory(exc: MemoryError) -> str | None:
-    """A candidate's MemoryError in a process under its memory cap (proc.cap_memory): the cap and the
-    option that sets it, since Python's own message is empty. None where this process has no cap."""
+# what torch's host allocator says when the process's cap refuses it (a RuntimeError, not a MemoryError)
+_HOST_ALLOCATOR_REFUSED = "can't allocate memory"
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """A candidate's host allocation refused in a process under its memory cap (proc.cap_memory): a
+    MemoryError (whose own message is empty) or torch's allocator failing, said with the cap and the
+    option that sets it. None for any other exception, or where this process has no cap."""
+    said = exception_message(exc)
+    if not (isinstance(exc, MemoryError) or _HOST_ALLOCATOR_REFUSED in said):
+        return None
     import resource
 
     for name, what in (("RLIMIT_DATA", "data"), ("RLIMIT_AS", "address space")):
         cap = resource.getrlimit(getattr(resource, name))[0]
         if cap != resource.RLIM_INFINITY:
-            said = exception_message(exc)
+            raised = f"{type(exc).__name__}: {said[:500]}" if said else type(exc).__name__
             return (
-                f"the solution ran out of memory (MemoryError{': ' + said if said else ''}) under its "
-                f"process's cap of {cap / 2**30:.3g} GiB of {what} ({name}; --memory-limit sets it)"
+                f"the solution ran out of memory ({raised}) under its process's cap of {cap / 2**30:.3g} "
+                f"GiB of {what} ({name}; --memory-limit sets it)"
             )
     return None
 

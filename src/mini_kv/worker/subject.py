@@ -73,10 +73,8 @@ class Subject:
             return handler(msg)
         except integrity.Violation as v:
             return {"ok": False, "violation": {"code": v.code, "message": v.message}}, []
-        except MemoryError as exc:  # at its cap, most likely: said with the cap and the option that sets it
+        except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer (at its memory cap: said so)
             return {"ok": False, "error": Raised.of(exc, explain.out_of_memory(exc))}, []
-        except Exception as exc:  # noqa: BLE001 - the candidate raising is an answer
-            return {"ok": False, "error": Raised.of(exc)}, []
         except SystemExit as exc:  # sys.exit() in the candidate: its answer too, not this process's end
             return {"ok": False, "error": Raised.of(exc, explain.system_exit(exc))}, []
 
@@ -317,7 +315,7 @@ def _sync(device: str) -> None:
 @dataclass(frozen=True)
 class Raised:
     """An exception as the subject answers it (the candidate's, or a bad request's): its class's name, its
-    message and traceback; `plain` where the message says all (explain.system_exit)."""
+    message and traceback; `plain` where the message says all (explain.system_exit, explain.out_of_memory)."""
 
     type: str
     message: str
