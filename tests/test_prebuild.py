@@ -374,3 +374,18 @@ def test_a_failure_that_may_be_the_machines_is_built_again(tmp_path):
     for text in machine:
         log.write_text(text + "\n")
         assert not failed_alike(rec, "k"), text
+
+
+def test_one_pattern_finds_every_compilers_error_on_a_source_line():
+    """compile.diagnostics: what the report shows first and what failed_alike takes for the sources'
+    failure, for gcc/clang and nvcc alike; a line without a source location is none."""
+    from mini_kv.compile.diagnostics import first_compiler_error
+
+    for line, loc in [
+        ("k.cpp:7:12: error: 'x' was not declared in this scope", "k.cpp:7:12"),
+        ("k.cpp:3:10: fatal error: nope.h: No such file or directory", "k.cpp:3:10"),
+        ("kernel.cu(3): error: expected a ';'", "kernel.cu(3)"),
+        ('kernel.cu(1): catastrophic error: cannot open source file "nope.h"', "kernel.cu(1)"),
+    ]:
+        assert first_compiler_error(f"FAILED: k.o\n{line}\n") == (loc, [line])
+    assert first_compiler_error("g++: fatal error: Killed signal terminated program cc1plus\n") is None

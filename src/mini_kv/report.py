@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.markup import escape
 
+from mini_kv.compile.diagnostics import COMPILER_ERROR, first_compiler_error
 from mini_kv.judge.regression import RegressionVerdict, timed
 from mini_kv.model import JailRecord, WorkerResults
 from mini_kv.stats import Slower
@@ -266,27 +266,6 @@ def compile_log(comp: CompileRecord) -> str:
             except OSError:
                 pass
     return text
-
-
-# gcc/clang `file:line:col: error: msg`, nvcc `file(line): error: msg`, also `fatal error:`
-COMPILER_ERROR = re.compile(
-    r"^(?P<loc>[^\s:()]+(?::\d+(?::\d+)?|\(\d+\))):\s*(?:fatal\s+)?error\b:?\s*(?P<msg>.*)$"
-)
-
-
-def first_compiler_error(text: str) -> tuple[str, list[str]] | None:
-    """(`file:line`, the error line and the compiler's context lines after it) of the first error."""
-    lines = text.splitlines()
-    for i, ln in enumerate(lines):
-        m = COMPILER_ERROR.match(ln.strip())
-        if m:
-            context = []
-            for nxt in lines[i + 1 : i + 4]:  # the source line and the caret, as the compiler prints them
-                if COMPILER_ERROR.match(nxt.strip()) or not nxt.startswith(" "):
-                    break
-                context.append(nxt)
-            return m.group("loc"), [ln.strip(), *context]
-    return None
 
 
 def _without_python_traceback(lines: list[str]) -> list[str]:

@@ -28,6 +28,7 @@ from filelock import FileLock
 from mini_kv import environment, jail, torch_flags
 from mini_kv.codec import optional, to_json
 from mini_kv.compile import nvcc_steps, pch
+from mini_kv.compile.diagnostics import first_compiler_error
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.load.files import links_leaving, odd_files
 from mini_kv.load.flags import FlagRules, UnsafeFlag, check_flags
@@ -352,8 +353,6 @@ class CompileRecord:
     prebuilt: bool | None = optional()
 
 
-# a compiler's diagnostic on a source line: gcc's `file:12:5: error:`, nvcc's `file(12): error:`
-_SOURCE_ERROR = re.compile(r":\d+(?::\d+)?: (?:fatal )?error|\(\d+\): (?:catastrophic )?error")
 # a failed build's log that says the compiler was killed or ran short of memory, disk, processes or
 # files: beside a batch's other builds (another candidate's among them) that can be the machine's state,
 # not the sources', so such a failure is built again alone
@@ -375,9 +374,10 @@ def failed_alike(known: CompileRecord | None, key: str) -> bool:
     if not known.failed_build_dir or not Path(known.failed_build_dir).is_dir():
         return False
     logs = [Path(p) for p in (known.logs or {}).values()]
-    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    text += json.dumps(known.cuda_check) if known.cuda_check else ""  # a compile check's own output
-    return _SOURCE_ERROR.search(text) is not None and _NOT_THE_SOURCES.search(text) is None
+    outputs = [p.read_text(errors="replace") for p in logs if p.is_file()]
+    checks = (known.cuda_check or {}).get("checks") or []  # a compile check of CUDA sources: their output
+    outputs += [check.get("output") or "" for check in checks]
+    return any(map(first_compiler_error, outputs)) and not any(map(_NOT_THE_SOURCES.search, outputs))
 
 
 def compile_candidate(
