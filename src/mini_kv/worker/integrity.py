@@ -16,6 +16,7 @@ import functools
 import hashlib
 import hmac
 import importlib
+import itertools
 import json
 import os
 import re
@@ -318,21 +319,27 @@ def constant_bytes(t: torch.Tensor) -> bool:
 
 class StreamHold:
     """Stream order whatever the size of the work. Before a checked CUDA call the caller's stream is held
-    by a spin kernel; when the call returns, each output is copied on a stream of the harness's own that
-    does not wait for it. If the hold was still on when those copies ended (an event after the spin says
-    so), no work ordered after the caller's stream can have run yet: an output that already holds its
-    final bytes was written by work on a stream that did not wait for the caller's (the cheat that made
-    STREAM_ESCAPE depend on size: small side-stream work finished before the caller's copy of it ran).
-    Where the hold ended first (the call synchronised, or its host side outlasted the spin) the check
-    is skipped; each hold lasts three times the last call's host side, within [MIN_S, MAX_S]. Only calls
-    on fresh inputs are held (the correctness rounds: remote.stream_hold_next), so no freed block can
-    already hold the call's right answer; freed blocks of the last outputs' sizes are filled first too."""
+    by a spin kernel; when the call returns, each output is copied, again and again until the hold ends,
+    on a stream of the harness's own that does not wait for it. The last copy that ended while the hold
+    was still on (an event after the spin says so) is kept: no work ordered after the caller's stream
+    can have run before it, so an output that it already shows with its final bytes was written by
+    work on a stream that did not wait for the caller's (the cheat that made STREAM_ESCAPE depend on
+    size: small side-stream work finished before the caller's copy of it ran). Copying until the hold
+    ends, not once, gives such work the whole hold to land, however late a busy GPU (other processes'
+    contexts take turns with ours) runs it. Where the hold ended before a first copy did (the call
+    synchronised, its host side outlasted the spin, or other contexts had the GPU) the check is skipped
+    and later holds last longer; each hold lasts three times the last call's host side, times that
+    stretch, within [MIN_S, MAX_S]. Only calls on fresh inputs are held (the correctness rounds:
+    remote.stream_hold_next), so no freed block can already hold the call's right answer; freed blocks
+    of the last outputs' sizes are filled first too."""
 
     MIN_S, MAX_S = 0.001, 0.02
     CLOCK_HZ = 2.0e9  # the spin's cycles per second (a slower clock only holds longer)
+    DOUBLE_BUFFER_BYTES = 1 << 30  # outputs larger than this together are copied once (memory)
 
     def __init__(self):
         self.seconds = self.MIN_S
+        self.stretch = 1.0  # doubles with each skipped check (a busy GPU), never shrinks
         self.sizes: list[int] = []
         self.ended = None
         self.stream = None
@@ -349,24 +356,42 @@ class StreamHold:
         self.ended.record()
 
     def snapshot(self, tensors: list[torch.Tensor], host_s: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(output, its copy taken while the hold was on) for each output; [] when that cannot be said."""
+        """(output, the last copy of it taken while the hold was on) for each output; [] when no copy
+        ended before the hold did."""
         ended, self.ended = self.ended, None
         self.sizes = [t.numel() * t.element_size() for t in tensors]
-        # the next hold outlasts this call's host side three times over (a one-off JIT build is forgotten)
-        self.seconds = min(self.MAX_S, max(self.MIN_S, 3 * host_s))
         if ended is None or not tensors:
+            self._next_hold(host_s)
             return []
         if self.stream is None:
             self.stream = torch.cuda.Stream()
-        with torch.cuda.stream(self.stream):
-            copies = [(t, t.clone()) for t in tensors]
-            done = torch.cuda.Event()
-            done.record()
-        done.synchronize()
-        if ended.query():  # the hold ended before the copies did: they may hold ordered work's bytes
+        rounds = 2 if sum(self.sizes) <= self.DOUBLE_BUFFER_BYTES else 1
+        buffers = [[torch.empty_like(t) for t in tensors] for _ in range(rounds)]
+        kept = None
+        # bounded by the host's clock too: a spin that never ends (a wedged GPU) must not hold the harness
+        deadline = time.perf_counter() + 4 * self.seconds + 0.1
+        for i in itertools.count():
+            copies = buffers[i % rounds]
+            with torch.cuda.stream(self.stream):
+                for t, c in zip(tensors, copies, strict=True):
+                    c.copy_(t)
+                done = torch.cuda.Event()
+                done.record()
+            done.synchronize()
+            if ended.query():  # the hold ended before this copy did: it may hold ordered work's bytes
+                break
+            kept = copies
+            if rounds == 1 or time.perf_counter() > deadline:
+                break
+        if kept is None:
             self.skipped += 1
-            return []
-        return copies
+            self.stretch *= 2
+        self._next_hold(host_s)
+        return [] if kept is None else list(zip(tensors, kept, strict=True))
+
+    def _next_hold(self, host_s: float) -> None:
+        # the next hold outlasts this call's host side three times over (a one-off JIT build is forgotten)
+        self.seconds = min(self.MAX_S, max(self.MIN_S, 3 * host_s) * self.stretch)
 
 
 # CUDA driver and profiler threads start lazily (first launch on a device, first profiler session)
