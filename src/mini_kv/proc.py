@@ -109,8 +109,8 @@ def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
     """Send `sig` to `pid` (not with `below`) and every process below it (SIGSTOP, SIGCONT:
     runner.AheadOfTurn; kill_group's freeze), scanning again until no new one turns up: one forked while
     a scan ran is signalled too. A SIGSTOP lands when its process is next scheduled, so a process still
-    running may fork after the scan: the next scan waits until those signalled have stopped (or for
-    STOP_WAIT_S: one in an uninterruptible read stops when it ends). Returns the processes signalled."""
+    running may fork after the scan: the next scan waits until those signalled have stopped
+    (_wait_stopped). Returns the processes signalled."""
     done: set[int] = set()
     while new := [p for p in [*([] if below else [pid]), *_descendants(pid)] if p not in done]:
         _signal_all(new, sig)
@@ -120,17 +120,26 @@ def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
     return list(done)
 
 
+# A SIGSTOP lands when its process is next scheduled: a runnable one is waited for until it has (a loaded
+# host may take a while to schedule it), one in an uninterruptible wait (state D: it stops when that
+# read ends) only briefly
 STOP_WAIT_S = 0.1
+RUNNABLE_STOP_WAIT_S = 2.0
 
 
 def _wait_stopped(pids: list[int]) -> None:
-    """Until every one of `pids` is stopped, gone or a zombie, for at most STOP_WAIT_S."""
+    """Until every one of `pids` is stopped, gone or a zombie: for at most RUNNABLE_STOP_WAIT_S, and at most
+    STOP_WAIT_S once all those left are in an uninterruptible wait."""
     import time
 
-    deadline = time.monotonic() + STOP_WAIT_S
+    start = time.monotonic()
     running = list(pids)
-    while running and time.monotonic() < deadline:
-        running = [p for p in running if _state(p) not in "TtZX"]
+    while running:
+        states = {p: _state(p) for p in running}
+        running = [p for p, s in states.items() if s not in "TtZX"]
+        waited = time.monotonic() - start
+        if waited > RUNNABLE_STOP_WAIT_S or (waited > STOP_WAIT_S and all(states[p] == "D" for p in running)):
+            return
         if running:
             time.sleep(0.001)
 
