@@ -366,7 +366,10 @@ class StreamHold:
         if self.stream is None:
             self.stream = torch.cuda.Stream()
         rounds = 2 if sum(self.sizes) <= self.DOUBLE_BUFFER_BYTES else 1
-        buffers = [[torch.empty_like(t) for t in tensors] for _ in range(rounds)]
+        # allocated on the harness's stream: a block freed on the caller's stream may still be read or
+        # written by the call's work queued behind the hold there
+        with torch.cuda.stream(self.stream):
+            buffers = [[torch.empty_like(t) for t in tensors] for _ in range(rounds)]
         kept = None
         # bounded by the host's clock too: a spin that never ends (a wedged GPU) must not hold the harness
         deadline = time.perf_counter() + 4 * self.seconds + 0.1
