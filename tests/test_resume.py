@@ -5,6 +5,7 @@ done and appends the rest."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -163,3 +164,52 @@ def test_a_file_that_is_not_a_results_file_is_refused_on_resume(tmp_path):
     with pytest.raises(UserError, match="line 1: neither a SOL trace"):
         Journal(path, resume=True)
     assert path.read_text() == json.dumps({"hello": 1}) + "\n"  # left as it was
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of the processes that name `text` (a jail's bwrap binds its dirs by path)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if d.name.isdigit() and text in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_bench_leaves_no_process_and_no_scratch_dir(tmp_path, sig):
+    """Ctrl-C, or SIGTERM (kill, `timeout`, a CI runner's cancel), while a solution hangs: one line, no
+    traceback, 130 or 143, and nothing left: no jailed process, and none of the run's scratch dirs (before,
+    the jails' staging dirs stayed on Ctrl-C, and SIGTERM ended the process with no clean-up at all)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cmd = [
+        sys.executable, "-m", "mini_kv", "bench", str(ROOT / "tests/sol_solutions/problem"), "--solution",
+        str(ROOT / "tests/sol_solutions/hangs/solution.json"), "--device", "cpu", "--timeout", "120",
+        "--artifacts", str(tmp_path / "a"),
+    ]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:  # fmt: skip
+        try:
+            seen = []
+            for line in proc.stderr:  # the progress lines; the hang is the second workload
+                seen.append(line)
+                if "workload 2/2" in line:
+                    break
+            assert seen and "workload 2/2" in seen[-1], "".join(seen)
+            time.sleep(1)  # in the hanging call
+            assert _processes_naming(str(tmp)), "no jailed worker running"
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+    assert "Traceback" not in err and "interrupted: 0 stored, 1 not run" in err, err
+    assert _processes_naming(str(tmp)) == []
+    assert list(tmp.iterdir()) == []

@@ -7,6 +7,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -78,13 +79,25 @@ def artifacts_dir(args, root: Path | None = None) -> Path:
     return (root or find_project_root(Path.cwd())) / "artifacts"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that every stop path is the same: the
+    running workers' trees killed, their jails' dirs removed, what was stored left whole."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    # once: a second SIGTERM must not cut the clean-up short (SIGKILL still ends the process)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
+
 def console_entry(main) -> None:
-    """A console script's entry: bytecode kept (pycache.redirect), `main()`, then the process ends
-    without the interpreter's teardown."""
+    """A console script's entry: bytecode kept (pycache.redirect), SIGTERM stopping it as Ctrl-C does,
+    `main()`, then the process ends without the interpreter's teardown."""
     from mini_kv.proc import exit_without_teardown
     from mini_kv.pycache import redirect
 
     redirect()  # before torch is imported: see pycache.py
+    signal.signal(signal.SIGTERM, _on_sigterm)
     exit_without_teardown(main())
 
 
@@ -99,8 +112,8 @@ def run_command(func, args) -> int:
         # the message quotes user text (ids, keys, file names): never read it as rich markup
         err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
         return int(exc.exit_code)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as stop:
+        return int(ExitCode.TERMINATED if isinstance(stop, Terminated) else ExitCode.INTERRUPTED)
     except Exception:  # noqa: BLE001 - a bug in mini_kv: say so, keep the traceback
         err_console.print("[red]internal error[/] (a bug in mini_kv; please report it):")
         traceback.print_exc(file=sys.stderr)

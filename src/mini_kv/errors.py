@@ -19,6 +19,8 @@ class ExitCode(enum.IntEnum):
     WORKER_LOST = 7  # a batch item got no result: every cluster worker that ran it died (docs/distributed.md)
     REGRESSION_UNCONFIRMED = 8  # a suspected slowdown the same-run comparisons could not decide (noise)
     INTERNAL = 10  # a bug in mini_kv itself
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): stopped cleanly, what was stored is whole
+    TERMINATED = 143  # SIGTERM (128 + SIGTERM: kill, timeout, a CI runner's cancel): stopped as on Ctrl-C
 
 
 class UserError(Exception):

@@ -762,6 +762,9 @@ class _WorkerRun:
                 child = ChildRun(sub, self.log_path, self.env, sandbox=self.sandbox, spec=self.spec)
             try:
                 outcome, budget = self._read(child)
+            except BaseException:  # Ctrl-C, SIGTERM: the child's tree killed and its jail's dirs removed
+                child.close(kill=True)
+                raise
             finally:  # a judge that crashed or hung while timing never says its timing ended
                 AheadOfTurn.timing(False)
             code = child.close(kill=outcome != "done")
