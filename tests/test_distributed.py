@@ -209,26 +209,33 @@ def test_workers_killed_mid_candidate_lose_nothing(tmp_path):
     check_store(store, len(solutions))
 
 
-def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path, sig):
+    """Ctrl-C, or SIGTERM, on a batch whose two Dask workers are busy: no process and none of mini_kv's
+    scratch dirs left (the workers end without their clean-up running: the batch sweeps what they left),
+    no partial attempt, every stored one whole."""
     path = manifest(tmp_path, solutions=["hangs", _another_hang(tmp_path), "good_dps", "good_return"])
     store, mark = tmp_path / "store", f"MINI_KV_TEST_MARK_{uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     client = subprocess.Popen(
         batch_cmd(path, store, "--workers", "2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, mark: "1"},
+        env={**os.environ, mark: "1", "TMPDIR": str(tmp)},
         preexec_fn=_ctrl_c_reaches_it,
     )
     try:
         _busy_workers(client.pid, 2)  # one of them on the solution that never returns
         time.sleep(3)
-        client.send_signal(signal.SIGINT)
+        client.send_signal(sig)
         client.communicate(timeout=60)
     finally:
         client.kill()
-    assert client.returncode == 130
+    assert client.returncode == (130 if sig == signal.SIGINT else 143)
+    assert [d.name for d in tmp.iterdir() if d.name.startswith("mini-kv-")] == []
     deadline = time.monotonic() + 20  # the nannies' workers and their children go within seconds
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -1141,21 +1141,28 @@ def sweep_scratch(where: str | None = None) -> int:
     outright (no cleanup ran), once per process: those whose maker's pid is gone and that are older
     than SCRATCH_STALE_S, and those an older version named without a pid (`_LEGACY_NAME`) older than
     LEGACY_STALE_S. A pid reused since only keeps a dir a while longer. Returns how many went."""
-    base = Path(where or tempfile.gettempdir())
+    return _sweep(where, frozenset())
+
+
+def sweep_scratch_of(pids: list[int], where: str | None = None) -> int:
+    """Remove, whatever their age, the scratch dirs the processes `pids` left, those of them that have
+    ended: a batch's own Dask workers, stopped with the batch, end without their clean-up running."""
+    return _sweep(where, frozenset(pids))
+
+
+def _sweep(where: str | None, ended: frozenset[int]) -> int:
     gone = 0
-    for d in base.glob("mini-kv-*"):
+    for d in Path(where or tempfile.gettempdir()).glob("mini-kv-*"):
         owner = _scratch_owner(d.name)
         try:
             st = d.lstat()
-            if (
-                owner is None
-                or not stat.S_ISDIR(st.st_mode)  # lstat: a link to a dir is not one
-                or st.st_uid != os.geteuid()
-                or time.time() - st.st_mtime < owner[1]
-                or (owner[0] is not None and _alive(owner[0]))
-            ):
-                continue
         except OSError:
+            continue
+        if owner is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():  # lstat: no links
+            continue
+        pid, stale_s = owner
+        # a maker known to have ended leaves its dirs at once; another only once they are stale
+        if (pid is not None and _alive(pid)) or (pid not in ended and time.time() - st.st_mtime < stale_s):
             continue
         shutil.rmtree(d, ignore_errors=True)
         gone += 1

@@ -12,6 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from mini_kv import jail
 from mini_kv.errors import UserError
 
 GPU = "GPU"  # the Dask resource a GPU worker holds and a GPU task asks for
@@ -203,7 +204,20 @@ def connect(p: Placement):
         raise
     finally:
         if own is not None:
+            workers = _worker_pids(own)
             own.close()
+            if p.cluster is None:  # this command's own workers: the scratch dirs a stopped one left
+                jail.sweep_scratch_of(workers)
+
+
+def _worker_pids(cluster) -> list[int]:
+    """The pids of an embedded cluster's worker processes (under its nannies), where they can be read."""
+    pids = []
+    for nanny in getattr(cluster, "workers", {}).values():
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if isinstance(pid, int):
+            pids.append(pid)
+    return pids
 
 
 def dashboard(client) -> str | None:
