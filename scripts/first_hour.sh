@@ -13,7 +13,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mini-kv-first-hour.XXXXXX")
 [ -n "${FIRST_HOUR_KEEP:-}" ] && echo "first hour in $WORK" || trap 'rm -rf "$WORK"' EXIT
 LOGS=$WORK/logs
-mkdir -p "$LOGS"
+mkdir -p "$LOGS" "$WORK/tmp"
+export TMPDIR=$WORK/tmp  # the commands' scratch dirs, checked at the end: none may be left
 fail() { echo "FIRST HOUR FAILED at '$STEP': $*" >&2; exit 1; }
 step() { STEP=$1; echo "== $STEP"; }
 # run NAME CMD...: the command's stdout+stderr in $LOGS/NAME.log, its exit status in $RC
@@ -170,6 +171,8 @@ grep -q "^interrupted: " "$LOGS/batch_int.log" ||
 step "no files left behind"
 stray=$(find .build -maxdepth 1 -name 'tmp-*' 2>/dev/null | head -5)
 [ -z "$stray" ] || fail "temporary build directories left in .build: $stray"
+left=$(find "$TMPDIR" -maxdepth 1 -name 'mini-kv-*' | head -5)
+[ -z "$left" ] || fail "scratch directories left in the temp dir: $left"
 [ -z "$(git status --porcelain --ignored=no -- src tests)" ] || fail "the commands changed the checkout's sources"
 
 echo "first hour: every step as the README says, none of the known symptoms"
