@@ -102,6 +102,14 @@ def run_batch(items: list) -> list:
     return batch.run_here(items, QuietShow(), lambda item, result: None)
 
 
+def cmdline(pid: int | str) -> str:
+    """The command line of process `pid`, its arguments joined by spaces; "" where it has ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def run_cli(*args, cwd=ROOT, timeout=900, env=None, fresh_process=False):
     """Run `mini-kv ARGS` and return a CompletedProcess (text).
 

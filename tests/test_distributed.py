@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import cmdline, run_cli
 from test_index import snapshot
 
 from mini_kv.errors import ExitCode
@@ -125,7 +125,7 @@ def _busy_workers(client_pid: int, count: int = 1, timeout: float = 120) -> list
         busy = [
             pid
             for pid in _descendants(client_pid)
-            if "spawn_main" in _cmdline(pid) and any(_is_worker_child(c) for c in _descendants(pid))
+            if "spawn_main" in cmdline(pid) and any(_is_worker_child(c) for c in _descendants(pid))
         ]
         if len(busy) >= count:
             return busy
@@ -136,14 +136,7 @@ def _busy_workers(client_pid: int, count: int = 1, timeout: float = 120) -> list
 def _is_worker_child(pid: int) -> bool:
     """A candidate's worker child: a `mini_kv.worker.child` process (in its jail, or the bwrap that holds
     it: both name the entry point on their command line)."""
-    return "mini_kv.worker.child" in _cmdline(pid)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return "mini_kv.worker.child" in cmdline(pid)
 
 
 def _marked(mark: str) -> list[int]:
@@ -198,7 +191,7 @@ def test_workers_killed_mid_candidate_lose_nothing(tmp_path):
         for pid in busy:  # both at once: every running item loses its worker
             os.kill(pid, signal.SIGKILL)
         time.sleep(1.5)  # a child would otherwise run on for seconds (until its next write finds no reader)
-        running = [c for c in children if _cmdline(c)]  # a zombie has no command line
+        running = [c for c in children if cmdline(c)]  # a zombie has no command line
         out, err = client.communicate(timeout=300)
     finally:
         client.kill()
@@ -239,7 +232,7 @@ def test_ctrl_c_leaves_no_partial_attempt_and_no_process(tmp_path, sig):
     deadline = time.monotonic() + 20  # the nannies' workers and their children go within seconds
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _marked(mark) == [], [_cmdline(p) for p in _marked(mark)]
+    assert _marked(mark) == [], [cmdline(p) for p in _marked(mark)]
     assert not [d for d in iter_attempt_dirs(store) if d.name.endswith(".partial")]
     for d in iter_attempt_dirs(store):
         read_attempt(d)  # an attempt stored before the interrupt is whole

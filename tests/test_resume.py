@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cmdline
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "problems/sol-execbench/custom_inputs_matmul"
@@ -168,15 +169,8 @@ def test_a_file_that_is_not_a_results_file_is_refused_on_resume(tmp_path):
 
 def _processes_naming(text: str) -> list[str]:
     """The command lines of the processes that name `text` (a jail's bwrap binds its dirs by path)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if d.name.isdigit() and text in cmd:
-            found.append(cmd)
-    return found
+    lines = (cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit())
+    return [line for line in lines if text in line]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -38,9 +38,8 @@ def out_of_memory(exc: BaseException) -> str | None:
     """A candidate's host allocation refused in a process under its memory cap (proc.cap_memory): a
     MemoryError (whose own message is empty) or torch's allocator failing, said with the cap and the
     option that sets it. None for any other exception, or where this process has no cap."""
-    if not isinstance(
-        exc, (MemoryError, RuntimeError)
-    ):  # the rest: no message read twice (Raised.of reads it)
+    # any other exception's message is not read here: Raised.of reads it, once
+    if not isinstance(exc, (MemoryError, RuntimeError)):
         return None
     said = exception_message(exc)
     if not (isinstance(exc, MemoryError) or _HOST_ALLOCATOR_REFUSED in said):
