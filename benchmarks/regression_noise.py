@@ -88,7 +88,9 @@ def busy() -> None:
 
 
 def _mini_kv(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # this tree's mini_kv, whatever is installed
+    # this tree's mini_kv first, whatever is installed; the rest of the path kept (carried wheels)
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     return subprocess.run(
         [sys.executable, "-m", "mini_kv", *args], cwd=ROOT, capture_output=True, text=True, env=env
     )
