@@ -3,6 +3,7 @@ and an honest solution on a workload with a random scalar input (no false REWARD
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from sol_helpers import logs, statuses
 
 from mini_kv.errors import ExitCode
 from mini_kv.model import WorkerResults
+from mini_kv.settings import DEFAULTS
 from mini_kv.solexec.run import BenchOptions, bench
 
 pytestmark = pytest.mark.usefixtures("judges_kept")  # conftest: one judge for the module's runs
@@ -53,10 +55,15 @@ def test_random_scalar_input_and_a_copy_of_the_reference_passes(tmp_path):
     [
         ("import sys\nsys.exit(3)\n", 60.0),
         ("import os\nos._exit(3)\n", 60.0),
-        ("import time\ntime.sleep(600)\n", 8.0),
+        ("import time\ntime.sleep(600)\n", 4.0),
     ],
 )
-def test_a_reference_that_dies_or_hangs_at_import_is_invalid_reference(tmp_path, prelude, timeout):
+def test_a_reference_that_dies_or_hangs_at_import_is_invalid_reference(
+    tmp_path, monkeypatch, prelude, timeout
+):
+    # a load that hangs costs the timeout and the load allowance (settings.load_s, 30 s for a loaded
+    # host's imports): 4 s of it here, ample for importing this reference, keeps the hang cheap
+    monkeypatch.setattr("mini_kv.runner.DEFAULTS", dataclasses.replace(DEFAULTS, load_s=4.0))
     _, definition, _, _ = sol_problem(tmp_path / "src")
     definition["reference"] = prelude + REFERENCE
     result = _bench(tmp_path, definition=definition, timeout=timeout)

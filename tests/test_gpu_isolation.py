@@ -50,3 +50,9 @@ def test_oob_device_write_is_a_runtime_error_and_the_run_goes_on(cli, tmp_path):
     honest = json.loads((Path(by_cand["honest"]["attempt"]) / "correctness.json").read_text())
     assert all(c["status"] == "PASSED" for c in honest["cases"]), honest["cases"]
     assert by_cand["honest"]["status"] == "PASSED"
+    # each passed case says how many of its calls were held for the stream-order check and how many of
+    # those the check saw (worker.remote.StreamChecks): every round's call is held
+    for c in honest["cases"]:
+        if c["kind"] != "illegal":
+            held = c["stream_checks"]
+            assert held["held"] == c["calls"] and 0 <= held["checked"] <= held["held"], c

@@ -24,9 +24,12 @@ from mini_kv.worker.remote import (
     RemoteOp,
     RemoteWorkload,
     SpotCheck,
+    StreamChecks,
     SubjectLink,
     SubjectLost,
     check_claim,
+    stream_checks_of,
+    stream_hold_next,
     workload_of,
 )
 from mini_kv.worker.timing import L2Flusher, Measurement, measure, warm_up
@@ -79,6 +82,11 @@ def amax_when_timed(x, w):
     if _timed() and x.shape in _by_shape:
         return _by_shape[x.shape]
     _by_shape[x.shape] = out = x.amax()
+    return out
+
+def add_then_sync(x, w):
+    out = x + w
+    torch.cuda.synchronize()  # honest, but the caller's stream hold is over before the call returns
     return out
 """
 
@@ -525,6 +533,56 @@ def test_a_cuda_buffer_is_shared_in_place_across_processes():
     )
     subprocess.run([sys.executable, "-c", code, str(buf.fd)], pass_fds=(buf.fd,), check=True)
     assert torch.equal(view, torch.full((1024,), 3.0, device="cuda:0"))
+
+
+class _Replies:
+    """A subject link's judge side that answers every call with the given replies, in turn."""
+
+    def __init__(self, replies):
+        self.replies = iter(replies)
+
+    def encode(self, value):
+        return None
+
+    def decode(self, value):
+        return value
+
+    def ask(self, kind, **fields):
+        return next(self.replies)
+
+
+def test_the_held_calls_and_their_stream_checks_are_counted_per_read():
+    op = RemoteOp(
+        _Replies([{"ok": True, "hold_skipped": s} for s in (False, True, False)] + [{"ok": True}]), "c"
+    )
+    for _ in range(3):
+        stream_hold_next(op)
+        op()
+    assert stream_checks_of(op) == StreamChecks(held=3, checked=2)
+    op()  # a call that was not held (a CPU run's replies say nothing of a hold)
+    assert stream_checks_of(op) is None  # reading started a new count, and nothing was held since
+    assert stream_checks_of(lambda: None) is None  # in-process: no subject, nothing counted
+
+
+@pytest.mark.gpu
+def test_a_held_calls_stream_check_is_counted_and_one_the_call_outlasted_is_counted_as_skipped(tmp_path):
+    """On CUDA every held call reports whether its stream-order check ran (integrity.StreamHold): an
+    honest call on an idle GPU is checked every time; one that synchronises outlasts the hold, so its
+    check is skipped, and that is counted rather than passed off as checked."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x, w = torch.randn(1 << 20, device="cuda:0"), torch.randn(1 << 20, device="cuda:0")
+    got = {}
+    for entry in ("add", "add_then_sync"):
+        sub = start_subject(tmp_path / entry, "cuda:0")
+        op = load(sub, entry)
+        for _ in range(3):
+            stream_hold_next(op)
+            assert torch.equal(op(x, w), x + w)
+        got[entry] = stream_checks_of(op)
+        sub.close()
+        sub.proc.wait(timeout=60)
+    assert got == {"add": StreamChecks(3, 3), "add_then_sync": StreamChecks(3, 0)}, got
 
 
 @pytest.mark.gpu

@@ -257,6 +257,7 @@ class WorkloadOutcome:
     bench: dict | None = optional()
     kernels: dict | None = optional()
     finished_at: str | None = optional()
+    stream_checks: dict | None = optional()  # worker.remote.StreamChecks: held calls, how many checked
 
 
 def outcomes_from_results(results: WorkerResults, cases: tuple[Case, ...]) -> tuple[WorkloadOutcome, ...]:

@@ -43,10 +43,12 @@ from mini_kv.worker.link import MAX_FDS
 from mini_kv.worker.remote import (
     Census,
     SpotCheck,
+    StreamChecks,
     census_next,
     census_of,
     poison_before,
     refresh,
+    stream_checks_of,
     stream_hold_next,
     workload_of,
 )
@@ -138,6 +140,7 @@ class Passed:
     rounds_run: int
     round_s: float
     reference_error: Fp64Error | None
+    stream_checks: StreamChecks | None = None  # the rounds' calls held for the stream-order check
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,7 @@ def correctness(job: JobContext, case, rounds: int, on_inputs=None) -> Passed:
     fmt, budget = job.fmt, job.budget
     nbytes = fmt.nbytes(case)
     budget.skip_if_too_large(nbytes)
+    stream_checks_of(fmt.candidate)  # a count of this case's own (a case before may have failed mid-way)
     worst, prev, ref_error = None, None, None
     marks = [time.perf_counter()]  # each round's start, then the last one's end
     r = 0
@@ -284,7 +288,7 @@ def correctness(job: JobContext, case, rounds: int, on_inputs=None) -> Passed:
             budget.note_round(nbytes, marks[-1] - marks[-2], warm=r == 1, calls=prev.calls)
         r += 1
     round_s = min(b - a for a, b in itertools.pairwise(marks))
-    return Passed(worst.stats if worst else None, r, round_s, ref_error)
+    return Passed(worst.stats if worst else None, r, round_s, ref_error, stream_checks_of(fmt.candidate))
 
 
 def _one_round(job: JobContext, case, r: int, args: list, prev: _Round | None) -> _Round:

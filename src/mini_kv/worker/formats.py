@@ -46,7 +46,7 @@ from mini_kv.worker.inputs import (
 from mini_kv.worker.integrity import Violation, reward_hack_log
 from mini_kv.worker.jobs import Event
 from mini_kv.worker.loader import load_source
-from mini_kv.worker.remote import Census, RemoteGuard, RemoteOp
+from mini_kv.worker.remote import Census, RemoteGuard, RemoteOp, StreamChecks
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class CardCaseRecord:
     inputs: list | None = optional()
     kernels: Census | None = optional()
     calls: int | None = optional()
+    stream_checks: StreamChecks | None = optional()
     reference_error: Fp64Error | None = optional()
     max_abs_err: float | None = optional()
     max_rel_err: float | None = optional()
@@ -331,7 +332,12 @@ def correctness_record(ej: engine.JobContext, c: CardCase, on_inputs=None) -> Ca
         passed = engine.correctness(ej, c, DEFAULTS.card_rounds, made)
     except Failure as f:
         return _card_failure(f, record())
-    return record().found(passed.stats, reference_error=passed.reference_error, calls=passed.rounds_run)
+    return record().found(
+        passed.stats,
+        reference_error=passed.reference_error,
+        calls=passed.rounds_run,
+        stream_checks=passed.stream_checks,
+    )
 
 
 def _card_failure(f: Failure, rec: CardCaseRecord) -> CardCaseRecord:
@@ -570,6 +576,7 @@ class WorkloadRecord:
     bench: engine.Timing | None
     kernels: Census | None = field(default=None, metadata=engine.OMIT)
     finished_at: str = ""
+    stream_checks: StreamChecks | None = field(default=None, metadata=engine.OMIT)
 
 
 class _Laps:
@@ -649,9 +656,10 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> Workloa
     settings = ev.settings
     t0 = time.perf_counter()
     ev.engine.kernels = None
-    status, log, correctness, performance, bench = Status.PASSED, "", None, None, None
+    status, log, correctness, performance, bench, held = Status.PASSED, "", None, None, None, None
     try:
         passed = engine.correctness(ev.engine, case, settings.rounds or DEFAULTS.sol_rounds)
+        held = passed.stream_checks
         correctness = SolCorrectness.of(passed.stats)
         phase_s["correctness"] = time.perf_counter() - t0
         budget = settings.budget_s
@@ -674,7 +682,7 @@ def evaluate_workload(ev: SolEvaluator, case: SolCase, phase_s: dict) -> Workloa
             phase_s["timing"] = spent - phase_s["correctness"]
     # kernels: whose compute its first call ran (integrity.kernel_census)
     now = dt.datetime.now().isoformat()
-    return WorkloadRecord(case.id, status, log, correctness, performance, bench, ev.engine.kernels, now)
+    return WorkloadRecord(case.id, status, log, correctness, performance, bench, ev.engine.kernels, now, held)
 
 
 def _timing(

@@ -253,6 +253,8 @@ class Guard:
         self.calls = 0
         self.hold = StreamHold()
         self.hold_next = False  # hold the caller's stream during the next call (a call on fresh inputs)
+        # whether the last call's stream-order check was skipped (the hold ended first); None: not held
+        self.hold_skipped: bool | None = None
 
     def check(self, when: str) -> None:
         bad = violations(self.snap)
@@ -265,6 +267,7 @@ class Guard:
         when the call returned, the harness intact. `outputs` (DPS) are the buffers written."""
         cuda = torch.device(device).type == "cuda"
         hold_on, self.hold_next = cuda and self.hold_next, False
+        self.hold_skipped = None
         before = os_threads()
         if hold_on:
             self.hold.start()
@@ -278,7 +281,10 @@ class Guard:
         early, held = [], []
         if cuda:
             written = cuda_tensors([out, *outputs])
-            held = self.hold.snapshot(written, host_s) if hold_on else []
+            if hold_on:
+                skipped = self.hold.skipped
+                held = self.hold.snapshot(written, host_s)
+                self.hold_skipped = self.hold.skipped > skipped
             # copies queued on the caller's stream before any sync: what a caller that trusts stream
             # order reads. Work left on an unjoined side stream has not landed in them yet.
             early = [(t, t.clone()) for t in written]

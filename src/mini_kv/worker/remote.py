@@ -315,6 +315,19 @@ class _Opaque:
         return f"<{self.type_name} from the subject>"
 
 
+@dataclass(frozen=True)
+class StreamChecks:
+    """A case's calls held for the stream-order check (integrity.StreamHold) and how many of them were
+    checked: a check is skipped where the hold ended before a copy of the outputs did (a call that
+    synchronises, a GPU busy with other processes). The subject reports it: a count, not a verdict."""
+
+    held: int = 0
+    checked: int = 0
+
+    def add(self, skipped: bool) -> StreamChecks:
+        return StreamChecks(self.held + 1, self.checked + (not skipped))
+
+
 class RemoteOp:
     """The candidate (or the regression gate's baseline) as the engine calls it: `op(*args)`."""
 
@@ -324,6 +337,7 @@ class RemoteOp:
         self.census: Census | None = None  # what the last census call ran (census_next, census_of)
         self._census_next = False
         self._hold_next = False  # hold the caller's stream during the next call (stream_hold_next)
+        self.holds = StreamChecks()  # the held calls since stream_checks_of last read them
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -337,6 +351,8 @@ class RemoteOp:
         hold, self._hold_next = self._hold_next, False
         fields = dict(args=encoded, outputs=where, when=when, poison=poison, census=census, hold=hold)
         reply = self.subject.ask("call", target=self.target, **fields)
+        if "hold_skipped" in reply:
+            self.holds = self.holds.add(bool(reply["hold_skipped"]))
         if census:
             self.census = Census.claimed(reply.get("census"))
         return self.subject.decode(reply.get("out"))
@@ -600,6 +616,15 @@ def stream_hold_next(op) -> None:
     inputs only, where no freed block can already hold the call's right answer."""
     if isinstance(op, RemoteOp):
         op._hold_next = True
+
+
+def stream_checks_of(op) -> StreamChecks | None:
+    """The held calls since the last read (stream_hold_next), and how many of them had their stream-order
+    check; None in-process or when none was held (a CPU run). Reading starts a new count."""
+    if not isinstance(op, RemoteOp):
+        return None
+    got, op.holds = op.holds, StreamChecks()
+    return got if got.held else None
 
 
 def census_of(op) -> Census | None:

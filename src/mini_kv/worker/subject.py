@@ -138,7 +138,10 @@ class Subject:
         new, fds = [], []
         encoded = self._encode_out(out, args, new, fds)
         self._refresh()
-        return {"ok": True, "out": encoded, "new": new, **({"census": census} if census else {})}, fds
+        reply = {"ok": True, "out": encoded, "new": new, **({"census": census} if census else {})}
+        if self.guard.hold_skipped is not None:  # a held call (CUDA): whether its stream check ran
+            reply["hold_skipped"] = self.guard.hold_skipped
+        return reply, fds
 
     def do_refresh(self, msg: dict) -> tuple[dict, list[int]]:
         """The outputs handed over so far copied again: what the candidate's own tensors hold now."""
