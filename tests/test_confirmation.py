@@ -116,6 +116,21 @@ def test_same_run_comparison_times_the_baselines_own_build_beside_the_candidate(
     assert not (
         slower(run) and slower(_confirm(card, cand, opts, job, store)(baseline, "bench_cpu_64k-float32"))
     )
+    # the renamed namespace is named after the sources, not the attempt: the same code promoted again
+    # from another attempt is the same build, a cache hit
+    again = run_stages(
+        CardDoor(card, cand, replace(opts, skip_benchmark=True, case_filter=["zeros"], artifacts=str(store)))
+    ).attempt
+    assert again != attempt
+    header = read_attempt(again)
+    other = {
+        "task_id": card.id,
+        "source": {"attempt_id": header["attempt_id"], "path": str(again),
+                   "attempt_json_sha256": _sha(again / "attempt.json")},
+        "manifest": {"attempt_files": header["files"]},
+    }  # fmt: skip
+    rebuilt = build_baseline(other, Path(card.project_root), store, False, 600)
+    assert rebuilt.namespace == run.build["op"].partition("::")[0] and rebuilt.cache_hit
 
 
 @pytest.mark.gpu

@@ -7,13 +7,15 @@ manifest, whose own SHA-256 the baseline records.
 
 Both libraries must load into one process, and two libraries that define the same dispatcher
 namespace (TORCH_LIBRARY(ns, m)) abort it. So the baseline's sources are rebuilt with their
-namespace token renamed to `<ns>__baseline_<attempt hash>`; the build goes through the normal
-content-addressed compiler, so the second and later runs are cache hits.
+namespace token renamed to `<ns>__baseline_<sources hash>`; the build goes through the normal
+content-addressed compiler, so the second and later runs are cache hits, and so is a baseline promoted
+again from other attempts of the same sources (the new name depends on the code, not on the attempt).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import shutil
@@ -57,6 +59,15 @@ def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
         raise BaselineBuildError(f"{attempt_dir / 'candidate_manifest.json'}: missing field {exc}") from None
 
 
+def sources_digest(root: Path) -> str:
+    """SHA-256 of every file under `root`: relative path and bytes, each length-prefixed."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        for part in (str(f.relative_to(root)).encode(), f.read_bytes()):
+            h.update(len(part).to_bytes(8, "little") + part)
+    return h.hexdigest()
+
+
 def build_baseline(
     baseline: dict, project_root: Path, artifacts: Path, with_cuda: bool | None, timeout: float
 ) -> BaselineBuild:
@@ -67,14 +78,14 @@ def build_baseline(
     old_ns, _, op_name = cand.op.partition("::")
     if not NAMESPACE_RE.match(old_ns):
         raise BaselineBuildError(f"op {cand.op!r}: namespace is not an identifier")
-    new_ns = f"{old_ns}__baseline_{baseline['source']['attempt_json_sha256'][:12]}"
+    src_root = attempt_dir / "sources"
+    new_ns = f"{old_ns}__baseline_{sources_digest(src_root)[:12]}"
     build_root = Path(project_root) / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
     # a private copy: the key hashes file contents and relative paths, not where they lie, so the
     # same baseline is a cache hit next time although this directory is gone by then
     with tempfile.TemporaryDirectory(prefix="baseline-src-", dir=build_root) as tmp:  # jail.OWN_TEMP_PREFIXES
         renamed = 0
-        src_root = attempt_dir / "sources"
         for f in sorted(p for p in src_root.rglob("*") if p.is_file()):
             dest = Path(tmp) / f.relative_to(src_root)
             dest.parent.mkdir(parents=True, exist_ok=True)
