@@ -177,15 +177,19 @@ def test_the_same_failure_on_every_workload_is_printed_once(traces):
     assert "the same log as workload 0" in out
 
 
-def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(tmp_path):
+@pytest.mark.parametrize("cap", ["cgroup", "watch"])
+def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(tmp_path, request, cap):
     """A helper process holding 600 MiB beside a solution that takes 800 MiB more: each stays under its
     own address-space cap (--memory-limit 1.5), the tree does not, and the kernel kills the solution's
-    process at the jail's memory cgroup. The workload says so, with the cap and the option that sets it,
-    not only 'killed by signal SIGKILL'."""
+    process at the jail's memory cgroup, or, without one, jail.MemoryWatch kills its tree. The workload
+    says so, with the cap and the option that sets it, not only 'killed by signal SIGKILL'."""
     from mini_kv import jail
 
-    state = dict(jail.resolve("auto").layers).get("memory_cap")
-    if state != "active":
+    if cap == "watch":
+        if not jail.resolve("auto").enabled:
+            pytest.skip("no jail here")
+        request.getfixturevalue("no_memory_cgroup")
+    elif (state := dict(jail.resolve("auto").layers).get("memory_cap")) != "active":
         pytest.skip(f"no memory cgroup here: {state}")
     hog = "b = bytearray(600 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(120)"
     source = (

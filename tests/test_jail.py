@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -418,6 +419,29 @@ def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
     tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
     assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
     assert not list(jail._cgroup_roots().memory.glob(f"mini_kv-{os.getpid()}-*"))  # groups removed
+
+
+@needs_jail
+def test_without_a_memory_cgroup_a_watch_from_outside_kills_a_tree_past_its_cap(no_memory_cgroup):
+    """Where no memory cgroup can be made (a GPU machine's container), jail.MemoryWatch caps the tree
+    from outside it: the same forked hog is killed as a whole, told as out of memory, and a tree within
+    its cap runs to its end. Run here with the memory cgroup taken away, whatever this machine has."""
+    spec = jail.JailSpec(limits=jail.Limits(memory_bytes=256 << 20))
+    touch = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096]); print('held', {n}, flush=True)"
+    # the parent holds 150 MiB and its forked child another 150, for 10 s: each alone fits, the tree not
+    hog = (
+        "import os, time\n" + touch.format(n=150) + "\npid = os.fork()\nif pid == 0:\n    "
+        + touch.format(n=150) + "\n    time.sleep(10)\n    os._exit(0)\n"
+        + "_, st = os.waitpid(pid, 0); print('child', st)\n"
+    )  # fmt: skip
+    t0 = time.monotonic()
+    tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
+    assert time.monotonic() - t0 < 8, "the tree was not killed within its child's 10 s"
+    assert "child 0" not in tool.stdout and tool.returncode != 0, (tool.stdout, tool.stderr)
+    assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
+    small = _run(touch.format(n=64) + "\nimport time; time.sleep(0.5)", spec)
+    assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
+    assert not [t for t in threading.enumerate() if t.name.startswith("mini_kv-memory-watch")]
 
 
 def test_the_cpu_meter_counts_the_whole_tree_and_the_tree_cannot_set_it_back():

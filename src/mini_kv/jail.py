@@ -31,7 +31,9 @@ unavailable with the reason:
 - memory_cap: a memory cgroup per process tree (root, a writable cgroup file system) capping its
   resident memory and swap at `Limits.memory_bytes`: CUDA processes and builds too, which no
   address-space cap fits (the builds: `environment.build_memory_limit`; the workers: `--memory-limit`,
-  else half the machine);
+  else half the machine). Where no memory cgroup can be made, `MemoryWatch` caps the tree from outside
+  it instead (its unshared resident memory read every 0.1 s, the tree killed past the cap), and the
+  layer is reported missing;
 - cpu_meter: a cgroup per process tree that counts its CPU time (cgroup v1 cpuacct, or the v2 group;
   root, a writable cgroup file system), handed read-only to the judge of a subject
   (`Jailed.cpu_meter`, `worker/remote.CpuMeter`): the check of wall-clock samples against the
@@ -83,7 +85,7 @@ from pathlib import Path
 from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import JailRecord
-from mini_kv.proc import ProcResult, die_with_parent, kill_group, signal_tree
+from mini_kv.proc import ProcResult, die_with_parent, kill_group, signal_tree, tree_resident_bytes
 from mini_kv.settings import BUILD_MEMORY_VAR
 
 MODES = ("auto", "required", "off")
@@ -466,8 +468,9 @@ def _layers(base: JailInfo, seen: dict) -> tuple[tuple[str, str], ...]:
             "memory_cap",
             state(
                 _cgroup_roots().memory is not None,
-                "no writable memory cgroup (it needs root and a writable cgroup file system): CPU runs keep "
-                "their per-process address-space cap, GPU runs and CUDA builds have no memory cap",
+                "no writable memory cgroup (it needs root and a writable cgroup file system): the tree's "
+                "memory is capped from outside it instead, read every 0.1 s (MemoryWatch: it can overshoot "
+                "by what the tree allocates in between), beside each process's own address-space or data cap",
             ),
         ),
         (
@@ -1007,17 +1010,45 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
+class MemoryWatch(threading.Thread):
+    """The memory cap where no memory cgroup can be made: the tree's unshared resident memory
+    (proc.tree_resident_bytes) read every POLL_S, the whole tree killed once it is past the cap. A
+    cap from outside the tree, as earlyoom's: it can overshoot by what the tree allocates between two
+    reads, and a page two of its processes share counts twice. Ends with the tree (`stop`, or the
+    root process gone)."""
+
+    POLL_S = 0.1
+
+    def __init__(self, proc: Jailed, cap: int):
+        super().__init__(name=f"mini_kv-memory-watch-{proc.pid}", daemon=True)
+        self.proc, self.cap, self.ended = proc, cap, threading.Event()
+
+    def run(self) -> None:
+        pid = self.proc.pid
+        while not self.ended.wait(self.POLL_S) and os.path.exists(f"/proc/{pid}"):
+            if tree_resident_bytes(pid) > self.cap:
+                self.proc.out_of_memory = True
+                self.proc.kill_tree()
+                return
+
+    def stop(self) -> None:
+        self.ended.set()
+        if self is not threading.current_thread():
+            self.join()
+
+
 class Jailed(subprocess.Popen):
     """A jailed process (a subprocess.Popen). `kill_tree` ends everything it started; `cleanup`
     (after `wait`) removes its cgroups."""
 
     groups: tuple[_Group, ...] = ()
-    memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup enforces it
-    out_of_memory = False  # (after `cleanup`) the kernel killed a process of the tree at the memory cap
+    memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup or a MemoryWatch enforces it
+    out_of_memory = False  # (after `cleanup`) the tree was killed, or a process of it, at the memory cap
+    watch: MemoryWatch | None = None  # the memory cap where there is no memory cgroup
 
     @property
     def oom_cap(self) -> int | None:
-        """(after `cleanup`) the memory cap the kernel killed a process of the tree at, else None."""
+        """(after `cleanup`) the memory cap the tree, or a process of it, was killed at, else None."""
         return self.memory_cap if self.out_of_memory else None
 
     inboxes: dict[str, str] = {}  # staged dir (as seen inside) -> the host dir bound over it
@@ -1063,6 +1094,8 @@ class Jailed(subprocess.Popen):
         kill_group(self.pid)
 
     def cleanup(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         # the kernel's count of out-of-memory kills in the tree's memory cgroup, read before it goes
         self.out_of_memory = self.out_of_memory or any(g.oom_kills() for g in self.groups)
         for g in self.groups:
@@ -1283,8 +1316,11 @@ def popen(
     finally:
         os.close(fd)
     proc.groups, proc.inboxes, proc.jailed = tuple(groups), inboxes, True
-    if any(g.is_memory for g in groups):
+    if spec.limits.memory_bytes:
         proc.memory_cap = spec.limits.memory_bytes
+        if not any(g.is_memory for g in groups):  # no memory cgroup here: the cap from outside the tree
+            proc.watch = MemoryWatch(proc, spec.limits.memory_bytes)
+            proc.watch.start()
     return proc
 
 
@@ -1376,9 +1412,9 @@ def run(
 
 
 def out_of_memory(cap: int, set_by: str) -> str:
-    """What to say of a jailed tree the kernel killed a process of at its memory cap (`set_by`: what
-    sets the cap), for a worker's record and a tool's output alike."""
+    """What to say of a jailed tree killed, or a process of it, at its memory cap (`set_by`: what sets
+    the cap), for a worker's record and a tool's output alike."""
     return (
-        f"out of memory: the kernel killed a process of its tree at the jail's memory cap of "
-        f"{cap / 2**30:.3g} GiB ({set_by} sets the cap)"
+        f"out of memory: its process tree went past the jail's memory cap of {cap / 2**30:.3g} GiB and "
+        f"was killed ({set_by} sets the cap)"
     )

@@ -105,6 +105,24 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _unshared_bytes(pid: int) -> int:
+    """A process's resident memory that no file backs (RssAnon + RssShmem): what the kernel cannot drop
+    for it. 0 for one that is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    kb = [int(ln.split()[1]) for ln in lines if ln.startswith((b"RssAnon:", b"RssShmem:"))]
+    return sum(kb) << 10
+
+
+def tree_resident_bytes(pid: int) -> int:
+    """The unshared resident memory of `pid` and every process below it, summed: a page two of them share
+    (a fork's copy-on-write pages, a memfd mapped twice) counts twice, so the sum errs high."""
+    return sum(_unshared_bytes(p) for p in [pid, *_descendants(pid)])
+
+
 def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
     """Send `sig` to `pid` (not with `below`) and every process below it (SIGSTOP, SIGCONT:
     runner.AheadOfTurn; kill_group's freeze), scanning again until no new one turns up: one forked while

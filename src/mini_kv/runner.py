@@ -64,8 +64,8 @@ def _tail(path: str, n: int = 4000, since: int = 0) -> str:
 
 
 def _describe_exit(code: int | None, memory_cap: int | None = None) -> str:
-    """How a child ended; `memory_cap`: its jail's memory cap, where the kernel killed a process of its
-    tree there."""
+    """How a child ended; `memory_cap`: its jail's memory cap, where its tree (or a process of it) was
+    killed there."""
     how = _exit_status(code)
     return how if memory_cap is None else f"{how}: {jail.out_of_memory(memory_cap, '--memory-limit')}"
 
