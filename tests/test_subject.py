@@ -574,6 +574,7 @@ def test_a_held_calls_stream_check_is_counted_and_one_the_call_outlasted_is_coun
     x, w = torch.randn(1 << 20, device="cuda:0"), torch.randn(1 << 20, device="cuda:0")
     got = {}
     for entry in ("add", "add_then_sync"):
+        (tmp_path / entry).mkdir()
         sub = start_subject(tmp_path / entry, "cuda:0")
         op = load(sub, entry)
         for _ in range(3):
