@@ -567,7 +567,7 @@ def test_the_held_calls_and_their_stream_checks_are_counted_per_read():
 @pytest.mark.gpu
 def test_a_held_calls_stream_check_is_counted_and_one_the_call_outlasted_is_counted_as_skipped(tmp_path):
     """On CUDA every held call reports whether its stream-order check ran (integrity.StreamHold): an
-    honest call on an idle GPU is checked every time, the first included; one that synchronises outlasts the hold, so its
+    honest call on an idle GPU is checked (all but perhaps the first); one that synchronises outlasts the hold, so its
     check is skipped, and that is counted rather than passed off as checked."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -583,7 +583,10 @@ def test_a_held_calls_stream_check_is_counted_and_one_the_call_outlasted_is_coun
         got[entry] = stream_checks_of(op)
         sub.close()
         sub.proc.wait(timeout=60)
-    assert got == {"add": StreamChecks(3, 3), "add_then_sync": StreamChecks(3, 0)}, got
+    # the first held call may go unchecked: its one-off host work (CUDA loading the add kernel lazily)
+    # can outlast the first, 1-ms hold, which makes the later holds longer (seen on an H100: 2 of 3)
+    assert got["add"].held == 3 and got["add"].checked >= 2, got
+    assert got["add_then_sync"] == StreamChecks(3, 0), got
 
 
 @pytest.mark.gpu

@@ -343,10 +343,8 @@ class StreamHold:
     CLOCK_HZ = 2.0e9  # the spin's cycles per second (a slower clock only holds longer)
     DOUBLE_BUFFER_BYTES = 1 << 30  # outputs larger than this together are copied once (memory)
 
-    FIRST_S = 0.005  # the first hold: its copies' stream and buffers are made while it is on
-
     def __init__(self):
-        self.seconds = self.FIRST_S
+        self.seconds = self.MIN_S
         self.stretch = 1.0  # doubles with each skipped check (a busy GPU), never shrinks
         self.sizes: list[int] = []
         self.ended = None
@@ -359,8 +357,6 @@ class StreamHold:
             self.ended = None
             return
         poison(self.sizes, "cuda")
-        if self.stream is None:  # made before the spin: its first use must not eat into the hold
-            self.stream = torch.cuda.Stream()
         sleep(int(self.seconds * self.CLOCK_HZ))
         self.ended = torch.cuda.Event()
         self.ended.record()
@@ -373,6 +369,8 @@ class StreamHold:
         if ended is None or not tensors:
             self._next_hold(host_s)
             return []
+        if self.stream is None:
+            self.stream = torch.cuda.Stream()
         rounds = 2 if sum(self.sizes) <= self.DOUBLE_BUFFER_BYTES else 1
         # allocated on the harness's stream: a block freed on the caller's stream may still be read or
         # written by the call's work queued behind the hold there
