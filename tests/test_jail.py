@@ -441,6 +441,15 @@ def test_without_a_memory_cgroup_a_watch_from_outside_kills_a_tree_past_its_cap(
     assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
     small = _run(touch.format(n=64) + "\nimport time; time.sleep(0.5)", spec)
     assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
+    # eight forks of a parent holding 100 MiB share its pages: 900 MiB counted page by page, 100 by share
+    forks = (
+        "import os, time\n" + touch.format(n=100) + "\nkids = []\n"
+        "for _ in range(8):\n    kids.append(os.fork())\n    if kids[-1] == 0:\n        time.sleep(2)\n"
+        "        os._exit(0)\n"
+        "print('done', sorted(os.waitpid(k, 0)[1] for k in kids))\n"
+    )  # fmt: skip
+    shared = _run(forks, spec)
+    assert shared.returncode == 0 and "done [0, 0, 0, 0, 0, 0, 0, 0]" in shared.stdout, shared
     assert not [t for t in threading.enumerate() if t.name.startswith("mini_kv-memory-watch")]
 
 

@@ -1011,25 +1011,32 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
 
 
 class MemoryWatch(threading.Thread):
-    """The memory cap where no memory cgroup can be made: the tree's unshared resident memory
-    (proc.tree_resident_bytes) read every POLL_S, the whole tree killed once it is past the cap. A
-    cap from outside the tree, as earlyoom's: it can overshoot by what the tree allocates between two
-    reads, and a page two of its processes share counts twice. Ends with the tree (`stop`, or the
-    root process gone)."""
+    """The memory cap where no memory cgroup can be made: the tree's resident memory that no file backs
+    (proc.tree_resident_bytes) read every POLL_S, the whole tree killed once it is past the cap. A cap
+    from outside the tree, as earlyoom's: it can overshoot by what the tree allocates between two reads.
+    The cheap read counts a page two processes share (a fork's) twice; a tree it puts past the cap is
+    read again with each page's share (dear: the next read waits SLOW_READS times as long), and killed
+    only if that is past it too. Ends with the tree (`stop`, or the root process gone)."""
 
     POLL_S = 0.1
+    SLOW_READS = 5
 
     def __init__(self, proc: Jailed, cap: int):
         super().__init__(name=f"mini_kv-memory-watch-{proc.pid}", daemon=True)
         self.proc, self.cap, self.ended = proc, cap, threading.Event()
 
     def run(self) -> None:
-        pid = self.proc.pid
-        while not self.ended.wait(self.POLL_S) and os.path.exists(f"/proc/{pid}"):
-            if tree_resident_bytes(pid) > self.cap:
+        pid, wait = self.proc.pid, self.POLL_S
+        while not self.ended.wait(wait) and os.path.exists(f"/proc/{pid}"):
+            wait = self.POLL_S
+            if tree_resident_bytes(pid) <= self.cap:
+                continue
+            t0 = time.monotonic()
+            if tree_resident_bytes(pid, proportional=True) > self.cap:
                 self.proc.out_of_memory = True
                 self.proc.kill_tree()
                 return
+            wait = max(self.POLL_S, self.SLOW_READS * (time.monotonic() - t0))
 
     def stop(self) -> None:
         self.ended.set()
