@@ -23,6 +23,11 @@ with another commit's mini_kv (default: fe16f55, main before the jail), measured
    `PYTHONPYCACHEPREFIX`, as on an image that sets PYTHONDONTWRITEBYTECODE and ships none), and from
    mini_kv's cache once `pycache.warm_for_children` has written it (`--skip-bytecode` leaves it out).
 
+4. memory watch: where no memory cgroup can be made, `jail.MemoryWatch` reads the jailed tree's memory
+   every 0.1 s: one read of a tree of a process holding 300 MiB and 0, 8 and 32 forks of it, page by
+   page (`/proc/PID/status`, every poll) and by each page's share (`smaps_rollup`, only when the first
+   puts the tree past its cap), median of N (`--skip-watch` leaves it out).
+
 Each version runs in a project of its own (a copy of tasks/, problems/, solutions/, with its own
 `.build/`): versions that record builds differently would otherwise discard each other's cache entries
 and rebuild on every run.
@@ -228,6 +233,38 @@ def command_costs(runs: int, commit: str, device: str, baseline_src: str | None,
     return out
 
 
+def watch_costs(runs: int) -> dict:
+    """Milliseconds of one MemoryWatch read (proc.tree_resident_bytes, both ways) per tree size."""
+    from mini_kv.proc import tree_resident_bytes
+
+    code = (
+        "import os, sys, time\nb = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096])\n"
+        "for _ in range(int(sys.argv[1])):\n    if os.fork() == 0:\n        time.sleep(600)\n        os._exit(0)\n"
+        "print('ready', flush=True); time.sleep(600)\n"
+    )
+    out = {}
+    for forks in (0, 8, 32):
+        tree = subprocess.Popen([sys.executable, "-c", code, str(forks)], stdout=subprocess.PIPE, text=True)
+        try:
+            tree.stdout.readline()
+            row = {}
+            for proportional in (False, True):
+                times, size = [], 0
+                for _ in range(max(runs, 5)):
+                    t0 = time.perf_counter()
+                    size = tree_resident_bytes(tree.pid, proportional)
+                    times.append((time.perf_counter() - t0) * 1e3)
+                key = "by_share" if proportional else "page_by_page"
+                row[key] = {"ms": round(statistics.median(times), 2), "counted_mib": round(size / 2**20)}
+            out[f"{forks} forks"] = row
+        finally:
+            subprocess.run(["pkill", "-KILL", "-P", str(tree.pid)], check=False)
+            tree.kill()
+            tree.wait()
+            tree.stdout.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
@@ -240,6 +277,7 @@ def main() -> None:
     ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--skip-commands", action="store_true")
     ap.add_argument("--skip-bytecode", action="store_true")
+    ap.add_argument("--skip-watch", action="store_true")
     ns = ap.parse_args()
     doc = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -251,6 +289,8 @@ def main() -> None:
         doc["start"] = start_costs(max(ns.runs * 4, 21))
     if not ns.skip_bytecode:
         doc["bytecode"] = bytecode_costs(ns.runs)
+    if not ns.skip_watch:
+        doc["memory_watch"] = watch_costs(ns.runs)
     if not ns.skip_commands:
         doc["commands"] = command_costs(ns.runs, ns.baseline, ns.device, ns.baseline_src, ns.only)
     print(json.dumps(doc, indent=2))
