@@ -70,7 +70,6 @@ def add_run_arguments(p, sol: bool) -> None:
     verify's default is None (settings.py: the card's, else the default); bench's is the default.
     docs/integrity.md says what --sandbox and the integrity options defend against."""
     from mini_kv import cli_checks as checks
-    from mini_kv.runner import DEFAULT_GIVE_UP_AFTER
 
     def default(value):
         return value if sol else None
@@ -114,9 +113,9 @@ def add_run_arguments(p, sol: bool) -> None:
     p.add_argument(
         "--give-up-after",
         type=checks.nonnegative_int,
-        default=DEFAULT_GIVE_UP_AFTER,
+        default=DEFAULTS.give_up_after,
         metavar="K",
-        help=f"after K TIMEOUTs in a row, record the remaining cases NOT_RUN (default {DEFAULT_GIVE_UP_AFTER}; "
+        help=f"after K TIMEOUTs in a row, record the remaining cases NOT_RUN (default {DEFAULTS.give_up_after}; "
         "0: never)",
     )
     p.add_argument(

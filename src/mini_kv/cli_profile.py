@@ -149,8 +149,6 @@ def cmd_compare_profiles(args) -> int:
 def register(sub) -> None:
     """Add the profile subcommands to `sub` (the argparse subparsers of cli.build_parser)."""
     from mini_kv import cli_checks as checks
-    from mini_kv.profile.ab import DEFAULT_REPEATS, DEFAULT_SAMPLES
-    from mini_kv.profile.capture import DEFAULT_SALT, DEFAULT_WARMUP
 
     p = sub.add_parser(
         "profile", help="Nsight Compute profile of one candidate on one case (artifacts/profiles/)"
@@ -165,13 +163,13 @@ def register(sub) -> None:
     p.add_argument(
         "--warmup",
         type=checks.nonnegative_int,
-        default=DEFAULT_WARMUP,
-        help=f"candidate launches skipped before the profiled one (default {DEFAULT_WARMUP})",
+        default=DEFAULTS.profile_warmup,
+        help=f"candidate launches skipped before the profiled one (default {DEFAULTS.profile_warmup})",
     )
     p.add_argument("--kernel", help="profile only this one of the candidate's __global__ kernels")
     p.add_argument(
         "--seed-salt",
-        default=DEFAULT_SALT,
+        default=DEFAULTS.profile_salt,
         help="salt of the input seed (default: the fixed "
         "profile salt, so every candidate's profile sees the same inputs)",
     )
@@ -194,10 +192,13 @@ def register(sub) -> None:
     c.add_argument("b", help="profile directory or id (B)")
     c.add_argument("--no-timing", action="store_true", help="skip the A/B timing")
     c.add_argument(
-        "--repeats", type=checks.positive_int, default=DEFAULT_REPEATS, help="A/B repeats, order alternating"
+        "--repeats",
+        type=checks.positive_int,
+        default=DEFAULTS.ab_repeats,
+        help="A/B repeats, order alternating",
     )
     c.add_argument(
-        "--samples", type=checks.positive_int, default=DEFAULT_SAMPLES, help="A/B samples per repeat"
+        "--samples", type=checks.positive_int, default=DEFAULTS.ab_samples, help="A/B samples per repeat"
     )
     c.add_argument("--artifacts", help="artifact store (default: <project>/artifacts)")
     c.add_argument("--json", metavar="FILE", help="also write the comparison and timing as JSON")

@@ -24,7 +24,7 @@ from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
-from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, STARTUP_S, ChildRun, run_worker
+from mini_kv.runner import STARTUP_S, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, RunSettings, check_options, resolve
 from mini_kv.status import BuildStatus, Status
 from mini_kv.store.attempts import AttemptWriter
@@ -56,7 +56,7 @@ class VerifyOptions:
     samples: int | None = None  # a fixed count per repeat; None: the card's (default: adaptive)
     budget: float | None = None  # seconds of timing per bench case; None: the card's, else the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the card's or device's
-    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    give_up_after: int = DEFAULTS.give_up_after  # consecutive TIMEOUTs before the rest is NOT_RUN
     require_own_kernels: bool = DEFAULTS.require_own_kernels  # LIBRARY_DELEGATION unless own kernels ran
     interleave_reference: bool = DEFAULTS.interleave_reference  # in a batch too (no reference reuse)
 
@@ -126,7 +126,7 @@ class Prepared:
     compile_timeout: float
     root: Path | None  # the project (baselines/, .build/); None: a SOL run outside one
     artifacts: Path  # the attempt store
-    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    give_up_after: int = DEFAULTS.give_up_after  # consecutive TIMEOUTs before the rest is NOT_RUN
     jail_spec: JailSpec | None = None  # what the worker's jail shows it (None: runner.default_spec)
 
 

@@ -48,7 +48,6 @@ STARTUP_S = DEFAULTS.startup_s
 # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
 # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
 # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
-DEFAULT_GIVE_UP_AFTER = DEFAULTS.give_up_after
 
 
 def _tail(path: str, n: int = 4000, since: int = 0) -> str:
@@ -682,7 +681,7 @@ def run_worker(
     on_event=None,
     first_child: ChildRun | None = None,
     sandbox: JailInfo | None = None,
-    give_up_after: int = DEFAULT_GIVE_UP_AFTER,
+    give_up_after: int = DEFAULTS.give_up_after,
     spec: JailSpec | None = None,
 ) -> WorkerResults:
     """Run every stage of `job` (kind card or sol) in child processes; returns their records.
@@ -719,7 +718,7 @@ class _WorkerRun:
         env: dict | None,
         on_event,
         sandbox: JailInfo,
-        give_up_after: int = DEFAULT_GIVE_UP_AFTER,
+        give_up_after: int = DEFAULTS.give_up_after,
         spec: JailSpec | None = None,
     ):
         self.job, self.case_timeout, self.stage_timeout = job, case_timeout, stage_timeout

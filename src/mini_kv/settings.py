@@ -81,6 +81,12 @@ class Settings:
     load_s: float = 30.0
     bandwidth_timeout_s: float = 300.0  # the copy-bandwidth probe, once per environment
     ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
+    profile_warmup: int = 5  # `profile`: candidate calls before the profiled one (ncu --launch-skip)
+    profile_salt: str = "mini_kv-profile"  # `profile`: what the profiled inputs' seed derives from
+    # `compare-profiles`: the same-process A/B timing of two profiled candidates (profile/ab.py)
+    ab_repeats: int = 6
+    ab_samples: int = 50
+    ab_warmup: int = 10
     # The stopping rule's defaults by device kind (docs/benchmarking.md, "Adaptive sampling"). GPU:
     # nvbench's 0.5 % noise target and 10-sample minimum. CPU: host wall-clock timing on a shared machine
     # has per-call noise of several percent, so a 0.5 % interval would mostly end on the budget; 2 % is

@@ -23,10 +23,6 @@ from mini_kv.worker.jobs import ABJob
 if TYPE_CHECKING:
     from mini_kv.profile.store import Profile
 
-DEFAULT_REPEATS = 6
-DEFAULT_SAMPLES = 50
-DEFAULT_WARMUP = 10
-
 
 @dataclass(frozen=True)
 class ABTiming:
@@ -86,9 +82,9 @@ def job_for(a: Profile, b: Profile, repeats: int, samples: int, warmup: int, dev
 def run_ab(
     a: Profile,
     b: Profile,
-    repeats: int = DEFAULT_REPEATS,
-    samples: int = DEFAULT_SAMPLES,
-    warmup: int = DEFAULT_WARMUP,
+    repeats: int = DEFAULTS.ab_repeats,
+    samples: int = DEFAULTS.ab_samples,
+    warmup: int = DEFAULTS.ab_warmup,
     timeout: float = DEFAULTS.ncu_timeout_s,
 ) -> ABTiming:
     """The timing of `a` against `b` in a jailed child, or why it could not run."""

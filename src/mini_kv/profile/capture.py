@@ -46,17 +46,15 @@ if TYPE_CHECKING:
 
 # A fixed, public salt: profiles are evidence about a kernel, not a correctness check, and two
 # candidates' profiles must see the same inputs to be comparable.
-DEFAULT_SALT = "mini_kv-profile"
-DEFAULT_WARMUP = 5
 REPORT = "report.ncu-rep"
 
 
 @dataclass
 class ProfileOptions:
     case: str | None = None  # case id ("bench_4096x8192-float16") or base id; default: first bench case
-    warmup: int = DEFAULT_WARMUP  # candidate calls before the profiled one (ncu --launch-skip)
+    warmup: int = DEFAULTS.profile_warmup  # candidate calls before the profiled one (ncu --launch-skip)
     kernel: str | None = None  # profile only this one of the candidate's kernels
-    seed_salt: str = DEFAULT_SALT
+    seed_salt: str = DEFAULTS.profile_salt
     artifacts: str | None = None
     timeout: float = DEFAULTS.ncu_timeout_s  # seconds for the ncu run (and again for the import)
     compile_timeout: float | None = None

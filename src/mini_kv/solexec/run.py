@@ -34,7 +34,7 @@ from mini_kv.pipeline import (
     run_stages,
     worker_spec,
 )
-from mini_kv.runner import DEFAULT_GIVE_UP_AFTER, ChildRun
+from mini_kv.runner import ChildRun
 from mini_kv.settings import DEFAULTS, ExtraWorkloads, RunSettings, resolve
 from mini_kv.settings import check_options as check_timing_options
 from mini_kv.solexec import floor, languages, traces
@@ -64,7 +64,7 @@ class BenchOptions:
     samples: int | None = None  # a fixed count; None: adaptive (worker.timing's stopping rule)
     budget: float | None = None  # seconds per workload (correctness rounds and timing); None: the device's
     target_rel_ci: float | None = None  # the adaptive stopping rule's target; None: the device's
-    give_up_after: int = DEFAULT_GIVE_UP_AFTER  # consecutive TIMEOUTs before the rest is NOT_RUN
+    give_up_after: int = DEFAULTS.give_up_after  # consecutive TIMEOUTs before the rest is NOT_RUN
     method: str = "auto"
     l2: str | None = None  # None: cold on CUDA (upstream flushes L2 before every timed call)
     max_cv: float = DEFAULTS.max_cv
