@@ -85,7 +85,14 @@ from pathlib import Path
 from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import JailRecord
-from mini_kv.proc import ProcResult, die_with_parent, kill_group, signal_tree, tree_resident_bytes
+from mini_kv.proc import (
+    ProcResult,
+    die_with_parent,
+    kill_group,
+    process_children,
+    signal_tree,
+    tree_resident_bytes,
+)
 from mini_kv.settings import BUILD_MEMORY_VAR
 
 MODES = ("auto", "required", "off")
@@ -1010,38 +1017,67 @@ def _set_limits(limits: Limits, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
-class MemoryWatch(threading.Thread):
-    """The memory cap where no memory cgroup can be made: the tree's resident memory that no file backs
-    (proc.tree_resident_bytes) read every POLL_S, the whole tree killed once it is past the cap. A cap
-    from outside the tree, as earlyoom's: it can overshoot by what the tree allocates between two reads.
-    The cheap read counts a page two processes share (a fork's) twice; a tree it puts past the cap is
-    read again with each page's share (dear: the next read waits SLOW_READS times as long), and killed
-    only if that is past it too. Ends with the tree (`stop`, or the root process gone)."""
+@dataclass
+class _Watched:
+    proc: Jailed
+    cap: int
+    next_read: float = 0.0  # monotonic time before which this tree is not read again
+
+
+class MemoryWatch:
+    """The memory cap where no memory cgroup can be made: every POLL_S, each watched tree's resident
+    memory that no file backs (proc.tree_resident_bytes), the whole tree killed once it is past its cap.
+    A cap from outside the tree, as earlyoom's: it can overshoot by what the tree allocates between two
+    reads. The cheap read counts a page two processes share (a fork's) twice; a tree it puts past the
+    cap is read again with each page's share (dear: that tree's next read waits SLOW_READS times as
+    long), and killed only if that is past it too. One thread watches every tree of this process, with
+    one scan of /proc per poll whatever their number; it ends when the last tree is let go."""
 
     POLL_S = 0.1
     SLOW_READS = 5
+    _lock = threading.Lock()
+    _trees: dict[int, _Watched] = {}
+    _thread: threading.Thread | None = None
 
-    def __init__(self, proc: Jailed, cap: int):
-        super().__init__(name=f"mini_kv-memory-watch-{proc.pid}", daemon=True)
-        self.proc, self.cap, self.ended = proc, cap, threading.Event()
+    @classmethod
+    def add(cls, proc: Jailed, cap: int) -> None:
+        with cls._lock:
+            cls._trees[proc.pid] = _Watched(proc, cap)
+            if cls._thread is None:
+                cls._thread = threading.Thread(target=cls._run, name="mini_kv-memory-watch", daemon=True)
+                cls._thread.start()
 
-    def run(self) -> None:
-        pid, wait = self.proc.pid, self.POLL_S
-        while not self.ended.wait(wait) and os.path.exists(f"/proc/{pid}"):
-            wait = self.POLL_S
-            if tree_resident_bytes(pid) <= self.cap:
-                continue
-            t0 = time.monotonic()
-            if tree_resident_bytes(pid, proportional=True) > self.cap:
-                self.proc.out_of_memory = True
-                self.proc.kill_tree()
-                return
-            wait = max(self.POLL_S, self.SLOW_READS * (time.monotonic() - t0))
+    @classmethod
+    def remove(cls, proc: Jailed) -> None:
+        with cls._lock:
+            cls._trees.pop(proc.pid, None)
 
-    def stop(self) -> None:
-        self.ended.set()
-        if self is not threading.current_thread():
-            self.join()
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            time.sleep(cls.POLL_S)
+            with cls._lock:
+                trees = [t for t in cls._trees.values() if t.next_read <= time.monotonic()]
+                if not cls._trees:
+                    cls._thread = None
+                    return
+            children = process_children() if trees else {}
+            for t in trees:
+                cls._read(t, children)
+
+    @classmethod
+    def _read(cls, t: _Watched, children: dict) -> None:
+        pid = t.proc.pid
+        # a reaped root's pid may already be another process's: only a tree not yet waited for is read
+        if t.proc.returncode is not None or tree_resident_bytes(pid, children=children) <= t.cap:
+            return
+        t0 = time.monotonic()
+        if tree_resident_bytes(pid, proportional=True) > t.cap and t.proc.returncode is None:
+            t.proc.out_of_memory = True
+            t.proc.kill_tree()
+            cls.remove(t.proc)
+        else:
+            t.next_read = time.monotonic() + cls.SLOW_READS * (time.monotonic() - t0)
 
 
 class Jailed(subprocess.Popen):
@@ -1051,7 +1087,7 @@ class Jailed(subprocess.Popen):
     groups: tuple[_Group, ...] = ()
     memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup or a MemoryWatch enforces it
     out_of_memory = False  # (after `cleanup`) the tree was killed, or a process of it, at the memory cap
-    watch: MemoryWatch | None = None  # the memory cap where there is no memory cgroup
+    watched = False  # its memory cap kept by MemoryWatch (no memory cgroup here)
 
     @property
     def oom_cap(self) -> int | None:
@@ -1101,8 +1137,8 @@ class Jailed(subprocess.Popen):
         kill_group(self.pid)
 
     def cleanup(self) -> None:
-        if self.watch is not None:
-            self.watch.stop()
+        if self.watched:
+            MemoryWatch.remove(self)
         # the kernel's count of out-of-memory kills in the tree's memory cgroup, read before it goes
         self.out_of_memory = self.out_of_memory or any(g.oom_kills() for g in self.groups)
         for g in self.groups:
@@ -1326,8 +1362,8 @@ def popen(
     if spec.limits.memory_bytes:
         proc.memory_cap = spec.limits.memory_bytes
         if not any(g.is_memory for g in groups):  # no memory cgroup here: the cap from outside the tree
-            proc.watch = MemoryWatch(proc, spec.limits.memory_bytes)
-            proc.watch.start()
+            MemoryWatch.add(proc, spec.limits.memory_bytes)
+            proc.watched = True
     return proc
 
 
