@@ -269,12 +269,29 @@ def test_runner_results_map_to_statuses():
                 "dtype": None,
                 "params": {},
             },
-            {"id": "tall", "status": "PASSED", "log": "", "finished_at": "t"},
+            {
+                "id": "tall",
+                "status": "PASSED",
+                "log": "",
+                "finished_at": "t",
+                "stream_checks": {"held": 3, "checked": 2},
+            },
         ],
     }
     out = {o.id: o for o in outcomes_from_results(WorkerResults(**crashed), wls)}
     assert out["small"].status == "RUNTIME_ERROR" and "SIGSEGV" in out["small"].log
     assert "Fatal Python error" in out["small"].log and out["tall"].status == "PASSED"
+    # a CUDA workload's count of the calls held for the stream-order check is kept (correctness.json)
+    assert out["tall"].stream_checks == {"held": 3, "checked": 2}
+    from mini_kv.errors import UserError
+    from mini_kv.load.schema import validate
+
+    doc = {"schema_version": 2, "format": "sol-execbench", "device": "cuda", "summary": None}
+    validate({**doc, "cases": [{"id": "tall", "status": "PASSED", "stream_checks": out["tall"].stream_checks}]},
+             "correctness", "correctness.json")  # fmt: skip
+    with pytest.raises(UserError, match="stream_checks.held"):
+        validate({**doc, "cases": [{"id": "t", "status": "PASSED", "stream_checks": {"held": 0, "checked": 0}}]},
+                 "correctness", "correctness.json")  # fmt: skip
 
     hung_at_load = {
         "load": {
