@@ -86,10 +86,10 @@ from mini_kv.codec import to_json
 from mini_kv.errors import UserError
 from mini_kv.model import JailRecord
 from mini_kv.proc import (
+    ProcessTree,
     ProcResult,
     die_with_parent,
     kill_group,
-    process_children,
     signal_tree,
     tree_resident_bytes,
 )
@@ -1061,15 +1061,15 @@ class MemoryWatch:
                 if not cls._trees:
                     cls._thread = None
                     return
-            children = process_children() if trees else {}
+            scan = ProcessTree.scan() if trees else None
             for t in trees:
-                cls._read(t, children)
+                cls._read(t, scan)
 
     @classmethod
-    def _read(cls, t: _Watched, children: dict) -> None:
+    def _read(cls, t: _Watched, scan: ProcessTree) -> None:
         pid = t.proc.pid
         # a reaped root's pid may already be another process's: only a tree not yet waited for is read
-        if t.proc.returncode is not None or tree_resident_bytes(pid, children=children) <= t.cap:
+        if t.proc.returncode is not None or tree_resident_bytes(pid, tree=scan) <= t.cap:
             return
         t0 = time.monotonic()
         if tree_resident_bytes(pid, proportional=True) > t.cap and t.proc.returncode is None:

@@ -86,29 +86,38 @@ def run_with_timeout(
         return ProcResult(proc.returncode if proc.returncode is not None else -9, out, err, True)
 
 
-def process_children() -> dict[int, list[int]]:
-    """Every live process's children, from one scan of /proc (Linux); empty where it is unavailable."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for name in entries:
-        stat = _stat(name) if name.isdigit() else None
-        if stat is not None:
-            children.setdefault(int(stat[1]), []).append(int(name))
-    return children
+@dataclass(frozen=True)
+class ProcessTree:
+    """Every live process's children, from one scan of /proc (Linux; empty where it is unavailable)."""
+
+    children: dict[int, list[int]]
+
+    @classmethod
+    def scan(cls) -> ProcessTree:
+        children: dict[int, list[int]] = {}
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return cls(children)
+        for name in entries:
+            stat = _stat(name) if name.isdigit() else None
+            if stat is not None:
+                children.setdefault(int(stat[1]), []).append(int(name))
+        return cls(children)
+
+    def below(self, pid: int) -> list[int]:
+        """Every process below `pid`."""
+        out, todo = [], [pid]
+        while todo:
+            for child in self.children.get(todo.pop(), []):
+                out.append(child)
+                todo.append(child)
+        return out
 
 
-def _descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
-    """Every live process below `pid` (`children`: a scan already made, process_children)."""
-    children = process_children() if children is None else children
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc (Linux); empty where /proc is unavailable."""
+    return ProcessTree.scan().below(pid)
 
 
 # a process's resident memory that no file backs (what the kernel cannot drop for it): each page it
@@ -131,12 +140,13 @@ def _resident_bytes(pid: int, proportional: bool) -> int:
     return sum(int(ln.split()[1]) for ln in lines if ln.startswith(keys)) << 10
 
 
-def tree_resident_bytes(pid: int, proportional: bool = False, children: dict | None = None) -> int:
+def tree_resident_bytes(pid: int, proportional: bool = False, tree: ProcessTree | None = None) -> int:
     """The resident memory no file backs of `pid` and every process below it, summed. Not `proportional`,
     a page two of them share (a fork's copy-on-write pages, a memfd mapped twice) counts twice, so the
     sum errs high (20 forks of a process holding 350 MiB: 7 GiB); `proportional` counts it once.
-    `children`: a scan of /proc already made (process_children)."""
-    return sum(_resident_bytes(p, proportional) for p in [pid, *_descendants(pid, children)])
+    `tree`: a scan of /proc already made."""
+    below = (tree or ProcessTree.scan()).below(pid)
+    return sum(_resident_bytes(p, proportional) for p in [pid, *below])
 
 
 def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
