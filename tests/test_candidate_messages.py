@@ -199,6 +199,7 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
         "    time.sleep(3)\n"
         "    b = bytearray(800 << 20)\n"
         "    b[::4096] = b'x' * len(b[::4096])\n"
+        "    time.sleep(5)\n"  # held: a watch that reads every 0.1 s on a loaded machine sees it too
         "    y = x * (w * alpha)\n"
         "    return y, y.sum()\n"
     )
