@@ -15,7 +15,6 @@ again from other attempts of the same sources (the new name depends on the code,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from mini_kv.codec import from_json
 from mini_kv.compile.compiler import SOURCE_SUFFIXES, compile_candidate
-from mini_kv.model import Candidate, CandidateManifest
+from mini_kv.model import Candidate, CandidateManifest, canonical_json, sha256_text
 from mini_kv.status import BuildStatus
 from mini_kv.store.baseline import BaselineBuildError, checked_source_attempt, find_source_attempt
 
@@ -46,26 +45,20 @@ def rename_namespace(text: str, old: str, new: str) -> tuple[str, int]:
     return re.subn(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])", new, text)
 
 
-def source_candidate(attempt_dir: Path, baseline: dict) -> Candidate:
+def source_candidate(attempt_dir: Path, baseline: dict) -> tuple[Candidate, str]:
     """The candidate record the attempt was verified with, after checking the attempt is the one
-    the baseline names (store.baseline.checked_source_attempt)."""
+    the baseline names (store.baseline.checked_source_attempt), and a digest of its sources: of the
+    paths and SHA-256s the attempt's manifest lists under sources/, which that check has verified."""
     header = checked_source_attempt(attempt_dir, baseline).header
     if "candidate_manifest.json" not in {f["path"] for f in header["files"]}:
         raise BaselineBuildError(f"{attempt_dir}: no candidate_manifest.json (not a candidate's attempt)")
     manifest = json.loads((attempt_dir / "candidate_manifest.json").read_text())
+    sources = sorted([f["path"], f["sha256"]] for f in header["files"] if f["path"].startswith("sources/"))
     try:
-        return from_json(CandidateManifest, manifest).candidate(str(attempt_dir / "sources"))
+        cand = from_json(CandidateManifest, manifest).candidate(str(attempt_dir / "sources"))
     except (TypeError, AttributeError) as exc:  # a field missing, or not a record at all
         raise BaselineBuildError(f"{attempt_dir / 'candidate_manifest.json'}: missing field {exc}") from None
-
-
-def sources_digest(root: Path) -> str:
-    """SHA-256 of every file under `root`: relative path and bytes, each length-prefixed."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        for part in (str(f.relative_to(root)).encode(), f.read_bytes()):
-            h.update(len(part).to_bytes(8, "little") + part)
-    return h.hexdigest()
+    return cand, sha256_text(canonical_json(sources))
 
 
 def build_baseline(
@@ -74,18 +67,18 @@ def build_baseline(
     """Build the baseline's sources under a namespace of their own; raises BaselineBuildError or
     BaselineTampered."""
     attempt_dir = find_source_attempt(baseline, artifacts)
-    cand = source_candidate(attempt_dir, baseline)
+    cand, sources_digest = source_candidate(attempt_dir, baseline)
     old_ns, _, op_name = cand.op.partition("::")
     if not NAMESPACE_RE.match(old_ns):
         raise BaselineBuildError(f"op {cand.op!r}: namespace is not an identifier")
-    src_root = attempt_dir / "sources"
-    new_ns = f"{old_ns}__baseline_{sources_digest(src_root)[:12]}"
+    new_ns = f"{old_ns}__baseline_{sources_digest[:12]}"
     build_root = Path(project_root) / ".build"
     build_root.mkdir(parents=True, exist_ok=True)
     # a private copy: the key hashes file contents and relative paths, not where they lie, so the
     # same baseline is a cache hit next time although this directory is gone by then
     with tempfile.TemporaryDirectory(prefix="baseline-src-", dir=build_root) as tmp:  # jail.OWN_TEMP_PREFIXES
         renamed = 0
+        src_root = attempt_dir / "sources"
         for f in sorted(p for p in src_root.rglob("*") if p.is_file()):
             dest = Path(tmp) / f.relative_to(src_root)
             dest.parent.mkdir(parents=True, exist_ok=True)
