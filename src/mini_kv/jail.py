@@ -1087,7 +1087,6 @@ class Jailed(subprocess.Popen):
     groups: tuple[_Group, ...] = ()
     memory_cap: int | None = None  # Limits.memory_bytes where a memory cgroup or a MemoryWatch enforces it
     out_of_memory = False  # (after `cleanup`) the tree was killed, or a process of it, at the memory cap
-    watched = False  # its memory cap kept by MemoryWatch (no memory cgroup here)
 
     @property
     def oom_cap(self) -> int | None:
@@ -1137,8 +1136,7 @@ class Jailed(subprocess.Popen):
         kill_group(self.pid)
 
     def cleanup(self) -> None:
-        if self.watched:
-            MemoryWatch.remove(self)
+        MemoryWatch.remove(self)  # where it watched this tree (no memory cgroup here)
         # the kernel's count of out-of-memory kills in the tree's memory cgroup, read before it goes
         self.out_of_memory = self.out_of_memory or any(g.oom_kills() for g in self.groups)
         for g in self.groups:
@@ -1363,7 +1361,6 @@ def popen(
         proc.memory_cap = spec.limits.memory_bytes
         if not any(g.is_memory for g in groups):  # no memory cgroup here: the cap from outside the tree
             MemoryWatch.add(proc, spec.limits.memory_bytes)
-            proc.watched = True
     return proc
 
 
