@@ -45,9 +45,6 @@ MAX_RESTARTS = 50
 # killed sooner, a candidate's own exit reads as SIGKILL, ours
 SUBJECT_END_WAIT_S = 3.0
 STARTUP_S = DEFAULTS.startup_s
-# After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
-# everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
-# each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
 
 
 def _tail(path: str, n: int = 4000, since: int = 0) -> str:

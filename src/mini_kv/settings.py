@@ -67,7 +67,10 @@ class Settings:
     compile_s: float = 600.0
     case_s: float = 120.0
     stage_s: float = 1800.0
-    give_up_after: int = 2  # consecutive TIMEOUTs before the remaining cases are NOT_RUN
+    # After this many TIMEOUTs in a row (no case finishing in between) the candidate is taken to hang on
+    # everything: the cases still pending are recorded NOT_RUN, saying why, instead of costing a timeout
+    # each (14 workloads x 600 s was 2 h 20 min for one hanging solution). --give-up-after changes it.
+    give_up_after: int = 2
     # A worker child's start-up before its `ready` event: the harness only (Python, torch, CUPTI), so a
     # limit for a broken machine, never a candidate's time (its per-case timeout starts at `ready`).
     startup_s: float = 300.0
