@@ -392,6 +392,20 @@ def test_a_script_run_from_the_hosts_tmp_shows_the_jail_neither_that_tmp_nor_a_r
     shutil.rmtree(marker.parent)
 
 
+# a process touching every page of N MiB it holds, then saying so
+TOUCH = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096]); print('held', {n}, flush=True)"
+
+
+def _forked_hog(hold_s: float) -> str:
+    """The parent holds 150 MiB and its forked child another 150 for `hold_s`: each alone fits a 256-MiB
+    cap, the tree does not. It prints 'child 0' only if the child lived to its end."""
+    return (
+        "import os, time\n" + TOUCH.format(n=150) + "\npid = os.fork()\nif pid == 0:\n    "
+        + TOUCH.format(n=150) + f"\n    time.sleep({hold_s})\n    os._exit(0)\n"
+        + "_, st = os.waitpid(pid, 0); print('child', st)\n"
+    )  # fmt: skip
+
+
 @needs_jail
 def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
     """The memory cgroup caps the whole tree, a forked child's memory included (an address-space cap
@@ -400,20 +414,10 @@ def test_a_jailed_tree_past_its_memory_cap_is_killed_and_one_within_it_is_not():
     if dict(INFO.layers).get("memory_cap") != "active":
         pytest.skip(f"no memory cgroup here: {dict(INFO.layers).get('memory_cap')}")
     spec = jail.JailSpec(limits=jail.Limits(memory_bytes=256 << 20))
-    touch = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096]); print('held', {n}, flush=True)"
-    # the parent holds 150 MiB and its forked child another 150: each alone fits, the tree does not
-    hog = (
-        "import os, time\n"
-        + touch.format(n=150)
-        + "\npid = os.fork()\n"
-        + "if pid == 0:\n    "
-        + touch.format(n=150)
-        + "\n    time.sleep(5)\n    os._exit(0)\n"
-        + "_, st = os.waitpid(pid, 0); print('child', st)\n"
-    )
+    hog = _forked_hog(5)
     res = _run(hog, spec)
     assert "held 150" in res.stdout and "child 0" not in res.stdout, (res.stdout, res.stderr)
-    small = _run(touch.format(n=64), spec)
+    small = _run(TOUCH.format(n=64), spec)
     assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
     # a tool run through jail.run (a build's compiler) has it said after its own output
     tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
@@ -427,23 +431,16 @@ def test_without_a_memory_cgroup_a_watch_from_outside_kills_a_tree_past_its_cap(
     from outside it: the same forked hog is killed as a whole, told as out of memory, and a tree within
     its cap runs to its end. Run here with the memory cgroup taken away, whatever this machine has."""
     spec = jail.JailSpec(limits=jail.Limits(memory_bytes=256 << 20))
-    touch = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096]); print('held', {n}, flush=True)"
-    # the parent holds 150 MiB and its forked child another 150, for 10 s: each alone fits, the tree not
-    hog = (
-        "import os, time\n" + touch.format(n=150) + "\npid = os.fork()\nif pid == 0:\n    "
-        + touch.format(n=150) + "\n    time.sleep(10)\n    os._exit(0)\n"
-        + "_, st = os.waitpid(pid, 0); print('child', st)\n"
-    )  # fmt: skip
     t0 = time.monotonic()
-    tool = jail.run([sys.executable, "-c", hog], spec, INFO, timeout=60)
+    tool = jail.run([sys.executable, "-c", _forked_hog(10)], spec, INFO, timeout=60)
     assert time.monotonic() - t0 < 8, "the tree was not killed within its child's 10 s"
     assert "child 0" not in tool.stdout and tool.returncode != 0, (tool.stdout, tool.stderr)
     assert "out of memory" in tool.stderr and "memory cap of 0.25 GiB" in tool.stderr, tool.stderr
-    small = _run(touch.format(n=64) + "\nimport time; time.sleep(0.5)", spec)
+    small = _run(TOUCH.format(n=64) + "\nimport time; time.sleep(0.5)", spec)
     assert small.returncode == 0 and "held 64" in small.stdout, small.stderr
     # eight forks of a parent holding 100 MiB share its pages: 900 MiB counted page by page, 100 by share
     forks = (
-        "import os, time\n" + touch.format(n=100) + "\nkids = []\n"
+        "import os, time\n" + TOUCH.format(n=100) + "\nkids = []\n"
         "for _ in range(8):\n    kids.append(os.fork())\n    if kids[-1] == 0:\n        time.sleep(2)\n"
         "        os._exit(0)\n"
         "print('done', sorted(os.waitpid(k, 0)[1] for k in kids))\n"

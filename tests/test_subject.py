@@ -567,8 +567,8 @@ def test_the_held_calls_and_their_stream_checks_are_counted_per_read():
 @pytest.mark.gpu
 def test_a_held_calls_stream_check_is_counted_and_one_the_call_outlasted_is_counted_as_skipped(tmp_path):
     """On CUDA every held call reports whether its stream-order check ran (integrity.StreamHold): an
-    honest call on an idle GPU is checked (all but perhaps the first); one that synchronises outlasts the hold, so its
-    check is skipped, and that is counted rather than passed off as checked."""
+    honest call on an idle GPU is checked (all but perhaps the first); one that synchronises outlasts
+    the hold, so its check is skipped, and that is counted rather than passed off as checked."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     got = {}
