@@ -149,36 +149,50 @@ def test_cli_compare_refusal_exit_code(fake_ncu, monkeypatch, pair):  # noqa: F8
 # ------------------------------------------------------------------------------ A/B timing
 
 
-def test_ab_timing_process_alternates_on_the_same_inputs():
-    """The timing job in the worker child, on CPU builds of both candidates (wallclock there, as in the benchmark)."""
+def _profiled(card_path: Path, cid: str, case_id: str, device: str = "cpu") -> SimpleNamespace:
+    """A stand-in for a Profile of candidate `cid` on `case_id`: its build for `device` as the profiled library."""
     from mini_kv.compile.compiler import compile_candidate
     from mini_kv.load.task_card import load_task_card
-    from mini_kv.runner import run_one
+    from mini_kv.model import sha256_file
 
-    card = load_task_card(ROOT / "tasks" / "rmsnorm.yaml")
-    docs = []
-    for cid in ("v0_naive", "v1_block_reduce"):
-        cand = card.candidate(cid)
-        comp = compile_candidate(ROOT, cand, with_cuda=False)
-        assert comp.status == "ok"
-        docs.append(
-            SimpleNamespace(
-                candidate=SimpleNamespace(id=cid, op=cand.op, library=comp.library),
-                task=SimpleNamespace(operator=card.operator),
-                case=SimpleNamespace(params={"rows": 64, "hidden": 256}, dtype="float32", seed=7),
-            )
-        )
-    job = ab.job_for(docs[0], docs[1], repeats=4, samples=5, warmup=2, device="cpu")
-    for entry, doc in zip(job.candidates, docs, strict=True):
-        entry["library"] = doc.candidate.library
-    ev = run_one(job, timeout=300)
-    assert ev.ok, ev
-    res = ev.result
-    assert res["ran"] and res["method"] == "wallclock"
-    assert res["order"] == [["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
-    assert [len(x) for x in res["samples"]["A"]] == [5] * 4 and len(res["samples"]["B"]) == 4
-    assert res["b_over_a"] == pytest.approx(res["p50_us"]["B"] / res["p50_us"]["A"])
-    assert res["candidates"] == {"A": "v0_naive", "B": "v1_block_reduce"}
+    card = load_task_card(card_path)
+    cand = card.candidate(cid)
+    comp = compile_candidate(ROOT, cand, with_cuda=device == "cuda")
+    assert comp.status == "ok", comp
+    return SimpleNamespace(
+        candidate=SimpleNamespace(
+            id=cid, op=cand.op, library=comp.library, library_sha256=sha256_file(comp.library)
+        ),
+        task=SimpleNamespace(card_path=str(card_path), suite_hash=card.suite_hash()),
+        case=SimpleNamespace(id=case_id, seed_salt="ab-test"),
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_ab_timing_is_the_engines_same_run_comparison_alternating_on_the_same_case(device):
+    """B in the candidate's place and A's build in the reference's, timed by one judge and subject pair
+    (wallclock on CPU, CUPTI on a GPU, as in the benchmark)."""
+    card = ROOT / "tasks" / "rmsnorm.yaml"
+    a, b = (_profiled(card, cid, "r5_h127-float32", device) for cid in ("v0_naive", "v1_block_reduce"))
+    res = ab.run_ab(a, b, repeats=4, samples=5, warmup=2, device=device)
+    assert res.ran, res
+    assert res.method == ("wallclock" if device == "cpu" else "cupti") and res.sandbox is not None
+    assert res.order == [["B", "A"], ["A", "B"], ["B", "A"], ["A", "B"]] or res.order == [
+        ["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]  # fmt: skip
+    assert [len(x) for x in res.samples["A"]] == [5] * 4 and len(res.samples["B"]) == 4
+    assert res.b_over_a == pytest.approx(res.p50_us["B"] / res.p50_us["A"])
+    assert res.candidates == {"A": "v0_naive", "B": "v1_block_reduce"}
+
+
+def test_ab_timing_of_a_tampering_candidate_is_its_integrity_violation():
+    """B changes the process environment (the exploit library's `set_env`): the timing is that violation,
+    not a latency, as it is in the benchmark stage."""
+    card = ROOT / "tests" / "exploits" / "task_card" / "exploits.yaml"
+    a = _profiled(ROOT / "tasks" / "vector_add.yaml", "v0_naive", "n1000-float32")
+    b = _profiled(card, "set_env", "n1000-float32")
+    a.task = b.task  # compare() has refused profiles of two tasks: both of the exploit card here
+    res = ab.run_ab(a, b, repeats=2, samples=3, warmup=1, device="cpu")
+    assert res.ran is False and res.error and res.integrity == "HARNESS_TAMPERED", res
 
 
 def test_ab_refuses_a_changed_library(pair, tmp_path, monkeypatch):

@@ -113,7 +113,7 @@ def _print_comparison(result: Comparison, timing: ABTiming, console) -> None:
         return
     p50, p95, ratio = timing.p50_us, timing.p95_us, timing.b_over_a
     console.print(
-        f"A/B timing (one process, same inputs, order alternating over {timing.repeats} repeats x "
+        f"A/B timing (one jailed subject, judged outside it; order alternating over {timing.repeats} repeats x "
         f"{timing.samples_per_repeat} samples; {timing.method}: {timing.timer}):\n"
         f"  A {a.candidate}: P50 {p50['A']:.2f} µs, P95 {p95['A']:.2f} µs\n"
         f"  B {b.candidate}: P50 {p50['B']:.2f} µs, P95 {p95['B']:.2f} µs\n"

@@ -152,8 +152,16 @@ def worker_spec(
     hide = [d for d in (project / ".build" if project else None, artifacts) if d is not None]
     for d in hide:
         d.mkdir(parents=True, exist_ok=True)
+    staged = (project / ".build").resolve() if project is not None else None
     return JailSpec(
-        read_only=tuple(str(p) for p in readable if p is not None and os.path.exists(p)),
+        # a library under the staged .build/ (a --prebuilt one there) shows by staging, as every build does
+        read_only=tuple(
+            str(p)
+            for p in readable
+            if p is not None
+            and os.path.exists(p)
+            and not (staged and Path(p).resolve().is_relative_to(staged))
+        ),
         staged=(str(project / ".build"),) if project is not None else (),
         hidden=(str(artifacts),) if artifacts is not None else (),
         gpu=bool(jail.gpu_nodes()),
@@ -577,35 +585,57 @@ def _judge_regression(
 
 def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
     """confirm(baseline, case_id), the regression gate's evidence for one suspected case: the baseline's own
-    code (built once per run) takes the reference's place (the job's `baseline` key) and is timed with the
-    candidate in one fresh worker, interleaved (the worker alternates who goes first each repeat), with
-    fresh inputs. Stored timings alone never FAIL."""
+    code (built once per run) timed beside the candidate (`time_beside`), with fresh inputs. Stored timings
+    alone never FAIL."""
     built: dict = {}
 
     def confirm(baseline: dict, case_id: str) -> Retimed:
         if not built:  # once per run, however many cases need it
             built["entry"], built["record"] = door.build_baseline(baseline, prep, job)
-        # a cached reference timing that came with the job is never used in its place (worker.engine)
-        rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16), baseline=built["entry"])
-        with jail.scratch("confirm") as scratch:
-            res = run_worker(
-                rerun,
-                log_path=os.path.join(scratch, "worker.log"),
-                case_timeout=prep.case_timeout,
-                stage_timeout=door.stage_timeout(rerun),
-                sandbox=prep.sandbox,
-                spec=_jail_spec(prep),
-            )
-        rec, why = door.timed(res, case_id)
-        if rec is None:
-            raise RuntimeError(
-                f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else "")
-            )
+        rerun = door.confirm_job(job, case_id).replace(salt=secrets.token_hex(16))
+        rec, _ = time_beside(door, prep, rerun, case_id, built["entry"])
         return Retimed(
             rec["candidate"]["samples"], rec["reference"]["samples"], rec.get("order"), built["record"]
         )
 
     return confirm
+
+
+def time_beside(
+    door: FrontDoor, prep: Prepared, job: Job, case_id: str, baseline: dict
+) -> tuple[dict, WorkerResults]:
+    """Case `case_id` of `job` timed in one fresh worker with another build (`baseline`: its library and op,
+    loaded by the subject beside the candidate) in the reference's place, interleaved (the worker alternates
+    who goes first each repeat): the door's timing record of the case (`reference` is the baseline's side),
+    and the worker's results. The regression gate's same-run comparison, and compare-profiles' A/B.
+    A cached reference timing that came with the job is never used in its place (worker.engine)."""
+    with jail.scratch("confirm") as scratch:
+        res = run_worker(
+            job.replace(baseline=baseline),
+            log_path=os.path.join(scratch, "worker.log"),
+            case_timeout=prep.case_timeout,
+            stage_timeout=door.stage_timeout(job),
+            sandbox=prep.sandbox,
+            spec=_jail_spec(prep),
+        )
+    rec, why = door.timed(res, case_id)
+    if rec is None:
+        violation = next(
+            (r.get("integrity") for r in res.bench if r.get("id") == case_id and r.get("integrity")), None
+        )
+        raise NoTiming(
+            f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""),
+            violation,
+        )
+    return rec, res
+
+
+class NoTiming(RuntimeError):
+    """time_beside's case produced no timing: why, and the integrity code of a violation that ended it."""
+
+    def __init__(self, message: str, integrity: str | None = None):
+        super().__init__(message)
+        self.integrity = integrity
 
 
 def _write_attempt(

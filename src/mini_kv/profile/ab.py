@@ -1,24 +1,22 @@
-"""Same-process A/B timing of two profiled candidates: the latency beside the profile deltas.
+"""compare-profiles' A/B timing of two profiled task-card candidates: the latency beside the profile deltas.
 
-ncu replays each kernel many times with counters on; its durations are not latencies. This
-times both candidates the way the benchmark stage does (mini_kv.worker.timing.measure, the
-same method chosen for both), in one child process, on the very inputs both profiles recorded
-(same factory, same seed), alternating which goes first in each repeat.
-
-Parent: `run_ab(a, b, ...)` -> worker child (job kind `ab`, sandboxed), which runs `time_pair`
-under the integrity Guard as the benchmark stage does: a violation is the result (`integrity`).
+ncu replays each kernel many times with counters on; its durations are not latencies. The A/B is the
+regression gate's same-run comparison (pipeline.time_beside) on the profiled case: B's profiled build in
+the candidate's place and A's in the reference's, both loaded by one jailed subject and timed by its judge
+with the benchmark stage's method, settings and integrity checks, the order alternating every repeat; the
+first input set is the one both profiles recorded (same card, case and seed salt).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mini_kv.codec import from_json, optional
+from mini_kv.codec import optional
 from mini_kv.model import JailRecord, sha256_file
 from mini_kv.settings import DEFAULTS
-from mini_kv.worker.jobs import ABJob
 
 if TYPE_CHECKING:
     from mini_kv.profile.store import Profile
@@ -59,126 +57,79 @@ def _library(doc: Profile) -> tuple[str | None, str | None]:
     return lib, None
 
 
-def job_for(a: Profile, b: Profile, repeats: int, samples: int, warmup: int, device: str = "cuda:0") -> ABJob:
-    """The timing job; each candidate's `library` is filled in by the caller."""
-    case = a.case  # compare() has checked that both profiles have the same case and inputs
-    return ABJob(
-        device=device,
-        inputs=a.task.operator["inputs"],
-        params=case.params,
-        dtype=case.dtype,
-        seed=case.seed,
-        repeats=repeats,
-        samples=samples,
-        warmup=warmup,
-        method="auto",
-        candidates=[
-            {"label": "A", "id": a.candidate.id, "op": a.candidate.op},
-            {"label": "B", "id": b.candidate.id, "op": b.candidate.op},
-        ],
-    )
-
-
 def run_ab(
     a: Profile,
     b: Profile,
     repeats: int = DEFAULTS.ab_repeats,
     samples: int = DEFAULTS.ab_samples,
     warmup: int = DEFAULTS.ab_warmup,
-    timeout: float = DEFAULTS.ncu_timeout_s,
+    device: str = "cuda",
 ) -> ABTiming:
-    """The timing of `a` against `b` in a jailed child, or why it could not run."""
-    import torch
+    """The timing of `a` against `b` (compare() has checked they profiled the same task and case), or why
+    it could not run. `device`: cuda unless a test times CPU builds."""
+    if device.startswith("cuda"):
+        import torch
 
-    from mini_kv.jail import JailSpec
-    from mini_kv.load.task_card import find_project_root
-    from mini_kv.runner import default_sandbox, run_one
-
-    if not torch.cuda.is_available():
-        return ABTiming(
-            False,
-            "no CUDA device visible to torch: the A/B latency needs the GPU the "
-            "profiles were taken on (the profiler's replay durations are not latencies)",
-        )
-    job = job_for(a, b, repeats, samples, warmup)
-    for entry, doc in zip(job.candidates, (a, b), strict=True):
-        lib, why = _library(doc)
-        if lib is None:
-            return ABTiming(False, why + "; re-run `mini-kv profile` here")
-        entry["library"] = lib
-    # both candidates' code runs in this child, jailed as the worker is: it sees the two libraries and
-    # the project whose input module it imports, read-only
-    libs = tuple(entry["library"] for entry in job.candidates)
-    spec = JailSpec(read_only=(*libs, str(find_project_root(Path.cwd()))), gpu=True)
-    ev = run_one(job, timeout, sandbox=default_sandbox(), spec=spec)
-    if not ev.ok:
-        why = f"the timing process failed: {ev.reason}: {ev.traceback or ev.log_tail[-1500:]}"
-        return ABTiming(False, why, error=True, sandbox=ev.sandbox)
-    return replace(from_json(ABTiming, ev.result), sandbox=ev.sandbox)
-
-
-def time_pair(job: ABJob) -> ABTiming:
-    """Runs in the worker child: the harness is snapshot before either candidate loads and checked
-    after loading and after timing; a violation is the result (`ran` False, `integrity`)."""
-    from mini_kv.worker import integrity
-    from mini_kv.worker.inputs import clone_args, import_path, make_case_inputs
-    from mini_kv.worker.loader import load_op
-    from mini_kv.worker.timing import CallRotation
-
-    device = job.device
-    args = make_case_inputs(import_path(job.inputs), job.params, job.dtype, device, int(job.seed))
-    guard = integrity.Guard(integrity.snapshot())
-    try:
-        calls = {}
-        for c in job.candidates:
-            op = load_op(c["library"], c["op"])
-            own = clone_args(args)  # the same values, independent buffers: neither sees the other's writes
-            calls[c["label"]] = CallRotation([lambda op=op, own=own: op(*own)])
-        guard.check("loading the candidates")
-        result = _time(job, calls)
-        guard.check("after timing")
-    except integrity.Violation as v:
-        return ABTiming(False, str(v), error=True, integrity=v.code)
-    return result
-
-
-def _time(job: ABJob, calls: dict) -> ABTiming:
-    from mini_kv import stats
-    from mini_kv.worker.engine import choose_method, timed
-    from mini_kv.worker.timing import TIMER_LABELS, L2Flusher, measure, method_chain
-
-    device = job.device
-    flush = L2Flusher(device, False)
-    for _ in range(job.warmup):
-        for w in calls.values():
-            w.next()()
-    method, fallbacks = timed(
-        lambda: choose_method(method_chain(job.method, device), list(calls.values()), device, flush, 20)
-    )
-    samples: dict[str, list] = {label: [] for label in calls}
-    order_log = []
-    for r in range(job.repeats):
-        order = ("A", "B") if r % 2 == 0 else ("B", "A")
-        order_log.append(list(order))
-        for label in order:
-            samples[label].append(
-                timed(lambda w=calls[label]: measure(w, method, job.samples, device, flush, 20)).samples
+        if not torch.cuda.is_available():
+            return ABTiming(
+                False,
+                "no CUDA device visible to torch: the A/B latency needs the GPU the "
+                "profiles were taken on (the profiler's replay durations are not latencies)",
             )
-    summary = {label: stats.summarize_repeats(s) for label, s in samples.items()}
-    p50 = {label: summary[label].overall.p50 for label in calls}
+    libs = {}
+    for label, doc in (("A", a), ("B", b)):
+        libs[label], why = _library(doc)
+        if why:
+            return ABTiming(False, why + "; re-run `mini-kv profile` here")
+    return _time(a, b, libs, repeats, samples, warmup, device)
+
+
+def _time(
+    a: Profile, b: Profile, libs: dict, repeats: int, samples: int, warmup: int, device: str
+) -> ABTiming:
+    from mini_kv import stats
+    from mini_kv.environment import cpu_memory_limit
+    from mini_kv.load.task_card import load_task_card
+    from mini_kv.pipeline import CardDoor, NoTiming, VerifyOptions, time_beside, worker_spec
+
+    card = load_task_card(a.task.card_path)
+    if card.suite_hash() != a.task.suite_hash:
+        return ABTiming(False, f"{a.task.card_path} changed since it was profiled; re-run `mini-kv profile`")
+    case = next(c.to_dict() for c in card.cases if c.id == a.case.id)
+    opts = VerifyOptions(device=device, prebuilt=libs["B"], seed_salt=a.case.seed_salt, give_up_after=1)
+    door = CardDoor(card, card.candidate(b.candidate.id), opts)
+    try:
+        prep = door.prepare()
+        # A's library, wherever its profile was built, shows in the jail as B's (--prebuilt) does
+        spec = worker_spec(
+            [prep.root, libs["B"], libs["A"]], prep.root, prep.artifacts, cpu_memory_limit(None)
+        )
+        prep = dataclasses.replace(prep, jail_spec=spec)
+        job = door.job(prep, door.build(prep, lambda *_: None))
+        settings = dataclasses.replace(job.benchmark, repeats=repeats, samples=samples, warmup=warmup)
+        job = job.replace(cases=[], contract=[], bench_cases=[case], benchmark=settings)
+        rec, res = time_beside(door, prep, job, case["id"], {"library": libs["A"], "op": a.candidate.op})
+    except NoTiming as exc:  # a violation, a crash or a timeout of either side: the worker's record says
+        return ABTiming(False, str(exc), error=True, integrity=exc.integrity)
+    finally:
+        door.close()
+    by_label = {"A": rec["reference"], "B": rec["candidate"]}
+    summary = {label: stats.summarize_repeats(side["samples"]) for label, side in by_label.items()}
+    p50 = {label: s.overall.p50 for label, s in summary.items()}
     return ABTiming(
         True,
-        method=method,
-        timer=TIMER_LABELS[method],
-        fallbacks=fallbacks,
-        unit="us",
-        order=order_log,
-        repeats=job.repeats,
-        samples_per_repeat=job.samples,
-        candidates={c["label"]: c["id"] for c in job.candidates},
+        sandbox=res.sandbox,
+        method=rec["method"],
+        timer=rec["timer"],
+        fallbacks=rec["fallbacks"],
+        unit=rec["unit"],
+        order=[["A" if who == "reference" else "B" for who in order] for order in rec["order"]],
+        repeats=len(rec["order"]),
+        samples_per_repeat=samples,
+        candidates={"A": a.candidate.id, "B": b.candidate.id},
         p50_us=p50,
-        p95_us={label: summary[label].overall.p95 for label in calls},
-        p50_robust_cv={label: summary[label].p50_robust_cv for label in calls},
+        p95_us={label: s.overall.p95 for label, s in summary.items()},
+        p50_robust_cv={label: s.p50_robust_cv for label, s in summary.items()},
         b_over_a=p50["B"] / p50["A"],
-        samples=samples,
+        samples={label: side["samples"] for label, side in by_label.items()},
     )

@@ -233,7 +233,6 @@ def _one_shot(path: str):
 
 HANDLERS = {
     "bandwidth": _one_shot("mini_kv.worker.bandwidth:measure_job"),
-    "ab": _one_shot("mini_kv.profile.ab:time_pair"),
     "profile_target": _one_shot("mini_kv.profile.target:run"),
     "sol_profile_target": _one_shot("mini_kv.profile.sol:run_target"),
     "build": _one_shot("mini_kv.compile.jit_child:build"),

@@ -143,12 +143,6 @@ SolProfileTargetJob = _kind(
     "The process ncu profiles for a SOL-ExecBench solution (profile/sol.run_target).",
     "device reference seed warmup calls solution case",
 )
-ABJob = _kind(
-    "ABJob",
-    "ab",
-    "A/B timing of two profiled candidates (profile/ab.time_pair); candidates: [{label, id, op, library}].",
-    "device inputs params dtype seed repeats samples warmup method candidates",
-)
 BuildJob = _kind(
     "BuildJob",
     "build",
