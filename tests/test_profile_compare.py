@@ -168,7 +168,7 @@ def _profiled(card_path: Path, cid: str, case_id: str, device: str = "cpu") -> S
     )
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.timing])])
 def test_ab_timing_is_the_engines_same_run_comparison_alternating_on_the_same_case(device):
     """B in the candidate's place and A's build in the reference's, timed by one judge and subject pair
     (wallclock on CPU, CUPTI on a GPU, as in the benchmark)."""
