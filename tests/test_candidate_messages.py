@@ -177,12 +177,17 @@ def test_the_same_failure_on_every_workload_is_printed_once(traces):
     assert "the same log as workload 0" in out
 
 
-@pytest.mark.parametrize("cap", ["cgroup", "watch"])
-def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(tmp_path, request, cap):
-    """A helper process holding 600 MiB beside a solution that takes 800 MiB more: each stays under its
-    own address-space cap (--memory-limit 1.5), the tree does not, and the kernel kills the solution's
-    process at the jail's memory cgroup, or, without one, jail.MemoryWatch kills its tree. The workload
-    says so, with the cap and the option that sets it, not only 'killed by signal SIGKILL'."""
+@pytest.mark.parametrize(
+    "cap, device", [("cgroup", "cpu"), ("watch", "cpu"), pytest.param("watch", "cuda", marks=pytest.mark.gpu)]
+)
+def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
+    tmp_path, request, cap, device
+):
+    """A helper process holding 600 MiB beside a solution that takes 800 MiB more (on CUDA, where the cap
+    is a larger RLIMIT_DATA that a CUDA context fits: 2 and 3 GiB under a 4-GiB cap, the solution's process
+    holding a CUDA context): each stays under its own cap, the tree does not, and the kernel kills the
+    solution's process at the jail's memory cgroup, or, without one, jail.MemoryWatch kills its tree. The
+    workload says so, with the cap and the option that sets it, not only 'killed by signal SIGKILL'."""
     from mini_kv import jail
 
     if cap == "watch":
@@ -191,13 +196,17 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
         request.getfixturevalue("no_memory_cgroup")
     elif (state := dict(jail.resolve("auto").layers).get("memory_cap")) != "active":
         pytest.skip(f"no memory cgroup here: {state}")
-    hog = "b = bytearray(600 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(120)"
+    helper_mib, own_mib, cap_gib = (600, 800, 1.5) if device == "cpu" else (2048, 3072, 4)
+    hog = (
+        f"b = bytearray({helper_mib} << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(120)"
+    )
     source = (
         "import subprocess, sys, time\n\n"
         "def forward(x, w, alpha):\n"
+        "    float(x.sum())\n"  # on CUDA: the process holds its context, as every GPU solution's does
         f"    helper = subprocess.Popen([sys.executable, '-c', {hog!r}])\n"
         "    time.sleep(3)\n"
-        "    b = bytearray(800 << 20)\n"
+        f"    b = bytearray({own_mib} << 20)\n"
         "    b[::4096] = b'x' * len(b[::4096])\n"
         "    time.sleep(5)\n"  # held: a watch that reads every 0.1 s on a loaded machine sees it too
         "    y = x * (w * alpha)\n"
@@ -205,12 +214,16 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
     )
     sol = _write(tmp_path / "oom", "oom", False, source)
     opts = BenchOptions(
-        solution=str(sol), artifacts=str(tmp_path / "a"), memory_limit_gb=1.5, give_up_after=1, **FAST
+        solution=str(sol),
+        artifacts=str(tmp_path / "a"),
+        memory_limit_gb=cap_gib,
+        give_up_after=1,
+        **{**FAST, "device": device},
     )
     result = bench(str(PROBLEM), opts)
     first = result.traces[0].evaluation
     assert first.status == "RUNTIME_ERROR", first
-    assert "out of memory" in first.log and "memory cap of 1.5 GiB" in first.log, first.log
+    assert "out of memory" in first.log and f"memory cap of {cap_gib:g} GiB" in first.log, first.log
     assert "--memory-limit" in first.log, first.log
 
 
