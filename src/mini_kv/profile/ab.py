@@ -100,6 +100,7 @@ def _time(
     door = CardDoor(card, card.candidate(b.candidate.id), opts)
     try:
         prep = door.prepare()
+        door.close()  # its worker checked the card's modules; a fresh one times, with none idle beside it
         # A's library, wherever its profile was built, shows in the jail as B's (--prebuilt) does
         spec = worker_spec(
             [prep.root, libs["B"], libs["A"]], prep.root, prep.artifacts, cpu_memory_limit(None)
