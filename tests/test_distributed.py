@@ -18,7 +18,7 @@ from conftest import cmdline, run_cli
 from test_index import snapshot
 
 from mini_kv.errors import ExitCode
-from mini_kv.proc import _descendants
+from mini_kv.proc import ProcessTree
 from mini_kv.store.attempts import iter_attempt_dirs, read_attempt
 from mini_kv.store.index import rebuild_index
 
@@ -124,8 +124,9 @@ def _busy_workers(client_pid: int, count: int = 1, timeout: float = 120) -> list
     while time.monotonic() < deadline:
         busy = [
             pid
-            for pid in _descendants(client_pid)
-            if "spawn_main" in cmdline(pid) and any(_is_worker_child(c) for c in _descendants(pid))
+            for pid in ProcessTree.scan().below(client_pid)
+            if "spawn_main" in cmdline(pid)
+            and any(_is_worker_child(c) for c in ProcessTree.scan().below(pid))
         ]
         if len(busy) >= count:
             return busy
@@ -187,7 +188,7 @@ def test_workers_killed_mid_candidate_lose_nothing(tmp_path):
     try:
         busy = _busy_workers(client.pid, 2)
         time.sleep(3)
-        children = [c for pid in busy for c in _descendants(pid)]
+        children = [c for pid in busy for c in ProcessTree.scan().below(pid)]
         for pid in busy:  # both at once: every running item loses its worker
             os.kill(pid, signal.SIGKILL)
         time.sleep(1.5)  # a child would otherwise run on for seconds (until its next write finds no reader)

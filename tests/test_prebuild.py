@@ -94,7 +94,7 @@ def _states(child, settle: str | None = None) -> list[str]:
     (signals land late)."""
     import time
 
-    from mini_kv.proc import _descendants, _state
+    from mini_kv.proc import ProcessTree, _state
 
     if settle is not None:
         for _ in range(100):
@@ -107,7 +107,7 @@ def _states(child, settle: str | None = None) -> list[str]:
     for run in (child, child.subject):
         if run is None or run.proc is None:  # a judge not taken yet (runner.KeptJudges)
             continue
-        states = (_state(pid) for pid in [run.proc.pid, *_descendants(run.proc.pid)])
+        states = (_state(pid) for pid in [run.proc.pid, *ProcessTree.scan().below(run.proc.pid)])
         out += [s for s in states if s != "X"]  # (X: gone since the scan)
     return out
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from mini_kv.proc import _descendants, _state, kill_group, signal_tree
+from mini_kv.proc import ProcessTree, _state, kill_group, signal_tree
 
 # forks as fast as it can; each child spins a little (a window in which it runs), then ends
 FORKER = """
@@ -30,7 +30,7 @@ def test_a_stop_holds_every_process_of_a_tree_that_forks_while_it_is_signalled()
         time.sleep(0.3)
         for _ in range(20):
             signal_tree(proc.pid, signal.SIGSTOP)
-            states = {pid: _state(pid) for pid in [proc.pid, *_descendants(proc.pid)]}
+            states = {pid: _state(pid) for pid in [proc.pid, *ProcessTree.scan().below(proc.pid)]}
             assert set(states.values()) <= set("TtZX"), states  # nothing forked past the last scan runs
             signal_tree(proc.pid, signal.SIGCONT)
             time.sleep(0.01)

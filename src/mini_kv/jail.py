@@ -1072,7 +1072,7 @@ class MemoryWatch:
         if t.proc.returncode is not None or tree_resident_bytes(pid, tree=scan) <= t.cap:
             return
         t0 = time.monotonic()
-        if tree_resident_bytes(pid, proportional=True) > t.cap and t.proc.returncode is None:
+        if tree_resident_bytes(pid, proportional=True, tree=scan) > t.cap and t.proc.returncode is None:
             t.proc.out_of_memory = True
             t.proc.kill_tree()
             cls.remove(t.proc)

@@ -602,17 +602,24 @@ def _confirmation(door: FrontDoor, job: Job, prep: Prepared):
 
 
 def time_beside(
-    door: FrontDoor, prep: Prepared, job: Job, case_id: str, baseline: dict
+    door: FrontDoor,
+    prep: Prepared,
+    job: Job,
+    case_id: str,
+    baseline: dict,
+    first_child: ChildRun | None = None,
 ) -> tuple[dict, WorkerResults]:
     """Case `case_id` of `job` timed in one fresh worker with another build (`baseline`: its library and op,
     loaded by the subject beside the candidate) in the reference's place, interleaved (the worker alternates
     who goes first each repeat): the door's timing record of the case (`reference` is the baseline's side),
     and the worker's results. The regression gate's same-run comparison, and compare-profiles' A/B.
-    A cached reference timing that came with the job is never used in its place (worker.engine)."""
+    A cached reference timing that came with the job is never used in its place (worker.engine).
+    `first_child`: a worker of the door's started already, with the same jail view (`door.first_child`)."""
     with jail.scratch("confirm") as scratch:
         res = run_worker(
             job.replace(baseline=baseline),
-            log_path=os.path.join(scratch, "worker.log"),
+            log_path=None if first_child is not None else os.path.join(scratch, "worker.log"),
+            first_child=first_child,
             case_timeout=prep.case_timeout,
             stage_timeout=door.stage_timeout(job),
             sandbox=prep.sandbox,

@@ -115,11 +115,6 @@ class ProcessTree:
         return out
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, from /proc (Linux); empty where /proc is unavailable."""
-    return ProcessTree.scan().below(pid)
-
-
 # a process's resident memory that no file backs (what the kernel cannot drop for it): each page it
 # maps whole (status, cheap), or each page's share among the processes that map it (smaps_rollup's
 # proportional sizes: the page tables walked, about 5 ms for a process with torch loaded)
@@ -156,7 +151,7 @@ def signal_tree(pid: int, sig: int, below: bool = False) -> list[int]:
     running may fork after the scan: the next scan waits until those signalled have stopped
     (_wait_stopped). Returns the processes signalled."""
     done: set[int] = set()
-    while new := [p for p in [*([] if below else [pid]), *_descendants(pid)] if p not in done]:
+    while new := [p for p in [*([] if below else [pid]), *ProcessTree.scan().below(pid)] if p not in done]:
         _signal_all(new, sig)
         done.update(new)
         if sig == signal.SIGSTOP:

@@ -86,7 +86,7 @@ class Settings:
     ncu_timeout_s: float = 600.0  # `profile`: the Nsight Compute run (and again for its import)
     profile_warmup: int = 5  # `profile`: candidate calls before the profiled one (ncu --launch-skip)
     profile_salt: str = "mini_kv-profile"  # `profile`: what the profiled inputs' seed derives from
-    # `compare-profiles`: the same-process A/B timing of two profiled candidates (profile/ab.py)
+    # `compare-profiles`: the A/B timing of two profiled candidates (profile/ab.py, pipeline.time_beside)
     ab_repeats: int = 6
     ab_samples: int = 50
     ab_warmup: int = 10

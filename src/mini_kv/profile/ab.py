@@ -87,7 +87,6 @@ def run_ab(
 def _time(
     a: Profile, b: Profile, libs: dict, repeats: int, samples: int, warmup: int, device: str
 ) -> ABTiming:
-    from mini_kv import stats
     from mini_kv.environment import cpu_memory_limit
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import CardDoor, NoTiming, VerifyOptions, time_beside, worker_spec
@@ -100,23 +99,28 @@ def _time(
     door = CardDoor(card, card.candidate(b.candidate.id), opts)
     try:
         prep = door.prepare()
-        door.close()  # its worker checked the card's modules; a fresh one times, with none idle beside it
-        # A's library, wherever its profile was built, shows in the jail as B's (--prebuilt) does
+        # A's library, wherever its profile was built, shows in the jail as B's (--prebuilt) does; the door's
+        # worker (it checked the card's modules) times them where its view already shows both (A under the
+        # staged .build/), else it ends and a fresh one with that view does, none idle beside the timing
         spec = worker_spec(
             [prep.root, libs["B"], libs["A"]], prep.root, prep.artifacts, cpu_memory_limit(None)
         )
+        first = door.first_child() if spec == prep.jail_spec else None
+        door.close()
         prep = dataclasses.replace(prep, jail_spec=spec)
         job = door.job(prep, door.build(prep, lambda *_: None))
         settings = dataclasses.replace(job.benchmark, repeats=repeats, samples=samples, warmup=warmup)
         job = job.replace(cases=[], contract=[], bench_cases=[case], benchmark=settings)
-        rec, res = time_beside(door, prep, job, case["id"], {"library": libs["A"], "op": a.candidate.op})
+        baseline = {"library": libs["A"], "op": a.candidate.op}
+        rec, res = time_beside(door, prep, job, case["id"], baseline, first_child=first)
     except NoTiming as exc:  # a violation, a crash or a timeout of either side: the worker's record says
         return ABTiming(False, str(exc), error=True, integrity=exc.integrity)
     finally:
         door.close()
+    # the engine's own record of each side: its samples and their summary (stats.summarize_repeats)
     by_label = {"A": rec["reference"], "B": rec["candidate"]}
-    summary = {label: stats.summarize_repeats(side["samples"]) for label, side in by_label.items()}
-    p50 = {label: s.overall.p50 for label, s in summary.items()}
+    summary = {label: side["summary"] for label, side in by_label.items()}
+    p50 = {label: s["overall"]["p50"] for label, s in summary.items()}
     return ABTiming(
         True,
         sandbox=res.sandbox,
@@ -129,8 +133,8 @@ def _time(
         samples_per_repeat=samples,
         candidates={"A": a.candidate.id, "B": b.candidate.id},
         p50_us=p50,
-        p95_us={label: s.overall.p95 for label, s in summary.items()},
-        p50_robust_cv={label: s.p50_robust_cv for label, s in summary.items()},
+        p95_us={label: s["overall"]["p95"] for label, s in summary.items()},
+        p50_robust_cv={label: s["p50_robust_cv"] for label, s in summary.items()},
         b_over_a=p50["B"] / p50["A"],
         samples={label: side["samples"] for label, side in by_label.items()},
     )
