@@ -184,8 +184,9 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
     tmp_path, request, cap, device
 ):
     """A helper process holding 600 MiB beside a solution that takes 800 MiB more (on CUDA, where the cap
-    is a larger RLIMIT_DATA that a CUDA context fits: 2 and 3 GiB under a 4-GiB cap, the solution's process
-    holding a CUDA context): each stays under its own cap, the tree does not, and the kernel kills the
+    is a larger RLIMIT_DATA that a CUDA context fits: 3.75 GiB and 0.5 GiB under a 4-GiB cap, the solution's
+    process holding a CUDA context, which counts over 1 GiB of its data cap on an H100): each stays under its
+    own cap, the tree does not, and the kernel kills the
     solution's process at the jail's memory cgroup, or, without one, jail.MemoryWatch kills its tree. The
     workload says so, with the cap and the option that sets it, not only 'killed by signal SIGKILL'."""
     from mini_kv import jail
@@ -196,7 +197,7 @@ def test_a_solution_killed_at_its_jails_memory_cap_is_told_it_ran_out_of_memory(
         request.getfixturevalue("no_memory_cgroup")
     elif (state := dict(jail.resolve("auto").layers).get("memory_cap")) != "active":
         pytest.skip(f"no memory cgroup here: {state}")
-    helper_mib, own_mib, cap_gib = (600, 800, 1.5) if device == "cpu" else (2048, 3072, 4)
+    helper_mib, own_mib, cap_gib = (600, 800, 1.5) if device == "cpu" else (3840, 512, 4)
     hog = (
         f"b = bytearray({helper_mib} << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(120)"
     )
