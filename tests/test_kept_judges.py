@@ -32,22 +32,46 @@ def _bench(prob: Path, names: list[str], tmp_path: Path) -> list:
     return run_batch([sol_item(prob, SOLS / name / "solution.json", tmp_path / "store") for name in names])
 
 
-def test_one_judge_serves_the_batch_until_a_crash_ends_it_and_the_fresh_pairs_judge_goes_on(
-    started, tmp_path
-):
+def test_one_judge_serves_the_whole_batch_a_crash_costing_only_a_fresh_subject(started, tmp_path):
     prob = _problem(tmp_path)
     results = _bench(prob, ["good_dps", "crashes", "good_return", "wrong_values"], tmp_path)
     assert [r.status for r in results] == ["PASSED", "FAILED", "PASSED", "FAILED"]
     statuses = [t.evaluation.status for t in results[1].detail.traces]
     assert "RUNTIME_ERROR" in statuses and "PASSED" in statuses  # the crash pinned on its workload only
     # the first item's judge and subject; each next item's subject, started ahead, waits for that judge;
-    # the crash ends the judge with its subject (it is not kept) and a fresh pair runs the crash's
-    # workload after it; that pair's judge is kept and judges the third and fourth items
-    assert started == ["judge", "subject", "subject", "subject", "judge", "subject", "subject"]
+    # the crash ends the subject only (the judge's `lost` event): the crash's workload after it runs in a
+    # fresh subject beside the same judge, which then judges the third and fourth items
+    assert started[:2] == ["judge", "subject"] and started.count("judge") == 1, started
+    assert started.count("subject") == 5, started
     assert runner.KeptJudges._idle == [] and not runner.KeptJudges.keeping()  # ended with the batch
-    # each attempt's log holds what the judges printed for its own jobs only: the log follows the job
+    # each attempt's log holds what the judge printed for its own jobs only: the log follows the job (the
+    # crash's item is two jobs, its workloads before the crash and those after)
     logs = [(Path(r.attempt) / "logs" / "worker.log").read_text() for r in results]
     assert [log.count(MARK) for log in logs] == [1, 2, 1, 1], logs
+
+
+def test_a_solution_crashing_on_every_workload_keeps_its_judge_and_gets_a_fresh_subject_for_each(
+    started, tmp_path
+):
+    """One `bench`, no judges kept around it: the subject dies on each workload (SIGABRT), its judge says
+    so (`lost`) and waits, and the next workload runs beside it in a fresh subject. One judge for the
+    solution, a subject per workload, and each workload says how its own subject ended."""
+    from mini_kv.solexec.run import bench
+
+    folder = tmp_path / "aborts"
+    folder.mkdir()
+    sol = json.loads((SOLS / "crashes" / "solution.json").read_text())
+    source = "import os\n\ndef run(x, w, alpha):\n    os.abort()\n"
+    sol.update(name="scale_mul_aborts", sources=[{"path": "kernel.py", "content": source}])
+    (folder / "solution.json").write_text(json.dumps(sol))
+    opts = BenchOptions(
+        solution=str(folder / "solution.json"), artifacts=str(tmp_path / "store"), device="cpu", rounds=2
+    )
+    result = bench(str(SOLS / "problem"), opts)
+    evaluations = [t.evaluation for t in result.traces]
+    assert [e.status for e in evaluations] == ["RUNTIME_ERROR"] * 2, evaluations
+    assert all("SIGABRT" in e.log and "SIGKILL" not in e.log for e in evaluations), evaluations
+    assert started == ["judge", "subject", "subject"], started
 
 
 def test_a_kept_judge_sees_no_solution_of_the_batch(tmp_path):

@@ -4,7 +4,8 @@ Every job kind (mini_kv.worker.jobs) runs in `python -m mini_kv.worker.child`: `
 staged kinds (card, sol), `run_one` for the one-shot ones. The parent never imports candidate code.
 A child that crashes or hangs is killed (its whole tree: the jail's PID namespace); the case it was
 running is recorded as RUNTIME_ERROR or TIMEOUT with the tail of its log, and a fresh child continues
-with the cases after it. Every child is started through the jail (mini_kv.jail), as `spec` says.
+with the cases after it; where only the subject (the candidate's process) ended, its judge continues
+with a fresh subject. Every child is started through the jail (mini_kv.jail), as `spec` says.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mini_kv.status import Status
 from mini_kv.worker import explain
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import (
+    BETWEEN_JOBS,
     SUBJECT_DROPPED_EXIT,
     SUBJECT_KINDS,
     SUBJECT_LOST_EXIT,
@@ -319,7 +321,7 @@ class ChildRun:
         self.ready = False  # the child's `ready` event seen
         self.ended = False  # its result pipe closed: it is exiting (or exited) by itself
         self.log_path = log_path
-        self.done_seen = False  # the job's `done` read: the judge may be kept (close)
+        self.done_seen = False  # the job's `done` (or `lost`) read: the judge waits for another (close)
         # a judge of a staged kind can be kept between jobs (KeptJudges); its kind, what it was started with
         staged = self.HAS_SUBJECT and (job is None or job.KIND in SUBJECT_KINDS)
         self.pool_key = self._pool_key(env) if staged else None
@@ -523,7 +525,7 @@ class ChildRun:
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
         ev = self.verifier.read(line)
-        self.done_seen = ev.get("event") == Event.DONE
+        self.done_seen = ev.get("event") in BETWEEN_JOBS
         return ev
 
     def close(self, kill: bool) -> int | None:
@@ -561,6 +563,11 @@ class ChildRun:
 
     def _end_subject(self, code: int | None) -> int | None:
         """The subject ended (killed: its judge has ended, or is done with it), then the log closed."""
+        self._close_subject(code)
+        self.log.close()
+        return code
+
+    def _close_subject(self, code: int | None) -> None:
         if self.subject is not None:
             if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -568,7 +575,14 @@ class ChildRun:
             self.subject_code = self.subject.close(kill=True)
             self.subject_out_of_memory = self.subject.out_of_memory
             self.subject = None
-        self.log.close()
+
+    def subject_lost(self, code: int) -> int:
+        """The judge said its subject is gone (Event.LOST, `code` as its exit status would have said it) and
+        waits for its next job: the subject ends as at a judge's end (how it ended is kept for the record),
+        and the judge takes the job's cases left with a fresh subject (send): a judge's start (Python,
+        torch, the card's modules, a CUDA context) is paid once per candidate, not once per crash."""
+        self._close_subject(code)
+        self.ready = False  # the judge says `ready` again once its next subject answers
         return code
 
     def _keep(self) -> bool:
@@ -704,7 +718,8 @@ def run_worker(
 
 class _WorkerRun:
     """One `run_worker` call: what is still pending, the results so far, the case the child is on.
-    A child that crashes or hangs gets the case it was on recorded, and a fresh child the rest."""
+    A child that crashes or hangs gets the case it was on recorded, and a fresh child the rest; a subject
+    that crashes (its judge alive: Event.LOST) the same, the rest going to that judge with a fresh subject."""
 
     def __init__(
         self,
@@ -731,6 +746,7 @@ class _WorkerRun:
         self.current: tuple | None = None  # (stage, case id) the child is on
         self.give_up_after = give_up_after
         self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
+        self.lost_code = SUBJECT_LOST_EXIT  # how the judge's last `lost` event said its subject ended
         self.log_mark = 0  # the log's size when the current case began (_mark_log)
         self.broke: list[str] = []  # the cases a child crashed or hung on (_contract_cases)
         self.handlers = {
@@ -742,6 +758,7 @@ class _WorkerRun:
             Event.TIMING: lambda ev: AheadOfTurn.timing(ev.get("on") is True),
             Event.FATAL: self._fatal,
             Event.DONE: self._done,
+            Event.LOST: self._lost,
             Event.FORGED: self._unsigned,
         }
 
@@ -763,8 +780,17 @@ class _WorkerRun:
                 raise
             finally:  # a judge that crashed or hung while timing never says its timing ended
                 AheadOfTurn.timing(False)
-            code = child.close(kill=outcome != "done")
-            if not self._carry_on(outcome, _ended(code, child), budget):
+            if outcome == "lost":  # the judge goes on: the cases left go to it, with a fresh subject
+                code = child.subject_lost(self.lost_code)
+            else:
+                code = child.close(kill=outcome != "done")
+            go_on = self._carry_on(outcome, _ended(code, child), budget)
+            if outcome == "lost":
+                if go_on:
+                    first_child = child
+                else:
+                    child.close(kill=False)
+            if not go_on:
                 break
         touched = files_changed(files_before, pycache.file_stamps(harness_paths(watch)))
         if touched:
@@ -822,7 +848,7 @@ class _WorkerRun:
             if handler is None:
                 self._incident("channel", f"unexpected event {ev!r}"[:500])
             elif handler(ev):
-                return ("done" if kind == Event.DONE else "eof"), budget
+                return {Event.DONE: "done", Event.LOST: "lost"}.get(kind, "eof"), budget
 
     def _begin(self, ev: dict) -> None:
         self.current = (ev["stage"], ev["case"])
@@ -864,6 +890,10 @@ class _WorkerRun:
     def _done(self, ev: dict) -> bool:
         if self._left():  # signed with the key (read from this process's memory) but not the harness's
             self._forged(f"'done' with {self._left()} result(s) still pending")
+        return True
+
+    def _lost(self, ev: dict) -> bool:
+        self.lost_code = SUBJECT_DROPPED_EXIT if ev.get("code") == SUBJECT_DROPPED_EXIT else SUBJECT_LOST_EXIT
         return True
 
     def _unsigned(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign

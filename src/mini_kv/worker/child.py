@@ -1,7 +1,7 @@
 """The one child-process entry: `python -m mini_kv.worker.child --result-fd N`, one job JSON a line on stdin.
 
 Every job kind (mini_kv.worker.jobs) runs here: a task card's candidate, a SOL solution, and the
-one-shot kinds (bandwidth probe, A/B timing, the profiled target, a build), each answering with
+one-shot kinds (bandwidth probe, the profiled target, a build), each answering with
 one `result` event. Events go back signed on a pipe the parent owns (mini_kv.worker.channel); the
 parent alone writes attempt files. A `begin` event precedes each case so that a crash or hang is
 pinned on it. Under ncu the job comes from a file (`--job`) and the events go to one (`--result-file`).
@@ -21,7 +21,14 @@ from mini_kv.codec import to_json
 from mini_kv.proc import settle_worker
 from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
-from mini_kv.worker.jobs import SUBJECT_DROPPED_EXIT, SUBJECT_KINDS, SUBJECT_LOST_EXIT, Event, Job
+from mini_kv.worker.jobs import (
+    BETWEEN_JOBS,
+    SUBJECT_DROPPED_EXIT,
+    SUBJECT_KINDS,
+    SUBJECT_LOST_EXIT,
+    Event,
+    Job,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(ns.job) as f:
             return _run(json.load(f), chan, ns)
     # a judge whose job ended with `done` waits for the next one (a batch's next candidate, with a fresh
-    # subject: runner.KeptJudges); the end of stdin ends it
+    # subject: runner.KeptJudges), and one whose subject was lost for the cases left (runner._WorkerRun);
+    # the end of stdin ends it
     while line := sys.stdin.readline():
         code = _run(json.loads(line), chan, ns)
-        if code != 0 or chan.last != Event.DONE:
+        if code != 0 or chan.last not in BETWEEN_JOBS:
             return code
     return 0
 
@@ -166,8 +174,10 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) 
     """A problem's candidate (kinds `card` and `sol`), loaded in the subject by its format's evaluator,
     then one loop over the kind's steps: a card's correctness cases, contract checks and bench cases, a
     SOL problem's workloads (each record holds its timing too); a `begin` event before each. A subject
-    that is gone ends the job: the parent pins that on the case of the last `begin`, and goes on in a
-    new pair."""
+    that is gone ends the job (a `lost` event): the parent pins that on the case of the last `begin`, and
+    sends the cases left to this judge again with a fresh subject. The judge runs no candidate code, and
+    what a subject sent was never more than a claim, so a subject's end changes nothing the judge holds;
+    a CUDA error that may poison the context (below) still ends it."""
     from mini_kv.worker.remote import CpuMeter, SubjectLink, SubjectLost
 
     subject = SubjectLink(link_fd, job.device, None if meter_fd is None else CpuMeter(meter_fd))
@@ -179,7 +189,8 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) 
         return _run_stages(job, chan, subject)
     except SubjectLost as lost:
         print(f"mini_kv: {lost}", file=sys.stderr, flush=True)
-        return SUBJECT_DROPPED_EXIT if subject.broken else SUBJECT_LOST_EXIT
+        chan.send(event=Event.LOST, code=SUBJECT_DROPPED_EXIT if subject.broken else SUBJECT_LOST_EXIT)
+        return 0
     finally:
         subject.close()
 
@@ -211,7 +222,7 @@ def _poisoned(rec: dict) -> bool:
 
 def _stop_if_broken(subject) -> None:
     """After a record: a subject that broke the protocol is asked nothing more (the parent goes on with
-    a fresh pair for what is left)."""
+    a fresh subject for what is left)."""
     from mini_kv.worker.remote import SubjectLost
 
     if subject.broken:

@@ -29,7 +29,9 @@ class Event(StrEnum):
     TIMING = "timing"  # a timing starts (`on`: true) or ends: workers started ahead stop meanwhile
     FATAL = "fatal"  # the job failed outside any case
     DONE = "done"  # every stage finished
-    RESULT = "result"  # the one answer of a one-shot kind (bandwidth, ab, profile_target, build)
+    LOST = "lost"  # a judge's subject is gone (`code`: SUBJECT_LOST_EXIT or SUBJECT_DROPPED_EXIT); the judge
+    # waits for the job's remaining cases, with a fresh subject
+    RESULT = "result"  # the one answer of a one-shot kind (bandwidth, profile_target, sol_profile_target, build)
     FORGED = "forged"  # parent side: a line not signed with the run's key, or out of sequence
 
 
@@ -41,8 +43,11 @@ JOB_KINDS: dict[str, type[Job]] = {}
 # the kinds that run candidate code: the child that gets the job is the judge, and the candidate runs in
 # a subject process beside it (worker/subject.py), the two linked by a socket the parent makes
 SUBJECT_KINDS = frozenset({"card", "sol"})
-SUBJECT_LOST_EXIT = 5  # the judge's exit status when its subject is gone (the parent says how it ended)
-SUBJECT_DROPPED_EXIT = 6  # ... when it stopped asking a subject that broke the protocol (the case says how)
+SUBJECT_LOST_EXIT = 5  # its subject is gone (the parent says how it ended): Event.LOST's code
+SUBJECT_DROPPED_EXIT = 6  # ... it stopped asking a subject that broke the protocol (the case says how)
+# the events after which a judge waits for its next job (a batch's next candidate, or the cases left of
+# this one after its subject was lost), each with a fresh subject
+BETWEEN_JOBS = frozenset({Event.DONE, Event.LOST})
 
 
 class Job:

@@ -191,7 +191,7 @@ class SubjectLink:
 
     def lie(self, what: str) -> Violation:
         """The violation for an answer out of protocol; the subject is not asked anything after it (the
-        judge ends its job once the case is recorded, and the parent goes on with a fresh pair)."""
+        judge ends its job once the case is recorded, and the parent goes on with a fresh subject)."""
         self.broken = what[:300]
         return Violation("FORGED_RESULT_CHANNEL", what)
 
