@@ -183,3 +183,38 @@ def test_a_changed_environment_is_another_kind_of_judge(started, tmp_path, monke
             )
             assert {t.evaluation.status for t in res.traces} == {"PASSED"}
     assert started == ["judge", "subject", "subject", "judge", "subject"]
+
+
+def test_a_daemon_left_by_a_crashed_subject_cannot_reach_the_workloads_after_it(started, tmp_path):
+    """The attacker's view of a judge that goes on: on the first workload the solution forks a process that
+    keeps writing into its input (shared with the judge) and setsid()s away, then its subject exits. The
+    subject's jail ends with it (its PID namespace; the parent kills its tree too) before the next
+    workload, which gets fresh buffers and a fresh subject beside the same judge: it is judged on its own
+    outputs and passes."""
+    from mini_kv.solexec.run import bench
+
+    folder = tmp_path / "daemon"
+    folder.mkdir()
+    sol = json.loads((SOLS / "crashes" / "solution.json").read_text())
+    source = (
+        "import os\n\n"
+        "def run(x, w, alpha):\n"
+        "    if x.shape[0] == 3:\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()\n"
+        "            while True:\n"
+        "                x.fill_(1e30)\n"
+        "        os._exit(3)\n"
+        "    y = x * w * alpha\n"
+        "    return y, y.sum()\n"
+    )
+    sol.update(name="scale_mul_daemon", sources=[{"path": "kernel.py", "content": source}])
+    (folder / "solution.json").write_text(json.dumps(sol))
+    opts = BenchOptions(
+        solution=str(folder / "solution.json"), artifacts=str(tmp_path / "store"), device="cpu", rounds=2
+    )
+    result = bench(str(SOLS / "problem"), opts)
+    by_uuid = {t.workload.uuid: t.evaluation for t in result.traces}
+    assert by_uuid["small"].status == "RUNTIME_ERROR" and "status 3" in by_uuid["small"].log, by_uuid
+    assert by_uuid["tall"].status == "PASSED", by_uuid["tall"]
+    assert started == ["judge", "subject", "subject"], started
