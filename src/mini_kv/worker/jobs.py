@@ -31,7 +31,7 @@ class Event(StrEnum):
     DONE = "done"  # every stage finished
     LOST = "lost"  # a judge's subject is gone (`code`: SUBJECT_LOST_EXIT or SUBJECT_DROPPED_EXIT); the judge
     # waits for the job's remaining cases, with a fresh subject
-    RESULT = "result"  # the one answer of a one-shot kind (bandwidth, profile_target, sol_profile_target, build)
+    RESULT = "result"  # the one answer of a one-shot kind (bandwidth, the profiled targets, build)
     FORGED = "forged"  # parent side: a line not signed with the run's key, or out of sequence
 
 
