@@ -218,3 +218,20 @@ def test_a_daemon_left_by_a_crashed_subject_cannot_reach_the_workloads_after_it(
     assert by_uuid["small"].status == "RUNTIME_ERROR" and "status 3" in by_uuid["small"].log, by_uuid
     assert by_uuid["tall"].status == "PASSED", by_uuid["tall"]
     assert started == ["judge", "subject", "subject"], started
+
+
+def test_a_card_candidate_that_aborts_on_a_case_goes_on_beside_the_same_judge(started, cli, tmp_path):
+    """A task card's candidate (tests/planted: SIGABRT on n33 only), one `verify`: the case is pinned on it,
+    the cases after it and the contract checks run in a fresh subject beside the same judge."""
+    res = cli(
+        "verify", "--task", "tests/planted/planted.yaml", "--candidate", "abort", "--skip-benchmark",
+        "--artifacts", str(tmp_path), "--json", timeout=600,
+    )  # fmt: skip
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    corr = json.loads((Path(summary["attempt"]) / "correctness.json").read_text())
+    cases = {c["id"]: c for c in corr["cases"]}
+    assert cases["n33-float32"]["status"] == "RUNTIME_ERROR", cases["n33-float32"]
+    assert "SIGABRT" in cases["n33-float32"]["reason"], cases["n33-float32"]
+    assert cases["n31-float32"]["status"] == cases["n64-float32"]["status"] == "PASSED", cases
+    assert corr["contract"]["opcheck"]["status"] == "PASSED", corr["contract"]
+    assert started == ["judge", "subject", "subject"], started
