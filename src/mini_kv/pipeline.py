@@ -328,7 +328,7 @@ class FrontDoor(Protocol):
     def confirm_job(self, job: Job, case_id: str) -> Job: ...  # one case, interleaved settings
     def timed(
         self, res: WorkerResults, case_id: str
-    ) -> tuple[dict | None, str | None]: ...  # (timing, why none)
+    ) -> tuple[dict | None, str | None, str | None]: ...  # (timing, why none, the violation that ended it)
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary | None:
         return None  # its header keys
 
@@ -625,11 +625,8 @@ def time_beside(
             sandbox=prep.sandbox,
             spec=_jail_spec(prep),
         )
-    rec, why = door.timed(res, case_id)
+    rec, why, violation = door.timed(res, case_id)
     if rec is None:
-        violation = next(
-            (r.get("integrity") for r in res.bench if r.get("id") == case_id and r.get("integrity")), None
-        )
         raise NoTiming(
             f"the same-run comparison of {case_id} produced no timing" + (f": {why}" if why else ""),
             violation,
@@ -899,10 +896,11 @@ class CardDoor(FrontDoor):
         case = next(c for c in job.bench_cases if c["id"] == case_id)
         return job.replace(cases=[], contract=[], bench_cases=[case], benchmark=job.benchmark.interleaved())
 
-    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None, str | None]:
         recs = [r for r in res.bench if r.get("id") == case_id]
         why = (res.load or {}).get("reason") or next((r.get("reason") for r in recs), None)
-        return next((r for r in recs if "candidate" in r), None), why
+        violation = next((r["integrity"] for r in recs if r.get("integrity")), None)
+        return next((r for r in recs if "candidate" in r), None), why, violation
 
     def summary(self, built: Built, duration_s: float, notes: list[str]) -> DoorSummary:
         c = built.compile

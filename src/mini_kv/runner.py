@@ -34,9 +34,9 @@ from mini_kv.worker import explain
 from mini_kv.worker.channel import Verifier
 from mini_kv.worker.jobs import (
     BETWEEN_JOBS,
-    SUBJECT_DROPPED_EXIT,
+    SUBJECT_DROPPED,
     SUBJECT_KINDS,
-    SUBJECT_LOST_EXIT,
+    SUBJECT_LOST,
     Event,
     Job,
 )
@@ -86,9 +86,9 @@ def _exit_status(code: int | None) -> str:
 
 def _ended(code: int | None, child: ChildRun) -> str:
     """How a worker ended, for the record: a judge whose subject was lost says how the subject ended."""
-    if code == SUBJECT_LOST_EXIT:
+    if code == SUBJECT_LOST:
         return explain.process_ended(_describe_exit(child.subject_code, child.subject_out_of_memory))
-    if code == SUBJECT_DROPPED_EXIT:
+    if code == SUBJECT_DROPPED:
         return "the judge dropped its subject, which broke the protocol (the case's record says how)"
     return f"worker {_describe_exit(code, child.out_of_memory)}"
 
@@ -569,7 +569,7 @@ class ChildRun:
 
     def _close_subject(self, code: int | None) -> None:
         if self.subject is not None:
-            if code == SUBJECT_LOST_EXIT:  # the subject ended first: let it finish ending, unkilled by us
+            if code == SUBJECT_LOST:  # the subject ended first: let it finish ending, unkilled by us
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.subject.proc.wait(timeout=SUBJECT_END_WAIT_S)
             self.subject_code = self.subject.close(kill=True)
@@ -746,7 +746,7 @@ class _WorkerRun:
         self.current: tuple | None = None  # (stage, case id) the child is on
         self.give_up_after = give_up_after
         self.timeouts_in_row = 0  # TIMEOUTs since a case last finished
-        self.lost_code = SUBJECT_LOST_EXIT  # how the judge's last `lost` event said its subject ended
+        self.lost_code = SUBJECT_LOST  # how the judge's last `lost` event said its subject ended
         self.log_mark = 0  # the log's size when the current case began (_mark_log)
         self.broke: list[str] = []  # the cases a child crashed or hung on (_contract_cases)
         self.handlers = {
@@ -780,18 +780,14 @@ class _WorkerRun:
                 raise
             finally:  # a judge that crashed or hung while timing never says its timing ended
                 AheadOfTurn.timing(False)
-            if outcome == "lost":  # the judge goes on: the cases left go to it, with a fresh subject
-                code = child.subject_lost(self.lost_code)
-            else:
-                code = child.close(kill=outcome != "done")
-            go_on = self._carry_on(outcome, _ended(code, child), budget)
-            if outcome == "lost":
-                if go_on:
-                    first_child = child
-                else:
+            lost = outcome == "lost"
+            code = child.subject_lost(self.lost_code) if lost else child.close(kill=outcome != "done")
+            if not self._carry_on(outcome, _ended(code, child), budget):
+                if lost:  # the judge waits for a next job: kept for a batch's next item, else ended
                     child.close(kill=False)
-            if not go_on:
                 break
+            if lost:  # the judge goes on: the cases left go to it, with a fresh subject
+                first_child = child
         touched = files_changed(files_before, pycache.file_stamps(harness_paths(watch)))
         if touched:
             changed = "files of the verifier changed while the worker ran: " + ", ".join(touched[:10])
@@ -893,7 +889,7 @@ class _WorkerRun:
         return True
 
     def _lost(self, ev: dict) -> bool:
-        self.lost_code = SUBJECT_DROPPED_EXIT if ev.get("code") == SUBJECT_DROPPED_EXIT else SUBJECT_LOST_EXIT
+        self.lost_code = SUBJECT_DROPPED if ev.get("code") == SUBJECT_DROPPED else SUBJECT_LOST
         return True
 
     def _unsigned(self, ev: dict) -> None:  # bytes on the pipe that the harness did not sign

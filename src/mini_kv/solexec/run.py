@@ -514,10 +514,10 @@ class SolDoor(FrontDoor):
             settings=replace(job.settings.interleaved(), rounds=1),
         )
 
-    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None]:
+    def timed(self, res: WorkerResults, case_id: str) -> tuple[dict | None, str | None, str | None]:
         rec = next((r for r in res.cases if r.get("id") == case_id), {})
         why = rec.get("log") or rec.get("reason") or (res.load or {}).get("reason")
-        return ({**rec["bench"], "order": None} if rec.get("bench") else None), why
+        return ({**rec["bench"], "order": None} if rec.get("bench") else None), why, rec.get("integrity")
 
     def evaluated(self) -> Evaluated:
         return Evaluated(_safe(self.cand.id), self.cand.op, SOL_FORMAT)

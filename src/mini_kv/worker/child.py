@@ -23,9 +23,9 @@ from mini_kv.status import Status
 from mini_kv.worker.channel import KEY_ENV, POISONED_MARKERS, Channel
 from mini_kv.worker.jobs import (
     BETWEEN_JOBS,
-    SUBJECT_DROPPED_EXIT,
+    SUBJECT_DROPPED,
     SUBJECT_KINDS,
-    SUBJECT_LOST_EXIT,
+    SUBJECT_LOST,
     Event,
     Job,
 )
@@ -189,7 +189,7 @@ def run_job(job: Job, chan: Channel, link_fd: int, meter_fd: int | None = None) 
         return _run_stages(job, chan, subject)
     except SubjectLost as lost:
         print(f"mini_kv: {lost}", file=sys.stderr, flush=True)
-        chan.send(event=Event.LOST, code=SUBJECT_DROPPED_EXIT if subject.broken else SUBJECT_LOST_EXIT)
+        chan.send(event=Event.LOST, code=SUBJECT_DROPPED if subject.broken else SUBJECT_LOST)
         return 0
     finally:
         subject.close()

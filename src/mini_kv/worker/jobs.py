@@ -29,8 +29,8 @@ class Event(StrEnum):
     TIMING = "timing"  # a timing starts (`on`: true) or ends: workers started ahead stop meanwhile
     FATAL = "fatal"  # the job failed outside any case
     DONE = "done"  # every stage finished
-    LOST = "lost"  # a judge's subject is gone (`code`: SUBJECT_LOST_EXIT or SUBJECT_DROPPED_EXIT); the judge
-    # waits for the job's remaining cases, with a fresh subject
+    LOST = "lost"  # a judge's subject is gone (`code`: SUBJECT_LOST or SUBJECT_DROPPED); the judge waits
+    # for the job's remaining cases, with a fresh subject
     RESULT = "result"  # the one answer of a one-shot kind (bandwidth, the profiled targets, build)
     FORGED = "forged"  # parent side: a line not signed with the run's key, or out of sequence
 
@@ -43,8 +43,10 @@ JOB_KINDS: dict[str, type[Job]] = {}
 # the kinds that run candidate code: the child that gets the job is the judge, and the candidate runs in
 # a subject process beside it (worker/subject.py), the two linked by a socket the parent makes
 SUBJECT_KINDS = frozenset({"card", "sol"})
-SUBJECT_LOST_EXIT = 5  # its subject is gone (the parent says how it ended): Event.LOST's code
-SUBJECT_DROPPED_EXIT = 6  # ... it stopped asking a subject that broke the protocol (the case says how)
+# Event.LOST's code: the judge's subject is gone (the parent says how it ended), or the judge stopped
+# asking a subject that broke the protocol (the case says how)
+SUBJECT_LOST = 5
+SUBJECT_DROPPED = 6
 # the events after which a judge waits for its next job (a batch's next candidate, or the cases left of
 # this one after its subject was lost), each with a fresh subject
 BETWEEN_JOBS = frozenset({Event.DONE, Event.LOST})
