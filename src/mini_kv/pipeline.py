@@ -23,6 +23,7 @@ from mini_kv.environment import Environment
 from mini_kv.errors import ConfigError, ExitCode
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.judge.regression import RegressionVerdict, Retimed
+from mini_kv.judge.static_check import StaticCheck, check_sources
 from mini_kv.model import Candidate, CandidateManifest, Problem, WorkerResults, canonical_json, sha256_text
 from mini_kv.runner import STARTUP_S, ChildRun, run_worker
 from mini_kv.settings import DEFAULTS, RunSettings, check_options, resolve
@@ -651,11 +652,13 @@ def _write_attempt(
     regression: RegressionVerdict | None,
     store: Path,
 ) -> Path:
-    """The attempt in `store`: the door's own files, environment.json, compile.json and its logs, the
-    worker's log, correctness.json, benchmark.json, regression.json and the header, committed."""
+    """The attempt in `store`: the door's own files, the static pre-check of their sources, environment.json,
+    compile.json and its logs, the worker's log, correctness.json, benchmark.json, regression.json and the
+    header, committed."""
     ident, what = door.identity(prep), door.evaluated()
     w = AttemptWriter(store, ident.task_id, what.candidate)
     door.write_files(w, built, out)
+    w.json("static_check.json", _static_check(w))
     w.json("environment.json", prep.env)
     if built.compile is not None:
         w.json("compile.json", built.compile)
@@ -927,6 +930,14 @@ class CardDoor(FrontDoor):
             "candidate_manifest.json",
             _copy_sources(w, Path(card.project_root) / self.cand.path, self.cand, built.compile),
         )
+
+
+def _static_check(w: AttemptWriter) -> StaticCheck:
+    """judge.static_check over the attempt's `sources/` as the door copied them (the files the build
+    hashed, or a solution's own): never a path of the candidate's choosing."""
+    root = w.path("sources")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return check_sources({str(p.relative_to(root)): p.read_bytes() for p in files})
 
 
 def _watch_paths(card: Problem) -> list[str]:

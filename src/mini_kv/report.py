@@ -62,6 +62,19 @@ class Tally:
         return counts if self.ran else f"NOTHING RAN ({counts})"
 
 
+def static_check_line(attempt: str) -> str | None:
+    """The static pre-check's line (judge.static_check) where it named something or could not run, from
+    the attempt's static_check.json; None where it found nothing (or the attempt has none)."""
+    from pathlib import Path
+
+    from mini_kv.judge.static_check import StaticCheck
+
+    try:
+        return StaticCheck.of(json.loads((Path(attempt) / "static_check.json").read_text())).line()
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def signature_line(attempt: str) -> str:
     """`signature: key id ...`, or `signature: none (...)`: whether the leaderboard's --require-signed
     will rank the attempt (store.signing). A line of its own: scripts read the path after `attempt: `."""
@@ -385,7 +398,9 @@ def print_verify(result: VerifyResult, console: Console | None = None, verbose: 
         soft_wrap=True,
     )
     console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
-    console.print(signature_line(result.attempt), markup=False, soft_wrap=True)
+    for text in (static_check_line(result.attempt), signature_line(result.attempt)):
+        if text:
+            console.print(text, markup=False, soft_wrap=True)
     if result.index_warning:
         console.print(
             f"[yellow]index not updated:[/] {escape(result.index_warning)} (run `mini-kv rebuild-index`)"

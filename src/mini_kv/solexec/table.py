@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import Tally, jail_note, kernels_line, print_regression, signature_line, timing_word
+from mini_kv.report import (
+    Tally,
+    jail_note,
+    kernels_line,
+    print_regression,
+    signature_line,
+    static_check_line,
+    timing_word,
+)
 from mini_kv.solexec import traces
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
@@ -77,7 +85,9 @@ def print_report(result: BenchResult, console: Console, verbose: bool = False) -
     if result.regression:
         print_regression(result.regression, console)
     console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
-    console.print(signature_line(result.attempt), markup=False, soft_wrap=True)
+    for text in (static_check_line(result.attempt), signature_line(result.attempt)):
+        if text:
+            console.print(text, markup=False, soft_wrap=True)
     if result.index_warning:
         console.print(f"[yellow]index not updated:[/] {escape(result.index_warning)}")
 

@@ -22,7 +22,7 @@ ATTEMPT_SCHEMA_VERSION = 1
 PARTIAL = StagedDir.PARTIAL
 # the schemas/ the files of an attempt are checked against when written and when read (correctness.json
 # and benchmark.json: store.records' records check themselves)
-FILE_SCHEMAS = {"regression.json": "regression"}
+FILE_SCHEMAS = {"regression.json": "regression", "static_check.json": "static_check"}
 
 
 def new_attempt_id(candidate: str) -> str:

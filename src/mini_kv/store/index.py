@@ -54,7 +54,7 @@ SIDECARS = ("-wal", "-shm", "-journal")
 LOCK_TIMEOUT_S = 300.0
 BUSY_TIMEOUT_S = 30.0
 # schema_version of the JSON files inside an attempt that the index reads (and store.records' two)
-KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1}
+KNOWN_FILE_VERSIONS = {"regression.json": 1, "environment.json": 1, "static_check.json": 1}
 # the JSON files of an attempt that derive() reads (all must be JSON objects)
 KNOWN_JSON_FILES = tuple(
     (
