@@ -1,6 +1,8 @@
-"""Per-call cost of two integrity defences on the CPU: the census of one call (integrity.kernel_census,
-one per workload or case) and the fingerprint of a timed call's output (timing.fingerprint, after every
-timed call, outside its span). docs/measurements/integrity-overheads.md has the figures.
+"""Per-call cost of integrity defences on the CPU: the census of one call (integrity.kernel_census,
+one per workload or case), the fingerprint of a timed call's output (timing.fingerprint, after every
+timed call, outside its span) and the static pre-check of an attempt's sources (judge.static_check,
+once per attempt: a forked child running kernelguard, or its kept answer for the same sources).
+docs/measurements/integrity-overheads.md has the figures.
 
     PYTHONPATH=src python benchmarks/integrity_overheads.py
 """
@@ -9,10 +11,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
+from mini_kv.judge import static_check
 from mini_kv.worker import integrity, timing
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def median_s(fn, n: int) -> float:
@@ -46,6 +52,20 @@ def main() -> None:
     for label, out in (("1M-element", y), ("24-element", small)):
         cost = median_s(lambda out=out: timing.fingerprint(out), 50)
         print(f"fingerprint of a {label} float32 output: {cost * 1e6:.0f} us")
+    for sol in ("rmsnorm/triton", "rmsnorm/cuda_cpp", "flux_rope/pytorch"):
+        folder = ROOT / "solutions" / sol
+        files = {
+            p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != "solution.json"
+        }
+
+        def fresh(files=files):
+            static_check._ANSWERS.clear()
+            static_check.check_sources(files)
+
+        cost, kept = median_s(fresh, 10), median_s(lambda files=files: static_check.check_sources(files), 10)
+        print(
+            f"static check of solutions/{sol} ({', '.join(sorted(files))}): {cost * 1e3:.0f} ms, kept {kept * 1e6:.0f} us"
+        )
 
 
 if __name__ == "__main__":
