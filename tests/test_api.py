@@ -43,6 +43,9 @@ def test_wrong_in_memory_solution_is_a_verdict_and_stored(tmp_path):
     assert result.cases and all(c.status == "INCORRECT_NUMERICAL" for c in result.cases)
     assert result.attempt is not None and (result.attempt / "attempt.json").is_file()
     assert result.reason and "INCORRECT_NUMERICAL" in result.reason
+    # the static pre-check read its in-memory source, as stored in the attempt; nothing to name in it
+    assert result.static_check.ran and result.static_check.files == ("kernel.py",)
+    assert result.static_check.findings == () and result.static_check.classification == "valid"
 
 
 def test_empty_selection_and_unknown_options_are_errors():

@@ -28,6 +28,7 @@ from mini_kv.errors import ExitCode, UserError
 
 if TYPE_CHECKING:
     from mini_kv.cluster.batch import ItemResult
+    from mini_kv.judge.static_check import StaticCheck
     from mini_kv.store.index import CheckedAttempt
 
 
@@ -84,6 +85,9 @@ class Result:
     attempt: Path | None = None  # None with store=False, or when nothing was stored
     reason: str | None = None  # why it did not pass, in one line
     duration_s: float = 0.0
+    # the static pre-check of its sources (judge.static_check: kernelguard's findings, a lead, never the
+    # verdict); None where the attempt holds none
+    static_check: StaticCheck | None = None
     # the front door's own result: bench's BenchResult, verify's VerifyResult
     raw: object = field(default=None, repr=False, compare=False)
 
@@ -209,6 +213,11 @@ def _result(out: ItemResult, keep: bool) -> Result:
         except AttemptInvalid as exc:  # the store refuses it (or its records): so does the API
             invalid = str(exc)
     row = checked.row if checked else None
+    static = None
+    if checked is not None and (attempt / "static_check.json").is_file():  # its hash checked above
+        from mini_kv.judge.static_check import StaticCheck
+
+        static = StaticCheck.of(json.loads((attempt / "static_check.json").read_text()))
     return Result(
         solution=sol.solution if sol else out.candidate,
         status="INVALID" if invalid else row.status if row else str(out.status),
@@ -219,6 +228,7 @@ def _result(out: ItemResult, keep: bool) -> Result:
         attempt=attempt if keep else None,
         reason=_reason(out, cases, invalid),
         duration_s=sol.duration_s if sol else 0.0,
+        static_check=static,
         raw=out.detail,
     )
 
