@@ -50,6 +50,20 @@ def test_the_same_sources_are_read_once_per_process(monkeypatch):
     assert not other.ran
 
 
+def test_a_parent_with_gigabytes_of_address_space_still_gets_its_check(monkeypatch):
+    """A CUDA context or torch alone gives the parent gigabytes of address space, which the forked child
+    inherits: its cap is on top of that, or the detector could not allocate at all."""
+    import mmap
+
+    monkeypatch.setattr(static_check, "_ANSWERS", {})
+    reserved = mmap.mmap(-1, 8 << 30)  # address space, not memory: untouched pages
+    try:
+        got = static_check.check_sources({"kernel.py": ID_CACHE * 200})
+    finally:
+        reserved.close()
+    assert got.ran and {f.pattern for f in got.findings} == {"OUTPUT_REPLAY_CACHE"}, got
+
+
 def test_a_source_too_large_is_named_not_read(monkeypatch):
     monkeypatch.setattr(static_check, "MAX_FILE_BYTES", 100)
     got = static_check.check_sources({"big.cu": "x" * 101, "kernel.py": ID_CACHE[:90]})

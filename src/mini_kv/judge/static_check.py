@@ -25,7 +25,7 @@ from mini_kv.codec import optional
 
 STATIC_CHECK_SCHEMA_VERSION = 1
 TIMEOUT_S = 10.0  # for every file of one candidate together
-MEMORY_BYTES = 1 << 30  # the child's address space
+MEMORY_BYTES = 1 << 30  # the child's address space beyond what it inherits from the parent
 MAX_FILE_BYTES = 1 << 20  # a larger source file is named, not read
 _SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hxx")
 
@@ -144,7 +144,9 @@ def _in_child(texts: dict[str, str]) -> tuple[dict | None, str]:
         code = 1
         try:
             os.close(read_end)
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+            # on top of the parent's address space, which it inherits (torch, a CUDA context: gigabytes)
+            cap = _address_space() + MEMORY_BYTES
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
             cpu = int(TIMEOUT_S) + 1
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
             import kernelguard
@@ -168,6 +170,12 @@ def _in_child(texts: dict[str, str]) -> tuple[dict | None, str]:
         return _collect(pid, read_end)
     finally:
         os.close(read_end)
+
+
+def _address_space() -> int:
+    """This process's virtual memory size in bytes (/proc/self/statm's first field, in pages)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _collect(pid: int, fd: int) -> tuple[dict | None, str]:
