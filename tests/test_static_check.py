@@ -3,6 +3,7 @@ child that input crafted against it cannot turn into a hang, a crash or a memory
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -58,7 +59,7 @@ def test_a_parent_with_gigabytes_of_address_space_still_gets_its_check(monkeypat
     monkeypatch.setattr(static_check, "_ANSWERS", {})
     reserved = mmap.mmap(-1, 8 << 30)  # address space, not memory: untouched pages
     try:
-        got = static_check.check_sources({"kernel.py": ID_CACHE * 200})
+        got = static_check.check_sources({"kernel.py": ID_CACHE * 30})
     finally:
         reserved.close()
     assert got.ran and {f.pattern for f in got.findings} == {"OUTPUT_REPLAY_CACHE"}, got
@@ -92,3 +93,30 @@ def test_a_detector_that_runs_away_costs_its_child_and_the_check_says_why(monkey
     assert time.monotonic() - t0 < 10
     assert not got.ran and got.reason == f"kernelguard {why}" and got.files == ("kernel.py",)
     assert got.line() == f"static check ({got.tool}): not run: kernelguard {why}"
+
+
+def test_a_run_stopped_during_the_check_leaves_no_child_behind(monkeypatch):
+    """Ctrl-C (here: an interruption raised while the parent waits) ends the child and reaps it."""
+    import kernelguard
+
+    monkeypatch.setattr(kernelguard, "analyze_code", lambda *a, **k: time.sleep(60))
+    monkeypatch.setattr(static_check, "_ANSWERS", {})
+    forked = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    def interrupted(pid, fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(static_check, "_collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        static_check.check_sources({"kernel.py": ID_CACHE})
+    (pid,) = forked
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
+        os.waitpid(pid, os.WNOHANG)

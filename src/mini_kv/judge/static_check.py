@@ -11,6 +11,7 @@ crafted to make a parser or a regular expression run away costs that child, neve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -168,6 +169,12 @@ def _in_child(texts: dict[str, str]) -> tuple[dict | None, str]:
     os.close(write_end)
     try:
         return _collect(pid, read_end)
+    except BaseException:  # Ctrl-C, SIGTERM: the child ends with the run, reaped (never a pid reused)
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        raise
     finally:
         os.close(read_end)
 
