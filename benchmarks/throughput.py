@@ -8,7 +8,7 @@ batch` and `bench` with several solutions run: builds ahead on every core while 
 Dask cluster with --gpus), or with --sequential one `python -m mini_kv bench` call per solution, as a
 user's loop does today. Prints solutions per hour, the time per stage (for the batch on one device
 also `between solutions`: wall time that no solution's run holds, and with --json the `timeline`: when
-each solution ran), the GPU busy fraction (the
+each solution ran, and `stages_by_solution`: each one's own seconds per stage), the GPU busy fraction (the
 GPUs' utilization sampled through NVML or nvidia-smi; n/a without a GPU) and every verdict that differs
 from its label. Exit status 1 if any verdict is wrong, 2 on bad input.
 
@@ -310,11 +310,17 @@ def run_items_here(items: list, gpus: str | None = None) -> list:
 
 
 def run_batch(
-    entries: list[Entry], device: str, options: dict, store: Path, gpus: str | None, timeline: list
+    entries: list[Entry],
+    device: str,
+    options: dict,
+    store: Path,
+    gpus: str | None,
+    timeline: list,
+    by_solution: dict | None = None,
 ):
     """Every entry through the batch evaluator; (verdicts by name, seconds per stage summed). In this
     process (no `gpus`) `timeline` gets [solution, start s, end s] for each, from the batch's start, in
-    the order they ran (cluster.batch.next_turn's)."""
+    the order they ran (cluster.batch.next_turn's); `by_solution` each one's own seconds per stage."""
     from mini_kv.cluster import batch
 
     items = [bench_item(e.name, e.problem, e.solution, device, options, store) for e in entries]
@@ -335,7 +341,10 @@ def run_batch(
     stages: Counter = Counter()
     verdicts = {}
     for r in results:
-        stages.update(stage_seconds(r.detail.phases if r.detail is not None else {}))  # BENCH items only
+        own = stage_seconds(r.detail.phases if r.detail is not None else {})  # BENCH items only
+        stages.update(own)
+        if by_solution is not None:
+            by_solution[r.label] = {k: round(v, 2) for k, v in own.items()}
         reason = (r.reason or "") if r.detail is None else ""
         verdicts[r.label] = verdict_of(r.attempt, str(r.status), reason)
     return verdicts, dict(stages)
@@ -462,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         timeline: list = []  # the batch's solutions as they ran here: [name, start s, end s]
+        by_solution: dict = {}  # each solution's own seconds per stage (where a solution's time went)
         with BusySampler(gpu_indices(device, args.gpus)) as busy:
             t0 = time.perf_counter()
             if args.sequential:
@@ -471,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
                     from mini_kv.cluster import batch
 
                     batch.started_ahead = lambda item, ahead=True: None
-                verdicts, stages = run_batch(entries, device, meta["options"], store, args.gpus, timeline)
+                verdicts, stages = run_batch(
+                    entries, device, meta["options"], store, args.gpus, timeline, by_solution
+                )
             wall = time.perf_counter() - t0
             if timeline:
                 # one solution at a time here: the wall time no solution's run holds is the evaluator
@@ -486,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["gpu_busy_source"] = busy.source
     meta["timeline"] = timeline
+    meta["stages_by_solution"] = by_solution
     rep = report(entries, verdicts, stages, wall, busy.fraction, meta)
     if args.json:
         print(json.dumps(rep))

@@ -118,6 +118,10 @@ def test_cpu_corpus_has_no_wrong_verdict_and_a_mislabelled_one_is_caught(tmp_pat
     # when each solution ran: every one, one at a time
     spans = sorted((start, end) for _, start, end in rep["timeline"])
     assert len(spans) == 9 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+    # and where each one's time went: its own stages, which the summed ones are the sums of
+    per = rep["stages_by_solution"]
+    assert sorted(per) == sorted(name for name, _, _ in rep["timeline"])
+    assert abs(sum(p.get("worker start", 0) for p in per.values()) - rep["stages_s"]["worker start"]) < 0.1
     kinds = Counter(s["kind"] for s in corpus["solutions"])
     assert kinds["hang"] == 1 and kinds["cheat_forge_channel"] == 1 and kinds["crash_os_exit"] == 1
     assert kinds["compile_error"] == 1 and kinds["cheat_skip_when_timed"] == 1 and kinds["off_by_one"] == 1
