@@ -199,6 +199,7 @@ def _options(cls, options: dict, **fixed):
 
 def _result(out: ItemResult, keep: bool) -> Result:
     """The Result of one front door's run, read back from the attempt the pipeline stored."""
+    from mini_kv.judge.static_check import read_static_check
     from mini_kv.solexec.run import BenchResult
     from mini_kv.store.index import AttemptInvalid, check_attempt
     from mini_kv.store.records import finite
@@ -213,11 +214,6 @@ def _result(out: ItemResult, keep: bool) -> Result:
         except AttemptInvalid as exc:  # the store refuses it (or its records): so does the API
             invalid = str(exc)
     row = checked.row if checked else None
-    static = None
-    if checked is not None and (attempt / "static_check.json").is_file():  # its hash checked above
-        from mini_kv.judge.static_check import StaticCheck
-
-        static = StaticCheck.of(json.loads((attempt / "static_check.json").read_text()))
     return Result(
         solution=sol.solution if sol else out.candidate,
         status="INVALID" if invalid else row.status if row else str(out.status),
@@ -228,7 +224,7 @@ def _result(out: ItemResult, keep: bool) -> Result:
         attempt=attempt if keep else None,
         reason=_reason(out, cases, invalid),
         duration_s=sol.duration_s if sol else 0.0,
-        static_check=static,
+        static_check=read_static_check(attempt) if checked is not None else None,  # its hash checked above
         raw=out.detail,
     )
 

@@ -64,15 +64,16 @@ class Tally:
 
 def static_check_line(attempt: str) -> str | None:
     """The static pre-check's line (judge.static_check) where it named something or could not run, from
-    the attempt's static_check.json; None where it found nothing (or the attempt has none)."""
-    from pathlib import Path
-
-    from mini_kv.judge.static_check import StaticCheck
+    the attempt's static_check.json; None where it found nothing, or the attempt has none (or none
+    readable: the store's checks say why)."""
+    from mini_kv.errors import ConfigError
+    from mini_kv.judge.static_check import read_static_check
 
     try:
-        return StaticCheck.of(json.loads((Path(attempt) / "static_check.json").read_text())).line()
-    except (OSError, ValueError, TypeError, KeyError):
+        static = read_static_check(attempt)
+    except (OSError, ValueError, ConfigError):
         return None
+    return static.line() if static is not None else None
 
 
 def signature_line(attempt: str) -> str:

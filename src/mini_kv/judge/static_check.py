@@ -21,8 +21,11 @@ import signal
 import time
 import warnings
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 from mini_kv.codec import optional
+from mini_kv.load.schema import read_record
 
 STATIC_CHECK_SCHEMA_VERSION = 1
 TIMEOUT_S = 10.0  # for every file of one candidate together
@@ -55,20 +58,6 @@ class StaticCheck:
     skipped: tuple[str, ...] = ()  # source files too large to read
     schema_version: int = STATIC_CHECK_SCHEMA_VERSION
 
-    @classmethod
-    def of(cls, data: dict) -> StaticCheck:
-        """The record as static_check.json holds it (the schema checked it when the attempt was read)."""
-        fields = {k: v for k, v in data.items() if k != "findings"}
-        findings = tuple(Finding(**f) for f in data.get("findings") or ())
-        return cls(
-            **{
-                **fields,
-                "findings": findings,
-                "files": tuple(data.get("files") or ()),
-                "skipped": tuple(data.get("skipped") or ()),
-            }
-        )
-
     def line(self) -> str | None:
         """The run's progress line where something matched (or the check could not run), else None."""
         if not self.ran:
@@ -85,6 +74,7 @@ _ANSWERS_KEPT = 256
 _RANK = {"valid": 0, "hacked": 2}  # kernelguard's other classifications (configurable) rank between
 
 
+@cache  # read from the installed package's metadata once, not for every attempt
 def tool_name() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -92,6 +82,15 @@ def tool_name() -> str:
         return f"kernelguard {version('kernelguard')}"
     except PackageNotFoundError:
         return "kernelguard"
+
+
+def read_static_check(attempt: Path | str) -> StaticCheck | None:
+    """An attempt's static_check.json as its record, checked against its schema (a ConfigError naming the
+    file and field where it does not pass); None where the attempt has none (written before the check)."""
+    path = Path(attempt) / "static_check.json"
+    if not path.is_file():
+        return None
+    return read_record(StaticCheck, json.loads(path.read_text()), "static_check", str(path))
 
 
 def check_sources(sources: dict[str, str | bytes]) -> StaticCheck:
@@ -113,7 +112,8 @@ def check_sources(sources: dict[str, str | bytes]) -> StaticCheck:
         texts[path] = data.decode("utf-8", "replace")
     if not texts:
         return StaticCheck(True, tool, classification="valid", skipped=tuple(skipped))
-    key = hashlib.sha256(json.dumps([tool, sorted(texts.items())]).encode()).hexdigest()
+    # texts are in path order already (sorted above)
+    key = hashlib.sha256(json.dumps([tool, list(texts.items())]).encode()).hexdigest()
     answer = _ANSWERS.get(key)
     why = ""
     if answer is None:
@@ -169,11 +169,8 @@ def _in_child(texts: dict[str, str]) -> tuple[dict | None, str]:
     os.close(write_end)
     try:
         return _collect(pid, read_end)
-    except BaseException:  # Ctrl-C, SIGTERM: the child ends with the run, reaped (never a pid reused)
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C, SIGTERM: the child ends with the run
+        _end(pid)
         raise
     finally:
         os.close(read_end)
@@ -185,13 +182,21 @@ def _address_space() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _end(pid: int) -> None:
+    """The child killed unless it has ended, and reaped (a pid already reaped is never signalled: it may
+    be another process's by now)."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 def _collect(pid: int, fd: int) -> tuple[dict | None, str]:
     chunks, deadline = [], time.monotonic() + TIMEOUT_S
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _end(pid)
             return None, f"kernelguard did not finish within {TIMEOUT_S:.0f} s"
         chunk = os.read(fd, 1 << 16)
         if not chunk:
