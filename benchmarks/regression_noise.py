@@ -263,6 +263,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     out = Path(args.out).resolve()
+    if not out.is_relative_to(ROOT):  # the card written there names the candidates' sources from ROOT
+        ap.error(f"--out {args.out}: expected a directory inside the checkout ({ROOT})")
     out.mkdir(parents=True, exist_ok=True)
     (out / "baseline.json").unlink(missing_ok=True)
     card = str(write_card(out, args.device).relative_to(ROOT))
