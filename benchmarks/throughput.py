@@ -1,7 +1,7 @@
 """Solutions per hour through the batch evaluator, on a labelled corpus (benchmarks/make_corpus.py).
 
     python benchmarks/throughput.py DIR [--device D] [--gpus all|0,1] [--limit N] [--part K/N]
-                                        [--sequential | --no-ahead] [--json]
+                                        [--sequential [--time-limit S] | --no-ahead] [--json]
 
 Runs the corpus's solutions through the batch evaluator (`mini_kv.cli_batch.run_items`, what `mini-kv
 batch` and `bench` with several solutions run: builds ahead on every core while the GPU evaluates, or a
@@ -23,7 +23,9 @@ batch's look-ahead, runner.AheadOfTurn), for the side-by-side figure of what it 
 --limit N takes a stratified slice: the solutions grouped by (label, language), each group its share of
 N, so a slice of 60 keeps the corpus's mix of languages and verdicts. --part K/N runs the K-th of N
 interleaved parts of that slice, so that N calls (each within a time limit) run one slice between them;
-the slice's rate is then its size over the sum of the parts' wall times.
+the slice's rate is then its size over the sum of the parts' wall times. --time-limit S (sequential
+only) stops the call under way after S seconds and reports the solutions that finished before it
+(`unfinished` names the rest), so a run cut by a machine's call limit keeps what it measured.
 """
 
 from __future__ import annotations
@@ -353,15 +355,26 @@ def run_batch(
 OPTION_FLAGS = {"give_up_after": "--give-up-after", "memory_limit_gb": "--memory-limit"}
 
 
-def run_sequential(entries: list[Entry], device: str, options: dict, store: Path):
-    """One `python -m mini_kv bench` call per entry, one after the other; (verdicts, seconds per call)."""
+def run_sequential(
+    entries: list[Entry], device: str, options: dict, store: Path, deadline: float | None = None
+):
+    """One `python -m mini_kv bench` call per entry, one after the other; (verdicts, seconds per call).
+    At `deadline` (perf_counter) the call under way is stopped and not counted: the verdicts are then of
+    the entries that finished, one after the other from the first."""
     flags = [str(x) for k, v in options.items() for x in (OPTION_FLAGS.get(k, "--" + k.replace("_", "-")), v)]
     verdicts, stages = {}, Counter()
     for e in entries:
         cmd = [sys.executable, "-m", "mini_kv", "bench", str(e.problem), "--solution", str(e.solution),
                "--device", device, "--artifacts", str(store), *flags]  # fmt: skip
         t0 = time.perf_counter()
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+        left = None if deadline is None else deadline - t0
+        if left is not None and left <= 0:
+            break
+        try:  # a call stopped at the deadline: its workers end with it (their jails' parent-death signal)
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT, timeout=left)
+        except subprocess.TimeoutExpired:
+            print(f"{e.name}: stopped at the time limit ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+            break
         stages["cli call"] += time.perf_counter() - t0
         found = re.search(r"^attempt: (.+)$", res.stdout, re.M)
         tail = (res.stderr.strip().splitlines() or [""])[-1]
@@ -406,7 +419,13 @@ def print_report(rep: dict) -> None:
     print(
         f"{rep['mode']} on {rep['device']}{rep['where']}: {rep['solutions']} solutions ({langs}) of {rep['corpus']}"
     )
-    print(f"wall {rep['wall_s']:.1f} s: {rep['solutions_per_hour']:.0f} solutions per hour")
+    rate = rep["solutions_per_hour"]
+    print(
+        f"wall {rep['wall_s']:.1f} s: "
+        + ("no solution finished" if rate is None else f"{rate:.0f} solutions per hour")
+    )
+    if rep.get("unfinished"):
+        print(f"stopped at the time limit: {len(rep['unfinished'])} not run ({', '.join(rep['unfinished'])})")
     for stage, secs in rep["stages_s"].items():
         print(f"  {stage:<28} {secs:9.1f} s")
     busy = rep["gpu_busy_fraction"]
@@ -439,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K/N",
         help="only the K-th of N interleaved parts of the slice (to split a long run)",
     )
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="S",
+        help="with --sequential: stop after S seconds and report the solutions that finished (a run cut "
+        "by a machine's call limit keeps its figures)",
+    )
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--artifacts", help="the attempt store (default: a temporary one, removed at the end)")
     args = ap.parse_args(argv)
@@ -449,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         and int(args.part.split("/")[0]) <= int(args.part.split("/")[1])
     ):
         ap.error(f"--part {args.part}: expected K/N with 1 <= K <= N")
+    if args.time_limit is not None and not (args.sequential and args.time_limit > 0):
+        ap.error(f"--time-limit {args.time_limit}: expected a positive number of seconds, with --sequential")
     try:
         data, entries = load_corpus(Path(args.corpus))
     except CorpusError as exc:
@@ -475,7 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         with BusySampler(gpu_indices(device, args.gpus)) as busy:
             t0 = time.perf_counter()
             if args.sequential:
-                verdicts, stages = run_sequential(entries, device, meta["options"], store)
+                deadline = None if args.time_limit is None else t0 + args.time_limit
+                verdicts, stages = run_sequential(entries, device, meta["options"], store, deadline)
+                # cut by --time-limit: the figures are of the solutions that finished, over their calls
+                meta["unfinished"] = [e.name for e in entries if e.name not in verdicts]
+                entries = [e for e in entries if e.name in verdicts]
             else:
                 if args.no_ahead:  # every solution's worker started in its own turn
                     from mini_kv.cluster import batch
@@ -484,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts, stages = run_batch(
                     entries, device, meta["options"], store, args.gpus, timeline, by_solution
                 )
-            wall = time.perf_counter() - t0
+            wall = stages.get("cli call", 0.0) if args.sequential else time.perf_counter() - t0
             if timeline:
                 # one solution at a time here: the wall time no solution's run holds is the evaluator
                 # waiting between them, for a build not yet done (cluster.batch.next_turn), mostly

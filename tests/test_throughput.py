@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -80,6 +81,30 @@ def test_an_empty_or_missing_corpus_is_an_error(tmp_path, capsys):
     (tmp_path / "corpus.json").write_text(json.dumps({"schema_version": 1, "device": "cpu", "solutions": []}))
     assert throughput.main([str(tmp_path)]) == 2
     assert "no solutions" in capsys.readouterr().err
+
+
+def test_a_sequential_run_cut_by_its_time_limit_reports_what_finished(tmp_path, capsys):
+    """--sequential --time-limit: a call under way at the limit is stopped and left out; the figures are
+    those of the solutions that finished (a run cut by a GPU machine's call limit lost all of them)."""
+    corpus = _corpus(tmp_path / "c", "--device", "cpu", "--count", "1")
+    (name,) = [s["name"] for s in corpus["solutions"]]
+    code = throughput.main([str(tmp_path / "c"), "--sequential", "--time-limit", "600", "--json"])
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and rep["solutions"] == rep["right"] == 1 and rep["unfinished"] == []
+    assert rep["solutions_per_hour"] > 0 and rep["wall_s"] == pytest.approx(
+        rep["stages_s"]["cli call"], abs=0.01
+    )
+    # a limit shorter than any call (the CLI's start alone takes longer): stopped, nothing counted
+    t0 = time.perf_counter()
+    code = throughput.main([str(tmp_path / "c"), "--sequential", "--time-limit", "0.5", "--json"])
+    out, err = capsys.readouterr()
+    rep = json.loads(out.strip().splitlines()[-1])
+    assert time.perf_counter() - t0 < 30 and f"{name}: stopped at the time limit" in err
+    assert code == 0 and rep["solutions"] == 0 and rep["unfinished"] == [name]
+    assert rep["solutions_per_hour"] is None and rep["wrong"] == []
+    with pytest.raises(SystemExit) as exc:  # the batch runs in one call: no limit to cut it by
+        throughput.main([str(tmp_path / "c"), "--time-limit", "5"])
+    assert exc.value.code == 2 and "with --sequential" in capsys.readouterr().err
 
 
 @pytest.mark.slow
