@@ -152,7 +152,11 @@ verify:
 EOF
 set +e
 set -m  # a job of its own, as in a terminal: a background job of a script would ignore SIGINT
-"${MK[@]}" batch "$WORK/long_batch.yaml" >"$LOGS/batch_int.log" 2>&1 &
+# ... and SIGINT at its default, as a terminal's job has it: where this script itself was started in
+# the background (`script &`, nohup, CI), SIGINT came ignored and bash cannot restore it, so the
+# batch would inherit the ignore and run to its end whatever it is sent
+python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    "${MK[@]}" batch "$WORK/long_batch.yaml" >"$LOGS/batch_int.log" 2>&1 &
 pid=$!
 set +m
 for _ in $(seq 600); do  # Ctrl-C once it is timing its first candidate
