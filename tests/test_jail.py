@@ -541,6 +541,43 @@ def test_scratch_dirs_left_by_a_killed_run_are_swept_and_live_or_recent_ones_are
         made.rmdir()
 
 
+def test_cgroups_left_by_a_killed_maker_are_swept_and_live_busy_or_recent_ones_are_not():
+    """A maker killed outright (SIGKILL) leaves its jails' cgroups: a later process removes the empty ones
+    whose maker's pid is gone and that are older than GROUP_STALE_S, and keeps a live maker's, a recent
+    one's and one that still holds a process (rmdir only: the kernel refuses it)."""
+    root = jail._cgroup_roots().pids
+    if root is None:
+        pytest.skip("no writable pids cgroup here (root and a writable cgroup file system)")
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()  # a pid that is gone (reaped)
+    made = {kind: root / f"mini_kv-{pid}-{n:08x}" for n, (kind, pid) in
+            enumerate([("stale", dead.pid), ("live", os.getpid()), ("busy", dead.pid)], start=0xC0FFEE00)}  # fmt: skip
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for d in made.values():
+            d.mkdir()
+        (made["busy"] / "cgroup.procs").write_text(str(sleeper.pid))
+        jail._sweep_groups(root)  # all of them minutes younger than GROUP_STALE_S: every one stays
+        assert all(d.exists() for d in made.values())
+        jail._sweep_groups(root, stale_s=0)
+        assert not made["stale"].exists() and made["live"].exists() and made["busy"].exists()
+        sleeper.kill()
+        sleeper.wait()
+        jail._sweep_groups(root, stale_s=0)
+        assert not made["busy"].exists() and made["live"].exists()
+    finally:
+        sleeper.kill()
+        for d in made.values():
+            if d.exists():
+                d.rmdir()
+    # what mini_kv makes is named so: its maker's pid, then 8 hex digits
+    group = jail._Group(root, {})
+    try:
+        assert jail._GROUP_NAME.match(group.dir.name) and group.dir.name.startswith(f"mini_kv-{os.getpid()}-")
+    finally:
+        group.remove()
+
+
 def test_a_hidden_path_the_jail_does_not_show_leaves_the_view(tmp_path):
     """An artifact store inside the project is masked; one elsewhere (the host's /tmp, which the jail
     replaces with its own) is unseen anyway, so it leaves the view: two judges that see the same are

@@ -612,9 +612,43 @@ def _own_v2_cgroup(controller: str) -> Path | None:
         return None
 
 
+# a jailed tree's cgroup is named for the process that made it (`_Group`), so that those a maker killed
+# outright (SIGKILL: no clean-up ran) left are swept: a few thousand a day had piled up on a test machine
+_GROUP_NAME = re.compile(r"^mini_kv-(\d+)-[0-9a-f]{8}$")
+# an empty group this old whose maker's pid is gone is swept: a live maker empties its group only as it
+# ends the tree, and removes it right after (a maker in another PID namespace looks gone from here)
+GROUP_STALE_S = 600.0
+
+
+@functools.cache
+def sweep_cgroups() -> int:
+    """Remove, once per process, the empty cgroups that killed makers left in the dirs this process
+    makes its jails' groups in (`_cgroup_roots`). Only `rmdir`: the kernel refuses a group that still
+    holds a process. Returns how many went."""
+    roots = _cgroup_roots()
+    return sum(_sweep_groups(d) for d in {roots.pids, roots.memory, roots.cpu} if d is not None)
+
+
+def _sweep_groups(root: Path, stale_s: float = GROUP_STALE_S) -> int:
+    gone = 0
+    for d in root.glob("mini_kv-*"):
+        m = _GROUP_NAME.match(d.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        try:
+            if time.time() - d.stat().st_mtime < stale_s:
+                continue
+            d.rmdir()
+        except OSError:  # a process still in it (EBUSY), or its maker's own clean-up came first
+            continue
+        gone += 1
+    return gone
+
+
 def _groups(limits: Limits) -> list[_Group]:
     """The cgroups one jailed tree joins: its process cap, its CPU-time meter, and its memory cap where
     `limits` has one (one group per dir: a v2 process is in one group, which then holds them all)."""
+    sweep_cgroups()
     roots, wanted, pids = _cgroup_roots(), {}, _pids_cgroup_root()
     memory = roots.memory
     if pids is not None:
