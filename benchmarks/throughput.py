@@ -355,6 +355,23 @@ def run_batch(
 OPTION_FLAGS = {"give_up_after": "--give-up-after", "memory_limit_gb": "--memory-limit"}
 
 
+def _cli_call(cmd: list[str], timeout: float | None) -> subprocess.CompletedProcess | None:
+    """`cmd` run to its end, or None where `timeout` came first: the call is then stopped as SIGTERM
+    stops mini_kv (its workers' trees killed, its jails' dirs and cgroups removed), SIGKILL after 30 s."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_sequential(
     entries: list[Entry], device: str, options: dict, store: Path, deadline: float | None = None
 ):
@@ -370,9 +387,8 @@ def run_sequential(
         left = None if deadline is None else deadline - t0
         if left is not None and left <= 0:
             break
-        try:  # a call stopped at the deadline: its workers end with it (their jails' parent-death signal)
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT, timeout=left)
-        except subprocess.TimeoutExpired:
+        res = _cli_call(cmd, left)
+        if res is None:
             print(f"{e.name}: stopped at the time limit ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
             break
         stages["cli call"] += time.perf_counter() - t0
