@@ -633,10 +633,10 @@ def _sweep_groups(root: Path, stale_s: float = GROUP_STALE_S) -> int:
     gone = 0
     for d in root.glob("mini_kv-*"):
         m = _GROUP_NAME.match(d.name)
-        if m is None or _alive(int(m.group(1))):
+        if m is None:
             continue
         try:
-            if time.time() - d.stat().st_mtime < stale_s:
+            if not _left_behind(int(m.group(1)), d.stat().st_mtime, stale_s):
                 continue
             d.rmdir()
         except OSError:  # a process still in it (EBUSY), or its maker's own clean-up came first
@@ -1269,12 +1269,20 @@ def _sweep(where: str | None, ended: frozenset[int]) -> int:
         if owner is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():  # lstat: no links
             continue
         pid, stale_s = owner
-        # a maker known to have ended leaves its dirs at once; another only once they are stale
-        if (pid is not None and _alive(pid)) or (pid not in ended and time.time() - st.st_mtime < stale_s):
+        if not _left_behind(pid, st.st_mtime, stale_s, ended):
             continue
         shutil.rmtree(d, ignore_errors=True)
         gone += 1
     return gone
+
+
+def _left_behind(pid: int | None, mtime: float, stale_s: float, ended: frozenset[int] = frozenset()) -> bool:
+    """Whether what a maker of pid `pid` (None: unknown) made, last changed at `mtime`, was left behind:
+    its maker is not alive and it is older than `stale_s`, or its maker is known to have ended (`ended`:
+    then at once). The one rule of the scratch dirs' and the cgroups' sweeps."""
+    if pid is not None and _alive(pid):
+        return False
+    return pid in ended or time.time() - mtime >= stale_s
 
 
 def _alive(pid: int) -> bool:

@@ -95,6 +95,15 @@ def signature_line(attempt: str) -> str:
     )
 
 
+def print_attempt(attempt: str, console: Console) -> None:
+    """Where the run was stored (`attempt: PATH`, a line scripts read), the static pre-check's line where
+    it has one, and the signature line: the same lines after `verify` and after `bench`."""
+    console.print(f"attempt: {attempt}", markup=False, soft_wrap=True)
+    for text in (static_check_line(attempt), signature_line(attempt)):
+        if text:
+            console.print(text, markup=False, soft_wrap=True)
+
+
 def timing_word(bench: dict | None) -> str:
     """Whether the run's timing (a benchmark headline) can be trusted, in the summary line's words: its
     stability, and the cases timed on a throttled GPU (mini_kv.clocks)."""
@@ -398,10 +407,7 @@ def print_verify(result: VerifyResult, console: Console | None = None, verbose: 
         f"[bold]{s['status']}[/] {escape(result.candidate)}: " + escape(summary_line(s, problems, res.cases)),
         soft_wrap=True,
     )
-    console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
-    for text in (static_check_line(result.attempt), signature_line(result.attempt)):
-        if text:
-            console.print(text, markup=False, soft_wrap=True)
+    print_attempt(result.attempt, console)
     if result.index_warning:
         console.print(
             f"[yellow]index not updated:[/] {escape(result.index_warning)} (run `mini-kv rebuild-index`)"

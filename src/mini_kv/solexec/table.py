@@ -8,15 +8,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.markup import escape
 
-from mini_kv.report import (
-    Tally,
-    jail_note,
-    kernels_line,
-    print_regression,
-    signature_line,
-    static_check_line,
-    timing_word,
-)
+from mini_kv.report import Tally, jail_note, kernels_line, print_attempt, print_regression, timing_word
 from mini_kv.solexec import traces
 from mini_kv.status import Status
 from mini_kv.tables import Column, fitted_tables, verbose_details
@@ -84,10 +76,7 @@ def print_report(result: BenchResult, console: Console, verbose: bool = False) -
         _print_logs(failed, console, verbose)
     if result.regression:
         print_regression(result.regression, console)
-    console.print(f"attempt: {result.attempt}", markup=False, soft_wrap=True)
-    for text in (static_check_line(result.attempt), signature_line(result.attempt)):
-        if text:
-            console.print(text, markup=False, soft_wrap=True)
+    print_attempt(result.attempt, console)
     if result.index_warning:
         console.print(f"[yellow]index not updated:[/] {escape(result.index_warning)}")
 
