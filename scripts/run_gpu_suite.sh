@@ -79,10 +79,9 @@ joined doctor
 step gpu-timing-tests "${pytest_gpu[@]}" -m "gpu and timing"
 device_args=()
 [ -n "${MINI_KV_GATE_DRY:-}" ] && device_args=(--device cpu --skip-benchmark)
-for card in "${cards[@]}"; do
-  name="verify-$(basename "$card" .yaml)"
-  step "$name" python -m mini_kv verify --task "$card" --candidate '*' "${device_args[@]}" ${MINI_KV_VERIFY_ARGS:-}
-done
+task_args=(); for c in "${cards[@]}"; do task_args+=(--task "$c"); done
+# every card in one verify: one start-up, and the next candidate's checks beside this one's
+step verify python -m mini_kv verify "${task_args[@]}" --candidate '*' "${device_args[@]}" ${MINI_KV_VERIFY_ARGS:-}
 
 echo "GPU gate: $((SECONDS - gate_start)) s in all"
 if [ ${#failed[@]} -gt 0 ]; then

@@ -69,6 +69,27 @@ def test_verify_vector_add_writes_attempt_and_hits_cache(cli, tmp_path):
     assert len(list((tmp_path / "vector_add").iterdir())) == 2  # append-only: both attempts kept
 
 
+def test_verify_of_several_cards_runs_each_cards_candidates_as_one_batch(cli, tmp_path):
+    res = cli(
+        "verify", "--task", "tasks/vector_add.yaml", "--task", "tasks/fused_bias_relu.yaml",
+        "--device", "cpu", "--skip-benchmark", "--case", "shape_mismatch", "--artifacts", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    assert sorted(ln["item"] for ln in lines) == ["fused_bias_relu/v0_naive", "vector_add/v0_naive"], lines
+    assert {ln["status"] for ln in lines} == {"PASSED"}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["fused_bias_relu", "vector_add"]
+
+
+def test_verify_of_several_cards_refuses_one_prebuilt_library(cli, tmp_path):
+    lib = tmp_path / "op.so"
+    lib.write_bytes(b"")
+    res = cli(
+        "verify", "--task", "tasks/vector_add.yaml", "--task", "tasks/rmsnorm.yaml", "--prebuilt", str(lib)
+    )
+    assert res.returncode == 2 and "give one --task" in res.stderr, res.stderr
+
+
 def test_validate_task_ok(cli):
     res = cli("validate-task", "tasks/vector_add.yaml")
     assert res.returncode == 0, res.stderr

@@ -17,7 +17,7 @@ from mini_kv.cli_common import (
     run_command,
     selected_candidates,
 )
-from mini_kv.errors import ConfigError, ExitCode
+from mini_kv.errors import ConfigError, ExitCode, UserError
 
 
 def cmd_doctor(args) -> int:
@@ -99,24 +99,28 @@ def cmd_verify(args) -> int:
     from mini_kv.load.task_card import load_task_card
     from mini_kv.pipeline import VerifyOptions
 
-    card = load_task_card(args.task, import_modules=False)  # its modules import beside the worker's start
+    if args.prebuilt and len(args.task) > 1:
+        raise UserError(f"--prebuilt {args.prebuilt}: one library is one card's candidate; give one --task")
     where = placement_from(args)
-    if args.case:  # the device is picked here only for this check: picking one may import torch
-        device = "cuda:0" if where.gpus else pick_device(args.device)
-        _check_case_filter(card, args.case, device, args.skip_benchmark)
-    store = artifacts_dir(args, Path(card.project_root))
-    check_store_writable(store)
-    opts = options_from(
-        VerifyOptions,
-        args,
-        case_filter=args.case or [],
-        sandbox=jail.mode_from(args.sandbox, jail.project_setting(Path(card.project_root))),
-    )
-    jail.resolve(opts.sandbox)  # --sandbox required on a machine without every layer: exit 2 now
-    items = [
-        Item(VERIFY, f"{card.id}/{c.id}", args.task, c.id, opts, str(store))
-        for c in selected_candidates(card, args.candidate)
-    ]
+    items = []
+    for task in args.task:  # several cards: one batch, their builds and checks overlapping
+        card = load_task_card(task, import_modules=False)  # its modules import beside the worker's start
+        if args.case:  # the device is picked here only for this check: picking one may import torch
+            device = "cuda:0" if where.gpus else pick_device(args.device)
+            _check_case_filter(card, args.case, device, args.skip_benchmark)
+        store = artifacts_dir(args, Path(card.project_root))
+        check_store_writable(store)
+        opts = options_from(
+            VerifyOptions,
+            args,
+            case_filter=args.case or [],
+            sandbox=jail.mode_from(args.sandbox, jail.project_setting(Path(card.project_root))),
+        )
+        jail.resolve(opts.sandbox)  # --sandbox required on a machine without every layer: exit 2 now
+        items += [
+            Item(VERIFY, f"{card.id}/{c.id}", task, c.id, opts, str(store))
+            for c in selected_candidates(card, args.candidate)
+        ]
     return print_batch(run_items(items, where, args=args), args)
 
 
@@ -141,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate_task)
 
     vr = sub.add_parser("verify", help="compile, check and benchmark a candidate; archive an attempt")
-    vr.add_argument("--task", required=True, help="task card YAML")
+    vr.add_argument(
+        "--task",
+        required=True,
+        action="append",
+        help="task card YAML (repeatable: the cards' candidates run as one batch)",
+    )
     add_junit_argument(vr)
     add_selection_arguments(vr)
     vr.add_argument(
