@@ -75,8 +75,8 @@ def test_a_source_too_large_is_named_not_read(monkeypatch):
     "runaway, why",
     [
         (lambda *a, **k: time.sleep(60), "did not finish within 1 s"),  # a parser or a regex that never ends
-        (lambda *a, **k: bytearray(4 << 30), "failed (exit status 1)"),  # a blow-up: its memory cap
-        (lambda *a, **k: 1 / 0, "failed (exit status 1)"),  # a crash of the detector
+        (lambda *a, **k: bytearray(4 << 30), "failed (exited with status 1)"),  # a blow-up: its memory cap
+        (lambda *a, **k: 1 / 0, "failed (exited with status 1)"),  # a crash of the detector
     ],
     ids=["hang", "memory", "crash"],
 )

@@ -15,6 +15,16 @@ except (OSError, AttributeError):  # not Linux
 _PR_SET_PDEATHSIG = 1
 
 
+def exit_text(code: int) -> str:
+    """How a process ended, from its Popen-style return code (negative: the signal that killed it)."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
 def die_with_parent() -> None:
     """A Popen preexec_fn: the child gets SIGKILL when the thread that started it dies, even by SIGKILL
     (a cluster worker lost mid-candidate, an interrupted client), so no child outlives its parent.

@@ -28,6 +28,7 @@ from typing import Any
 from mini_kv import jail, pycache
 from mini_kv.jail import JailInfo, JailSpec
 from mini_kv.model import JailRecord, WorkerResults
+from mini_kv.proc import exit_text
 from mini_kv.settings import DEFAULTS
 from mini_kv.status import Status
 from mini_kv.worker import explain
@@ -76,12 +77,7 @@ def _exit_status(code: int | None) -> str:
             f"exited with status {code}: the jail could not be set up (the worker log says why; "
             "--sandbox off runs without it)"
         )
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with status {code}"
+    return exit_text(code)
 
 
 def _ended(code: int | None, child: ChildRun) -> str:

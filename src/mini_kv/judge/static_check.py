@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mini_kv.codec import optional
 from mini_kv.load.schema import read_record
+from mini_kv.proc import exit_text
 
 STATIC_CHECK_SCHEMA_VERSION = 1
 TIMEOUT_S = 10.0  # for every file of one candidate together
@@ -204,14 +205,8 @@ def _collect(pid: int, fd: int) -> tuple[dict | None, str]:
         chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     if status != 0:
-        return None, f"kernelguard failed ({_exit_text(status)})"
+        return None, f"kernelguard failed ({exit_text(os.waitstatus_to_exitcode(status))})"
     try:
         return json.loads(b"".join(chunks)), ""
     except ValueError:
         return None, "kernelguard's answer was not JSON"
-
-
-def _exit_text(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exit status {os.WEXITSTATUS(status)}"
