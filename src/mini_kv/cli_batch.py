@@ -203,6 +203,8 @@ def print_batch(results: list[ItemResult], args) -> int:
     from mini_kv.cluster.batch import worst
     from mini_kv.solexec.table import print_report
 
+    # verify of several cards: each item's line names its card (their candidates' ids repeat)
+    cards = {r.label.split("/", 1)[0] for r in results if r.kind == VERIFY}
     for result in results:
         if args.json:  # one line an item: verify's summary, bench's status and exit code; why there is none
             line = {"candidate": result.candidate, "item": result.label, "attempt": result.attempt}
@@ -217,7 +219,8 @@ def print_batch(results: list[ItemResult], args) -> int:
         elif result.detail is None:
             console.print(f"{result.status} {result.label}: {result.reason}")
         elif result.kind == VERIFY:
-            report.print_verify(result.detail, console, verbose=args.verbose)
+            name = result.label if len(cards) > 1 else None
+            report.print_verify(result.detail, console, verbose=args.verbose, name=name)
         else:
             print_report(result.detail, console, verbose=args.verbose)
     if len(results) > 1 and not args.json:

@@ -383,7 +383,10 @@ def _print_bench(bench: list[dict], console: Console) -> None:
             console.print(f"  {r['id']} {r['status']}: {r['reason']}", markup=False)
 
 
-def print_verify(result: VerifyResult, console: Console | None = None, verbose: bool = False) -> None:
+def print_verify(
+    result: VerifyResult, console: Console | None = None, verbose: bool = False, name: str | None = None
+) -> None:
+    """verify's report of one candidate; its summary line names it as `name` (default: its id)."""
     console = console or Console()
     s, res = result.summary, result.results
     if verbose:
@@ -404,7 +407,8 @@ def print_verify(result: VerifyResult, console: Console | None = None, verbose: 
     problems = [*problems, gaps] if gaps else problems
     # soft-wrapped: one line whatever the width, for people and for the tools that grep it
     console.print(
-        f"[bold]{s['status']}[/] {escape(result.candidate)}: " + escape(summary_line(s, problems, res.cases)),
+        f"[bold]{s['status']}[/] {escape(name or result.candidate)}: "
+        + escape(summary_line(s, problems, res.cases)),
         soft_wrap=True,
     )
     print_attempt(result.attempt, console)
