@@ -155,11 +155,11 @@ def test_same_run_comparison_on_cuda_tells_the_slowed_kernel_from_the_baseline(t
         op="mini_kv_rmsnorm_v1_slowed::rmsnorm",
     )
     assert isinstance(slowed, Candidate)
-    # its cold build beside the baseline's verify (the gate's time)
-    building = ThreadPoolExecutor(1).submit(compile_candidate, Path(card.project_root), slowed)
     store = tmp_path / "store"
     opts = VerifyOptions(device="cuda", skip_benchmark=True, artifacts=str(store), case_filter=["r2_h128"])
-    attempt = run_stages(CardDoor(card, v1, opts)).attempt
+    with ThreadPoolExecutor(1) as pool:  # its cold build beside the baseline's verify (the gate's time)
+        building = pool.submit(compile_candidate, Path(card.project_root), slowed)
+        attempt = run_stages(CardDoor(card, v1, opts)).attempt
     baseline = {
         "task_id": card.id,
         "source": {

@@ -102,11 +102,12 @@ def cmd_verify(args) -> int:
     if args.prebuilt and len(args.task) > 1:
         raise UserError(f"--prebuilt {args.prebuilt}: one library is one card's candidate; give one --task")
     where = placement_from(args)
+    # the device is picked here only for the --case check: picking one may import torch
+    device = ("cuda:0" if where.gpus else pick_device(args.device)) if args.case else None
     items = []
     for task in args.task:  # several cards: one batch, their builds and checks overlapping
         card = load_task_card(task, import_modules=False)  # its modules import beside the worker's start
-        if args.case:  # the device is picked here only for this check: picking one may import torch
-            device = "cuda:0" if where.gpus else pick_device(args.device)
+        if args.case:
             _check_case_filter(card, args.case, device, args.skip_benchmark)
         store = artifacts_dir(args, Path(card.project_root))
         check_store_writable(store)
